@@ -1,0 +1,120 @@
+/* plan.h — the virtual requantized checkpoint (SPEC.md §2, §4), decided from
+ * SRC's config.json, index and shard headers before anything is quantized.
+ *
+ * A plan is immutable once built and may be read from any thread. Every
+ * virtual file is a list of segments; export writes them and the mount
+ * serves them, so the two cannot disagree. */
+#ifndef RQ_FS_PLAN_H
+#define RQ_FS_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "quant/quant.h"
+
+struct rq_err;
+
+struct rq_plan_opts {
+	const char *src;          /* SRC directory (plain or a hub snapshot) */
+	const char *calib;        /* CALIB: a 07-22 checkpoint dir or a `calib extract` file */
+	const char *drop_rule;    /* the ignore entry to drop; NULL = detect */
+	enum rq_recipe recipe;
+};
+
+/* A file of SRC (symlinks resolved). Its identity is what the cache keys on
+ * and what the mount re-checks to notice a file changed under it. */
+struct rq_srcfile {
+	char *name;               /* relative name in the checkpoint, e.g. "config.json" */
+	char *path;               /* resolved absolute path of the bytes */
+	uint64_t size;
+	dev_t dev;
+	ino_t ino;
+	int64_t mtime_ns;
+	char blob_sha256[65];     /* hub blob name when SRC is a hub snapshot, else "" */
+};
+
+enum rq_seg_kind {
+	RQ_SEG_MEM,               /* bytes held by the plan (headers, config, index, scalars) */
+	RQ_SEG_SRC,               /* a byte range of a SRC file */
+	RQ_SEG_JOB,               /* a byte range of a quantization job's output */
+};
+
+struct rq_seg {
+	uint64_t off, len;        /* range in the virtual file */
+	enum rq_seg_kind kind;
+	const uint8_t *mem;       /* MEM: len bytes */
+	int src;                  /* SRC: index into plan->srcs */
+	uint64_t src_off;         /* SRC: absolute offset in that file */
+	int job;                  /* JOB: index into plan->jobs */
+	uint64_t job_off;         /* JOB: offset in the job's output */
+};
+
+struct rq_vfile {
+	char *name;               /* relative name, same as SRC's */
+	uint64_t size;            /* exact, known before quantization */
+	int changed;              /* 0: byte-identical to srcs[src] */
+	int src;                  /* the SRC file it derives from */
+	size_t nseg;
+	struct rq_seg *seg;       /* sorted by off, contiguous, covering [0, size) */
+};
+
+/* One requantized Linear: <name>.weight [rows, cols] BF16 in SRC becomes
+ * <name>.weight_packed/.weight_scale/.weight_global_scale/.input_global_scale. */
+struct rq_module {
+	char *name;               /* "model.layers.40.mlp.experts.3.gate_proj" */
+	int src;                  /* SRC shard holding <name>.weight */
+	uint64_t w_off;           /* absolute offset of the BF16 weight in that file */
+	uint64_t rows, cols;      /* [out, in], cols % 16 == 0 */
+	uint32_t input_gs_bits;   /* input_global_scale from CALIB, bit-exact */
+	int job, slot;            /* the job computing it and its place in the job */
+};
+
+/* One quantization job: a module, or a fused gate/up pair (gate in slot 0)
+ * sharing one global scale. Output layout, per slot s at mod_off[s]:
+ *   packed [rows][cols/2] | scales [rows][cols/16] | global scale (F32 LE, 4 B) */
+struct rq_job {
+	int nmod;
+	int mod[2];
+	uint64_t mod_off[2];
+	uint64_t out_size;
+	uint64_t in_size;         /* BF16 bytes read from SRC */
+};
+
+struct rq_plan {
+	char *src_dir;
+	enum rq_recipe recipe;
+	char *dropped_rule;       /* the ignore entry removed */
+	size_t nsrcs;
+	struct rq_srcfile *srcs;
+	size_t nfiles;
+	struct rq_vfile *files;   /* sorted by name */
+	size_t nmods;
+	struct rq_module *mods;   /* sorted by name */
+	size_t njobs;
+	struct rq_job *jobs;
+	uint64_t total_size;      /* sum of all virtual file sizes */
+};
+
+int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_err *err);
+void rq_plan_free(struct rq_plan *p);
+
+/* Index of the virtual file called name, or -1. */
+long rq_plan_find_file(const struct rq_plan *p, const char *name);
+/* Index of the first segment of f that overlaps offset off (off < f->size). */
+size_t rq_vfile_seg_at(const struct rq_vfile *f, uint64_t off);
+
+/* Byte offsets of a module's outputs in its job's output. */
+static inline uint64_t rq_mod_packed_off(const struct rq_plan *p, const struct rq_module *m)
+{
+	return p->jobs[m->job].mod_off[m->slot];
+}
+static inline uint64_t rq_mod_scales_off(const struct rq_plan *p, const struct rq_module *m)
+{
+	return rq_mod_packed_off(p, m) + m->rows * m->cols / 2;
+}
+static inline uint64_t rq_mod_gs_off(const struct rq_plan *p, const struct rq_module *m)
+{
+	return rq_mod_scales_off(p, m) + m->rows * m->cols / 16;
+}
+
+#endif

@@ -1,0 +1,36 @@
+/* cli.h — the subcommands of `requantfs` and what they share.
+ *
+ * Each cmd_* parses its own options (getopt_long), prints --help, and returns
+ * the process exit code: 0 ok, 1 runtime failure, 2 usage error. */
+#ifndef RQ_TOOLS_CLI_H
+#define RQ_TOOLS_CLI_H
+
+#include <stdio.h>
+
+int cmd_mount(int argc, char **argv);
+int cmd_umount(int argc, char **argv);
+int cmd_warm(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_calib(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_mkckpt(int argc, char **argv);
+
+/* Prints "requantfs <cmd>: <message>\n" to stderr; returns code. */
+int cli_fail(int code, const char *cmd, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Parses sizes like "1G", "512M", "4096" into bytes. -EINVAL if malformed. */
+int cli_parse_size(const char *s, unsigned long long *out);
+
+/* Progress bar on stderr (only drawn when stderr is a terminal, or when
+ * force is set). Thread-safe; redraws at most 10 times a second. */
+struct cli_progress;
+struct cli_progress *cli_progress_start(const char *label, unsigned long long total_units,
+                                        unsigned long long total_bytes, int force);
+void cli_progress_add(struct cli_progress *p, unsigned long long units, unsigned long long bytes);
+void cli_progress_set(struct cli_progress *p, unsigned long long units, unsigned long long bytes);
+void cli_progress_end(struct cli_progress *p);   /* final line; NULL is fine */
+
+#endif

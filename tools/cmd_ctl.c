@@ -1,0 +1,12 @@
+/* PLACEHOLDER: replaced by the module that owns this command. */
+#include "tools/cli.h"
+
+int cmd_warm(int argc, char **argv)
+{
+	return cli_fail(1, argv[0], "not built yet");
+}
+
+int cmd_status(int argc, char **argv)
+{
+	return cli_fail(1, argv[0], "not built yet");
+}

@@ -1,0 +1,54 @@
+/* main.c — `requantfs <command> ...` dispatcher. */
+#include "tools/cli.h"
+
+#include <string.h>
+
+static const struct {
+	const char *name;
+	int (*fn)(int, char **);
+	const char *help;
+} commands[] = {
+	{"mount", cmd_mount, "mount SRC as the requantized checkpoint at MNT"},
+	{"umount", cmd_umount, "unmount a requantfs mount"},
+	{"warm", cmd_warm, "quantize every module of a mount now"},
+	{"status", cmd_status, "what a mount has cached, hits/misses, device, throughput"},
+	{"export", cmd_export, "write the requantized checkpoint as real files"},
+	{"verify", cmd_verify, "compare tensors of two checkpoints byte for byte"},
+	{"calib", cmd_calib, "calib extract: save the calibration scales of a 07-22 checkpoint"},
+	{"generate", cmd_generate, "run Laguna on a prompt from a model directory"},
+	{"compare", cmd_compare, "KL divergence / agreement between two model directories"},
+	{"bench", cmd_bench, "benchmarks: quant, export, mount, engine"},
+	{"mkckpt", cmd_mkckpt, "make a synthetic Laguna-shaped checkpoint"},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: requantfs <command> [options]   (requantfs <command> --help)\n\n"
+	           "A FUSE filesystem that presents a Laguna NVFP4 checkpoint whose BF16 experts\n"
+	           "(layers 40-47 of the 2026-08-01 release) are requantized to NVFP4 on first read.\n\n"
+	           "commands:\n");
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("requantfs %s\n", RQ_VERSION);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		if (!strcmp(argv[1], commands[i].name))
+			return commands[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "requantfs: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

@@ -1,0 +1,2 @@
+/* PLACEHOLDER: replaced by the module that owns this command. */
+#include "tools/cli.h"
