@@ -1,0 +1,16 @@
+/* bench.h — `requantfs bench <what>`: benchmarks that link the product's
+ * code and report ratios to a baseline measured in the same run. */
+#ifndef RQ_TOOLS_BENCH_H
+#define RQ_TOOLS_BENCH_H
+
+int bench_quant(int argc, char **argv);    /* tools/bench_quant.c */
+int bench_export(int argc, char **argv);   /* tools/bench_export.c */
+int bench_mount(int argc, char **argv);    /* tools/bench_mount.c */
+int bench_engine(int argc, char **argv);   /* tools/bench_engine.c */
+
+/* Seconds on a monotonic clock. */
+double bench_now(void);
+/* memcpy bandwidth (bytes/s) of copying `bytes` from src to dst, best of reps. */
+double bench_memcpy_bw(void *dst, const void *src, unsigned long long bytes, int reps);
+
+#endif
