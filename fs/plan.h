@@ -93,6 +93,7 @@ struct rq_plan {
 	size_t njobs;
 	struct rq_job *jobs;
 	uint64_t total_size;      /* sum of all virtual file sizes */
+	void *keep_;              /* private: memory the MEM segments point into */
 };
 
 int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_err *err);

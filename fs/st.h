@@ -55,7 +55,7 @@ uint64_t st_numel(const struct st_tensor *t);
 
 /* Serializer. Given a tensor set (any order) and the raw __metadata__ text
  * (NULL for none), computes the canonical file layout:
- *   *hdr/*hdr_len: the first 8 + N bytes of the file (malloc'd),
+ *   *hdr and *hdr_len: the first 8 + N bytes of the file (malloc'd),
  *   order[i]: index into specs of the i-th tensor in data order,
  *   begin[j]: data offset of specs[j] (relative to the data start).
  * Returns -EINVAL on duplicate names, bad shapes, or sub-byte sizes that

@@ -1,0 +1,625 @@
+/* cache.c — entry files of the quantization cache: format, put, lookup,
+ * open/close. The in-memory index, scan and eviction are in cache_index.c.
+ *
+ * Entry file <dir>/<first 2 hex>/<32 hex of the key>.rqc, integers
+ * little-endian:
+ *
+ *     offset  bytes  field
+ *          0      8  magic "RQCACHE\0"
+ *          8      4  format version (RQC_VERSION)
+ *         12      4  header bytes = payload offset (64)
+ *         16     16  key (the 16 bytes of rq_cache_key)
+ *         32      8  payload bytes n
+ *         40     16  reserved, zero
+ *         56      8  XXH3-64 of bytes 0..55 (the header checks itself)
+ *         64      n  payload
+ *       64+n     16  XXH3-128 of the payload (XXH128_canonical_t, big-endian)
+ *
+ * The file is exactly 80 + n bytes; a longer or shorter file is corrupt.
+ *
+ * State machine of one entry (one key, on disk):
+ *
+ *   absent --put: create xx/<hex>.rqc.tmp.<pid>.<n> (O_EXCL), fallocate,
+ *     ^       write, set atime, fsync--> tmp
+ *     |   tmp --rename onto xx/<hex>.rqc, fsync xx/--> published
+ *     |   tmp --any failure: unlink tmp; put returns -errno--> absent
+ *     |   tmp --writer crashed: the next open/scan unlinks it when it is 15 min
+ *     |         old, or its pid is dead and it is 1 min old--> absent
+ *     |   published --first lookup in this process: whole file read, header,
+ *     |         key, size and checksum checked--> verified (in memory:
+ *     |         dev, ino, size, mtime of the file)
+ *     +-- published --a check fails: unlinked (if still the same inode),
+ *     |         counted as corrupt, lookup answers -ENOENT with a message
+ *     |   verified --lookup: open + fstat; identity unchanged: hit without
+ *     |         reading; changed (replaced by a rename, written into)--> published
+ *     +-- published/verified --LRU eviction beyond max_bytes--> absent
+ *
+ * Trust: a verified identity is trusted for the life of the handle (one
+ * mount). Bit rot below an unchanged mtime is caught by the next mount.
+ * Several processes may share the directory: publication is a rename (last
+ * one wins; same key means same bytes), a reader's fd keeps an unlinked
+ * file alive, and every reader verifies before trusting.
+ *
+ * Recency: every hit and put sets the file's atime explicitly (ns) and leaves
+ * mtime alone, so mtime can serve as identity and atime as the shared LRU
+ * clock. An entry of a foreign format version is a miss but is not deleted
+ * (another build may be sharing the directory); the next put replaces it. */
+#include "cache/cache_int.h"
+
+#include "base/err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define RQC_VERSION 1u
+#define RQC_IO_CHUNK (1u << 30)    /* largest single read/write we issue */
+#define RQC_VERIFY_BUF (1u << 20)  /* verification reads this much at a time */
+
+static const char rqc_magic[8] = "RQCACHE";
+
+enum { VERIFY_OK = 0, VERIFY_CORRUPT = 1, VERIFY_FOREIGN = 2 };
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+void rq_cache_key_of(const void *desc, size_t len, struct rq_cache_key *out)
+{
+	XXH128_canonical_t cano;
+	XXH128_canonicalFromHash(&cano, XXH3_128bits(desc, len));
+	memcpy(out->b, cano.digest, 16);
+}
+
+void rq_cache_key_hex(const struct rq_cache_key *k, char out[33])
+{
+	rqc_hex(k, out);
+}
+
+const char *rq_cache_dir(const struct rq_cache *c)
+{
+	return c->dir;
+}
+
+static void payload_sum(const void *p, size_t n, uint8_t out[16])
+{
+	XXH128_canonical_t cano;
+	XXH128_canonicalFromHash(&cano, XXH3_128bits(p, n));
+	memcpy(out, cano.digest, 16);
+}
+
+static void make_header(uint8_t h[RQC_HDR], const struct rq_cache_key *k, uint64_t n)
+{
+	memset(h, 0, RQC_HDR);
+	memcpy(h, rqc_magic, 8);
+	put_le32(h + 8, RQC_VERSION);
+	put_le32(h + 12, RQC_HDR);
+	memcpy(h + 16, k->b, 16);
+	put_le64(h + 32, n);
+	put_le64(h + 56, XXH3_64bits(h, 56));
+}
+
+static int pwrite_all(int fd, const uint8_t *p, uint64_t n, uint64_t off)
+{
+	while (n) {
+		ssize_t w = pwrite(fd, p, n < RQC_IO_CHUNK ? n : RQC_IO_CHUNK, (off_t)off);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (w == 0)
+			return -EIO;
+		p += w;
+		n -= (uint64_t)w;
+		off += (uint64_t)w;
+	}
+	return 0;
+}
+
+/* 0, or -errno; a short file gives the count actually read in *got. */
+static int pread_all(int fd, uint8_t *p, uint64_t n, uint64_t off, uint64_t *got)
+{
+	uint64_t done = 0;
+	while (done < n) {
+		uint64_t want = n - done < RQC_IO_CHUNK ? n - done : RQC_IO_CHUNK;
+		ssize_t r = pread(fd, p + done, want, (off_t)(off + done));
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			break;
+		done += (uint64_t)r;
+	}
+	*got = done;
+	return 0;
+}
+
+/* Describes a bad entry in err (as a miss: -ENOENT) and returns `kind`. */
+static int bad(struct rq_err *err, int kind, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int bad(struct rq_err *err, int kind, const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+		va_end(ap);
+		err->code = -ENOENT;
+	}
+	return kind;
+}
+
+/* Reads the whole entry behind fd and checks it against key and size.
+ * VERIFY_OK, VERIFY_CORRUPT / VERIFY_FOREIGN with err describing why, or
+ * -errno when the file could not be read (err set). */
+static int verify(int fd, const struct stat *st, const struct rq_cache_key *k, uint64_t size,
+                  const char *path, struct rq_err *err)
+{
+	uint8_t h[RQC_HDR], sum[RQC_TRAILER], want[RQC_TRAILER];
+	uint64_t got = 0;
+	uint64_t fsize = (uint64_t)st->st_size;
+	if (fsize < RQC_OVERHEAD)
+		return bad(err, VERIFY_CORRUPT, "cache entry %s is truncated (%llu bytes, less than "
+		           "its header and checksum)", path, (unsigned long long)fsize);
+	int r = pread_all(fd, h, RQC_HDR, 0, &got);
+	if (r < 0)
+		return rq_errf(err, r, "cannot read cache entry %s: %s", path, strerror(-r));
+	if (got < RQC_HDR)
+		return bad(err, VERIFY_CORRUPT, "cache entry %s is truncated", path);
+	if (memcmp(h, rqc_magic, 8))
+		return bad(err, VERIFY_CORRUPT, "cache entry %s has a bad magic", path);
+	if (get_le32(h + 8) != RQC_VERSION)
+		return bad(err, VERIFY_FOREIGN, "cache entry %s has format version %u, this build "
+		           "reads %u: a miss", path, get_le32(h + 8), RQC_VERSION);
+	if (get_le32(h + 12) != RQC_HDR || get_le64(h + 56) != XXH3_64bits(h, 56))
+		return bad(err, VERIFY_CORRUPT, "cache entry %s has a corrupt header", path);
+	if (memcmp(h + 16, k->b, 16))
+		return bad(err, VERIFY_CORRUPT, "cache entry %s holds another key", path);
+	uint64_t n = get_le64(h + 32);
+	if (n != fsize - RQC_OVERHEAD)
+		return bad(err, VERIFY_CORRUPT, "cache entry %s is %llu bytes but its header says "
+		           "%llu payload bytes (truncated or overwritten)", path,
+		           (unsigned long long)fsize, (unsigned long long)n);
+	if (n != size)
+		return bad(err, VERIFY_CORRUPT, "cache entry %s holds %llu payload bytes, %llu were "
+		           "expected", path, (unsigned long long)n, (unsigned long long)size);
+
+	uint8_t *buf = malloc(RQC_VERIFY_BUF);
+	XXH3_state_t *xs = XXH3_createState();
+	if (!buf || !xs) {
+		free(buf);
+		XXH3_freeState(xs);
+		return rq_errf(err, -ENOMEM, "out of memory verifying cache entry %s", path);
+	}
+	XXH3_128bits_reset(xs);
+	uint64_t off = RQC_HDR;
+	r = VERIFY_OK;
+	while (off < RQC_HDR + n) {
+		uint64_t want_n = RQC_HDR + n - off;
+		if (want_n > RQC_VERIFY_BUF)
+			want_n = RQC_VERIFY_BUF;
+		int e = pread_all(fd, buf, want_n, off, &got);
+		if (e < 0) {
+			r = rq_errf(err, e, "cannot read cache entry %s: %s", path, strerror(-e));
+			break;
+		}
+		if (got < want_n) {
+			r = bad(err, VERIFY_CORRUPT, "cache entry %s is truncated", path);
+			break;
+		}
+		XXH3_128bits_update(xs, buf, want_n);
+		off += want_n;
+	}
+	if (r == VERIFY_OK) {
+		XXH128_canonical_t cano;
+		XXH128_canonicalFromHash(&cano, XXH3_128bits_digest(xs));
+		memcpy(want, cano.digest, 16);
+		int e = pread_all(fd, sum, RQC_TRAILER, RQC_HDR + n, &got);
+		if (e < 0)
+			r = rq_errf(err, e, "cannot read cache entry %s: %s", path, strerror(-e));
+		else if (got < RQC_TRAILER)
+			r = bad(err, VERIFY_CORRUPT, "cache entry %s is truncated", path);
+		else if (memcmp(sum, want, 16))
+			r = bad(err, VERIFY_CORRUPT, "cache entry %s fails its payload checksum", path);
+	}
+	XXH3_freeState(xs);
+	free(buf);
+	return r;
+}
+
+static bool same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+static int64_t mtime_ns(const struct stat *st)
+{
+	return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+static void set_identity(struct rqc_ent *e, const struct stat *st)
+{
+	e->dev = st->st_dev;
+	e->ino = st->st_ino;
+	e->fsize = st->st_size;
+	e->mtime = mtime_ns(st);
+}
+
+/* Sets the file's atime to `when` (the shared recency clock). Best effort:
+ * an entry written by another user may refuse (EPERM); recency then only
+ * lives in this process. */
+static void touch(int fd, int64_t when)
+{
+	struct timespec ts[2] = {
+		{ .tv_sec = when / 1000000000, .tv_nsec = when % 1000000000 },
+		{ .tv_sec = 0, .tv_nsec = UTIME_OMIT },
+	};
+	futimens(fd, ts);
+}
+
+int rq_cache_lookup(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size,
+                    int *fdp, uint64_t *payload_off, struct rq_err *err)
+{
+	char rel[RQC_REL_MAX], path[PATH_MAX];
+	rqc_rel_path(k, rel);
+	snprintf(path, sizeof path, "%s/%s", c->dir, rel);
+	int fd = openat(c->dfd, rel, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		if (e != ENOENT)
+			return rq_errf(err, -e, "cannot open cache entry %s: %s", path, strerror(e));
+		pthread_mutex_lock(&c->mu);
+		c->st.misses++;
+		struct rqc_ent *ent = rqc_find(c, k);
+		if (ent)
+			rqc_del(c, ent);   /* removed by another process */
+		pthread_mutex_unlock(&c->mu);
+		if (err) {
+			err->code = 0;
+			err->msg[0] = 0;
+		}
+		return -ENOENT;
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		int e = errno;
+		close(fd);
+		return rq_errf(err, -e, "cannot stat cache entry %s: %s", path, strerror(e));
+	}
+
+	pthread_mutex_lock(&c->mu);
+	struct rqc_ent *ent = rqc_find(c, k);
+	bool trusted = ent && ent->verified && ent->dev == st.st_dev && ent->ino == st.st_ino &&
+	               ent->fsize == st.st_size && ent->mtime == mtime_ns(&st) &&
+	               (uint64_t)st.st_size == size + RQC_OVERHEAD;
+	pthread_mutex_unlock(&c->mu);
+
+	if (!trusted) {
+		int r = verify(fd, &st, k, size, path, err);
+		if (r < 0) {
+			close(fd);
+			return r;
+		}
+		if (r != VERIFY_OK) {
+			/* Delete only the file we judged: another process may have
+			 * renamed a good entry over it meanwhile. */
+			struct stat now;
+			if (r == VERIFY_CORRUPT && fstatat(c->dfd, rel, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    same_file(&now, &st))
+				unlinkat(c->dfd, rel, 0);
+			close(fd);
+			pthread_mutex_lock(&c->mu);
+			c->st.misses++;
+			if (r == VERIFY_CORRUPT)
+				c->st.corrupt++;
+			if ((ent = rqc_find(c, k)))
+				rqc_del(c, ent);
+			pthread_mutex_unlock(&c->mu);
+			return -ENOENT;
+		}
+	}
+
+	pthread_mutex_lock(&c->mu);
+	int64_t now = rqc_tick(c);
+	ent = rqc_find(c, k);
+	if (!ent)
+		ent = rqc_add(c, k);
+	if (ent) {
+		set_identity(ent, &st);
+		ent->verified = true;
+		rqc_set_payload(c, ent, size);
+		rqc_use(c, ent, now);
+	}
+	c->st.hits++;
+	pthread_mutex_unlock(&c->mu);
+	touch(fd, now);
+
+	*fdp = fd;
+	*payload_off = RQC_HDR;
+	return 0;
+}
+
+int rq_cache_get(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size,
+                 uint8_t *buf, struct rq_err *err)
+{
+	int fd;
+	uint64_t off, got = 0;
+	int r = rq_cache_lookup(c, k, size, &fd, &off, err);
+	if (r < 0)
+		return r;
+	r = pread_all(fd, buf, size, off, &got);
+	close(fd);
+	if (r < 0 || got < size) {
+		char h[33];
+		rqc_hex(k, h);
+		if (r == 0)
+			r = -EIO;
+		return rq_errf(err, r, "cannot read cache entry %s/%.2s/%s.rqc: %s", c->dir, h, h,
+		               got < size ? "it shrank while being read" : strerror(-r));
+	}
+	return 0;
+}
+
+static int fsync_dir_at(int dfd, const char *sub)
+{
+	int fd = openat(dfd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = fsync(fd) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+static int put_fail(struct rq_cache *c, struct rq_err *err, int r, const char *path,
+                    uint64_t size, const char *what)
+{
+	pthread_mutex_lock(&c->mu);
+	c->st.put_failed++;
+	pthread_mutex_unlock(&c->mu);
+	if (r == -ENOSPC || r == -EDQUOT)
+		return rq_errf(err, r, "cache entry %s (%llu bytes) not written: %s; the entry will "
+		               "be rebuilt when needed (free space or lower --cache-max)", path,
+		               (unsigned long long)(size + RQC_OVERHEAD), strerror(-r));
+	return rq_errf(err, r, "cache entry %s not written: %s: %s", path, what, strerror(-r));
+}
+
+int rq_cache_put(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t *buf,
+                 uint64_t size, struct rq_err *err)
+{
+	char rel[RQC_REL_MAX], tmp[RQC_REL_MAX], sub[3], path[PATH_MAX];
+	rqc_rel_path(k, rel);
+	memcpy(sub, rel, 2);
+	sub[2] = 0;
+	snprintf(path, sizeof path, "%s/%s", c->dir, rel);
+
+	if (mkdirat(c->dfd, sub, 0755) == 0)
+		fsync(c->dfd);   /* make the new subdirectory itself durable */
+	else if (errno != EEXIST)
+		return put_fail(c, err, -errno, path, size, "creating its directory");
+
+	int fd = -1;
+	for (int tries = 0; fd < 0 && tries < 8; tries++) {
+		unsigned seq = __atomic_fetch_add(&c->tmp_seq, 1, __ATOMIC_RELAXED);
+		snprintf(tmp, sizeof tmp, "%.39s.tmp.%ld.%u", rel, (long)getpid(), seq);
+		fd = openat(c->dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fd < 0 && errno != EEXIST)   /* EEXIST: a dead namesake's leftover */
+			return put_fail(c, err, -errno, path, size, "creating its temp file");
+	}
+	if (fd < 0)
+		return put_fail(c, err, -EEXIST, path, size, "creating its temp file");
+
+	const char *what = "writing";
+	uint64_t total = size + RQC_OVERHEAD;
+	uint8_t h[RQC_HDR], sum[RQC_TRAILER];
+	struct stat st;
+	int r = 0;
+	/* Reserve the blocks first: a full disk fails here, before any write. */
+	if (fallocate(fd, 0, 0, (off_t)total) < 0 && errno != EOPNOTSUPP && errno != ENOSYS &&
+	    errno != EINVAL) {
+		r = -errno;
+		goto fail;
+	}
+	make_header(h, k, size);
+	payload_sum(buf, size, sum);
+	if ((r = pwrite_all(fd, h, RQC_HDR, 0)) < 0 ||
+	    (r = pwrite_all(fd, buf, size, RQC_HDR)) < 0 ||
+	    (r = pwrite_all(fd, sum, RQC_TRAILER, RQC_HDR + size)) < 0)
+		goto fail;
+	/* fallocate never shrinks; it only ever reserved exactly `total`. */
+	pthread_mutex_lock(&c->mu);
+	int64_t now = rqc_tick(c);
+	pthread_mutex_unlock(&c->mu);
+	touch(fd, now);
+	what = "syncing";
+	if (fsync(fd) < 0 || fstat(fd, &st) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	what = "closing";
+	int cr = close(fd);
+	fd = -1;
+	if (cr < 0) {
+		r = -errno;
+		goto fail;
+	}
+	what = "publishing";
+	if (renameat(c->dfd, tmp, c->dfd, rel) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	/* The entry is complete and visible; a failed directory sync only risks
+	 * losing it in a crash, which is a miss, so it does not fail the put. */
+	fsync_dir_at(c->dfd, sub);
+
+	pthread_mutex_lock(&c->mu);
+	struct rqc_ent *e = rqc_find(c, k);
+	if (!e)
+		e = rqc_add(c, k);
+	if (e) {
+		set_identity(e, &st);
+		e->verified = true;
+		rqc_set_payload(c, e, size);
+		rqc_use(c, e, now);
+	}
+	pthread_mutex_unlock(&c->mu);
+	rqc_evict(c, k);
+	return 0;
+
+fail:
+	if (fd >= 0)
+		close(fd);
+	unlinkat(c->dfd, tmp, 0);
+	return put_fail(c, err, r, path, size, what);
+}
+
+void rq_cache_get_stats(struct rq_cache *c, struct rq_cache_stats *s)
+{
+	pthread_mutex_lock(&c->mu);
+	*s = c->st;
+	s->entries = c->n;
+	s->bytes = c->bytes;
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* mkdir -p; err names the component that could not be made. */
+static int mkdir_p(const char *dir, struct rq_err *err)
+{
+	char p[PATH_MAX];
+	size_t len = strlen(dir);
+	if (len >= sizeof p)
+		return rq_errf(err, -ENAMETOOLONG, "cache directory %s: path too long", dir);
+	memcpy(p, dir, len + 1);
+	for (size_t i = 1; i <= len; i++) {
+		if (p[i] != '/' && p[i] != 0)
+			continue;
+		char save = p[i];
+		p[i] = 0;
+		if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+			int e = errno;
+			if (!strcmp(p, dir))
+				return rq_errf(err, -e, "cannot create cache directory %s: %s", dir,
+				               strerror(e));
+			return rq_errf(err, -e, "cannot create cache directory %s: %s: %s", dir, p,
+			               strerror(e));
+		}
+		p[i] = save;
+	}
+	return 0;
+}
+
+static const char cachedir_tag[] =
+	"Signature: 8a477f597d28d172789f06886806bc55\n"
+	"# This file is a cache directory tag created by requantfs.\n"
+	"# For information about cache directory tags see https://bford.info/cachedir/\n";
+
+int rq_cache_open(const struct rq_cache_opts *o, struct rq_cache **out, struct rq_err *err)
+{
+	if (!o || !o->dir || !o->dir[0])
+		return rq_errf(err, -EINVAL, "no cache directory given");
+	int r = mkdir_p(o->dir, err);
+	if (r < 0)
+		return r;
+	struct rq_cache *c = calloc(1, sizeof *c);
+	if (!c || !(c->dir = strdup(o->dir))) {
+		free(c);
+		return rq_errf(err, -ENOMEM, "out of memory opening cache directory %s", o->dir);
+	}
+	c->dfd = -1;
+	c->max_bytes = o->max_bytes;
+	pthread_mutex_init(&c->mu, NULL);
+	c->dfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (c->dfd < 0) {
+		r = -errno;
+		rq_errf(err, r, "cache directory %s: %s", o->dir,
+		        r == -ENOTDIR ? "not a directory" : strerror(-r));
+		goto fail;
+	}
+	/* Prove we can create files (catches EROFS, EACCES, and root on a
+	 * read-only mount, which access(2) would not). */
+	char probe[RQC_REL_MAX];
+	snprintf(probe, sizeof probe, ".rqprobe.%ld.0", (long)getpid());
+	int pfd = openat(c->dfd, probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (pfd < 0) {
+		r = -errno;
+		rq_errf(err, r, "cache directory %s is not writable: %s (choose another with --cache)",
+		        o->dir, strerror(-r));
+		goto fail;
+	}
+	close(pfd);
+	unlinkat(c->dfd, probe, 0);
+	/* Tell backup tools this is a cache (best effort). */
+	int tfd = openat(c->dfd, "CACHEDIR.TAG", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (tfd >= 0) {
+		if (write(tfd, cachedir_tag, sizeof cachedir_tag - 1) < 0)
+			unlinkat(c->dfd, "CACHEDIR.TAG", 0);
+		close(tfd);
+	}
+
+	struct rqc_found *f = NULL;
+	size_t n = 0;
+	int64_t start = rqc_now_ns();
+	r = rqc_scan(c, &f, &n);
+	if (r < 0) {
+		rq_errf(err, r, "cannot scan cache directory %s: %s", o->dir, strerror(-r));
+		goto fail;
+	}
+	pthread_mutex_lock(&c->mu);
+	rqc_merge(c, f, n, start);
+	pthread_mutex_unlock(&c->mu);
+	free(f);
+	/* A smaller --cache-max than last time takes effect now. */
+	struct rq_cache_key none = { { 0 } };
+	rqc_evict(c, &none);
+	*out = c;
+	return 0;
+
+fail:
+	rq_cache_close(c);
+	return r;
+}
+
+void rq_cache_close(struct rq_cache *c)
+{
+	if (!c)
+		return;
+	if (c->dfd >= 0)
+		close(c->dfd);
+	rqc_free_all(c);
+	pthread_mutex_destroy(&c->mu);
+	free(c->dir);
+	free(c);
+}

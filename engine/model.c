@@ -1,0 +1,633 @@
+/* model.c — open a Laguna checkpoint directory: map the shards, bind tensors.
+ *
+ * Steps of lg_model_open(), each failing with a message that names the file
+ * or tensor:
+ *   1. config.json → lg_config (config.c), generation_config.json → defaults
+ *   2. the shard set: the files named by model.safetensors.index.json, else
+ *      every *.safetensors in the directory
+ *   3. each shard: header parsed and validated by fs/st.h, file mmap'd
+ *   4. one sorted name index over all shards (a name twice is an error)
+ *   5. every tensor the forward pass needs bound with dtype and shape checks
+ *   6. any tensor left unbound is refused: it means a feature we would
+ *      silently skip (attention sinks, biases, ...) */
+#include "engine/model.h"
+#include "base/err.h"
+#include "fs/st.h"
+#include "quant/quant.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct lg_file {
+	char *path;
+	const uint8_t *map;        /* whole file, PROT_READ */
+	size_t size;
+	struct st_header *h;
+};
+
+struct tref {
+	const char *name;          /* points into the header */
+	int file, idx;
+	int used;
+};
+
+struct loader {
+	struct lg_model *m;
+	struct tref *t;            /* sorted by name */
+	size_t n;
+	struct rq_err *err;
+};
+
+size_t lg_linear_bytes(const struct lg_linear *l)
+{
+	size_t n = (size_t)l->rows * l->cols;
+	return l->kind == LG_W_BF16 ? n * 2 : n / 2 + n / 16 + 4;
+}
+
+static char *read_text(const char *path, int *rc)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		*rc = -errno;
+		return NULL;
+	}
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	for (;;) {
+		if (len + 4096 + 1 > cap) {
+			cap = cap ? cap * 2 : 65536;
+			char *nb = realloc(buf, cap);
+			if (!nb) {
+				free(buf);
+				fclose(f);
+				*rc = -ENOMEM;
+				return NULL;
+			}
+			buf = nb;
+		}
+		size_t got = fread(buf + len, 1, cap - len - 1, f);
+		len += got;
+		if (got == 0)
+			break;
+	}
+	int bad = ferror(f);
+	fclose(f);
+	if (bad) {
+		free(buf);
+		*rc = -EIO;
+		return NULL;
+	}
+	buf[len] = 0;
+	*rc = 0;
+	return buf;
+}
+
+static char *join(const char *dir, const char *name)
+{
+	size_t a = strlen(dir), b = strlen(name);
+	char *p = malloc(a + b + 2);
+	if (p) {
+		memcpy(p, dir, a);
+		p[a] = '/';
+		memcpy(p + a + 1, name, b + 1);
+	}
+	return p;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The shard file names: the index's weight_map values, else *.safetensors. */
+static int list_shards(const char *dir, char ***names, size_t *n, struct rq_err *err)
+{
+	char **v = NULL;
+	size_t cnt = 0, cap = 0;
+	int rc;
+	char *ipath = join(dir, "model.safetensors.index.json");
+	if (!ipath)
+		return rq_errf(err, -ENOMEM, "out of memory");
+	char *text = read_text(ipath, &rc);
+	if (text) {
+		cJSON *root = cJSON_Parse(text), *e;
+		free(text);
+		const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+		if (!cJSON_IsObject(wm)) {
+			cJSON_Delete(root);
+			rc = rq_errf(err, -EPROTO, "%s: no \"weight_map\" object", ipath);
+			free(ipath);
+			return rc;
+		}
+		cJSON_ArrayForEach(e, wm) {
+			if (!cJSON_IsString(e) || strchr(e->valuestring, '/'))
+				continue;
+			int dup = 0;
+			for (size_t i = 0; i < cnt && !dup; i++)
+				dup = !strcmp(v[i], e->valuestring);
+			if (dup)
+				continue;
+			if (cnt == cap) {
+				cap = cap ? cap * 2 : 64;
+				char **nv = realloc(v, cap * sizeof *v);
+				if (!nv)
+					break;
+				v = nv;
+			}
+			v[cnt] = strdup(e->valuestring);
+			if (v[cnt])
+				cnt++;
+		}
+		cJSON_Delete(root);
+	} else {
+		DIR *d = opendir(dir);
+		if (!d) {
+			rc = -errno;
+			free(ipath);
+			return rq_errf(err, rc, "%s: cannot open directory: %s", dir, strerror(-rc));
+		}
+		struct dirent *de;
+		while ((de = readdir(d))) {
+			size_t l = strlen(de->d_name);
+			if (l <= 12 || strcmp(de->d_name + l - 12, ".safetensors"))
+				continue;
+			if (cnt == cap) {
+				cap = cap ? cap * 2 : 64;
+				char **nv = realloc(v, cap * sizeof *v);
+				if (!nv)
+					break;
+				v = nv;
+			}
+			v[cnt] = strdup(de->d_name);
+			if (v[cnt])
+				cnt++;
+		}
+		closedir(d);
+	}
+	free(ipath);
+	if (cnt == 0) {
+		free(v);
+		return rq_errf(err, -ENOENT, "%s: no *.safetensors files", dir);
+	}
+	qsort(v, cnt, sizeof *v, cmp_str);
+	*names = v;
+	*n = cnt;
+	return 0;
+}
+
+static int map_file(struct lg_file *f, struct rq_err *err)
+{
+	int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return rq_errf(err, -errno, "%s: %s", f->path, strerror(errno));
+	int rc = st_parse_fd(fd, f->path, &f->h, err);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	f->size = f->h->file_size;
+	void *p = mmap(NULL, f->size, PROT_READ, MAP_SHARED, fd, 0);
+	rc = p == MAP_FAILED ? -errno : 0;
+	close(fd);
+	if (rc)
+		return rq_errf(err, rc, "%s: mmap: %s", f->path, strerror(-rc));
+	f->map = p;
+	return 0;
+}
+
+static int cmp_tref(const void *a, const void *b)
+{
+	return strcmp(((const struct tref *)a)->name, ((const struct tref *)b)->name);
+}
+
+static struct tref *find(struct loader *L, const char *name)
+{
+	struct tref key = {.name = name};
+	return bsearch(&key, L->t, L->n, sizeof key, cmp_tref);
+}
+
+static const struct st_tensor *tensor(struct loader *L, const struct tref *r)
+{
+	return &L->m->files[r->file].h->t[r->idx];
+}
+
+static const uint8_t *data(struct loader *L, const struct tref *r)
+{
+	const struct lg_file *f = &L->m->files[r->file];
+	return f->map + f->h->data_start + f->h->t[r->idx].begin;
+}
+
+static void fmt_shape(const struct st_tensor *t, char *buf, size_t len)
+{
+	size_t o = snprintf(buf, len, "[");
+	for (int i = 0; i < t->ndim && o < len; i++)
+		o += snprintf(buf + o, len - o, "%s%llu", i ? ", " : "", (unsigned long long)t->shape[i]);
+	if (o < len)
+		snprintf(buf + o, len - o, "]");
+}
+
+/* Looks up name and checks dtype and shape (ndim dims; ndim 1 with d0 == 1
+ * also accepts a scalar). NULL with an error when absent or different. */
+static const struct tref *need(struct loader *L, const char *name, enum st_dtype dt, int ndim,
+                               uint64_t d0, uint64_t d1, int *rc)
+{
+	struct tref *r = find(L, name);
+	if (!r) {
+		*rc = rq_errf(L->err, -EPROTO, "%s: tensor %s is missing", L->m->dir, name);
+		return NULL;
+	}
+	const struct st_tensor *t = tensor(L, r);
+	int scalar_ok = ndim == 1 && d0 == 1 && t->ndim == 0;
+	if (t->dtype != dt || (!scalar_ok && (t->ndim != ndim || t->shape[0] != d0 ||
+	                                      (ndim > 1 && t->shape[1] != d1)))) {
+		char got[96];
+		fmt_shape(t, got, sizeof got);
+		*rc = ndim > 1
+		    ? rq_errf(L->err, -EPROTO, "%s: tensor %s is %s %s, expected %s [%llu, %llu]",
+		              L->m->files[r->file].path, name, st_dtype_name(t->dtype), got,
+		              st_dtype_name(dt), (unsigned long long)d0, (unsigned long long)d1)
+		    : rq_errf(L->err, -EPROTO, "%s: tensor %s is %s %s, expected %s [%llu]",
+		              L->m->files[r->file].path, name, st_dtype_name(t->dtype), got,
+		              st_dtype_name(dt), (unsigned long long)d0);
+		return NULL;
+	}
+	if (dt == ST_BF16 && ((uintptr_t)data(L, r) & 1)) {
+		*rc = rq_errf(L->err, -EPROTO, "%s: tensor %s is not 2-byte aligned",
+		              L->m->files[r->file].path, name);
+		return NULL;
+	}
+	r->used = 1;
+	return r;
+}
+
+/* A Linear [rows, cols]: NVFP4 when <m>.weight_packed exists, else BF16. */
+static int bind_linear(struct loader *L, const char *mod, int rows, int cols, struct lg_linear *out)
+{
+	char name[256];
+	int rc = 0;
+	memset(out, 0, sizeof *out);
+	out->rows = rows;
+	out->cols = cols;
+	snprintf(name, sizeof name, "%s.weight_packed", mod);
+	if (find(L, name)) {
+		if (cols % 16)
+			return rq_errf(L->err, -EPROTO, "%s: NVFP4 module %s has %d input columns, not a "
+			               "multiple of 16", L->m->dir, mod, cols);
+		const struct tref *p = need(L, name, ST_U8, 2, rows, cols / 2, &rc);
+		if (!p)
+			return rc;
+		snprintf(name, sizeof name, "%s.weight_scale", mod);
+		const struct tref *s = need(L, name, ST_F8_E4M3, 2, rows, cols / 16, &rc);
+		if (!s)
+			return rc;
+		snprintf(name, sizeof name, "%s.weight_global_scale", mod);
+		const struct tref *g = need(L, name, ST_F32, 1, 1, 0, &rc);
+		if (!g)
+			return rc;
+		float gs;
+		memcpy(&gs, data(L, g), 4);
+		if (!isfinite(gs) || !(gs > 0))
+			return rq_errf(L->err, -EPROTO, "%s: tensor %s = %g is not a positive finite scale",
+			               L->m->files[g->file].path, name, gs);
+		snprintf(name, sizeof name, "%s.weight", mod);
+		if (find(L, name))
+			return rq_errf(L->err, -EPROTO, "%s: module %s has both weight and weight_packed",
+			               L->m->dir, mod);
+		out->kind = LG_W_NVFP4;
+		out->packed = data(L, p);
+		out->scales = data(L, s);
+		out->global_scale = gs;
+		L->m->n_nvfp4++;
+		return 0;
+	}
+	snprintf(name, sizeof name, "%s.weight", mod);
+	struct tref *r = find(L, name);
+	if (r && tensor(L, r)->dtype != ST_BF16)
+		return rq_errf(L->err, -ENOTSUP, "%s: tensor %s is %s; this engine reads Linear weights as "
+		               "BF16 or compressed-tensors NVFP4 only", L->m->files[r->file].path, name,
+		               st_dtype_name(tensor(L, r)->dtype));
+	const struct tref *w = need(L, name, ST_BF16, 2, rows, cols, &rc);
+	if (!w)
+		return rc;
+	out->kind = LG_W_BF16;
+	out->w = (const uint16_t *)data(L, w);
+	L->m->n_bf16++;
+	return 0;
+}
+
+/* A vector of n values (BF16, F16 or F32) widened into a new float array. */
+static int bind_vec(struct loader *L, const char *name, int n, float **out)
+{
+	struct tref *r = find(L, name);
+	int rc = 0;
+	if (!r)
+		return rq_errf(L->err, -EPROTO, "%s: tensor %s is missing", L->m->dir, name);
+	enum st_dtype dt = tensor(L, r)->dtype;
+	if (dt != ST_BF16 && dt != ST_F32)
+		dt = ST_BF16;   /* let need() report the mismatch */
+	if (!need(L, name, dt, 1, n, 0, &rc))
+		return rc;
+	float *v = malloc((size_t)n * sizeof *v);
+	if (!v)
+		return rq_errf(L->err, -ENOMEM, "out of memory");
+	const uint8_t *p = data(L, r);
+	for (int i = 0; i < n; i++) {
+		if (dt == ST_F32) {
+			memcpy(&v[i], p + 4 * (size_t)i, 4);
+		} else {
+			uint16_t b;
+			memcpy(&b, p + 2 * (size_t)i, 2);
+			v[i] = rq_bf16_to_f32(b);
+		}
+	}
+	*out = v;
+	return 0;
+}
+
+static int bind_layer(struct loader *L, int i, struct lg_layer *ly)
+{
+	const struct lg_config *c = &L->m->cfg;
+	char mod[256], name[256];
+	int rc, hd = c->head_dim, nq = ly->n_heads * hd, nkv = c->n_kv_heads * hd;
+#define P(...) (snprintf(mod, sizeof mod, __VA_ARGS__), mod)
+	if ((rc = bind_vec(L, P("model.layers.%d.input_layernorm.weight", i), c->hidden, &ly->attn_norm)) ||
+	    (rc = bind_vec(L, P("model.layers.%d.post_attention_layernorm.weight", i), c->hidden,
+	                   &ly->mlp_norm)) ||
+	    (rc = bind_vec(L, P("model.layers.%d.self_attn.q_norm.weight", i), hd, &ly->q_norm)) ||
+	    (rc = bind_vec(L, P("model.layers.%d.self_attn.k_norm.weight", i), hd, &ly->k_norm)) ||
+	    (rc = bind_linear(L, P("model.layers.%d.self_attn.q_proj", i), nq, c->hidden, &ly->q)) ||
+	    (rc = bind_linear(L, P("model.layers.%d.self_attn.k_proj", i), nkv, c->hidden, &ly->k)) ||
+	    (rc = bind_linear(L, P("model.layers.%d.self_attn.v_proj", i), nkv, c->hidden, &ly->v)) ||
+	    (rc = bind_linear(L, P("model.layers.%d.self_attn.o_proj", i), c->hidden, nq, &ly->o)))
+		return rc;
+	if (c->gate != LG_GATE_NONE &&
+	    (rc = bind_linear(L, P("model.layers.%d.self_attn.g_proj", i),
+	                      c->gate == LG_GATE_PER_HEAD ? ly->n_heads : nq, c->hidden, &ly->g)))
+		return rc;
+	if (!ly->moe) {
+		if ((rc = bind_linear(L, P("model.layers.%d.mlp.gate_proj", i), c->inter, c->hidden, &ly->gate)) ||
+		    (rc = bind_linear(L, P("model.layers.%d.mlp.up_proj", i), c->inter, c->hidden, &ly->up)) ||
+		    (rc = bind_linear(L, P("model.layers.%d.mlp.down_proj", i), c->hidden, c->inter, &ly->down)))
+			return rc;
+		return 0;
+	}
+	int E = c->n_experts;
+	if ((rc = bind_linear(L, P("model.layers.%d.mlp.gate", i), E, c->hidden, &ly->router)))
+		return rc;
+	snprintf(name, sizeof name, "model.layers.%d.mlp.experts.e_score_correction_bias", i);
+	if (!find(L, name))
+		snprintf(name, sizeof name, "model.layers.%d.mlp.gate.e_score_correction_bias", i);
+	if (find(L, name)) {
+		if ((rc = bind_vec(L, name, E, &ly->bias)))
+			return rc;
+	} else if (!(ly->bias = calloc(E, sizeof *ly->bias))) {
+		return rq_errf(L->err, -ENOMEM, "out of memory");
+	}
+	ly->eg = calloc(E, sizeof *ly->eg);
+	ly->eu = calloc(E, sizeof *ly->eu);
+	ly->ed = calloc(E, sizeof *ly->ed);
+	if (!ly->eg || !ly->eu || !ly->ed)
+		return rq_errf(L->err, -ENOMEM, "out of memory");
+	for (int e = 0; e < E; e++)
+		if ((rc = bind_linear(L, P("model.layers.%d.mlp.experts.%d.gate_proj", i, e), c->moe_inter,
+		                      c->hidden, &ly->eg[e])) ||
+		    (rc = bind_linear(L, P("model.layers.%d.mlp.experts.%d.up_proj", i, e), c->moe_inter,
+		                      c->hidden, &ly->eu[e])) ||
+		    (rc = bind_linear(L, P("model.layers.%d.mlp.experts.%d.down_proj", i, e), c->hidden,
+		                      c->moe_inter, &ly->ed[e])))
+			return rc;
+	if (c->shared_inter > 0) {
+		/* vLLM and the checkpoints say shared_expert; transformers shared_experts */
+		const char *sn = "shared_expert";
+		snprintf(name, sizeof name, "model.layers.%d.mlp.shared_experts.gate_proj.weight", i);
+		if (find(L, name))
+			sn = "shared_experts";
+		if ((rc = bind_linear(L, P("model.layers.%d.mlp.%s.gate_proj", i, sn), c->shared_inter,
+		                      c->hidden, &ly->sg)) ||
+		    (rc = bind_linear(L, P("model.layers.%d.mlp.%s.up_proj", i, sn), c->shared_inter,
+		                      c->hidden, &ly->su)) ||
+		    (rc = bind_linear(L, P("model.layers.%d.mlp.%s.down_proj", i, sn), c->hidden,
+		                      c->shared_inter, &ly->sd)))
+			return rc;
+	}
+#undef P
+	return 0;
+}
+
+/* Tensors a checkpoint may carry that the forward pass does not read. */
+static int ignorable(const char *name)
+{
+	static const char *const suffix[] = {".input_global_scale", ".input_scale", "rotary_emb.inv_freq"};
+	size_t l = strlen(name);
+	for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
+		size_t s = strlen(suffix[i]);
+		if (l >= s && !strcmp(name + l - s, suffix[i]))
+			return 1;
+	}
+	return 0;
+}
+
+static int bind_all(struct loader *L)
+{
+	struct lg_model *m = L->m;
+	const struct lg_config *c = &m->cfg;
+	int rc = 0;
+	const struct tref *r = need(L, "model.embed_tokens.weight", ST_BF16, 2, c->vocab, c->hidden, &rc);
+	if (!r)
+		return rc;
+	m->embed = (const uint16_t *)data(L, r);
+	if ((rc = bind_vec(L, "model.norm.weight", c->hidden, &m->final_norm)))
+		return rc;
+	if (c->tie_embeddings) {
+		m->lm_head = (struct lg_linear){.kind = LG_W_BF16, .rows = c->vocab, .cols = c->hidden,
+		                                .w = m->embed};
+		struct tref *lh = find(L, "lm_head.weight");
+		if (lh)
+			lh->used = 1;   /* transformers ties it to the embedding */
+	} else if ((rc = bind_linear(L, "lm_head", c->vocab, c->hidden, &m->lm_head))) {
+		return rc;
+	}
+	for (int i = 0; i < c->n_layers; i++)
+		if ((rc = bind_layer(L, i, &m->layers[i])))
+			return rc;
+	for (size_t i = 0; i < L->n; i++)
+		if (!L->t[i].used && !ignorable(L->t[i].name))
+			return rq_errf(L->err, -ENOTSUP, "%s: tensor %s is not used by this engine (a feature it "
+			               "does not implement, or a config that does not match the weights)",
+			               m->files[L->t[i].file].path, L->t[i].name);
+	return 0;
+}
+
+double lg_model_token_bytes(const struct lg_model *m)
+{
+	const struct lg_config *c = &m->cfg;
+	double b = (double)c->hidden * 2 + lg_linear_bytes(&m->lm_head);
+	for (int i = 0; i < c->n_layers; i++) {
+		const struct lg_layer *l = &m->layers[i];
+		b += lg_linear_bytes(&l->q) + lg_linear_bytes(&l->k) + lg_linear_bytes(&l->v) +
+		     lg_linear_bytes(&l->o);
+		if (c->gate != LG_GATE_NONE)
+			b += lg_linear_bytes(&l->g);
+		if (!l->moe) {
+			b += lg_linear_bytes(&l->gate) + lg_linear_bytes(&l->up) + lg_linear_bytes(&l->down);
+			continue;
+		}
+		b += lg_linear_bytes(&l->router);
+		if (c->shared_inter > 0)
+			b += lg_linear_bytes(&l->sg) + lg_linear_bytes(&l->su) + lg_linear_bytes(&l->sd);
+		double ex = 0;
+		for (int e = 0; e < c->n_experts; e++)
+			ex += lg_linear_bytes(&l->eg[e]) + lg_linear_bytes(&l->eu[e]) + lg_linear_bytes(&l->ed[e]);
+		b += ex / c->n_experts * c->top_k;
+	}
+	return b;
+}
+
+void lg_model_close(struct lg_model *m)
+{
+	if (!m)
+		return;
+	if (m->layers) {
+		for (int i = 0; i < m->cfg.n_layers; i++) {
+			struct lg_layer *l = &m->layers[i];
+			free(l->attn_norm);
+			free(l->mlp_norm);
+			free(l->q_norm);
+			free(l->k_norm);
+			free(l->bias);
+			free(l->eg);
+			free(l->eu);
+			free(l->ed);
+		}
+		free(m->layers);
+	}
+	for (size_t i = 0; i < m->n_files; i++) {
+		struct lg_file *f = &m->files[i];
+		if (f->map)
+			munmap((void *)f->map, f->size);
+		st_header_free(f->h);
+		free(f->path);
+	}
+	free(m->files);
+	free(m->final_norm);
+	free(m->dir);
+	free(m);
+}
+
+int lg_model_open(const char *dir, struct lg_model **out, struct rq_err *err)
+{
+	struct loader L = {.err = err};
+	enum lg_attn_type *types = NULL;
+	int *heads = NULL, *moe = NULL, rc;
+	char **shards = NULL;
+	size_t nshards = 0;
+	char *path = NULL, *text = NULL;
+	struct lg_model *m = calloc(1, sizeof *m);
+	if (!m || !(m->dir = strdup(dir))) {
+		free(m);
+		return rq_errf(err, -ENOMEM, "out of memory");
+	}
+	L.m = m;
+
+	/* 1. config */
+	if (!(path = join(dir, "config.json"))) {
+		rc = rq_errf(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	if (!(text = read_text(path, &rc))) {
+		rc = rq_errf(err, rc, "%s: %s", path, strerror(-rc));
+		goto fail;
+	}
+	if ((rc = lg_config_parse(text, path, &m->cfg, &types, &heads, &moe, err)))
+		goto fail;
+	free(text);
+	free(path);
+	text = NULL;
+	if (!(path = join(dir, "generation_config.json"))) {
+		rc = rq_errf(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	text = read_text(path, &rc);
+	if (!text && rc != -ENOENT) {
+		rc = rq_errf(err, rc, "%s: %s", path, strerror(-rc));
+		goto fail;
+	}
+	if ((rc = lg_gen_parse(text, &m->cfg, &m->gen, err)))
+		goto fail;
+	m->layers = calloc(m->cfg.n_layers, sizeof *m->layers);
+	if (!m->layers) {
+		rc = rq_errf(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (int i = 0; i < m->cfg.n_layers; i++) {
+		m->layers[i].type = types[i];
+		m->layers[i].n_heads = heads[i];
+		m->layers[i].moe = moe[i];
+	}
+
+	/* 2-3. shards */
+	if ((rc = list_shards(dir, &shards, &nshards, err)))
+		goto fail;
+	m->files = calloc(nshards, sizeof *m->files);
+	if (!m->files) {
+		rc = rq_errf(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	size_t ntensors = 0;
+	for (size_t i = 0; i < nshards; i++) {
+		struct lg_file *f = &m->files[m->n_files];
+		if (!(f->path = join(dir, shards[i]))) {
+			rc = rq_errf(err, -ENOMEM, "out of memory");
+			goto fail;
+		}
+		m->n_files++;
+		if ((rc = map_file(f, err)))
+			goto fail;
+		ntensors += f->h->n;
+	}
+
+	/* 4. name index */
+	L.t = calloc(ntensors ? ntensors : 1, sizeof *L.t);
+	if (!L.t) {
+		rc = rq_errf(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (size_t i = 0; i < m->n_files; i++)
+		for (size_t j = 0; j < m->files[i].h->n; j++)
+			L.t[L.n++] = (struct tref){.name = m->files[i].h->t[j].name, .file = (int)i, .idx = (int)j};
+	qsort(L.t, L.n, sizeof *L.t, cmp_tref);
+	for (size_t i = 1; i < L.n; i++)
+		if (!strcmp(L.t[i].name, L.t[i - 1].name)) {
+			rc = rq_errf(err, -EPROTO, "%s: tensor %s is in both %s and %s", dir, L.t[i].name,
+			             m->files[L.t[i - 1].file].path, m->files[L.t[i].file].path);
+			goto fail;
+		}
+
+	/* 5-6. bind */
+	if ((rc = bind_all(&L)))
+		goto fail;
+	rc = 0;
+	*out = m;
+	m = NULL;
+fail:
+	lg_model_close(m);
+	free(L.t);
+	for (size_t i = 0; i < nshards; i++)
+		free(shards[i]);
+	free(shards);
+	free(text);
+	free(path);
+	free(types);
+	free(heads);
+	free(moe);
+	return rc;
+}

@@ -1,0 +1,155 @@
+/* model.h — a Laguna checkpoint directory, mapped and bound by name.
+ *
+ * lg_model_open() reads config.json (every size comes from it), parses the
+ * header of every *.safetensors file in the directory (fs/st.h), maps each
+ * file read-only and binds every tensor the forward pass needs by its
+ * checkpoint name, checking dtype and shape. A Linear is NVFP4 when its
+ * header holds <m>.weight_packed / weight_scale / weight_global_scale
+ * (compressed-tensors nvfp4-pack-quantized), BF16 when it holds <m>.weight:
+ * the header decides, per tensor, never an assumption. Features this engine
+ * does not compute (attention sinks, non-sigmoid routers, biases, rotations,
+ * ...) are refused with an error that names the config key or tensor.
+ *
+ * The directory may be the FUSE mount, the 08-01 source or an export: the
+ * engine reads checkpoints only through files, like vLLM. A model is
+ * immutable after open and may be read from any thread. */
+#ifndef RQ_ENGINE_MODEL_H
+#define RQ_ENGINE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct rq_err;
+
+enum lg_wkind {
+	LG_W_BF16 = 0,     /* <m>.weight BF16 [rows, cols] */
+	LG_W_NVFP4 = 1,    /* <m>.weight_packed / weight_scale / weight_global_scale */
+};
+
+/* A bias-free Linear: y[rows] = W[rows][cols] · x[cols]. Pointers are into
+ * the mapped files. */
+struct lg_linear {
+	enum lg_wkind kind;
+	int rows, cols;            /* out_features, in_features */
+	const uint16_t *w;         /* BF16: [rows][cols] bit patterns */
+	const uint8_t *packed;     /* NVFP4: [rows][cols/2] E2M1 codes, column 2k in the low nibble */
+	const uint8_t *scales;     /* NVFP4: [rows][cols/16] E4M3FN group scales */
+	float global_scale;        /* NVFP4: weight_global_scale (large, ≈ 2688/amax);
+	                              w = e2m1(code) · e4m3(scale) / global_scale */
+};
+
+/* Bytes of weights one full pass over the Linear reads. */
+size_t lg_linear_bytes(const struct lg_linear *l);
+
+enum lg_attn_type { LG_FULL = 0, LG_SLIDING = 1 };
+
+/* Rotary embedding of one layer type, computed like transformers'
+ * rope init functions ('default', 'yarn'). */
+struct lg_rope {
+	int rot_dim;               /* rotated dims: int(head_dim · partial_rotary_factor), even */
+	float attn_scale;          /* multiplies cos and sin (YaRN attention_factor; 1 for default) */
+	float inv_freq[256];       /* [rot_dim/2] radians per position */
+	char type[16];             /* "default" or "yarn" */
+	double theta;              /* rope_theta */
+};
+
+enum lg_gate { LG_GATE_NONE = 0, LG_GATE_PER_HEAD = 1, LG_GATE_PER_ELEMENT = 2 };
+
+struct lg_config {
+	int hidden;                /* hidden_size */
+	int n_layers;              /* num_hidden_layers */
+	int vocab;                 /* vocab_size */
+	int head_dim;              /* head_dim (default hidden / num_attention_heads) */
+	int n_kv_heads;            /* num_key_value_heads */
+	int n_heads_max;           /* max over layers of the query heads */
+	int inter;                 /* intermediate_size: dense MLP width */
+	int moe_inter;             /* moe_intermediate_size: routed expert width */
+	int shared_inter;          /* shared_expert_intermediate_size (0 = none) */
+	int n_experts;             /* num_experts */
+	int top_k;                 /* num_experts_per_tok */
+	int norm_topk;             /* norm_topk_prob: renormalize the top-k weights */
+	float routed_scale;        /* moe_routed_scaling_factor */
+	float router_softcap;      /* moe_router_logit_softcapping (0 = off): tanh(l/c)·c */
+	float eps;                 /* rms_norm_eps */
+	int sliding_window;        /* keys a sliding layer sees, itself included */
+	enum lg_gate gate;         /* softplus output gate granularity */
+	int tie_embeddings;        /* tie_word_embeddings */
+	long max_pos;              /* max_position_embeddings */
+	int bos;                   /* bos_token_id, -1 if none */
+	int pad;                   /* pad_token_id, -1 if none */
+	int n_eos;
+	int eos[8];                /* eos_token_id (int or list) */
+	struct lg_rope rope[2];    /* [LG_FULL], [LG_SLIDING] */
+};
+
+struct lg_layer {
+	enum lg_attn_type type;    /* layer_types[i] */
+	int n_heads;               /* num_attention_heads_per_layer[i] */
+	int moe;                   /* 1: sparse MoE block, 0: dense MLP */
+	float *attn_norm;          /* input_layernorm [hidden] (widened to f32, owned) */
+	float *mlp_norm;           /* post_attention_layernorm [hidden] */
+	float *q_norm, *k_norm;    /* self_attn.{q,k}_norm [head_dim] */
+	struct lg_linear q;        /* [n_heads·head_dim, hidden] */
+	struct lg_linear k, v;     /* [n_kv_heads·head_dim, hidden] */
+	struct lg_linear g;        /* [n_heads, hidden] per-head, [n_heads·head_dim, hidden] per-element */
+	struct lg_linear o;        /* [hidden, n_heads·head_dim] */
+	/* dense layers (moe == 0) */
+	struct lg_linear gate, up; /* mlp.{gate,up}_proj [inter, hidden] */
+	struct lg_linear down;     /* mlp.down_proj [hidden, inter] */
+	/* MoE layers (moe == 1) */
+	struct lg_linear router;   /* mlp.gate [n_experts, hidden] */
+	float *bias;               /* e_score_correction_bias [n_experts] (owned; zeros if absent) */
+	struct lg_linear *eg, *eu; /* experts.E.{gate,up}_proj [moe_inter, hidden], n_experts each (owned arrays) */
+	struct lg_linear *ed;      /* experts.E.down_proj [hidden, moe_inter] */
+	struct lg_linear sg, su;   /* shared_expert.{gate,up}_proj [shared_inter, hidden] */
+	struct lg_linear sd;       /* shared_expert.down_proj [hidden, shared_inter] */
+};
+
+/* Sampling defaults from generation_config.json (transformers' defaults
+ * when the file or a key is absent). */
+struct lg_gen_defaults {
+	int do_sample;             /* 0: greedy */
+	float temperature;         /* 1.0 */
+	int top_k;                 /* 50 (0 = off) */
+	float top_p;               /* 1.0 (1 = off) */
+	int n_eos;
+	int eos[8];                /* generation_config eos_token_id, else config's */
+};
+
+struct lg_file;
+
+struct lg_model {
+	struct lg_config cfg;
+	struct lg_gen_defaults gen;
+	char *dir;
+	const uint16_t *embed;     /* model.embed_tokens.weight [vocab][hidden] BF16 */
+	float *final_norm;         /* model.norm.weight [hidden] (owned) */
+	struct lg_linear lm_head;  /* [vocab, hidden]; the embedding when tied */
+	struct lg_layer *layers;   /* [n_layers] */
+	int n_nvfp4, n_bf16;       /* Linears bound in each form */
+	size_t n_files;
+	struct lg_file *files;     /* the mapped *.safetensors */
+};
+
+/* Opens MODEL_DIR. -ENOENT/-EIO (files), -EPROTO (bad file or missing
+ * tensor), -EINVAL (bad config), -ENOTSUP (a feature this engine refuses). */
+int lg_model_open(const char *dir, struct lg_model **out, struct rq_err *err);
+void lg_model_close(struct lg_model *m);
+
+/* Weight bytes read to decode one token: every dense weight, the shared
+ * expert, the router, top_k average routed experts per MoE layer, lm_head
+ * and one embedding row. */
+double lg_model_token_bytes(const struct lg_model *m);
+
+/* Parses config.json text into cfg and the per-layer plan (layer types,
+ * heads, dense/MoE), applying the same defaults as transformers' LagunaConfig
+ * and vLLM's loader, refusing unknown features. types/heads/moe are
+ * malloc'd arrays of n_layers. Exposed for tests. */
+int lg_config_parse(const char *json, const char *path, struct lg_config *cfg,
+                    enum lg_attn_type **types, int **heads, int **moe, struct rq_err *err);
+
+/* Parses generation_config.json text (NULL text = absent file). */
+int lg_gen_parse(const char *json, const struct lg_config *cfg, struct lg_gen_defaults *g,
+                 struct rq_err *err);
+
+#endif

@@ -1,0 +1,319 @@
+/* tok_text.c — the text side of the tokenizer: UTF-8, Unicode classes and
+ * Laguna's pre-tokenizer, hand-written (no regex library).
+ *
+ * Laguna's tokenizer.json pre-tokenizer is a Sequence of
+ *   1. Split(Regex "(?:\r?\n)+(?!\r?\n)", behavior MergedWithNext):
+ *      every maximal run of line breaks ("\n" or "\r\n") starts a new piece
+ *      that runs up to the next such run;
+ *   2. Split(Regex LAGUNA_RE below, behavior Isolated), inside each piece;
+ *   3. ByteLevel(add_prefix_space false, use_regex false): bytes to the
+ *      GPT-2 alphabet only (done by tokenizer.c).
+ * The regex alternatives are tried in order at each position, exactly as a
+ * backtracking engine (Oniguruma, in `tokenizers`) would; every code point
+ * matches one of them, so the matches tile each piece. */
+#include "engine/tok_int.h"
+#include "engine/tokenizer.h"
+#include "engine/unicode_tables.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- UTF-8 ---- */
+
+/* Second-byte bounds for a lead byte (Unicode Table 3-7); need = 0: invalid lead. */
+static void lead_info(unsigned b, int *need, unsigned *lo, unsigned *hi)
+{
+	*lo = 0x80;
+	*hi = 0xBF;
+	if (b >= 0xC2 && b <= 0xDF)
+		*need = 1;
+	else if (b >= 0xE0 && b <= 0xEF) {
+		*need = 2;
+		if (b == 0xE0)
+			*lo = 0xA0;
+		else if (b == 0xED)
+			*hi = 0x9F;
+	} else if (b >= 0xF0 && b <= 0xF4) {
+		*need = 3;
+		if (b == 0xF0)
+			*lo = 0x90;
+		else if (b == 0xF4)
+			*hi = 0x8F;
+	} else
+		*need = 0;
+}
+
+/* Length of the valid sequence at s[i], 0 if none; *part: how many bytes
+ * form a valid-so-far prefix (for lossy replacement), *trunc: the input ended
+ * inside a valid prefix. */
+static int seq_len(const unsigned char *s, size_t end, size_t i, int *part, int *trunc)
+{
+	unsigned b = s[i], lo, hi;
+	int need;
+	*trunc = 0;
+	*part = 1;
+	if (b < 0x80)
+		return 1;
+	lead_info(b, &need, &lo, &hi);
+	if (!need)
+		return 0;
+	for (int k = 1; k <= need; k++) {
+		if (i + k >= end) {
+			*trunc = 1;
+			*part = k;
+			return 0;
+		}
+		unsigned c = s[i + k];
+		if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) {
+			*part = k;
+			return 0;
+		}
+	}
+	return need + 1;
+}
+
+size_t tok_utf8_next(const unsigned char *s, size_t end, size_t i, uint32_t *cp)
+{
+	int part, trunc;
+	int n = seq_len(s, end, i, &part, &trunc);
+	if (!n) {
+		*cp = TOK_BAD_CP;
+		return i + 1;
+	}
+	uint32_t c = s[i];
+	if (n > 1)
+		c &= 0x3F >> (n - 1);
+	for (int k = 1; k < n; k++)
+		c = c << 6 | (s[i + k] & 0x3F);
+	*cp = c;
+	return i + n;
+}
+
+size_t tok_utf8_prev(const unsigned char *s, size_t start, size_t i, uint32_t *cp)
+{
+	/* the last code point is the one a forward scan from up to 3 bytes
+	 * back lands on; try the longest candidate first */
+	for (size_t k = 4; k >= 1; k--) {
+		if (i - start < k)
+			continue;
+		uint32_t c;
+		if (tok_utf8_next(s, i, i - k, &c) == i && (k == 1 || c != TOK_BAD_CP)) {
+			*cp = c;
+			return i - k;
+		}
+	}
+	*cp = TOK_BAD_CP;
+	return i - 1;
+}
+
+size_t tok_utf8_lossy(const unsigned char *in, size_t n, int final, struct tbuf *out)
+{
+	static const char fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
+	size_t i = 0, run = 0;   /* in[run..i) is valid and not yet copied */
+	while (i < n) {
+		int part, trunc;
+		int len = seq_len(in, n, i, &part, &trunc);
+		if (len) {
+			i += len;
+			continue;
+		}
+		if (tbuf_put(out, in + run, i - run))
+			return (size_t)-1;
+		if (trunc && !final)
+			return i;
+		if (tbuf_put(out, fffd, 3))
+			return (size_t)-1;
+		i += part;
+		run = i;
+	}
+	if (tbuf_put(out, in + run, i - run))
+		return (size_t)-1;
+	return n;
+}
+
+int tbuf_put(struct tbuf *b, const void *p, size_t n)
+{
+	if (b->n + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 64;
+		while (cap < b->n + n + 1)
+			cap *= 2;
+		char *s = realloc(b->s, cap);
+		if (!s)
+			return -ENOMEM;
+		b->s = s;
+		b->cap = cap;
+	}
+	if (n)
+		memcpy(b->s + b->n, p, n);
+	b->n += n;
+	b->s[b->n] = 0;
+	return 0;
+}
+
+/* ---- Unicode classes ---- */
+
+static unsigned uc_class(uint32_t c)
+{
+	if (c < 0x80) {
+		if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')
+			return UC_L | UC_ALPHA;
+		return c >= '0' && c <= '9' ? UC_N : 0;
+	}
+	size_t lo = 0, hi = sizeof uc_ranges / sizeof uc_ranges[0];
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (c < uc_ranges[mid][0])
+			hi = mid;
+		else if (c > uc_ranges[mid][1] >> 3)
+			lo = mid + 1;
+		else
+			return uc_ranges[mid][1] & 7;
+	}
+	return 0;
+}
+
+int tok_is_letter(uint32_t c) { return (uc_class(c) & UC_L) != 0; }
+int tok_is_number(uint32_t c) { return (uc_class(c) & UC_N) != 0; }
+int tok_is_alnum(uint32_t c) { return (uc_class(c) & (UC_ALPHA | UC_N)) != 0; }
+
+int tok_is_ws(uint32_t c)
+{
+	if (c < 0x80)
+		return c == ' ' || (c >= 0x09 && c <= 0x0D);
+	return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+	       c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* ---- the pre-tokenizer ---- */
+
+/* LAGUNA_RE = (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
+ *             ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+
+static int fold_is(uint32_t c, char lower)
+{
+	/* (?i) in Oniguruma uses Unicode case folding: U+017F LONG S folds to s */
+	return c == (uint32_t)lower || c == (uint32_t)(lower - 32) || (lower == 's' && c == 0x17F);
+}
+
+static int is_other(uint32_t c)  /* [^\s\p{L}\p{N}] */
+{
+	return !tok_is_ws(c) && !(uc_class(c) & (UC_L | UC_N));
+}
+
+/* End of the regex match that starts at p inside piece [p, b). */
+static size_t match_at(const unsigned char *s, size_t p, size_t b)
+{
+	uint32_t c0, c1 = TOK_BAD_CP, c2 = TOK_BAD_CP;
+	size_t q = tok_utf8_next(s, b, p, &c0), r = q, e;
+	if (q < b)
+		r = tok_utf8_next(s, b, q, &c1);
+
+	/* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
+	if (c0 == '\'' && q < b) {
+		if (fold_is(c1, 's') || fold_is(c1, 't') || fold_is(c1, 'm') || fold_is(c1, 'd'))
+			return r;
+		if (r < b) {
+			e = tok_utf8_next(s, b, r, &c2);
+			if ((fold_is(c1, 'r') && fold_is(c2, 'e')) || (fold_is(c1, 'v') && fold_is(c2, 'e')) ||
+			    (fold_is(c1, 'l') && fold_is(c2, 'l')))
+				return e;
+		}
+	}
+	/* [^\r\n\p{L}\p{N}]?\p{L}+ */
+	e = 0;
+	if (tok_is_letter(c0))
+		e = q;
+	else if (c0 != '\r' && c0 != '\n' && !tok_is_number(c0) && q < b && tok_is_letter(c1))
+		e = r;
+	if (e) {
+		while (e < b) {
+			uint32_t c;
+			size_t n = tok_utf8_next(s, b, e, &c);
+			if (!tok_is_letter(c))
+				break;
+			e = n;
+		}
+		return e;
+	}
+	/* \p{N} */
+	if (tok_is_number(c0))
+		return q;
+	/*  ?[^\s\p{L}\p{N}]+[\r\n]* */
+	e = 0;
+	if (c0 == ' ' && q < b && is_other(c1))
+		e = r;
+	else if (is_other(c0))
+		e = q;
+	if (e) {
+		while (e < b) {
+			uint32_t c;
+			size_t n = tok_utf8_next(s, b, e, &c);
+			if (!is_other(c))
+				break;
+			e = n;
+		}
+		while (e < b && (s[e] == '\r' || s[e] == '\n'))
+			e++;
+		return e;
+	}
+	/* c0 is white space: \s*[\r\n]+ | \s+(?!\S) | \s+ */
+	size_t run_end = p, last_start = p, after_rn = 0;
+	int ncp = 0;
+	while (run_end < b) {
+		uint32_t c;
+		size_t n = tok_utf8_next(s, b, run_end, &c);
+		if (!tok_is_ws(c))
+			break;
+		if (c == '\r' || c == '\n')
+			after_rn = n;
+		last_start = run_end;
+		run_end = n;
+		ncp++;
+	}
+	if (after_rn)
+		return after_rn;
+	if (run_end < b && ncp >= 2)
+		return last_start;
+	return run_end;
+}
+
+static int split_piece(const unsigned char *s, size_t a, size_t b,
+                       int (*fn)(void *, size_t, size_t), void *ctx)
+{
+	while (a < b) {
+		size_t e = match_at(s, a, b);
+		int rc = fn(ctx, a, e);
+		if (rc)
+			return rc;
+		a = e;
+	}
+	return 0;
+}
+
+static int is_break_at(const unsigned char *s, size_t len, size_t i)
+{
+	return s[i] == '\n' || (s[i] == '\r' && i + 1 < len && s[i + 1] == '\n');
+}
+
+int tok_pretokenize(const char *text, size_t len,
+                    int (*fn)(void *ctx, size_t start, size_t end), void *ctx)
+{
+	const unsigned char *s = (const unsigned char *)text;
+	size_t piece = 0, i = 0;
+	while (i < len) {
+		if (!is_break_at(s, len, i)) {
+			i++;   /* \r and \n never occur inside a multi-byte sequence */
+			continue;
+		}
+		if (i > piece) {
+			int rc = split_piece(s, piece, i, fn, ctx);
+			if (rc)
+				return rc;
+		}
+		piece = i;
+		while (i < len && is_break_at(s, len, i))
+			i += s[i] == '\r' ? 2 : 1;
+	}
+	return len > piece ? split_piece(s, piece, len, fn, ctx) : 0;
+}

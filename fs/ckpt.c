@@ -1,0 +1,491 @@
+/* ckpt.c — tensors of a checkpoint by name; the calibration scales. */
+#include "fs/ckpt.h"
+#include "base/err.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct name_ref {
+	char *name;
+	int shard;
+};
+
+struct rq_ckpt {
+	char *dir;
+	size_t nshards;
+	char **shard_path;            /* [nshards] */
+	struct st_header **hdr;       /* [nshards], parsed lazily */
+	struct name_ref *map;         /* from the index, sorted by name; NULL if none */
+	size_t nmap;
+	int all_parsed;
+};
+
+static int cmp_ref(const void *a, const void *b)
+{
+	return strcmp(((const struct name_ref *)a)->name, ((const struct name_ref *)b)->name);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int read_file(const char *path, char **out, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || st.st_size > (1 << 30)) {
+		close(fd);
+		return -EFBIG;
+	}
+	char *b = malloc(st.st_size + 1);
+	if (!b) {
+		close(fd);
+		return -ENOMEM;
+	}
+	size_t got = 0;
+	while (got < (size_t)st.st_size) {
+		ssize_t r = pread(fd, b + got, st.st_size - got, got);
+		if (r <= 0) {
+			free(b);
+			close(fd);
+			return r < 0 ? -errno : -EIO;
+		}
+		got += r;
+	}
+	close(fd);
+	b[got] = 0;
+	*out = b;
+	*len = got;
+	return 0;
+}
+
+static int add_shard(struct rq_ckpt *c, const char *path)
+{
+	for (size_t i = 0; i < c->nshards; i++)
+		if (!strcmp(c->shard_path[i], path))
+			return (int)i;
+	char **p = realloc(c->shard_path, (c->nshards + 1) * sizeof *p);
+	if (!p)
+		return -ENOMEM;
+	c->shard_path = p;
+	struct st_header **h = realloc(c->hdr, (c->nshards + 1) * sizeof *h);
+	if (!h)
+		return -ENOMEM;
+	c->hdr = h;
+	c->shard_path[c->nshards] = strdup(path);
+	c->hdr[c->nshards] = NULL;
+	if (!c->shard_path[c->nshards])
+		return -ENOMEM;
+	return (int)c->nshards++;
+}
+
+static int load_index(struct rq_ckpt *c, const char *ipath, struct rq_err *err)
+{
+	char *text = NULL;
+	size_t len = 0;
+	int rc = read_file(ipath, &text, &len);
+	if (rc)
+		return rq_errf(err, rc, "%s: cannot read: %s", ipath, strerror(-rc));
+	cJSON *j = cJSON_ParseWithLength(text, len);
+	free(text);
+	cJSON *wm = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
+	if (!cJSON_IsObject(wm)) {
+		cJSON_Delete(j);
+		return rq_errf(err, -EPROTO, "%s: not a safetensors index (no weight_map object)", ipath);
+	}
+	size_t n = 0;
+	for (cJSON *e = wm->child; e; e = e->next)
+		n++;
+	c->map = calloc(n ? n : 1, sizeof *c->map);
+	if (!c->map) {
+		cJSON_Delete(j);
+		return -ENOMEM;
+	}
+	for (cJSON *e = wm->child; e; e = e->next) {
+		if (!cJSON_IsString(e) || strchr(e->valuestring, '/')) {
+			rc = rq_errf(err, -EPROTO, "%s: weight_map entry '%s' is not a shard file name",
+			             ipath, e->string);
+			break;
+		}
+		char path[4096];
+		snprintf(path, sizeof path, "%s/%s", c->dir, e->valuestring);
+		int s = add_shard(c, path);
+		if (s < 0) {
+			rc = s;
+			break;
+		}
+		c->map[c->nmap].name = strdup(e->string);
+		c->map[c->nmap].shard = s;
+		if (!c->map[c->nmap++].name) {
+			rc = -ENOMEM;
+			break;
+		}
+	}
+	cJSON_Delete(j);
+	if (rc)
+		return rc;
+	qsort(c->map, c->nmap, sizeof *c->map, cmp_ref);
+	return 0;
+}
+
+int rq_ckpt_open(const char *path, struct rq_ckpt **out, struct rq_err *err)
+{
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return rq_errf(err, -errno, "%s: %s", path, strerror(errno));
+	struct rq_ckpt *c = calloc(1, sizeof *c);
+	if (!c)
+		return -ENOMEM;
+	int rc = 0;
+	c->dir = strdup(path);
+	if (!c->dir) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	if (S_ISREG(st.st_mode)) {        /* one safetensors file */
+		rc = add_shard(c, path);
+		if (rc < 0)
+			goto fail;
+		rc = 0;
+		*out = c;
+		return 0;
+	}
+	char ipath[4096];
+	snprintf(ipath, sizeof ipath, "%s/model.safetensors.index.json", path);
+	if (access(ipath, F_OK) == 0) {
+		rc = load_index(c, ipath, err);
+		if (rc)
+			goto fail;
+		*out = c;
+		return 0;
+	}
+	DIR *d = opendir(path);
+	if (!d) {
+		rc = rq_errf(err, -errno, "%s: %s", path, strerror(errno));
+		goto fail;
+	}
+	char **names = NULL;
+	size_t nn = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t l = strlen(de->d_name);
+		if (l > 12 && !strcmp(de->d_name + l - 12, ".safetensors")) {
+			char **p = realloc(names, (nn + 1) * sizeof *p);
+			if (!p || !(p[nn] = strdup(de->d_name))) {
+				free(p ? p : names);
+				names = NULL;
+				rc = -ENOMEM;
+				break;
+			}
+			names = p;
+			nn++;
+		}
+	}
+	closedir(d);
+	if (rc)
+		goto fail;
+	qsort(names, nn, sizeof *names, cmp_str);
+	for (size_t i = 0; i < nn; i++) {
+		char p[4096];
+		snprintf(p, sizeof p, "%s/%s", path, names[i]);
+		if (rc == 0 && add_shard(c, p) < 0)
+			rc = -ENOMEM;
+		free(names[i]);
+	}
+	free(names);
+	if (rc)
+		goto fail;
+	if (!c->nshards) {
+		rc = rq_errf(err, -ENOENT, "%s: no *.safetensors files and no "
+		             "model.safetensors.index.json", path);
+		goto fail;
+	}
+	*out = c;
+	return 0;
+fail:
+	rq_ckpt_close(c);
+	return rc;
+}
+
+void rq_ckpt_close(struct rq_ckpt *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->nshards; i++) {
+		free(c->shard_path[i]);
+		st_header_free(c->hdr[i]);
+	}
+	for (size_t i = 0; i < c->nmap; i++)
+		free(c->map[i].name);
+	free(c->map);
+	free(c->shard_path);
+	free(c->hdr);
+	free(c->dir);
+	free(c);
+}
+
+const char *rq_ckpt_shard_path(const struct rq_ckpt *c, int shard)
+{
+	return c->shard_path[shard];
+}
+
+static int header(struct rq_ckpt *c, int s, struct rq_err *err)
+{
+	if (c->hdr[s])
+		return 0;
+	return st_parse_path(c->shard_path[s], &c->hdr[s], err);
+}
+
+int rq_ckpt_find(struct rq_ckpt *c, const char *name, const struct st_tensor **t,
+                 int *shard, struct rq_err *err)
+{
+	if (c->map) {
+		struct name_ref key = {(char *)name, 0};
+		struct name_ref *r = bsearch(&key, c->map, c->nmap, sizeof *c->map, cmp_ref);
+		if (!r)
+			return -ENOENT;
+		int rc = header(c, r->shard, err);
+		if (rc)
+			return rc;
+		long i = st_find(c->hdr[r->shard], name);
+		if (i < 0)
+			return rq_errf(err, -EPROTO, "%s: the index maps %s to this shard, but its header "
+			               "has no such tensor", c->shard_path[r->shard], name);
+		*t = &c->hdr[r->shard]->t[i];
+		*shard = r->shard;
+		return 0;
+	}
+	for (size_t s = 0; s < c->nshards; s++) {
+		int rc = header(c, (int)s, err);
+		if (rc)
+			return rc;
+		long i = st_find(c->hdr[s], name);
+		if (i >= 0) {
+			*t = &c->hdr[s]->t[i];
+			*shard = (int)s;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+int rq_ckpt_read(struct rq_ckpt *c, int shard, const struct st_tensor *t, void *buf,
+                 struct rq_err *err)
+{
+	return rq_ckpt_pread(c, shard, t, 0, buf, t->end - t->begin, err);
+}
+
+int rq_ckpt_pread(struct rq_ckpt *c, int shard, const struct st_tensor *t, uint64_t at,
+                  void *buf, uint64_t len, struct rq_err *err)
+{
+	const char *path = c->shard_path[shard];
+	if (at + len > t->end - t->begin)
+		return rq_errf(err, -EINVAL, "%s: read past the end of %s", path, t->name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return rq_errf(err, -errno, "%s: %s", path, strerror(errno));
+	uint64_t off = c->hdr[shard]->data_start + t->begin + at, got = 0;
+	while (got < len) {
+		ssize_t r = pread(fd, (char *)buf + got, len - got, off + got);
+		if (r <= 0) {
+			int e = r < 0 ? -errno : -EIO;
+			close(fd);
+			return rq_errf(err, e, "%s: reading %s: %s", path, t->name,
+			               r < 0 ? strerror(-e) : "file is shorter than its header says");
+		}
+		got += r;
+	}
+	close(fd);
+	return 0;
+}
+
+int rq_ckpt_each(struct rq_ckpt *c, int (*fn)(void *ctx, const char *name,
+                 const struct st_tensor *t, int shard), void *ctx, struct rq_err *err)
+{
+	for (size_t s = 0; s < c->nshards; s++) {
+		int rc = header(c, (int)s, err);
+		if (rc)
+			return rc;
+		for (size_t i = 0; i < c->hdr[s]->n; i++) {
+			rc = fn(ctx, c->hdr[s]->t[i].name, &c->hdr[s]->t[i], (int)s);
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+static int read_scale(struct rq_ckpt *c, const char *calib, const char *name, uint32_t *bits,
+                      struct rq_err *err)
+{
+	const struct st_tensor *t;
+	int s;
+	int rc = rq_ckpt_find(c, name, &t, &s, err);
+	if (rc == -ENOENT)
+		return rq_errf(err, -ENOENT, "calibration scale %s is not in %s; give the 2026-07-22 "
+		               "checkpoint (or a file from `requantfs calib extract`) as --calib",
+		               name, calib);
+	if (rc)
+		return rq_err_prefix(err, "calibration %s", calib);
+	if (t->dtype != ST_F32 || st_numel(t) != 1)
+		return rq_errf(err, -EPROTO, "calibration scale %s in %s is %s with %llu elements; "
+		               "expected one F32", name, rq_ckpt_shard_path(c, s),
+		               st_dtype_name(t->dtype), (unsigned long long)st_numel(t));
+	uint8_t b[4];
+	rc = rq_ckpt_read(c, s, t, b, err);
+	if (rc)
+		return rc;
+	uint32_t v = b[0] | b[1] << 8 | b[2] << 16 | (uint32_t)b[3] << 24;
+	float f;
+	memcpy(&f, &v, 4);
+	if (!isfinite(f) || f <= 0)
+		return rq_errf(err, -EDOM, "calibration scale %s in %s is %g; it must be finite and "
+		               "positive (wrong calibration checkpoint?)", name, rq_ckpt_shard_path(c, s),
+		               (double)f);
+	*bits = v;
+	return 0;
+}
+
+int rq_calib_lookup(const char *calib, char *const *modules, size_t n, uint32_t *bits,
+                    struct rq_err *err)
+{
+	struct rq_ckpt *c;
+	int rc = rq_ckpt_open(calib, &c, err);
+	if (rc)
+		return rq_err_prefix(err, "calibration");
+	for (size_t i = 0; i < n && !rc; i++) {
+		char name[1024];
+		snprintf(name, sizeof name, "%s.input_global_scale", modules[i]);
+		rc = read_scale(c, calib, name, &bits[i], err);
+	}
+	rq_ckpt_close(c);
+	return rc;
+}
+
+struct extract_ctx {
+	struct rq_ckpt *c;
+	const char *dir;
+	char **names;
+	uint32_t *bits;
+	size_t n, cap;
+	struct rq_err *err;
+};
+
+static int extract_one(void *vctx, const char *name, const struct st_tensor *t, int shard)
+{
+	struct extract_ctx *x = vctx;
+	size_t l = strlen(name), sl = strlen(".input_global_scale");
+	if (l <= sl || strcmp(name + l - sl, ".input_global_scale"))
+		return 0;
+	if (x->n == x->cap) {
+		size_t cap = x->cap ? x->cap * 2 : 1024;
+		char **nn = realloc(x->names, cap * sizeof *nn);
+		if (!nn)
+			return -ENOMEM;
+		x->names = nn;
+		uint32_t *nb = realloc(x->bits, cap * sizeof *nb);
+		if (!nb)
+			return -ENOMEM;
+		x->bits = nb;
+		x->cap = cap;
+	}
+	int rc = read_scale(x->c, x->dir, name, &x->bits[x->n], x->err);
+	if (rc)
+		return rc;
+	x->names[x->n] = strdup(name);
+	if (!x->names[x->n])
+		return -ENOMEM;
+	x->n++;
+	(void)t;
+	(void)shard;
+	return 0;
+}
+
+int rq_calib_extract(const char *calib_dir, const char *out_file, size_t *count,
+                     struct rq_err *err)
+{
+	struct extract_ctx x = {.dir = calib_dir, .err = err};
+	int rc = rq_ckpt_open(calib_dir, &x.c, err);
+	if (rc)
+		return rc;
+	rc = rq_ckpt_each(x.c, extract_one, &x, err);
+	struct st_spec *specs = NULL;
+	size_t *order = NULL;
+	uint64_t *begin = NULL;
+	uint8_t *hdr = NULL, *data = NULL;
+	size_t hlen = 0;
+	char tmp[4096];
+	snprintf(tmp, sizeof tmp, "%s.tmp.%d", out_file, (int)getpid());
+	int fd = -1;
+	if (rc)
+		goto out;
+	if (!x.n) {
+		rc = rq_errf(err, -ENOENT, "%s has no *.input_global_scale tensors; is it the 07-22 "
+		             "all-NVFP4 checkpoint?", calib_dir);
+		goto out;
+	}
+	specs = calloc(x.n, sizeof *specs);
+	order = calloc(x.n, sizeof *order);
+	begin = calloc(x.n, sizeof *begin);
+	data = calloc(x.n, 4);
+	rc = -ENOMEM;
+	if (!specs || !order || !begin || !data)
+		goto out;
+	for (size_t i = 0; i < x.n; i++) {
+		specs[i].name = x.names[i];
+		specs[i].dtype = ST_F32;
+		specs[i].ndim = 1;
+		specs[i].shape[0] = 1;
+	}
+	rc = st_layout(specs, x.n, "{\"format\":\"pt\",\"requantfs\":\"calib\"}", &hdr, &hlen,
+	               order, begin, NULL, err);
+	if (rc)
+		goto out;
+	for (size_t i = 0; i < x.n; i++)
+		memcpy(data + begin[i], &x.bits[i], 4);   /* little-endian host */
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = rq_errf(err, -errno, "%s: %s", tmp, strerror(errno));
+		goto out;
+	}
+	if (write(fd, hdr, hlen) != (ssize_t)hlen || write(fd, data, x.n * 4) != (ssize_t)(x.n * 4) ||
+	    fsync(fd) < 0) {
+		rc = rq_errf(err, -errno ? -errno : -EIO, "%s: write failed: %s", tmp, strerror(errno));
+		goto out;
+	}
+	close(fd);
+	fd = -1;
+	if (rename(tmp, out_file) < 0) {
+		rc = rq_errf(err, -errno, "%s: %s", out_file, strerror(errno));
+		goto out;
+	}
+	*count = x.n;
+	rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	if (rc)
+		unlink(tmp);
+	for (size_t i = 0; i < x.n; i++)
+		free(x.names[i]);
+	free(x.names);
+	free(x.bits);
+	free(specs);
+	free(order);
+	free(begin);
+	free(hdr);
+	free(data);
+	rq_ckpt_close(x.c);
+	return rc;
+}

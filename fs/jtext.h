@@ -1,0 +1,35 @@
+/* jtext.h — JSON as text: find the byte span of values without
+ * re-serializing (config.json must keep every other byte), and write JSON
+ * exactly like Python's json.dumps(obj, indent=2, sort_keys=True). */
+#ifndef RQ_FS_JTEXT_H
+#define RQ_FS_JTEXT_H
+
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+/* Index of the first non-whitespace byte at or after i. */
+size_t jt_ws(const char *s, size_t n, size_t i);
+/* One past the end of the JSON value that starts at s[i], or 0 if malformed. */
+size_t jt_value_end(const char *s, size_t n, size_t i);
+/* In the object whose '{' is at s[obj], finds member `key` (compared as
+ * written); *val gets the index of its value. -ENOENT / -EPROTO. */
+int jt_member(const char *s, size_t n, size_t obj, const char *key, size_t *val);
+/* Spans [start[k], end[k]) of the elements of the array whose '[' is at
+ * s[arr]; at most cap. *count = number of elements. -EPROTO if malformed. */
+int jt_elements(const char *s, size_t n, size_t arr, size_t *start, size_t *end, size_t cap,
+                size_t *count);
+
+/* A growable byte buffer. */
+struct jt_buf {
+	char *p;
+	size_t len, cap;
+	int oom;
+};
+void jt_put(struct jt_buf *b, const char *s, size_t n);
+void jt_puts(struct jt_buf *b, const char *s);
+void jt_printf(struct jt_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Appends json.dumps(v, indent=2, sort_keys=True) (ensure_ascii=True). */
+void jt_dump_python(struct jt_buf *b, const cJSON *v, int depth);
+
+#endif

@@ -1,0 +1,76 @@
+/* mount.h — the FUSE daemon that presents a plan's virtual files (DESIGN.md
+ * "The mount"): read-only, stable inodes, lazy single-flight quantization
+ * into the cache, and a hidden /.requantfs/ control directory.
+ *
+ * Life of a mount, as the CLI drives it (fork first: no threads before):
+ *   rq_mount_open()   checks MNT, builds the plan, opens the cache, the
+ *                     quantizer and every SRC file, mounts (nothing served yet)
+ *   rq_mount_run()    serves until unmounted or signalled; calls ready() once
+ *                     the kernel has answered a request through the mount
+ *   rq_mount_close()  stops the workers, answers parked reads, frees. */
+#ifndef RQ_FS_MOUNT_H
+#define RQ_FS_MOUNT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "quant/quant.h"
+
+struct rq_err;
+struct rq_mount;
+struct rq_plan;
+struct rq_cache_key;
+
+struct rq_mount_opts {
+	const char *src;          /* SRC checkpoint directory */
+	const char *mnt;          /* mount point: an existing empty directory */
+	const char *calib;        /* CALIB directory or `calib extract` file */
+	const char *cache_dir;    /* cache directory (created if missing) */
+	const char *drop_rule;    /* NULL = detect */
+	enum rq_recipe recipe;
+	const char *device;       /* "auto", "cpu", "cuda", "cuda:N" */
+	int threads;              /* CPU quantizer threads, <= 0 = all */
+	size_t gpu_mem;           /* bytes, 0 = default (1 GiB) */
+	double gpu_idle_s;        /* release the CUDA context after this idle time */
+	int workers;              /* quantization jobs in flight at once, <= 0 = 2 */
+	int prefetch;             /* jobs queued ahead of a reader, 0 = none */
+	int fuse_threads;         /* max FUSE worker threads, <= 0 = 16 */
+	uint64_t cache_max;       /* cache size limit in bytes, 0 = unlimited */
+	uint64_t mem_max;         /* in-memory job outputs kept when the cache
+	                             cannot take them, bytes; 0 = 1 GiB */
+	unsigned readahead_kb;    /* kernel readahead of the mount, 0 = kernel default */
+	const char *fuse_opts;    /* extra comma-separated -o options, or NULL */
+	const char *log_path;     /* append log lines here; NULL = log_stderr or syslog */
+	int log_stderr;           /* foreground: log to stderr */
+	int debug;                /* libfuse debug output (foreground only) */
+};
+
+/* Everything that can be refused is refused here, with a message that says
+ * what to do: MNT missing/not empty/a dead mount, SRC invalid, calibration
+ * missing (plan errors), cache directory unusable, device unavailable. */
+int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct rq_err *err);
+
+/* Serves requests (multi-threaded) until the file system is unmounted or the
+ * process gets SIGINT/SIGTERM/SIGHUP. ready(ctx, 0, NULL) is called from
+ * another thread once the mount answers; ready(ctx, rc, msg) if it never
+ * does. Returns 0 after a clean unmount, else -errno. */
+int rq_mount_run(struct rq_mount *m, void (*ready)(void *ctx, int rc, const char *msg),
+                 void *ctx);
+void rq_mount_close(struct rq_mount *m);
+
+/* Writes a log line (the daemon's log sink: file, stderr or syslog). */
+void rq_mount_log(struct rq_mount *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The cache key of plan job j: XXH3-128 of its canonical descriptor (recipe,
+ * RQ_RECIPE_VERSION, and per module: SRC identity, tensor name, dtype, shape,
+ * byte range, calibration bits; partners are the job's other module). desc,
+ * if non-NULL, gets the malloc'd descriptor text. 0 or -ENOMEM. */
+int rq_mount_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char **desc);
+
+/* Control directory at the root of a mount (not listed by readdir):
+ *   RQ_CTL_DIR "/status"       JSON snapshot, taken at open
+ *   RQ_CTL_DIR "/jobs/<i>"     reading it runs job i (if not ready) and
+ *                              returns "<i> ok <modules> <in_bytes> <from>\n"
+ *                              when done, or fails with EIO */
+#define RQ_CTL_DIR ".requantfs"
+
+#endif

@@ -1,0 +1,513 @@
+/* plan.c — decides the virtual checkpoint (SPEC.md §2) from SRC's headers.
+ *
+ * Steps, in order: list SRC; parse config.json and its ignore list; parse
+ * every shard header; collect Linear modules (BF16 `.weight` or NVFP4
+ * `.weight_packed`); pick the rule to drop (given, or the one entry whose
+ * matched modules are BF16 while the same role elsewhere is NVFP4); choose
+ * the modules to requantize and refuse what SPEC §3 refuses; read their
+ * calibration scales; pair gate/up into jobs; lay out the files (plan_files.c). */
+#include "fs/plan_int.h"
+#include "fs/rules.h"
+#include "fs/ckpt.h"
+#include "fs/jtext.h"
+#include "base/err.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int rq_plan_layout(struct rq_plan *p, const char *config, size_t config_len,
+                   size_t rule_index, struct st_header **hdr, struct rq_err *err);
+
+/* A Linear module found in SRC. */
+struct cand {
+	char *name;               /* module name, without .weight */
+	char *role;               /* name with numeric components replaced by '*' */
+	int src;                  /* SRC file of its weight */
+	const struct st_tensor *w;/* BF16 (or other) `.weight`, NULL if NVFP4 */
+	int nvfp4;                /* has `.weight_packed` */
+};
+
+struct keep {
+	size_t n, cap;
+	void **p;
+};
+
+int rq_plan_keep(struct rq_plan *p, void *mem)
+{
+	struct keep *k = (struct keep *)p->keep_;
+	if (k->n == k->cap) {
+		size_t cap = k->cap ? k->cap * 2 : 64;
+		void **np = realloc(k->p, cap * sizeof *np);
+		if (!np) {
+			free(mem);
+			return -ENOMEM;
+		}
+		k->p = np;
+		k->cap = cap;
+	}
+	k->p[k->n++] = mem;
+	return 0;
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+	size_t a = strlen(s), b = strlen(suf);
+	return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* Embeddings and norms are 2-D or 1-D `.weight`s that are not Linear layers. */
+static int is_linear_name(const char *module)
+{
+	const char *last = strrchr(module, '.');
+	last = last ? last + 1 : module;
+	return !strstr(last, "norm") && !strstr(last, "embed") && strcmp(last, "wte") &&
+	       strcmp(last, "wpe") && strcmp(last, "sink");
+}
+
+static char *role_of(const char *name)
+{
+	char *r = malloc(strlen(name) + 1), *o = r;
+	if (!r)
+		return NULL;
+	for (const char *s = name; *s;) {
+		const char *e = strchr(s, '.');
+		size_t len = e ? (size_t)(e - s) : strlen(s);
+		int num = len > 0;
+		for (size_t i = 0; i < len; i++)
+			num &= s[i] >= '0' && s[i] <= '9';
+		if (num) {
+			*o++ = '*';
+		} else {
+			memcpy(o, s, len);
+			o += len;
+		}
+		s += len;
+		if (*s == '.')
+			*o++ = *s++;
+	}
+	*o = 0;
+	return r;
+}
+
+static int cmp_cand(const void *a, const void *b)
+{
+	return strcmp(((const struct cand *)a)->name, ((const struct cand *)b)->name);
+}
+
+static int cmp_strp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int cmp_mod(const void *a, const void *b)
+{
+	return strcmp(((const struct rq_module *)a)->name, ((const struct rq_module *)b)->name);
+}
+
+static struct cand *find_cand(struct cand *c, size_t n, const char *name)
+{
+	struct cand key = {.name = (char *)name};
+	return bsearch(&key, c, n, sizeof *c, cmp_cand);
+}
+
+/* Adds or updates the candidate called name. */
+static int note_cand(struct cand **c, size_t *n, size_t *cap, const char *name, int src,
+                     const struct st_tensor *w, int nvfp4)
+{
+	for (size_t i = *n; i-- > 0 && i + 8 > *n;)   /* recent ones: same shard neighbours */
+		if (!strcmp((*c)[i].name, name)) {
+			if (w) {
+				(*c)[i].w = w;
+				(*c)[i].src = src;
+			}
+			(*c)[i].nvfp4 |= nvfp4;
+			return 0;
+		}
+	if (*n == *cap) {
+		*cap = *cap ? *cap * 2 : 1024;
+		struct cand *nc = realloc(*c, *cap * sizeof **c);
+		if (!nc)
+			return -ENOMEM;
+		*c = nc;
+	}
+	struct cand *x = &(*c)[(*n)++];
+	x->name = strdup(name);
+	x->role = role_of(name);
+	x->src = src;
+	x->w = w;
+	x->nvfp4 = nvfp4;
+	return x->name && x->role ? 0 : -ENOMEM;
+}
+
+/* Merges duplicates left by note_cand's short look-back (sorted input). */
+static void merge_cands(struct cand *c, size_t *n)
+{
+	size_t o = 0;
+	for (size_t i = 0; i < *n; i++) {
+		if (o && !strcmp(c[o - 1].name, c[i].name)) {
+			if (c[i].w) {
+				c[o - 1].w = c[i].w;
+				c[o - 1].src = c[i].src;
+			}
+			c[o - 1].nvfp4 |= c[i].nvfp4;
+			free(c[i].name);
+			free(c[i].role);
+			continue;
+		}
+		c[o++] = c[i];
+	}
+	*n = o;
+}
+
+static int pick_rule(const struct rq_plan_opts *o, const struct rq_rules *rules,
+                     struct cand *c, size_t nc, size_t *rule, struct rq_err *err)
+{
+	if (o->drop_rule) {
+		for (size_t k = 0; k < rules->n; k++)
+			if (!strcmp(rules->text[k], o->drop_rule)) {
+				*rule = k;
+				return 0;
+			}
+		char list[2048] = "";
+		for (size_t k = 0; k < rules->n; k++)
+			snprintf(list + strlen(list), sizeof list - strlen(list), "\n  %s", rules->text[k]);
+		return rq_errf(err, -EINVAL, "--drop-ignore '%s' is not an entry of "
+		               "quantization_config.ignore in SRC config.json; the entries are:%s",
+		               o->drop_rule, list);
+	}
+	/* roles stored as NVFP4 somewhere */
+	char **roles = malloc((nc ? nc : 1) * sizeof *roles);
+	if (!roles)
+		return -ENOMEM;
+	size_t nr = 0;
+	for (size_t i = 0; i < nc; i++)
+		if (c[i].nvfp4)
+			roles[nr++] = c[i].role;
+	qsort(roles, nr, sizeof *roles, cmp_strp);
+	size_t found[64], nf = 0;
+	for (size_t k = 0; k < rules->n; k++) {
+		size_t bf16_role_nvfp4 = 0, nvfp4 = 0;
+		for (size_t i = 0; i < nc; i++) {
+			if (!rq_rule_match(rules, k, c[i].name))
+				continue;
+			if (c[i].nvfp4)
+				nvfp4++;
+			else if (c[i].w && bsearch(&c[i].role, roles, nr, sizeof *roles, cmp_strp))
+				bf16_role_nvfp4++;
+		}
+		if (bf16_role_nvfp4 && !nvfp4 && nf < 64)
+			found[nf++] = k;
+	}
+	free(roles);
+	if (nf == 1) {
+		*rule = found[0];
+		return 0;
+	}
+	if (nf == 0)
+		return rq_errf(err, -ENOENT, "no entry of quantization_config.ignore in SRC config.json "
+		               "leaves in BF16 modules that are NVFP4 in other layers; nothing to "
+		               "requantize (name the rule with --drop-ignore if you know it)");
+	char list[2048] = "";
+	for (size_t i = 0; i < nf; i++)
+		snprintf(list + strlen(list), sizeof list - strlen(list), "\n  %s", rules->text[found[i]]);
+	return rq_errf(err, -EINVAL, "%zu ignore entries could be the one to drop; choose with "
+	               "--drop-ignore RULE:%s", nf, list);
+}
+
+static int choose_modules(struct rq_plan *p, const struct rq_rules *rules, size_t rule,
+                          struct cand *c, size_t nc, struct rq_err *err)
+{
+	p->mods = calloc(nc ? nc : 1, sizeof *p->mods);
+	if (!p->mods)
+		return -ENOMEM;
+	for (size_t i = 0; i < nc; i++) {
+		if (!c[i].w || c[i].nvfp4 || !rq_rule_match(rules, rule, c[i].name))
+			continue;
+		int other = 0;
+		for (size_t k = 0; k < rules->n && !other; k++)
+			other = k != rule && rq_rule_match(rules, k, c[i].name);
+		if (other)
+			continue;
+		const struct st_tensor *w = c[i].w;
+		if (w->dtype != ST_BF16)
+			return rq_errf(err, -EPROTO, "%s.weight is %s; only BF16 weights can be "
+			               "requantized", c[i].name, st_dtype_name(w->dtype));
+		if (w->shape[1] % 16)
+			return rq_errf(err, -EPROTO, "%s.weight has %llu input columns, not a multiple of "
+			               "16 (the NVFP4 group size)", c[i].name,
+			               (unsigned long long)w->shape[1]);
+		struct rq_module *m = &p->mods[p->nmods++];
+		m->name = strdup(c[i].name);
+		if (!m->name)
+			return -ENOMEM;
+		m->src = c[i].src;
+		m->rows = w->shape[0];
+		m->cols = w->shape[1];
+		m->job = -1;
+	}
+	if (!p->nmods)
+		return rq_errf(err, -ENOENT, "the ignore entry '%s' matches no BF16 Linear weight in "
+		               "SRC; nothing to requantize", rules->text[rule]);
+	qsort(p->mods, p->nmods, sizeof *p->mods, cmp_mod);
+	return 0;
+}
+
+static long find_mod(const struct rq_plan *p, const char *name)
+{
+	struct rq_module key = {.name = (char *)name};
+	struct rq_module *m = bsearch(&key, p->mods, p->nmods, sizeof *p->mods, cmp_mod);
+	return m ? m - p->mods : -1;
+}
+
+static int make_jobs(struct rq_plan *p)
+{
+	p->jobs = calloc(p->nmods, sizeof *p->jobs);
+	if (!p->jobs)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->nmods; i++) {
+		struct rq_module *m = &p->mods[i];
+		if (m->job >= 0)
+			continue;
+		struct rq_job *j = &p->jobs[p->njobs];
+		j->nmod = 1;
+		j->mod[0] = (int)i;
+		if (ends_with(m->name, ".gate_proj")) {
+			char up[1024];
+			snprintf(up, sizeof up, "%.*s.up_proj", (int)(strlen(m->name) - 10), m->name);
+			long u = find_mod(p, up);
+			if (u >= 0 && p->mods[u].cols == m->cols) {
+				j->nmod = 2;
+				j->mod[1] = (int)u;
+			}
+		}
+		uint64_t off = 0;
+		for (int s = 0; s < j->nmod; s++) {
+			struct rq_module *x = &p->mods[j->mod[s]];
+			x->job = (int)p->njobs;
+			x->slot = s;
+			j->mod_off[s] = off;
+			off += x->rows * x->cols / 2 + x->rows * x->cols / 16 + 4;
+			j->in_size += x->rows * x->cols * 2;
+		}
+		j->out_size = off;
+		p->njobs++;
+	}
+	return 0;
+}
+
+static int calibrate(struct rq_plan *p, const char *calib, struct rq_err *err)
+{
+	if (!calib)
+		return rq_errf(err, -EINVAL, "no calibration given: pass --calib with the 2026-07-22 "
+		               "checkpoint directory or a file from `requantfs calib extract`");
+	char **names = malloc(p->nmods * sizeof *names);
+	uint32_t *bits = malloc(p->nmods * sizeof *bits);
+	int rc = -ENOMEM;
+	if (names && bits) {
+		for (size_t i = 0; i < p->nmods; i++)
+			names[i] = p->mods[i].name;
+		rc = rq_calib_lookup(calib, names, p->nmods, bits, err);
+		for (size_t i = 0; !rc && i < p->nmods; i++)
+			p->mods[i].input_gs_bits = bits[i];
+	}
+	free(names);
+	free(bits);
+	return rc;
+}
+
+int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_err *err)
+{
+	struct rq_plan *p = calloc(1, sizeof *p);
+	struct keep *keep = calloc(1, sizeof *keep);
+	if (!p || !keep) {
+		free(p);
+		free(keep);
+		return -ENOMEM;
+	}
+	p->keep_ = keep;
+	p->recipe = o->recipe;
+	char *config = NULL;
+	size_t config_len = 0, nc = 0, cap = 0, rule = 0;
+	cJSON *cfg = NULL;
+	struct rq_rules rules = {0};
+	struct st_header **hdr = NULL;
+	struct cand *c = NULL;
+	int rc = rq_src_scan(o->src, &p->srcs, &p->nsrcs, &p->src_dir, err);
+	if (rc)
+		goto out;
+
+	char path[4096];
+	snprintf(path, sizeof path, "%s/config.json", p->src_dir);
+	rc = rq_read_whole(path, &config, &config_len);
+	if (rc) {
+		rq_errf(err, rc, "SRC %s has no readable config.json (%s); is it a checkpoint directory?",
+		        o->src, strerror(-rc));
+		goto out;
+	}
+	cfg = cJSON_ParseWithLength(config, config_len);
+	const cJSON *qc = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config") : NULL;
+	const cJSON *ign = qc ? cJSON_GetObjectItemCaseSensitive(qc, "ignore") : NULL;
+	if (!cfg) {
+		rc = rq_errf(err, -EPROTO, "%s is not valid JSON", path);
+		goto out;
+	}
+	if (!cJSON_IsObject(qc) || !cJSON_IsArray(ign)) {
+		rc = rq_errf(err, -ENOENT, "%s has no quantization_config.ignore list; this is not a "
+		             "compressed-tensors checkpoint with BF16 exemptions", path);
+		goto out;
+	}
+	size_t nign = cJSON_GetArraySize(ign);
+	const char **ent = calloc(nign + 1, sizeof *ent);
+	if (!ent) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	size_t k = 0;
+	for (const cJSON *e = ign->child; e; e = e->next, k++) {
+		if (!cJSON_IsString(e)) {
+			free(ent);
+			rc = rq_errf(err, -EPROTO, "%s: quantization_config.ignore[%zu] is not a string",
+			             path, k);
+			goto out;
+		}
+		ent[k] = e->valuestring;
+	}
+	rc = rq_rules_init(&rules, ent, nign, err);
+	free(ent);
+	if (rc) {
+		rq_err_prefix(err, "%s", path);
+		goto out;
+	}
+
+	hdr = calloc(p->nsrcs, sizeof *hdr);
+	if (!hdr) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t s = 0; s < p->nsrcs; s++) {
+		if (!ends_with(p->srcs[s].name, ".safetensors"))
+			continue;
+		rc = st_parse_path(p->srcs[s].path, &hdr[s], err);
+		if (rc) {
+			rq_err_prefix(err, "SRC shard %s", p->srcs[s].name);
+			goto out;
+		}
+		for (size_t i = 0; i < hdr[s]->n; i++) {
+			const struct st_tensor *t = &hdr[s]->t[i];
+			char mod[1024];
+			size_t l = strlen(t->name);
+			if (ends_with(t->name, ".weight") && t->ndim == 2 && l - 7 < sizeof mod) {
+				snprintf(mod, sizeof mod, "%.*s", (int)(l - 7), t->name);
+				if (is_linear_name(mod))
+					rc = note_cand(&c, &nc, &cap, mod, (int)s, t, 0);
+			} else if (ends_with(t->name, ".weight_packed") && l - 14 < sizeof mod) {
+				snprintf(mod, sizeof mod, "%.*s", (int)(l - 14), t->name);
+				rc = note_cand(&c, &nc, &cap, mod, (int)s, NULL, 1);
+			}
+			if (rc)
+				goto out;
+		}
+	}
+	qsort(c, nc, sizeof *c, cmp_cand);
+	merge_cands(c, &nc);
+	(void)find_cand;
+
+	rc = pick_rule(o, &rules, c, nc, &rule, err);
+	if (rc)
+		goto out;
+	p->dropped_rule = strdup(rules.text[rule]);
+	rc = choose_modules(p, &rules, rule, c, nc, err);
+	if (rc)
+		goto out;
+	for (size_t i = 0; i < p->nmods; i++) {
+		struct rq_module *m = &p->mods[i];
+		char wn[1100];
+		snprintf(wn, sizeof wn, "%s.weight", m->name);
+		long t = st_find(hdr[m->src], wn);
+		m->w_off = hdr[m->src]->data_start + hdr[m->src]->t[t].begin;
+	}
+	rc = calibrate(p, o->calib, err);
+	if (rc)
+		goto out;
+	rc = make_jobs(p);
+	if (rc)
+		goto out;
+	rc = rq_plan_layout(p, config, config_len, rule, hdr, err);
+out:
+	for (size_t i = 0; i < nc; i++) {
+		free(c[i].name);
+		free(c[i].role);
+	}
+	free(c);
+	if (hdr)
+		for (size_t s = 0; s < p->nsrcs; s++)
+			st_header_free(hdr[s]);
+	free(hdr);
+	rq_rules_free(&rules);
+	cJSON_Delete(cfg);
+	free(config);
+	if (rc) {
+		rq_plan_free(p);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+void rq_plan_free(struct rq_plan *p)
+{
+	if (!p)
+		return;
+	struct keep *k = (struct keep *)p->keep_;
+	if (k) {
+		for (size_t i = 0; i < k->n; i++)
+			free(k->p[i]);
+		free(k->p);
+		free(k);
+	}
+	for (size_t i = 0; i < p->nfiles; i++) {
+		free(p->files[i].name);
+		free(p->files[i].seg);
+	}
+	free(p->files);
+	for (size_t i = 0; i < p->nmods; i++)
+		free(p->mods[i].name);
+	free(p->mods);
+	free(p->jobs);
+	rq_srcfiles_free(p->srcs, p->nsrcs);
+	free(p->src_dir);
+	free(p->dropped_rule);
+	free(p);
+}
+
+long rq_plan_find_file(const struct rq_plan *p, const char *name)
+{
+	size_t lo = 0, hi = p->nfiles;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		int c = strcmp(p->files[mid].name, name);
+		if (!c)
+			return (long)mid;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}
+
+size_t rq_vfile_seg_at(const struct rq_vfile *f, uint64_t off)
+{
+	size_t lo = 0, hi = f->nseg;
+	while (hi - lo > 1) {
+		size_t mid = (lo + hi) / 2;
+		if (f->seg[mid].off <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}

@@ -1,0 +1,651 @@
+/* kquant.cu — the GPU twin of quant/: rq_quantize_job() on CUDA, byte for byte.
+ *
+ * A job (one module, or a fused gate/up pair sharing one global scale) runs
+ * in three steps on host pointers:
+ *   1. upload + absmax: the BF16 weights go through pinned staging slots to
+ *      the device; a reduction takes max |w| per module as BF16 bits (an
+ *      integer max: |w| bits >= 0x7F80 means Inf or NaN -> -EDOM);
+ *   2. scale: one thread computes the global scale from the max over the job
+ *      (kq_math.h, the same binary32 operations as rq_global_scale);
+ *   3. quantize + download: one thread per group of 16 computes the E4M3
+ *      scale and eight bytes of E2M1 codes; results come back through the
+ *      pinned slots.
+ * When the whole job fits in mem_limit it stays resident between steps 1
+ * and 3 (one upload); otherwise it streams in chunks of whole groups and is
+ * uploaded twice. Each step alternates two slots, each with its own stream,
+ * so the host's memcpy into one slot overlaps the other slot's copies and
+ * kernels. Since cols % 16 == 0 a module is a flat run of groups: packed
+ * byte e/2 and scale e/16 of element e, whatever the row length.
+ *
+ * Context lifetime: kq_open makes the device's primary context current
+ * (cudaSetDevice). The last kq_close of a device frees everything and, when
+ * no one else in the process had the primary context active before our first
+ * open, destroys it (cudaDeviceReset) so another process gets the whole GPU
+ * back. */
+#include "kernels/kquant_int.h"
+#include "kernels/kq_math.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- messages ---------------------------------------------------------- */
+
+int kq_fail(char *msg, size_t msglen, int code, const char *fmt, ...)
+{
+	if (msg && msglen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(msg, msglen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+int kq_cuda_fail(char *msg, size_t msglen, const struct kq_ctx *k, const char *what,
+                 cudaError_t e)
+{
+	cudaGetLastError();                    /* clear a non-sticky error */
+	return kq_fail(msg, msglen, -EIO, "CUDA %s on device %d: %s", what, k ? k->dev : -1,
+	               cudaGetErrorString(e));
+}
+
+/* ---- kernels ----------------------------------------------------------- */
+
+/* Max of the eight |BF16| in v, as two packed 16-bit maxima. */
+static __device__ __forceinline__ uint32_t vabsmax(uint4 v)
+{
+	const uint32_t m = 0x7FFF7FFFu;
+	return __vmaxu2(__vmaxu2(v.x & m, v.y & m), __vmaxu2(v.z & m, v.w & m));
+}
+
+/* amax[0] = max(amax[0], max |w| bits over in[0..n)), n uint4 = 8 weights each. */
+__global__ void __launch_bounds__(256) k_absmax(const uint4 *__restrict__ in, size_t n,
+                                                uint32_t *__restrict__ amax)
+{
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	uint32_t m = 0;
+	for (; i + 3 * stride < n; i += 4 * stride) {      /* four loads in flight */
+		uint4 a = in[i], b = in[i + stride], c = in[i + 2 * stride], d = in[i + 3 * stride];
+		m = __vmaxu2(m, __vmaxu2(__vmaxu2(vabsmax(a), vabsmax(b)),
+		                         __vmaxu2(vabsmax(c), vabsmax(d))));
+	}
+	for (; i < n; i += stride)
+		m = __vmaxu2(m, vabsmax(in[i]));
+	m = max(m & 0xFFFFu, m >> 16);
+	m = __reduce_max_sync(0xFFFFFFFFu, m);
+	__shared__ uint32_t wmax[8];
+	if ((threadIdx.x & 31) == 0)
+		wmax[threadIdx.x >> 5] = m;
+	__syncthreads();
+	if (threadIdx.x < 32) {
+		m = threadIdx.x < (blockDim.x >> 5) ? wmax[threadIdx.x] : 0;
+		m = __reduce_max_sync(0xFFFFFFFFu, m);
+		if (threadIdx.x == 0 && m)
+			atomicMax(amax, m);
+	}
+}
+
+/* res = {GS(max amax), first bad module, max amax}; one thread. */
+__global__ void k_scale(int r, const uint32_t *__restrict__ amax, int n,
+                        struct kq_res *__restrict__ res)
+{
+	uint32_t m = 0;
+	int bad = -1;
+	for (int i = 0; i < n; i++) {
+		uint32_t a = amax[i];
+		if (a >= KQ_BF16_INF && bad < 0)
+			bad = i;
+		m = a > m ? a : m;
+	}
+	res->gs = kq_global_scale(r, kq_bf16f(m));
+	res->bad = bad;
+	res->amax = m;
+}
+
+/* One thread per group: in[g] (32 B) -> packed[g] (8 B), scales[g]. */
+template <int R>
+__global__ void __launch_bounds__(256) k_quant(const uint4 *__restrict__ in, size_t groups,
+                                               float gs, uint2 *__restrict__ packed,
+                                               uint8_t *__restrict__ scales)
+{
+	size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (g >= groups)
+		return;
+	uint4 a = in[2 * g], b = in[2 * g + 1];
+	uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+	uint32_t w[16];
+	KQ_UNROLL
+	for (int j = 0; j < 8; j++) {
+		w[2 * j] = words[j] & 0xFFFFu;       /* little endian: column 2j is the low half */
+		w[2 * j + 1] = words[j] >> 16;
+	}
+	uint32_t pk[2];
+	uint32_t sc = kq_quant_group(R, gs, w, pk);
+	packed[g] = make_uint2(pk[0], pk[1]);
+	scales[g] = (uint8_t)sc;
+}
+
+/* gs[i] = GS(amax[i]) (the test hook kq_global_scales). */
+__global__ void k_gs_batch(int r, const uint16_t *__restrict__ amax, size_t n,
+                           float *__restrict__ gs)
+{
+	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		gs[i] = kq_global_scale(r, kq_bf16f(amax[i]));
+}
+
+void kq_launch_absmax(const struct kq_ctx *k, const uint8_t *din, size_t groups,
+                      uint32_t *amax, cudaStream_t s)
+{
+	size_t n = groups * 2;                 /* uint4 per group */
+	size_t blocks = (n + 255) / 256;
+	size_t cap = (size_t)k->sms * 8;
+	if (blocks > cap)
+		blocks = cap;
+	if (blocks)
+		k_absmax<<<(unsigned)blocks, 256, 0, s>>>((const uint4 *)din, n, amax);
+}
+
+void kq_launch_scale(enum rq_recipe r, const uint32_t *amax, int n, struct kq_res *res,
+                     cudaStream_t s)
+{
+	k_scale<<<1, 1, 0, s>>>((int)r, amax, n, res);
+}
+
+void kq_launch_quant(enum rq_recipe r, const uint8_t *din, size_t groups, float gs,
+                     uint8_t *dpk, uint8_t *dsc, cudaStream_t s)
+{
+	if (!groups)
+		return;
+	unsigned blocks = (unsigned)((groups + 255) / 256);
+	const uint4 *in = (const uint4 *)din;
+	uint2 *pk = (uint2 *)dpk;
+	if (r == RQ_RECIPE_BF16)
+		k_quant<KQ_BF16><<<blocks, 256, 0, s>>>(in, groups, gs, pk, dsc);
+	else if (r == RQ_RECIPE_FP32DIV)
+		k_quant<KQ_FP32DIV><<<blocks, 256, 0, s>>>(in, groups, gs, pk, dsc);
+	else
+		k_quant<KQ_FP32><<<blocks, 256, 0, s>>>(in, groups, gs, pk, dsc);
+}
+
+/* ---- devices and the primary context ----------------------------------- */
+
+int kq_compiled(void)
+{
+	return 1;
+}
+
+int kq_device_count(void)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		cudaGetLastError();
+		return 0;
+	}
+	return n > 0 ? n : 0;
+}
+
+#define KQ_MAX_DEV 64
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	int opens;     /* open kq_ctx on this device */
+	int owned;     /* we brought the primary context up: the last close resets it */
+} reg[KQ_MAX_DEV];
+
+/* Whether device ord's primary context is active now, asked of the driver
+ * directly (libcuda), which creates no context. 0 when it cannot tell. */
+static int primary_active(int ord)
+{
+	typedef int (*init_fn)(unsigned);
+	typedef int (*get_fn)(int *, int);
+	typedef int (*state_fn)(int, unsigned *, int *);
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return 0;
+	init_fn init = (init_fn)dlsym(h, "cuInit");
+	get_fn get = (get_fn)dlsym(h, "cuDeviceGet");
+	state_fn state = (state_fn)dlsym(h, "cuDevicePrimaryCtxGetState");
+	int dev = 0, active = 0;
+	unsigned flags = 0;
+	if (!init || !get || !state || init(0) || get(&dev, ord) || state(dev, &flags, &active))
+		active = 0;
+	dlclose(h);
+	return active;
+}
+
+const char *kq_name(const struct kq_ctx *k)
+{
+	return k ? k->name : "";
+}
+
+void kq_close(struct kq_ctx *k)
+{
+	if (!k)
+		return;
+	cudaSetDevice(k->dev);
+	for (int s = 0; s < 2; s++) {
+		if (k->st[s])
+			cudaStreamSynchronize(k->st[s]);
+	}
+	cudaFree(k->arena);
+	cudaFree(k->damax);
+	cudaFree(k->dres);
+	cudaFreeHost(k->hres);
+	cudaFreeHost(k->stage[0]);
+	for (int s = 0; s < 2; s++) {
+		if (k->ev[s])
+			cudaEventDestroy(k->ev[s]);
+		if (k->st[s])
+			cudaStreamDestroy(k->st[s]);
+	}
+	if (k->evx)
+		cudaEventDestroy(k->evx);
+	cudaGetLastError();
+	pthread_mutex_lock(&reg_mu);
+	if (k->dev < KQ_MAX_DEV && --reg[k->dev].opens == 0 && reg[k->dev].owned) {
+		cudaDeviceReset();                 /* destroys the primary context */
+		cudaGetLastError();
+	}
+	pthread_mutex_unlock(&reg_mu);
+	free(k);
+}
+
+int kq_amax_need(struct kq_ctx *k, int n, char *msg, size_t msglen)
+{
+	int rc = 0;
+	if (n <= k->amax_cap)
+		return 0;
+	cudaFree(k->damax);
+	k->damax = NULL;
+	k->amax_cap = 0;
+	KQ_CK("cudaMalloc (absmax)", cudaMalloc((void **)&k->damax, (size_t)n * 4));
+	k->amax_cap = n;
+	return 0;
+fail:
+	return rc;
+}
+
+int kq_open(int index, size_t mem_limit, struct kq_ctx **out, char *msg, size_t msglen)
+{
+	struct kq_ctx *k = NULL;
+	cudaDeviceProp p;
+	cudaFuncAttributes fa;
+	cudaError_t e;
+	int n = 0, rc = 0;
+
+	if (!out)
+		return kq_fail(msg, msglen, -EINVAL, "kq_open: no output pointer");
+	if (mem_limit == 0)
+		mem_limit = KQ_MEM_DEFAULT;
+	if (mem_limit < KQ_MEM_MIN)
+		return kq_fail(msg, msglen, -EINVAL, "GPU memory limit %zu bytes is below %zu",
+		               mem_limit, KQ_MEM_MIN);
+	e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		return kq_fail(msg, msglen, -ENODEV, "%s", cudaGetErrorString(e));
+	}
+	if (index < 0 || index >= n || index >= KQ_MAX_DEV)
+		return kq_fail(msg, msglen, -ENODEV, "CUDA device %d not present (%d device%s)",
+		               index, n, n == 1 ? "" : "s");
+	k = (struct kq_ctx *)calloc(1, sizeof *k);
+	if (!k)
+		return kq_fail(msg, msglen, -ENOMEM, "out of memory");
+	k->dev = index;
+	k->mem_limit = mem_limit;
+	k->chunk = mem_limit / (2 * KQ_GROUP_BYTES);
+	if (k->chunk > KQ_CHUNK_MAX)
+		k->chunk = KQ_CHUNK_MAX;
+
+	pthread_mutex_lock(&reg_mu);
+	if (reg[index].opens++ == 0)
+		reg[index].owned = !primary_active(index);
+	pthread_mutex_unlock(&reg_mu);
+
+	KQ_CK("cudaSetDevice", cudaSetDevice(index));
+	KQ_CK("cudaGetDeviceProperties", cudaGetDeviceProperties(&p, index));
+	snprintf(k->name, sizeof k->name, "%s", p.name);
+	k->sms = p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
+	k->cc = p.major * 10 + p.minor;
+	e = cudaFuncGetAttributes(&fa, k_quant<KQ_FP32>);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		rc = kq_fail(msg, msglen, -ENODEV,
+		             "%s (sm_%d) cannot run these kernels, built for sm_%s (%s); "
+		             "reconfigure with -Dgpu_arch=%d", k->name, k->cc, KQ_GPU_ARCH,
+		             cudaGetErrorString(e), k->cc);
+		goto fail;
+	}
+	for (int s = 0; s < 2; s++) {
+		KQ_CK("cudaStreamCreate", cudaStreamCreateWithFlags(&k->st[s], cudaStreamNonBlocking));
+		KQ_CK("cudaEventCreate", cudaEventCreateWithFlags(&k->ev[s], cudaEventDisableTiming));
+	}
+	KQ_CK("cudaEventCreate", cudaEventCreateWithFlags(&k->evx, cudaEventDisableTiming));
+	KQ_CK("cudaMalloc (result)", cudaMalloc((void **)&k->dres, sizeof *k->dres));
+	KQ_CK("cudaMallocHost (result)", cudaMallocHost((void **)&k->hres, sizeof *k->hres));
+	rc = kq_amax_need(k, 16, msg, msglen);
+	if (rc < 0)
+		goto fail;
+	*out = k;
+	return 0;
+fail:
+	kq_close(k);
+	return -ENODEV;                        /* msg says why the device is unusable */
+}
+
+/* ---- buffers ----------------------------------------------------------- */
+
+static size_t align256(size_t x)
+{
+	return (x + 255) & ~(size_t)255;
+}
+
+/* Device arena of at least bytes (<= mem_limit), kept between jobs. */
+static int arena_need(struct kq_ctx *k, size_t bytes, char *msg, size_t msglen)
+{
+	int rc = 0;
+	if (bytes <= k->arena_bytes)
+		return 0;
+	cudaFree(k->arena);
+	k->arena = NULL;
+	k->arena_bytes = 0;
+	size_t want = (bytes + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+	if (want > k->mem_limit)
+		want = k->mem_limit;
+	KQ_CK("cudaMalloc (buffers)", cudaMalloc((void **)&k->arena, want));
+	k->arena_bytes = want;
+	return 0;
+fail:
+	return rc;
+}
+
+/* Pinned staging slots of at least groups each (<= chunk). */
+static int stage_need(struct kq_ctx *k, size_t groups, char *msg, size_t msglen)
+{
+	int rc = 0;
+	if (groups <= k->stage_groups)
+		return 0;
+	size_t g = 4096;
+	while (g < groups)
+		g *= 2;
+	if (g > k->chunk)
+		g = k->chunk;
+	cudaFreeHost(k->stage[0]);
+	k->stage[0] = k->stage[1] = NULL;
+	k->stage_groups = 0;
+	KQ_CK("cudaMallocHost (staging)",
+	      cudaMallocHost((void **)&k->stage[0], 2 * g * KQ_GROUP_BYTES));
+	k->stage[1] = k->stage[0] + g * KQ_GROUP_BYTES;
+	k->stage_groups = g;
+	return 0;
+fail:
+	return rc;
+}
+
+size_t kq_groups(const struct rq_qmod *m)
+{
+	return m->rows * m->cols / 16;
+}
+
+/* ---- the job ----------------------------------------------------------- */
+
+struct kq_mod {            /* per module of a job */
+	size_t groups;         /* rows * cols / 16 */
+	uint8_t *din;          /* resident only: device [groups * 32] */
+	uint8_t *dpk;          /* resident only: device [groups * 8] */
+	uint8_t *dsc;          /* resident only: device [groups] */
+};
+
+struct kq_pend {           /* a chunk whose outputs sit in a slot's pinned buffer */
+	int mod;               /* -1 when none */
+	size_t g0, groups;
+};
+
+/* Copies a slot's finished outputs to the caller (after ev[s] completed). */
+static void flush(struct kq_ctx *k, int s, struct kq_pend *p, const struct rq_qmod *m)
+{
+	if (p->mod < 0)
+		return;
+	const uint8_t *pk = k->stage[s] + k->stage_groups * KQ_IN_G;
+	const uint8_t *sc = pk + k->stage_groups * KQ_PK_G;
+	memcpy(m[p->mod].packed + p->g0 * KQ_PK_G, pk, p->groups * KQ_PK_G);
+	memcpy(m[p->mod].scales + p->g0, sc, p->groups);
+	p->mod = -1;
+}
+
+/* Step 1: upload (to the resident copy, or to the slot's device buffer)
+ * and absmax into damax[i]; step 2: the scale kernel; waits for hres. */
+static int step_absmax(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod *m, int n,
+                       struct kq_mod *mods, int resident, char *msg, size_t msglen)
+{
+	int rc = 0;
+	unsigned c = 0;
+	KQ_CK("memset", cudaMemsetAsync(k->damax, 0, (size_t)n * 4, k->st[0]));
+	KQ_CK("event record", cudaEventRecord(k->evx, k->st[0]));
+	KQ_CK("stream wait", cudaStreamWaitEvent(k->st[1], k->evx, 0));
+	for (int i = 0; i < n; i++) {
+		for (size_t g0 = 0; g0 < mods[i].groups; g0 += k->chunk, c++) {
+			int s = c & 1;
+			size_t cg = mods[i].groups - g0 < k->chunk ? mods[i].groups - g0 : k->chunk;
+			uint8_t *dst = resident ? mods[i].din + g0 * KQ_IN_G
+			                        : k->arena + s * k->chunk * KQ_GROUP_BYTES;
+			KQ_CK("event wait", cudaEventSynchronize(k->ev[s]));
+			memcpy(k->stage[s], (const uint8_t *)m[i].w + g0 * KQ_IN_G, cg * KQ_IN_G);
+			KQ_CK("copy to device", cudaMemcpyAsync(dst, k->stage[s], cg * KQ_IN_G,
+			                                        cudaMemcpyHostToDevice, k->st[s]));
+			KQ_CK("event record", cudaEventRecord(k->ev[s], k->st[s]));
+			kq_launch_absmax(k, dst, cg, k->damax + i, k->st[s]);
+			KQ_CK("absmax kernel", cudaGetLastError());
+		}
+	}
+	KQ_CK("event record", cudaEventRecord(k->evx, k->st[1]));
+	KQ_CK("stream wait", cudaStreamWaitEvent(k->st[0], k->evx, 0));
+	kq_launch_scale(r, k->damax, n, k->dres, k->st[0]);
+	KQ_CK("scale kernel", cudaGetLastError());
+	KQ_CK("copy result", cudaMemcpyAsync(k->hres, k->dres, sizeof *k->hres,
+	                                     cudaMemcpyDeviceToHost, k->st[0]));
+	KQ_CK("scale kernel", cudaStreamSynchronize(k->st[0]));
+	return 0;
+fail:
+	return rc;
+}
+
+/* Step 3 for a resident job: quantize in place, then download by chunks. */
+static int step_quant_resident(struct kq_ctx *k, enum rq_recipe r, float gs,
+                               const struct rq_qmod *m, int n, struct kq_mod *mods,
+                               char *msg, size_t msglen)
+{
+	int rc = 0;
+	unsigned c = 0;
+	struct kq_pend pend[2] = {{-1, 0, 0}, {-1, 0, 0}};
+	for (int i = 0; i < n; i++)
+		kq_launch_quant(r, mods[i].din, mods[i].groups, gs, mods[i].dpk, mods[i].dsc, k->st[0]);
+	KQ_CK("quantize kernel", cudaGetLastError());
+	KQ_CK("event record", cudaEventRecord(k->evx, k->st[0]));
+	KQ_CK("stream wait", cudaStreamWaitEvent(k->st[1], k->evx, 0));
+	for (int i = 0; i < n; i++) {
+		for (size_t g0 = 0; g0 < mods[i].groups; g0 += k->chunk, c++) {
+			int s = c & 1;
+			size_t cg = mods[i].groups - g0 < k->chunk ? mods[i].groups - g0 : k->chunk;
+			uint8_t *hpk = k->stage[s] + k->stage_groups * KQ_IN_G;
+			uint8_t *hsc = hpk + k->stage_groups * KQ_PK_G;
+			KQ_CK("copy to host", cudaEventSynchronize(k->ev[s]));
+			flush(k, s, &pend[s], m);
+			KQ_CK("copy to host", cudaMemcpyAsync(hpk, mods[i].dpk + g0 * KQ_PK_G,
+			                                      cg * KQ_PK_G, cudaMemcpyDeviceToHost,
+			                                      k->st[s]));
+			KQ_CK("copy to host", cudaMemcpyAsync(hsc, mods[i].dsc + g0, cg,
+			                                      cudaMemcpyDeviceToHost, k->st[s]));
+			KQ_CK("event record", cudaEventRecord(k->ev[s], k->st[s]));
+			pend[s].mod = i;
+			pend[s].g0 = g0;
+			pend[s].groups = cg;
+		}
+	}
+	for (int s = 0; s < 2; s++) {
+		KQ_CK("copy to host", cudaEventSynchronize(k->ev[s]));
+		flush(k, s, &pend[s], m);
+	}
+	return 0;
+fail:
+	return rc;
+}
+
+/* Step 3 for a streamed job: upload again, quantize, download, per chunk. */
+static int step_quant_stream(struct kq_ctx *k, enum rq_recipe r, float gs,
+                             const struct rq_qmod *m, int n, struct kq_mod *mods,
+                             char *msg, size_t msglen)
+{
+	int rc = 0;
+	unsigned c = 0;
+	struct kq_pend pend[2] = {{-1, 0, 0}, {-1, 0, 0}};
+	for (int i = 0; i < n; i++) {
+		for (size_t g0 = 0; g0 < mods[i].groups; g0 += k->chunk, c++) {
+			int s = c & 1;
+			size_t cg = mods[i].groups - g0 < k->chunk ? mods[i].groups - g0 : k->chunk;
+			uint8_t *din = k->arena + s * k->chunk * KQ_GROUP_BYTES;
+			uint8_t *dpk = din + k->chunk * KQ_IN_G;
+			uint8_t *dsc = dpk + k->chunk * KQ_PK_G;
+			uint8_t *hpk = k->stage[s] + k->stage_groups * KQ_IN_G;
+			uint8_t *hsc = hpk + k->stage_groups * KQ_PK_G;
+			KQ_CK("event wait", cudaEventSynchronize(k->ev[s]));
+			flush(k, s, &pend[s], m);
+			memcpy(k->stage[s], (const uint8_t *)m[i].w + g0 * KQ_IN_G, cg * KQ_IN_G);
+			KQ_CK("copy to device", cudaMemcpyAsync(din, k->stage[s], cg * KQ_IN_G,
+			                                        cudaMemcpyHostToDevice, k->st[s]));
+			kq_launch_quant(r, din, cg, gs, dpk, dsc, k->st[s]);
+			KQ_CK("quantize kernel", cudaGetLastError());
+			KQ_CK("copy to host", cudaMemcpyAsync(hpk, dpk, cg * KQ_PK_G,
+			                                      cudaMemcpyDeviceToHost, k->st[s]));
+			KQ_CK("copy to host", cudaMemcpyAsync(hsc, dsc, cg, cudaMemcpyDeviceToHost,
+			                                      k->st[s]));
+			KQ_CK("event record", cudaEventRecord(k->ev[s], k->st[s]));
+			pend[s].mod = i;
+			pend[s].g0 = g0;
+			pend[s].groups = cg;
+		}
+	}
+	for (int s = 0; s < 2; s++) {
+		KQ_CK("copy to host", cudaEventSynchronize(k->ev[s]));
+		flush(k, s, &pend[s], m);
+	}
+	return 0;
+fail:
+	return rc;
+}
+
+int kq_quantize_job(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod *m, int n,
+                    float *gs, int *bad_module, char *msg, size_t msglen)
+{
+	struct kq_mod *mods = NULL;
+	size_t resident_bytes = 0, max_groups = 0;
+	int resident, rc = 0;
+
+	if (!k)
+		return kq_fail(msg, msglen, -ENODEV, "no CUDA context");
+	if (n <= 0 || (unsigned)r >= RQ_RECIPE_COUNT || !m)
+		return kq_fail(msg, msglen, -EINVAL, "bad job (%d modules, recipe %d)", n, (int)r);
+	for (int i = 0; i < n; i++) {
+		size_t e;
+		if (m[i].cols % 16 != 0 || m[i].cols == 0 ||
+		    __builtin_mul_overflow(m[i].rows, m[i].cols, &e) || e > (SIZE_MAX >> 6)) {
+			if (bad_module)
+				*bad_module = i;
+			return kq_fail(msg, msglen, -EINVAL,
+			               "module %d: shape [%zu, %zu] (columns must be a positive "
+			               "multiple of 16)", i, m[i].rows, m[i].cols);
+		}
+	}
+	mods = (struct kq_mod *)calloc((size_t)n, sizeof *mods);
+	if (!mods)
+		return kq_fail(msg, msglen, -ENOMEM, "out of memory");
+	for (int i = 0; i < n; i++) {
+		mods[i].groups = kq_groups(&m[i]);
+		resident_bytes += align256(mods[i].groups * KQ_IN_G) +
+		                  align256(mods[i].groups * KQ_PK_G) + align256(mods[i].groups);
+		if (mods[i].groups > max_groups)
+			max_groups = mods[i].groups;
+	}
+	KQ_CK("cudaSetDevice", cudaSetDevice(k->dev));
+	resident = resident_bytes <= k->mem_limit;
+	rc = arena_need(k, resident ? resident_bytes : 2 * k->chunk * KQ_GROUP_BYTES, msg, msglen);
+	if (rc < 0)
+		goto out;
+	rc = stage_need(k, max_groups, msg, msglen);
+	if (rc < 0)
+		goto out;
+	rc = kq_amax_need(k, n, msg, msglen);
+	if (rc < 0)
+		goto out;
+	if (resident) {
+		uint8_t *p = k->arena;
+		for (int i = 0; i < n; i++) {
+			mods[i].din = p;
+			p += align256(mods[i].groups * KQ_IN_G);
+			mods[i].dpk = p;
+			p += align256(mods[i].groups * KQ_PK_G);
+			mods[i].dsc = p;
+			p += align256(mods[i].groups);
+		}
+	}
+
+	rc = step_absmax(k, r, m, n, mods, resident, msg, msglen);
+	if (rc < 0)
+		goto out;
+	if (k->hres->bad >= 0) {
+		if (bad_module)
+			*bad_module = k->hres->bad;
+		rc = kq_fail(msg, msglen, -EDOM, "module %d: NaN or Inf in the weights",
+		             k->hres->bad);
+		goto out;
+	}
+	if (resident)
+		rc = step_quant_resident(k, r, k->hres->gs, m, n, mods, msg, msglen);
+	else
+		rc = step_quant_stream(k, r, k->hres->gs, m, n, mods, msg, msglen);
+	if (rc < 0)
+		goto out;
+	if (gs)
+		*gs = k->hres->gs;
+	goto out;
+fail:
+out:
+	if (rc == -EIO) {                      /* leave no copy in flight on our buffers */
+		cudaStreamSynchronize(k->st[0]);
+		cudaStreamSynchronize(k->st[1]);
+		cudaGetLastError();
+	}
+	free(mods);
+	return rc;
+}
+
+int kq_global_scales(struct kq_ctx *k, enum rq_recipe r, const uint16_t *amax, size_t n,
+                     float *gs, char *msg, size_t msglen)
+{
+	uint16_t *da = NULL;
+	float *dg = NULL;
+	int rc = 0;
+	if (!k)
+		return kq_fail(msg, msglen, -ENODEV, "no CUDA context");
+	if ((unsigned)r >= RQ_RECIPE_COUNT)
+		return kq_fail(msg, msglen, -EINVAL, "bad recipe %d", (int)r);
+	if (!n)
+		return 0;
+	KQ_CK("cudaSetDevice", cudaSetDevice(k->dev));
+	KQ_CK("cudaMalloc", cudaMalloc((void **)&da, n * sizeof *da));
+	KQ_CK("cudaMalloc", cudaMalloc((void **)&dg, n * sizeof *dg));
+	KQ_CK("copy to device", cudaMemcpy(da, amax, n * sizeof *da, cudaMemcpyHostToDevice));
+	k_gs_batch<<<(unsigned)((n + 255) / 256), 256>>>((int)r, da, n, dg);
+	KQ_CK("scale kernel", cudaGetLastError());
+	KQ_CK("copy to host", cudaMemcpy(gs, dg, n * sizeof *dg, cudaMemcpyDeviceToHost));
+fail:
+	cudaFree(da);
+	cudaFree(dg);
+	return rc;
+}

@@ -1,0 +1,680 @@
+/* test_cache.c — the on-disk cache against real files: round trips, misses,
+ * corrupted/truncated/misnamed entries, concurrent writers (processes and
+ * threads), LRU eviction across handles, a full disk (a tiny tmpfs), an
+ * unwritable directory, and cleanup of crashed writers' temp files. */
+#include "base/err.h"
+#include "cache/cache.h"
+#include "tests/tap.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define SKIP(...) do { \
+	printf("ok %d - ", ++tap_n); \
+	printf(__VA_ARGS__); \
+	printf("\n"); \
+} while (0)
+
+static char root[PATH_MAX];
+
+/* snprintf that fails the whole test program rather than truncate a path. */
+static int pathf(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int pathf(char *out, size_t n, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int r = vsnprintf(out, n, fmt, ap);
+	va_end(ap);
+	if (r < 0 || (size_t)r >= n) {
+		printf("Bail out! path too long: %s\n", fmt);
+		exit(1);
+	}
+	return r;
+}
+
+static void fill(uint8_t *p, size_t n, uint64_t seed)
+{
+	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		p[i] = (uint8_t)x;
+	}
+}
+
+static struct rq_cache_key key(const char *tag, int i)
+{
+	char d[64];
+	struct rq_cache_key k;
+	int n = pathf(d, sizeof d, "%s-%d", tag, i);
+	rq_cache_key_of(d, (size_t)n, &k);
+	return k;
+}
+
+static void entry_path(const char *dir, const struct rq_cache_key *k, char *out)
+{
+	char h[33];
+	rq_cache_key_hex(k, h);
+	pathf(out, PATH_MAX, "%s/%.2s/%s.rqc", dir, h, h);
+}
+
+static int exists(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0;
+}
+
+static long long fsize(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+/* Files under dir (two levels) whose name contains `part`. */
+static int count_named(const char *dir, const char *part)
+{
+	int n = 0;
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.' && (!de->d_name[1] || !strcmp(de->d_name, "..")))
+			continue;
+		char p[PATH_MAX];
+		pathf(p, sizeof p, "%s/%s", dir, de->d_name);
+		if (strstr(de->d_name, part))
+			n++;
+		struct stat st;
+		if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+			n += count_named(p, part);
+	}
+	closedir(d);
+	return n;
+}
+
+static struct rq_cache *open_at(const char *dir, uint64_t max)
+{
+	struct rq_cache_opts o = { .dir = dir, .max_bytes = max };
+	struct rq_cache *c = NULL;
+	struct rq_err e = { 0 };
+	if (rq_cache_open(&o, &c, &e) < 0) {
+		printf("# open %s: %s\n", dir, e.msg);
+		return NULL;
+	}
+	return c;
+}
+
+static void subdir(const char *name, char *out)
+{
+	pathf(out, PATH_MAX, "%s/%s", root, name);
+}
+
+/* Test set-up steps that must work, or the program bails out. */
+static void must(int ok, const char *what)
+{
+	if (!ok) {
+		printf("Bail out! %s: %s\n", what, strerror(errno));
+		exit(1);
+	}
+}
+
+/* Rewrites one byte of a file in place; keep_mtime restores the old mtime. */
+static void flip(const char *p, off_t off, int keep_mtime)
+{
+	struct stat st;
+	stat(p, &st);
+	int fd = open(p, O_RDWR);
+	uint8_t b;
+	must(pread(fd, &b, 1, off) == 1, "pread");
+	b ^= 0x40;
+	must(pwrite(fd, &b, 1, off) == 1, "pwrite");
+	if (keep_mtime) {
+		struct timespec ts[2] = { st.st_atim, st.st_mtim };
+		futimens(fd, ts);
+	}
+	close(fd);
+}
+
+static void test_keys(void)
+{
+	const char d[] = "recipe=fp32;v=1;tensor=model.layers.0.mlp.up_proj.weight";
+	struct rq_cache_key k, k2;
+	rq_cache_key_of(d, sizeof d - 1, &k);
+	XXH128_canonical_t c;
+	XXH128_canonicalFromHash(&c, XXH3_128bits(d, sizeof d - 1));
+	TAP_OK(!memcmp(k.b, c.digest, 16), "key is XXH3-128 of the descriptor (canonical bytes)");
+	char h[33];
+	rq_cache_key_hex(&k, h);
+	int hexok = strlen(h) == 32;
+	for (int i = 0; i < 32; i++)
+		hexok &= (h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'f');
+	TAP_OK(hexok, "key hex is 32 lowercase digits (%s)", h);
+	rq_cache_key_of(d, sizeof d - 2, &k2);
+	TAP_OK(memcmp(k.b, k2.b, 16), "a different descriptor gives a different key");
+}
+
+static void test_round_trip(void)
+{
+	char dir[PATH_MAX], p[PATH_MAX];
+	subdir("rt/a/b", dir);
+	struct rq_cache *c = open_at(dir, 0);
+	TAP_OK(c != NULL, "open creates a nested directory");
+	if (!c)
+		return;
+	pathf(p, sizeof p, "%s/CACHEDIR.TAG", dir);
+	TAP_OK(exists(p), "CACHEDIR.TAG written");
+
+	size_t n = (1 << 20) + 3;
+	uint8_t *a = malloc(n), *b = malloc(n);
+	fill(a, n, 1);
+	struct rq_cache_key k = key("rt", 0);
+	struct rq_err e = { 0 };
+	TAP_OK(rq_cache_put(c, &k, a, n, &e) == 0, "put 1 MiB + 3 (%s)", e.msg);
+	entry_path(dir, &k, p);
+	TAP_OK(fsize(p) == (long long)n + 80, "entry file is payload + 80 bytes (%lld)", fsize(p));
+	TAP_OK(count_named(dir, ".tmp.") == 0, "no temp file left after put");
+	memset(b, 0, n);
+	TAP_OK(rq_cache_get(c, &k, n, b, &e) == 0 && !memcmp(a, b, n), "get returns the same bytes");
+	int fd = -1;
+	uint64_t off = 0;
+	TAP_OK(rq_cache_lookup(c, &k, n, &fd, &off, &e) == 0 && off == 64, "lookup: fd and offset 64");
+	memset(b, 0, n);
+	TAP_OK(fd >= 0 && pread(fd, b, n, (off_t)off) == (ssize_t)n && !memcmp(a, b, n),
+	       "pread through the returned fd reads the payload");
+	if (fd >= 0)
+		close(fd);
+
+	struct rq_cache_key miss = key("rt", 1);
+	strcpy(e.msg, "stale");
+	TAP_OK(rq_cache_lookup(c, &miss, n, &fd, &off, &e) == -ENOENT && !e.msg[0],
+	       "an absent key is a plain miss (-ENOENT, no message)");
+	struct rq_cache_key z = key("rt", 2);
+	TAP_OK(rq_cache_put(c, &z, a, 0, &e) == 0 && rq_cache_get(c, &z, 0, b, &e) == 0,
+	       "an empty payload round-trips");
+	struct rq_cache_stats s;
+	rq_cache_get_stats(c, &s);
+	TAP_OK(s.entries == 2 && s.bytes == n && s.hits == 3 && s.misses == 1 && s.corrupt == 0,
+	       "stats: entries %llu bytes %llu hits %llu misses %llu", (unsigned long long)s.entries,
+	       (unsigned long long)s.bytes, (unsigned long long)s.hits, (unsigned long long)s.misses);
+	rq_cache_close(c);
+
+	c = open_at(dir, 0);
+	rq_cache_get_stats(c, &s);
+	TAP_OK(s.entries == 2 && s.bytes == n, "a new handle learns entries and bytes by scanning");
+	memset(b, 0, n);
+	TAP_OK(rq_cache_get(c, &k, n, b, &e) == 0 && !memcmp(a, b, n), "a new handle verifies and hits");
+
+	/* A verified identity is trusted: in-place damage that keeps the mtime is
+	 * not seen by this handle (no re-read), but is by the next mount. */
+	flip(p, 64 + 1000, 1);
+	TAP_OK(rq_cache_get(c, &k, n, b, &e) == 0, "verified entry with unchanged identity: no re-read");
+	struct rq_cache *c2 = open_at(dir, 0);
+	TAP_OK(rq_cache_get(c2, &k, n, b, &e) == -ENOENT && strstr(e.msg, "checksum") &&
+	       strstr(e.msg, p), "the next handle re-verifies and finds it: %s", e.msg);
+	rq_cache_get_stats(c2, &s);
+	TAP_OK(s.corrupt == 1 && !exists(p), "corrupt entry counted and deleted");
+	TAP_OK(rq_cache_put(c2, &k, a, n, &e) == 0 && rq_cache_get(c, &k, n, b, &e) == 0 &&
+	       !memcmp(a, b, n), "after a re-put the first handle re-verifies the new file");
+	rq_cache_close(c2);
+	rq_cache_close(c);
+	free(a);
+	free(b);
+}
+
+/* Damages the entry of k with `how`, then expects a fresh handle's lookup to
+ * miss with a message, count it corrupt, delete it, and a re-put to work. */
+static void corrupt_case(const char *dir, int i, const char *what, void (*how)(const char *p),
+                         uint64_t ask_delta, const char *expect)
+{
+	size_t n = 200000;
+	uint8_t *a = malloc(n), *b = malloc(n + 1);
+	fill(a, n, 100 + i);
+	struct rq_cache_key k = key("bad", i);
+	struct rq_err e = { 0 };
+	char p[PATH_MAX];
+	struct rq_cache *c = open_at(dir, 0);
+	rq_cache_put(c, &k, a, n, &e);
+	rq_cache_close(c);
+	entry_path(dir, &k, p);
+	if (how)
+		how(p);
+	c = open_at(dir, 0);
+	int r = rq_cache_get(c, &k, n + ask_delta, b, &e);
+	struct rq_cache_stats s;
+	rq_cache_get_stats(c, &s);
+	TAP_OK(r == -ENOENT && s.corrupt == 1 && s.misses == 1 && strstr(e.msg, expect),
+	       "%s: a miss, counted corrupt (r=%d, msg: %s)", what, r, e.msg);
+	TAP_OK(!exists(p), "%s: entry deleted", what);
+	memset(b, 0, n);
+	TAP_OK(rq_cache_put(c, &k, a, n, &e) == 0 && rq_cache_get(c, &k, n, b, &e) == 0 &&
+	       !memcmp(a, b, n), "%s: put again and get works", what);
+	rq_cache_close(c);
+	free(a);
+	free(b);
+}
+
+static void flip_payload(const char *p) { flip(p, 64 + 12345, 0); }
+static void flip_key(const char *p) { flip(p, 20, 0); }
+static void flip_sum(const char *p) { flip(p, fsize(p) - 3, 0); }
+static void truncate_half(const char *p) { must(truncate(p, fsize(p) / 2) == 0, "truncate"); }
+static void truncate_tiny(const char *p) { must(truncate(p, 10) == 0, "truncate"); }
+static void append_byte(const char *p) { must(truncate(p, fsize(p) + 1) == 0, "truncate"); }
+
+static void test_corruption(void)
+{
+	char dir[PATH_MAX];
+	subdir("bad", dir);
+	corrupt_case(dir, 0, "flipped payload byte", flip_payload, 0, "checksum");
+	corrupt_case(dir, 1, "flipped header byte", flip_key, 0, "header");
+	corrupt_case(dir, 2, "flipped checksum byte", flip_sum, 0, "checksum");
+	corrupt_case(dir, 3, "truncated to half", truncate_half, 0, "truncated");
+	corrupt_case(dir, 4, "truncated to 10 bytes", truncate_tiny, 0, "truncated");
+	corrupt_case(dir, 5, "one byte appended", append_byte, 0, "header says");
+	corrupt_case(dir, 6, "wrong-size request", NULL, 1, "expected");
+
+	/* An entry file under another key's name. */
+	struct rq_cache *c = open_at(dir, 0);
+	struct rq_cache_key ka = key("mis", 0), kb = key("mis", 1);
+	uint8_t buf[4096], out[4096];
+	fill(buf, sizeof buf, 7);
+	struct rq_err e = { 0 };
+	rq_cache_put(c, &ka, buf, sizeof buf, &e);
+	char pa[PATH_MAX], pb[PATH_MAX], cmd[3 * PATH_MAX];
+	entry_path(dir, &ka, pa);
+	entry_path(dir, &kb, pb);
+	pathf(cmd, sizeof cmd, "mkdir -p $(dirname %s) && cp %s %s", pb, pa, pb);
+	TAP_OK(system(cmd) == 0, "copied an entry under another key's name");
+	TAP_OK(rq_cache_get(c, &kb, sizeof buf, out, &e) == -ENOENT && strstr(e.msg, "another key") &&
+	       !exists(pb), "misnamed entry: a miss, deleted (%s)", e.msg);
+
+	/* A foreign format version: a miss, but left for its owner. */
+	int fd = open(pa, O_RDWR);
+	uint8_t h[64];
+	must(pread(fd, h, 64, 0) == 64, "pread");
+	h[8] = 2;
+	uint64_t hs = XXH3_64bits(h, 56);
+	for (int i = 0; i < 8; i++)
+		h[56 + i] = (uint8_t)(hs >> (8 * i));
+	must(pwrite(fd, h, 64, 0) == 64, "pwrite");
+	close(fd);
+	struct rq_cache *c2 = open_at(dir, 0);
+	struct rq_cache_stats s;
+	int r = rq_cache_get(c2, &ka, sizeof buf, out, &e);
+	rq_cache_get_stats(c2, &s);
+	TAP_OK(r == -ENOENT && s.corrupt == 0 && exists(pa) && strstr(e.msg, "version 2"),
+	       "foreign format version: a miss, not deleted (%s)", e.msg);
+	TAP_OK(rq_cache_put(c2, &ka, buf, sizeof buf, &e) == 0 &&
+	       rq_cache_get(c2, &ka, sizeof buf, out, &e) == 0 && !memcmp(buf, out, sizeof buf),
+	       "a put replaces the foreign entry");
+
+	/* Removed behind our back. */
+	rq_cache_get_stats(c2, &s);
+	uint64_t before = s.entries;
+	unlink(pa);
+	r = rq_cache_get(c2, &ka, sizeof buf, out, &e);
+	rq_cache_get_stats(c2, &s);
+	TAP_OK(r == -ENOENT && s.corrupt == 0 && s.entries == before - 1,
+	       "entry removed by someone else: a plain miss, forgotten (entries %llu)",
+	       (unsigned long long)s.entries);
+	rq_cache_close(c2);
+	rq_cache_close(c);
+}
+
+/* Payload of key i in the concurrency tests: a function of the key only. */
+static size_t conc_size(int i) { return 20000 + (size_t)i * 7919; }
+
+static int child_work(const char *dir, int id)
+{
+	struct rq_cache *c = open_at(dir, 0);
+	if (!c)
+		return 1;
+	int bad = 0;
+	uint8_t *a = malloc(200000), *b = malloc(200000);
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < 12; i++) {
+			/* keys 0..7 shared by every child, 8..11 this child's own */
+			int kid = i < 8 ? i : 100 * (id + 1) + i;
+			struct rq_cache_key k = key("conc", kid);
+			size_t n = conc_size(i);
+			struct rq_err e = { 0 };
+			int r = rq_cache_get(c, &k, n, b, &e);
+			fill(a, n, (uint64_t)kid);
+			if (r == 0 && memcmp(a, b, n))
+				bad++;   /* a hit must never return wrong bytes */
+			if (r != 0 && r != -ENOENT)
+				bad++;
+			if (rq_cache_put(c, &k, a, n, &e) < 0) {
+				fprintf(stderr, "child %d: %s\n", id, e.msg);
+				bad++;
+			}
+		}
+	}
+	struct rq_cache_stats s;
+	rq_cache_get_stats(c, &s);
+	if (s.corrupt)
+		bad++;
+	rq_cache_close(c);
+	free(a);
+	free(b);
+	return bad;
+}
+
+static void test_processes(void)
+{
+	char dir[PATH_MAX];
+	subdir("conc", dir);
+	enum { NCHILD = 4 };
+	pid_t pids[NCHILD];
+	for (int i = 0; i < NCHILD; i++) {
+		pids[i] = fork();
+		if (pids[i] == 0)
+			_exit(child_work(dir, i));
+	}
+	int allok = 1;
+	for (int i = 0; i < NCHILD; i++) {
+		int st;
+		waitpid(pids[i], &st, 0);
+		allok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	}
+	TAP_OK(allok, "%d processes put/get shared and own keys: no error, no wrong byte", NCHILD);
+	struct rq_cache *c = open_at(dir, 0);
+	int good = 0, total = 0;
+	uint8_t *a = malloc(200000), *b = malloc(200000);
+	for (int id = -1; id < NCHILD; id++) {
+		for (int i = id < 0 ? 0 : 8; i < (id < 0 ? 8 : 12); i++) {
+			int kid = id < 0 ? i : 100 * (id + 1) + i;
+			struct rq_cache_key k = key("conc", kid);
+			size_t n = conc_size(i);
+			struct rq_err e = { 0 };
+			fill(a, n, (uint64_t)kid);
+			total++;
+			good += rq_cache_get(c, &k, n, b, &e) == 0 && !memcmp(a, b, n);
+		}
+	}
+	struct rq_cache_stats s;
+	rq_cache_get_stats(c, &s);
+	TAP_OK(good == total && s.entries == (uint64_t)total && s.corrupt == 0,
+	       "all %d entries valid afterwards (%d good, %llu on disk)", total, good,
+	       (unsigned long long)s.entries);
+	TAP_OK(count_named(dir, ".tmp.") == 0, "no temp file left by concurrent writers");
+	rq_cache_close(c);
+	free(a);
+	free(b);
+}
+
+struct thr {
+	struct rq_cache *c;
+	int id, bad;
+};
+
+static void *thread_work(void *arg)
+{
+	struct thr *t = arg;
+	uint8_t a[6000], b[6000];
+	for (int it = 0; it < 200; it++) {
+		int i = (it * 7 + t->id) % 16;
+		struct rq_cache_key k = key("thr", i);
+		size_t n = 1000 + (size_t)i * 300;
+		struct rq_err e = { 0 };
+		fill(a, n, (uint64_t)i);
+		int r = rq_cache_get(t->c, &k, n, b, &e);
+		if ((r == 0 && memcmp(a, b, n)) || (r != 0 && r != -ENOENT))
+			t->bad++;
+		if (r != 0 && rq_cache_put(t->c, &k, a, n, &e) < 0)
+			t->bad++;
+	}
+	return NULL;
+}
+
+static void test_threads(void)
+{
+	char dir[PATH_MAX];
+	subdir("thr", dir);
+	struct rq_cache *c = open_at(dir, 40000);   /* small: eviction runs concurrently too */
+	struct thr t[4];
+	pthread_t th[4];
+	for (int i = 0; i < 4; i++) {
+		t[i] = (struct thr){ .c = c, .id = i };
+		pthread_create(&th[i], NULL, thread_work, &t[i]);
+	}
+	int bad = 0;
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		bad += t[i].bad;
+	}
+	struct rq_cache_stats s;
+	rq_cache_get_stats(c, &s);
+	TAP_OK(bad == 0 && s.corrupt == 0 && s.bytes <= 40000 + 6000,
+	       "4 threads on one handle with eviction: %d errors, %llu bytes, %llu evicted", bad,
+	       (unsigned long long)s.bytes, (unsigned long long)s.evicted);
+	rq_cache_close(c);
+}
+
+static void test_lru(void)
+{
+	enum { N = 100000, K = 7 };
+	char dir[PATH_MAX], p[K][PATH_MAX];
+	subdir("lru", dir);
+	uint64_t max = 3 * N + N / 2;   /* room for three entries */
+	uint8_t *a = malloc(N), *b = malloc(N);
+	struct rq_cache_key k[K];
+	struct rq_err e = { 0 };
+	for (int i = 0; i < K; i++) {
+		k[i] = key("lru", i);
+		entry_path(dir, &k[i], p[i]);
+	}
+#define PUT(c, i) (fill(a, N, (uint64_t)(i)), rq_cache_put((c), &k[i], a, N, &e))
+	struct rq_cache *c = open_at(dir, max);
+	PUT(c, 0);
+	PUT(c, 1);
+	PUT(c, 2);
+	TAP_OK(rq_cache_get(c, &k[0], N, b, &e) == 0, "A used after B and C were put");
+	PUT(c, 3);
+	struct rq_cache_stats s;
+	rq_cache_get_stats(c, &s);
+	TAP_OK(exists(p[0]) && !exists(p[1]) && exists(p[2]) && exists(p[3]) && s.evicted == 1 &&
+	       s.bytes <= max, "put D over the limit evicts B, the least recently used");
+	rq_cache_close(c);
+
+	/* A new handle learns the order from the files' atimes. */
+	c = open_at(dir, max);
+	PUT(c, 4);
+	TAP_OK(exists(p[0]) && !exists(p[2]) && exists(p[3]) && exists(p[4]),
+	       "a new handle keeps the order: put E evicts C");
+	/* Another handle (process) uses A: our eviction must notice. */
+	struct rq_cache *c2 = open_at(dir, 0);
+	TAP_OK(rq_cache_get(c2, &k[0], N, b, &e) == 0, "another handle uses A");
+	PUT(c, 5);
+	TAP_OK(exists(p[0]) && !exists(p[3]) && exists(p[4]) && exists(p[5]),
+	       "put F evicts D, not A which the other handle used");
+	rq_cache_close(c2);
+	/* Someone removes E behind our back: forgotten, not counted as evicted. */
+	unlink(p[4]);
+	PUT(c, 6);
+	rq_cache_get_stats(c, &s);
+	TAP_OK(exists(p[0]) && exists(p[5]) && exists(p[6]) && s.evicted == 2 && s.entries == 3 &&
+	       s.bytes == 3 * N, "put G after E vanished: nothing else evicted (evicted %llu, "
+	       "entries %llu)", (unsigned long long)s.evicted, (unsigned long long)s.entries);
+	rq_cache_close(c);
+#undef PUT
+
+	c = open_at(dir, N + N / 2);
+	rq_cache_get_stats(c, &s);
+	TAP_OK(s.entries == 1 && exists(p[6]) && !exists(p[0]) && !exists(p[5]) && s.evicted == 2,
+	       "opening with a smaller max evicts down to it, youngest kept (%llu entries)",
+	       (unsigned long long)s.entries);
+	rq_cache_close(c);
+	free(a);
+	free(b);
+}
+
+static int try_mount(const char *dir, unsigned long flags, const char *opts, char *why)
+{
+	mkdir(dir, 0755);
+	if (mount("tmpfs", dir, "tmpfs", flags, opts) < 0) {
+		pathf(why, 256, "cannot mount a tmpfs on %s (%s); needs root", dir, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static void test_enospc(void)
+{
+	char mnt[PATH_MAX], dir[PATH_MAX], why[256];
+	subdir("tiny", mnt);
+	if (try_mount(mnt, 0, "size=64k", why) < 0) {
+		SKIP("full disk # SKIP %s", why);
+		return;
+	}
+	pathf(dir, sizeof dir, "%s/cache", mnt);
+	struct rq_cache *c = open_at(dir, 0);
+	TAP_OK(c != NULL, "open a cache on a 64 KiB tmpfs");
+	if (c) {
+		size_t n = 256 * 1024;
+		uint8_t *a = malloc(n), *b = malloc(n);
+		fill(a, n, 9);
+		struct rq_cache_key k = key("big", 0);
+		struct rq_err e = { 0 };
+		char p[PATH_MAX];
+		entry_path(dir, &k, p);
+		int r = rq_cache_put(c, &k, a, n, &e);
+		TAP_OK(r == -ENOSPC && strstr(e.msg, p), "put of 256 KiB: -ENOSPC naming the entry (%s)",
+		       e.msg);
+		TAP_OK(!exists(p) && count_named(dir, ".tmp.") == 0, "no entry and no temp file left");
+		struct rq_cache_stats s;
+		rq_cache_get_stats(c, &s);
+		TAP_OK(s.put_failed == 1 && rq_cache_get(c, &k, n, b, &e) == -ENOENT,
+		       "counted as put_failed; the key is a miss");
+		struct rq_cache_key k2 = key("big", 1);
+		TAP_OK(rq_cache_put(c, &k2, a, 1000, &e) == 0 && rq_cache_get(c, &k2, 1000, b, &e) == 0 &&
+		       !memcmp(a, b, 1000), "a small put still works afterwards");
+		rq_cache_close(c);
+		free(a);
+		free(b);
+	}
+	umount2(mnt, MNT_DETACH);
+}
+
+static void test_unwritable(void)
+{
+	char f[PATH_MAX], dir[PATH_MAX], why[256];
+	struct rq_cache_opts o = { 0 };
+	struct rq_cache *c = NULL;
+	struct rq_err e = { 0 };
+	subdir("afile", f);
+	close(open(f, O_CREAT | O_WRONLY, 0644));
+	pathf(dir, sizeof dir, "%s/sub/cache", f);
+	o.dir = dir;
+	TAP_OK(rq_cache_open(&o, &c, &e) == -ENOTDIR && strstr(e.msg, dir),
+	       "directory under a regular file: -ENOTDIR naming it (%s)", e.msg);
+	o.dir = f;
+	TAP_OK(rq_cache_open(&o, &c, &e) == -ENOTDIR && strstr(e.msg, f) &&
+	       strstr(e.msg, "not a directory"), "a regular file as the directory: %s", e.msg);
+
+	subdir("ro", dir);
+	if (try_mount(dir, MS_RDONLY, "size=64k", why) < 0) {
+		SKIP("read-only directory # SKIP %s", why);
+	} else {
+		o.dir = dir;
+		int r = rq_cache_open(&o, &c, &e);
+		TAP_OK(r == -EROFS && strstr(e.msg, dir) && strstr(e.msg, "not writable"),
+		       "read-only file system: -EROFS naming it (%s)", e.msg);
+		umount2(dir, MNT_DETACH);
+	}
+	if (geteuid() == 0) {
+		SKIP("mode 0555 directory # SKIP root may write anywhere; covered by the read-only mount");
+	} else {
+		subdir("noperm", dir);
+		mkdir(dir, 0555);
+		o.dir = dir;
+		TAP_OK(rq_cache_open(&o, &c, &e) == -EACCES && strstr(e.msg, dir),
+		       "mode 0555 directory: -EACCES naming it (%s)", e.msg);
+	}
+}
+
+static void touch_file(const char *p, int64_t age_s)
+{
+	close(open(p, O_CREAT | O_WRONLY, 0644));
+	struct timespec ts[2];
+	clock_gettime(CLOCK_REALTIME, &ts[0]);
+	ts[0].tv_sec -= age_s;
+	ts[1] = ts[0];
+	utimensat(AT_FDCWD, p, ts, 0);
+}
+
+static void test_stale_tmp(void)
+{
+	char dir[PATH_MAX], sub[PATH_MAX], p[6][PATH_MAX + 80];
+	subdir("stale", dir);
+	pathf(sub, sizeof sub, "%s/ab", dir);
+	mkdir(dir, 0755);
+	mkdir(sub, 0755);
+	pid_t dead = fork();
+	if (dead == 0)
+		_exit(0);
+	waitpid(dead, NULL, 0);
+	const char *h = "ab0123456789abcdef0123456789abcd";
+	pathf(p[0], sizeof p[0], "%s/%s.rqc.tmp.%d.0", sub, h, (int)dead);       /* dead, 2 min */
+	pathf(p[1], sizeof p[1], "%s/%s.rqc.tmp.%d.1", sub, h, (int)dead);       /* dead, fresh */
+	pathf(p[2], sizeof p[2], "%s/%s.rqc.tmp.%d.2", sub, h, (int)getppid());  /* live, fresh */
+	pathf(p[3], sizeof p[3], "%s/%s.rqc.tmp.%d.3", sub, h, (int)getppid());  /* live, 1 h */
+	pathf(p[4], sizeof p[4], "%s/notes.txt", sub);
+	pathf(p[5], sizeof p[5], "%s/.rqprobe.%d.0", dir, (int)dead);
+	touch_file(p[0], 120);
+	touch_file(p[1], 0);
+	touch_file(p[2], 0);
+	touch_file(p[3], 3600);
+	touch_file(p[4], 3600);
+	touch_file(p[5], 120);
+	struct rq_cache *c = open_at(dir, 0);
+	TAP_OK(!exists(p[0]) && !exists(p[5]), "temp files of a dead writer older than 1 min removed");
+	TAP_OK(exists(p[1]), "a dead writer's fresh temp file is kept for a grace minute");
+	TAP_OK(exists(p[2]), "a live writer's fresh temp file is kept");
+	TAP_OK(!exists(p[3]), "any temp file older than 15 min removed");
+	TAP_OK(exists(p[4]), "unrelated files are left alone");
+	struct rq_cache_stats s;
+	rq_cache_get_stats(c, &s);
+	TAP_OK(s.entries == 0 && s.bytes == 0, "temp files are not entries");
+	rq_cache_close(c);
+}
+
+int main(void)
+{
+	const char *t = getenv("TMPDIR");
+	pathf(root, sizeof root, "%s/rqcache-test.XXXXXX", t && *t ? t : "/tmp");
+	if (!mkdtemp(root))
+		TAP_SKIP_ALL("cannot create a temp directory under %s: %s", t ? t : "/tmp", strerror(errno));
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	test_keys();
+	test_round_trip();
+	test_corruption();
+	test_processes();
+	test_threads();
+	test_lru();
+	test_enospc();
+	test_unwritable();
+	test_stale_tmp();
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("# %.2f s\n", (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+	char cmd[PATH_MAX + 16];
+	pathf(cmd, sizeof cmd, "rm -rf '%s'", root);
+	if (system(cmd) != 0)
+		printf("# could not remove %s\n", root);
+	return tap_done();
+}
