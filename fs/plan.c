@@ -318,6 +318,37 @@ static int calibrate(struct rq_plan *p, const char *calib, struct rq_err *err)
 	return rc;
 }
 
+/* Every shard the SRC index names must be there, before anything else. */
+static int check_index(const struct rq_plan *p, struct rq_err *err)
+{
+	char path[4096], *text;
+	size_t len;
+	snprintf(path, sizeof path, "%s/model.safetensors.index.json", p->src_dir);
+	int rc = rq_read_whole(path, &text, &len);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc)
+		return rq_errf(err, rc, "SRC %s: %s", path, strerror(-rc));
+	cJSON *j = cJSON_ParseWithLength(text, len);
+	free(text);
+	cJSON *wm = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
+	if (!cJSON_IsObject(wm)) {
+		cJSON_Delete(j);
+		return rq_errf(err, -EPROTO, "SRC %s is not a safetensors index (no weight_map)", path);
+	}
+	for (cJSON *e = wm->child; e && !rc; e = e->next) {
+		int found = 0;
+		for (size_t s = 0; s < p->nsrcs && !found && cJSON_IsString(e); s++)
+			found = !strcmp(p->srcs[s].name, e->valuestring);
+		if (!found)
+			rc = rq_errf(err, -ENOENT, "SRC shard %s (holding %s, named by "
+			             "model.safetensors.index.json) is missing from %s; re-download it",
+			             cJSON_IsString(e) ? e->valuestring : "?", e->string, p->src_dir);
+	}
+	cJSON_Delete(j);
+	return rc;
+}
+
 int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_err *err)
 {
 	struct rq_plan *p = calloc(1, sizeof *p);
@@ -339,6 +370,9 @@ int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_
 	if (rc)
 		goto out;
 
+	rc = check_index(p, err);
+	if (rc)
+		goto out;
 	char path[4096];
 	snprintf(path, sizeof path, "%s/config.json", p->src_dir);
 	rc = rq_read_whole(path, &config, &config_len);
