@@ -387,9 +387,9 @@ int rq_cache_get(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size
 		char h[33];
 		rqc_hex(k, h);
 		if (r == 0)
-			r = -EIO;
+			r = -EIO;   /* short: the verified file shrank under us */
 		return rq_errf(err, r, "cannot read cache entry %s/%.2s/%s.rqc: %s", c->dir, h, h,
-		               got < size ? "it shrank while being read" : strerror(-r));
+		               r != -EIO || got >= size ? strerror(-r) : "it shrank while being read");
 	}
 	return 0;
 }
@@ -575,7 +575,7 @@ int rq_cache_open(const struct rq_cache_opts *o, struct rq_cache **out, struct r
 	int pfd = openat(c->dfd, probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (pfd < 0) {
 		r = -errno;
-		rq_errf(err, r, "cache directory %s is not writable: %s (choose another with --cache)",
+		rq_errf(err, r, "cache directory %s is not writable: %s",
 		        o->dir, strerror(-r));
 		goto fail;
 	}

@@ -25,7 +25,7 @@ struct rq_cache_opts {
 };
 
 struct rq_cache_stats {
-	uint64_t entries, bytes;  /* on disk now (this process's view) */
+	uint64_t entries, bytes;  /* on disk now (this process's view); bytes counts payload */
 	uint64_t hits, misses, corrupt, evicted, put_failed;
 };
 
@@ -44,7 +44,10 @@ void rq_cache_key_hex(const struct rq_cache_key *k, char out[33]);
  * key in this process reads the whole entry and checks its checksum (later
  * lookups trust it unless the file changed identity). -ENOENT on a miss;
  * a corrupt/truncated/wrong-size entry is deleted, counted, described in err
- * and reported as -ENOENT too (a miss to rebuild). The caller closes fd. */
+ * and reported as -ENOENT too (a miss to rebuild). The caller closes fd.
+ * On a plain miss err is cleared (empty msg), so `r == -ENOENT && err.msg[0]`
+ * means "a bad entry was dropped: log it". Other -errno: the entry could not
+ * be read (err says why). A hit marks the entry most recently used. */
 int rq_cache_lookup(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size,
                     int *fd, uint64_t *payload_off, struct rq_err *err);
 

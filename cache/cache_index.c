@@ -398,6 +398,44 @@ void rqc_merge(struct rq_cache *c, const struct rqc_found *f, size_t n, int64_t 
 	c->last_scan = scan_start;
 }
 
+/* Picks up to `max` victims, oldest first, and drops them from the index
+ * (so no other thread picks them too). mu held. */
+static size_t pick_victims(struct rq_cache *c, const struct rq_cache_key *keep,
+                           struct rq_cache_key *out, size_t max)
+{
+	size_t n = 0;
+	/* An entry moves only when someone touched it since we last looked; the
+	 * bound only guards against a directory being hammered meanwhile. */
+	size_t budget = 2 * c->n + 16;
+	struct rqc_ent *v = c->oldest;
+	while (c->bytes > c->max_bytes && v && n < max && budget--) {
+		struct rqc_ent *nx = v->younger;
+		if (!memcmp(v->key.b, keep->b, 16)) {
+			v = nx;
+			continue;
+		}
+		char rel[RQC_REL_MAX];
+		rqc_rel_path(&v->key, rel);
+		struct stat st;
+		if (fstatat(c->dfd, rel, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno == ENOENT)
+				rqc_del(c, v);   /* someone else removed it: not ours to count */
+			v = nx;
+			continue;
+		}
+		int64_t at = ts_ns(st.st_atim);
+		if (at > v->last_use) {
+			rqc_use(c, v, at);       /* used by another process since */
+			v = nx;
+			continue;
+		}
+		out[n++] = v->key;
+		rqc_del(c, v);
+		v = nx;
+	}
+	return n;
+}
+
 void rqc_evict(struct rq_cache *c, const struct rq_cache_key *keep)
 {
 	pthread_mutex_lock(&c->mu);
@@ -416,42 +454,24 @@ void rqc_evict(struct rq_cache *c, const struct rq_cache_key *keep)
 			rqc_merge(c, f, n, now);
 		free(f);
 	}
-	/* Each entry can be moved at most once per touch by someone else; the
-	 * bound only guards against a directory being hammered meanwhile. */
-	size_t budget = 2 * c->n + 16;
-	struct rqc_ent *v = c->oldest;
-	while (c->bytes > c->max_bytes && v && budget--) {
-		if (!memcmp(v->key.b, keep->b, 16)) {
-			v = v->younger;
-			continue;
+	/* Unlinking a large file can take a while: do it without the lock, in
+	 * batches. A file we fail to unlink (EACCES...) is forgotten until the
+	 * next scan. */
+	for (;;) {
+		struct rq_cache_key vict[64];
+		size_t n = pick_victims(c, keep, vict, 64);
+		bool more = n == 64 && c->bytes > c->max_bytes;
+		pthread_mutex_unlock(&c->mu);
+		uint64_t gone = 0;
+		for (size_t i = 0; i < n; i++) {
+			char rel[RQC_REL_MAX];
+			rqc_rel_path(&vict[i], rel);
+			gone += unlinkat(c->dfd, rel, 0) == 0;
 		}
-		char rel[RQC_REL_MAX];
-		rqc_rel_path(&v->key, rel);
-		struct stat st;
-		if (fstatat(c->dfd, rel, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			struct rqc_ent *nx = v->younger;
-			if (errno == ENOENT)
-				rqc_del(c, v);   /* someone else removed it: not ours to count */
-			v = nx;
-			continue;
-		}
-		int64_t at = ts_ns(st.st_atim);
-		if (at > v->last_use) {
-			/* Used by another process since we last looked. */
-			struct rqc_ent *nx = v->younger;
-			rqc_use(c, v, at);
-			v = nx;
-			continue;
-		}
-		struct rqc_ent *nx = v->younger;
-		if (unlinkat(c->dfd, rel, 0) == 0) {
-			c->st.evicted++;
-			rqc_del(c, v);
-		} else if (errno == ENOENT) {
-			rqc_del(c, v);
-		}
-		/* else (EACCES, EROFS...): leave it and try the next one. */
-		v = nx;
+		pthread_mutex_lock(&c->mu);
+		c->st.evicted += gone;
+		if (!more)
+			break;
 	}
 	pthread_mutex_unlock(&c->mu);
 }

@@ -42,7 +42,7 @@ static int get_num(const cJSON *o, const char *k, int required, double def, doub
 static int get_int(const cJSON *o, const char *k, int required, long def, long lo, long hi,
                    long *out, const char *path, struct rq_err *err)
 {
-	double d;
+	double d = 0;
 	int rc = get_num(o, k, required, (double)def, &d, path, err);
 	if (rc)
 		return rc;
@@ -91,7 +91,7 @@ static int rope_init(struct lg_rope *r, const cJSON *p, const cJSON *top, const 
                      int head_dim, long max_pos, const char *what, const char *path,
                      struct rq_err *err)
 {
-	double theta, prf, d;
+	double theta = 0, prf = 0, d = 0;
 	int rc;
 	memset(r, 0, sizeof *r);
 	const char *type = get_str(p, "rope_type");
@@ -115,15 +115,15 @@ static int rope_init(struct lg_rope *r, const cJSON *p, const cJSON *top, const 
 		return rq_errf(err, -EINVAL, "%s: %s rope_theta %g / partial_rotary_factor %g out of range",
 		               path, what, theta, prf);
 	int dim = (int)(head_dim * prf);
-	if (dim < 2 || dim % 2 || dim / 2 > (int)(sizeof r->inv_freq / sizeof r->inv_freq[0]))
-		return rq_errf(err, -EINVAL, "%s: %s rotary dim %d (head_dim %d x %g) must be even and <= 512",
-		               path, what, dim, head_dim, prf);
+	if (dim < 2 || dim % 2 || dim / 2 > LG_ROPE_MAX)
+		return rq_errf(err, -EINVAL, "%s: %s rotary dim %d (head_dim %d x %g) must be even and <= %d",
+		               path, what, dim, head_dim, prf, 2 * LG_ROPE_MAX);
 	r->rot_dim = dim;
 	r->theta = theta;
 	r->attn_scale = 1.0f;
 	int half = dim / 2;
 	/* pos_freqs = base ** (arange(0, dim, 2, float32) / dim), in float32 */
-	float pos_freq[256];
+	float pos_freq[LG_ROPE_MAX];
 	for (int i = 0; i < half; i++) {
 		float e = (float)(2 * i) / (float)dim;
 		pos_freq[i] = (float)pow(theta, (double)e);
@@ -134,7 +134,8 @@ static int rope_init(struct lg_rope *r, const cJSON *p, const cJSON *top, const 
 		return 0;
 	}
 	/* YaRN (_compute_yarn_parameters) */
-	double factor, attn_factor = 0, mscale, mscale_all, beta_fast, beta_slow, omax;
+	double factor = 0, attn_factor = 0, mscale = 0, mscale_all = 0, beta_fast = 0, beta_slow = 0;
+	double omax = 0;
 	if ((rc = get_num(p, "factor", 1, 0, &factor, path, err)) ||
 	    (rc = get_num(p, "mscale", 0, 0, &mscale, path, err)) ||
 	    (rc = get_num(p, "mscale_all_dim", 0, 0, &mscale_all, path, err)) ||
@@ -198,10 +199,14 @@ static int check_quant(const cJSON *q, const char *path, struct rq_err *err)
 		return rq_errf(err, -ENOTSUP, "%s: quantization_config.quant_method \"%s\" is not supported "
 		               "(compressed-tensors NVFP4 only)", path, qm);
 	static const char *const refused[] = {"transform_config", "transforms", "rotations"};
-	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-		if (key(q, refused[i]))
+	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+		const cJSON *t = key(q, refused[i]);
+		/* compressed-tensors writes "transform_config": {} when there is none */
+		if (t && !((cJSON_IsObject(t) || cJSON_IsArray(t)) && !cJSON_GetArraySize(t)) &&
+		    !cJSON_IsFalse(t))
 			return rq_errf(err, -ENOTSUP, "%s: quantization_config.%s (a transform/rotation) is not "
 			               "supported by this engine", path, refused[i]);
+	}
 	const char *top_fmt = get_str(q, "format");
 	const cJSON *groups = key(q, "config_groups"), *g;
 	cJSON_ArrayForEach(g, groups) {
@@ -325,9 +330,9 @@ int lg_config_parse(const char *json, const char *path, struct lg_config *out,
 	memset(&c, 0, sizeof c);
 	enum lg_attn_type *types = NULL;
 	int *heads = NULL, *moe = NULL;
-	long v;
-	double d;
-	int rc, b;
+	long v = 0;
+	double d = 0;
+	int rc, b = 0;
 	cJSON *root = cJSON_Parse(json);
 	if (!root || !cJSON_IsObject(root)) {
 		rc = rq_errf(err, -EINVAL, "%s: not a JSON object", path);
@@ -553,8 +558,8 @@ int lg_gen_parse(const char *json, const struct lg_config *cfg, struct lg_gen_de
 		cJSON_Delete(root);
 		return rq_errf(err, -EINVAL, "%s: not a JSON object", path);
 	}
-	double d;
-	long v;
+	double d = 0;
+	long v = 0;
 	if ((rc = get_bool(root, "do_sample", 0, &g.do_sample, path, err)))
 		goto out;
 	if ((rc = get_num(root, "temperature", 0, 1.0, &d, path, err)))

@@ -43,12 +43,14 @@ size_t lg_linear_bytes(const struct lg_linear *l);
 
 enum lg_attn_type { LG_FULL = 0, LG_SLIDING = 1 };
 
+#define LG_ROPE_MAX 128            /* most rotary frequencies (rot_dim / 2) */
+
 /* Rotary embedding of one layer type, computed like transformers'
  * rope init functions ('default', 'yarn'). */
 struct lg_rope {
 	int rot_dim;               /* rotated dims: int(head_dim · partial_rotary_factor), even */
 	float attn_scale;          /* multiplies cos and sin (YaRN attention_factor; 1 for default) */
-	float inv_freq[256];       /* [rot_dim/2] radians per position */
+	float inv_freq[LG_ROPE_MAX]; /* [rot_dim/2] radians per position */
 	char type[16];             /* "default" or "yarn" */
 	double theta;              /* rope_theta */
 };

@@ -32,6 +32,68 @@ float lg_dot(const float *a, const float *b, int n)
 	return acc[0];
 }
 
+/* lg_dot of a BF16 row, widened on the fly: the same operations in the same
+ * order as widening first, so the same bits, without the round trip through
+ * memory (decode reads each weight once, so this is its inner loop). */
+LG_CLONES
+static float dot_bf16(const uint16_t *w, const float *x, int n)
+{
+	float acc[16] = {0};
+	int i = 0;
+	for (; i + 16 <= n; i += 16)
+		for (int j = 0; j < 16; j++) {
+			uint32_t u = (uint32_t)w[i + j] << 16;
+			float f;
+			memcpy(&f, &u, 4);
+			acc[j] += f * x[i + j];
+		}
+	for (int j = 0; i < n; i++, j++) {
+		uint32_t u = (uint32_t)w[i] << 16;
+		float f;
+		memcpy(&f, &u, 4);
+		acc[j] += f * x[i];
+	}
+	for (int k = 8; k >= 1; k /= 2)
+		for (int j = 0; j < k; j++)
+			acc[j] += acc[j + k];
+	return acc[0];
+}
+
+/* lg_dot of four rows against one x: per row the same operations in the
+ * same order as lg_dot (so the same bits), x loaded once for the four. */
+LG_CLONES
+static void dot4(const float *w0, const float *w1, const float *w2, const float *w3, const float *x,
+                 int n, float *out)
+{
+	float a0[16] = {0}, a1[16] = {0}, a2[16] = {0}, a3[16] = {0};
+	int i = 0;
+	for (; i + 16 <= n; i += 16)
+		for (int j = 0; j < 16; j++) {
+			float xv = x[i + j];
+			a0[j] += w0[i + j] * xv;
+			a1[j] += w1[i + j] * xv;
+			a2[j] += w2[i + j] * xv;
+			a3[j] += w3[i + j] * xv;
+		}
+	for (int j = 0; i < n; i++, j++) {
+		a0[j] += w0[i] * x[i];
+		a1[j] += w1[i] * x[i];
+		a2[j] += w2[i] * x[i];
+		a3[j] += w3[i] * x[i];
+	}
+	for (int w = 8; w >= 1; w /= 2)
+		for (int j = 0; j < w; j++) {
+			a0[j] += a0[j + w];
+			a1[j] += a1[j + w];
+			a2[j] += a2[j + w];
+			a3[j] += a3[j + w];
+		}
+	out[0] = a0[0];
+	out[1] = a1[0];
+	out[2] = a2[0];
+	out[3] = a3[0];
+}
+
 LG_CLONES
 void lg_axpy(float *out, float s, const float *x, int n)
 {
@@ -103,18 +165,40 @@ struct mm_ctx {
 static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 {
 	struct mm_ctx *c = vctx;
-	float *row = c->scratch + (size_t)worker * c->stride;
+	float *row = c->scratch + (size_t)worker * 4 * c->stride;
 	int k = 0;
-	while (c->first[k + 1] <= b)
-		k++;
-	for (size_t i = b; i < e; i++) {
+	for (size_t i = b; i < e;) {
 		while (c->first[k + 1] <= i)
 			k++;
 		const struct lg_mm *m = &c->mm[k];
-		int r = (int)(i - c->first[k]);
+		int r = (int)(i - c->first[k]), K = m->W->cols;
+		size_t end = e < c->first[k + 1] ? e : c->first[k + 1];
+		if (m->W->kind == LG_W_BF16 && m->T <= 2) {
+			/* one or two tokens: dot straight from the mapped BF16 row */
+			for (; i < end; i++, r++)
+				for (int t = 0; t < m->T; t++)
+					m->y[(size_t)t * m->ldy + r] =
+					    dot_bf16(m->W->w + (size_t)r * K, m->x + (size_t)t * m->ldx, K);
+			continue;
+		}
+		if (end - i >= 4) {
+			/* four rows at a time: each input row is read once for four weight rows */
+			float *w[4], out[4];
+			for (int j = 0; j < 4; j++) {
+				w[j] = row + (size_t)j * c->stride;
+				lg_linear_row(m->W, r + j, w[j]);
+			}
+			for (int t = 0; t < m->T; t++) {
+				dot4(w[0], w[1], w[2], w[3], m->x + (size_t)t * m->ldx, K, out);
+				memcpy(m->y + (size_t)t * m->ldy + r, out, sizeof out);
+			}
+			i += 4;
+			continue;
+		}
 		lg_linear_row(m->W, r, row);
 		for (int t = 0; t < m->T; t++)
-			m->y[(size_t)t * m->ldy + r] = lg_dot(row, m->x + (size_t)t * m->ldx, m->W->cols);
+			m->y[(size_t)t * m->ldy + r] = lg_dot(row, m->x + (size_t)t * m->ldx, K);
+		i++;
 	}
 }
 
@@ -133,7 +217,7 @@ void lg_matmul(struct rq_pool *pool, float *scratch, size_t stride, const struct
 	pthread_once(&lut_once, lut_init);
 	/* chunks of at least ~64K multiply-adds keep the pool's hand-off cheap */
 	double per_row = work / rows;
-	size_t grain = per_row >= 65536 ? 1 : (size_t)(65536 / per_row);
+	size_t grain = per_row >= 65536 ? 4 : ((size_t)(65536 / per_row) + 3) & ~(size_t)3;
 	struct mm_ctx c = {.mm = mm, .n = n, .first = first, .scratch = scratch, .stride = stride};
 	rq_pool_for(pool, rows, grain, mm_rows, &c);
 }

@@ -21,9 +21,9 @@ struct lg_mm {
 };
 
 /* Runs n products as one parallel loop over all their rows. Weights are read
- * once per call: each row is widened (BF16) or dequantized (NVFP4) into
- * scratch[worker] (stride floats each, stride >= every W->cols) and dotted
- * with the T inputs. */
+ * once per call: rows are widened (BF16) or dequantized (NVFP4), four at a
+ * time, into the worker's scratch (4 · stride floats per worker, stride >=
+ * every W->cols) and dotted with the T inputs. */
 void lg_matmul(struct rq_pool *pool, float *scratch, size_t stride, const struct lg_mm *mm, int n);
 
 /* Row r of W as binary32: BF16 widened; NVFP4 e2m1(code)·e4m3(scale)/global_scale

@@ -178,20 +178,22 @@ static int encode_gap(struct enc *e, size_t a, size_t b)
 	return rc;
 }
 
-/* ---- added tokens (AddedVocabulary::find_matches) ---- */
+/* ---- added tokens (AddedVocabulary::find_matches) ----
+ * single_word asks the Rust regexes "\w$" / "^\w" of the text around the
+ * match; lstrip / rstrip take the white space ("\s*$", "^\s*") next to it. */
 
 static int starts_with_word(const unsigned char *s, size_t i, size_t end)
 {
 	uint32_t c;
 	tok_utf8_next(s, end, i, &c);
-	return tok_is_alnum(c);
+	return tok_is_word(c);
 }
 
 static int ends_with_word(const unsigned char *s, size_t start, size_t i)
 {
 	uint32_t c;
 	tok_utf8_prev(s, start, i, &c);
-	return tok_is_alnum(c);
+	return tok_is_word(c);
 }
 
 /* Where the white space that ends s[start..i) begins. */

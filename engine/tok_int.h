@@ -17,7 +17,7 @@ size_t tok_utf8_prev(const unsigned char *s, size_t start, size_t i, uint32_t *c
 int tok_is_ws(uint32_t c);       /* White_Space, = Oniguruma's \s and Rust's is_whitespace */
 int tok_is_letter(uint32_t c);   /* \p{L} */
 int tok_is_number(uint32_t c);   /* \p{N} */
-int tok_is_alnum(uint32_t c);    /* Rust char::is_alphanumeric: Alphabetic or \p{N} */
+int tok_is_word(uint32_t c);     /* Rust regex \w: Alphabetic, M, Nd, Pc, Join_Control */
 
 /* A growable byte string, NUL-terminated when s is not NULL. */
 struct tbuf {

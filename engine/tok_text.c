@@ -157,8 +157,10 @@ static unsigned uc_class(uint32_t c)
 {
 	if (c < 0x80) {
 		if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')
-			return UC_L | UC_ALPHA;
-		return c >= '0' && c <= '9' ? UC_N : 0;
+			return UC_L | UC_WORD;
+		if (c >= '0' && c <= '9')
+			return UC_N | UC_WORD;
+		return c == '_' ? UC_WORD : 0;
 	}
 	size_t lo = 0, hi = sizeof uc_ranges / sizeof uc_ranges[0];
 	while (lo < hi) {
@@ -175,7 +177,7 @@ static unsigned uc_class(uint32_t c)
 
 int tok_is_letter(uint32_t c) { return (uc_class(c) & UC_L) != 0; }
 int tok_is_number(uint32_t c) { return (uc_class(c) & UC_N) != 0; }
-int tok_is_alnum(uint32_t c) { return (uc_class(c) & (UC_ALPHA | UC_N)) != 0; }
+int tok_is_word(uint32_t c) { return (uc_class(c) & UC_WORD) != 0; }
 
 int tok_is_ws(uint32_t c)
 {

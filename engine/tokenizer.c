@@ -17,6 +17,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,15 +108,13 @@ int tok_merge_get(const struct mergemap *m, int32_t l, int32_t r, int32_t *rank,
 	}
 }
 
-/* First rank wins, as tokenizers keeps the first occurrence of a pair. */
+/* A pair listed twice keeps its last rank, as tokenizers' HashMap collect does. */
 static void mergemap_put(struct mergemap *m, int32_t l, int32_t r, int32_t rank, int32_t merged)
 {
 	uint64_t k = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
 	size_t i = hash_u64(k) & (m->cap - 1);
 	while (m->key[i] != UINT64_MAX && m->key[i] != k)
 		i = (i + 1) & (m->cap - 1);
-	if (m->key[i] == k)
-		return;
 	m->key[i] = k;
 	m->rank[i] = rank;
 	m->merged[i] = merged;
@@ -126,10 +125,10 @@ static void mergemap_put(struct mergemap *m, int32_t l, int32_t r, int32_t rank,
 static uint32_t byte_char[256];     /* byte -> code point */
 static int16_t char_byte[324];      /* code point -> byte, -1 = not in the alphabet */
 
+static pthread_once_t alphabet_once = PTHREAD_ONCE_INIT;
+
 static void init_alphabet(void)
 {
-	if (byte_char['!'])
-		return;   /* idempotent; the tables are written identically by any thread */
 	int n = 0;
 	for (int c = 0; c < 324; c++)
 		char_byte[c] = -1;
@@ -313,11 +312,14 @@ static int merge_parts(const cJSON *m, char *buf, size_t cap, const char **a, co
 	return 1;
 }
 
+/* Longest first; equal lengths keep file order. */
 static int cmp_added_len(const void *x, const void *y, void *ctx)
 {
 	const struct added *ad = ctx;
-	size_t a = ad[*(const int32_t *)x].len, b = ad[*(const int32_t *)y].len;
-	return a < b ? 1 : a > b ? -1 : (*(const int32_t *)x > *(const int32_t *)y) - (*(const int32_t *)x < *(const int32_t *)y);
+	int32_t i = *(const int32_t *)x, j = *(const int32_t *)y;
+	if (ad[i].len != ad[j].len)
+		return ad[i].len < ad[j].len ? 1 : -1;
+	return (i > j) - (i < j);
 }
 
 static int build(struct tok *t, const cJSON *root, const char *path, struct rq_err *err)
@@ -339,37 +341,16 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 	if (load_post(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor")))
 		return rq_errf(err, -EPROTO, "%s: post_processor: unsupported form", path);
 
-	t->n_added = cJSON_GetArraySize(addl);
-	t->added = calloc(t->n_added + 1, sizeof *t->added);
-	if (!t->added)
-		return -ENOMEM;
-	int i = 0;
-	cJSON_ArrayForEach(it, addl) {
-		const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
-		const cJSON *ct = cJSON_GetObjectItemCaseSensitive(it, "content");
-		if (!cJSON_IsNumber(id) || id->valueint < 0 || id->valueint >= (1 << 24) ||
-		    !cJSON_IsString(ct) || !ct->valuestring[0])
-			return rq_errf(err, -EPROTO, "%s: added_tokens[%d]: bad id or content", path, i);
-		struct added *a = &t->added[i++];
-		if (!(a->content = strdup(ct->valuestring)))
-			return -ENOMEM;
-		a->len = strlen(a->content);
-		a->id = id->valueint;
-		a->single_word = flag(it, "single_word");
-		a->lstrip = flag(it, "lstrip");
-		a->rstrip = flag(it, "rstrip");
-		a->normalized = flag(it, "normalized");
-		a->special = flag(it, "special");
-		if (a->id >= t->n_ids)
-			t->n_ids = a->id + 1;
-	}
-
+	/* the model vocabulary */
 	size_t nv = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(model, "vocab"));
-	t->tok_str = calloc(t->n_ids, sizeof *t->tok_str);
-	t->tok_bytes = calloc(t->n_ids, sizeof *t->tok_bytes);
-	t->tok_len = calloc(t->n_ids, sizeof *t->tok_len);
-	t->special = calloc(t->n_ids, 1);
-	if (!t->tok_str || !t->tok_bytes || !t->tok_len || !t->special ||
+	t->n_added = cJSON_GetArraySize(addl);
+	size_t cap = t->n_ids + t->n_added;   /* added tokens may get ids past the vocab */
+	t->tok_str = calloc(cap, sizeof *t->tok_str);
+	t->tok_bytes = calloc(cap, sizeof *t->tok_bytes);
+	t->tok_len = calloc(cap, sizeof *t->tok_len);
+	t->special = calloc(cap, 1);
+	t->added = calloc(t->n_added + 1, sizeof *t->added);
+	if (!t->tok_str || !t->tok_bytes || !t->tok_len || !t->special || !t->added ||
 	    strmap_init(&t->vocab, nv) || strmap_init(&t->added_map, t->n_added))
 		return -ENOMEM;
 	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(model, "vocab")) {
@@ -380,9 +361,33 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 			return -ENOMEM;
 		strmap_put(&t->vocab, t->tok_str[id], id);
 	}
-	/* The added vocabulary names the id when both have it (id_to_token). */
-	for (i = 0; i < t->n_added; i++) {
-		struct added *a = &t->added[i];
+
+	/* Added tokens take the id their content has (AddedVocabulary::add_tokens):
+	 * an earlier added token's, else the model's, else the next free one past
+	 * the model; the "id" written in the file is not what decides. */
+	int i = 0, max_added = -1;
+	cJSON_ArrayForEach(it, addl) {
+		const cJSON *ct = cJSON_GetObjectItemCaseSensitive(it, "content");
+		if (!cJSON_IsString(ct) || !ct->valuestring[0])
+			return rq_errf(err, -EPROTO, "%s: added_tokens[%d]: no content", path, i);
+		struct added *a = &t->added[i++];
+		if (!(a->content = strdup(ct->valuestring)))
+			return -ENOMEM;
+		a->len = strlen(a->content);
+		a->single_word = flag(it, "single_word");
+		a->lstrip = flag(it, "lstrip");
+		a->rstrip = flag(it, "rstrip");
+		a->normalized = flag(it, "normalized");
+		a->special = flag(it, "special");
+		a->id = strmap_get(&t->added_map, a->content);
+		if (a->id < 0)
+			a->id = strmap_get(&t->vocab, a->content);
+		if (a->id < 0)
+			a->id = max_added < 0 ? (int)nv : max_added >= (int)nv || !nv ? max_added + 1 : (int)nv;
+		if (a->id > max_added)
+			max_added = a->id;
+		if (a->id >= t->n_ids)
+			t->n_ids = a->id + 1;
 		strmap_put(&t->added_map, a->content, a->id);
 		t->special[a->id] = a->special;
 		free(t->tok_bytes[a->id]);
@@ -410,7 +415,9 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 		const char *a, *b;
 		if (!merge_parts(it, buf, sizeof buf, &a, &b) || strlen(a) + strlen(b) >= sizeof cat)
 			return rq_errf(err, -EPROTO, "%s: model.merges[%d]: malformed", path, rank);
-		snprintf(cat, sizeof cat, "%s%s", a, b);
+		size_t la = strlen(a);
+		memcpy(cat, a, la);
+		strcpy(cat + la, b);
 		int ia = strmap_get(&t->vocab, a), ib = strmap_get(&t->vocab, b);
 		int ic = strmap_get(&t->vocab, cat);
 		if (ia < 0 || ib < 0 || ic < 0)
@@ -462,7 +469,7 @@ int tok_load(const char *path, struct tok **out, struct rq_err *err)
 	free(text);
 	if (!root)
 		return rq_errf(err, -EPROTO, "%s: not valid JSON", file);
-	init_alphabet();
+	pthread_once(&alphabet_once, init_alphabet);
 	struct tok *t = calloc(1, sizeof *t);
 	int rc = t ? build(t, root, file, err) : -ENOMEM;
 	cJSON_Delete(root);
@@ -480,7 +487,7 @@ void tok_free(struct tok *t)
 {
 	if (!t)
 		return;
-	for (int i = 0; i < t->n_ids && t->tok_str; i++) {
+	for (int i = 0; i < t->n_ids && t->tok_str && t->tok_bytes; i++) {
 		free(t->tok_str[i]);
 		free(t->tok_bytes[i]);
 	}

@@ -240,10 +240,16 @@ const char *rq_ckpt_shard_path(const struct rq_ckpt *c, int shard)
 	return c->shard_path[shard];
 }
 
+/* A shard's header, parsed on first use. A shard that is missing is not a
+ * missing tensor: it is reported as -EIO naming the file. */
 static int header(struct rq_ckpt *c, int s, struct rq_err *err)
 {
 	if (c->hdr[s])
 		return 0;
+	if (access(c->shard_path[s], F_OK) < 0)
+		return rq_errf(err, -EIO, "shard %s is missing (%s)%s", c->shard_path[s],
+		               strerror(errno), c->map ? ", though model.safetensors.index.json "
+		               "names it" : "");
 	return st_parse_path(c->shard_path[s], &c->hdr[s], err);
 }
 

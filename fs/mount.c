@@ -1,10 +1,10 @@
-/* mount.c — the FUSE session of a requantfs mount: checks before mounting,
- * the fixed inode tree, lookup/getattr/readdir/open/statfs, the run loop.
+/* mount.c — the file system a requantfs mount presents: the fixed inode
+ * tree and lookup/getattr/readdir/open/release/statfs (read-only).
  *
  * The tree never changes while mounted, so entries and attributes are
  * cached by the kernel for a day and every open keeps the page cache.
  * Reads are in mount_read.c, jobs in mount_jobs.c, /.requantfs in
- * mount_ctl.c. */
+ * mount_ctl.c, the session's life in mount_run.c. */
 #include "fs/mount_int.h"
 
 #include <dirent.h>
@@ -28,36 +28,6 @@
 #define TTL_LONG 86400.0          /* immutable tree: entries and attrs for a day */
 #define TTL_CTL 1.0               /* control files change */
 
-double rq_mnt_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-void rq_mount_log(struct rq_mount *m, const char *fmt, ...)
-{
-	char line[1536];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
-	va_end(ap);
-	if (!m->logf && !m->o.log_stderr) {
-		syslog(LOG_NOTICE, "%s", line);
-		return;
-	}
-	time_t t = time(NULL);
-	struct tm tm;
-	char ts[32];
-	localtime_r(&t, &tm);
-	strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", &tm);
-	pthread_mutex_lock(&m->log_mu);
-	FILE *f = m->logf ? m->logf : stderr;
-	fprintf(f, "%s requantfs[%d]: %s\n", ts, (int)getpid(), line);
-	fflush(f);
-	pthread_mutex_unlock(&m->log_mu);
-}
-
 /* ---- inode tree ------------------------------------------------------- */
 
 static struct mnode *node(struct rq_mount *m, fuse_ino_t ino)
@@ -72,12 +42,11 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static struct rq_mount *g_sort_m;   /* qsort context: tree building is single-threaded */
-
-static int cmp_child(const void *a, const void *b)
+static int cmp_child(const void *a, const void *b, void *mp)
 {
-	return strcmp(g_sort_m->nodes[*(const fuse_ino_t *)a - 1].name,
-	              g_sort_m->nodes[*(const fuse_ino_t *)b - 1].name);
+	const struct rq_mount *m = mp;
+	return strcmp(m->nodes[*(const fuse_ino_t *)a - 1].name,
+	              m->nodes[*(const fuse_ino_t *)b - 1].name);
 }
 
 static int add_child(struct mnode *d, fuse_ino_t c)
@@ -93,13 +62,11 @@ static int add_child(struct mnode *d, fuse_ino_t c)
 	return 0;
 }
 
-/* Directory prefixes of the plan's names ("a/b/c" has "a" and "a/b"). */
-static char **dir_prefixes;
-static size_t ndir_prefixes;
-
-static long find_dir(const char *prefix, size_t len)
+/* Index of directory prefix[0, len) in m->dirs, or -1. */
+static long find_dir(struct rq_mount *m, const char *prefix, size_t len)
 {
-	size_t lo = 0, hi = ndir_prefixes;
+	char **dir_prefixes = m->dirs;
+	size_t lo = 0, hi = m->ndirs;
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
 		int c = strncmp(dir_prefixes[mid], prefix, len);
@@ -120,16 +87,15 @@ static fuse_ino_t parent_ino(struct rq_mount *m, const char *name)
 	const char *slash = strrchr(name, '/');
 	if (!slash)
 		return FUSE_ROOT_ID;
-	long d = find_dir(name, slash - name);
+	long d = find_dir(m, name, slash - name);
 	return d < 0 ? FUSE_ROOT_ID : 2 + m->plan->nfiles + d;
 }
 
-static int build_tree(struct rq_mount *m, struct rq_err *err)
+int rq_mnt_tree_build(struct rq_mount *m, struct rq_err *err)
 {
 	const struct rq_plan *p = m->plan;
-	size_t cap = 0;
-	ndir_prefixes = 0;
-	dir_prefixes = NULL;
+	size_t cap = 0, ndir_prefixes = 0;
+	char **dir_prefixes = NULL;
 	for (size_t i = 0; i < p->nfiles; i++)
 		for (const char *s = strchr(p->files[i].name, '/'); s; s = strchr(s + 1, '/')) {
 			if (ndir_prefixes == cap) {
@@ -137,12 +103,12 @@ static int build_tree(struct rq_mount *m, struct rq_err *err)
 				char **v = realloc(dir_prefixes, cap * sizeof *v);
 				if (!v)
 					return rq_errf(err, -ENOMEM, "out of memory");
-				dir_prefixes = v;
+				dir_prefixes = m->dirs = v;
 			}
 			dir_prefixes[ndir_prefixes] = strndup(p->files[i].name, s - p->files[i].name);
 			if (!dir_prefixes[ndir_prefixes])
 				return rq_errf(err, -ENOMEM, "out of memory");
-			ndir_prefixes++;
+			m->ndirs = ++ndir_prefixes;
 		}
 	qsort(dir_prefixes, ndir_prefixes, sizeof *dir_prefixes, cmp_str);
 	size_t nd = 0;
@@ -153,7 +119,7 @@ static int build_tree(struct rq_mount *m, struct rq_err *err)
 		}
 		dir_prefixes[nd++] = dir_prefixes[i];
 	}
-	ndir_prefixes = nd;
+	m->ndirs = nd;
 
 	m->ctl_base = 2 + p->nfiles + nd;
 	m->nnodes = m->ctl_base + 3 + p->njobs - 1;
@@ -197,14 +163,13 @@ static int build_tree(struct rq_mount *m, struct rq_err *err)
 		if (!n->name || add_child(&m->nodes[cb + 1], cb + 3 + j))
 			return rq_errf(err, -ENOMEM, "out of memory");
 	}
-	g_sort_m = m;
 	for (size_t i = 0; i < m->nnodes; i++)
 		if (m->nodes[i].kind == MN_DIR || m->nodes[i].kind == MN_CTL_DIR)
-			qsort(m->nodes[i].child, m->nodes[i].nchild, sizeof(fuse_ino_t), cmp_child);
+			qsort_r(m->nodes[i].child, m->nodes[i].nchild, sizeof(fuse_ino_t), cmp_child, m);
 	return 0;
 }
 
-static void free_tree(struct rq_mount *m)
+void rq_mnt_tree_free(struct rq_mount *m)
 {
 	if (!m->nodes)
 		return;
@@ -215,11 +180,11 @@ static void free_tree(struct rq_mount *m)
 	}
 	free(m->nodes);
 	m->nodes = NULL;
-	for (size_t d = 0; d < ndir_prefixes; d++)
-		free(dir_prefixes[d]);
-	free(dir_prefixes);
-	dir_prefixes = NULL;
-	ndir_prefixes = 0;
+	for (size_t d = 0; d < m->ndirs; d++)
+		free(m->dirs[d]);
+	free(m->dirs);
+	m->dirs = NULL;
+	m->ndirs = 0;
 	free(m->vino);
 }
 
@@ -312,6 +277,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* The tree never changes: no need to check mtimes to drop the cache. */
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	conn->max_write = 1 << 20;
+	conn->max_read = 1 << 20;    /* must equal -o max_read */
 	conn->max_background = 64;       /* concurrent readahead requests */
 	conn->congestion_threshold = 48;
 	conn->time_gran = 1;
@@ -476,7 +442,7 @@ static void op_create(fuse_req_t r, fuse_ino_t p, const char *n, mode_t m, struc
 	op_readonly(r);
 }
 
-static const struct fuse_lowlevel_ops mount_ops = {
+const struct fuse_lowlevel_ops rq_mnt_ops = {
 	.init = op_init,
 	.lookup = op_lookup,
 	.getattr = op_getattr,
@@ -496,320 +462,3 @@ static const struct fuse_lowlevel_ops mount_ops = {
 	.access = op_access,
 };
 
-/* ---- open / run / close ----------------------------------------------- */
-
-static int check_mountpoint(const char *mnt, struct rq_err *err)
-{
-	struct stat st;
-	if (stat(mnt, &st)) {
-		int e = errno;
-		if (e == ENOTCONN || e == ECONNABORTED)
-			return rq_errf(err, -e, "%s is a dead FUSE mount (its daemon is gone): run "
-			               "`requantfs umount %s` first", mnt, mnt);
-		if (e == ENOENT)
-			return rq_errf(err, -e, "mount point %s does not exist: create it with "
-			               "`mkdir -p %s`", mnt, mnt);
-		return rq_errf(err, -e, "mount point %s: %s", mnt, strerror(e));
-	}
-	if (!S_ISDIR(st.st_mode))
-		return rq_errf(err, -ENOTDIR, "mount point %s is not a directory", mnt);
-	DIR *d = opendir(mnt);
-	if (!d)
-		return rq_errf(err, -errno, "mount point %s: %s", mnt, strerror(errno));
-	struct dirent *de;
-	int nonempty = 0;
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-			nonempty = 1;
-			break;
-		}
-	closedir(d);
-	char ctl[PATH_MAX];
-	snprintf(ctl, sizeof ctl, "%s/%s/status", mnt, RQ_CTL_DIR);
-	if (nonempty && !access(ctl, F_OK))
-		return rq_errf(err, -EBUSY, "%s is already a requantfs mount: run `requantfs umount "
-		               "%s` first", mnt, mnt);
-	if (nonempty)
-		return rq_errf(err, -ENOTEMPTY, "mount point %s is not empty: mount on an empty "
-		               "directory", mnt);
-	if (access(mnt, W_OK | X_OK) && geteuid() != 0)
-		return rq_errf(err, -EACCES, "mount point %s is not writable by you (FUSE needs "
-		               "to own or be able to write it)", mnt);
-	return 0;
-}
-
-static int open_srcs(struct rq_mount *m, struct rq_err *err)
-{
-	const struct rq_plan *p = m->plan;
-	m->srcs = calloc(p->nsrcs ? p->nsrcs : 1, sizeof *m->srcs);
-	m->src_fds = calloc(p->nsrcs ? p->nsrcs : 1, sizeof *m->src_fds);
-	if (!m->srcs || !m->src_fds)
-		return rq_errf(err, -ENOMEM, "out of memory");
-	for (size_t i = 0; i < p->nsrcs; i++)
-		m->srcs[i].fd = m->src_fds[i] = -1;
-	for (size_t i = 0; i < p->nsrcs; i++) {
-		int fd = open(p->srcs[i].path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			return rq_errf(err, -errno, "%s: %s", p->srcs[i].path, strerror(errno));
-		m->srcs[i].fd = m->src_fds[i] = fd;
-		if (rq_mnt_src_check(m, (int)i, 1))
-			return rq_errf(err, -EIO, "%s changed while the mount was being prepared: "
-			               "mount again", p->srcs[i].path);
-	}
-	return 0;
-}
-
-static char *build_fuse_opts(struct rq_mount *m)
-{
-	const char *extra = m->fuse_opts && *m->fuse_opts ? m->fuse_opts : NULL;
-	char *s = NULL;
-	int r = asprintf(&s, "ro,default_permissions,fsname=requantfs,subtype=requantfs,"
-	                 "max_read=1048576%s%s%s", geteuid() == 0 ? ",allow_other" : "",
-	                 extra ? "," : "", extra ? extra : "");
-	return r < 0 ? NULL : s;
-}
-
-static void raise_nofile(void)
-{
-	struct rlimit r;
-	if (!getrlimit(RLIMIT_NOFILE, &r) && r.rlim_cur < r.rlim_max) {
-		r.rlim_cur = r.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &r);
-	}
-}
-
-int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct rq_err *err)
-{
-	int rc;
-	struct rq_mount *m = calloc(1, sizeof *m);
-	if (!m)
-		return rq_errf(err, -ENOMEM, "out of memory");
-	m->o = *o;
-	pthread_mutex_init(&m->log_mu, NULL);
-	pthread_mutex_init(&m->lock, NULL);
-	pthread_cond_init(&m->work, NULL);
-	m->t_start = rq_mnt_now();
-	if (o->log_path) {
-		m->logf = fopen(o->log_path, "ae");
-		if (!m->logf) {
-			rc = rq_errf(err, -errno, "log file %s: %s", o->log_path, strerror(errno));
-			goto fail;
-		}
-	} else if (!o->log_stderr) {
-		openlog("requantfs", LOG_PID, LOG_DAEMON);
-	}
-	raise_nofile();
-
-	m->mnt = realpath(o->mnt, NULL);
-	if (!m->mnt) {
-		rc = check_mountpoint(o->mnt, err);
-		if (!rc)
-			rc = rq_errf(err, -errno, "mount point %s: %s", o->mnt, strerror(errno));
-		goto fail;
-	}
-	if ((rc = check_mountpoint(m->mnt, err)))
-		goto fail;
-	m->src = strdup(o->src);
-	m->cache_dir = strdup(o->cache_dir);
-	m->fuse_opts = o->fuse_opts ? strdup(o->fuse_opts) : NULL;
-	if (!m->src || !m->cache_dir) {
-		rc = rq_errf(err, -ENOMEM, "out of memory");
-		goto fail;
-	}
-	struct stat sst;
-	if (stat(o->src, &sst) || !S_ISDIR(sst.st_mode)) {
-		rc = rq_errf(err, -ENOENT, "SRC %s is not a checkpoint directory%s%s", o->src,
-		             errno ? ": " : "", errno ? strerror(errno) : "");
-		goto fail;
-	}
-	m->mtime_ns = (int64_t)sst.st_mtim.tv_sec * 1000000000 + sst.st_mtim.tv_nsec;
-
-	struct rq_plan_opts po = {.src = o->src, .calib = o->calib, .drop_rule = o->drop_rule,
-	                          .recipe = o->recipe};
-	if ((rc = rq_plan_build(&po, &m->plan, err)))
-		goto fail;
-	struct rq_cache_opts co = {.dir = o->cache_dir, .max_bytes = o->cache_max};
-	if ((rc = rq_cache_open(&co, &m->cache, err))) {
-		rq_err_prefix(err, "cache directory %s is unusable (choose another with --cache)",
-		              o->cache_dir);
-		goto fail;
-	}
-	if ((rc = open_srcs(m, err)) || (rc = build_tree(m, err)) || (rc = rq_mnt_jobs_init(m, err)))
-		goto fail;
-	struct rq_quantizer_opts qo = {.device = o->device, .threads = o->threads,
-	                               .gpu_mem = o->gpu_mem, .gpu_idle_s = o->gpu_idle_s};
-	if ((rc = rq_quantizer_open(&qo, &m->q, err)))
-		goto fail;
-	const char *fb = rq_quantizer_fallback_reason(m->q);
-	if (fb)
-		rq_mount_log(m, "quantizer: %s", fb);
-
-	char *opts = build_fuse_opts(m);
-	if (!opts) {
-		rc = rq_errf(err, -ENOMEM, "out of memory");
-		goto fail;
-	}
-	char *argv[5] = {"requantfs", "-o", opts, NULL, NULL};
-	int argc = 3;
-	if (o->debug)
-		argv[argc++] = "-d";
-	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
-	m->se = fuse_session_new(&args, &mount_ops, sizeof mount_ops, m);
-	fuse_opt_free_args(&args);
-	if (!m->se) {
-		rc = rq_errf(err, -EINVAL, "libfuse refused the mount options \"%s\" (see its "
-		             "message above; check -o)", opts);
-		free(opts);
-		goto fail;
-	}
-	free(opts);
-	if (fuse_set_signal_handlers(m->se)) {
-		rc = rq_errf(err, -EIO, "cannot install signal handlers");
-		goto fail;
-	}
-	if (fuse_session_mount(m->se, m->mnt)) {
-		fuse_remove_signal_handlers(m->se);
-		rc = rq_errf(err, -EIO, "cannot mount on %s (is /dev/fuse usable and fusermount3 "
-		             "installed? see the message above)", m->mnt);
-		goto fail;
-	}
-	rq_mount_log(m, "mounted %s at %s: %zu files, %zu modules in %zu jobs, recipe %s, "
-	             "device %s, cache %s", m->src, m->mnt, m->plan->nfiles, m->plan->nmods,
-	             m->plan->njobs, rq_recipe_name(m->plan->recipe), rq_quantizer_device(m->q),
-	             m->cache_dir);
-	*out = m;
-	return 0;
-fail:
-	if (m->se) {
-		fuse_session_destroy(m->se);
-		m->se = NULL;
-	}
-	rq_mount_close(m);
-	return rc;
-}
-
-/* Kernel readahead of this mount: /sys/class/bdi/<major:minor>/read_ahead_kb,
- * found through /proc/self/mountinfo (no request to our own mount). */
-static void set_readahead(struct rq_mount *m)
-{
-	if (!m->o.readahead_kb)
-		return;
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	if (!f)
-		return;
-	char line[4096], dev[64] = "";
-	while (fgets(line, sizeof line, f)) {
-		char mp[PATH_MAX], d[64];
-		/* id parent major:minor root mountpoint ... */
-		if (sscanf(line, "%*d %*d %63s %*s %4095s", d, mp) == 2 && !strcmp(mp, m->mnt))
-			snprintf(dev, sizeof dev, "%s", d);    /* last match = topmost */
-	}
-	fclose(f);
-	if (!*dev)
-		return;
-	char path[128];
-	snprintf(path, sizeof path, "/sys/class/bdi/%s/read_ahead_kb", dev);
-	FILE *w = fopen(path, "we");
-	if (!w || fprintf(w, "%u\n", m->o.readahead_kb) < 0 || fclose(w)) {
-		rq_mount_log(m, "cannot set readahead to %u KiB (%s): %s", m->o.readahead_kb, path,
-		             strerror(errno));
-		return;
-	}
-}
-
-struct ready_ctx {
-	struct rq_mount *m;
-	void (*fn)(void *, int, const char *);
-	void *ctx;
-	int done;
-};
-
-static void *ready_thread(void *arg)
-{
-	struct ready_ctx *r = arg;
-	struct stat st;
-	/* The kernel holds every request until INIT is answered: when this stat
-	 * returns, the mount serves requests and the readahead can be raised
-	 * (INIT would otherwise lower it again). */
-	if (stat(r->m->mnt, &st) || st.st_ino != FUSE_ROOT_ID) {
-		char msg[256];
-		snprintf(msg, sizeof msg, "the mount at %s does not answer", r->m->mnt);
-		r->fn(r->ctx, -EIO, msg);
-		r->done = 1;
-		return NULL;
-	}
-	set_readahead(r->m);
-	rq_mount_log(r->m, "ready");
-	r->fn(r->ctx, 0, NULL);
-	r->done = 1;
-	return NULL;
-}
-
-int rq_mount_run(struct rq_mount *m, void (*ready)(void *ctx, int rc, const char *msg), void *ctx)
-{
-	struct rq_err err = {0};
-	int rc = rq_mnt_jobs_start(m, &err);
-	if (!rc)
-		rc = rq_mnt_monitor_start(m, &err);
-	if (rc) {
-		if (ready)
-			ready(ctx, rc, err.msg);
-		return rc;
-	}
-	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
-	if (!cfg)
-		return -ENOMEM;
-	int nt = m->o.fuse_threads > 0 ? m->o.fuse_threads : 16;
-	fuse_loop_cfg_set_max_threads(cfg, nt);
-	fuse_loop_cfg_set_idle_threads(cfg, nt / 2 ? nt / 2 : 1);
-	fuse_loop_cfg_set_clone_fd(cfg, 1);
-
-	struct ready_ctx r = {.m = m, .fn = ready, .ctx = ctx};
-	pthread_t rt;
-	int have_rt = ready && !pthread_create(&rt, NULL, ready_thread, &r);
-	int lrc = fuse_session_loop_mt(m->se, cfg);
-	fuse_loop_cfg_destroy(cfg);
-	rq_mount_log(m, "session ended (%d): stopping", lrc);
-	/* Finish or fail what is parked before the connection goes away. */
-	rq_mnt_monitor_stop(m);
-	rq_mnt_jobs_stop(m);
-	fuse_session_unmount(m->se);
-	if (have_rt)
-		pthread_join(rt, NULL);
-	if (ready && !have_rt)
-		ready(ctx, -EIO, "cannot start a thread");
-	return lrc < 0 ? lrc : lrc > 0 ? -EIO : 0;
-}
-
-void rq_mount_close(struct rq_mount *m)
-{
-	if (!m)
-		return;
-	if (m->se) {
-		fuse_remove_signal_handlers(m->se);
-		fuse_session_destroy(m->se);
-	}
-	rq_mnt_jobs_free(m);
-	if (m->srcs && m->plan)
-		for (size_t i = 0; i < m->plan->nsrcs; i++)
-			if (m->srcs[i].fd >= 0)
-				close(m->srcs[i].fd);
-	free(m->srcs);
-	free(m->src_fds);
-	free_tree(m);
-	rq_quantizer_close(m->q);
-	rq_cache_close(m->cache);
-	rq_plan_free(m->plan);
-	if (m->logf)
-		fclose(m->logf);
-	else if (!m->o.log_stderr)
-		closelog();
-	free(m->mnt);
-	free(m->src);
-	free(m->cache_dir);
-	free(m->fuse_opts);
-	pthread_mutex_destroy(&m->lock);
-	pthread_cond_destroy(&m->work);
-	pthread_mutex_destroy(&m->log_mu);
-	free(m);
-}

@@ -1,7 +1,8 @@
-/* mount_int.h — internals shared by mount.c (session, inode tree, metadata
- * ops), mount_read.c (read path), mount_jobs.c (single-flight jobs, parked
- * reads, prefetch, workers) and mount_ctl.c (control directory, status,
- * SRC monitor). Not included outside fs/mount*.c. */
+/* mount_int.h — internals shared by mount.c (inode tree, metadata ops),
+ * mount_run.c (open, session loop, close, log), mount_read.c (read path),
+ * mount_jobs.c (single-flight jobs, parked reads, prefetch, workers) and
+ * mount_ctl.c (control directory, status, SRC monitor). Not included
+ * outside fs/mount*.c. */
 #ifndef RQ_FS_MOUNT_INT_H
 #define RQ_FS_MOUNT_INT_H
 
@@ -10,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -71,18 +73,30 @@ struct mjob {
 	struct mout *out;         /* READY: the bytes; else NULL */
 	struct mread **wait;      /* parked reads waiting for this job */
 	int nwait, capwait;
+	int putting;              /* READY from memory, cache put in progress: control
+	                             reads (warm) stay parked until it is settled */
 	unsigned fails;
 	struct rq_cache_key key;
 };
 
-/* A parked read (or a control-file read of one job). */
+/* A job output a parked read keeps alive until it is answered, so that
+ * eviction between a job's completion and the answer cannot starve it. */
+struct mhold {
+	int job;
+	struct mout *o;           /* one reference */
+};
+
+/* A parked read (or a control-file read of one job). Fields under m->lock
+ * while parked; owned by the answering thread once pending reaches 0. */
 struct mread {
 	fuse_req_t req;
 	long file;                /* plan file index, or -1 for a jobs/<j> read */
 	long ctl_job;             /* jobs/<j>: j */
 	uint64_t off, size;
-	int pending;              /* jobs still awaited (under m->lock) */
+	int pending;              /* jobs still awaited */
 	int err;                  /* first failure, negative errno */
+	struct mhold *held;       /* outputs of the jobs it touches, once ready */
+	int nheld, capheld, hcur; /* hcur: where the last lookup hit */
 };
 
 struct msrc {
@@ -94,7 +108,7 @@ struct msrc {
 /* Counters reported by /.requantfs/status (atomics: updated without m->lock). */
 struct mstats {
 	atomic_ullong hits, misses, corrupt, jobs_run, jobs_failed, put_failed;
-	atomic_ullong quant_in_bytes, quant_ns, reads, read_bytes, parked;
+	atomic_ullong quant_in_bytes, reads, read_bytes, parked;
 };
 
 struct rq_mount {
@@ -112,6 +126,8 @@ struct rq_mount {
 
 	/* inode tree */
 	struct mnode *nodes;      /* index = ino - 1 */
+	char **dirs;              /* sorted directory prefixes of file names ("a", "a/b") */
+	size_t ndirs;
 	size_t nnodes;
 	fuse_ino_t ctl_base;
 	fuse_ino_t *vino;         /* [plan->nfiles] inode of each file */
@@ -127,7 +143,11 @@ struct rq_mount {
 	int flru_head, flru_tail; /* cache-fd READY jobs */
 	uint64_t mem_bytes;       /* out_size summed over memory-held outputs */
 	int nfd;                  /* open cache fds held by READY jobs */
+	int max_fd;               /* bound on nfd (fd LRU) */
 	int running, queued;
+	int quantizing;           /* jobs inside rq_job_run now */
+	double busy_since;        /* when quantizing went 0 -> 1 */
+	double busy_s;            /* seconds with at least one job quantizing */
 	int stop;
 	int warned_put;           /* a put failure was logged */
 	int nworkers;
@@ -142,8 +162,13 @@ struct rq_mount {
 };
 
 /* mount.c */
-double rq_mnt_now(void);
+extern const struct fuse_lowlevel_ops rq_mnt_ops;
+int rq_mnt_tree_build(struct rq_mount *m, struct rq_err *err);
+void rq_mnt_tree_free(struct rq_mount *m);
 void rq_mnt_fill_attr(struct rq_mount *m, fuse_ino_t ino, struct stat *st);
+
+/* mount_run.c */
+double rq_mnt_now(void);
 
 /* mount_read.c */
 void rq_mnt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -165,6 +190,11 @@ void rq_mnt_prefetch(struct rq_mount *m, size_t k);
 /* Under m->lock: marks a READY job as used now (LRU). */
 void rq_mnt_touch(struct rq_mount *m, int j);
 void rq_mout_unref(struct mout *o);
+/* Under m->lock: rd keeps a reference to o (job j's output). -ENOMEM. */
+int rq_mnt_hold(struct mread *rd, int j, struct mout *o);
+/* The output of job j that rd holds, or NULL. */
+struct mout *rq_mnt_held(struct mread *rd, int j);
+void rq_mnt_read_free(struct mread *rd);   /* drops its holds, frees */
 
 /* mount_ctl.c */
 void rq_mnt_ctl_open(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino, struct fuse_file_info *fi);

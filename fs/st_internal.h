@@ -1,4 +1,4 @@
-/* st_internal.h — what st_parse.c and st_write.c share (not public). */
+/* st_internal.h — what st_parse.c, st_json.c and st_write.c share (not public). */
 #ifndef RQ_FS_ST_INTERNAL_H
 #define RQ_FS_ST_INTERNAL_H
 
@@ -6,6 +6,28 @@
 #include <stdint.h>
 
 #define ST_MAX_HEADER 100000000ull   /* safetensors' MAX_HEADER_SIZE */
+
+/* The JSON reader (st_json.c). */
+struct jp {
+	const uint8_t *start, *p, *end;
+	int depth;             /* nesting levels still allowed (serde_json: 128) */
+	const char *why;       /* set on failure */
+	size_t at;             /* byte offset of the failure in the header JSON */
+};
+
+int st_jfail(struct jp *j, const char *why);
+void st_jws(struct jp *j);
+int st_jexpect(struct jp *j, char c, const char *why);
+/* A string at j->p; with out != NULL its decoded UTF-8 goes there (never
+ * longer than the source text) and the length to *outlen. */
+int st_jstring(struct jp *j, char *out, size_t *outlen);
+int st_jliteral(struct jp *j, const char *lit);
+int st_jenter(struct jp *j);              /* consumes '[' or '{', counts depth */
+int st_jvalue_skip(struct jp *j);
+/* [u, u, ...] of non-negative 64-bit integers, at most max. */
+int st_juint_array(struct jp *j, uint64_t *v, int max, int *count);
+/* Offset of the first byte that is not valid UTF-8, or (size_t)-1. */
+size_t st_utf8_bad_at(const uint8_t *s, size_t n);
 
 /* 0 when raw[0..len) is exactly one JSON object whose values are all strings
  * (what safetensors accepts as "__metadata__"), or the literal null.

@@ -8,13 +8,9 @@
  * contain U+0000, more than ST_MAX_DIMS dimensions, and tensor entries
  * written as JSON arrays (serde's positional struct form).
  *
- * The JSON reader below is a small recursive-descent parser that follows
- * serde_json's grammar exactly: whitespace is space/tab/LF/CR only, strings
- * may not hold raw control characters, \u escapes must form valid code points
- * (no lone surrogates), numbers that overflow binary64 are errors, nesting is
- * limited to 127 levels, nothing but whitespace may follow the top object.
- * It keeps the raw text of "__metadata__" so a rewritten header can copy it
- * byte for byte. */
+ * The JSON grammar is serde_json's (st_json.c); nothing but whitespace may
+ * follow the top object. The raw text of "__metadata__" is kept so a
+ * rewritten header can copy it byte for byte. */
 #include "fs/st.h"
 #include "fs/st_internal.h"
 
@@ -22,7 +18,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,444 +31,6 @@ struct st_header_impl {
 	size_t *by_name;   /* [h.n] indices into h.t, sorted by name (bytewise) */
 	char *names;       /* arena holding every t[i].name, NUL-terminated */
 };
-
-/* ---- JSON reading ------------------------------------------------------- */
-
-struct jp {
-	const uint8_t *start, *p, *end;
-	int depth;             /* nesting levels still allowed (serde_json: 128) */
-	const char *why;       /* set on failure */
-	size_t at;             /* byte offset of the failure in the header JSON */
-};
-
-static int jfail(struct jp *j, const char *why)
-{
-	if (!j->why) {
-		j->why = why;
-		j->at = (size_t)(j->p - j->start);
-	}
-	return -1;
-}
-
-static void jws(struct jp *j)
-{
-	while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\t' || *j->p == '\r'))
-		j->p++;
-}
-
-static int jexpect(struct jp *j, char c, const char *why)
-{
-	jws(j);
-	if (j->p >= j->end || *j->p != (uint8_t)c)
-		return jfail(j, why);
-	j->p++;
-	return 0;
-}
-
-static int hexval(uint8_t c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-static int jhex4(struct jp *j, uint32_t *cp)
-{
-	if (j->end - j->p < 4)
-		return jfail(j, "truncated \\u escape");
-	uint32_t v = 0;
-	for (int i = 0; i < 4; i++) {
-		int h = hexval(j->p[i]);
-		if (h < 0)
-			return jfail(j, "invalid \\u escape");
-		v = v << 4 | (uint32_t)h;
-	}
-	j->p += 4;
-	*cp = v;
-	return 0;
-}
-
-static size_t utf8_put(char *out, uint32_t cp)
-{
-	char b[4];
-	size_t n;
-	if (cp < 0x80) {
-		b[0] = (char)cp;
-		n = 1;
-	} else if (cp < 0x800) {
-		b[0] = (char)(0xC0 | cp >> 6);
-		b[1] = (char)(0x80 | (cp & 0x3F));
-		n = 2;
-	} else if (cp < 0x10000) {
-		b[0] = (char)(0xE0 | cp >> 12);
-		b[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-		b[2] = (char)(0x80 | (cp & 0x3F));
-		n = 3;
-	} else {
-		b[0] = (char)(0xF0 | cp >> 18);
-		b[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-		b[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-		b[3] = (char)(0x80 | (cp & 0x3F));
-		n = 4;
-	}
-	if (out)
-		memcpy(out, b, n);
-	return n;
-}
-
-/* A string at j->p. With out != NULL the decoded UTF-8 is written there (it is
- * never longer than the source text) and its length to *outlen. */
-static int jstring(struct jp *j, char *out, size_t *outlen)
-{
-	jws(j);
-	if (j->p >= j->end || *j->p != '"')
-		return jfail(j, "expected a string");
-	j->p++;
-	size_t n = 0;
-	for (;;) {
-		if (j->p >= j->end)
-			return jfail(j, "unterminated string");
-		uint8_t c = *j->p;
-		if (c == '"') {
-			j->p++;
-			break;
-		}
-		if (c < 0x20)
-			return jfail(j, "control character in a string");
-		if (c != '\\') {
-			/* copy the run of plain bytes at once */
-			const uint8_t *q = j->p;
-			while (q < j->end && *q != '"' && *q != '\\' && *q >= 0x20)
-				q++;
-			if (out)
-				memcpy(out + n, j->p, (size_t)(q - j->p));
-			n += (size_t)(q - j->p);
-			j->p = q;
-			continue;
-		}
-		j->p++;
-		if (j->p >= j->end)
-			return jfail(j, "unterminated string");
-		uint32_t cp;
-		switch (*j->p++) {
-		case '"': cp = '"'; break;
-		case '\\': cp = '\\'; break;
-		case '/': cp = '/'; break;
-		case 'b': cp = '\b'; break;
-		case 'f': cp = '\f'; break;
-		case 'n': cp = '\n'; break;
-		case 'r': cp = '\r'; break;
-		case 't': cp = '\t'; break;
-		case 'u':
-			if (jhex4(j, &cp))
-				return -1;
-			if (cp >= 0xDC00 && cp <= 0xDFFF)
-				return jfail(j, "lone trailing surrogate in \\u escape");
-			if (cp >= 0xD800 && cp <= 0xDBFF) {
-				uint32_t lo;
-				if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u')
-					return jfail(j, "lone leading surrogate in \\u escape");
-				j->p += 2;
-				if (jhex4(j, &lo))
-					return -1;
-				if (lo < 0xDC00 || lo > 0xDFFF)
-					return jfail(j, "lone leading surrogate in \\u escape");
-				cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-			}
-			break;
-		default:
-			j->p--;
-			return jfail(j, "invalid escape");
-		}
-		n += utf8_put(out ? out + n : NULL, cp);
-	}
-	if (outlen)
-		*outlen = n;
-	return 0;
-}
-
-/* A number of any JSON form; serde_json refuses only those that overflow
- * binary64 (an integer beyond u64/i64 is read as a float). */
-static int jnumber_skip(struct jp *j)
-{
-	const uint8_t *s = j->p;
-	int is_float = 0;
-	if (j->p < j->end && *j->p == '-')
-		j->p++;
-	if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-		return jfail(j, "invalid number");
-	if (*j->p == '0') {
-		j->p++;
-		if (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-			return jfail(j, "invalid number (leading zero)");
-	} else {
-		while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-			j->p++;
-	}
-	if (j->p < j->end && *j->p == '.') {
-		is_float = 1;
-		j->p++;
-		if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-			return jfail(j, "invalid number");
-		while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-			j->p++;
-	}
-	if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-		is_float = 1;
-		j->p++;
-		if (j->p < j->end && (*j->p == '+' || *j->p == '-'))
-			j->p++;
-		if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-			return jfail(j, "invalid number");
-		while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-			j->p++;
-	}
-	size_t len = (size_t)(j->p - s);
-	if (!is_float && len < 19)
-		return 0;   /* fits an i64/u64 */
-	char *tmp = malloc(len + 1);
-	if (!tmp)
-		return jfail(j, "out of memory");
-	memcpy(tmp, s, len);
-	tmp[len] = 0;
-	double v = strtod(tmp, NULL);
-	free(tmp);
-	if (isinf(v))
-		return jfail(j, "number out of range");
-	return 0;
-}
-
-static int jliteral(struct jp *j, const char *lit)
-{
-	size_t n = strlen(lit);
-	if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n))
-		return jfail(j, "invalid literal");
-	j->p += n;
-	return 0;
-}
-
-static int jenter(struct jp *j)
-{
-	if (--j->depth == 0)
-		return jfail(j, "recursion limit exceeded");
-	j->p++;
-	return 0;
-}
-
-static int jvalue_skip(struct jp *j)
-{
-	jws(j);
-	if (j->p >= j->end)
-		return jfail(j, "unexpected end of header");
-	switch (*j->p) {
-	case '"':
-		return jstring(j, NULL, NULL);
-	case 't':
-		return jliteral(j, "true");
-	case 'f':
-		return jliteral(j, "false");
-	case 'n':
-		return jliteral(j, "null");
-	case '[':
-		if (jenter(j))
-			return -1;
-		jws(j);
-		if (j->p < j->end && *j->p == ']') {
-			j->p++;
-		} else {
-			for (;;) {
-				if (jvalue_skip(j))
-					return -1;
-				jws(j);
-				if (j->p < j->end && *j->p == ',') {
-					j->p++;
-					continue;
-				}
-				if (jexpect(j, ']', "expected ',' or ']'"))
-					return -1;
-				break;
-			}
-		}
-		j->depth++;
-		return 0;
-	case '{':
-		if (jenter(j))
-			return -1;
-		jws(j);
-		if (j->p < j->end && *j->p == '}') {
-			j->p++;
-		} else {
-			for (;;) {
-				if (jstring(j, NULL, NULL) || jexpect(j, ':', "expected ':'") ||
-				    jvalue_skip(j))
-					return -1;
-				jws(j);
-				if (j->p < j->end && *j->p == ',') {
-					j->p++;
-					continue;
-				}
-				if (jexpect(j, '}', "expected ',' or '}'"))
-					return -1;
-				break;
-			}
-		}
-		j->depth++;
-		return 0;
-	default:
-		if (*j->p == '-' || (*j->p >= '0' && *j->p <= '9'))
-			return jnumber_skip(j);
-		return jfail(j, "expected a value");
-	}
-}
-
-/* A non-negative integer that fits in 64 bits (serde's usize). */
-static int juint(struct jp *j, uint64_t *out)
-{
-	jws(j);
-	if (j->p < j->end && *j->p == '-')
-		return jfail(j, "expected a non-negative integer");
-	if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-		return jfail(j, "expected a non-negative integer");
-	uint64_t v = 0;
-	if (*j->p == '0') {
-		j->p++;
-		if (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-			return jfail(j, "invalid number (leading zero)");
-	} else {
-		while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
-			if (__builtin_mul_overflow(v, 10, &v) ||
-			    __builtin_add_overflow(v, (uint64_t)(*j->p - '0'), &v))
-				return jfail(j, "integer does not fit in 64 bits");
-			j->p++;
-		}
-	}
-	if (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E'))
-		return jfail(j, "expected an integer, found a float");
-	*out = v;
-	return 0;
-}
-
-/* [u, u, ...] with at most max entries; more is "too many" (-2). */
-static int juint_array(struct jp *j, uint64_t *v, int max, int *count)
-{
-	jws(j);
-	if (j->p >= j->end || *j->p != '[')
-		return jfail(j, "expected an array");
-	if (jenter(j))
-		return -1;
-	int n = 0;
-	jws(j);
-	if (j->p < j->end && *j->p == ']') {
-		j->p++;
-	} else {
-		for (;;) {
-			uint64_t x;
-			if (juint(j, &x))
-				return -1;
-			if (n == max)
-				return jfail(j, "too many elements");
-			v[n++] = x;
-			jws(j);
-			if (j->p < j->end && *j->p == ',') {
-				j->p++;
-				continue;
-			}
-			if (jexpect(j, ']', "expected ',' or ']'"))
-				return -1;
-			break;
-		}
-	}
-	j->depth++;
-	*count = n;
-	return 0;
-}
-
-/* ---- UTF-8 (what Rust's str::from_utf8 accepts) -------------------------- */
-
-static size_t utf8_bad_at(const uint8_t *s, size_t n)
-{
-	size_t i = 0;
-	while (i < n) {
-		if (i + 8 <= n) {
-			uint64_t w;
-			memcpy(&w, s + i, 8);
-			if (!(w & 0x8080808080808080ull)) {
-				i += 8;
-				continue;
-			}
-		}
-		uint8_t c = s[i];
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		size_t need;
-		uint8_t lo = 0x80, hi = 0xBF;
-		if (c >= 0xC2 && c <= 0xDF) {
-			need = 1;
-		} else if (c >= 0xE0 && c <= 0xEF) {
-			need = 2;
-			if (c == 0xE0)
-				lo = 0xA0;
-			if (c == 0xED)
-				hi = 0x9F;
-		} else if (c >= 0xF0 && c <= 0xF4) {
-			need = 3;
-			if (c == 0xF0)
-				lo = 0x90;
-			if (c == 0xF4)
-				hi = 0x8F;
-		} else {
-			return i;
-		}
-		if (i + need >= n)
-			return i;
-		if (s[i + 1] < lo || s[i + 1] > hi)
-			return i;
-		for (size_t k = 2; k <= need; k++)
-			if ((s[i + k] & 0xC0) != 0x80)
-				return i;
-		i += need + 1;
-	}
-	return (size_t)-1;
-}
-
-/* ---- the header --------------------------------------------------------- */
-
-int st_metadata_check(const char *raw, size_t len)
-{
-	struct jp j = {(const uint8_t *)raw, (const uint8_t *)raw, (const uint8_t *)raw + len, 128,
-	               NULL, 0};
-	if (utf8_bad_at(j.p, len) != (size_t)-1)
-		return -EINVAL;
-	if (len == 4 && !memcmp(raw, "null", 4))
-		return 0;
-	if (!len || raw[0] != '{' || jenter(&j))
-		return -EINVAL;
-	jws(&j);
-	if (j.p < j.end && *j.p == '}') {
-		j.p++;
-	} else {
-		for (;;) {
-			if (jstring(&j, NULL, NULL) || jexpect(&j, ':', "") ||
-			    jstring(&j, NULL, NULL))
-				return -EINVAL;
-			jws(&j);
-			if (j.p < j.end && *j.p == ',') {
-				j.p++;
-				continue;
-			}
-			if (jexpect(&j, '}', ""))
-				return -EINVAL;
-			break;
-		}
-	}
-	return j.p == j.end ? 0 : -EINVAL;
-}
 
 static int by_offset(const void *a, const void *b)
 {
@@ -495,13 +52,13 @@ static int by_name(const void *a, const void *b, void *ctx)
  * keys are ignored, as serde does). */
 static int parse_entry(struct jp *j, struct st_tensor *t)
 {
-	jws(j);
+	st_jws(j);
 	if (j->p >= j->end || *j->p != '{')
-		return jfail(j, "expected an object {\"dtype\", \"shape\", \"data_offsets\"}");
-	if (jenter(j))
+		return st_jfail(j, "expected an object {\"dtype\", \"shape\", \"data_offsets\"}");
+	if (st_jenter(j))
 		return -1;
 	int have_dtype = 0, have_shape = 0, have_off = 0;
-	jws(j);
+	st_jws(j);
 	if (j->p < j->end && *j->p == '}') {
 		j->p++;
 	} else {
@@ -510,79 +67,79 @@ static int parse_entry(struct jp *j, struct st_tensor *t)
 			size_t klen;
 			char key[16];
 			/* keys we know are short; decode longer ones only to skip them */
-			jws(j);
+			st_jws(j);
 			k = j->p;
-			if (jstring(j, NULL, &klen))
+			if (st_jstring(j, NULL, &klen))
 				return -1;
 			j->p = k;
 			if (klen < sizeof key) {
-				if (jstring(j, key, &klen))
+				if (st_jstring(j, key, &klen))
 					return -1;
 				key[klen] = 0;
 			} else {
-				if (jstring(j, NULL, NULL))
+				if (st_jstring(j, NULL, NULL))
 					return -1;
 				key[0] = 0;
 				klen = (size_t)-1;
 			}
-			if (jexpect(j, ':', "expected ':'"))
+			if (st_jexpect(j, ':', "expected ':'"))
 				return -1;
 			if (klen == 5 && !memcmp(key, "dtype", 5)) {
 				if (have_dtype++)
-					return jfail(j, "duplicate field \"dtype\"");
+					return st_jfail(j, "duplicate field \"dtype\"");
 				char dt[16];
 				size_t dlen;
 				const uint8_t *q;
-				jws(j);
+				st_jws(j);
 				q = j->p;
-				if (jstring(j, NULL, &dlen))
+				if (st_jstring(j, NULL, &dlen))
 					return -1;
 				j->p = q;
 				if (dlen >= sizeof dt) {
-					return jfail(j, "unknown dtype");
+					return st_jfail(j, "unknown dtype");
 				}
-				if (jstring(j, dt, &dlen))
+				if (st_jstring(j, dt, &dlen))
 					return -1;
 				if (st_dtype_parse(dt, dlen, &t->dtype)) {
 					j->p = q;
-					return jfail(j, "unknown dtype");
+					return st_jfail(j, "unknown dtype");
 				}
 			} else if (klen == 5 && !memcmp(key, "shape", 5)) {
 				if (have_shape++)
-					return jfail(j, "duplicate field \"shape\"");
-				if (juint_array(j, t->shape, ST_MAX_DIMS, &t->ndim))
+					return st_jfail(j, "duplicate field \"shape\"");
+				if (st_juint_array(j, t->shape, ST_MAX_DIMS, &t->ndim))
 					return -1;
 			} else if (klen == 12 && !memcmp(key, "data_offsets", 12)) {
 				uint64_t off[2];
 				int n;
 				if (have_off++)
-					return jfail(j, "duplicate field \"data_offsets\"");
-				if (juint_array(j, off, 2, &n))
+					return st_jfail(j, "duplicate field \"data_offsets\"");
+				if (st_juint_array(j, off, 2, &n))
 					return -1;
 				if (n != 2)
-					return jfail(j, "data_offsets must hold two integers");
+					return st_jfail(j, "data_offsets must hold two integers");
 				t->begin = off[0];
 				t->end = off[1];
-			} else if (jvalue_skip(j)) {
+			} else if (st_jvalue_skip(j)) {
 				return -1;
 			}
-			jws(j);
+			st_jws(j);
 			if (j->p < j->end && *j->p == ',') {
 				j->p++;
 				continue;
 			}
-			if (jexpect(j, '}', "expected ',' or '}'"))
+			if (st_jexpect(j, '}', "expected ',' or '}'"))
 				return -1;
 			break;
 		}
 	}
 	j->depth++;
 	if (!have_dtype)
-		return jfail(j, "missing field \"dtype\"");
+		return st_jfail(j, "missing field \"dtype\"");
 	if (!have_shape)
-		return jfail(j, "missing field \"shape\"");
+		return st_jfail(j, "missing field \"shape\"");
 	if (!have_off)
-		return jfail(j, "missing field \"data_offsets\"");
+		return st_jfail(j, "missing field \"data_offsets\"");
 	return 0;
 }
 
@@ -695,7 +252,7 @@ int st_parse_mem(const uint8_t *buf, size_t len, uint64_t file_size, const char 
 		return rq_errf(err, -EINVAL, "%s: st_parse_mem got %zu bytes, the header needs %llu",
 		               path, len, (unsigned long long)(8 + n));
 	const uint8_t *json = buf + 8;
-	size_t bad_at = utf8_bad_at(json, n);
+	size_t bad_at = st_utf8_bad_at(json, n);
 	if (bad_at != (size_t)-1)
 		return rq_errf(err, -EPROTO, "%s: header is not valid UTF-8 (byte %zu)", path, bad_at);
 
@@ -715,63 +272,63 @@ int st_parse_mem(const uint8_t *buf, size_t len, uint64_t file_size, const char 
 	struct jp j = {json, json, json + n, 128, NULL, 0};
 	const char *cur_name = NULL;
 	int seen_meta = 0;
-	jws(&j);
+	st_jws(&j);
 	if (j.p >= j.end || *j.p != '{') {
-		jfail(&j, "header is not a JSON object");
+		st_jfail(&j, "header is not a JSON object");
 		goto bad_json;
 	}
-	if (jenter(&j))
+	if (st_jenter(&j))
 		goto bad_json;
-	jws(&j);
+	st_jws(&j);
 	if (j.p < j.end && *j.p == '}') {
 		j.p++;
 	} else {
 		for (;;) {
 			size_t klen;
 			char *key = arena + used;
-			if (jstring(&j, key, &klen))
+			if (st_jstring(&j, key, &klen))
 				goto bad_json;
 			key[klen] = 0;
-			if (jexpect(&j, ':', "expected ':'"))
+			if (st_jexpect(&j, ':', "expected ':'"))
 				goto bad_json;
 			if (klen == 12 && !memcmp(key, "__metadata__", 12)) {
 				if (seen_meta++) {
-					jfail(&j, "duplicate field \"__metadata__\"");
+					st_jfail(&j, "duplicate field \"__metadata__\"");
 					goto bad_json;
 				}
-				jws(&j);
+				st_jws(&j);
 				const uint8_t *ms = j.p;
 				if (j.p < j.end && *j.p == 'n') {
-					if (jliteral(&j, "null"))
+					if (st_jliteral(&j, "null"))
 						goto bad_json;
 				} else {
 					if (j.p >= j.end || *j.p != '{') {
-						jfail(&j, "__metadata__ must be an object of strings");
+						st_jfail(&j, "__metadata__ must be an object of strings");
 						goto bad_json;
 					}
-					if (jenter(&j))
+					if (st_jenter(&j))
 						goto bad_json;
-					jws(&j);
+					st_jws(&j);
 					if (j.p < j.end && *j.p == '}') {
 						j.p++;
 					} else {
 						for (;;) {
-							if (jstring(&j, NULL, NULL) ||
-							    jexpect(&j, ':', "expected ':'"))
+							if (st_jstring(&j, NULL, NULL) ||
+							    st_jexpect(&j, ':', "expected ':'"))
 								goto bad_json;
-							jws(&j);
+							st_jws(&j);
 							if (j.p < j.end && *j.p != '"') {
-								jfail(&j, "__metadata__ values must be strings");
+								st_jfail(&j, "__metadata__ values must be strings");
 								goto bad_json;
 							}
-							if (jstring(&j, NULL, NULL))
+							if (st_jstring(&j, NULL, NULL))
 								goto bad_json;
-							jws(&j);
+							st_jws(&j);
 							if (j.p < j.end && *j.p == ',') {
 								j.p++;
 								continue;
 							}
-							if (jexpect(&j, '}', "expected ',' or '}'"))
+							if (st_jexpect(&j, '}', "expected ',' or '}'"))
 								goto bad_json;
 							break;
 						}
@@ -790,7 +347,7 @@ int st_parse_mem(const uint8_t *buf, size_t len, uint64_t file_size, const char 
 					goto fail;
 				}
 				if (used + klen + 1 > n + 1) {
-					jfail(&j, "internal: name arena");
+					st_jfail(&j, "internal: name arena");
 					goto bad_json;
 				}
 				used += klen + 1;
@@ -810,26 +367,27 @@ int st_parse_mem(const uint8_t *buf, size_t len, uint64_t file_size, const char 
 				cur_name = NULL;
 				h->n++;
 			}
-			jws(&j);
+			st_jws(&j);
 			if (j.p < j.end && *j.p == ',') {
 				j.p++;
 				continue;
 			}
-			if (jexpect(&j, '}', "expected ',' or '}'"))
+			if (st_jexpect(&j, '}', "expected ',' or '}'"))
 				goto bad_json;
 			break;
 		}
 	}
 	j.depth++;
-	jws(&j);
+	st_jws(&j);
 	if (j.p != j.end) {
-		jfail(&j, "trailing characters after the header object");
+		st_jfail(&j, "trailing characters after the header object");
 		goto bad_json;
 	}
 	h->t = t;
 	t = NULL;
 
-	qsort(h->t, h->n, sizeof *h->t, by_offset);
+	if (h->n)
+		qsort(h->t, h->n, sizeof *h->t, by_offset);
 	hi->by_name = malloc((h->n ? h->n : 1) * sizeof *hi->by_name);
 	if (!hi->by_name)
 		goto fail;

@@ -20,9 +20,12 @@
 
 #ifdef __CUDACC__
 #define KQ_FN static __host__ __device__ __forceinline__
-#define KQ_UNROLL _Pragma("unroll")
 #else
 #define KQ_FN static inline
+#endif
+#ifdef __CUDA_ARCH__
+#define KQ_UNROLL _Pragma("unroll")
+#else
 #define KQ_UNROLL
 #endif
 
@@ -149,12 +152,63 @@ KQ_FN uint32_t kq_e2m1_code(float q)
 	return i | (q < 0.0f ? 8u : 0u);
 }
 
+/* The code of w = RN(w / seff) without dividing: RN(x) >= T exactly when x
+ * reaches the midpoint below T (every threshold T of kq_e2m1_code has an even
+ * mantissa, so ties round to T), and RN(x) > T when x passes the midpoint
+ * above T; the sign survives when x > 2^-150 (RN(x) != 0). Each bound times
+ * seff is exact in binary64 (<= 26 + 24 bits), and |w| is a BF16, so each
+ * test is an integer compare of |w|'s bits with the smallest BF16 at or above
+ * the bound: t[0..6] count the magnitude index, t[7] gates the sign bit.
+ * Bounds 0..6 are never BF16 values themselves (their significand has >= 25
+ * bits), so "smallest BF16 >= b" and "> b" agree there; the sign bound is
+ * seff * 2^-150, which can be one, hence strict. */
+KQ_FN uint32_t kq_bf16_ceil(double b, int strict)
+{
+#ifdef __CUDA_ARCH__
+	uint32_t u = kq_f2u(__double2float_ru(b));  /* smallest binary32 >= b */
+#else
+	float f = (float)b;
+	uint32_t u = kq_f2u(f);
+	if ((double)f < b)
+		u += 1;                             /* smallest binary32 >= b (b > 0) */
+#endif
+	uint32_t t = (u + 0xFFFFu) >> 16;       /* smallest BF16 >= b */
+	if (strict && (u & 0xFFFFu) == 0 && (double)kq_u2f(u) == b)
+		t += 1;                             /* b is a BF16 itself: need > b */
+	return t;
+}
+
+KQ_FN void kq_code_thresholds(float seff, uint32_t t[8])
+{
+	double s = (double)seff;
+	t[0] = kq_bf16_ceil(s * (0.25 + 0x1p-26), 0);    /* q > 0.25 */
+	t[1] = kq_bf16_ceil(s * (0.75 - 0x1p-25), 0);    /* q >= 0.75 */
+	t[2] = kq_bf16_ceil(s * (1.25 + 0x1p-24), 0);    /* q > 1.25 */
+	t[3] = kq_bf16_ceil(s * (1.75 - 0x1p-24), 0);    /* q >= 1.75 */
+	t[4] = kq_bf16_ceil(s * (2.5 + 0x1p-23), 0);     /* q > 2.5 */
+	t[5] = kq_bf16_ceil(s * (3.5 - 0x1p-23), 0);     /* q >= 3.5 */
+	t[6] = kq_bf16_ceil(s * (5.0 + 0x1p-22), 0);     /* q > 5 */
+	t[7] = kq_bf16_ceil(s * 0x1p-150, 1);            /* q != 0 */
+}
+
+/* Same as kq_e2m1_code(RN(w / seff)) for a finite BF16 w (bits), given
+ * kq_code_thresholds(seff). (m - t) >> 31 is 1 when m < t (both < 2^16). */
+KQ_FN uint32_t kq_code_thr(uint32_t w, const uint32_t t[8])
+{
+	uint32_t m = w & 0x7FFFu;
+	uint32_t below = ((m - t[0]) >> 31) + ((m - t[1]) >> 31) + ((m - t[2]) >> 31)
+	               + ((m - t[3]) >> 31) + ((m - t[4]) >> 31) + ((m - t[5]) >> 31)
+	               + ((m - t[6]) >> 31);
+	uint32_t sign = (w >> 15) & ~((m - t[7]) >> 31) & 1u;
+	return (7u - below) | sign << 3;
+}
+
 /* One group: w[16] BF16 bits (finite) -> packed[0..1] (two little-endian
  * words holding 16 nibbles, column 2k in the low nibble of byte k) and the
  * returned scale byte. */
 KQ_FN uint32_t kq_quant_group(int r, float gs, const uint32_t w[16], uint32_t packed[2])
 {
-	uint32_t m = 0;
+	uint32_t m = 0, t[8];
 	KQ_UNROLL
 	for (int j = 0; j < 16; j++) {
 		uint32_t a = w[j] & 0x7FFFu;        /* |w| as bits: orders as integers */
@@ -162,10 +216,31 @@ KQ_FN uint32_t kq_quant_group(int r, float gs, const uint32_t w[16], uint32_t pa
 	}
 	uint32_t sc = kq_scale_code(r, kq_bf16f(m), gs);
 	float seff = KQ_DIV(kq_e4m3_val(sc), gs);
+	kq_code_thresholds(seff, t);
 	KQ_UNROLL
 	for (int h = 0; h < 2; h++) {
 		uint32_t word = 0;
 		KQ_UNROLL
+		for (int j = 0; j < 8; j++)
+			word |= kq_code_thr(w[8 * h + j], t) << (4 * j);
+		packed[h] = word;
+	}
+	return sc;
+}
+
+/* The literal form of kq_quant_group (one division per weight), kept as the
+ * tests' link between the threshold form and the recipe's wording. */
+KQ_FN uint32_t kq_quant_group_div(int r, float gs, const uint32_t w[16], uint32_t packed[2])
+{
+	uint32_t m = 0;
+	for (int j = 0; j < 16; j++) {
+		uint32_t a = w[j] & 0x7FFFu;
+		m = a > m ? a : m;
+	}
+	uint32_t sc = kq_scale_code(r, kq_bf16f(m), gs);
+	float seff = KQ_DIV(kq_e4m3_val(sc), gs);
+	for (int h = 0; h < 2; h++) {
+		uint32_t word = 0;
 		for (int j = 0; j < 8; j++)
 			word |= kq_e2m1_code(KQ_DIV(kq_bf16f(w[8 * h + j]), seff)) << (4 * j);
 		packed[h] = word;

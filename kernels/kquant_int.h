@@ -19,8 +19,10 @@ extern "C" {
 #define KQ_IN_G 32u
 #define KQ_PK_G 8u
 #define KQ_GROUP_BYTES 41u
-/* Largest streaming chunk / staging slot, in groups (16 MiB of input). */
-#define KQ_CHUNK_MAX ((size_t)1 << 19)
+/* Largest streaming chunk / staging slot, in groups (2 MiB of input): small
+ * enough that one expert (6 MiB) pipelines the host copy of one chunk with
+ * the transfer of the previous one. */
+#define KQ_CHUNK_MAX ((size_t)1 << 16)
 #define KQ_MEM_DEFAULT ((size_t)1 << 30)
 #define KQ_MEM_MIN ((size_t)4096)
 
@@ -61,13 +63,16 @@ int kq_fail(char *msg, size_t msglen, int code, const char *fmt, ...)
 int kq_cuda_fail(char *msg, size_t msglen, const struct kq_ctx *k, const char *what,
                  cudaError_t e);
 size_t kq_groups(const struct rq_qmod *m);
+int kq_amax_need(struct kq_ctx *k, int n, char *msg, size_t msglen);
+/* kquant_kern.cu: launches on stream s (gs_batch: the legacy stream) */
 void kq_launch_absmax(const struct kq_ctx *k, const uint8_t *din, size_t groups,
                       uint32_t *amax, cudaStream_t s);
 void kq_launch_scale(enum rq_recipe r, const uint32_t *amax, int n, struct kq_res *res,
                      cudaStream_t s);
 void kq_launch_quant(enum rq_recipe r, const uint8_t *din, size_t groups, float gs,
                      uint8_t *dpk, uint8_t *dsc, cudaStream_t s);
-int kq_amax_need(struct kq_ctx *k, int n, char *msg, size_t msglen);
+void kq_launch_gs_batch(enum rq_recipe r, const uint16_t *amax, size_t n, float *gs);
+cudaError_t kq_kernels_loadable(void);
 
 #define KQ_CK(what, call) do { \
 	cudaError_t kq_e_ = (call); \

@@ -8,8 +8,10 @@
  *      says: a reciprocal-multiply would change ties), E2M1 by threshold
  *      counting, nibble packing.
  * The arithmetic is the same IEEE operations in the same order as the
- * reference, so vector width does not matter: every clone gives the same
- * bytes. Rows are spread over the thread pool. */
+ * reference, so vector width does not matter: the loops are compiled three
+ * times (baseline SSE2, AVX2, x86-64-v4 AVX-512), the best one the CPU runs is
+ * picked at first use, and tests run every variant the CPU has against the
+ * oracle (rq_quant_isa_force). Rows are spread over the thread pool. */
 #include "quant/quant.h"
 #include "quant/quant_int.h"
 #include "base/pool.h"
@@ -19,12 +21,9 @@
 #define BLOCK_GROUPS 64
 #define MIN_CHUNK_ELEMS 65536   /* work per pool chunk, in weights */
 
-/* Function multiversioning: an AVX2 clone picked at load time where the CPU
- * has it. Only instruction selection differs; the results cannot. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(RQ_NO_CLONES)
-#define RQ_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define RQ_CLONES
+#if defined(__x86_64__) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
+#define RQ_X86_VARIANTS 1
 #endif
 
 static inline __attribute__((always_inline))
@@ -58,9 +57,9 @@ void quant_block(const uint16_t *restrict w, size_t ng, float gs, int bf16,
 	}
 }
 
-RQ_CLONES
-static void quant_rows(enum rq_recipe r, const uint16_t *w, size_t rows, size_t cols, float gs,
-                       uint8_t *packed, uint8_t *scales)
+static inline __attribute__((always_inline))
+void quant_rows_body(enum rq_recipe r, const uint16_t *w, size_t rows, size_t cols, float gs,
+                     uint8_t *packed, uint8_t *scales)
 {
 	int bf16 = r == RQ_RECIPE_BF16;
 	size_t groups = cols / 16;
@@ -79,7 +78,93 @@ static void quant_rows(enum rq_recipe r, const uint16_t *w, size_t rows, size_t 
 	}
 }
 
+static inline __attribute__((always_inline))
+uint16_t absmax_body(const uint16_t *w, size_t n)
+{
+	int16_t m = 0;
+	for (size_t i = 0; i < n; i++) {
+		int16_t a = (int16_t)(w[i] & 0x7FFF);
+		m = a > m ? a : m;
+	}
+	return (uint16_t)m;
+}
+
+/* One copy of the loops per instruction set. */
+#define RQ_VARIANT(suffix, attr) \
+	attr static void quant_rows_##suffix(enum rq_recipe r, const uint16_t *w, size_t rows, \
+	                                      size_t cols, float gs, uint8_t *p, uint8_t *s) \
+	{ quant_rows_body(r, w, rows, cols, gs, p, s); } \
+	attr static uint16_t absmax_##suffix(const uint16_t *w, size_t n) \
+	{ return absmax_body(w, n); }
+
+RQ_VARIANT(base, )
+#ifdef RQ_X86_VARIANTS
+RQ_VARIANT(avx2, __attribute__((target("avx2"))))
+RQ_VARIANT(avx512, __attribute__((target("arch=x86-64-v4"))))
+#endif
+
+typedef void (*rows_fn)(enum rq_recipe, const uint16_t *, size_t, size_t, float, uint8_t *,
+                        uint8_t *);
+typedef uint16_t (*absmax_fn)(const uint16_t *, size_t);
+static const struct {
+	const char *name;
+	rows_fn rows;
+	absmax_fn absmax;
+} variants[RQ_ISA_COUNT] = {
+	{"sse2", quant_rows_base, absmax_base},
+#ifdef RQ_X86_VARIANTS
+	{"avx2", quant_rows_avx2, absmax_avx2},
+	{"avx512", quant_rows_avx512, absmax_avx512},
+#endif
+};
+
+int rq_quant_isa_max(void)
+{
+#ifdef RQ_X86_VARIANTS
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+	    __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx2") &&
+	    __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("fma"))
+		return RQ_ISA_AVX512;
+	if (__builtin_cpu_supports("avx2"))
+		return RQ_ISA_AVX2;
+#endif
+	return RQ_ISA_BASE;
+}
+
+static int isa_forced = -1;   /* -1: automatic (relaxed atomic) */
+static int isa_auto = -1;     /* cached rq_quant_isa_max() (relaxed atomic) */
+
+int rq_quant_isa_force(int isa)
+{
+	int prev = __atomic_load_n(&isa_forced, __ATOMIC_RELAXED);
+	if (isa > rq_quant_isa_max())
+		return -EINVAL;
+	__atomic_store_n(&isa_forced, isa < 0 ? -1 : isa, __ATOMIC_RELAXED);
+	return prev;
+}
+
+int rq_quant_isa(void)
+{
+	int f = __atomic_load_n(&isa_forced, __ATOMIC_RELAXED);
+	if (f >= 0)
+		return f;
+	int a = __atomic_load_n(&isa_auto, __ATOMIC_RELAXED);
+	if (a < 0) {
+		a = rq_quant_isa_max();
+		__atomic_store_n(&isa_auto, a, __ATOMIC_RELAXED);
+	}
+	return a;
+}
+
+const char *rq_quant_isa_name(int isa)
+{
+	return isa >= 0 && isa < RQ_ISA_COUNT && variants[isa].name ? variants[isa].name : "?";
+}
+
 struct quant_ctx {
+	rows_fn rows;         /* the variant for this CPU */
 	enum rq_recipe r;
 	const uint16_t *w;    /* [rows][cols] BF16 */
 	size_t cols;
@@ -91,7 +176,7 @@ struct quant_ctx {
 static void quant_chunk(void *arg, size_t begin, size_t end, int worker)
 {
 	struct quant_ctx *c = arg;
-	quant_rows(c->r, c->w + begin * c->cols, end - begin, c->cols, c->gs,
+	c->rows(c->r, c->w + begin * c->cols, end - begin, c->cols, c->gs,
 	           c->packed + begin * (c->cols / 2), c->scales + begin * (c->cols / 16));
 }
 
@@ -100,25 +185,15 @@ void rq_quantize_fast(enum rq_recipe r, const uint16_t *w, size_t rows, size_t c
 {
 	if (rows == 0 || cols < 16)
 		return;
-	struct quant_ctx c = {r, w, cols, gs, packed, scales};
+	struct quant_ctx c = {variants[rq_quant_isa()].rows, r, w, cols, gs, packed, scales};
 	size_t grain = (MIN_CHUNK_ELEMS + cols - 1) / cols;
 	rq_pool_for(pool, rows, grain, quant_chunk, &c);
 }
 
 /* ---- absmax ---- */
 
-RQ_CLONES
-static uint16_t absmax_span(const uint16_t *w, size_t n)
-{
-	int16_t m = 0;
-	for (size_t i = 0; i < n; i++) {
-		int16_t a = (int16_t)(w[i] & 0x7FFF);
-		m = a > m ? a : m;
-	}
-	return (uint16_t)m;
-}
-
 struct absmax_ctx {
+	absmax_fn span;       /* the variant for this CPU */
 	const uint16_t *w;
 	size_t n;
 	unsigned max;         /* running max of |w| bits (atomic) */
@@ -130,7 +205,7 @@ static void absmax_chunk(void *arg, size_t begin, size_t end, int worker)
 	size_t b = begin * MIN_CHUNK_ELEMS, e = end * MIN_CHUNK_ELEMS;
 	if (e > c->n)
 		e = c->n;
-	unsigned m = absmax_span(c->w + b, e - b);
+	unsigned m = c->span(c->w + b, e - b);
 	unsigned cur = __atomic_load_n(&c->max, __ATOMIC_RELAXED);
 	while (m > cur && !__atomic_compare_exchange_n(&c->max, &cur, m, 0, __ATOMIC_RELAXED,
 	                                                __ATOMIC_RELAXED))
@@ -140,7 +215,7 @@ static void absmax_chunk(void *arg, size_t begin, size_t end, int worker)
 int rq_absmax_bf16_fast(const uint16_t *w, size_t n, uint16_t *amax, size_t *bad_index,
                         struct rq_pool *pool)
 {
-	struct absmax_ctx c = {w, n, 0};
+	struct absmax_ctx c = {variants[rq_quant_isa()].absmax, w, n, 0};
 	size_t blocks = (n + MIN_CHUNK_ELEMS - 1) / MIN_CHUNK_ELEMS;
 	rq_pool_for(pool, blocks, 4, absmax_chunk, &c);
 	if (c.max >= 0x7F80)   /* some Inf/NaN: the scalar scan finds the first one */

@@ -49,8 +49,9 @@ static inline float rq_round_bf16(float x)
 /* E4M3FN code of s for 0 <= s <= 448 (finite), ties to even. Normal range
  * (s >= 2^-6): round the binary32 mantissa to 3 bits on the bit pattern and
  * rebias the exponent (127 -> 7). Below 2^-6 the quantum is 2^-9: s*512 is
- * exact and x + 2^23 - 2^23 rounds it to an integer (ties to even), which is
- * the code itself (8 = 2^-6, the smallest normal, comes out right). */
+ * exact, and adding 2^23 rounds it to an integer (ties to even) that lands in
+ * the low mantissa bits; that integer is the code itself (8 = 2^-6, the
+ * smallest normal, comes out right). */
 static inline uint32_t rq_e4m3_code_pos(float s)
 {
 	uint32_t u = rq_f2u(s);
@@ -85,13 +86,16 @@ static inline float rq_s6(float g, int bf16)
 static inline uint32_t rq_group_code(float g, float gs, int bf16)
 {
 	float s = gs * rq_s6(g, bf16);
-	s = s < RQ_E4M3_MAX ? s : RQ_E4M3_MAX;
-	uint32_t c = rq_e4m3_code_pos(s);
-	return c == 0 ? RQ_E4M3_EPS_CODE : c;
+	/* min(s, 448) on the bit pattern: s >= +0, and integer min keeps the
+	 * caller's loop free of control flow */
+	uint32_t u = rq_f2u(s), m = rq_f2u(RQ_E4M3_MAX);
+	uint32_t c = rq_e4m3_code_pos(rq_u2f(u < m ? u : m));
+	return c | (RQ_E4M3_EPS_CODE & (0u - (uint32_t)(c == 0)));   /* 0 -> 0x20 */
 }
 
 /* E2M1 code of q = w / seff by counting thresholds (ties to the even index):
- * 0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4; q beyond +-6
+ * |q| 0.25->0, 0.75->1.0, 1.25->1.0, 1.75->2.0, 2.5->2.0, 3.5->4.0, 5->4.0 (values,
+ * codes 0, 2, 2, 4, 4, 6, 6); q beyond +-6
  * (even inf) gives 7, so the clamp of the recipe is implicit. Sign bit 8 iff
  * q < 0 (so an exact -0.0 gives 0x0). */
 static inline uint32_t rq_e2m1_code(float q)
@@ -102,6 +106,15 @@ static inline uint32_t rq_e2m1_code(float q)
 	           + (uint32_t)(a > 5.0f);
 	return i | (q < 0.0f ? 8u : 0u);
 }
+
+/* Instruction-set variants of the fast path (quant_fast.c). All give the
+ * same bytes; tests force each one the CPU supports. */
+enum { RQ_ISA_BASE = 0, RQ_ISA_AVX2 = 1, RQ_ISA_AVX512 = 2, RQ_ISA_COUNT = 3 };
+int rq_quant_isa_max(void);            /* best variant this CPU and build can run */
+int rq_quant_isa(void);                /* the variant in use */
+int rq_quant_isa_force(int isa);       /* -1 = automatic; returns the previous forced
+                                          value, -EINVAL if the CPU lacks it */
+const char *rq_quant_isa_name(int isa);   /* "sse2", "avx2", "avx512" */
 
 /* The scalar oracle of one row (quant_ref.c); the fast path is checked against it. */
 void rq_quantize_row_ref(enum rq_recipe r, const uint16_t *w, size_t cols, float gs,

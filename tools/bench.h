@@ -3,10 +3,17 @@
 #ifndef RQ_TOOLS_BENCH_H
 #define RQ_TOOLS_BENCH_H
 
+#include <stddef.h>
+#include <stdint.h>
+#include "quant/quant.h"
+
 int bench_quant(int argc, char **argv);    /* tools/bench_quant.c */
 int bench_export(int argc, char **argv);   /* tools/bench_export.c */
 int bench_mount(int argc, char **argv);    /* tools/bench_mount.c */
 int bench_engine(int argc, char **argv);   /* tools/bench_engine.c */
+
+/* GPU twin of bench_quant for one BF16 tensor [rows][cols] (CUDA builds). */
+int bench_quant_cuda(const uint16_t *w, size_t rows, size_t cols, enum rq_recipe r, int reps);
 
 /* Seconds on a monotonic clock. */
 double bench_now(void);

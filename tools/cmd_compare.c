@@ -1,7 +1,296 @@
-/* PLACEHOLDER: replaced by the module that owns this command. */
+/* cmd_compare.c — `requantfs compare DIR_A DIR_B`: how far model B's next-token
+ * distributions are from model A's on the same token streams.
+ *
+ * Each prompt is encoded with A's tokenizer and continued greedily by A for
+ * N tokens; both models then read the whole stream teacher-forced, and at
+ * every position we take KL(A||B) of the next-token distributions, whether
+ * their top-1 tokens agree, and each model's log-likelihood of the actual
+ * next token (perplexity over the stream). */
 #include "tools/cli.h"
+#include "base/err.h"
+#include "base/pool.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const default_prompts[] = {
+	"The capital of France is",
+	"def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+	"In 1969, the first humans to walk on the Moon were",
+	"Explain the difference between a process and a thread in an operating system.",
+	"SELECT name, COUNT(*) FROM orders GROUP BY",
+	"Once upon a time, in a small village by the sea,",
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	"usage: requantfs compare DIR_A DIR_B [--prompts FILE] [-n N] [--threads N]\n\n"
+	"Runs both models on the same token streams: each prompt (one per line of FILE,\n"
+	"or %zu built-in ones) encoded with A's tokenizer, then continued greedily by A\n"
+	"for N tokens (default 32). Both read each stream teacher-forced; printed per\n"
+	"prompt and overall: KL(A||B) of the next-token distributions (mean, p99, max, in\n"
+	"nats), top-1 agreement, and each model's perplexity on the stream.\n"
+	"Typical use: A = the BF16-expert source, B = the requantized mount.\n",
+	sizeof default_prompts / sizeof default_prompts[0]);
+}
+
+/* log-softmax of x[n] into out */
+static void log_softmax(const float *x, int n, double *out)
+{
+	double mx = x[0], sum = 0;
+	for (int i = 1; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	for (int i = 0; i < n; i++)
+		sum += exp(x[i] - mx);
+	double lse = mx + log(sum);
+	for (int i = 0; i < n; i++)
+		out[i] = x[i] - lse;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+struct stats {
+	double *kl;                /* per position */
+	size_t n, cap;
+	size_t agree;
+	double nll_a, nll_b;       /* Σ -log p(next) */
+};
+
+static int push_kl(struct stats *s, double v)
+{
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 1024;
+		double *nv = realloc(s->kl, cap * sizeof *nv);
+		if (!nv)
+			return -ENOMEM;
+		s->kl = nv;
+		s->cap = cap;
+	}
+	s->kl[s->n++] = v;
+	return 0;
+}
+
+static void report(const char *label, struct stats *s)
+{
+	if (!s->n)
+		return;
+	double sum = 0;
+	for (size_t i = 0; i < s->n; i++)
+		sum += s->kl[i];
+	double *sorted = malloc(s->n * sizeof *sorted);
+	if (!sorted)
+		return;
+	memcpy(sorted, s->kl, s->n * sizeof *sorted);
+	qsort(sorted, s->n, sizeof *sorted, cmp_double);
+	size_t i99 = (size_t)ceil(0.99 * s->n) - 1;
+	printf("%-10s %5zu pos  KL mean %.3e  p99 %.3e  max %.3e  top-1 %6.2f%%  ppl A %8.3f  B %8.3f\n",
+	       label, s->n, sum / s->n, sorted[i99], sorted[s->n - 1], 100.0 * s->agree / s->n,
+	       exp(s->nll_a / s->n), exp(s->nll_b / s->n));
+	free(sorted);
+}
+
+/* All-position logits of tokens[0..n) under model m. */
+static int run_all(const struct lg_model *m, struct rq_pool *pool, const int *tok, int n, float *out,
+                   struct rq_err *err)
+{
+	struct lg_state *s;
+	int rc = lg_state_create(m, n, 0, pool, &s, err);
+	if (!rc)
+		rc = lg_forward(s, tok, n, out, n, err);
+	lg_state_free(s);
+	return rc;
+}
+
+static int compare_one(const struct lg_model *a, const struct lg_model *b, struct rq_pool *pool,
+                       const int *prompt, int np, int ngen, struct stats *tot, int idx,
+                       struct rq_err *err)
+{
+	int V = a->cfg.vocab, L = np + ngen, rc;
+	int *tok = malloc(sizeof(int) * L);
+	float *la = malloc(sizeof(float) * V * (size_t)L), *lb = malloc(sizeof(float) * V * (size_t)L);
+	double *pa = malloc(sizeof(double) * V), *pb = malloc(sizeof(double) * V);
+	struct lg_state *s = NULL;
+	struct stats one = {0};
+	if (!tok || !la || !lb || !pa || !pb) {
+		rc = rq_errf(err, -ENOMEM, "out of memory for %d positions", L);
+		goto out;
+	}
+	memcpy(tok, prompt, sizeof(int) * np);
+	/* greedy continuation by A */
+	if ((rc = lg_state_create(a, L, 0, pool, &s, err)) ||
+	    (rc = lg_forward(s, tok, np, la, 1, err)))
+		goto out;
+	for (int i = np; i < L; i++) {
+		tok[i] = lg_argmax(la, V);
+		if (i + 1 < L && (rc = lg_forward(s, &tok[i], 1, la, 1, err)))
+			goto out;
+	}
+	if ((rc = run_all(a, pool, tok, L, la, err)) || (rc = run_all(b, pool, tok, L, lb, err)))
+		goto out;
+	for (int i = 0; i + 1 < L; i++) {
+		const float *xa = la + (size_t)i * V, *xb = lb + (size_t)i * V;
+		log_softmax(xa, V, pa);
+		log_softmax(xb, V, pb);
+		double kl = 0;
+		for (int j = 0; j < V; j++)
+			kl += exp(pa[j]) * (pa[j] - pb[j]);
+		kl = kl < 0 ? 0 : kl;
+		int agree = lg_argmax(xa, V) == lg_argmax(xb, V);
+		double na = -pa[tok[i + 1]], nb = -pb[tok[i + 1]];
+		struct stats *ss[2] = {&one, tot};
+		for (int k = 0; k < 2; k++) {
+			if ((rc = push_kl(ss[k], kl)))
+				goto out;
+			ss[k]->agree += agree;
+			ss[k]->nll_a += na;
+			ss[k]->nll_b += nb;
+		}
+	}
+	char label[32];
+	snprintf(label, sizeof label, "prompt %d", idx);
+	report(label, &one);
+	rc = 0;
+out:
+	lg_state_free(s);
+	free(one.kl);
+	free(tok);
+	free(la);
+	free(lb);
+	free(pa);
+	free(pb);
+	return rc;
+}
 
 int cmd_compare(int argc, char **argv)
 {
-	return cli_fail(1, argv[0], "not built yet");
+	static const struct option opts[] = {
+		{"prompts", required_argument, 0, 'p'}, {"threads", required_argument, 0, 't'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	const char *pfile = NULL;
+	int ngen = 32, threads = 0, c;
+	char *end;
+	while ((c = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'p': pfile = optarg; break;
+		case 'n':
+			ngen = (int)strtol(optarg, &end, 10);
+			if (*end || end == optarg || ngen < 0 || ngen > 1 << 20)
+				return cli_fail(2, "compare", "-n: expected a token count, got '%s'", optarg);
+			break;
+		case 't':
+			threads = (int)strtol(optarg, &end, 10);
+			if (*end || end == optarg || threads < 1)
+				return cli_fail(2, "compare", "--threads: expected a count >= 1, got '%s'", optarg);
+			break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (argc - optind != 2) {
+		usage(stderr);
+		return 2;
+	}
+	const char *da = argv[optind], *db = argv[optind + 1];
+	struct rq_err err = {0};
+	struct lg_model *a = NULL, *b = NULL;
+	struct tok *tk = NULL;
+	struct rq_pool *pool = NULL;
+	struct stats tot = {0};
+	char **lines = NULL;
+	size_t nlines = 0;
+	int rc = 1;
+	if (lg_model_open(da, &a, &err) || lg_model_open(db, &b, &err)) {
+		cli_fail(1, "compare", "%s", err.msg);
+		goto out;
+	}
+	if (a->cfg.vocab != b->cfg.vocab) {
+		cli_fail(1, "compare", "vocabularies differ: %s has %d tokens, %s %d", da, a->cfg.vocab, db,
+		         b->cfg.vocab);
+		goto out;
+	}
+	if (tok_load(da, &tk, &err)) {
+		cli_fail(1, "compare", "%s", err.msg);
+		goto out;
+	}
+	if (pfile) {
+		FILE *f = fopen(pfile, "r");
+		if (!f) {
+			cli_fail(1, "compare", "%s: %s", pfile, strerror(errno));
+			goto out;
+		}
+		char *line = NULL;
+		size_t cap = 0;
+		ssize_t len;
+		while ((len = getline(&line, &cap, f)) >= 0) {
+			while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+				line[--len] = 0;
+			if (!len)
+				continue;
+			char **nl = realloc(lines, (nlines + 1) * sizeof *lines);
+			if (!nl || !(nl[nlines] = strdup(line))) {
+				lines = nl ? nl : lines;
+				break;
+			}
+			lines = nl;
+			nlines++;
+		}
+		free(line);
+		fclose(f);
+		if (!nlines) {
+			cli_fail(1, "compare", "%s holds no prompt", pfile);
+			goto out;
+		}
+	}
+	if (rq_pool_create(threads, &pool)) {
+		cli_fail(1, "compare", "cannot start threads");
+		goto out;
+	}
+	size_t np = pfile ? nlines : sizeof default_prompts / sizeof default_prompts[0];
+	printf("A = %s\nB = %s\n%zu prompts, %d greedy tokens of A each, %d threads\n", da, db, np, ngen,
+	       rq_pool_size(pool));
+	for (size_t i = 0; i < np; i++) {
+		const char *text = pfile ? lines[i] : default_prompts[i];
+		struct tok_ids ids = {0};
+		if (tok_encode(tk, text, strlen(text), TOK_ADD_SPECIAL, &ids) || !ids.n) {
+			tok_ids_free(&ids);
+			cli_fail(1, "compare", "could not tokenize prompt %zu", i + 1);
+			goto out;
+		}
+		int *p = malloc(sizeof(int) * ids.n);
+		for (size_t j = 0; p && j < ids.n; j++)
+			p[j] = ids.v[j];
+		int r = p ? compare_one(a, b, pool, p, (int)ids.n, ngen, &tot, (int)i + 1, &err)
+		          : rq_errf(&err, -ENOMEM, "out of memory");
+		free(p);
+		tok_ids_free(&ids);
+		if (r) {
+			cli_fail(1, "compare", "prompt %zu: %s", i + 1, err.msg);
+			goto out;
+		}
+		fflush(stdout);
+	}
+	report("overall", &tot);
+	rc = 0;
+out:
+	for (size_t i = 0; i < nlines; i++)
+		free(lines[i]);
+	free(lines);
+	free(tot.kl);
+	rq_pool_destroy(pool);
+	tok_free(tk);
+	lg_model_close(a);
+	lg_model_close(b);
+	return rc;
 }

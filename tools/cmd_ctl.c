@@ -1,12 +1,309 @@
-/* PLACEHOLDER: replaced by the module that owns this command. */
+/* cmd_ctl.c — `requantfs warm` and `requantfs status`: clients of a mount's
+ * hidden control directory (fs/mount.h, RQ_CTL_DIR). */
 #include "tools/cli.h"
 
-int cmd_warm(int argc, char **argv)
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs/mount.h"
+
+static char *read_all(const char *path, int *err)
 {
-	return cli_fail(1, argv[0], "not built yet");
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		*err = errno;
+		return NULL;
+	}
+	size_t len = 0, cap = 8192;
+	char *s = malloc(cap);
+	for (;;) {
+		if (!s) {
+			*err = ENOMEM;
+			break;
+		}
+		if (len + 1 >= cap) {
+			char *v = realloc(s, cap *= 2);
+			if (!v) {
+				free(s);
+				s = NULL;
+				continue;
+			}
+			s = v;
+		}
+		ssize_t n = read(fd, s + len, cap - 1 - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			*err = errno;
+			free(s);
+			s = NULL;
+			break;
+		}
+		if (n == 0) {
+			s[len] = 0;
+			break;
+		}
+		len += (size_t)n;
+	}
+	close(fd);
+	return s;
 }
+
+/* Reads and parses MNT/.requantfs/status; prints why not (exit code in *rc). */
+static cJSON *get_status(const char *cmd, const char *mnt, char **raw, int *rc)
+{
+	char path[4096];
+	int e = 0;
+	snprintf(path, sizeof path, "%s/%s/status", mnt, RQ_CTL_DIR);
+	char *s = read_all(path, &e);
+	if (!s) {
+		if (e == ENOENT || e == ENOTDIR)
+			*rc = cli_fail(1, cmd, "%s is not a requantfs mount (no %s/status)", mnt,
+			               RQ_CTL_DIR);
+		else if (e == ENOTCONN || e == ECONNABORTED)
+			*rc = cli_fail(1, cmd, "%s: the daemon of this mount is gone; run `requantfs "
+			               "umount %s` and mount again", mnt, mnt);
+		else
+			*rc = cli_fail(1, cmd, "%s: %s", path, strerror(e));
+		return NULL;
+	}
+	cJSON *j = cJSON_Parse(s);
+	if (!j) {
+		*rc = cli_fail(1, cmd, "%s: not valid JSON", path);
+		free(s);
+		return NULL;
+	}
+	if (raw)
+		*raw = s;
+	else
+		free(s);
+	return j;
+}
+
+static double num(const cJSON *j, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+	return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static const char *str(const cJSON *j, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+	return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static void human(double b, char *buf, size_t len)
+{
+	const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	int i = 0;
+	while (b >= 1024 && i < 4) {
+		b /= 1024;
+		i++;
+	}
+	snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}
+
+/* ---- status ------------------------------------------------------------ */
 
 int cmd_status(int argc, char **argv)
 {
-	return cli_fail(1, argv[0], "not built yet");
+	static const struct option lo[] = {{"json", no_argument, 0, 'j'},
+	                                   {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	int json = 0, c, rc = 0;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		if (c == 'h') {
+			printf("usage: requantfs status MNT [--json]\n\n"
+			       "What a mount has cached, hits/misses, device, quantizer throughput,\n"
+			       "and whether its SRC files are unchanged. --json prints the raw status.\n");
+			return 0;
+		}
+		if (c == 'j') {
+			json = 1;
+			continue;
+		}
+		return cli_fail(2, "status", "unknown option '%s' (see --help)", argv[optind - 1]);
+	}
+	if (argc - optind != 1)
+		return cli_fail(2, "status", "needs MNT (see --help)");
+	const char *mnt = argv[optind];
+	char *raw = NULL;
+	cJSON *j = get_status("status", mnt, &raw, &rc);
+	if (!j)
+		return rc;
+	if (json) {
+		fputs(raw, stdout);
+	} else {
+		char a[32], b[32], d[32];
+		printf("requantfs mount %s (daemon pid %.0f, up %.0f s)\n", str(j, "mountpoint"),
+		       num(j, "pid"), num(j, "uptime_s"));
+		printf("  source      %s\n", str(j, "src"));
+		printf("  recipe      %s v%.0f, dropped ignore rule %s\n", str(j, "recipe"),
+		       num(j, "recipe_version"), str(j, "dropped_rule"));
+		printf("  device      %s\n", str(j, "device"));
+		printf("  modules     %.0f / %.0f cached (%.0f ready)\n", num(j, "modules_cached"),
+		       num(j, "modules_total"), num(j, "modules_ready"));
+		printf("  jobs        %.0f / %.0f cached, %.0f in memory only, %.0f running, %.0f "
+		       "queued, %.0f run, %.0f failed\n", num(j, "jobs_cached"), num(j, "jobs_total"),
+		       num(j, "jobs_in_memory"), num(j, "jobs_in_flight"), num(j, "jobs_queued"),
+		       num(j, "jobs_run"), num(j, "jobs_failed"));
+		human(num(j, "cache_bytes"), a, sizeof a);
+		printf("  cache       %s: %.0f entries, %s; %.0f hits, %.0f misses, %.0f corrupt, "
+		       "%.0f puts failed\n", str(j, "cache_dir"), num(j, "cache_entries"), a,
+		       num(j, "cache_hits"), num(j, "cache_misses"), num(j, "cache_corrupt"),
+		       num(j, "cache_put_failed"));
+		human(num(j, "quant_in_bytes"), a, sizeof a);
+		printf("  quantizer   %s of BF16 in %.2f s (%.0f MB/s)\n", a, num(j, "quant_seconds"),
+		       num(j, "quant_mb_s"));
+		human(num(j, "read_bytes"), b, sizeof b);
+		human(num(j, "memory_bytes"), d, sizeof d);
+		printf("  reads       %.0f (%s), %.0f parked on jobs; %s of outputs held in memory\n",
+		       num(j, "reads"), b, num(j, "parked_reads"), d);
+		const cJSON *ch = cJSON_GetObjectItemCaseSensitive(j, "src_changed");
+		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "src_ok"))) {
+			printf("  SRC         %.0f files, unchanged\n", num(j, "src_files"));
+		} else {
+			printf("  SRC         CHANGED under the mount (reads of dependent files fail; "
+			       "remount):\n");
+			const cJSON *e;
+			cJSON_ArrayForEach(e, ch)
+				printf("                %s\n", cJSON_IsString(e) ? e->valuestring : "?");
+		}
+	}
+	cJSON_Delete(j);
+	free(raw);
+	return 0;
+}
+
+/* ---- warm -------------------------------------------------------------- */
+
+struct warm {
+	const char *mnt;
+	long njobs;
+	atomic_long next;
+	atomic_long failed, done;
+	struct cli_progress *prog;
+	pthread_mutex_t mu;
+	char first_err[512];
+};
+
+static void *warm_thread(void *arg)
+{
+	struct warm *w = arg;
+	for (;;) {
+		long j = atomic_fetch_add(&w->next, 1);
+		if (j >= w->njobs)
+			break;
+		char path[4096];
+		int e = 0;
+		snprintf(path, sizeof path, "%s/%s/jobs/%ld", w->mnt, RQ_CTL_DIR, j);
+		char *s = read_all(path, &e);
+		long jj;
+		int nmod;
+		unsigned long long in;
+		if (!s || sscanf(s, "%ld ok %d %llu", &jj, &nmod, &in) != 3 || jj != j) {
+			atomic_fetch_add(&w->failed, 1);
+			pthread_mutex_lock(&w->mu);
+			if (!w->first_err[0])
+				snprintf(w->first_err, sizeof w->first_err, "job %ld: %s", j,
+				         s ? "unexpected answer" : strerror(e));
+			pthread_mutex_unlock(&w->mu);
+			free(s);
+			if (e == ENOTCONN || e == ECONNABORTED || e == ENOENT)
+				break;       /* the mount is gone: stop early */
+			continue;
+		}
+		free(s);
+		atomic_fetch_add(&w->done, 1);
+		cli_progress_add(w->prog, (unsigned long long)nmod, in);
+	}
+	return NULL;
+}
+
+int cmd_warm(int argc, char **argv)
+{
+	static const struct option lo[] = {{"parallel", required_argument, 0, 'p'},
+	                                   {"progress", no_argument, 0, 'P'},
+	                                   {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	int c, rc = 0, par = 8, force = 0;
+	char *end;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		if (c == 'h') {
+			printf("usage: requantfs warm MNT [--parallel N] [--progress]\n\n"
+			       "Quantizes every module of a mount now (cache hits are only checked),\n"
+			       "with a progress bar; exits 0 when every job is in the cache.\n"
+			       "  --parallel N   jobs requested at once (default 8)\n"
+			       "  --progress     draw the progress bar even when stderr is not a terminal\n");
+			return 0;
+		}
+		if (c == 'p') {
+			errno = 0;
+			long v = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || v < 1 || v > 256)
+				return cli_fail(2, "warm", "--parallel needs 1..256 (got '%s')", optarg);
+			par = (int)v;
+			continue;
+		}
+		if (c == 'P') {
+			force = 1;
+			continue;
+		}
+		return cli_fail(2, "warm", "unknown or incomplete option '%s' (see --help)",
+		                argv[optind - 1]);
+	}
+	if (argc - optind != 1)
+		return cli_fail(2, "warm", "needs MNT (see --help)");
+	const char *mnt = argv[optind];
+	cJSON *st = get_status("warm", mnt, NULL, &rc);
+	if (!st)
+		return rc;
+	struct warm w = {.mnt = mnt, .njobs = (long)num(st, "jobs_total")};
+	pthread_mutex_init(&w.mu, NULL);
+	unsigned long long mods = (unsigned long long)num(st, "modules_total");
+	unsigned long long bytes = (unsigned long long)num(st, "in_bytes_total");
+	cJSON_Delete(st);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	w.prog = cli_progress_start("warm", mods, bytes, force);
+	pthread_t th[256];
+	int nt = 0;
+	for (int i = 0; i < par && i < w.njobs; i++)
+		if (!pthread_create(&th[nt], NULL, warm_thread, &w))
+			nt++;
+	for (int i = 0; i < nt; i++)
+		pthread_join(th[i], NULL);
+	cli_progress_end(w.prog);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double dt = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	if (nt == 0 && w.njobs > 0)
+		return cli_fail(1, "warm", "cannot start threads");
+	if (atomic_load(&w.failed))
+		return cli_fail(1, "warm", "%ld of %ld jobs failed (first: %s); see the mount's log",
+		                (long)atomic_load(&w.failed), w.njobs, w.first_err);
+	st = get_status("warm", mnt, NULL, &rc);
+	if (!st)
+		return rc;
+	double cached = num(st, "jobs_cached"), inmem = num(st, "jobs_in_memory");
+	char a[32];
+	human(num(st, "quant_in_bytes"), a, sizeof a);
+	printf("requantfs warm: %ld jobs (%llu modules) ready in %.1f s; %.0f in the cache, %.0f "
+	       "in memory only; quantized %s this mount at %.0f MB/s\n", w.njobs, mods, dt, cached,
+	       inmem, a, num(st, "quant_mb_s"));
+	cJSON_Delete(st);
+	if (cached < (double)w.njobs)
+		return cli_fail(1, "warm", "%.0f jobs could not be stored in the cache (full? see "
+		                "the mount's log); they are served from memory", w.njobs - cached);
+	return 0;
 }

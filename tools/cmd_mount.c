@@ -1,12 +1,507 @@
-/* PLACEHOLDER: replaced by the module that owns this command. */
+/* cmd_mount.c — `requantfs mount` and `requantfs umount`.
+ *
+ * mount forks before anything starts a thread: the child opens the mount
+ * (every refusal happens there, with its reason), reports over a pipe once
+ * the kernel has answered through it, detaches and serves; the parent exits
+ * 0 or 1 with the child's message. --foreground serves in this process. */
 #include "tools/cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "fs/mount.h"
+
+static void mount_usage(FILE *f)
+{
+	fprintf(f,
+	"usage: requantfs mount SRC MNT --calib CALIB [options]\n\n"
+	"Presents SRC (a checkpoint directory or hub snapshot) at MNT as the requantized\n"
+	"checkpoint. Modules are quantized on first read and kept in the cache.\n\n"
+	"  --calib CALIB          07-22 checkpoint directory or `calib extract` file (required)\n"
+	"  --cache DIR            cache directory (default $XDG_CACHE_HOME/requantfs,\n"
+	"                         else ~/.cache/requantfs)\n"
+	"  --device D             auto (default), cpu, cuda, cuda:N\n"
+	"  --recipe V             fp32 (default), bf16, fp32div\n"
+	"  --drop-ignore RULE     the ignore entry to drop (default: detect it)\n"
+	"  --foreground, -f       serve in this process, log to stderr\n"
+	"  --threads N            CPU quantizer threads (default: all)\n"
+	"  --workers N            quantization jobs in flight at once (default 2)\n"
+	"  --prefetch N           jobs to quantize ahead of a reader (default 4, 0 = off)\n"
+	"  --cache-max SIZE       cache size limit, e.g. 200G (default unlimited)\n"
+	"  --mem-max SIZE         outputs kept in memory when the cache is full (default 1G)\n"
+	"  --gpu-mem SIZE         GPU memory bound (default 1G)\n"
+	"  --gpu-idle SECONDS     release the GPU after this idle time (default 30)\n"
+	"  --readahead KB         kernel readahead of the mount (default 8192, 0 = leave)\n"
+	"  --fuse-threads N       FUSE worker threads (default 16)\n"
+	"  --log FILE             append the daemon's log here (default: syslog;\n"
+	"                         stderr with --foreground)\n"
+	"  -o OPTS                extra FUSE mount options (comma separated)\n"
+	"  --debug                libfuse debug output (implies --foreground)\n"
+	"  --help                 this text\n\n"
+	"Unmount with `requantfs umount MNT`.\n");
+}
+
+static char *abs_path(const char *p)
+{
+	if (!p)
+		return NULL;
+	char *r = realpath(p, NULL);
+	if (r)
+		return r;
+	if (p[0] == '/')
+		return strdup(p);
+	char cwd[PATH_MAX];
+	if (!getcwd(cwd, sizeof cwd))
+		return strdup(p);
+	char *s = NULL;
+	if (asprintf(&s, "%s/%s", cwd, p) < 0)
+		return NULL;
+	return s;
+}
+
+static char *default_cache(void)
+{
+	const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+	char *s = NULL;
+	if (x && *x)
+		return asprintf(&s, "%s/requantfs", x) < 0 ? NULL : s;
+	return asprintf(&s, "%s/.cache/requantfs", h && *h ? h : "/tmp") < 0 ? NULL : s;
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* ---- daemon start-up reporting ---------------------------------------- */
+
+struct report {
+	int fd;           /* pipe to the waiting parent, -1 in the foreground */
+	int quiet_stdio;  /* redirect stdio to /dev/null once ready */
+	const char *src, *mnt;
+};
+
+static void ready_cb(void *ctx, int rc, const char *msg)
+{
+	struct report *r = ctx;
+	if (r->fd < 0) {
+		if (rc)
+			fprintf(stderr, "requantfs mount: %s\n", msg);
+		else
+			fprintf(stderr, "requantfs mount: %s mounted at %s (Ctrl-C or `requantfs umount "
+			        "%s` to stop)\n", r->src, r->mnt, r->mnt);
+		return;
+	}
+	char buf[1100];
+	int n = snprintf(buf, sizeof buf, "%c%s", rc ? 'E' : 'O', rc ? msg : "");
+	if (write(r->fd, buf, (size_t)n) < 0) {
+		/* the parent is gone: nothing to tell */
+	}
+	close(r->fd);
+	r->fd = -2;
+	if (!rc && r->quiet_stdio) {
+		int nul = open("/dev/null", O_RDWR);
+		if (nul >= 0) {
+			dup2(nul, 0);
+			dup2(nul, 1);
+			dup2(nul, 2);
+			if (nul > 2)
+				close(nul);
+		}
+	}
+}
+
+static int serve(const struct rq_mount_opts *o, struct report *r)
+{
+	struct rq_mount *m;
+	struct rq_err err = {0};
+	int rc = rq_mount_open(o, &m, &err);
+	if (rc) {
+		if (r->fd >= 0) {
+			ready_cb(r, rc, err.msg);
+			return 1;
+		}
+		return cli_fail(1, "mount", "%s", err.msg);
+	}
+	rc = rq_mount_run(m, ready_cb, r);
+	rq_mount_close(m);
+	return rc ? 1 : 0;
+}
 
 int cmd_mount(int argc, char **argv)
 {
-	return cli_fail(1, argv[0], "not built yet");
+	enum { O_CALIB = 256, O_CACHE, O_DEVICE, O_RECIPE, O_DROP, O_THREADS, O_WORKERS,
+	       O_PREFETCH, O_CACHEMAX, O_MEMMAX, O_GPUMEM, O_GPUIDLE, O_RA, O_FT, O_LOG, O_DEBUG };
+	static const struct option lo[] = {
+		{"calib", required_argument, 0, O_CALIB}, {"cache", required_argument, 0, O_CACHE},
+		{"device", required_argument, 0, O_DEVICE}, {"recipe", required_argument, 0, O_RECIPE},
+		{"drop-ignore", required_argument, 0, O_DROP}, {"foreground", no_argument, 0, 'f'},
+		{"threads", required_argument, 0, O_THREADS},
+		{"workers", required_argument, 0, O_WORKERS},
+		{"prefetch", required_argument, 0, O_PREFETCH},
+		{"cache-max", required_argument, 0, O_CACHEMAX},
+		{"mem-max", required_argument, 0, O_MEMMAX},
+		{"gpu-mem", required_argument, 0, O_GPUMEM},
+		{"gpu-idle", required_argument, 0, O_GPUIDLE},
+		{"readahead", required_argument, 0, O_RA},
+		{"fuse-threads", required_argument, 0, O_FT}, {"log", required_argument, 0, O_LOG},
+		{"debug", no_argument, 0, O_DEBUG}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	struct rq_mount_opts o = {.device = "auto", .recipe = RQ_RECIPE_FP32, .prefetch = 4,
+	                          .gpu_idle_s = 30, .readahead_kb = 8192};
+	const char *cache = NULL, *log = NULL;
+	int fg = 0, c;
+	long v;
+	unsigned long long sz;
+	char *end;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "fho:", lo, NULL)) != -1) {
+		switch (c) {
+		case 'h': mount_usage(stdout); return 0;
+		case 'f': fg = 1; break;
+		case 'o': o.fuse_opts = optarg; break;
+		case O_CALIB: o.calib = optarg; break;
+		case O_CACHE: cache = optarg; break;
+		case O_DEVICE:
+			if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda") &&
+			    (strncmp(optarg, "cuda:", 5) || parse_int(optarg + 5, 0, 1024, &v)))
+				return cli_fail(2, "mount", "--device must be auto, cpu, cuda or cuda:N "
+				                "(got '%s')", optarg);
+			o.device = optarg;
+			break;
+		case O_RECIPE:
+			if (rq_recipe_parse(optarg, &o.recipe))
+				return cli_fail(2, "mount", "--recipe must be fp32, bf16 or fp32div "
+				                "(got '%s')", optarg);
+			break;
+		case O_DROP: o.drop_rule = optarg; break;
+		case O_THREADS:
+			if (parse_int(optarg, 0, 4096, &v))
+				return cli_fail(2, "mount", "--threads needs a number (got '%s')", optarg);
+			o.threads = (int)v;
+			break;
+		case O_WORKERS:
+			if (parse_int(optarg, 1, 64, &v))
+				return cli_fail(2, "mount", "--workers needs 1..64 (got '%s')", optarg);
+			o.workers = (int)v;
+			break;
+		case O_PREFETCH:
+			if (parse_int(optarg, 0, 4096, &v))
+				return cli_fail(2, "mount", "--prefetch needs 0..4096 (got '%s')", optarg);
+			o.prefetch = (int)v;
+			break;
+		case O_FT:
+			if (parse_int(optarg, 1, 1024, &v))
+				return cli_fail(2, "mount", "--fuse-threads needs 1..1024 (got '%s')", optarg);
+			o.fuse_threads = (int)v;
+			break;
+		case O_RA:
+			if (parse_int(optarg, 0, 1 << 20, &v))
+				return cli_fail(2, "mount", "--readahead needs KiB, 0..1048576 (got '%s')",
+				                optarg);
+			o.readahead_kb = (unsigned)v;
+			break;
+		case O_CACHEMAX:
+		case O_MEMMAX:
+		case O_GPUMEM:
+			if (cli_parse_size(optarg, &sz))
+				return cli_fail(2, "mount", "%s needs a size like 512M or 20G (got '%s')",
+				                c == O_CACHEMAX ? "--cache-max" : c == O_MEMMAX ? "--mem-max"
+				                : "--gpu-mem", optarg);
+			if (c == O_CACHEMAX)
+				o.cache_max = sz;
+			else if (c == O_MEMMAX)
+				o.mem_max = sz;
+			else
+				o.gpu_mem = (size_t)sz;
+			break;
+		case O_GPUIDLE:
+			errno = 0;
+			o.gpu_idle_s = strtod(optarg, &end);
+			if (errno || end == optarg || *end || o.gpu_idle_s < 0)
+				return cli_fail(2, "mount", "--gpu-idle needs seconds (got '%s')", optarg);
+			break;
+		case O_LOG: log = optarg; break;
+		case O_DEBUG: o.debug = 1; fg = 1; break;
+		default:
+			mount_usage(stderr);
+			return cli_fail(2, "mount", "unknown or incomplete option '%s'", argv[optind - 1]);
+		}
+	}
+	if (argc - optind != 2) {
+		mount_usage(stderr);
+		return cli_fail(2, "mount", "needs SRC and MNT (got %d arguments)", argc - optind);
+	}
+	if (!o.calib)
+		return cli_fail(2, "mount", "--calib CALIB is required (the 07-22 checkpoint "
+		                "directory or a `requantfs calib extract` file)");
+	char *src = abs_path(argv[optind]), *mnt = abs_path(argv[optind + 1]);
+	char *calib = abs_path(o.calib), *cdir = cache ? abs_path(cache) : default_cache();
+	char *logp = log ? abs_path(log) : NULL;
+	if (!src || !mnt || !calib || !cdir || (log && !logp))
+		return cli_fail(1, "mount", "out of memory");
+	o.src = src;
+	o.mnt = mnt;
+	o.calib = calib;
+	o.cache_dir = cdir;
+	o.log_path = logp;
+	o.log_stderr = fg && !logp;
+
+	int rc;
+	if (fg) {
+		struct report r = {.fd = -1, .src = src, .mnt = mnt};
+		rc = serve(&o, &r);
+		goto out;
+	}
+	int pfd[2];
+	if (pipe2(pfd, O_CLOEXEC)) {
+		rc = cli_fail(1, "mount", "pipe: %s", strerror(errno));
+		goto out;
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		rc = cli_fail(1, "mount", "fork: %s", strerror(errno));
+		goto out;
+	}
+	if (pid == 0) {
+		close(pfd[0]);
+		setsid();
+		if (chdir("/")) {
+			/* paths are absolute already */
+		}
+		struct report r = {.fd = pfd[1], .quiet_stdio = 1, .src = src, .mnt = mnt};
+		_exit(serve(&o, &r));
+	}
+	close(pfd[1]);
+	char msg[1200];
+	size_t n = 0;
+	ssize_t k;
+	while (n < sizeof msg - 1 && (k = read(pfd[0], msg + n, sizeof msg - 1 - n)) != 0) {
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		n += (size_t)k;
+	}
+	msg[n] = 0;
+	close(pfd[0]);
+	if (n && msg[0] == 'O') {
+		printf("requantfs: %s mounted at %s (daemon pid %d)\n", src, mnt, (int)pid);
+		rc = 0;
+	} else if (n && msg[0] == 'E') {
+		waitpid(pid, NULL, 0);
+		rc = cli_fail(1, "mount", "%s", msg + 1);
+	} else {
+		int st = 0;
+		waitpid(pid, &st, 0);
+		rc = cli_fail(1, "mount", "the daemon exited during start-up (%s %d); run with "
+		              "--foreground to see why", WIFSIGNALED(st) ? "signal" : "status",
+		              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	}
+out:
+	free(src);
+	free(mnt);
+	free(calib);
+	free(cdir);
+	free(logp);
+	return rc;
+}
+
+/* ---- umount ----------------------------------------------------------- */
+
+static void umount_usage(FILE *f)
+{
+	fprintf(f,
+	"usage: requantfs umount MNT [--timeout SECONDS]\n\n"
+	"Unmounts a requantfs mount and waits (up to --timeout, default 30) for its\n"
+	"daemon to exit. When files are still open under MNT it is detached instead:\n"
+	"MNT is free at once and the daemon exits when the last file is closed.\n"
+	"Also cleans up a dead mount whose daemon was killed.\n");
+}
+
+/* Finds MNT in /proc/self/mountinfo: *fstype and the daemon's pid (from
+ * fsname requantfs@<pid>, 0 if unknown). 0 when found, -ENOENT if not. */
+static int find_mount(const char *mnt, char *fstype, size_t len, int *pid)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	if (!f)
+		return -errno;
+	char line[8192];
+	int found = -ENOENT;
+	while (fgets(line, sizeof line, f)) {
+		char mp[PATH_MAX], ty[256], srcname[PATH_MAX];
+		char *sep = strstr(line, " - ");
+		if (!sep || sscanf(line, "%*d %*d %*s %*s %4095s", mp) != 1 ||
+		    sscanf(sep + 3, "%255s %4095s", ty, srcname) != 2)
+			continue;
+		if (strcmp(mp, mnt))
+			continue;
+		snprintf(fstype, len, "%s", ty);
+		*pid = 0;
+		if (!strncmp(srcname, "requantfs@", 10))
+			*pid = atoi(srcname + 10);
+		found = 0;
+	}
+	fclose(f);
+	return found;
+}
+
+/* Gone, or a zombie nobody reaps (the daemon's parent exited long ago). */
+static int pid_gone(int pid)
+{
+	if (kill(pid, 0) && errno == ESRCH)
+		return 1;
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 1;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *rp = strrchr(buf, ')');
+	return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+static int run_fusermount(const char *mnt, int lazy)
+{
+	pid_t p = fork();
+	if (p < 0)
+		return -errno;
+	if (p == 0) {
+		if (lazy)
+			execlp("fusermount3", "fusermount3", "-u", "-z", "-q", mnt, (char *)NULL);
+		else
+			execlp("fusermount3", "fusermount3", "-u", "-q", mnt, (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	if (waitpid(p, &st, 0) < 0)
+		return -errno;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EBUSY;
 }
 
 int cmd_umount(int argc, char **argv)
 {
-	return cli_fail(1, argv[0], "not built yet");
+	static const struct option lo[] = {{"timeout", required_argument, 0, 't'},
+	                                   {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	double timeout = 30;
+	int c;
+	char *end;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		if (c == 'h') {
+			umount_usage(stdout);
+			return 0;
+		}
+		if (c == 't') {
+			errno = 0;
+			timeout = strtod(optarg, &end);
+			if (errno || end == optarg || *end || timeout < 0)
+				return cli_fail(2, "umount", "--timeout needs seconds (got '%s')", optarg);
+			continue;
+		}
+		umount_usage(stderr);
+		return cli_fail(2, "umount", "unknown or incomplete option '%s'", argv[optind - 1]);
+	}
+	if (argc - optind != 1) {
+		umount_usage(stderr);
+		return cli_fail(2, "umount", "needs MNT");
+	}
+	/* Not realpath(): a dead mount point cannot be resolved (ENOTCONN). */
+	char *mnt = NULL;
+	const char *a = argv[optind];
+	char cwd[PATH_MAX];
+	if (a[0] == '/' || !getcwd(cwd, sizeof cwd))
+		mnt = strdup(a);
+	else if (asprintf(&mnt, "%s/%s", cwd, a) < 0)
+		mnt = NULL;
+	if (!mnt)
+		return cli_fail(1, "umount", "out of memory");
+	size_t l = strlen(mnt);
+	while (l > 1 && mnt[l - 1] == '/')
+		mnt[--l] = 0;
+	char *rp = realpath(mnt, NULL);
+	if (rp) {
+		free(mnt);
+		mnt = rp;
+	}
+	char fstype[256];
+	int pid = 0, rc;
+	if (find_mount(mnt, fstype, sizeof fstype, &pid)) {
+		rc = cli_fail(1, "umount", "%s is not mounted", mnt);
+		goto out;
+	}
+	if (strcmp(fstype, "fuse.requantfs")) {
+		rc = cli_fail(1, "umount", "%s is a %s mount, not requantfs: use umount(8)", mnt,
+		              fstype);
+		goto out;
+	}
+	int busy = 0;
+	if (geteuid() == 0) {
+		if (umount2(mnt, 0)) {
+			if (errno != EBUSY) {
+				rc = cli_fail(1, "umount", "%s: %s", mnt, strerror(errno));
+				goto out;
+			}
+			busy = 1;
+			if (umount2(mnt, MNT_DETACH)) {
+				rc = cli_fail(1, "umount", "%s: %s", mnt, strerror(errno));
+				goto out;
+			}
+		}
+	} else if (run_fusermount(mnt, 0)) {
+		busy = 1;
+		if (run_fusermount(mnt, 1)) {
+			rc = cli_fail(1, "umount", "fusermount3 -u %s failed (see its message)", mnt);
+			goto out;
+		}
+	}
+	rc = 0;
+	if (busy) {
+		printf("requantfs: %s detached; files are still open under it, the daemon exits "
+		       "when the last one is closed\n", mnt);
+		goto out;
+	}
+	if (pid > 0) {
+		struct timespec t0, t;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (;;) {
+			if (pid_gone(pid))
+				break;
+			clock_gettime(CLOCK_MONOTONIC, &t);
+			if ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) * 1e-9 > timeout) {
+				fprintf(stderr, "requantfs umount: %s unmounted, but daemon %d is still "
+				        "running after %.0f s\n", mnt, pid, timeout);
+				rc = 1;
+				goto out;
+			}
+			usleep(20000);
+		}
+	}
+	printf("requantfs: %s unmounted\n", mnt);
+out:
+	free(mnt);
+	return rc;
 }

@@ -65,7 +65,7 @@ def rand_bits(g, n, lo, hi):
     return torch.randint(lo, hi, (n,), generator=g, dtype=torch.int32)
 
 
-def make_cases():
+def make_cases(extra=0):
     g = torch.Generator().manual_seed(20260801)
     cases = []
 
@@ -162,6 +162,14 @@ def make_cases():
     add("amax-3C03", bf16_from_bits([0x3C03] + [0x3A00 + k for k in range(31)], 2, 16))
     for name, bits, r, c in GOLDEN_INPUTS:
         add("golden-" + name, bf16_from_bits(bits, r, c))
+    for i in range(extra):
+        # --extra: a wider random sweep for local checks (not in the committed file)
+        r, c = int(torch.randint(1, 9, (1,), generator=g)), 16 * int(torch.randint(1, 17, (1,), generator=g))
+        e = torch.randint(-40, 20, (1,), generator=g).item()
+        w = torch.randn(r, c, generator=g) * 2.0 ** e
+        w.view(-1, 16)[torch.rand(r * c // 16, generator=g) < 0.1] = 0.0
+        w.view(-1)[torch.rand(r * c, generator=g) < 0.05] *= 2.0 ** -20
+        add("extra%d" % i, w.to(torch.bfloat16))
     return cases
 
 
@@ -188,9 +196,11 @@ GOLDEN_INPUTS = [
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-o", "--output", default="tests/data/quant_peer.bin")
+    ap.add_argument("--extra", type=int, default=0,
+                    help="add N more random tensors (for a local sweep; keep 0 for the committed file)")
     opt = ap.parse_args()
     torch.set_num_threads(1)
-    cases = make_cases()
+    cases = make_cases(opt.extra)
     out = bytearray(b"RQPEER01" + struct.pack("<II", len(cases), 0))
     for name, w in cases:
         r, c = w.shape

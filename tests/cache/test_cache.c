@@ -230,6 +230,15 @@ static void test_round_trip(void)
 	TAP_OK(s.corrupt == 1 && !exists(p), "corrupt entry counted and deleted");
 	TAP_OK(rq_cache_put(c2, &k, a, n, &e) == 0 && rq_cache_get(c, &k, n, b, &e) == 0 &&
 	       !memcmp(a, b, n), "after a re-put the first handle re-verifies the new file");
+	/* A write into a verified file changes its mtime: the same handle re-reads. */
+	flip(p, 64 + 2000, 0);
+	struct timespec ts[2] = { { 0, UTIME_OMIT } };
+	clock_gettime(CLOCK_REALTIME, &ts[1]);
+	ts[1].tv_sec += 2;   /* past any coarse timestamp granularity */
+	must(utimensat(AT_FDCWD, p, ts, 0) == 0, "utimensat");
+	TAP_OK(rq_cache_get(c, &k, n, b, &e) == -ENOENT && strstr(e.msg, "checksum") && !exists(p),
+	       "a verified file written into (new mtime) is re-verified by the same handle");
+	TAP_OK(rq_cache_put(c, &k, a, n, &e) == 0, "and put again");
 	rq_cache_close(c2);
 	rq_cache_close(c);
 	free(a);
@@ -381,6 +390,7 @@ static void test_processes(void)
 	enum { NCHILD = 4 };
 	pid_t pids[NCHILD];
 	for (int i = 0; i < NCHILD; i++) {
+		fflush(stdout);
 		pids[i] = fork();
 		if (pids[i] == 0)
 			_exit(child_work(dir, i));
@@ -624,6 +634,7 @@ static void test_stale_tmp(void)
 	pathf(sub, sizeof sub, "%s/ab", dir);
 	mkdir(dir, 0755);
 	mkdir(sub, 0755);
+	fflush(stdout);
 	pid_t dead = fork();
 	if (dead == 0)
 		_exit(0);

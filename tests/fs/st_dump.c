@@ -4,7 +4,7 @@
  *       {"metadata": "<raw __metadata__ JSON text>" | null,
  *        "tensors": [{"name": s, "dtype": "BF16", "shape": [..], "fill": n}, ...]}
  *     byte k of a tensor's data is (fill + 13*k) & 0xFF.
- *   st_dump parse FILE            prints one JSON line: {"ok": true, "header_len": N,
+ *   st_dump parse FILE...         prints one JSON line per file: {"ok": true, "header_len": N,
  *       "metadata": "<raw>" | null, "tensors": [[name, dtype, [shape], begin, end], ...]}
  *     in data order, or {"ok": false, "code": -errno, "error": "..."}.
  * Exit status: 0, or 1 when the helper itself could not run. */
@@ -164,10 +164,14 @@ static int do_write(const char *spec_path, const char *out)
 
 int main(int argc, char **argv)
 {
-	if (argc == 3 && !strcmp(argv[1], "parse"))
-		return do_parse(argv[2]);
+	if (argc >= 3 && !strcmp(argv[1], "parse")) {
+		for (int i = 2; i < argc; i++)
+			if (do_parse(argv[i]))
+				return 1;
+		return 0;
+	}
 	if (argc == 4 && !strcmp(argv[1], "write"))
 		return do_write(argv[2], argv[3]);
-	fprintf(stderr, "usage: st_dump parse FILE | st_dump write SPEC.json OUT\n");
+	fprintf(stderr, "usage: st_dump parse FILE... | st_dump write SPEC.json OUT\n");
 	return 1;
 }

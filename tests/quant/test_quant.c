@@ -41,18 +41,24 @@ static void test_golden(const struct golden *g)
 	       g->gs_bits);
 
 	uint8_t packed[24], scales[3];
-	for (int path = 0; path < 3; path++) {
-		static const char *const pname[] = {"ref", "fast", "fast+pool"};
-		memset(packed, 0xAA, sizeof packed);
-		memset(scales, 0xAA, sizeof scales);
-		if (path == 0)
-			rq_quantize_ref(g->recipe, g->in, g->rows, g->cols, gs, packed, scales);
-		else
+	memset(packed, 0xAA, sizeof packed);
+	memset(scales, 0xAA, sizeof scales);
+	rq_quantize_ref(g->recipe, g->in, g->rows, g->cols, gs, packed, scales);
+	TAP_OK(!memcmp(scales, g->scales, n / 16) && !memcmp(packed, g->packed, n / 2),
+	       "golden %s/%s: ref bytes", g->name, v);
+	for (int isa = 0; isa <= rq_quant_isa_max(); isa++) {
+		rq_quant_isa_force(isa);
+		for (int path = 0; path < 2; path++) {
+			memset(packed, 0xAA, sizeof packed);
+			memset(scales, 0xAA, sizeof scales);
 			rq_quantize_fast(g->recipe, g->in, g->rows, g->cols, gs, packed, scales,
-			                 path == 2 ? pool2 : NULL);
-		TAP_OK(!memcmp(scales, g->scales, n / 16) && !memcmp(packed, g->packed, n / 2),
-		       "golden %s/%s: %s bytes", g->name, v, pname[path]);
+			                 path ? pool2 : NULL);
+			TAP_OK(!memcmp(scales, g->scales, n / 16) && !memcmp(packed, g->packed, n / 2),
+			       "golden %s/%s: fast (%s%s) bytes", g->name, v, rq_quant_isa_name(isa),
+			       path ? ", pool" : "");
+		}
 	}
+	rq_quant_isa_force(-1);
 
 	/* the whole job: alone, or fused with a gate whose amax is partner_amax */
 	uint16_t gate[16];
@@ -288,6 +294,7 @@ int main(void)
 	if (rq_pool_create(2, &pool2) != 0)
 		TAP_SKIP_ALL("cannot create a thread pool");
 	size_t ng = sizeof goldens / sizeof goldens[0];
+	TAP_OK(rq_quant_isa_force(RQ_ISA_COUNT) == -EINVAL, "cannot force an ISA beyond the CPU's");
 	TAP_OK(ng == 36, "%zu golden vectors embedded (11 cases x 3 variants + 7a/7b)", ng);
 	for (size_t i = 0; i < ng; i++)
 		test_golden(&goldens[i]);

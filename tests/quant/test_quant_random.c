@@ -1,5 +1,6 @@
 /* test_quant_random.c — fast path == scalar oracle, byte for byte, on random
- * tensors of many shapes and kinds, for every recipe variant and every thread
+ * tensors of many shapes and kinds, for every recipe variant, every
+ * instruction-set variant of the fast path this CPU runs, and every thread
  * count 1..rq_cpu_count()+2 (TAP). */
 #include "quant/quant.h"
 #include "quant/quant_int.h"
@@ -125,6 +126,11 @@ int main(void)
 	if (!w || !p_ref || !s_ref || !p || !sc)
 		TAP_SKIP_ALL("out of memory");
 
+	int isa_max = rq_quant_isa_max();
+	printf("# fast-path variants: ");
+	for (int isa = 0; isa <= isa_max; isa++)
+		printf("%s ", rq_quant_isa_name(isa));
+	printf("(default %s)\n", rq_quant_isa_name(rq_quant_isa()));
 	for (int k = 0; k < K_COUNT; k++) {
 		for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
 			size_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
@@ -132,37 +138,45 @@ int main(void)
 			uint16_t amax, amax_f;
 			int rc = rq_absmax_bf16(w, n, &amax, NULL);
 			int same_amax = rc == 0;
-			for (int t = 1; t <= nthreads_max; t++) {
-				int rc2 = rq_absmax_bf16_fast(w, n, &amax_f, NULL, pools[t - 1]);
-				same_amax &= rc2 == 0 && amax_f == amax;
+			for (int isa = 0; isa <= isa_max; isa++) {
+				rq_quant_isa_force(isa);
+				for (int t = 1; t <= nthreads_max; t++) {
+					int rc2 = rq_absmax_bf16_fast(w, n, &amax_f, NULL, pools[t - 1]);
+					same_amax &= rc2 == 0 && amax_f == amax;
+				}
 			}
-			TAP_OK(same_amax, "%s %zux%zu: absmax fast == ref for 1..%d threads",
-			       kind_name[k], rows, cols, nthreads_max);
+			rq_quant_isa_force(-1);
+			TAP_OK(same_amax, "%s %zux%zu: absmax fast == ref (%d ISA variants x 1..%d threads)",
+			       kind_name[k], rows, cols, isa_max + 1, nthreads_max);
 			for (int v = 0; v < RQ_RECIPE_COUNT; v++) {
 				enum rq_recipe r = (enum rq_recipe)v;
 				float gs = rq_global_scale(r, rq_bf16_to_f32(amax));
 				rq_quantize_ref(r, w, rows, cols, gs, p_ref, s_ref);
-				int ok = 1, first_bad = -1;
-				for (int t = 0; t <= nthreads_max && ok; t++) {
-					memset(p, 0x5A, n / 2);
-					memset(sc, 0x5A, n / 16);
-					rq_quantize_fast(r, w, rows, cols, gs, p, sc, t ? pools[t - 1] : NULL);
-					if (memcmp(p, p_ref, n / 2) || memcmp(sc, s_ref, n / 16)) {
-						ok = 0;
-						first_bad = t;
+				int ok = 1;
+				for (int isa = 0; isa <= isa_max && ok; isa++) {
+					rq_quant_isa_force(isa);
+					for (int t = 0; t <= nthreads_max && ok; t++) {
+						memset(p, 0x5A, n / 2);
+						memset(sc, 0x5A, n / 16);
+						rq_quantize_fast(r, w, rows, cols, gs, p, sc,
+						                 t ? pools[t - 1] : NULL);
+						if (memcmp(p, p_ref, n / 2) || memcmp(sc, s_ref, n / 16)) {
+							ok = 0;
+							printf("# mismatch: %s, %d threads\n",
+							       rq_quant_isa_name(isa), t);
+						}
 					}
 				}
+				rq_quant_isa_force(-1);
 				/* the job API agrees too (absmax + gs + fast) */
 				float jgs = 0;
 				struct rq_qmod m = {w, rows, cols, p, sc};
 				int jrc = rq_quantize_job(r, &m, 1, &jgs, NULL, pools[nthreads_max - 1]);
 				int jok = jrc == 0 && rq_f2u(jgs) == rq_f2u(gs) && !memcmp(p, p_ref, n / 2) &&
 				          !memcmp(sc, s_ref, n / 16);
-				TAP_OK(ok && jok, "%s %zux%zu %s: fast == ref (pool NULL, 1..%d threads) and job%s",
-				       kind_name[k], rows, cols, rq_recipe_name(r), nthreads_max,
-				       first_bad >= 0 ? " [first mismatch at this thread count]" : "");
-				if (first_bad >= 0)
-					printf("# mismatch with %d threads\n", first_bad);
+				TAP_OK(ok && jok, "%s %zux%zu %s: fast == ref (ISA variants, pool NULL and "
+				       "1..%d threads) and job", kind_name[k], rows, cols, rq_recipe_name(r),
+				       nthreads_max);
 			}
 		}
 	}

@@ -1,0 +1,511 @@
+/* forward.c — Laguna, one batch of tokens through every layer, top to bottom.
+ *
+ *   x = embed(tokens)
+ *   for each layer:
+ *       h = RMSNorm(x)
+ *       q, k, v, g = h·Wq, h·Wk, h·Wv, h·Wg
+ *       q, k = RMSNorm per head (q_norm, k_norm), then RoPE of the layer type
+ *       a = softmax(q·kᵀ/sqrt(head_dim), causal [+ window]) · v     (GQA)
+ *       x = x + (a ⊙ softplus(g)) · Wo
+ *       h = RMSNorm(x)
+ *       x = x + dense SwiGLU(h)                         (dense layers)
+ *         | x + scale · Σ_topk w_e · SwiGLU_e(h) + SwiGLU_shared(h)   (MoE)
+ *   logits = RMSNorm(x) · lm_head
+ *
+ * Buffers are [token][feature], row stride fixed per buffer (see struct).
+ *
+ * KV cache invariant: after a batch at positions [pos, pos + T), layer l's
+ * slot (p % cap[l]) holds the key/value of position p for every p in
+ * [pos + T - cap[l], pos + T). Full layers have cap = max_ctx (nothing is
+ * ever overwritten); sliding layers have cap = window + B - 1, so while a
+ * batch is attended, every key its queries may see (the last `window`
+ * positions of each query, back to pos - window + 1) is still in the ring. */
+#include "engine/forward.h"
+#include "engine/ops.h"
+#include "base/err.h"
+#include "base/pool.h"
+#include "quant/quant.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct lg_state {
+	const struct lg_model *m;
+	struct rq_pool *pool;
+	int max_ctx;               /* KV capacity of full-attention layers, in positions */
+	int B;                     /* max tokens per batch */
+	int pos;                   /* next position */
+	int nthreads;
+	int qd;                    /* n_heads_max · head_dim: row stride of q, att, g */
+	int kvd;                   /* n_kv_heads · head_dim: row stride of k, v and of a KV slot */
+	int fd;                    /* max(inter, shared_inter): row stride of h1, h2 */
+	/* KV cache, per layer: [cap][kvd] keys (after norm and RoPE) and values */
+	float **kc, **vc;
+	int *cap;                  /* [n_layers] slots; sliding layers: a ring, slot = pos % cap */
+	int max_cap;
+	/* one batch */
+	float *x;                  /* [B][hidden] residual stream */
+	float *xn;                 /* [B][hidden] RMSNorm'd input of the current block */
+	float *q;                  /* [B][qd] queries (normed and rotated in place) */
+	float *att;                /* [B][qd] attention output */
+	float *k, *v;              /* [B][kvd] this batch's keys and values */
+	float *g;                  /* [B][qd] output-gate logits (per-head: first n_heads used) */
+	float *y;                  /* [B][hidden] block output */
+	float *ys;                 /* [B][hidden] shared-expert output */
+	float *h1, *h2;            /* [B][fd] SwiGLU gate / up (dense and shared MLP) */
+	float *rl;                 /* [B][n_experts] router logits, then sigmoid scores */
+	int *tsel;                 /* [B·top_k] experts picked per token, best first */
+	float *tw;                 /* [B·top_k] their routing weights */
+	int *cnt;                  /* [n_experts + 1] slots per expert, then their first slot */
+	int *slot_tok;             /* [B·top_k] token of each (token, expert) slot, grouped by expert */
+	float *slot_w;             /* [B·top_k] its routing weight */
+	float *xe;                 /* [B·top_k][hidden] expert inputs gathered by slot */
+	float *ge, *ue;            /* [B·top_k][moe_inter] expert gate / up */
+	float *de;                 /* [B·top_k][hidden] expert outputs */
+	struct lg_mm *mm;          /* [2·n_experts + 8] products of one parallel loop */
+	float *cosb, *sinb;        /* [2 types][B][LG_ROPE_MAX] RoPE tables of the batch */
+	float *scores;             /* [nthreads][max_cap] attention scores */
+	float *scratch;            /* [nthreads][4][stride] weight rows */
+	size_t stride;
+	size_t bytes;
+};
+
+static void *zalloc(struct lg_state *s, size_t n, size_t size, int *fail)
+{
+	void *p = calloc(n ? n : 1, size);
+	if (!p)
+		*fail = 1;
+	s->bytes += n * size;
+	return p;
+}
+
+int lg_state_create(const struct lg_model *m, int max_ctx, int max_batch, struct rq_pool *pool,
+                    struct lg_state **out, struct rq_err *err)
+{
+	const struct lg_config *c = &m->cfg;
+	if (max_ctx < 1)
+		return rq_errf(err, -EINVAL, "context length %d < 1", max_ctx);
+	struct lg_state *s = calloc(1, sizeof *s);
+	if (!s)
+		return rq_errf(err, -ENOMEM, "out of memory");
+	int fail = 0, L = c->n_layers, H = c->hidden, E = c->n_experts, K = c->top_k;
+	s->m = m;
+	s->pool = pool;
+	s->max_ctx = max_ctx;
+	s->B = max_batch > 0 ? max_batch : 64;
+	if (s->B > max_ctx)
+		s->B = max_ctx;
+	s->nthreads = rq_pool_size(pool);
+	s->qd = c->n_heads_max * c->head_dim;
+	s->kvd = c->n_kv_heads * c->head_dim;
+	s->fd = c->inter > c->shared_inter ? c->inter : c->shared_inter;
+	int B = s->B, BK = B * (K > 0 ? K : 1);
+	s->kc = zalloc(s, L, sizeof *s->kc, &fail);
+	s->vc = zalloc(s, L, sizeof *s->vc, &fail);
+	s->cap = zalloc(s, L, sizeof *s->cap, &fail);
+	for (int i = 0; i < L && !fail; i++) {
+		long cap = max_ctx;
+		if (m->layers[i].type == LG_SLIDING && (long)c->sliding_window + B - 1 < cap)
+			cap = (long)c->sliding_window + B - 1;
+		s->cap[i] = (int)cap;
+		if (cap > s->max_cap)
+			s->max_cap = (int)cap;
+		s->kc[i] = zalloc(s, (size_t)cap * s->kvd, sizeof(float), &fail);
+		s->vc[i] = zalloc(s, (size_t)cap * s->kvd, sizeof(float), &fail);
+	}
+	s->x = zalloc(s, (size_t)B * H, sizeof(float), &fail);
+	s->xn = zalloc(s, (size_t)B * H, sizeof(float), &fail);
+	s->q = zalloc(s, (size_t)B * s->qd, sizeof(float), &fail);
+	s->att = zalloc(s, (size_t)B * s->qd, sizeof(float), &fail);
+	s->g = zalloc(s, (size_t)B * s->qd, sizeof(float), &fail);
+	s->k = zalloc(s, (size_t)B * s->kvd, sizeof(float), &fail);
+	s->v = zalloc(s, (size_t)B * s->kvd, sizeof(float), &fail);
+	s->y = zalloc(s, (size_t)B * H, sizeof(float), &fail);
+	s->ys = zalloc(s, (size_t)B * H, sizeof(float), &fail);
+	s->h1 = zalloc(s, (size_t)B * s->fd, sizeof(float), &fail);
+	s->h2 = zalloc(s, (size_t)B * s->fd, sizeof(float), &fail);
+	s->rl = zalloc(s, (size_t)B * E, sizeof(float), &fail);
+	s->tsel = zalloc(s, BK, sizeof(int), &fail);
+	s->tw = zalloc(s, BK, sizeof(float), &fail);
+	s->cnt = zalloc(s, (size_t)E + 1, sizeof(int), &fail);
+	s->slot_tok = zalloc(s, BK, sizeof(int), &fail);
+	s->slot_w = zalloc(s, BK, sizeof(float), &fail);
+	s->xe = zalloc(s, (size_t)BK * H, sizeof(float), &fail);
+	s->ge = zalloc(s, (size_t)BK * c->moe_inter, sizeof(float), &fail);
+	s->ue = zalloc(s, (size_t)BK * c->moe_inter, sizeof(float), &fail);
+	s->de = zalloc(s, (size_t)BK * H, sizeof(float), &fail);
+	s->mm = zalloc(s, 2 * (size_t)E + 8, sizeof *s->mm, &fail);
+	s->cosb = zalloc(s, 2 * (size_t)B * LG_ROPE_MAX, sizeof(float), &fail);
+	s->sinb = zalloc(s, 2 * (size_t)B * LG_ROPE_MAX, sizeof(float), &fail);
+	s->scores = zalloc(s, (size_t)s->nthreads * s->max_cap, sizeof(float), &fail);
+	size_t st = H;
+	int widths[] = {s->qd, c->inter, c->moe_inter, c->shared_inter};
+	for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+		if ((size_t)widths[i] > st)
+			st = widths[i];
+	s->stride = (st + 15) & ~(size_t)15;
+	s->scratch = zalloc(s, (size_t)s->nthreads * 4 * s->stride, sizeof(float), &fail);
+	if (fail) {
+		lg_state_free(s);
+		return rq_errf(err, -ENOMEM, "out of memory for a %d-token context", max_ctx);
+	}
+	*out = s;
+	return 0;
+}
+
+void lg_state_free(struct lg_state *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; s->kc && i < s->m->cfg.n_layers; i++) {
+		free(s->kc[i]);
+		free(s->vc[i]);
+	}
+	void *bufs[] = {s->kc, s->vc, s->cap, s->x, s->xn, s->q, s->att, s->g, s->k, s->v, s->y, s->ys,
+	                s->h1, s->h2, s->rl, s->tsel, s->tw, s->cnt, s->slot_tok, s->slot_w, s->xe, s->ge, s->ue, s->de,
+	                s->mm, s->cosb, s->sinb, s->scores, s->scratch};
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+		free(bufs[i]);
+	free(s);
+}
+
+void lg_state_reset(struct lg_state *s)
+{
+	s->pos = 0;
+}
+
+int lg_state_pos(const struct lg_state *s)
+{
+	return s->pos;
+}
+
+size_t lg_state_bytes(const struct lg_state *s)
+{
+	return s->bytes;
+}
+
+static void matmul(struct lg_state *s, int n)
+{
+	lg_matmul(s->pool, s->scratch, s->stride, s->mm, n);
+}
+
+static struct lg_mm mm(const struct lg_linear *W, const float *x, int ldx, float *y, int ldy, int T)
+{
+	return (struct lg_mm){.W = W, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .T = T};
+}
+
+/* ---------------------------------------------------------------- attention */
+
+/* q[0..rot) rotated in (i, i + rot/2) pairs, the rest passes through. */
+static void rope(float *x, const float *cs, const float *sn, int rot)
+{
+	int half = rot / 2;
+	for (int i = 0; i < half; i++) {
+		float a = x[i], b = x[i + half];
+		x[i] = a * cs[i] - b * sn[i];
+		x[i + half] = b * cs[i] + a * sn[i];
+	}
+}
+
+struct attn_ctx {
+	struct lg_state *s;
+	int layer, T, nh;
+	float scale;
+};
+
+/* One (token, head) per item: scores over the keys it may see, softmax, Σ p·v. */
+static void attn_items(void *vctx, size_t b, size_t e, int worker)
+{
+	struct attn_ctx *a = vctx;
+	struct lg_state *s = a->s;
+	const struct lg_config *c = &s->m->cfg;
+	int hd = c->head_dim, rep = a->nh / c->n_kv_heads, cap = s->cap[a->layer];
+	int sliding = s->m->layers[a->layer].type == LG_SLIDING;
+	const float *kc = s->kc[a->layer], *vc = s->vc[a->layer];
+	float *sc = s->scores + (size_t)worker * s->max_cap;
+	for (size_t it = b; it < e; it++) {
+		int t = (int)(it / a->nh), h = (int)(it % a->nh);
+		int p = s->pos + t, kvh = h / rep;
+		int lo = sliding && p - c->sliding_window + 1 > 0 ? p - c->sliding_window + 1 : 0;
+		int n = p - lo + 1;
+		const float *q = s->q + (size_t)t * s->qd + (size_t)h * hd;
+		float mx = -INFINITY;
+		for (int j = 0; j < n; j++) {
+			int slot = (lo + j) % cap;
+			sc[j] = lg_dot(q, kc + (size_t)slot * s->kvd + (size_t)kvh * hd, hd) * a->scale;
+			if (sc[j] > mx)
+				mx = sc[j];
+		}
+		float sum = 0;
+		for (int j = 0; j < n; j++) {
+			sc[j] = expf(sc[j] - mx);
+			sum += sc[j];
+		}
+		float *o = s->att + (size_t)t * s->qd + (size_t)h * hd;
+		memset(o, 0, hd * sizeof *o);
+		for (int j = 0; j < n; j++) {
+			int slot = (lo + j) % cap;
+			lg_axpy(o, sc[j] / sum, vc + (size_t)slot * s->kvd + (size_t)kvh * hd, hd);
+		}
+	}
+}
+
+static void attention(struct lg_state *s, int li, int T)
+{
+	const struct lg_config *c = &s->m->cfg;
+	const struct lg_layer *L = &s->m->layers[li];
+	int H = c->hidden, hd = c->head_dim, nh = L->n_heads, nkv = c->n_kv_heads;
+	for (int t = 0; t < T; t++)
+		lg_rmsnorm(s->xn + (size_t)t * H, s->x + (size_t)t * H, L->attn_norm, H, c->eps);
+	int n = 0;
+	s->mm[n++] = mm(&L->q, s->xn, H, s->q, s->qd, T);
+	s->mm[n++] = mm(&L->k, s->xn, H, s->k, s->kvd, T);
+	s->mm[n++] = mm(&L->v, s->xn, H, s->v, s->kvd, T);
+	if (c->gate != LG_GATE_NONE)
+		s->mm[n++] = mm(&L->g, s->xn, H, s->g, s->qd, T);
+	matmul(s, n);
+
+	/* QK-norm per head, RoPE, and the batch's keys/values into the cache */
+	const struct lg_rope *r = &c->rope[L->type];
+	int cap = s->cap[li];
+	for (int t = 0; t < T; t++) {
+		const float *cs = s->cosb + ((size_t)L->type * s->B + t) * LG_ROPE_MAX;
+		const float *sn = s->sinb + ((size_t)L->type * s->B + t) * LG_ROPE_MAX;
+		for (int h = 0; h < nh; h++) {
+			float *q = s->q + (size_t)t * s->qd + (size_t)h * hd;
+			lg_rmsnorm(q, q, L->q_norm, hd, c->eps);
+			rope(q, cs, sn, r->rot_dim);
+		}
+		int slot = (s->pos + t) % cap;
+		for (int h = 0; h < nkv; h++) {
+			float *k = s->k + (size_t)t * s->kvd + (size_t)h * hd;
+			lg_rmsnorm(k, k, L->k_norm, hd, c->eps);
+			rope(k, cs, sn, r->rot_dim);
+		}
+		memcpy(s->kc[li] + (size_t)slot * s->kvd, s->k + (size_t)t * s->kvd, s->kvd * sizeof(float));
+		memcpy(s->vc[li] + (size_t)slot * s->kvd, s->v + (size_t)t * s->kvd, s->kvd * sizeof(float));
+	}
+
+	struct attn_ctx a = {.s = s, .layer = li, .T = T, .nh = nh, .scale = (float)(1.0 / sqrt(hd))};
+	double keys = L->type == LG_SLIDING && c->sliding_window < s->pos + T ? c->sliding_window
+	                                                                     : s->pos + T;
+	size_t grain = (size_t)(16384 / (keys * hd * 2 + 1)) + 1;
+	rq_pool_for(s->pool, (size_t)T * nh, grain, attn_items, &a);
+
+	/* output gate: softplus, one per head or one per channel */
+	for (int t = 0; c->gate != LG_GATE_NONE && t < T; t++) {
+		float *o = s->att + (size_t)t * s->qd;
+		const float *g = s->g + (size_t)t * s->qd;
+		for (int h = 0; h < nh; h++)
+			for (int d = 0; d < hd; d++) {
+				float gv = lg_softplus(c->gate == LG_GATE_PER_HEAD ? g[h] : g[h * hd + d]);
+				o[h * hd + d] *= gv;
+			}
+	}
+	s->mm[0] = mm(&L->o, s->att, s->qd, s->y, H, T);
+	matmul(s, 1);
+	for (size_t i = 0; i < (size_t)T * H; i++)
+		s->x[i] += s->y[i];
+}
+
+/* ---------------------------------------------------------------- MLP / MoE */
+
+static void swiglu(float *gate, const float *up, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		gate[i] = lg_silu(gate[i]) * up[i];
+}
+
+static void dense_mlp(struct lg_state *s, const struct lg_layer *L, int T)
+{
+	int H = s->m->cfg.hidden, I = s->m->cfg.inter;
+	s->mm[0] = mm(&L->gate, s->xn, H, s->h1, s->fd, T);
+	s->mm[1] = mm(&L->up, s->xn, H, s->h2, s->fd, T);
+	matmul(s, 2);
+	for (int t = 0; t < T; t++)
+		swiglu(s->h1 + (size_t)t * s->fd, s->h2 + (size_t)t * s->fd, I);
+	s->mm[0] = mm(&L->down, s->h1, s->fd, s->y, H, T);
+	matmul(s, 1);
+}
+
+/* Top-k of scores + bias (the bias only picks); ties go to the lower index. */
+static void route(const struct lg_config *c, const float *score, const float *bias, int *sel, float *w)
+{
+	int E = c->n_experts, K = c->top_k;
+	for (int j = 0; j < K; j++) {
+		int best = -1;
+		float bv = 0;
+		for (int e = 0; e < E; e++) {
+			int taken = 0;
+			for (int i = 0; i < j && !taken; i++)
+				taken = sel[i] == e;
+			float v = score[e] + bias[e];
+			if (!taken && (best < 0 || v > bv)) {
+				best = e;
+				bv = v;
+			}
+		}
+		sel[j] = best;
+		w[j] = score[best];
+	}
+	if (c->norm_topk) {
+		float sum = 0;
+		for (int j = 0; j < K; j++)
+			sum += w[j];
+		for (int j = 0; j < K; j++)
+			w[j] /= sum;
+	}
+}
+
+static void moe(struct lg_state *s, const struct lg_layer *L, int T)
+{
+	const struct lg_config *c = &s->m->cfg;
+	int H = c->hidden, E = c->n_experts, K = c->top_k, I = c->moe_inter, S = c->shared_inter;
+	int n = 0;
+	s->mm[n++] = mm(&L->router, s->xn, H, s->rl, E, T);
+	if (S > 0) {
+		s->mm[n++] = mm(&L->sg, s->xn, H, s->h1, s->fd, T);
+		s->mm[n++] = mm(&L->su, s->xn, H, s->h2, s->fd, T);
+	}
+	matmul(s, n);
+
+	/* routing: sigmoid scores, top-k by score + correction bias */
+	memset(s->cnt, 0, (E + 1) * sizeof *s->cnt);
+	for (int t = 0; t < T; t++) {
+		float *l = s->rl + (size_t)t * E;
+		for (int e = 0; e < E; e++) {
+			float v = l[e];
+			if (c->router_softcap > 0)
+				v = tanhf(v / c->router_softcap) * c->router_softcap;
+			l[e] = lg_sigmoid(v);
+		}
+		route(c, l, L->bias, s->tsel + (size_t)t * K, s->tw + (size_t)t * K);
+		for (int j = 0; j < K; j++)
+			s->cnt[s->tsel[t * K + j] + 1]++;
+	}
+	/* slots grouped by expert (ascending), tokens ascending within one */
+	for (int e = 0; e < E; e++)
+		s->cnt[e + 1] += s->cnt[e];
+	int fill[E];
+	memset(fill, 0, sizeof fill);
+	for (int t = 0; t < T; t++)
+		for (int j = 0; j < K; j++) {
+			int e = s->tsel[t * K + j], slot = s->cnt[e] + fill[e]++;
+			s->slot_tok[slot] = t;
+			s->slot_w[slot] = s->tw[t * K + j];
+		}
+	for (int i = 0; i < T * K; i++)
+		memcpy(s->xe + (size_t)i * H, s->xn + (size_t)s->slot_tok[i] * H, H * sizeof(float));
+
+	/* experts' gate and up, then down (with the shared expert's down) */
+	n = 0;
+	for (int e = 0; e < E; e++) {
+		int o = s->cnt[e], cnt = s->cnt[e + 1] - o;
+		if (!cnt)
+			continue;
+		s->mm[n++] = mm(&L->eg[e], s->xe + (size_t)o * H, H, s->ge + (size_t)o * I, I, cnt);
+		s->mm[n++] = mm(&L->eu[e], s->xe + (size_t)o * H, H, s->ue + (size_t)o * I, I, cnt);
+	}
+	matmul(s, n);
+	swiglu(s->ge, s->ue, (size_t)T * K * I);
+	for (int t = 0; S > 0 && t < T; t++)
+		swiglu(s->h1 + (size_t)t * s->fd, s->h2 + (size_t)t * s->fd, S);
+	n = 0;
+	for (int e = 0; e < E; e++) {
+		int o = s->cnt[e], cnt = s->cnt[e + 1] - o;
+		if (cnt)
+			s->mm[n++] = mm(&L->ed[e], s->ge + (size_t)o * I, I, s->de + (size_t)o * H, H, cnt);
+	}
+	if (S > 0)
+		s->mm[n++] = mm(&L->sd, s->h1, s->fd, s->ys, H, T);
+	matmul(s, n);
+
+	/* y = scale · Σ_e (w · down_e) in expert order + shared (transformers' order) */
+	memset(s->y, 0, (size_t)T * H * sizeof(float));
+	for (int i = 0; i < T * K; i++)
+		lg_axpy(s->y + (size_t)s->slot_tok[i] * H, s->slot_w[i], s->de + (size_t)i * H, H);
+	for (size_t i = 0; i < (size_t)T * H; i++)
+		s->y[i] = s->y[i] * c->routed_scale + (S > 0 ? s->ys[i] : 0.0f);
+}
+
+/* ---------------------------------------------------------------- the model */
+
+static void rope_tables(struct lg_state *s, int T)
+{
+	const struct lg_config *c = &s->m->cfg;
+	for (int ty = 0; ty < 2; ty++) {
+		const struct lg_rope *r = &c->rope[ty];
+		for (int t = 0; t < T; t++) {
+			float p = (float)(s->pos + t);
+			float *cs = s->cosb + ((size_t)ty * s->B + t) * LG_ROPE_MAX;
+			float *sn = s->sinb + ((size_t)ty * s->B + t) * LG_ROPE_MAX;
+			for (int i = 0; i < r->rot_dim / 2; i++) {
+				float f = p * r->inv_freq[i];
+				cs[i] = cosf(f) * r->attn_scale;
+				sn[i] = sinf(f) * r->attn_scale;
+			}
+		}
+	}
+}
+
+/* One batch of T <= B tokens; logits for its last n_out tokens. */
+static void forward_batch(struct lg_state *s, const int *tok, int T, float *logits, int n_out)
+{
+	const struct lg_model *m = s->m;
+	const struct lg_config *c = &m->cfg;
+	int H = c->hidden;
+	for (int t = 0; t < T; t++) {
+		const uint16_t *row = m->embed + (size_t)tok[t] * H;
+		for (int i = 0; i < H; i++)
+			s->x[(size_t)t * H + i] = rq_bf16_to_f32(row[i]);
+	}
+	rope_tables(s, T);
+	for (int li = 0; li < c->n_layers; li++) {
+		const struct lg_layer *L = &m->layers[li];
+		attention(s, li, T);
+		for (int t = 0; t < T; t++)
+			lg_rmsnorm(s->xn + (size_t)t * H, s->x + (size_t)t * H, L->mlp_norm, H, c->eps);
+		if (L->moe)
+			moe(s, L, T);
+		else
+			dense_mlp(s, L, T);
+		for (size_t i = 0; i < (size_t)T * H; i++)
+			s->x[i] += s->y[i];
+	}
+	if (n_out > 0) {
+		int t0 = T - n_out;
+		for (int t = t0; t < T; t++)
+			lg_rmsnorm(s->xn + (size_t)t * H, s->x + (size_t)t * H, m->final_norm, H, c->eps);
+		s->mm[0] = mm(&m->lm_head, s->xn + (size_t)t0 * H, H, logits, c->vocab, n_out);
+		matmul(s, 1);
+	}
+	s->pos += T;
+}
+
+int lg_forward(struct lg_state *s, const int *tokens, int n, float *logits, int n_out,
+               struct rq_err *err)
+{
+	const struct lg_config *c = &s->m->cfg;
+	if (n < 0 || n_out < 0 || n_out > n || (n_out > 0 && !logits))
+		return rq_errf(err, -EINVAL, "lg_forward: bad arguments (n %d, n_out %d)", n, n_out);
+	for (int i = 0; i < n; i++)
+		if (tokens[i] < 0 || tokens[i] >= c->vocab)
+			return rq_errf(err, -EINVAL, "token id %d at position %d is outside the vocabulary (%d)",
+			               tokens[i], s->pos + i, c->vocab);
+	if ((long)s->pos + n > s->max_ctx)
+		return rq_errf(err, -ENOSPC, "the sequence would reach %ld tokens; the context holds %d",
+		               (long)s->pos + n, s->max_ctx);
+	for (int done = 0; done < n;) {
+		int T = n - done < s->B ? n - done : s->B;
+		/* logits wanted from this batch: positions in the last n_out of all n */
+		int first_out = n - n_out;
+		int out_lo = first_out > done ? first_out : done;
+		int nb = done + T > out_lo ? done + T - out_lo : 0;
+		float *dst = nb ? logits + (size_t)(out_lo - first_out) * c->vocab : NULL;
+		forward_batch(s, tokens + done, T, dst, nb);
+		done += T;
+	}
+	return 0;
+}

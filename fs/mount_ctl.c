@@ -1,0 +1,351 @@
+/* mount_ctl.c — the hidden /.requantfs/ control directory and the watch on
+ * SRC files.
+ *
+ *   /.requantfs/status     a JSON snapshot taken at open (direct I/O, so
+ *                          every open sees fresh numbers)
+ *   /.requantfs/jobs/<j>   reading runs job j if needed and answers when it
+ *                          is ready ("<j> ok <modules> <in_bytes> <cache|memory>")
+ *                          or fails with EIO; `requantfs warm` reads them all
+ *
+ * SRC identity: every read fstat()s the SRC file it serves; jobs and opens
+ * also stat() the path; a monitor thread stats every SRC path once a second.
+ * A difference from the plan's identity (size, mtime, inode) is sticky:
+ * dependent reads fail with EIO and the kernel's cached pages of the
+ * dependent files are dropped, so stale bytes are never served. */
+#include "fs/mount_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs/qrun.h"
+
+/* ---- SRC identity ------------------------------------------------------ */
+
+static int differs(const struct stat *st, const struct rq_srcfile *sf, char *why, size_t len)
+{
+	int64_t mt = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	if ((uint64_t)st->st_size != sf->size)
+		snprintf(why, len, "size %" PRIu64 " -> %jd", sf->size, (intmax_t)st->st_size);
+	else if (st->st_ino != sf->ino || st->st_dev != sf->dev)
+		snprintf(why, len, "replaced by another file");
+	else if (mt != sf->mtime_ns)
+		snprintf(why, len, "modified (mtime changed)");
+	else
+		return 0;
+	return 1;
+}
+
+int rq_mnt_src_check(struct rq_mount *m, int s, int path)
+{
+	struct msrc *ms = &m->srcs[s];
+	const struct rq_srcfile *sf = &m->plan->srcs[s];
+	struct stat st;
+	char why[128];
+	if (atomic_load(&ms->changed))
+		return -EIO;
+	if (fstat(ms->fd, &st)) {
+		snprintf(why, sizeof why, "fstat: %s", strerror(errno));
+	} else if (!differs(&st, sf, why, sizeof why)) {
+		if (!path)
+			return 0;
+		if (stat(sf->path, &st))
+			snprintf(why, sizeof why, "%s", strerror(errno));
+		else if (!differs(&st, sf, why, sizeof why))
+			return 0;
+	}
+	if (!atomic_exchange(&ms->changed, 1)) {
+		rq_mount_log(m, "SRC file %s changed under the mount (%s): reads of the files made "
+		             "from it now fail with EIO; remount to serve its new contents",
+		             sf->path, why);
+		pthread_mutex_lock(&m->mon_mu);
+		pthread_cond_signal(&m->mon_cv);
+		pthread_mutex_unlock(&m->mon_mu);
+	}
+	return -EIO;
+}
+
+/* Does virtual file f depend on SRC file s? */
+static int depends(const struct rq_plan *p, const struct rq_vfile *f, int s)
+{
+	if (f->src == s)
+		return 1;
+	for (size_t k = 0; k < f->nseg; k++) {
+		const struct rq_seg *g = &f->seg[k];
+		if (g->kind == RQ_SEG_SRC && g->src == s)
+			return 1;
+		if (g->kind == RQ_SEG_JOB)
+			for (int i = 0; i < p->jobs[g->job].nmod; i++)
+				if (p->mods[p->jobs[g->job].mod[i]].src == s)
+					return 1;
+	}
+	return 0;
+}
+
+static void *monitor(void *arg)
+{
+	struct rq_mount *m = arg;
+	const struct rq_plan *p = m->plan;
+	pthread_mutex_lock(&m->mon_mu);
+	while (!m->mon_stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&m->mon_cv, &m->mon_mu, &ts);
+		if (m->mon_stop)
+			break;
+		pthread_mutex_unlock(&m->mon_mu);
+		for (size_t s = 0; s < p->nsrcs; s++) {
+			rq_mnt_src_check(m, (int)s, 1);
+			if (!atomic_load(&m->srcs[s].changed) || atomic_exchange(&m->srcs[s].invalidated, 1))
+				continue;
+			/* Drop what the kernel cached of every dependent file. */
+			for (size_t i = 0; i < p->nfiles; i++)
+				if (depends(p, &p->files[i], (int)s))
+					fuse_lowlevel_notify_inval_inode(m->se, m->vino[i], 0, 0);
+		}
+		pthread_mutex_lock(&m->mon_mu);
+	}
+	pthread_mutex_unlock(&m->mon_mu);
+	return NULL;
+}
+
+int rq_mnt_monitor_start(struct rq_mount *m, struct rq_err *err)
+{
+	if (pthread_create(&m->monitor, NULL, monitor, m))
+		return -EAGAIN;
+	m->monitor_started = 1;
+	return 0;
+}
+
+void rq_mnt_monitor_stop(struct rq_mount *m)
+{
+	if (!m->monitor_started)
+		return;
+	pthread_mutex_lock(&m->mon_mu);
+	m->mon_stop = 1;
+	pthread_cond_signal(&m->mon_cv);
+	pthread_mutex_unlock(&m->mon_mu);
+	pthread_join(m->monitor, NULL);
+	m->monitor_started = 0;
+}
+
+/* ---- text ---------------------------------------------------------------- */
+
+struct sbuf {
+	char *s;
+	size_t len, cap;
+	int oom;
+};
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+	while (!b->oom) {
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->oom = 1;
+			return;
+		}
+		if (b->s && (size_t)n < b->cap - b->len) {
+			b->len += (size_t)n;
+			return;
+		}
+		size_t nc = (b->cap + (size_t)n + 64) * 2;
+		char *v = realloc(b->s, nc);
+		if (!v) {
+			b->oom = 1;
+			return;
+		}
+		b->s = v;
+		b->cap = nc;
+	}
+}
+
+static void sb_jstr(struct sbuf *b, const char *s)
+{
+	sb_printf(b, "\"");
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			sb_printf(b, "\\%c", c);
+		else if (c < 0x20)
+			sb_printf(b, "\\u%04x", c);
+		else
+			sb_printf(b, "%c", c);
+	}
+	sb_printf(b, "\"");
+}
+
+char *rq_mnt_job_line(struct rq_mount *m, long j, int from_disk)
+{
+	const struct rq_job *jb = &m->plan->jobs[j];
+	char *s = NULL;
+	if (asprintf(&s, "%ld ok %d %" PRIu64 " %s\n", j, jb->nmod, jb->in_size,
+	             from_disk ? "cache" : "memory") < 0)
+		return NULL;
+	return s;
+}
+
+/* Learns which jobs of unknown state have an entry file in the cache
+ * (cache.h documents <dir>/<2 hex>/<32 hex>.rqc), without holding m->lock
+ * while stat()ing. Unverified: the entry is checked when first used. */
+static void scan_disk(struct rq_mount *m)
+{
+	size_t n = m->plan->njobs;
+	signed char *seen = malloc(n ? n : 1);
+	if (!seen)
+		return;
+	pthread_mutex_lock(&m->lock);
+	for (size_t j = 0; j < n; j++)
+		seen[j] = (signed char)m->jobs[j].disk;
+	pthread_mutex_unlock(&m->lock);
+	const char *dir = rq_cache_dir(m->cache);
+	for (size_t j = 0; j < n; j++) {
+		if (seen[j] != -1)
+			continue;
+		char hex[33], path[4096];
+		struct stat st;
+		rq_cache_key_hex(&m->jobs[j].key, hex);
+		snprintf(path, sizeof path, "%s/%.2s/%s.rqc", dir, hex, hex);
+		seen[j] = stat(path, &st) ? 0 : 1;
+	}
+	pthread_mutex_lock(&m->lock);
+	for (size_t j = 0; j < n; j++)
+		if (m->jobs[j].disk == -1 && seen[j] == 1)
+			m->jobs[j].disk = 1;
+	pthread_mutex_unlock(&m->lock);
+	free(seen);
+}
+
+static char *status_json(struct rq_mount *m)
+{
+	const struct rq_plan *p = m->plan;
+	struct sbuf b = {0};
+	uint64_t mods_cached = 0, mods_ready = 0, jobs_cached = 0, jobs_ready = 0, jobs_mem = 0;
+	uint64_t in_total = 0, mem_bytes;
+	int running, queued;
+	scan_disk(m);
+	pthread_mutex_lock(&m->lock);
+	for (size_t j = 0; j < p->njobs; j++) {
+		const struct mjob *J = &m->jobs[j];
+		in_total += p->jobs[j].in_size;
+		if (J->disk == 1) {
+			jobs_cached++;
+			mods_cached += (uint64_t)p->jobs[j].nmod;
+		}
+		if (J->state == J_READY || J->disk == 1) {
+			jobs_ready++;
+			mods_ready += (uint64_t)p->jobs[j].nmod;
+		}
+		if (J->state == J_READY && J->out->fd < 0)
+			jobs_mem++;
+	}
+	mem_bytes = m->mem_bytes;
+	double qs = m->busy_s + (m->quantizing ? rq_mnt_now() - m->busy_since : 0);
+	running = m->running;
+	queued = m->queued;
+	pthread_mutex_unlock(&m->lock);
+
+	struct rq_cache_stats cs;
+	rq_cache_get_stats(m->cache, &cs);
+	uint64_t qin = atomic_load(&m->st.quant_in_bytes);
+	sb_printf(&b, "{\n  \"pid\": %d,\n  \"mountpoint\": ", (int)getpid());
+	sb_jstr(&b, m->mnt);
+	sb_printf(&b, ",\n  \"src\": ");
+	sb_jstr(&b, m->src);
+	sb_printf(&b, ",\n  \"cache_dir\": ");
+	sb_jstr(&b, rq_cache_dir(m->cache));
+	sb_printf(&b, ",\n  \"recipe\": \"%s\",\n  \"recipe_version\": %d,\n  \"dropped_rule\": ",
+	          rq_recipe_name(p->recipe), RQ_RECIPE_VERSION);
+	sb_jstr(&b, p->dropped_rule);
+	sb_printf(&b, ",\n  \"device\": ");
+	sb_jstr(&b, rq_quantizer_device(m->q));
+	sb_printf(&b, ",\n  \"uptime_s\": %.1f,\n  \"files\": %zu,\n  \"total_bytes\": %" PRIu64 ",\n",
+	          rq_mnt_now() - m->t_start, p->nfiles, p->total_size);
+	sb_printf(&b, "  \"modules_total\": %zu,\n  \"modules_cached\": %" PRIu64 ",\n"
+	          "  \"modules_ready\": %" PRIu64 ",\n", p->nmods, mods_cached, mods_ready);
+	sb_printf(&b, "  \"jobs_total\": %zu,\n  \"jobs_cached\": %" PRIu64 ",\n  \"jobs_ready\": %"
+	          PRIu64 ",\n  \"jobs_in_memory\": %" PRIu64 ",\n  \"jobs_in_flight\": %d,\n"
+	          "  \"jobs_queued\": %d,\n  \"jobs_run\": %llu,\n  \"jobs_failed\": %llu,\n",
+	          p->njobs, jobs_cached, jobs_ready, jobs_mem, running, queued,
+	          atomic_load(&m->st.jobs_run), atomic_load(&m->st.jobs_failed));
+	sb_printf(&b, "  \"in_bytes_total\": %" PRIu64 ",\n  \"memory_bytes\": %" PRIu64 ",\n",
+	          in_total, mem_bytes);
+	sb_printf(&b, "  \"cache_hits\": %llu,\n  \"cache_misses\": %llu,\n  \"cache_corrupt\": %llu,\n"
+	          "  \"cache_put_failed\": %llu,\n  \"cache_entries\": %" PRIu64 ",\n"
+	          "  \"cache_bytes\": %" PRIu64 ",\n  \"cache_evicted\": %" PRIu64 ",\n",
+	          atomic_load(&m->st.hits), atomic_load(&m->st.misses),
+	          atomic_load(&m->st.corrupt), atomic_load(&m->st.put_failed), cs.entries, cs.bytes,
+	          cs.evicted);
+	sb_printf(&b, "  \"quant_in_bytes\": %" PRIu64 ",\n  \"quant_seconds\": %.3f,\n"
+	          "  \"quant_mb_s\": %.1f,\n", qin, qs, qs > 0 ? qin / qs / 1e6 : 0.0);
+	sb_printf(&b, "  \"reads\": %llu,\n  \"read_bytes\": %llu,\n  \"parked_reads\": %llu,\n",
+	          atomic_load(&m->st.reads), atomic_load(&m->st.read_bytes),
+	          atomic_load(&m->st.parked));
+	int nchanged = 0;
+	sb_printf(&b, "  \"src_files\": %zu,\n  \"src_changed\": [", p->nsrcs);
+	for (size_t s = 0; s < p->nsrcs; s++)
+		if (atomic_load(&m->srcs[s].changed)) {
+			sb_printf(&b, "%s", nchanged++ ? ", " : "");
+			sb_jstr(&b, p->srcs[s].path);
+		}
+	sb_printf(&b, "],\n  \"src_ok\": %s\n}\n", nchanged ? "false" : "true");
+	if (b.oom) {
+		free(b.s);
+		return NULL;
+	}
+	return b.s;
+}
+
+/* ---- operations ------------------------------------------------------- */
+
+void rq_mnt_ctl_open(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fi->direct_io = 1;      /* generated content: never from the page cache */
+	fi->keep_cache = 0;
+	fi->fh = 0;
+	if (ino == m->ctl_base + 1) {
+		char *s = status_json(m);
+		if (!s)
+			return (void)fuse_reply_err(req, ENOMEM);
+		fi->fh = (uint64_t)(uintptr_t)s;
+	}
+	fuse_reply_open(req, fi);
+}
+
+void rq_mnt_ctl_read(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino, size_t size, off_t off,
+                     struct fuse_file_info *fi)
+{
+	if (ino == m->ctl_base + 1) {
+		const char *s = (const char *)(uintptr_t)fi->fh;
+		size_t len = s ? strlen(s) : 0;
+		size_t o = (size_t)off < len ? (size_t)off : len;
+		return (void)fuse_reply_buf(req, s + o, len - o < size ? len - o : size);
+	}
+	if (ino < m->ctl_base + 3 || ino >= m->ctl_base + 3 + m->plan->njobs)
+		return (void)fuse_reply_err(req, EISDIR);
+	struct mread *rd = calloc(1, sizeof *rd);
+	if (!rd)
+		return (void)fuse_reply_err(req, ENOMEM);
+	*rd = (struct mread){.req = req, .file = -1, .ctl_job = (long)(ino - m->ctl_base - 3),
+	                     .off = (uint64_t)off, .size = size};
+	rq_mnt_serve(m, rd);
+}
+
+void rq_mnt_ctl_release(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino,
+                        struct fuse_file_info *fi)
+{
+	if (ino == m->ctl_base + 1)
+		free((void *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}

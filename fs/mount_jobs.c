@@ -1,0 +1,643 @@
+/* mount_jobs.c — single-flight quantization jobs behind the mount.
+ *
+ * Every job of the plan has one struct mjob (state machine in mount_int.h).
+ * A read that needs a job which is not READY parks on it; the job goes on
+ * the demand queue (or is promoted there from the prefetch queue). Worker
+ * threads take jobs, demand first:
+ *
+ *   1. look the job up in the cache (verified on first use: a corrupt entry
+ *      is a logged miss) — a hit makes it READY from the entry's fd;
+ *   2. else check the SRC identity, run the quantizer into a buffer, check
+ *      the identity again (inputs could have changed while read), drop the
+ *      inputs from the page cache (posix_fadvise DONTNEED);
+ *   3. make the job READY from memory and answer its parked reads;
+ *   4. publish to the cache and switch to the entry's fd; if the cache
+ *      cannot take it (ENOSPC...), keep it in memory (bounded LRU, a warning)
+ *      — an evicted memory-only output is simply computed again.
+ *
+ * Lock rules: m->lock protects m->jobs[], both queues, both LRUs, mem_bytes,
+ * nfd, running/queued/stop and every parked mread. It is never held while
+ * replying, reading files or quantizing. struct mout is reference counted
+ * (atomics) so a reply can use bytes the job no longer owns. */
+#include "fs/mount_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "fs/qrun.h"
+
+#define DEFAULT_MEM_MAX (1ull << 30)
+#define DEFAULT_MAX_FD 1024
+
+/* ---- outputs and holds ------------------------------------------------ */
+
+static struct mout *mout_new(int fd, uint64_t fd_off, uint8_t *mem)
+{
+	struct mout *o = calloc(1, sizeof *o);
+	if (!o)
+		return NULL;
+	atomic_init(&o->refs, 1);
+	o->fd = fd;
+	o->fd_off = fd_off;
+	o->mem = mem;
+	return o;
+}
+
+void rq_mout_unref(struct mout *o)
+{
+	if (!o || atomic_fetch_sub(&o->refs, 1) != 1)
+		return;
+	if (o->fd >= 0)
+		close(o->fd);
+	free(o->mem);
+	free(o);
+}
+
+int rq_mnt_hold(struct mread *rd, int j, struct mout *o)
+{
+	if (rd->nheld == rd->capheld) {
+		int cap = rd->capheld ? rd->capheld * 2 : 4;
+		struct mhold *v = realloc(rd->held, cap * sizeof *v);
+		if (!v)
+			return -ENOMEM;
+		rd->held = v;
+		rd->capheld = cap;
+	}
+	atomic_fetch_add(&o->refs, 1);
+	rd->held[rd->nheld++] = (struct mhold){.job = j, .o = o};
+	return 0;
+}
+
+struct mout *rq_mnt_held(struct mread *rd, int j)
+{
+	/* Reads walk jobs mostly in order: start where the last lookup hit. */
+	for (int k = 0; k < rd->nheld; k++) {
+		int i = (rd->hcur + k) % rd->nheld;
+		if (rd->held[i].job == j) {
+			rd->hcur = i;
+			return rd->held[i].o;
+		}
+	}
+	return NULL;
+}
+
+void rq_mnt_read_free(struct mread *rd)
+{
+	if (!rd)
+		return;
+	for (int i = 0; i < rd->nheld; i++)
+		rq_mout_unref(rd->held[i].o);
+	free(rd->held);
+	free(rd);
+}
+
+/* ---- queues and LRUs (under m->lock) ----------------------------------- */
+
+static void q_remove(struct rq_mount *m, int j)
+{
+	struct mjob *J = &m->jobs[j];
+	int *head = J->demand ? &m->dq_head : &m->pq_head;
+	int *tail = J->demand ? &m->dq_tail : &m->pq_tail;
+	if (J->qprev >= 0)
+		m->jobs[J->qprev].qnext = J->qnext;
+	else
+		*head = J->qnext;
+	if (J->qnext >= 0)
+		m->jobs[J->qnext].qprev = J->qprev;
+	else
+		*tail = J->qprev;
+	J->qprev = J->qnext = -1;
+	m->queued--;
+}
+
+static void q_append(struct rq_mount *m, int j, int demand)
+{
+	struct mjob *J = &m->jobs[j];
+	int *head = demand ? &m->dq_head : &m->pq_head;
+	int *tail = demand ? &m->dq_tail : &m->pq_tail;
+	J->demand = demand;
+	J->qnext = -1;
+	J->qprev = *tail;
+	if (*tail >= 0)
+		m->jobs[*tail].qnext = j;
+	else
+		*head = j;
+	*tail = j;
+	J->state = J_QUEUED;
+	m->queued++;
+	pthread_cond_signal(&m->work);
+}
+
+static void lru_remove(struct rq_mount *m, int j)
+{
+	struct mjob *J = &m->jobs[j];
+	if (!J->on_lru)
+		return;
+	int *head = J->on_lru == 1 ? &m->mlru_head : &m->flru_head;
+	int *tail = J->on_lru == 1 ? &m->mlru_tail : &m->flru_tail;
+	if (J->lprev >= 0)
+		m->jobs[J->lprev].lnext = J->lnext;
+	else
+		*head = J->lnext;
+	if (J->lnext >= 0)
+		m->jobs[J->lnext].lprev = J->lprev;
+	else
+		*tail = J->lprev;
+	J->lprev = J->lnext = -1;
+	J->on_lru = 0;
+}
+
+static void lru_append(struct rq_mount *m, int j, int which)
+{
+	struct mjob *J = &m->jobs[j];
+	int *head = which == 1 ? &m->mlru_head : &m->flru_head;
+	int *tail = which == 1 ? &m->mlru_tail : &m->flru_tail;
+	J->on_lru = which;
+	J->lnext = -1;
+	J->lprev = *tail;
+	if (*tail >= 0)
+		m->jobs[*tail].lnext = j;
+	else
+		*head = j;
+	*tail = j;
+}
+
+void rq_mnt_touch(struct rq_mount *m, int j)
+{
+	int which = m->jobs[j].on_lru;
+	if (which && m->jobs[j].lnext >= 0) {
+		lru_remove(m, j);
+		lru_append(m, j, which);
+	}
+}
+
+/* Drops READY job j's output (it becomes IDLE; a later read recomputes or
+ * looks it up again). Holders keep their references. */
+static void drop_output(struct rq_mount *m, int j)
+{
+	struct mjob *J = &m->jobs[j];
+	struct mout *o = J->out;
+	if (J->on_lru == 1)
+		m->mem_bytes -= m->plan->jobs[j].out_size;
+	else if (J->on_lru == 2)
+		m->nfd--;
+	lru_remove(m, j);
+	J->out = NULL;
+	J->state = J_IDLE;
+	rq_mout_unref(o);
+}
+
+static void evict(struct rq_mount *m, int keep)
+{
+	uint64_t mem_max = m->o.mem_max ? m->o.mem_max : DEFAULT_MEM_MAX;
+	while (m->mem_bytes > mem_max && m->mlru_head >= 0 && m->mlru_head != keep)
+		drop_output(m, m->mlru_head);
+	while (m->nfd > m->max_fd && m->flru_head >= 0 && m->flru_head != keep)
+		drop_output(m, m->flru_head);
+}
+
+void rq_mnt_park(struct rq_mount *m, int j, struct mread *rd)
+{
+	struct mjob *J = &m->jobs[j];
+	for (int i = J->nwait - 1; i >= 0; i--)
+		if (J->wait[i] == rd)
+			return;
+	if (J->nwait == J->capwait) {
+		int cap = J->capwait ? J->capwait * 2 : 4;
+		struct mread **v = realloc(J->wait, cap * sizeof *v);
+		if (!v) {
+			rd->err = -ENOMEM;
+			return;
+		}
+		J->wait = v;
+		J->capwait = cap;
+	}
+	J->wait[J->nwait++] = rd;
+	rd->pending++;
+	if (J->state == J_IDLE) {
+		q_append(m, j, 1);
+	} else if (J->state == J_QUEUED && !J->demand) {
+		q_remove(m, j);
+		q_append(m, j, 1);
+	}
+}
+
+void rq_mnt_prefetch(struct rq_mount *m, size_t k)
+{
+	const struct rq_plan *p = m->plan;
+	int want = m->o.prefetch, last = -1;
+	for (size_t i = k + 1; i < p->nmods && want > 0; i++) {
+		int j = p->mods[i].job;
+		if (j == last)
+			continue;
+		last = j;
+		want--;
+		if (m->jobs[j].state == J_IDLE && !m->stop)
+			q_append(m, j, 0);
+	}
+}
+
+/* ---- completion -------------------------------------------------------- */
+
+/* Under m->lock: detaches job j's parked reads; returns those that have
+ * nothing left to wait for (the caller serves them after unlocking). While
+ * the job's cache put is in progress, control reads stay parked. */
+static struct mread **release_waiters(struct rq_mount *m, int j, struct mout *o, int err,
+                                      int *nready)
+{
+	struct mjob *J = &m->jobs[j];
+	struct mread **w = J->wait;
+	int n = J->nwait, r = 0, keep = 0;
+	struct mread **ready = malloc((size_t)(n ? n : 1) * sizeof *ready);
+	if (!ready) {
+		*nready = 0;
+		return NULL;         /* leave them parked; a later completion retries */
+	}
+	for (int i = 0; i < n; i++) {
+		struct mread *rd = w[i];
+		if (J->putting && rd->file < 0 && !err) {
+			w[keep++] = rd;
+			continue;
+		}
+		if (o && rq_mnt_hold(rd, j, o))
+			err = -ENOMEM;
+		if (err && !rd->err)
+			rd->err = err;
+		if (--rd->pending == 0)
+			ready[r++] = rd;
+	}
+	J->nwait = keep;
+	if (!keep) {
+		free(J->wait);
+		J->wait = NULL;
+		J->capwait = 0;
+	}
+	*nready = r;
+	return ready;
+}
+
+static void serve_all(struct rq_mount *m, struct mread **w, int n)
+{
+	for (int i = 0; i < n; i++)
+		rq_mnt_serve(m, w[i]);
+	free(w);
+}
+
+/* The cache put of job j is done (stored or not): answer the control reads
+ * that waited for it. */
+static void settle(struct rq_mount *m, int j)
+{
+	int n;
+	pthread_mutex_lock(&m->lock);
+	struct mjob *J = &m->jobs[j];
+	J->putting = 0;
+	struct mread **w = release_waiters(m, j, J->state == J_READY ? J->out : NULL, 0, &n);
+	pthread_mutex_unlock(&m->lock);
+	serve_all(m, w, n);
+}
+
+static void complete(struct rq_mount *m, int j, struct mout *o, int lru, int err)
+{
+	struct mjob *J = &m->jobs[j];
+	int n;
+	pthread_mutex_lock(&m->lock);
+	m->running--;
+	if (o) {
+		J->state = J_READY;
+		J->out = o;
+		J->putting = lru == 1;
+		lru_append(m, j, lru);
+		if (lru == 1)
+			m->mem_bytes += m->plan->jobs[j].out_size;
+		else
+			m->nfd++;
+	} else {
+		J->state = J_IDLE;
+		J->fails++;
+	}
+	struct mread **w = release_waiters(m, j, o, err, &n);
+	if (o)
+		evict(m, j);
+	pthread_mutex_unlock(&m->lock);
+	serve_all(m, w, n);
+}
+
+/* ---- the worker --------------------------------------------------------- */
+
+static int job_srcs_ok(struct rq_mount *m, int j, char *bad, size_t len)
+{
+	const struct rq_job *jb = &m->plan->jobs[j];
+	for (int s = 0; s < jb->nmod; s++) {
+		int src = m->plan->mods[jb->mod[s]].src;
+		if (rq_mnt_src_check(m, src, 1)) {
+			snprintf(bad, len, "%s", m->plan->srcs[src].path);
+			return 0;
+		}
+	}
+	return 1;
+}
+
+static const char *job_name(struct rq_mount *m, int j)
+{
+	return m->plan->mods[m->plan->jobs[j].mod[0]].name;
+}
+
+/* Switches READY job j from memory output o to the cache entry just put. */
+static void adopt_entry(struct rq_mount *m, int j, struct mout *o)
+{
+	const struct rq_job *jb = &m->plan->jobs[j];
+	struct rq_err e = {0};
+	int fd;
+	uint64_t poff;
+	if (rq_cache_lookup(m->cache, &m->jobs[j].key, jb->out_size, &fd, &poff, &e))
+		return;
+	struct mout *no = mout_new(fd, poff, NULL);
+	if (!no) {
+		close(fd);
+		return;
+	}
+	pthread_mutex_lock(&m->lock);
+	struct mjob *J = &m->jobs[j];
+	J->disk = 1;
+	if (J->state == J_READY && J->out == o) {
+		lru_remove(m, j);
+		m->mem_bytes -= jb->out_size;
+		J->out = no;
+		lru_append(m, j, 2);
+		m->nfd++;
+		evict(m, j);
+		no = NULL;
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (no)
+		rq_mout_unref(no);
+	else
+		rq_mout_unref(o);     /* the job's reference; holders keep theirs */
+}
+
+static void run_job(struct rq_mount *m, int j)
+{
+	const struct rq_plan *p = m->plan;
+	const struct rq_job *jb = &p->jobs[j];
+	struct mjob *J = &m->jobs[j];
+	struct rq_err e = {0};
+	char bad[1024];
+	int fd;
+	uint64_t poff;
+
+	int rc = rq_cache_lookup(m->cache, &J->key, jb->out_size, &fd, &poff, &e);
+	if (rc == 0) {
+		struct mout *o = mout_new(fd, poff, NULL);
+		if (o) {
+			atomic_fetch_add(&m->st.hits, 1);
+			pthread_mutex_lock(&m->lock);
+			J->disk = 1;
+			pthread_mutex_unlock(&m->lock);
+			complete(m, j, o, 2, 0);
+			return;
+		}
+		close(fd);
+	}
+	atomic_fetch_add(&m->st.misses, 1);
+	if (rc == -ENOENT && e.msg[0]) {
+		atomic_fetch_add(&m->st.corrupt, 1);
+		rq_mount_log(m, "cache: %s: rebuilding %s", e.msg, job_name(m, j));
+	} else if (rc && rc != -ENOENT) {
+		rq_mount_log(m, "cache lookup for %s failed: %s", job_name(m, j), e.msg);
+	}
+	pthread_mutex_lock(&m->lock);
+	J->disk = 0;
+	pthread_mutex_unlock(&m->lock);
+
+	uint8_t *buf = NULL;
+	if (!job_srcs_ok(m, j, bad, sizeof bad)) {
+		rq_mount_log(m, "job %d (%s) failed: SRC file %s changed under the mount; remount "
+		             "to serve its new contents", j, job_name(m, j), bad);
+		goto fail;
+	}
+	if (posix_memalign((void **)&buf, 4096, jb->out_size ? jb->out_size : 1)) {
+		buf = NULL;
+		rq_mount_log(m, "job %d (%s) failed: out of memory", j, job_name(m, j));
+		goto fail;
+	}
+	pthread_mutex_lock(&m->lock);
+	if (m->quantizing++ == 0)
+		m->busy_since = rq_mnt_now();
+	pthread_mutex_unlock(&m->lock);
+	rc = rq_job_run(m->q, p, (size_t)j, m->src_fds, buf, &e);
+	pthread_mutex_lock(&m->lock);
+	if (--m->quantizing == 0)
+		m->busy_s += rq_mnt_now() - m->busy_since;
+	pthread_mutex_unlock(&m->lock);
+	if (rc) {
+		rq_mount_log(m, "job %d (%s) failed: %s", j, job_name(m, j), e.msg);
+		goto fail;
+	}
+	if (!job_srcs_ok(m, j, bad, sizeof bad)) {
+		rq_mount_log(m, "job %d (%s) failed: SRC file %s changed while it was read",
+		             j, job_name(m, j), bad);
+		goto fail;
+	}
+	for (int s = 0; s < jb->nmod; s++) {
+		const struct rq_module *md = &p->mods[jb->mod[s]];
+		posix_fadvise(m->src_fds[md->src], (off_t)md->w_off, (off_t)(md->rows * md->cols * 2),
+		              POSIX_FADV_DONTNEED);
+	}
+	atomic_fetch_add(&m->st.jobs_run, 1);
+	atomic_fetch_add(&m->st.quant_in_bytes, jb->in_size);
+
+	struct mout *o = mout_new(-1, 0, buf);
+	if (!o)
+		goto fail;
+	atomic_fetch_add(&o->refs, 1);           /* ours, until the put is done */
+	complete(m, j, o, 1, 0);
+
+	e.msg[0] = 0;
+	rc = rq_cache_put(m->cache, &J->key, buf, jb->out_size, &e);
+	if (rc) {
+		atomic_fetch_add(&m->st.put_failed, 1);
+		pthread_mutex_lock(&m->lock);
+		int first = !m->warned_put;
+		m->warned_put = 1;
+		pthread_mutex_unlock(&m->lock);
+		if (first)
+			rq_mount_log(m, "warning: the cache cannot store %s (%s); serving job outputs "
+			             "from memory (up to %" PRIu64 " MiB) until it can", job_name(m, j),
+			             e.msg, (uint64_t)((m->o.mem_max ? m->o.mem_max : DEFAULT_MEM_MAX) >> 20));
+	} else {
+		adopt_entry(m, j, o);
+	}
+	settle(m, j);
+	rq_mout_unref(o);
+	return;
+fail:
+	free(buf);
+	atomic_fetch_add(&m->st.jobs_failed, 1);
+	complete(m, j, NULL, 0, -EIO);
+}
+
+static void *worker(void *arg)
+{
+	struct rq_mount *m = arg;
+	pthread_mutex_lock(&m->lock);
+	for (;;) {
+		while (!m->stop && m->dq_head < 0 && m->pq_head < 0)
+			pthread_cond_wait(&m->work, &m->lock);
+		if (m->stop)
+			break;
+		int j = m->dq_head >= 0 ? m->dq_head : m->pq_head;
+		q_remove(m, j);
+		m->jobs[j].state = J_RUNNING;
+		m->running++;
+		pthread_mutex_unlock(&m->lock);
+		run_job(m, j);
+		pthread_mutex_lock(&m->lock);
+	}
+	pthread_mutex_unlock(&m->lock);
+	return NULL;
+}
+
+/* ---- keys, setup, teardown -------------------------------------------- */
+
+static int append(char **s, size_t *len, size_t *cap, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int append(char **s, size_t *len, size_t *cap, const char *fmt, ...)
+{
+	for (;;) {
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(*s + *len, *cap - *len, fmt, ap);
+		va_end(ap);
+		if (n < 0)
+			return -EINVAL;
+		if ((size_t)n < *cap - *len) {
+			*len += (size_t)n;
+			return 0;
+		}
+		size_t nc = (*cap + (size_t)n) * 2;
+		char *v = realloc(*s, nc);
+		if (!v)
+			return -ENOMEM;
+		*s = v;
+		*cap = nc;
+	}
+}
+
+int rq_mount_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char **desc)
+{
+	const struct rq_job *jb = &p->jobs[j];
+	size_t len = 0, cap = 512;
+	char *s = malloc(cap);
+	int rc;
+	if (!s)
+		return -ENOMEM;
+	s[0] = 0;
+	rc = append(&s, &len, &cap, "requantfs job\nrecipe %s %d\nmodules %d out %" PRIu64 "\n",
+	            rq_recipe_name(p->recipe), RQ_RECIPE_VERSION, jb->nmod, jb->out_size);
+	for (int k = 0; !rc && k < jb->nmod; k++) {
+		const struct rq_module *md = &p->mods[jb->mod[k]];
+		const struct rq_srcfile *sf = &p->srcs[md->src];
+		if (sf->blob_sha256[0])
+			rc = append(&s, &len, &cap, "src sha256:%s\n", sf->blob_sha256);
+		else
+			rc = append(&s, &len, &cap, "src dev=%ju ino=%ju size=%" PRIu64 " mtime_ns=%"
+			            PRId64 "\n", (uintmax_t)sf->dev, (uintmax_t)sf->ino, sf->size,
+			            sf->mtime_ns);
+		if (!rc)
+			rc = append(&s, &len, &cap, "tensor %s.weight BF16 [%" PRIu64 ",%" PRIu64 "] at %"
+			            PRIu64 " len %" PRIu64 " slot %d at %" PRIu64 "\ncalib %08" PRIx32 "\n",
+			            md->name, md->rows, md->cols, md->w_off, md->rows * md->cols * 2, k,
+			            jb->mod_off[k], md->input_gs_bits);
+	}
+	if (rc) {
+		free(s);
+		return rc;
+	}
+	rq_cache_key_of(s, len, key);
+	if (desc)
+		*desc = s;
+	else
+		free(s);
+	return 0;
+}
+
+int rq_mnt_jobs_init(struct rq_mount *m, struct rq_err *err)
+{
+	const struct rq_plan *p = m->plan;
+	m->jobs = calloc(p->njobs ? p->njobs : 1, sizeof *m->jobs);
+	if (!m->jobs)
+		return rq_errf(err, -ENOMEM, "out of memory");
+	m->dq_head = m->dq_tail = m->pq_head = m->pq_tail = -1;
+	m->mlru_head = m->mlru_tail = m->flru_head = m->flru_tail = -1;
+	m->max_fd = DEFAULT_MAX_FD;
+	for (size_t j = 0; j < p->njobs; j++) {
+		struct mjob *J = &m->jobs[j];
+		J->qprev = J->qnext = J->lprev = J->lnext = -1;
+		J->disk = -1;
+		if (rq_mount_job_key(p, j, &J->key, NULL))
+			return rq_errf(err, -ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+int rq_mnt_jobs_start(struct rq_mount *m, struct rq_err *err)
+{
+	int n = m->o.workers > 0 ? m->o.workers : 2;
+	m->workers = calloc((size_t)n, sizeof *m->workers);
+	if (!m->workers)
+		return rq_errf(err, -ENOMEM, "out of memory");
+	for (int i = 0; i < n; i++) {
+		if (pthread_create(&m->workers[i], NULL, worker, m)) {
+			rq_mnt_jobs_stop(m);
+			return rq_errf(err, -EAGAIN, "cannot start quantization worker threads");
+		}
+		m->nworkers++;
+	}
+	return 0;
+}
+
+void rq_mnt_jobs_stop(struct rq_mount *m)
+{
+	if (!m->jobs)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->stop = 1;
+	pthread_cond_broadcast(&m->work);
+	pthread_mutex_unlock(&m->lock);
+	for (int i = 0; i < m->nworkers; i++)
+		pthread_join(m->workers[i], NULL);
+	m->nworkers = 0;
+	free(m->workers);
+	m->workers = NULL;
+	/* Nothing runs now: fail whatever is still parked. */
+	for (size_t j = 0; j < m->plan->njobs; j++) {
+		int n;
+		pthread_mutex_lock(&m->lock);
+		if (m->jobs[j].state == J_QUEUED)
+			q_remove(m, (int)j);
+		if (m->jobs[j].state != J_READY)
+			m->jobs[j].state = J_IDLE;
+		struct mread **w = release_waiters(m, (int)j, NULL, -EIO, &n);
+		pthread_mutex_unlock(&m->lock);
+		serve_all(m, w, n);
+	}
+}
+
+void rq_mnt_jobs_free(struct rq_mount *m)
+{
+	if (!m->jobs)
+		return;
+	for (size_t j = 0; j < m->plan->njobs; j++) {
+		free(m->jobs[j].wait);
+		rq_mout_unref(m->jobs[j].out);
+	}
+	free(m->jobs);
+	m->jobs = NULL;
+}

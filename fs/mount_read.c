@@ -1,0 +1,276 @@
+/* mount_read.c — the read path: a read's range is mapped onto its file's
+ * segments (plan.h) and answered with one fuse_reply_data() whose buffers
+ * point at memory (MEM segments, job outputs held in memory) or at file
+ * descriptors (SRC ranges, cache entries: FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK,
+ * spliced to the kernel when it allows, so the bytes are not copied here).
+ *
+ * A read that touches a job which is not READY never blocks a FUSE thread:
+ * it is parked on every missing job (mount_jobs.c) and answered by the
+ * thread that completes the last of them. Reads of SRC/MEM-only ranges
+ * never take the job lock. */
+#include "fs/mount_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fs/qrun.h"
+
+#define SMALL_SEGS 16
+
+/* Module (index into plan->mods) whose output holds byte job_off of job j. */
+static size_t mod_at(const struct rq_plan *p, int j, uint64_t job_off)
+{
+	const struct rq_job *jb = &p->jobs[j];
+	int s = (jb->nmod > 1 && job_off >= jb->mod_off[1]) ? 1 : 0;
+	return (size_t)jb->mod[s];
+}
+
+/* Does any SRC file that bytes of job j come from differ from the plan? */
+static int job_src_changed(struct rq_mount *m, int j)
+{
+	const struct rq_job *jb = &m->plan->jobs[j];
+	for (int s = 0; s < jb->nmod; s++)
+		if (atomic_load(&m->srcs[m->plan->mods[jb->mod[s]].src].changed))
+			return 1;
+	return 0;
+}
+
+static void advise_done(const struct fuse_bufvec *bv)
+{
+	/* The mount's page cache holds what was just served: do not keep a
+	 * second copy of SRC ranges in the SRC file's page cache. */
+	for (size_t i = 0; i < bv->count; i++)
+		if ((bv->buf[i].flags & FUSE_BUF_IS_FD) && bv->buf[i].size >= (1u << 16))
+			posix_fadvise(bv->buf[i].fd, bv->buf[i].pos, (off_t)bv->buf[i].size,
+			              POSIX_FADV_DONTNEED);
+}
+
+/* Builds the buffers of [off, off+size) of file fi. JOB segments are served
+ * from the outputs rd holds (every job of the range: see rq_mnt_serve).
+ * Returns the number of buffers, or -EIO when a SRC file changed. */
+static int build(struct rq_mount *m, long fi, uint64_t off, uint64_t size,
+                 struct fuse_bufvec *bv, size_t cap, struct mread *rd)
+{
+	const struct rq_plan *p = m->plan;
+	const struct rq_vfile *f = &p->files[fi];
+	uint64_t end = off + size;
+	size_t n = 0;
+	for (size_t s = rq_vfile_seg_at(f, off); s < f->nseg && f->seg[s].off < end; s++) {
+		const struct rq_seg *g = &f->seg[s];
+		uint64_t a = off > g->off ? off : g->off;
+		uint64_t b = end < g->off + g->len ? end : g->off + g->len;
+		uint64_t d = a - g->off;
+		struct fuse_buf fb = {.size = b - a};
+		if (g->kind == RQ_SEG_MEM) {
+			fb.mem = (void *)(g->mem + d);
+		} else if (g->kind == RQ_SEG_SRC) {
+			if (atomic_load(&m->srcs[g->src].changed))
+				return -EIO;
+			fb.flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+			fb.fd = m->srcs[g->src].fd;
+			fb.pos = (off_t)(g->src_off + d);
+		} else {
+			struct mout *o = rd ? rq_mnt_held(rd, g->job) : NULL;
+			if (!o)
+				return -EIO;    /* not reached: serve holds every job first */
+			if (job_src_changed(m, g->job))
+				return -EIO;
+			if (o->fd >= 0) {
+				fb.flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+				fb.fd = o->fd;
+				fb.pos = (off_t)(o->fd_off + g->job_off + d);
+			} else {
+				fb.mem = o->mem + g->job_off + d;
+			}
+		}
+		/* Merge with the previous buffer when contiguous. */
+		if (n) {
+			struct fuse_buf *pb = &bv->buf[n - 1];
+			if (!(fb.flags & FUSE_BUF_IS_FD) && !(pb->flags & FUSE_BUF_IS_FD) &&
+			    (uint8_t *)pb->mem + pb->size == fb.mem) {
+				pb->size += fb.size;
+				continue;
+			}
+			if ((fb.flags & FUSE_BUF_IS_FD) && (pb->flags & FUSE_BUF_IS_FD) &&
+			    pb->fd == fb.fd && pb->pos + (off_t)pb->size == fb.pos) {
+				pb->size += fb.size;
+				continue;
+			}
+		}
+		if (n == cap)
+			return -E2BIG;
+		bv->buf[n++] = fb;
+	}
+	bv->count = n;
+	bv->idx = 0;
+	bv->off = 0;
+	return (int)n;
+}
+
+static size_t seg_count(const struct rq_vfile *f, uint64_t off, uint64_t end, int *has_job)
+{
+	size_t n = 0;
+	*has_job = 0;
+	for (size_t s = rq_vfile_seg_at(f, off); s < f->nseg && f->seg[s].off < end; s++) {
+		n++;
+		if (f->seg[s].kind == RQ_SEG_JOB)
+			*has_job = 1;
+	}
+	return n;
+}
+
+static struct fuse_bufvec *bufvec_alloc(size_t n, struct fuse_bufvec *small)
+{
+	if (n <= SMALL_SEGS)
+		return small;
+	return calloc(1, sizeof(struct fuse_bufvec) + (n - 1) * sizeof(struct fuse_buf));
+}
+
+static void reply(struct rq_mount *m, fuse_req_t req, struct fuse_bufvec *bv)
+{
+	size_t len = fuse_buf_size(bv);
+	/* fd buffers are spliced into /dev/fuse when the kernel allows it
+	 * (FUSE_CAP_SPLICE_WRITE), else libfuse preads them into one buffer. */
+	int r = fuse_reply_data(req, bv, 0);
+	if (r == 0) {
+		atomic_fetch_add(&m->st.reads, 1);
+		atomic_fetch_add(&m->st.read_bytes, len);
+		advise_done(bv);
+	}
+}
+
+/* Answers a parked (or new) read whose jobs may all be ready now. */
+void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
+{
+	const struct rq_plan *p = m->plan;
+	pthread_mutex_lock(&m->lock);
+	if (rd->err) {
+		pthread_mutex_unlock(&m->lock);
+		fuse_reply_err(rd->req, -rd->err);
+		rq_mnt_read_free(rd);
+		return;
+	}
+	rd->pending = 0;
+	if (rd->file < 0) {                     /* /.requantfs/jobs/<j> */
+		int j = (int)rd->ctl_job;
+		struct mout *o = NULL;
+		if (m->jobs[j].state == J_READY && !m->jobs[j].putting)
+			o = m->jobs[j].out;
+		if (!o) {
+			rq_mnt_park(m, j, rd);
+			pthread_mutex_unlock(&m->lock);
+			return;
+		}
+		int disk = o->fd >= 0;
+		pthread_mutex_unlock(&m->lock);
+		char *line = rq_mnt_job_line(m, j, disk);
+		if (!line) {
+			fuse_reply_err(rd->req, ENOMEM);
+		} else {
+			size_t len = strlen(line);
+			uint64_t o2 = rd->off < len ? rd->off : len;
+			uint64_t n = len - o2 < rd->size ? len - o2 : rd->size;
+			fuse_reply_buf(rd->req, line + o2, n);
+		}
+		free(line);
+		rq_mnt_read_free(rd);
+		return;
+	}
+
+	const struct rq_vfile *f = &p->files[rd->file];
+	uint64_t end = rd->off + rd->size;
+	long last_mod = -1;
+	size_t nseg = 0;
+	int err = 0;
+	for (size_t s = rq_vfile_seg_at(f, rd->off); s < f->nseg && f->seg[s].off < end; s++) {
+		const struct rq_seg *g = &f->seg[s];
+		nseg++;
+		if (g->kind != RQ_SEG_JOB)
+			continue;
+		uint64_t d = rd->off > g->off ? rd->off - g->off : 0;
+		long mi = (long)mod_at(p, g->job, g->job_off + d);
+		if (mi > last_mod)
+			last_mod = mi;
+		if (rq_mnt_held(rd, g->job))
+			continue;
+		struct mjob *J = &m->jobs[g->job];
+		if (J->state == J_READY) {
+			if (rq_mnt_hold(rd, g->job, J->out))
+				err = -ENOMEM;
+			rq_mnt_touch(m, g->job);
+		} else {
+			rq_mnt_park(m, g->job, rd);
+		}
+	}
+	if (last_mod >= 0)
+		rq_mnt_prefetch(m, (size_t)last_mod);
+	if (rd->pending) {
+		if (err && !rd->err)
+			rd->err = err;
+		atomic_fetch_add(&m->st.parked, 1);
+		pthread_mutex_unlock(&m->lock);
+		return;
+	}
+	pthread_mutex_unlock(&m->lock);
+
+	struct {
+		struct fuse_bufvec v;
+		struct fuse_buf more[SMALL_SEGS - 1];
+	} small;
+	struct fuse_bufvec *bv = bufvec_alloc(nseg, &small.v);
+	int n = err ? err : !bv ? -ENOMEM : build(m, rd->file, rd->off, rd->size, bv, nseg, rd);
+	if (n < 0)
+		fuse_reply_err(rd->req, -n);
+	else
+		reply(m, rd->req, bv);
+	if (bv && bv != &small.v)
+		free(bv);
+	rq_mnt_read_free(rd);
+}
+
+void rq_mnt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                 struct fuse_file_info *fi)
+{
+	struct rq_mount *m = fuse_req_userdata(req);
+	if (ino >= m->ctl_base)
+		return rq_mnt_ctl_read(req, m, ino, size, off, fi);
+	long file = (long)fi->fh;
+	const struct rq_vfile *f = &m->plan->files[file];
+	if (off < 0)
+		return (void)fuse_reply_err(req, EINVAL);
+	if ((uint64_t)off >= f->size || size == 0)
+		return (void)fuse_reply_buf(req, NULL, 0);
+	uint64_t len = f->size - (uint64_t)off < size ? f->size - (uint64_t)off : size;
+	if (rq_mnt_src_check(m, f->src, 0))
+		return (void)fuse_reply_err(req, EIO);
+
+	int has_job;
+	size_t nseg = seg_count(f, (uint64_t)off, (uint64_t)off + len, &has_job);
+	if (!has_job) {
+		/* SRC/MEM only: answer now, no lock, nothing to wait for. */
+		struct {
+			struct fuse_bufvec v;
+			struct fuse_buf more[SMALL_SEGS - 1];
+		} small;
+		struct fuse_bufvec *bv = bufvec_alloc(nseg, &small.v);
+		if (!bv)
+			return (void)fuse_reply_err(req, ENOMEM);
+		int n = build(m, file, (uint64_t)off, len, bv, nseg, NULL);
+		if (n < 0)
+			fuse_reply_err(req, -n);
+		else
+			reply(m, req, bv);
+		if (bv != &small.v)
+			free(bv);
+		return;
+	}
+	struct mread *rd = calloc(1, sizeof *rd);
+	if (!rd)
+		return (void)fuse_reply_err(req, ENOMEM);
+	*rd = (struct mread){.req = req, .file = file, .ctl_job = -1, .off = (uint64_t)off,
+	                     .size = len};
+	rq_mnt_serve(m, rd);
+}

@@ -1,0 +1,382 @@
+/* mount_run.c — the life of a mount: checks before mounting (MNT, SRC,
+ * plan, cache, device), the libfuse session (multi-threaded loop, clone_fd),
+ * readiness and kernel readahead, shutdown, and the daemon's log. */
+#include "fs/mount_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "fs/qrun.h"
+
+double rq_mnt_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void rq_mount_log(struct rq_mount *m, const char *fmt, ...)
+{
+	char line[1536];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	if (!m->logf && !m->o.log_stderr) {
+		syslog(LOG_NOTICE, "%s", line);
+		return;
+	}
+	time_t t = time(NULL);
+	struct tm tm;
+	char ts[32];
+	localtime_r(&t, &tm);
+	strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", &tm);
+	pthread_mutex_lock(&m->log_mu);
+	FILE *f = m->logf ? m->logf : stderr;
+	fprintf(f, "%s requantfs[%d]: %s\n", ts, (int)getpid(), line);
+	fflush(f);
+	pthread_mutex_unlock(&m->log_mu);
+}
+
+/* ---- open / run / close ----------------------------------------------- */
+
+static int check_mountpoint(const char *mnt, struct rq_err *err)
+{
+	struct stat st;
+	if (stat(mnt, &st)) {
+		int e = errno;
+		if (e == ENOTCONN || e == ECONNABORTED)
+			return rq_errf(err, -e, "%s is a dead FUSE mount (its daemon is gone): run "
+			               "`requantfs umount %s` first", mnt, mnt);
+		if (e == ENOENT)
+			return rq_errf(err, -e, "mount point %s does not exist: create it with "
+			               "`mkdir -p %s`", mnt, mnt);
+		return rq_errf(err, -e, "mount point %s: %s", mnt, strerror(e));
+	}
+	if (!S_ISDIR(st.st_mode))
+		return rq_errf(err, -ENOTDIR, "mount point %s is not a directory", mnt);
+	DIR *d = opendir(mnt);
+	if (!d && (errno == ENOTCONN || errno == ECONNABORTED))
+		return rq_errf(err, -errno, "%s is a dead FUSE mount (its daemon is gone): run "
+		               "`requantfs umount %s` first", mnt, mnt);
+	if (!d)
+		return rq_errf(err, -errno, "mount point %s: %s", mnt, strerror(errno));
+	struct dirent *de;
+	int nonempty = 0;
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+			nonempty = 1;
+			break;
+		}
+	closedir(d);
+	char ctl[PATH_MAX];
+	snprintf(ctl, sizeof ctl, "%s/%s/status", mnt, RQ_CTL_DIR);
+	if (nonempty && !access(ctl, F_OK))
+		return rq_errf(err, -EBUSY, "%s is already a requantfs mount: run `requantfs umount "
+		               "%s` first", mnt, mnt);
+	if (nonempty)
+		return rq_errf(err, -ENOTEMPTY, "mount point %s is not empty: mount on an empty "
+		               "directory", mnt);
+	if (access(mnt, W_OK | X_OK) && geteuid() != 0)
+		return rq_errf(err, -EACCES, "mount point %s is not writable by you (FUSE needs "
+		               "to own or be able to write it)", mnt);
+	return 0;
+}
+
+static int open_srcs(struct rq_mount *m, struct rq_err *err)
+{
+	const struct rq_plan *p = m->plan;
+	m->srcs = calloc(p->nsrcs ? p->nsrcs : 1, sizeof *m->srcs);
+	m->src_fds = calloc(p->nsrcs ? p->nsrcs : 1, sizeof *m->src_fds);
+	if (!m->srcs || !m->src_fds)
+		return rq_errf(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < p->nsrcs; i++)
+		m->srcs[i].fd = m->src_fds[i] = -1;
+	for (size_t i = 0; i < p->nsrcs; i++) {
+		int fd = open(p->srcs[i].path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return rq_errf(err, -errno, "%s: %s", p->srcs[i].path, strerror(errno));
+		m->srcs[i].fd = m->src_fds[i] = fd;
+		if (rq_mnt_src_check(m, (int)i, 1))
+			return rq_errf(err, -EIO, "%s changed while the mount was being prepared: "
+			               "mount again", p->srcs[i].path);
+	}
+	return 0;
+}
+
+static char *build_fuse_opts(struct rq_mount *m)
+{
+	const char *extra = m->fuse_opts && *m->fuse_opts ? m->fuse_opts : NULL;
+	char *s = NULL;
+	/* fsname carries the daemon's pid: `requantfs umount` finds it in
+	 * /proc/self/mountinfo without a request to a possibly dead mount. */
+	int r = asprintf(&s, "ro,default_permissions,fsname=requantfs@%d,subtype=requantfs,"
+	                 "max_read=1048576%s%s%s", (int)getpid(), geteuid() == 0 ? ",allow_other" : "",
+	                 extra ? "," : "", extra ? extra : "");
+	return r < 0 ? NULL : s;
+}
+
+/* Raises the soft limit on open files; returns the limit. */
+static long raise_nofile(void)
+{
+	struct rlimit r;
+	if (getrlimit(RLIMIT_NOFILE, &r))
+		return 1024;
+	if (r.rlim_cur < r.rlim_max) {
+		r.rlim_cur = r.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &r))
+			getrlimit(RLIMIT_NOFILE, &r);
+	}
+	return r.rlim_cur == RLIM_INFINITY ? 1 << 20 : (long)r.rlim_cur;
+}
+
+int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct rq_err *err)
+{
+	int rc;
+	struct rq_mount *m = calloc(1, sizeof *m);
+	if (!m)
+		return rq_errf(err, -ENOMEM, "out of memory");
+	m->o = *o;
+	pthread_mutex_init(&m->log_mu, NULL);
+	pthread_mutex_init(&m->lock, NULL);
+	pthread_cond_init(&m->work, NULL);
+	pthread_mutex_init(&m->mon_mu, NULL);
+	pthread_cond_init(&m->mon_cv, NULL);
+	m->t_start = rq_mnt_now();
+	if (o->log_path) {
+		m->logf = fopen(o->log_path, "ae");
+		if (!m->logf) {
+			rc = rq_errf(err, -errno, "log file %s: %s", o->log_path, strerror(errno));
+			goto fail;
+		}
+	} else if (!o->log_stderr) {
+		openlog("requantfs", LOG_PID, LOG_DAEMON);
+	}
+	long nofile = raise_nofile();
+
+	m->mnt = realpath(o->mnt, NULL);
+	if (!m->mnt) {
+		rc = check_mountpoint(o->mnt, err);
+		if (!rc)
+			rc = rq_errf(err, -errno, "mount point %s: %s", o->mnt, strerror(errno));
+		goto fail;
+	}
+	if ((rc = check_mountpoint(m->mnt, err)))
+		goto fail;
+	m->src = strdup(o->src);
+	m->cache_dir = strdup(o->cache_dir);
+	m->fuse_opts = o->fuse_opts ? strdup(o->fuse_opts) : NULL;
+	if (!m->src || !m->cache_dir) {
+		rc = rq_errf(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	struct stat sst;
+	if (stat(o->src, &sst) || !S_ISDIR(sst.st_mode)) {
+		rc = rq_errf(err, -ENOENT, "SRC %s is not a checkpoint directory%s%s", o->src,
+		             errno ? ": " : "", errno ? strerror(errno) : "");
+		goto fail;
+	}
+	m->mtime_ns = (int64_t)sst.st_mtim.tv_sec * 1000000000 + sst.st_mtim.tv_nsec;
+
+	struct rq_plan_opts po = {.src = o->src, .calib = o->calib, .drop_rule = o->drop_rule,
+	                          .recipe = o->recipe};
+	if ((rc = rq_plan_build(&po, &m->plan, err)))
+		goto fail;
+	struct rq_cache_opts co = {.dir = o->cache_dir, .max_bytes = o->cache_max};
+	if ((rc = rq_cache_open(&co, &m->cache, err))) {
+		rq_err_prefix(err, "cache directory %s is unusable (choose another with --cache)",
+		              o->cache_dir);
+		goto fail;
+	}
+	if ((rc = open_srcs(m, err)) || (rc = rq_mnt_tree_build(m, err)) || (rc = rq_mnt_jobs_init(m, err)))
+		goto fail;
+	/* Open cache entries kept by READY jobs: what the fd limit leaves. */
+	long fds = (nofile - (long)m->plan->nsrcs - 256) / 2;
+	m->max_fd = fds < 16 ? 16 : fds > 1024 ? 1024 : (int)fds;
+	struct rq_quantizer_opts qo = {.device = o->device, .threads = o->threads,
+	                               .gpu_mem = o->gpu_mem, .gpu_idle_s = o->gpu_idle_s};
+	if ((rc = rq_quantizer_open(&qo, &m->q, err)))
+		goto fail;
+	const char *fb = rq_quantizer_fallback_reason(m->q);
+	if (fb)
+		rq_mount_log(m, "quantizer: %s", fb);
+
+	char *opts = build_fuse_opts(m);
+	if (!opts) {
+		rc = rq_errf(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	char *argv[5] = {"requantfs", "-o", opts, NULL, NULL};
+	int argc = 3;
+	if (o->debug)
+		argv[argc++] = "-d";
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	m->se = fuse_session_new(&args, &rq_mnt_ops, sizeof rq_mnt_ops, m);
+	fuse_opt_free_args(&args);
+	if (!m->se) {
+		rc = rq_errf(err, -EINVAL, "libfuse refused the mount options \"%s\" (see its "
+		             "message above; check -o)", opts);
+		free(opts);
+		goto fail;
+	}
+	free(opts);
+	if (fuse_set_signal_handlers(m->se)) {
+		rc = rq_errf(err, -EIO, "cannot install signal handlers");
+		goto fail;
+	}
+	if (fuse_session_mount(m->se, m->mnt)) {
+		rc = rq_errf(err, -EIO, "cannot mount on %s (is /dev/fuse usable and fusermount3 "
+		             "installed? see the message above)", m->mnt);
+		goto fail;
+	}
+	rq_mount_log(m, "mounted %s at %s: %zu files, %zu modules in %zu jobs, recipe %s, "
+	             "device %s, cache %s", m->src, m->mnt, m->plan->nfiles, m->plan->nmods,
+	             m->plan->njobs, rq_recipe_name(m->plan->recipe), rq_quantizer_device(m->q),
+	             m->cache_dir);
+	*out = m;
+	return 0;
+fail:
+	rq_mount_close(m);
+	return rc;
+}
+
+/* Kernel readahead of this mount: /sys/class/bdi/<major:minor>/read_ahead_kb,
+ * found through /proc/self/mountinfo (no request to our own mount). */
+static void set_readahead(struct rq_mount *m)
+{
+	if (!m->o.readahead_kb)
+		return;
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	if (!f)
+		return;
+	char line[4096], dev[64] = "";
+	while (fgets(line, sizeof line, f)) {
+		char mp[PATH_MAX], d[64];
+		/* id parent major:minor root mountpoint ... */
+		if (sscanf(line, "%*d %*d %63s %*s %4095s", d, mp) == 2 && !strcmp(mp, m->mnt))
+			snprintf(dev, sizeof dev, "%s", d);    /* last match = topmost */
+	}
+	fclose(f);
+	if (!*dev)
+		return;
+	char path[128];
+	snprintf(path, sizeof path, "/sys/class/bdi/%s/read_ahead_kb", dev);
+	FILE *w = fopen(path, "we");
+	if (!w || fprintf(w, "%u\n", m->o.readahead_kb) < 0 || fclose(w)) {
+		rq_mount_log(m, "cannot set readahead to %u KiB (%s): %s", m->o.readahead_kb, path,
+		             strerror(errno));
+		return;
+	}
+}
+
+struct ready_ctx {
+	struct rq_mount *m;
+	void (*fn)(void *, int, const char *);
+	void *ctx;
+	int done;
+};
+
+static void *ready_thread(void *arg)
+{
+	struct ready_ctx *r = arg;
+	struct stat st;
+	/* The kernel holds every request until INIT is answered: when this stat
+	 * returns, the mount serves requests and the readahead can be raised
+	 * (INIT would otherwise lower it again). */
+	if (stat(r->m->mnt, &st) || st.st_ino != FUSE_ROOT_ID) {
+		char msg[256];
+		snprintf(msg, sizeof msg, "the mount at %s does not answer", r->m->mnt);
+		r->fn(r->ctx, -EIO, msg);
+		r->done = 1;
+		return NULL;
+	}
+	set_readahead(r->m);
+	rq_mount_log(r->m, "ready");
+	r->fn(r->ctx, 0, NULL);
+	r->done = 1;
+	return NULL;
+}
+
+int rq_mount_run(struct rq_mount *m, void (*ready)(void *ctx, int rc, const char *msg), void *ctx)
+{
+	struct rq_err err = {0};
+	int rc = rq_mnt_jobs_start(m, &err);
+	if (!rc)
+		rc = rq_mnt_monitor_start(m, &err);
+	if (rc) {
+		if (ready)
+			ready(ctx, rc, err.msg);
+		return rc;
+	}
+	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+	if (!cfg)
+		return -ENOMEM;
+	int nt = m->o.fuse_threads > 0 ? m->o.fuse_threads : 16;
+	fuse_loop_cfg_set_max_threads(cfg, nt);
+	fuse_loop_cfg_set_idle_threads(cfg, nt / 2 ? nt / 2 : 1);
+	fuse_loop_cfg_set_clone_fd(cfg, 1);
+
+	struct ready_ctx r = {.m = m, .fn = ready, .ctx = ctx};
+	pthread_t rt;
+	int have_rt = ready && !pthread_create(&rt, NULL, ready_thread, &r);
+	int lrc = fuse_session_loop_mt(m->se, cfg);
+	fuse_loop_cfg_destroy(cfg);
+	rq_mount_log(m, "session ended (%d): stopping", lrc);
+	/* Finish or fail what is parked before the connection goes away (then
+	 * the monitor: its page invalidations may wait on parked reads). */
+	rq_mnt_jobs_stop(m);
+	rq_mnt_monitor_stop(m);
+	fuse_session_unmount(m->se);
+	if (have_rt)
+		pthread_join(rt, NULL);
+	if (ready && !have_rt)
+		ready(ctx, -EIO, "cannot start a thread");
+	return lrc < 0 ? lrc : lrc > 0 ? -EIO : 0;
+}
+
+void rq_mount_close(struct rq_mount *m)
+{
+	if (!m)
+		return;
+	if (m->se) {
+		fuse_remove_signal_handlers(m->se);
+		fuse_session_destroy(m->se);
+	}
+	rq_mnt_jobs_free(m);
+	if (m->srcs && m->plan)
+		for (size_t i = 0; i < m->plan->nsrcs; i++)
+			if (m->srcs[i].fd >= 0)
+				close(m->srcs[i].fd);
+	free(m->srcs);
+	free(m->src_fds);
+	rq_mnt_tree_free(m);
+	rq_quantizer_close(m->q);
+	rq_cache_close(m->cache);
+	rq_plan_free(m->plan);
+	if (m->logf)
+		fclose(m->logf);
+	else if (!m->o.log_stderr)
+		closelog();
+	free(m->mnt);
+	free(m->src);
+	free(m->cache_dir);
+	free(m->fuse_opts);
+	pthread_mutex_destroy(&m->lock);
+	pthread_cond_destroy(&m->work);
+	pthread_mutex_destroy(&m->log_mu);
+	pthread_mutex_destroy(&m->mon_mu);
+	pthread_cond_destroy(&m->mon_cv);
+	free(m);
+}

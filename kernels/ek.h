@@ -1,0 +1,255 @@
+/* ek.h — the Laguna engine's kernels: one C entry point per op on the GPU
+ * and its CPU twin.
+ *
+ * Every op `ek_X(d, ...)` runs on the device's stream with device pointers;
+ * `ek_X_cpu(...)` takes the same data arguments as host pointers and computes
+ * the same function in plain C (the oracle of tests/kernels/test_ek_gpu.c,
+ * itself checked against scalar references in test_ek_cpu.c). Each op family
+ * lives in one .cu (ek_gemv.cu, ek_gemm.cu, ek_attn.cu, ek_moe.cu, ek_ops.cu,
+ * runtime in ek_rt.cu); twins in ek_cpu.c, compiled in every build. Without
+ * CUDA, ek_stub.c answers -ENODEV to every GPU entry point.
+ *
+ * Conventions: activations are binary32 [tokens][ld] row-major; weights are
+ * BF16 or NVFP4 (below); GPU ops return 0, -EINVAL (bad shape, message in
+ * ek_error), -ENOMEM or -EIO (CUDA failure, message in ek_error). Ops only
+ * enqueue work: results are ready after ek_sync(). Ops whose position comes
+ * from `const int *pos` read it from memory when they run, so a decode step
+ * can be captured once in a CUDA graph and replayed (ek_capture_*).
+ *
+ * Numerics (tests state the tolerances):
+ *   - BF16 GEMV: weights widened exactly, fp32 activations and accumulation.
+ *   - NVFP4 GEMV (W4A16): x[t] scaled by 2^e_t (a power of two putting max|x[t]|
+ *     in [2^14, 2^15)) and rounded to fp16; weights e2m1·e4m3 exact in fp16;
+ *     fp32 accumulation on tensor cores; y = acc · 2^(14-e_t) / gs.
+ *   - GEMM (prefill): x rounded to BF16, weights exact in BF16 (NVFP4: e2m1·e4m3,
+ *     1/gs applied to the fp32 sum), fp32 accumulation on tensor cores.
+ *   - everything else: fp32, the CPU engine's formulas (engine/ops.c). */
+#ifndef RQ_KERNELS_EK_H
+#define RQ_KERNELS_EK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ek_dev;
+struct ek_graph;
+
+/* ------------------------------------------------------------- device */
+
+/* 1 if the CUDA kernels are compiled in. */
+int ek_compiled(void);
+/* Opens device `index` (makes it current, creates a non-blocking stream and,
+ * when libcublas can be loaded, a cuBLAS handle). -ENODEV with a reason. */
+int ek_open(int index, struct ek_dev **out, char *msg, size_t msglen);
+void ek_close(struct ek_dev *d);
+/* The last failure's message ("" when none). */
+const char *ek_error(const struct ek_dev *d);
+
+struct ek_info {
+	char name[256];
+	int cc;                    /* compute capability, 10·major + minor */
+	int sms;                   /* multiprocessors */
+	size_t mem_total, mem_free;/* bytes (cudaMemGetInfo at the call) */
+	size_t l2_bytes;
+	double peak_gbs;           /* memory clock × bus width × 2, GB/s */
+	int cublas;                /* 1 if cuBLAS was loaded (BF16 prefill GEMM) */
+};
+int ek_info(struct ek_dev *d, struct ek_info *out);
+
+/* Device memory; NULL on failure (ek_error says why). */
+void *ek_alloc(struct ek_dev *d, size_t bytes);
+void ek_free(struct ek_dev *d, void *p);
+/* Page-locked host memory (fast, asynchronous copies). */
+void *ek_host_alloc(struct ek_dev *d, size_t bytes);
+void ek_host_free(struct ek_dev *d, void *p);
+/* Copies queued on the stream (asynchronous when the host side is pinned). */
+int ek_h2d(struct ek_dev *d, void *dst, const void *src, size_t n);
+int ek_d2h(struct ek_dev *d, void *dst, const void *src, size_t n);
+int ek_d2d(struct ek_dev *d, void *dst, const void *src, size_t n);
+int ek_memset(struct ek_dev *d, void *p, int byte, size_t n);
+/* Waits for everything queued. */
+int ek_sync(struct ek_dev *d);
+/* Event slot s (0..7): ek_mark records it on the stream, ek_wait_mark blocks
+ * the host until the stream has passed it (staging-buffer reuse). */
+int ek_mark(struct ek_dev *d, int s);
+int ek_wait_mark(struct ek_dev *d, int s);
+/* Seconds between ek_time_begin and ek_time_end, measured on the stream. */
+int ek_time_begin(struct ek_dev *d);
+int ek_time_end(struct ek_dev *d, double *seconds);
+/* Stream capture: every op between begin and end becomes one graph. */
+int ek_capture_begin(struct ek_dev *d);
+int ek_capture_end(struct ek_dev *d, struct ek_graph **out);
+int ek_graph_run(struct ek_dev *d, struct ek_graph *g);
+void ek_graph_free(struct ek_graph *g);
+/* Copy bandwidths in bytes/s, best of reps: device→device cudaMemcpy of
+ * `bytes` (counted as read + write) and pinned host→device. */
+int ek_copy_bw(struct ek_dev *d, size_t bytes, int reps, double *d2d, double *h2d);
+
+/* Deterministic fills (same values from the GPU op and its twin; for tests
+ * and synthetic benchmark weights). Element i depends on (seed, i) only:
+ * BF16 ~ uniform(-amp, amp) rounded; bytes uniform in [lo, hi]. */
+int ek_fill_bf16(struct ek_dev *d, uint16_t *p, size_t n, float amp, uint64_t seed);
+void ek_fill_bf16_cpu(uint16_t *p, size_t n, float amp, uint64_t seed);
+int ek_fill_bytes(struct ek_dev *d, uint8_t *p, size_t n, int lo, int hi, uint64_t seed);
+void ek_fill_bytes_cpu(uint8_t *p, size_t n, int lo, int hi, uint64_t seed);
+
+/* ------------------------------------------------------------- weights */
+
+enum ek_wkind { EK_BF16 = 0, EK_NVFP4 = 1 };
+
+/* A set of n same-shaped Linears (n = 1, or the routed experts of a layer):
+ * matrix e is y = W_e · x, W_e [rows][cols], stored at data + e·stride.
+ *
+ * EK_BF16: [rows][cols] uint16 BF16 bits, row-major.
+ * EK_NVFP4 (the engine's repacked form, made once at load by ek_nvfp4_repack):
+ *   rows padded to R16 = roundup(rows, 16), cols to C64 = roundup(cols, 64);
+ *   tiles of 16 rows × 64 columns, row-tile major: tile (rt, kc) at byte
+ *   (rt · C64/64 + kc) · 576. A tile is 512 bytes of codes then 64 of scales:
+ *     codes: lane l = 4·g + i (g = l/4, i = l%4) owns bytes [16l, 16l+16) =
+ *       four little-endian u32, word j for columns c = 64kc + 16j. Its nibbles
+ *       0..7 are W[r+g][c+2i], W[r+g+8][c+2i], W[r+g][c+2i+8], W[r+g+8][c+2i+8],
+ *       W[r+g][c+2i+1], W[r+g+8][c+2i+1], W[r+g][c+2i+9], W[r+g+8][c+2i+9]
+ *       (r = 16rt): nibbles p and p+4 are one fp16x2 register of the A operand
+ *       of mma.m16n8k16, decoded with two shifts and one AND/OR each;
+ *     scales: byte 512 + 8g + j = E4M3 scale of row r+g, group 4kc+j;
+ *       byte 512 + 8g + 4 + j = row r+g+8 (each lane loads its 8 in one u64).
+ *   Padding holds code 0 and scale 0 (weight 0). Values e2m1(code)·e4m3(s)/gs,
+ *   gs = weight_global_scale, one per matrix in gs[e]. */
+struct ek_w {
+	int kind;                  /* enum ek_wkind */
+	int rows, cols;            /* each matrix: out_features, in_features */
+	int n;                     /* matrices in the set (>= 1) */
+	size_t stride;             /* bytes from matrix e to matrix e + 1 */
+	const void *data;          /* matrix 0, layout above */
+	const float *gs;           /* NVFP4: [n] global scales, same memory as data; BF16: NULL */
+};
+
+/* Bytes of one matrix in the engine's layout (NVFP4: padded tiles). */
+size_t ek_w_bytes(int kind, int rows, int cols);
+/* compressed-tensors NVFP4 (packed [rows][cols/2], low nibble = even column;
+ * scales [rows][cols/16] E4M3) → the tiles above. cols % 16 == 0. Integer
+ * work: GPU and twin agree byte for byte. */
+int ek_nvfp4_repack(struct ek_dev *d, const uint8_t *packed, const uint8_t *scales, int rows,
+                    int cols, uint8_t *out);
+void ek_nvfp4_repack_cpu(const uint8_t *packed, const uint8_t *scales, int rows, int cols,
+                         uint8_t *out);
+/* Row r of matrix e as binary32 (exact values; host memory; tests). */
+void ek_w_row_cpu(const struct ek_w *W, int e, int r, float *out);
+
+/* --------------------------------------------------------- linear algebra */
+
+#define EK_GEMV_MAX_T 16       /* tokens one ek_gemv call reads each weight once for */
+
+/* y[t][r] = (acc ? y[t][r] : 0) + Σ_c W_0[r][c] · x[t][c], t < T, r < rows.
+ * ek_gemv: 1 <= T <= EK_GEMV_MAX_T (decode and small batches; numerics in the
+ * header comment). ek_gemm: any T (prefill; BF16 through cuBLAS when loaded). */
+int ek_gemv(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, float *y, int ldy,
+            int T, int acc);
+void ek_gemv_cpu(const struct ek_w *W, const float *x, int ldx, float *y, int ldy, int T, int acc);
+int ek_gemm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, float *y, int ldy,
+            int T, int acc);
+void ek_gemm_cpu(const struct ek_w *W, const float *x, int ldx, float *y, int ldy, int T, int acc);
+
+/* ------------------------------------------------------------------- MoE */
+
+/* Router, per token t < T: s_e = sigmoid(c > 0 ? tanh(l_e/c)·c : l_e) from
+ * logits[t·ldl + e]; picks the k largest s_e + bias[e] (bias only picks; ties
+ * to the lower index), best first, into ids[t·k + j]; wts = s at the picks,
+ * divided by their sum when norm. E <= 1024, k <= 32. */
+int ek_route(struct ek_dev *d, const float *logits, int ldl, const float *bias, int E, int k,
+             int norm, float softcap, int *ids, float *wts, int T);
+void ek_route_cpu(const float *logits, int ldl, const float *bias, int E, int k, int norm,
+                  float softcap, int *ids, float *wts, int T);
+
+/* Routed experts: out[t] = (acc ? out[t] : 0)
+ *   + scale · Σ_j wts[t·k+j] · D_e(silu(G_e · x[t]) ⊙ (U_e · x[t])), e = ids[t·k+j],
+ * summed in pick order. G, U: [inter][hidden] sets; D: [hidden][inter].
+ * work: ek_moe_work_bytes() bytes of device memory, zeroed once before the
+ * first call (kernels leave their counters at zero). T <= EK_GEMV_MAX_T runs
+ * expert GEMVs entirely on the device (capturable); larger T (prefill) groups
+ * the slots by expert on the host after one synchronising copy of ids. */
+int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+           const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+           float *out, int ldo, int T, int acc, void *work);
+void ek_moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+                const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+                float *out, int ldo, int T, int acc, void *work);
+size_t ek_moe_work_bytes(int T, int k, int inter, int hidden);
+
+/* ---------------------------------------------------- elementwise, norms */
+
+/* out[t] = w ⊙ x[t] · rsqrt(mean(x[t]²) + eps), n features (out may be x). */
+int ek_rmsnorm(struct ek_dev *d, float *out, int ldo, const float *x, int ldx, const float *w,
+               int T, int n, float eps);
+void ek_rmsnorm_cpu(float *out, int ldo, const float *x, int ldx, const float *w, int T, int n,
+                    float eps);
+/* out[t][i] = silu(g[t][i]) · u[t][i], i < n. */
+int ek_swiglu(struct ek_dev *d, float *out, int ldo, const float *g, int ldg, const float *u,
+              int ldu, int T, int n);
+void ek_swiglu_cpu(float *out, int ldo, const float *g, int ldg, const float *u, int ldu, int T,
+                   int n);
+/* x[i] += y[i], i < n. */
+int ek_add(struct ek_dev *d, float *x, const float *y, size_t n);
+void ek_add_cpu(float *x, const float *y, size_t n);
+/* x[t][i] = bf16 table[tokens[t]][i] widened, i < hidden. */
+int ek_embed(struct ek_dev *d, float *x, const uint16_t *table, const int *tokens, int T,
+             int hidden);
+void ek_embed_cpu(float *x, const uint16_t *table, const int *tokens, int T, int hidden);
+
+/* ------------------------------------------------------------- attention */
+
+enum ek_kv { EK_KV_F32 = 0, EK_KV_BF16 = 1, EK_KV_FP8 = 2 };  /* FP8: E4M3FN, unscaled, RNE, saturating */
+
+/* Bytes of one K (or V) cache: [nkv][cap][hd] elements of kvtype. */
+size_t ek_kv_bytes(int kvtype, int cap, int nkv, int hd);
+
+/* For tokens t < T at positions p = *pos + t, in place:
+ *   q[t·ldq + h·hd ..] (h < nh), k[t·ldk + h·hd ..] (h < nkv): RMSNorm over hd
+ *   with weights qn / kn, then rotate-half RoPE on the first rot dims:
+ *   (a, b) = (x_i, x_{i+rot/2}) → (a·c - b·s, b·c + a·s), c, s = cos, sin(p·inv_freq[i])
+ *   · attn_scale (fp32 product p·inv_freq like the CPU engine);
+ *   then kc/vc[h][p % cap][:] = k and v[t·ldv + h·hd ..], stored as kvtype. */
+int ek_qk_rope_kv(struct ek_dev *d, float *q, int ldq, float *k, int ldk, const float *v, int ldv,
+                  int T, int nh, int nkv, int hd, const float *qn, const float *kn, float eps,
+                  const float *inv_freq, int rot, float attn_scale, const int *pos, void *kc,
+                  void *vc, int kvtype, int cap);
+void ek_qk_rope_kv_cpu(float *q, int ldq, float *k, int ldk, const float *v, int ldv, int T,
+                       int nh, int nkv, int hd, const float *qn, const float *kn, float eps,
+                       const float *inv_freq, int rot, float attn_scale, const int *pos, void *kc,
+                       void *vc, int kvtype, int cap);
+
+/* Causal attention of tokens t < T at positions p = *pos + t over the cache:
+ * keys at positions lo..p, lo = window > 0 ? max(0, p - window + 1) : 0, at
+ * slots pos % cap (the caller sizes cap: >= max position + 1 for full layers,
+ * >= window + T - 1 for a ring). Query head h reads kv head h / (nh / nkv).
+ *   out[t·ldo + h·hd + i] = Σ softmax_j(q·k_j / sqrt(hd)) · v_j[i], then times
+ *   softplus(g[t·ldg + h]) (gate 1, per head), softplus(g[t·ldg + h·hd + i])
+ *   (gate 2, per element) or 1 (gate 0, g unused).
+ * max_keys >= the most keys any token sees in any call on this work buffer:
+ * it fixes the split of long contexts over blocks (graph-safe). work:
+ * ek_attn_work_bytes() bytes of device memory, zeroed before the first call. */
+int ek_attn(struct ek_dev *d, float *out, int ldo, const float *q, int ldq, const float *g,
+            int ldg, int gate, int T, int nh, int nkv, int hd, const void *kc, const void *vc,
+            int kvtype, int cap, const int *pos, int window, int max_keys, void *work);
+void ek_attn_cpu(float *out, int ldo, const float *q, int ldq, const float *g, int ldg, int gate,
+                 int T, int nh, int nkv, int hd, const void *kc, const void *vc, int kvtype,
+                 int cap, const int *pos, int window, int max_keys, void *work);
+size_t ek_attn_work_bytes(int T, int nh, int hd, int max_keys);
+
+/* Scalar helpers shared by the twins and tests. */
+float ek_bf16_f32(uint16_t b);
+uint16_t ek_f32_bf16(float f);             /* round to nearest even */
+float ek_f16_f32(uint16_t h);
+uint16_t ek_f32_f16(float f);              /* round to nearest even, subnormals kept */
+float ek_e4m3_f32(uint8_t b);
+uint8_t ek_f32_e4m3(float f);              /* RNE, saturating to ±448, NaN → 0x7F */
+float ek_e2m1_f32(uint8_t code);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

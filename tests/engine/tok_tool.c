@@ -1,0 +1,151 @@
+/* tok_tool — a test driver around the tokenizer and chat renderer, for the
+ * golden-data script and the peer tests (which compare it with `tokenizers`
+ * and jinja2). Text travels as hex so that any bytes (NUL included) survive.
+ *
+ *   tok_tool write DIR               mk_write_tokenizer(DIR); prints the vocab size
+ *   tok_tool encode TOKJSON [FLAGS]  each stdin line: hex text -> ids (space separated)
+ *   tok_tool decode TOKJSON [FLAGS]  each stdin line: ids -> hex of tok_decode,
+ *                                    then " " and hex of the streamed decode
+ *   tok_tool pretok                  each stdin line: hex text -> hex pieces
+ *   tok_tool chat                    each stdin line: {"messages": [...],
+ *                                    "add_generation_prompt": b, "enable_thinking": b}
+ *                                    -> hex of chat_render, or "error"
+ * FLAGS: "special" = TOK_ADD_SPECIAL / TOK_SKIP_SPECIAL. */
+#include "engine/chat.h"
+#include "engine/tokenizer.h"
+#include "base/err.h"
+#include "tools/mkckpt.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static size_t unhex(const char *h, char *out)
+{
+	size_t n = 0;
+	unsigned v;
+	while (h[0] && h[1] && sscanf(h, "%2x", &v) == 1) {
+		out[n++] = (char)v;
+		h += 2;
+	}
+	return n;
+}
+
+static void put_hex(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		printf("%02x", (unsigned char)s[i]);
+}
+
+static int piece(void *ctx, size_t a, size_t b)
+{
+	const char *s = ctx;
+	put_hex(s + a, b - a);
+	putchar(' ');
+	return 0;
+}
+
+static int do_chat(const char *line)
+{
+	cJSON *req = cJSON_Parse(line), *m;
+	const cJSON *msgs = cJSON_GetObjectItem(req, "messages");
+	int n = cJSON_GetArraySize(msgs), i = 0;
+	struct chat_msg *v = calloc(n + 1, sizeof *v);
+	cJSON_ArrayForEach(m, msgs) {
+		const cJSON *r = cJSON_GetObjectItem(m, "reasoning_content");
+		v[i].role = cJSON_GetStringValue(cJSON_GetObjectItem(m, "role"));
+		v[i].content = cJSON_GetStringValue(cJSON_GetObjectItem(m, "content"));
+		v[i++].reasoning = cJSON_IsString(r) ? r->valuestring : NULL;
+	}
+	const cJSON *et = cJSON_GetObjectItem(req, "enable_thinking");
+	char *out;
+	size_t len;
+	struct rq_err err = {0};
+	if (chat_render(v, n, cJSON_IsTrue(cJSON_GetObjectItem(req, "add_generation_prompt")),
+	                et ? cJSON_IsTrue(et) : 1, &out, &len, &err))
+		printf("error");
+	else {
+		put_hex(out, len);
+		free(out);
+	}
+	free(v);
+	cJSON_Delete(req);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct rq_err err = {0};
+	if (argc < 2)
+		return 2;
+	const char *mode = argv[1];
+	if (!strcmp(mode, "write")) {
+		int vs;
+		if (argc < 3 || mk_write_tokenizer(argv[2], &vs, &err)) {
+			fprintf(stderr, "tok_tool: %s\n", err.msg);
+			return 1;
+		}
+		printf("%d\n", vs);
+		return 0;
+	}
+	struct tok *t = NULL;
+	int needs_tok = !strcmp(mode, "encode") || !strcmp(mode, "decode");
+	if (needs_tok && (argc < 3 || tok_load(argv[2], &t, &err))) {
+		fprintf(stderr, "tok_tool: %s\n", err.msg);
+		return 1;
+	}
+	int special = argc > 3 && !strcmp(argv[3], "special");
+	size_t cap = 1 << 20;
+	char *line = malloc(cap), *buf = malloc(cap);
+	while (fgets(line, (int)cap, stdin)) {
+		line[strcspn(line, "\n")] = 0;
+		if (!strcmp(mode, "encode")) {
+			struct tok_ids ids = {0};
+			size_t n = unhex(line, buf);
+			tok_encode(t, buf, n, special ? TOK_ADD_SPECIAL : 0, &ids);
+			for (size_t i = 0; i < ids.n; i++)
+				printf(i ? " %d" : "%d", ids.v[i]);
+			tok_ids_free(&ids);
+		} else if (!strcmp(mode, "decode")) {
+			struct tok_ids ids = {0};
+			char *p = line, *end;
+			for (long v = strtol(p, &end, 10); end != p; p = end, v = strtol(p, &end, 10)) {
+				if (ids.n == ids.cap) {
+					ids.cap = ids.cap ? 2 * ids.cap : 64;
+					ids.v = realloc(ids.v, ids.cap * sizeof *ids.v);
+				}
+				ids.v[ids.n++] = (int32_t)v;
+			}
+			char *out;
+			size_t len;
+			int fl = special ? TOK_SKIP_SPECIAL : 0;
+			tok_decode(t, ids.v, ids.n, fl, &out, &len);
+			put_hex(out, len);
+			free(out);
+			putchar(' ');
+			struct tok_stream *s = tok_stream_new(t, fl);
+			const char *txt;
+			for (size_t i = 0; i < ids.n; i++) {
+				tok_stream_push(s, ids.v[i], &txt, &len);
+				put_hex(txt, len);
+			}
+			tok_stream_flush(s, &txt, &len);
+			put_hex(txt, len);
+			tok_stream_free(s);
+			tok_ids_free(&ids);
+		} else if (!strcmp(mode, "pretok")) {
+			size_t n = unhex(line, buf);
+			tok_pretokenize(buf, n, piece, buf);
+		} else if (!strcmp(mode, "chat"))
+			do_chat(line);
+		else
+			return 2;
+		putchar('\n');
+		fflush(stdout);
+	}
+	free(line);
+	free(buf);
+	tok_free(t);
+	return 0;
+}

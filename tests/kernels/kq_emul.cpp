@@ -1,0 +1,70 @@
+/* kq_emul.cpp — kernels/kquant.cu (and kquant_bench.cu) compiled for the host
+ * against the emulated runtime in emul/cuda_runtime.h, with the kernels of
+ * kquant_kern.cu replaced by host loops over the same kq_math.h functions.
+ * Linked into test_kquant_emul, which runs all of test_kquant.c's cases in
+ * every build: this checks the pipeline (chunks, slots, streams, resident vs
+ * streamed, fused jobs, refusals) on the CPU; the GPU run checks the real
+ * kernels. */
+#include "kernels/kquant.cu"
+#include "kernels/kquant_bench.cu"
+#include "kernels/kq_math.h"
+
+void kq_launch_absmax(const struct kq_ctx *k, const uint8_t *din, size_t groups,
+                      uint32_t *amax, cudaStream_t s)
+{
+	kq_emul_enqueue(s, [din, groups, amax] {
+		uint32_t m = *amax;
+		for (size_t i = 0; i < groups * 16; i++) {
+			uint16_t w;
+			memcpy(&w, din + 2 * i, 2);
+			uint32_t a = w & 0x7FFFu;
+			m = a > m ? a : m;
+		}
+		*amax = m;
+	});
+}
+
+void kq_launch_scale(enum rq_recipe r, const uint32_t *amax, int n, struct kq_res *res,
+                     cudaStream_t s)
+{
+	kq_emul_enqueue(s, [r, amax, n, res] {
+		uint32_t m = 0;
+		int bad = -1;
+		for (int i = 0; i < n; i++) {
+			if (amax[i] >= KQ_BF16_INF && bad < 0)
+				bad = i;
+			m = amax[i] > m ? amax[i] : m;
+		}
+		res->gs = kq_global_scale((int)r, kq_bf16f(m));
+		res->bad = bad;
+		res->amax = m;
+	});
+}
+
+void kq_launch_quant(enum rq_recipe r, const uint8_t *din, size_t groups, float gs,
+                     uint8_t *dpk, uint8_t *dsc, cudaStream_t s)
+{
+	kq_emul_enqueue(s, [r, din, groups, gs, dpk, dsc] {
+		for (size_t g = 0; g < groups; g++) {
+			uint32_t words[8], w[16], pk[2];
+			memcpy(words, din + 32 * g, 32);
+			for (int j = 0; j < 8; j++) {
+				w[2 * j] = words[j] & 0xFFFFu;
+				w[2 * j + 1] = words[j] >> 16;
+			}
+			dsc[g] = (uint8_t)kq_quant_group((int)r, gs, w, pk);
+			memcpy(dpk + 8 * g, pk, 8);
+		}
+	});
+}
+
+void kq_launch_gs_batch(enum rq_recipe r, const uint16_t *amax, size_t n, float *gs)
+{
+	for (size_t i = 0; i < n; i++)
+		gs[i] = kq_global_scale((int)r, kq_bf16f(amax[i]));
+}
+
+cudaError_t kq_kernels_loadable(void)
+{
+	return cudaSuccess;
+}
