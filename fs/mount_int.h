@@ -76,6 +76,7 @@ struct mjob {
 	int putting;              /* READY from memory, cache put in progress: control
 	                             reads (warm) stay parked until it is settled */
 	unsigned fails;
+	unsigned gen;             /* bumped each time a worker takes the job */
 	struct rq_cache_key key;
 };
 
@@ -94,6 +95,7 @@ struct mread {
 	long ctl_job;             /* jobs/<j>: j */
 	uint64_t off, size;
 	int pending;              /* jobs still awaited */
+	int seen;                 /* served once already (walk detection done) */
 	int err;                  /* first failure, negative errno */
 	struct mhold *held;       /* outputs of the jobs it touches, once ready */
 	int nheld, capheld, hcur; /* hcur: where the last lookup hit */
@@ -139,6 +141,8 @@ struct rq_mount {
 	struct mjob *jobs;        /* [plan->njobs] */
 	int dq_head, dq_tail;     /* demand queue */
 	int pq_head, pq_tail;     /* prefetch queue */
+	uint64_t *walk_end;       /* [nfiles] where the last read of each file ended */
+	long *walk_mod;           /* [nfiles] last module index a read of it touched */
 	int mlru_head, mlru_tail; /* memory-only READY jobs, least recent at head */
 	int flru_head, flru_tail; /* cache-fd READY jobs */
 	uint64_t mem_bytes;       /* out_size summed over memory-held outputs */
@@ -185,7 +189,8 @@ void rq_mnt_jobs_free(struct rq_mount *m);
 /* Under m->lock: parks rd on job j (queuing j on demand). */
 void rq_mnt_park(struct rq_mount *m, int j, struct mread *rd);
 /* Under m->lock: queues up to m->o.prefetch jobs that follow module k in
- * name order (counting those already queued/running/ready). */
+ * name order (counting those already queued/running/ready). Called when
+ * reads walk a file: by offset, or by module name order. */
 void rq_mnt_prefetch(struct rq_mount *m, size_t k);
 /* Under m->lock: marks a READY job as used now (LRU). */
 void rq_mnt_touch(struct rq_mount *m, int j);

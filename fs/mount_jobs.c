@@ -232,7 +232,7 @@ void rq_mnt_park(struct rq_mount *m, int j, struct mread *rd)
 void rq_mnt_prefetch(struct rq_mount *m, size_t k)
 {
 	const struct rq_plan *p = m->plan;
-	int want = m->o.prefetch, last = -1;
+	int want = m->o.prefetch, last = p->mods[k].job;
 	for (size_t i = k + 1; i < p->nmods && want > 0; i++) {
 		int j = p->mods[i].job;
 		if (j == last)
@@ -246,41 +246,39 @@ void rq_mnt_prefetch(struct rq_mount *m, size_t k)
 
 /* ---- completion -------------------------------------------------------- */
 
-/* Under m->lock: detaches job j's parked reads; returns those that have
- * nothing left to wait for (the caller serves them after unlocking). While
- * the job's cache put is in progress, control reads stay parked. */
+/* Under m->lock: detaches job j's parked reads and returns, in the same
+ * array, those that have nothing left to wait for (the caller serves them
+ * after unlocking, then frees the array). While the job's cache put is in
+ * progress, control reads stay parked (in a new list; if that cannot be
+ * allocated they are simply answered now). */
 static struct mread **release_waiters(struct rq_mount *m, int j, struct mout *o, int err,
                                       int *nready)
 {
 	struct mjob *J = &m->jobs[j];
-	struct mread **w = J->wait;
+	struct mread **w = J->wait, **kept = NULL;
 	int n = J->nwait, r = 0, keep = 0;
-	struct mread **ready = malloc((size_t)(n ? n : 1) * sizeof *ready);
-	if (!ready) {
-		*nready = 0;
-		return NULL;         /* leave them parked; a later completion retries */
-	}
 	for (int i = 0; i < n; i++) {
 		struct mread *rd = w[i];
 		if (J->putting && rd->file < 0 && !err) {
-			w[keep++] = rd;
-			continue;
+			if (!kept)
+				kept = malloc((size_t)n * sizeof *kept);
+			if (kept) {
+				kept[keep++] = rd;
+				continue;
+			}
 		}
 		if (o && rq_mnt_hold(rd, j, o))
 			err = -ENOMEM;
 		if (err && !rd->err)
 			rd->err = err;
 		if (--rd->pending == 0)
-			ready[r++] = rd;
+			w[r++] = rd;      /* r <= i: never overwrites one not seen yet */
 	}
+	J->wait = kept;
 	J->nwait = keep;
-	if (!keep) {
-		free(J->wait);
-		J->wait = NULL;
-		J->capwait = 0;
-	}
+	J->capwait = kept ? n : 0;
 	*nready = r;
-	return ready;
+	return w;
 }
 
 static void serve_all(struct rq_mount *m, struct mread **w, int n)
@@ -292,11 +290,15 @@ static void serve_all(struct rq_mount *m, struct mread **w, int n)
 
 /* The cache put of job j is done (stored or not): answer the control reads
  * that waited for it. */
-static void settle(struct rq_mount *m, int j)
+static void settle(struct rq_mount *m, int j, unsigned gen)
 {
 	int n;
 	pthread_mutex_lock(&m->lock);
 	struct mjob *J = &m->jobs[j];
+	if (J->gen != gen) {          /* evicted and run again since: that run settles */
+		pthread_mutex_unlock(&m->lock);
+		return;
+	}
 	J->putting = 0;
 	struct mread **w = release_waiters(m, j, J->state == J_READY ? J->out : NULL, 0, &n);
 	pthread_mutex_unlock(&m->lock);
@@ -391,6 +393,7 @@ static void run_job(struct rq_mount *m, int j)
 	char bad[1024];
 	int fd;
 	uint64_t poff;
+	unsigned gen = J->gen;        /* set by this worker when it took the job */
 
 	int rc = rq_cache_lookup(m->cache, &J->key, jb->out_size, &fd, &poff, &e);
 	if (rc == 0) {
@@ -474,7 +477,7 @@ static void run_job(struct rq_mount *m, int j)
 	} else {
 		adopt_entry(m, j, o);
 	}
-	settle(m, j);
+	settle(m, j, gen);
 	rq_mout_unref(o);
 	return;
 fail:
@@ -495,6 +498,7 @@ static void *worker(void *arg)
 		int j = m->dq_head >= 0 ? m->dq_head : m->pq_head;
 		q_remove(m, j);
 		m->jobs[j].state = J_RUNNING;
+		m->jobs[j].gen++;
 		m->running++;
 		pthread_mutex_unlock(&m->lock);
 		run_job(m, j);
@@ -572,8 +576,12 @@ int rq_mnt_jobs_init(struct rq_mount *m, struct rq_err *err)
 {
 	const struct rq_plan *p = m->plan;
 	m->jobs = calloc(p->njobs ? p->njobs : 1, sizeof *m->jobs);
-	if (!m->jobs)
+	m->walk_end = calloc(p->nfiles ? p->nfiles : 1, sizeof *m->walk_end);
+	m->walk_mod = calloc(p->nfiles ? p->nfiles : 1, sizeof *m->walk_mod);
+	if (!m->jobs || !m->walk_end || !m->walk_mod)
 		return rq_errf(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < p->nfiles; i++)
+		m->walk_mod[i] = -1;
 	m->dq_head = m->dq_tail = m->pq_head = m->pq_tail = -1;
 	m->mlru_head = m->mlru_tail = m->flru_head = m->flru_tail = -1;
 	m->max_fd = DEFAULT_MAX_FD;
@@ -632,6 +640,10 @@ void rq_mnt_jobs_stop(struct rq_mount *m)
 
 void rq_mnt_jobs_free(struct rq_mount *m)
 {
+	free(m->walk_end);
+	free(m->walk_mod);
+	m->walk_end = NULL;
+	m->walk_mod = NULL;
 	if (!m->jobs)
 		return;
 	for (size_t j = 0; j < m->plan->njobs; j++) {

@@ -182,7 +182,7 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 
 	const struct rq_vfile *f = &p->files[rd->file];
 	uint64_t end = rd->off + rd->size;
-	long last_mod = -1;
+	long last_mod = -1, first_mod = -1;
 	size_t nseg = 0;
 	int err = 0;
 	for (size_t s = rq_vfile_seg_at(f, rd->off); s < f->nseg && f->seg[s].off < end; s++) {
@@ -194,6 +194,8 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 		long mi = (long)mod_at(p, g->job, g->job_off + d);
 		if (mi > last_mod)
 			last_mod = mi;
+		if (first_mod < 0 || mi < first_mod)
+			first_mod = mi;
 		if (rq_mnt_held(rd, g->job))
 			continue;
 		struct mjob *J = &m->jobs[g->job];
@@ -205,8 +207,19 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 			rq_mnt_park(m, g->job, rd);
 		}
 	}
-	if (last_mod >= 0)
-		rq_mnt_prefetch(m, (size_t)last_mod);
+	if (!rd->seen && last_mod >= 0) {
+		/* Prefetch only when reads walk the file: the kernel's readahead
+		 * continues where the last read ended; a loader visits tensors in
+		 * name order (vLLM through mmap), so modules come in index order. */
+		long prev = m->walk_mod[rd->file];
+		int walking = rd->off == m->walk_end[rd->file] ||
+		              (prev >= 0 && first_mod >= prev && first_mod <= prev + 8);
+		m->walk_end[rd->file] = end;
+		m->walk_mod[rd->file] = last_mod;
+		if (walking)
+			rq_mnt_prefetch(m, (size_t)last_mod);
+	}
+	rd->seen = 1;
 	if (rd->pending) {
 		if (err && !rd->err)
 			rd->err = err;

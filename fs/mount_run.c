@@ -333,7 +333,10 @@ int rq_mount_run(struct rq_mount *m, void (*ready)(void *ctx, int rc, const char
 	int have_rt = ready && !pthread_create(&rt, NULL, ready_thread, &r);
 	int lrc = fuse_session_loop_mt(m->se, cfg);
 	fuse_loop_cfg_destroy(cfg);
-	rq_mount_log(m, "session ended (%d): stopping", lrc);
+	if (lrc > 0)
+		rq_mount_log(m, "stopping on signal %d", lrc);
+	else
+		rq_mount_log(m, "unmounted%s: stopping", lrc < 0 ? " (session error)" : "");
 	/* Finish or fail what is parked before the connection goes away (then
 	 * the monitor: its page invalidations may wait on parked reads). */
 	rq_mnt_jobs_stop(m);
@@ -343,7 +346,8 @@ int rq_mount_run(struct rq_mount *m, void (*ready)(void *ctx, int rc, const char
 		pthread_join(rt, NULL);
 	if (ready && !have_rt)
 		ready(ctx, -EIO, "cannot start a thread");
-	return lrc < 0 ? lrc : lrc > 0 ? -EIO : 0;
+	/* lrc > 0: the signal that ended the loop (SIGTERM/SIGINT/SIGHUP): a clean stop. */
+	return lrc < 0 ? lrc : 0;
 }
 
 void rq_mount_close(struct rq_mount *m)

@@ -53,6 +53,27 @@ int kq_cuda_fail(char *msg, size_t msglen, const struct kq_ctx *k, const char *w
 	               cudaGetErrorString(e));
 }
 
+static size_t align256(size_t x)
+{
+	return (x + 255) & ~(size_t)255;
+}
+
+/* Device bytes of one streaming slot of g groups: input, packed codes and
+ * scales, each 256-byte aligned (the kernels load 16 and store 8 bytes). */
+static size_t slot_bytes(size_t g)
+{
+	return align256(g * KQ_IN_G) + align256(g * KQ_PK_G) + align256(g);
+}
+
+/* The device buffers of streaming slot s (in the arena). */
+static void slot_dev(const struct kq_ctx *k, int s, uint8_t **din, uint8_t **dpk,
+                     uint8_t **dsc)
+{
+	*din = k->arena + s * slot_bytes(k->chunk);
+	*dpk = *din + align256(k->chunk * KQ_IN_G);
+	*dsc = *dpk + align256(k->chunk * KQ_PK_G);
+}
+
 /* ---- devices and the primary context ----------------------------------- */
 
 int kq_compiled(void)
@@ -178,7 +199,7 @@ int kq_open(int index, size_t mem_limit, struct kq_ctx **out, char *msg, size_t 
 		return kq_fail(msg, msglen, -ENOMEM, "out of memory");
 	k->dev = index;
 	k->mem_limit = mem_limit;
-	k->chunk = mem_limit / (2 * KQ_GROUP_BYTES);
+	k->chunk = (mem_limit / 2 - 3 * 256) / KQ_GROUP_BYTES;   /* 2 slots fit */
 	if (k->chunk > KQ_CHUNK_MAX)
 		k->chunk = KQ_CHUNK_MAX;
 
@@ -219,11 +240,6 @@ fail:
 }
 
 /* ---- buffers ----------------------------------------------------------- */
-
-static size_t align256(size_t x)
-{
-	return (x + 255) & ~(size_t)255;
-}
 
 /* Device arena of at least bytes (<= mem_limit), kept between jobs. */
 static int arena_need(struct kq_ctx *k, size_t bytes, char *msg, size_t msglen)
@@ -314,8 +330,10 @@ static int step_absmax(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod 
 		for (size_t g0 = 0; g0 < mods[i].groups; g0 += k->chunk, c++) {
 			int s = c & 1;
 			size_t cg = mods[i].groups - g0 < k->chunk ? mods[i].groups - g0 : k->chunk;
-			uint8_t *dst = resident ? mods[i].din + g0 * KQ_IN_G
-			                        : k->arena + s * k->chunk * KQ_GROUP_BYTES;
+			uint8_t *dst, *dpk, *dsc;
+			slot_dev(k, s, &dst, &dpk, &dsc);
+			if (resident)
+				dst = mods[i].din + g0 * KQ_IN_G;
 			KQ_CK("event wait", cudaEventSynchronize(k->ev[s]));
 			memcpy(k->stage[s], (const uint8_t *)m[i].w + g0 * KQ_IN_G, cg * KQ_IN_G);
 			KQ_CK("copy to device", cudaMemcpyAsync(dst, k->stage[s], cg * KQ_IN_G,
@@ -390,9 +408,8 @@ static int step_quant_stream(struct kq_ctx *k, enum rq_recipe r, float gs,
 		for (size_t g0 = 0; g0 < mods[i].groups; g0 += k->chunk, c++) {
 			int s = c & 1;
 			size_t cg = mods[i].groups - g0 < k->chunk ? mods[i].groups - g0 : k->chunk;
-			uint8_t *din = k->arena + s * k->chunk * KQ_GROUP_BYTES;
-			uint8_t *dpk = din + k->chunk * KQ_IN_G;
-			uint8_t *dsc = dpk + k->chunk * KQ_PK_G;
+			uint8_t *din, *dpk, *dsc;
+			slot_dev(k, s, &din, &dpk, &dsc);
 			uint8_t *hpk = k->stage[s] + k->stage_groups * KQ_IN_G;
 			uint8_t *hsc = hpk + k->stage_groups * KQ_PK_G;
 			KQ_CK("event wait", cudaEventSynchronize(k->ev[s]));
@@ -455,7 +472,7 @@ int kq_quantize_job(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod *m,
 	}
 	KQ_CK("cudaSetDevice", cudaSetDevice(k->dev));
 	resident = resident_bytes <= k->mem_limit;
-	rc = arena_need(k, resident ? resident_bytes : 2 * k->chunk * KQ_GROUP_BYTES, msg, msglen);
+	rc = arena_need(k, resident ? resident_bytes : 2 * slot_bytes(k->chunk), msg, msglen);
 	if (rc < 0)
 		goto out;
 	rc = stage_need(k, max_groups, msg, msglen);

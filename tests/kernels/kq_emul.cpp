@@ -9,9 +9,22 @@
 #include "kernels/kquant_bench.cu"
 #include "kernels/kq_math.h"
 
+#include <stdio.h>
+
+/* The real kernels load uint4 and store uint2: their pointers must be so
+ * aligned, or the GPU faults. */
+static void aligned(const void *p, size_t a, const char *what)
+{
+	if ((uintptr_t)p % a) {
+		fprintf(stderr, "kq_emul: %s %p not %zu-byte aligned\n", what, p, a);
+		abort();
+	}
+}
+
 void kq_launch_absmax(const struct kq_ctx *k, const uint8_t *din, size_t groups,
                       uint32_t *amax, cudaStream_t s)
 {
+	aligned(din, 16, "absmax input");
 	kq_emul_enqueue(s, [din, groups, amax] {
 		uint32_t m = *amax;
 		for (size_t i = 0; i < groups * 16; i++) {
@@ -44,6 +57,8 @@ void kq_launch_scale(enum rq_recipe r, const uint32_t *amax, int n, struct kq_re
 void kq_launch_quant(enum rq_recipe r, const uint8_t *din, size_t groups, float gs,
                      uint8_t *dpk, uint8_t *dsc, cudaStream_t s)
 {
+	aligned(din, 16, "quantize input");
+	aligned(dpk, 8, "quantize output");
 	kq_emul_enqueue(s, [r, din, groups, gs, dpk, dsc] {
 		for (size_t g = 0; g < groups; g++) {
 			uint32_t words[8], w[16], pk[2];

@@ -3,14 +3,14 @@
 `requantfs export` of the same source. TAP output.
 
 Usage: test_mount.py REQUANTFS [GROUP...]
-Groups: basic hub concurrency safeopen faults bad (default: all).
+Groups: basic hub concurrency prefetch safeopen faults bad (default: all).
 Needs root or a usable /dev/fuse + fusermount3; every mount made here is
 unmounted at exit, also on failure."""
-import atexit, errno, json, mmap, os, random, shutil, signal, struct, subprocess, sys
+import atexit, errno, json, mmap, os, re, shutil, signal, struct, subprocess, sys
 import tempfile, time
 
 RQ = os.path.abspath(sys.argv[1])
-GROUPS = sys.argv[2:] or ["basic", "hub", "concurrency", "safeopen", "faults", "bad"]
+GROUPS = sys.argv[2:] or ["basic", "hub", "concurrency", "prefetch", "safeopen", "faults", "bad"]
 n = failed = 0
 MOUNTS = []        # mount points to clean up
 TMPFS = []         # tmpfs mounts to clean up
@@ -257,6 +257,51 @@ def g_concurrency(T):
     umount(mnt)
 
 
+def settle(mnt):
+    t0 = time.time()
+    while time.time() - t0 < 30:
+        st = status(mnt)
+        if st["jobs_in_flight"] == 0 and st["jobs_queued"] == 0:
+            return st
+        time.sleep(0.02)
+    return status(mnt)
+
+
+def g_prefetch(T):
+    shard = changed_shards(T["src"], T["ref"])[0]
+    with open(os.path.join(T["ref"], shard), "rb") as f:
+        hl = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(hl))
+    packed = sorted(k for k in hdr if re.match(r"model\.layers\.4[0-7]\..*\.weight_packed$", k))
+    if not ok(len(packed) >= 12, f"{shard} has enough modules for the prefetch test", len(packed)):
+        return
+
+    def touch(mnt, names):
+        # O_DIRECT: exactly one byte of each tensor, no kernel readahead
+        fd = os.open(os.path.join(mnt, shard), os.O_RDONLY | os.O_DIRECT)
+        buf = mmap.mmap(-1, 4096)
+        for k in names:
+            os.preadv(fd, [memoryview(buf)[:1]], 8 + hl + hdr[k]["data_offsets"][0])
+        os.close(fd)
+
+    for label, names, extra, want in (
+            ("reads walking modules in name order queue the next 4 jobs",
+             packed[0:2], ["--prefetch", "4"], lambda r: r == 6),
+            ("random reads (far apart) prefetch nothing", [packed[0], packed[-1]],
+             ["--prefetch", "4"], lambda r: r == 2),
+            ("--prefetch 0: walking reads run only their own jobs", packed[0:2],
+             ["--prefetch", "0"], lambda r: r == 2)):
+        mnt, cache = os.path.join(T["tmp"], "m-pf"), os.path.join(T["tmp"], "c-pf")
+        shutil.rmtree(cache, ignore_errors=True)
+        rc, out = mount(T["src"], mnt, T["cal"], cache, *extra)
+        if rc:
+            continue
+        touch(mnt, names)
+        st = settle(mnt)
+        ok(want(st["jobs_run"]), label, st["jobs_run"])
+        umount(mnt)
+
+
 def g_safeopen(T):
     try:
         from safetensors import safe_open
@@ -316,16 +361,25 @@ def flip_entry(cache):
 
 def g_faults(T):
     src, cal, ref, tmp = T["src"], T["cal"], T["ref"], T["tmp"]
+    # a checkpoint with 1024 jobs, so that warm and reads take a while
+    bsrc, bcal, bref = (os.path.join(tmp, x) for x in ("big", "big-cal", "big-ref"))
+    rc, out = run("mkckpt", bsrc, "--calib-out", bcal, "--experts", "64")
+    rc2, out2 = run("export", bsrc, bref, "--calib", bcal, "--quiet")
+    if not ok(rc == 0 and rc2 == 0, "a 64-expert checkpoint and its export", out + out2):
+        return
     # kill -9 of the daemon during warm, remount, warm again
     mnt, cache = os.path.join(tmp, "m-kill"), os.path.join(tmp, "c-kill")
-    rc, out = mount(src, mnt, cal, cache, "--workers", "1")
+    rc, out = mount(bsrc, mnt, bcal, cache, "--workers", "1")
     if ok(rc == 0, "mount for the kill test", out):
         pid = daemon_pid(mnt)
         w = subprocess.Popen([RQ, "warm", mnt, "--parallel", "2"], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
         t0 = time.time()
         while time.time() - t0 < 60 and status(mnt)["jobs_run"] < 2:
-            time.sleep(0.05)
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGSTOP)               # freeze it mid-warm, then kill
+        st_run = open(f"/proc/{pid}/status").read()
+        ok(w.poll() is None, "warm is still running when the daemon is killed", st_run[:200])
         os.kill(pid, signal.SIGKILL)
         try:
             wout = w.communicate(timeout=60)[0]
@@ -333,23 +387,24 @@ def g_faults(T):
         except subprocess.TimeoutExpired:
             w.kill()
             ok(False, "warm fails (does not hang) when the daemon is killed", "TIMEOUT")
-        rc, out = mount(src, mnt, cal, cache, expect_ok=False)
+        rc, out = mount(bsrc, mnt, bcal, cache, expect_ok=False)
         ok(rc == 1 and "umount" in out, "mount over the dead mount refuses, says to umount", out)
         rc, out = umount(mnt)
         ok(rc == 0 and not mounted(mnt), "umount cleans up the dead mount", out)
-        rc, out = mount(src, mnt, cal, cache)
+        rc, out = mount(bsrc, mnt, bcal, cache)
         rc2, out2 = run("warm", mnt)
         st = status(mnt)
         ok(rc == 0 and rc2 == 0 and st["jobs_cached"] == st["jobs_total"] and
-           st["cache_corrupt"] == 0, "remount and warm again completes",
+           st["cache_corrupt"] == 0 and 0 < st["cache_hits"] < st["jobs_total"],
+           "remount and warm again completes (reusing what was cached before the kill)",
            out + out2 + json.dumps(st))
-        same_tree(mnt, ref, "after kill -9 and remount")
+        same_tree(mnt, bref, "after kill -9 and remount")
         umount(mnt)
 
         # flip a byte in a cache entry: detected, rebuilt, bytes correct
         path, nent = flip_entry(cache)
-        rc, out = mount(src, mnt, cal, cache)
-        same_tree(mnt, ref, "with a corrupted cache entry")
+        rc, out = mount(bsrc, mnt, bcal, cache)
+        same_tree(mnt, bref, "with a corrupted cache entry")
         st = status(mnt)
         ok(st["cache_corrupt"] == 1 and st["jobs_run"] == 1, "the flipped entry was detected "
            "and rebuilt (one job run)", json.dumps(st))
@@ -409,28 +464,72 @@ def g_faults(T):
         ok(shard in open(os.path.join(tmp, "rw.log")).read(), "the log names it")
         umount(mnt)
 
+    # a job that fails (NaN in a weight): EIO naming the tensor, retried by a later read
+    src3 = os.path.join(tmp, "src-nan")
+    shutil.copytree(src, src3)
+    wm = json.load(open(os.path.join(src3, "model.safetensors.index.json")))["weight_map"]
+    expert = sorted(k for k in wm if re.match(
+        r"model\.layers\.4[0-7]\.mlp\.experts\.\d+\.down_proj\.weight$", k))[0]
+    p = os.path.join(src3, wm[expert])
+    with open(p, "rb") as f:
+        hl = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(hl))
+    with open(p, "r+b") as f:
+        f.seek(8 + hl + h[expert]["data_offsets"][0] + 6)
+        f.write(struct.pack("<H", 0x7FC0))
+    mnt, cache = os.path.join(tmp, "m-nan"), os.path.join(tmp, "c-nan")
+    rc, out = mount(src3, mnt, cal, cache, "--log", os.path.join(tmp, "nan.log"))
+    if ok(rc == 0, "mount of a SRC with a NaN weight (found only when quantized)", out):
+        errs = []
+        for _ in range(2):
+            try:
+                with open(os.path.join(mnt, wm[expert]), "rb") as f:
+                    f.read()
+                errs.append("read succeeded")
+            except OSError as e:
+                errs.append(e.errno)
+        st = status(mnt)
+        log = open(os.path.join(tmp, "nan.log")).read()
+        module = expert[: -len(".weight")]
+        ok(errs == [errno.EIO, errno.EIO] and st["jobs_failed"] >= 2,
+           "a failed job answers EIO and is retried by the next read", (errs, st["jobs_failed"]))
+        ok(module in log and "NaN" in log, "the log names the tensor", log[-1500:])
+        good = [f for f in changed_shards(src, ref) if f != wm[expert]]
+        if good:
+            ok(open(os.path.join(mnt, good[0]), "rb").read() ==
+               open(os.path.join(ref, good[0]), "rb").read(), "other shards still read fine")
+        umount(mnt)
+
     # unmount with readers in flight: no hang
     mnt, cache = os.path.join(tmp, "m-busy"), os.path.join(tmp, "c-busy")
-    rc, out = mount(src, mnt, cal, cache, "--workers", "1", "--prefetch", "0")
+    rc, out = mount(bsrc, mnt, bcal, cache, "--workers", "1", "--prefetch", "0")
     if ok(rc == 0, "mount for unmount-while-reading", out):
         pid = daemon_pid(mnt)
-        shards = changed_shards(src, ref)
-        readers = [subprocess.Popen([sys.executable, "-c", WORKER, mnt, ref, str(4 * i), *shards],
+        shards = changed_shards(bsrc, bref)
+        readers = [subprocess.Popen([sys.executable, "-c", WORKER, mnt, bref, str(4 * i), *shards],
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                    for i in range(4)]
-        time.sleep(0.3)
+        t0 = time.time()
+        while time.time() - t0 < 30 and status(mnt)["parked_reads"] == 0:
+            time.sleep(0.01)
+        inflight = status(mnt)["jobs_cached"] < status(mnt)["jobs_total"]
         t0 = time.time()
         rc, out = umount(mnt, timeout=30)
-        ok(rc == 0 and time.time() - t0 < 30 and not mounted(mnt),
+        ok(rc == 0 and time.time() - t0 < 30 and not mounted(mnt) and inflight,
            "umount returns at once with reads in flight", out)
-        hung = 0
+        hung, outs = 0, []
         for p in readers:
             try:
-                p.communicate(timeout=120)
+                outs.append(p.communicate(timeout=120)[0])
             except subprocess.TimeoutExpired:
                 p.kill()
                 hung += 1
         ok(hung == 0, "no reader hangs", hung)
+        # files already open keep being served by the detached mount; opening
+        # one after the umount finds the empty directory (ENOENT): never wrong bytes
+        ok(all(o.startswith("OK") or "FileNotFoundError" in o for o in outs),
+           "readers in flight got correct bytes or ENOENT after the detach, never wrong ones",
+           "\n".join(outs))
         t0 = time.time()
         while time.time() - t0 < 60 and os.path.exists(f"/proc/{pid}") and \
                 "State:\tZ" not in open(f"/proc/{pid}/status").read():
@@ -465,7 +564,8 @@ def g_bad(T):
     c2 = os.path.join(tmp, "cal-missing")
     shutil.copytree(cal, c2)
     cwm = json.load(open(os.path.join(c2, "model.safetensors.index.json")))["weight_map"]
-    scale = sorted(k for k in cwm if ".layers.4" in k and k.endswith("down_proj.input_global_scale"))[0]
+    scale = sorted(k for k in cwm if re.match(
+        r"model\.layers\.4[0-7]\.mlp\.experts\.\d+\.down_proj\.input_global_scale$", k))[0]
     os.remove(os.path.join(c2, cwm[scale]))
     refuse("missing calibration", [src, mnt, "--calib", c2, "--cache", cache], 1,
            ["cal-missing", (cwm[scale], "input_global_scale")])

@@ -1,12 +1,13 @@
 /* cuda_runtime.h (emulated) — just enough of the CUDA runtime, on the host,
  * to run kernels/kquant.cu's pipeline without a GPU (tests/kernels/kq_emul.cpp).
  *
- * "Device" memory is host memory. Asynchronous work is as lazy as CUDA
- * allows: each stream queues its copies, memsets and kernels and runs them
- * only when the host waits (cudaEventSynchronize, cudaStreamSynchronize) or
- * when another stream's cudaStreamWaitEvent needs them. So a host write to a
- * pinned buffer before waiting for the copy that reads it, or a kernel
- * ordered on the wrong stream, shows up as wrong bytes in the tests.
+ * "Device" memory is host memory. Asynchronous work runs as late or as early
+ * as CUDA allows: each stream queues its copies, memsets and kernels and
+ * runs them when the host waits (cudaEventSynchronize, cudaStreamSynchronize),
+ * when another stream's cudaStreamWaitEvent needs them, or, at random, right
+ * after queueing. So a host write to a pinned buffer before waiting for the
+ * copy that reads it, or work on one stream not ordered after the work it
+ * needs on another, shows up as wrong bytes in the tests.
  * C++ only; one stream is used by one thread at a time, as kquant does. */
 #ifndef RQ_TESTS_EMUL_CUDA_RUNTIME_H
 #define RQ_TESTS_EMUL_CUDA_RUNTIME_H
@@ -73,13 +74,28 @@ struct kq_emul_event {
 };
 typedef kq_emul_event *cudaEvent_t;
 
+/* After queueing, a stream sometimes runs at once (pseudo-random, fixed
+ * seed per thread): work on one stream then overtakes work on another that
+ * it was not ordered after, as it may on a GPU. */
+static inline bool kq_emul_eager(void)
+{
+	static thread_local uint64_t x = 0x9E3779B97F4A7C15ull;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return (x >> 32) & 1;
+}
+
 /* The stream a kernel launcher queues on (kq_emul.cpp). */
 static inline void kq_emul_enqueue(cudaStream_t s, std::function<void()> op)
 {
-	if (s)
-		s->ops.push_back(std::move(op));
-	else
+	if (!s) {
 		op();                           /* the legacy stream: run now */
+		return;
+	}
+	s->ops.push_back(std::move(op));
+	if (kq_emul_eager())
+		s->run_to(s->enqueued());
 }
 
 static inline const char *cudaGetErrorString(cudaError_t e)
@@ -114,7 +130,7 @@ static inline cudaError_t cudaDeviceReset(void)
 }
 static inline cudaError_t cudaMalloc(void **p, size_t n)
 {
-	*p = malloc(n ? n : 1);
+	*p = aligned_alloc(256, (n + 255) & ~(size_t)255);   /* as cudaMalloc aligns */
 	if (*p)                                 /* garbage, as on a device */
 		memset(*p, 0xCD, n);
 	return *p ? cudaSuccess : cudaErrorMemoryAllocation;

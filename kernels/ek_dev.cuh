@@ -1,0 +1,214 @@
+/* ek_dev.cuh — what the engine kernels' .cu files share (nvcc only): the
+ * device context, error plumbing, launch helper and small device functions.
+ * Internal to kernels/. */
+#ifndef RQ_EK_DEV_CUH
+#define RQ_EK_DEV_CUH
+
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <stdint.h>
+
+#include "kernels/ek.h"
+
+struct ek_blas;                /* dlopened cuBLAS (ek_gemm.cu) */
+
+/* Invariant: st is the only stream ops use; ws is device scratch of ws_bytes
+ * that ops may use between their own kernels (grown by ek_ws outside of a
+ * capture); hbuf is pinned host scratch of hbuf_bytes (prefill grouping). */
+struct ek_dev {
+	int dev;                   /* CUDA ordinal */
+	int cc, sms;
+	size_t l2, smem_optin;     /* bytes */
+	double peak_gbs;
+	char name[256];
+	cudaStream_t st;
+	cudaEvent_t ev[8];         /* ek_mark slots */
+	cudaEvent_t t0, t1;        /* ek_time_* */
+	int capturing;
+	int pdl;                   /* launch with programmatic dependent launch (EK_PDL=1) */
+	struct ek_blas *blas;      /* NULL without cuBLAS */
+	void *ws;
+	size_t ws_bytes;
+	void *hbuf;
+	size_t hbuf_bytes;
+	char err[512];
+};
+
+int ek_fail(struct ek_dev *d, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* -EIO with the CUDA error of a failed call or launch (cudaGetLastError). */
+int ek_cuda(struct ek_dev *d, cudaError_t e, const char *what);
+int ek_launched(struct ek_dev *d, const char *what);
+/* Device scratch of at least n bytes; NULL (and ek_error) on failure or
+ * when it would have to grow during a capture. */
+void *ek_ws(struct ek_dev *d, size_t n);
+void *ek_hbuf(struct ek_dev *d, size_t n);
+/* BF16 GEMM through cuBLAS when loaded: 1 done, 0 not available, <0 error. */
+int ek_blas_gemm(struct ek_dev *d, const uint16_t *w, int rows, int cols, const uint16_t *xb,
+                 float *y, int ldy, int T, int acc);
+void ek_blas_close(struct ek_dev *d);
+void ek_blas_open(struct ek_dev *d);
+
+/* GEMV kernels' modes (ek_gemv.cu), shared with the MoE ops (ek_moe.cu):
+ *   GV_PLAIN  y[t] (+)= W·x[t], t < T (<= 16 tokens, each weight read once)
+ *   GV_GU     per slot s < T: e = ids[s], y[s] = silu(W_e·x[s/k]) ⊙ (W2_e·x[s/k])
+ *   GV_DOWN   per slot s: y[s] = W_e·x[s]; then the last block of each row
+ *             block writes out[t] = (acc ? out[t] : 0) + scale·Σ_j wts[t·k+j]·y[t·k+j]
+ *             (cnt: one zeroed int per row block, left at zero). */
+enum { GV_PLAIN = 0, GV_GU = 1, GV_DOWN = 2 };
+int ek_gv(struct ek_dev *d, int mode, const struct ek_w *A, const struct ek_w *B, const int *ids,
+          int k, const float *x, int ldx, float *y, int ldy, int T, int acc, const float *wts,
+          float scale, float *out, int ldo, int *cnt);
+/* Rows per block of the GEMV kernels (row blocks counted by GV_DOWN's cnt). */
+int ek_gv_rows_per_block(int kind);
+
+/* Tile GEMM (ek_gemm.cu): y[m] (+)= W_e · x[gather ? gather[m] : m] for
+ * output rows m; plain (tiles NULL: expert 0, rows 0..M) or grouped by
+ * expert (tiles: ntiles × {expert, m0, m1}, m1 - m0 <= 64). x rounded to BF16. */
+int ek_gm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, const int *gather,
+          float *y, int ldy, int M, int acc, const int *tiles, int ntiles);
+#define EK_GM_BM 64
+
+/* Launch with the device's options (PDL attribute when d->pdl). */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t ek_launch(struct ek_dev *d, void (*kern)(KArgs...), dim3 grid,
+                                    dim3 block, size_t smem, Args... args)
+{
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute at[1];
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = d->st;
+	if (d->pdl) {
+		at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		at[0].val.programmaticStreamSerializationAllowed = 1;
+		cfg.attrs = at;
+		cfg.numAttrs = 1;
+	}
+	return cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
+}
+
+/* --------------------------------------------------------- device side */
+
+/* Programmatic dependent launch: let the next kernel start launching, and
+ * wait until the previous one's writes are visible (no-ops without PDL). */
+static __device__ __forceinline__ void pdl_start()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ float bf16f(uint32_t b)
+{
+	return __uint_as_float(b << 16);
+}
+
+/* Streaming loads of weights: read once, kept out of L1. */
+static __device__ __forceinline__ uint4 ld_stream16(const void *p)
+{
+	uint4 v;
+	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+	return v;
+}
+
+static __device__ __forceinline__ uint2 ld_stream8(const void *p)
+{
+	uint2 v;
+	asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];"
+	             : "=r"(v.x), "=r"(v.y) : "l"(p));
+	return v;
+}
+
+static __device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+static __device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+/* Block-wide sum / max (blockDim.x a multiple of 32, <= 1024); every thread
+ * gets the result. Uses 33 floats of shared memory at `sh`. */
+static __device__ __forceinline__ float block_sum(float v, float *sh)
+{
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = warp_sum(v);
+	__syncthreads();
+	if (lane == 0)
+		sh[w] = v;
+	__syncthreads();
+	if (w == 0) {
+		float s = lane < nw ? sh[lane] : 0.0f;
+		s = warp_sum(s);
+		if (lane == 0)
+			sh[32] = s;
+	}
+	__syncthreads();
+	return sh[32];
+}
+
+static __device__ __forceinline__ float block_max(float v, float *sh)
+{
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = warp_max(v);
+	__syncthreads();
+	if (lane == 0)
+		sh[w] = v;
+	__syncthreads();
+	if (w == 0) {
+		float s = lane < nw ? sh[lane] : -INFINITY;
+		s = warp_max(s);
+		if (lane == 0)
+			sh[32] = s;
+	}
+	__syncthreads();
+	return sh[32];
+}
+
+static __device__ __forceinline__ float dsilu(float x)
+{
+	return x / (1.0f + expf(-x));
+}
+
+static __device__ __forceinline__ float dsoftplus(float x)
+{
+	return x > 20.0f ? x : log1pf(expf(x));
+}
+
+/* E2M1 code (4 bits) → value. */
+static __device__ __forceinline__ float e2m1f(uint32_t c)
+{
+	float m = (c & 4) ? ((c & 2) ? ((c & 1) ? 6.0f : 4.0f) : ((c & 1) ? 3.0f : 2.0f))
+	                  : (float)(c & 3) * 0.5f;
+	return (c & 8) ? -m : m;
+}
+
+static __device__ __forceinline__ float e4m3f(uint32_t b)
+{
+	__half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3);
+	return __half2float(__half(h));
+}
+
+/* The NVFP4 GEMV's activation exponent for max |x| = amax (ek_cpu.c act_exp). */
+static __device__ __forceinline__ int act_exp(float amax)
+{
+	if (!(amax > 0.0f) || isinf(amax))
+		return 0;
+	int e = 14 - ilogbf(amax);
+	return e < -64 ? -64 : e > 64 ? 64 : e;
+}
+
+#endif

@@ -1,0 +1,132 @@
+/* ek_moe.cu — the routed experts of a MoE block (ek.h ek_moe).
+ *
+ * Decode and small batches (T <= 16): two launches, expert ids never leave
+ * the device.
+ *   1. GV_GU   one block per (slot, row block): gate and up rows of expert
+ *              ids[slot] against x[slot / k], h[slot] = silu(g) ⊙ u;
+ *   2. GV_DOWN one block per (slot, row block): d[slot] = D_e · h[slot]; the
+ *              last block of each row block to finish sums the token's k
+ *              slots in pick order into out (counters in `work`, left at 0).
+ * Prefill (T > 16): the ids come to the host once (one synchronising copy),
+ * slots are grouped by expert (ascending expert, then token — the CPU
+ * engine's order), and three grouped tile GEMMs (gate, up, down) plus a
+ * SwiGLU and a combine kernel run over the groups.
+ *
+ * work layout (floats, then ints; sizes from ek_moe_work_bytes):
+ *   h[S][I] g[S][I] u[S][I] d[S][H] | slot_tok[S] pos_of[S] tiles[...] | cnt[...]
+ * with S = T·k slots, I = inter, H = hidden. */
+#include "kernels/ek_dev.cuh"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* out[t] = (acc ? out[t] : 0) + scale · Σ_j wts[t·k+j] · d[pos_of[t·k+j]] */
+__global__ void k_moe_combine(const float *d, int H, const int *pos_of, const float *wts, int k,
+                              float scale, float *out, int ldo, int acc)
+{
+	pdl_start();
+	int t = blockIdx.x;
+	for (int r = threadIdx.x; r < H; r += blockDim.x) {
+		float s = 0.0f;
+		for (int j = 0; j < k; j++)
+			s = __fadd_rn(s, __fmul_rn(wts[(size_t)t * k + j],
+			                           d[(size_t)pos_of[(size_t)t * k + j] * H + r]));
+		float *o = &out[(size_t)t * ldo + r];
+		*o = __fadd_rn(acc ? *o : 0.0f, __fmul_rn(scale, s));
+	}
+}
+
+static int check_set(struct ek_dev *d, const struct ek_w *W, int rows, int cols, int n,
+                     const char *what)
+{
+	if (!W || !W->data || W->rows != rows || W->cols != cols || W->n != n)
+		return ek_fail(d, -EINVAL, "moe: %s set has shape %d x [%d x %d], expected %d x [%d x %d]",
+		               what, W ? W->n : 0, W ? W->rows : 0, W ? W->cols : 0, n, rows, cols);
+	if (W->kind == EK_NVFP4 && (W->cols % 16 || !W->gs))
+		return ek_fail(d, -EINVAL, "moe: %s NVFP4 set needs cols %% 16 == 0 and scales", what);
+	return 0;
+}
+
+/* Host side of the prefill path: groups the S = T·k slots by expert.
+ * slot_tok[s] = token of slot s, pos_of[t·k+j] = slot of pick j of token t,
+ * tiles = {expert, m0, m1} per 64 slots of one expert. Returns ntiles. */
+static int group_slots(const int *ids, int T, int k, int E, int *slot_tok, int *pos_of,
+                       int *tiles, int *cnt)
+{
+	int S = T * k, nt = 0;
+	memset(cnt, 0, sizeof(int) * (size_t)(E + 1));
+	for (int s = 0; s < S; s++) {
+		int e = ids[s] < 0 || ids[s] >= E ? 0 : ids[s];
+		cnt[e + 1]++;
+	}
+	for (int e = 0; e < E; e++)
+		cnt[e + 1] += cnt[e];
+	for (int e = 0; e < E; e++)
+		for (int m0 = cnt[e]; m0 < cnt[e + 1]; m0 += EK_GM_BM) {
+			tiles[3 * nt] = e;
+			tiles[3 * nt + 1] = m0;
+			tiles[3 * nt + 2] = m0 + EK_GM_BM < cnt[e + 1] ? m0 + EK_GM_BM : cnt[e + 1];
+			nt++;
+		}
+	for (int s = 0; s < S; s++) {        /* token-ascending within an expert */
+		int e = ids[s] < 0 || ids[s] >= E ? 0 : ids[s], slot = cnt[e]++;
+		slot_tok[slot] = s / k;
+		pos_of[s] = slot;
+	}
+	return nt;
+}
+
+extern "C" int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U,
+                      const struct ek_w *D, const int *ids, const float *wts, int k, float scale,
+                      const float *x, int ldx, float *out, int ldo, int T, int acc, void *work)
+{
+	if (!G || !U || !D || T < 1 || k < 1 || !work)
+		return ek_fail(d, -EINVAL, "moe: bad arguments (T %d, k %d)", T, k);
+	int I = G->rows, H = G->cols, E = G->n, S = T * k, rc;
+	if ((rc = check_set(d, U, I, H, E, "up")) || (rc = check_set(d, D, H, I, E, "down")) ||
+	    (rc = check_set(d, G, I, H, E, "gate")))
+		return rc;
+	if (G->kind != U->kind)
+		return ek_fail(d, -EINVAL, "moe: gate and up sets differ in kind");
+	if (ldx < H || ldo < H)
+		return ek_fail(d, -EINVAL, "moe: ldx %d / ldo %d < hidden %d", ldx, ldo, H);
+	float *h = (float *)work, *g = h + (size_t)S * I, *u = g + (size_t)S * I;
+	float *dd = u + (size_t)S * I;
+	int *ints = (int *)(dd + (size_t)S * H);
+	int *slot_tok = ints, *pos_of = ints + S, *tiles = ints + 2 * S;
+	int *cnt = ints + 4 * (size_t)S + 4096 + 64;
+
+	if (T <= EK_GEMV_MAX_T) {
+		if ((rc = ek_gv(d, GV_GU, G, U, ids, k, x, ldx, h, I, S, 0, NULL, 0, NULL, 0, NULL)))
+			return rc;
+		return ek_gv(d, GV_DOWN, D, NULL, ids, k, h, I, dd, H, S, acc, wts, scale, out, ldo, cnt);
+	}
+
+	if (d->capturing)
+		return ek_fail(d, -EINVAL, "moe: %d tokens cannot be captured (at most %d)", T,
+		               EK_GEMV_MAX_T);
+	size_t maxt = (size_t)S / EK_GM_BM + (size_t)E + 1;
+	if (3 * maxt > 2 * (size_t)S + 4096 + 64)
+		return ek_fail(d, -EINVAL, "moe: %d experts too many for the tile table", E);
+	int *hb = (int *)ek_hbuf(d, (3 * (size_t)S + 3 * maxt + (size_t)E + 1) * sizeof(int));
+	if (!hb)
+		return -ENOMEM;
+	int *hids = hb, *hst = hb + S, *hpos = hst + S, *htiles = hpos + S, *hcnt = htiles + 3 * maxt;
+	if ((rc = ek_d2h(d, hids, ids, sizeof(int) * S)) || (rc = ek_sync(d)))
+		return rc;
+	int nt = group_slots(hids, T, k, E, hst, hpos, htiles, hcnt);
+	if ((rc = ek_h2d(d, slot_tok, hst, sizeof(int) * S)) ||
+	    (rc = ek_h2d(d, pos_of, hpos, sizeof(int) * S)) ||
+	    (rc = ek_h2d(d, tiles, htiles, sizeof(int) * 3 * nt)))
+		return rc;
+	if ((rc = ek_gm(d, G, x, ldx, slot_tok, g, I, S, 0, tiles, nt)) ||
+	    (rc = ek_gm(d, U, x, ldx, slot_tok, u, I, S, 0, tiles, nt)) ||
+	    (rc = ek_swiglu(d, h, I, g, I, u, I, S, I)) ||
+	    (rc = ek_gm(d, D, h, I, NULL, dd, H, S, 0, tiles, nt)))
+		return rc;
+	ek_launch(d, k_moe_combine, dim3(T), dim3(256), 0, dd, H, pos_of, wts, k, scale, out, ldo, acc);
+	if ((rc = ek_launched(d, "moe combine")))
+		return rc;
+	return ek_sync(d);             /* the pinned tables are reused by the next call */
+}
