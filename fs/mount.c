@@ -7,23 +7,15 @@
  * mount_ctl.c, the session's life in mount_run.c. */
 #include "fs/mount_int.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <syslog.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/err.h"
-#include "fs/qrun.h"
 
 #define TTL_LONG 86400.0          /* immutable tree: entries and attrs for a day */
 #define TTL_CTL 1.0               /* control files change */

@@ -70,7 +70,9 @@ int rq_mount_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key
  *   RQ_CTL_DIR "/status"       JSON snapshot, taken at open
  *   RQ_CTL_DIR "/jobs/<i>"     reading it runs job i (if not ready) and
  *                              returns "<i> ok <modules> <in_bytes> <from>\n"
- *                              when done, or fails with EIO */
+ *                              once its output is stored in the cache (from
+ *                              "cache") or could not be (from "memory"), or
+ *                              fails with EIO */
 #define RQ_CTL_DIR ".requantfs"
 
 #endif

@@ -198,7 +198,8 @@ char *rq_mnt_job_line(struct rq_mount *m, long j, int from_disk)
 
 /* Learns which jobs of unknown state have an entry file in the cache
  * (cache.h documents <dir>/<2 hex>/<32 hex>.rqc), without holding m->lock
- * while stat()ing. Unverified: the entry is checked when first used. */
+ * while stat()ing. Unverified: the entry is checked when first used. An
+ * entry another process adds later is learned when the job is first read. */
 static void scan_disk(struct rq_mount *m)
 {
 	size_t n = m->plan->njobs;
@@ -221,8 +222,8 @@ static void scan_disk(struct rq_mount *m)
 	}
 	pthread_mutex_lock(&m->lock);
 	for (size_t j = 0; j < n; j++)
-		if (m->jobs[j].disk == -1 && seen[j] == 1)
-			m->jobs[j].disk = 1;
+		if (m->jobs[j].disk == -1)
+			m->jobs[j].disk = seen[j];
 	pthread_mutex_unlock(&m->lock);
 	free(seen);
 }
