@@ -209,19 +209,74 @@ static void dump_string(struct jt_buf *b, const char *s)
 	jt_put(b, "\"", 1);
 }
 
+/* Python's float repr: the shortest digits that round-trip, fixed notation
+ * for exponents in [-4, 16), else d.ddde+XX. */
+void jt_py_float(char out[32], double d)
+{
+	if (isnan(d)) {
+		strcpy(out, "NaN");
+		return;
+	}
+	if (isinf(d)) {
+		strcpy(out, d < 0 ? "-Infinity" : "Infinity");
+		return;
+	}
+	/* shortest round-tripping digits, as repr does */
+	char e[40];
+	for (int prec = 0; prec <= 17; prec++) {
+		snprintf(e, sizeof e, "%.*e", prec, d);
+		if (strtod(e, NULL) == d)
+			break;
+	}
+	char digits[24];
+	int nd = 0, neg = e[0] == '-';
+	const char *p = e + neg;
+	for (; *p && *p != 'e'; p++)
+		if (*p >= '0' && *p <= '9')
+			digits[nd++] = *p;
+	digits[nd] = 0;
+	int exp10 = atoi(p + 1);
+	char *o = out;
+	if (neg)
+		*o++ = '-';
+	if (exp10 >= -4 && exp10 < 16) {
+		if (exp10 >= 0) {
+			for (int i = 0; i <= exp10; i++)
+				*o++ = i < nd ? digits[i] : '0';
+			*o++ = '.';
+			if (nd > exp10 + 1)
+				for (int i = exp10 + 1; i < nd; i++)
+					*o++ = digits[i];
+			else
+				*o++ = '0';
+		} else {
+			*o++ = '0';
+			*o++ = '.';
+			for (int i = 0; i < -exp10 - 1; i++)
+				*o++ = '0';
+			for (int i = 0; i < nd; i++)
+				*o++ = digits[i];
+		}
+		*o = 0;
+	} else {
+		*o++ = digits[0];
+		if (nd > 1) {
+			*o++ = '.';
+			for (int i = 1; i < nd; i++)
+				*o++ = digits[i];
+		}
+		sprintf(o, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+	}
+}
+
 static void dump_number(struct jt_buf *b, double d)
 {
-	if (d == floor(d) && fabs(d) < 9007199254740992.0) {
+	if (d == floor(d) && fabs(d) < 9007199254740992.0) {   /* cJSON has no int/float flag */
 		jt_printf(b, "%.0f", d);
 		return;
 	}
-	/* Python's repr: the shortest text that round-trips. */
-	char tmp[40];
-	for (int prec = 1; prec <= 17; prec++) {
-		snprintf(tmp, sizeof tmp, "%.*g", prec, d);
-		if (strtod(tmp, NULL) == d)
-			break;
-	}
+	char tmp[32];
+	jt_py_float(tmp, d);
 	jt_puts(b, tmp);
 }
 
@@ -240,7 +295,9 @@ static void indent(struct jt_buf *b, int depth)
 
 void jt_dump_python(struct jt_buf *b, const cJSON *v, int depth)
 {
-	if (cJSON_IsNull(v)) {
+	if (cJSON_IsRaw(v)) {
+		jt_puts(b, v->valuestring);    /* e.g. a float already in repr form */
+	} else if (cJSON_IsNull(v)) {
 		jt_puts(b, "null");
 	} else if (cJSON_IsTrue(v)) {
 		jt_puts(b, "true");

@@ -29,7 +29,12 @@ void jt_put(struct jt_buf *b, const char *s, size_t n);
 void jt_puts(struct jt_buf *b, const char *s);
 void jt_printf(struct jt_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Appends json.dumps(v, indent=2, sort_keys=True) (ensure_ascii=True). */
+/* Python's repr of a float ("1e-06", "500000.0", "0.1"). */
+void jt_py_float(char out[32], double d);
+
+/* Appends json.dumps(v, indent=2, sort_keys=True) (ensure_ascii=True).
+ * Integral numbers are written as ints; a cJSON raw item is written as is
+ * (use it for floats that must keep their ".0"). */
 void jt_dump_python(struct jt_buf *b, const cJSON *v, int depth);
 
 #endif

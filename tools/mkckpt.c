@@ -81,7 +81,7 @@ static void wr_put(struct wr *w, const void *data, size_t n)
 	}
 }
 
-static int write_text(const char *dir, const char *name, const struct mk_buf *b,
+static int write_text(const char *dir, const char *name, const struct jt_buf *b,
                       struct rq_err *err)
 {
 	char path[4096];
@@ -258,7 +258,7 @@ static int write_form(struct ctx *c, const struct mk_model *m, const struct mk_p
 	char **files = calloc((size_t)p->nshards, sizeof *files);
 	const char **names = calloc(p->n, sizeof *names);
 	int *shard = calloc(p->n, sizeof *shard);
-	struct mk_buf b = {0};
+	struct jt_buf b = {0};
 	uint64_t total = 0;
 	int rc = -ENOMEM;
 	if (!files || !names || !shard)
@@ -391,9 +391,9 @@ static int hub_publish(const char *repo, const char *stage, int set_main, char *
 	}
 	rmdir(stage);
 	if (set_main) {
-		struct mk_buf b = {0};
+		struct jt_buf b = {0};
 		snprintf(path, sizeof path, "%s/refs", repo);
-		mk_puts(&b, hex);    /* huggingface_hub writes the bare hash */
+		jt_puts(&b, hex);    /* huggingface_hub writes the bare hash */
 		if ((rc = mkdir_p(path)))
 			rq_errf(err, rc, "%s: %s", path, strerror(-rc));
 		else

@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "fs/jtext.h"
 
 struct rq_err;
 
@@ -43,26 +44,13 @@ static inline int mk_full_layer(int l)
 	return l % 4 == 0;
 }
 
-/* A growable text buffer. */
-struct mk_buf {
-	char *p;
-	size_t len, cap;
-	int oom;
-};
-void mk_put(struct mk_buf *b, const char *s, size_t n);
-void mk_puts(struct mk_buf *b, const char *s);
-void mk_printf(struct mk_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Python's repr() of a double (what json.dumps writes for a float). */
-void mk_py_float(char out[32], double d);
-
 /* The text of each JSON file, json.dumps(obj, indent=2, sort_keys=True) + "\n"
  * as transformers / huggingface_hub write them. 0 or -ENOMEM. */
-int mk_config_json(const struct mk_model *m, struct mk_buf *out);
-int mk_generation_config_json(struct mk_buf *out);
+int mk_config_json(const struct mk_model *m, struct jt_buf *out);
+int mk_generation_config_json(struct jt_buf *out);
 /* names[i] lives in shard file files[shard[i]]; total_size in bytes. */
 int mk_index_json(const char *const *names, const int *shard, size_t n,
-                  const char *const *files, uint64_t total_size, struct mk_buf *out);
+                  const char *const *files, uint64_t total_size, struct jt_buf *out);
 
 /* ---- the tensor list and the weights (mkckpt_plan.c) ---------------------- */
 

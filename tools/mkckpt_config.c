@@ -19,223 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- text buffer -------------------------------------------------------- */
-
-void mk_put(struct mk_buf *b, const char *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t nc = b->cap ? b->cap : 4096;
-		while (nc < b->len + n + 1)
-			nc *= 2;
-		char *np = realloc(b->p, nc);
-		if (!np) {
-			b->oom = 1;
-			return;
-		}
-		b->p = np;
-		b->cap = nc;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = 0;
-}
-
-void mk_puts(struct mk_buf *b, const char *s)
-{
-	mk_put(b, s, strlen(s));
-}
-
-void mk_printf(struct mk_buf *b, const char *fmt, ...)
-{
-	char tmp[512];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= sizeof tmp) {
-		b->oom = 1;
-		return;
-	}
-	mk_put(b, tmp, (size_t)n);
-}
-
-/* ---- Python's float repr ------------------------------------------------ */
-
-void mk_py_float(char out[32], double d)
-{
-	if (isnan(d)) {
-		strcpy(out, "NaN");
-		return;
-	}
-	if (isinf(d)) {
-		strcpy(out, d < 0 ? "-Infinity" : "Infinity");
-		return;
-	}
-	/* shortest round-tripping digits, as repr does */
-	char e[40];
-	for (int prec = 0; prec <= 17; prec++) {
-		snprintf(e, sizeof e, "%.*e", prec, d);
-		if (strtod(e, NULL) == d)
-			break;
-	}
-	char digits[24];
-	int nd = 0, neg = e[0] == '-';
-	const char *p = e + neg;
-	for (; *p && *p != 'e'; p++)
-		if (*p >= '0' && *p <= '9')
-			digits[nd++] = *p;
-	digits[nd] = 0;
-	int exp10 = atoi(p + 1);
-	char *o = out;
-	if (neg)
-		*o++ = '-';
-	if (exp10 >= -4 && exp10 < 16) {
-		if (exp10 >= 0) {
-			for (int i = 0; i <= exp10; i++)
-				*o++ = i < nd ? digits[i] : '0';
-			*o++ = '.';
-			if (nd > exp10 + 1)
-				for (int i = exp10 + 1; i < nd; i++)
-					*o++ = digits[i];
-			else
-				*o++ = '0';
-		} else {
-			*o++ = '0';
-			*o++ = '.';
-			for (int i = 0; i < -exp10 - 1; i++)
-				*o++ = '0';
-			for (int i = 0; i < nd; i++)
-				*o++ = digits[i];
-		}
-		*o = 0;
-	} else {
-		*o++ = digits[0];
-		if (nd > 1) {
-			*o++ = '.';
-			for (int i = 1; i < nd; i++)
-				*o++ = digits[i];
-		}
-		sprintf(o, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
-	}
-}
-
-/* ---- json.dumps(indent=2, sort_keys=True) ------------------------------- */
-
-/* ensure_ascii: \" \\ \n \r \t \b \f short, other non-printable-ASCII as
- * \uxxxx (lowercase, UTF-16 surrogate pairs above the BMP). */
-static void dump_string(struct mk_buf *b, const char *s)
-{
-	const unsigned char *p = (const unsigned char *)s;
-	mk_put(b, "\"", 1);
-	while (*p) {
-		uint32_t cp = *p;
-		int len = 1;
-		if (cp >= 0xF0 && p[1] && p[2] && p[3]) {
-			cp = (cp & 7) << 18 | (p[1] & 0x3Fu) << 12 | (p[2] & 0x3Fu) << 6 | (p[3] & 0x3Fu);
-			len = 4;
-		} else if (cp >= 0xE0 && p[1] && p[2]) {
-			cp = (cp & 15) << 12 | (p[1] & 0x3Fu) << 6 | (p[2] & 0x3Fu);
-			len = 3;
-		} else if (cp >= 0xC0 && p[1]) {
-			cp = (cp & 31) << 6 | (p[1] & 0x3Fu);
-			len = 2;
-		}
-		p += len;
-		switch (cp) {
-		case '"': mk_puts(b, "\\\""); continue;
-		case '\\': mk_puts(b, "\\\\"); continue;
-		case '\n': mk_puts(b, "\\n"); continue;
-		case '\r': mk_puts(b, "\\r"); continue;
-		case '\t': mk_puts(b, "\\t"); continue;
-		case '\b': mk_puts(b, "\\b"); continue;
-		case '\f': mk_puts(b, "\\f"); continue;
-		default: break;
-		}
-		if (cp >= 0x20 && cp < 0x7F) {
-			char c = (char)cp;
-			mk_put(b, &c, 1);
-		} else if (cp < 0x10000) {
-			mk_printf(b, "\\u%04x", cp);
-		} else {
-			cp -= 0x10000;
-			mk_printf(b, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
-		}
-	}
-	mk_put(b, "\"", 1);
-}
-
-static int by_key(const void *a, const void *b)
-{
-	return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
-}
-
-static void newline(struct mk_buf *b, int depth)
-{
-	mk_put(b, "\n", 1);
-	for (int i = 0; i < depth; i++)
-		mk_put(b, "  ", 2);
-}
-
-/* Numbers are ints (cJSON numbers must be integral); floats travel as raw
- * text already in repr form. */
-static void dump(struct mk_buf *b, const cJSON *v, int depth)
-{
-	if (cJSON_IsRaw(v)) {
-		mk_puts(b, v->valuestring);
-	} else if (cJSON_IsNull(v)) {
-		mk_puts(b, "null");
-	} else if (cJSON_IsTrue(v)) {
-		mk_puts(b, "true");
-	} else if (cJSON_IsFalse(v)) {
-		mk_puts(b, "false");
-	} else if (cJSON_IsNumber(v)) {
-		mk_printf(b, "%.0f", v->valuedouble);
-	} else if (cJSON_IsString(v)) {
-		dump_string(b, v->valuestring);
-	} else if (cJSON_IsArray(v) || cJSON_IsObject(v)) {
-		int obj = cJSON_IsObject(v);
-		size_t n = 0;
-		for (const cJSON *c = v->child; c; c = c->next)
-			n++;
-		if (!n) {
-			mk_puts(b, obj ? "{}" : "[]");
-			return;
-		}
-		const cJSON **kids = malloc(n * sizeof *kids);
-		if (!kids) {
-			b->oom = 1;
-			return;
-		}
-		n = 0;
-		for (const cJSON *c = v->child; c; c = c->next)
-			kids[n++] = c;
-		if (obj)
-			qsort(kids, n, sizeof *kids, by_key);
-		mk_put(b, obj ? "{" : "[", 1);
-		for (size_t i = 0; i < n; i++) {
-			newline(b, depth + 1);
-			if (obj) {
-				dump_string(b, kids[i]->string);
-				mk_put(b, ": ", 2);
-			}
-			dump(b, kids[i], depth + 1);
-			if (i + 1 < n)
-				mk_put(b, ",", 1);
-		}
-		newline(b, depth);
-		mk_put(b, obj ? "}" : "]", 1);
-		free(kids);
-	}
-}
-
-static int finish(cJSON *root, struct mk_buf *out)
+static int finish(cJSON *root, struct jt_buf *out)
 {
 	if (!root)
 		return -ENOMEM;
-	dump(out, root, 0);
-	mk_put(out, "\n", 1);
+	jt_dump_python(out, root, 0);   /* json.dumps(indent=2, sort_keys=True) */
+	jt_put(out, "\n", 1);
 	cJSON_Delete(root);
 	return out->oom ? -ENOMEM : 0;
 }
@@ -245,7 +34,7 @@ static int finish(cJSON *root, struct mk_buf *out)
 static void add_float(cJSON *o, const char *key, double v)
 {
 	char t[32];
-	mk_py_float(t, v);
+	jt_py_float(t, v);
 	cJSON_AddRawToObject(o, key, t);
 }
 
@@ -348,7 +137,7 @@ static cJSON *quantization_config(const struct mk_model *m)
 	return qc;
 }
 
-int mk_config_json(const struct mk_model *m, struct mk_buf *out)
+int mk_config_json(const struct mk_model *m, struct jt_buf *out)
 {
 	cJSON *c = cJSON_CreateObject();
 	if (!c)
@@ -427,7 +216,7 @@ int mk_config_json(const struct mk_model *m, struct mk_buf *out)
 	return finish(c, out);
 }
 
-int mk_generation_config_json(struct mk_buf *out)
+int mk_generation_config_json(struct jt_buf *out)
 {
 	cJSON *g = cJSON_CreateObject();
 	if (!g)
@@ -445,7 +234,7 @@ int mk_generation_config_json(struct mk_buf *out)
 }
 
 int mk_index_json(const char *const *names, const int *shard, size_t n,
-                  const char *const *files, uint64_t total_size, struct mk_buf *out)
+                  const char *const *files, uint64_t total_size, struct jt_buf *out)
 {
 	cJSON *root = cJSON_CreateObject();
 	if (!root)
