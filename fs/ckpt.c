@@ -38,38 +38,6 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int read_file(const char *path, char **out, size_t *len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	struct stat st;
-	if (fstat(fd, &st) < 0 || st.st_size > (1 << 30)) {
-		close(fd);
-		return -EFBIG;
-	}
-	char *b = malloc(st.st_size + 1);
-	if (!b) {
-		close(fd);
-		return -ENOMEM;
-	}
-	size_t got = 0;
-	while (got < (size_t)st.st_size) {
-		ssize_t r = pread(fd, b + got, st.st_size - got, got);
-		if (r <= 0) {
-			free(b);
-			close(fd);
-			return r < 0 ? -errno : -EIO;
-		}
-		got += r;
-	}
-	close(fd);
-	b[got] = 0;
-	*out = b;
-	*len = got;
-	return 0;
-}
-
 static int add_shard(struct rq_ckpt *c, const char *path)
 {
 	for (size_t i = 0; i < c->nshards; i++)
@@ -94,7 +62,7 @@ static int load_index(struct rq_ckpt *c, const char *ipath, struct rq_err *err)
 {
 	char *text = NULL;
 	size_t len = 0;
-	int rc = read_file(ipath, &text, &len);
+	int rc = rq_read_whole(ipath, &text, &len);
 	if (rc)
 		return rq_errf(err, rc, "%s: cannot read: %s", ipath, strerror(-rc));
 	cJSON *j = cJSON_ParseWithLength(text, len);

@@ -12,6 +12,9 @@
 struct rq_err;
 struct rq_ckpt;
 
+/* Reads a whole (small) file into a NUL-terminated malloc'd buffer. -errno. */
+int rq_read_whole(const char *path, char **out, size_t *len);
+
 int rq_ckpt_open(const char *path, struct rq_ckpt **out, struct rq_err *err);
 void rq_ckpt_close(struct rq_ckpt *c);
 

@@ -2,6 +2,7 @@
  * config.json without the dropped rule, the rewritten index, the rewritten
  * shards; every other file is its SRC file as is. */
 #include "fs/plan_int.h"
+#include "fs/ckpt.h"
 #include "fs/jtext.h"
 #include "base/err.h"
 

@@ -12,7 +12,6 @@ struct rq_err;
 int rq_src_scan(const char *src, struct rq_srcfile **out, size_t *n, char **resolved,
                 struct rq_err *err);
 void rq_srcfiles_free(struct rq_srcfile *f, size_t n);
-int rq_read_whole(const char *path, char **out, size_t *len);
 
 /* Keeps every allocation the plan's MEM segments point into. */
 int rq_plan_keep(struct rq_plan *p, void *mem);

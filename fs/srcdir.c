@@ -1,5 +1,6 @@
 /* srcdir.c — what SRC holds: its files, resolved through hub symlinks. */
 #include "fs/plan_int.h"
+#include "fs/ckpt.h"
 #include "base/err.h"
 
 #include <dirent.h>

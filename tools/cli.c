@@ -60,7 +60,7 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void human(double b, char *buf, size_t len)
+void cli_human_bytes(double b, char *buf, size_t len)
 {
 	const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
 	int i = 0;
@@ -68,7 +68,7 @@ static void human(double b, char *buf, size_t len)
 		b /= 1024;
 		i++;
 	}
-	snprintf(buf, len, "%.1f %s", b, u[i]);
+	snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", b, u[i]);
 }
 
 static void draw(struct cli_progress *p, int final)
@@ -86,9 +86,9 @@ static void draw(struct cli_progress *p, int final)
 	for (int i = 0; i < width; i++)
 		bar[i] = i < fill ? '#' : '.';
 	bar[width] = 0;
-	human(p->bytes, done, sizeof done);
-	human(p->total_bytes, tot, sizeof tot);
-	human(el > 0 ? p->bytes / el : 0, rate, sizeof rate);
+	cli_human_bytes(p->bytes, done, sizeof done);
+	cli_human_bytes(p->total_bytes, tot, sizeof tot);
+	cli_human_bytes(el > 0 ? p->bytes / el : 0, rate, sizeof rate);
 	double eta = frac > 0 && !final ? el / frac - el : 0;
 	fprintf(stderr, "\r%s [%s] %3.0f%% %llu/%llu  %s/%s  %s/s  %s %02d:%02d",
 	        p->label, bar, frac * 100, p->units, p->total_units, done, tot, rate,

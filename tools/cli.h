@@ -24,6 +24,9 @@ int cli_fail(int code, const char *cmd, const char *fmt, ...) __attribute__((for
 /* Parses sizes like "1G", "512M", "4096" into bytes. -EINVAL if malformed. */
 int cli_parse_size(const char *s, unsigned long long *out);
 
+/* "1.5 GiB", "512 B". */
+void cli_human_bytes(double bytes, char *buf, size_t len);
+
 /* Progress bar on stderr (only drawn when stderr is a terminal, or when
  * force is set). Thread-safe; redraws at most 10 times a second. */
 struct cli_progress;

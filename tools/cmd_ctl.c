@@ -101,16 +101,6 @@ static const char *str(const cJSON *j, const char *k)
 	return cJSON_IsString(v) ? v->valuestring : "";
 }
 
-static void human(double b, char *buf, size_t len)
-{
-	const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-	int i = 0;
-	while (b >= 1024 && i < 4) {
-		b /= 1024;
-		i++;
-	}
-	snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", b, u[i]);
-}
 
 /* ---- status ------------------------------------------------------------ */
 
@@ -157,16 +147,16 @@ int cmd_status(int argc, char **argv)
 		       "queued, %.0f run, %.0f failed\n", num(j, "jobs_cached"), num(j, "jobs_total"),
 		       num(j, "jobs_in_memory"), num(j, "jobs_in_flight"), num(j, "jobs_queued"),
 		       num(j, "jobs_run"), num(j, "jobs_failed"));
-		human(num(j, "cache_bytes"), a, sizeof a);
+		cli_human_bytes(num(j, "cache_bytes"), a, sizeof a);
 		printf("  cache       %s: %.0f entries, %s; %.0f hits, %.0f misses, %.0f corrupt, "
 		       "%.0f puts failed\n", str(j, "cache_dir"), num(j, "cache_entries"), a,
 		       num(j, "cache_hits"), num(j, "cache_misses"), num(j, "cache_corrupt"),
 		       num(j, "cache_put_failed"));
-		human(num(j, "quant_in_bytes"), a, sizeof a);
+		cli_human_bytes(num(j, "quant_in_bytes"), a, sizeof a);
 		printf("  quantizer   %s of BF16 in %.2f s (%.0f MB/s)\n", a, num(j, "quant_seconds"),
 		       num(j, "quant_mb_s"));
-		human(num(j, "read_bytes"), b, sizeof b);
-		human(num(j, "memory_bytes"), d, sizeof d);
+		cli_human_bytes(num(j, "read_bytes"), b, sizeof b);
+		cli_human_bytes(num(j, "memory_bytes"), d, sizeof d);
 		printf("  reads       %.0f (%s), %.0f parked on jobs; %s of outputs held in memory\n",
 		       num(j, "reads"), b, num(j, "parked_reads"), d);
 		const cJSON *ch = cJSON_GetObjectItemCaseSensitive(j, "src_changed");
@@ -297,7 +287,7 @@ int cmd_warm(int argc, char **argv)
 		return rc;
 	double cached = num(st, "jobs_cached"), inmem = num(st, "jobs_in_memory");
 	char a[32];
-	human(num(st, "quant_in_bytes"), a, sizeof a);
+	cli_human_bytes(num(st, "quant_in_bytes"), a, sizeof a);
 	printf("requantfs warm: %ld jobs (%llu modules) ready in %.1f s; %.0f in the cache, %.0f "
 	       "in memory only; quantized %s this mount at %.0f MB/s\n", w.njobs, mods, dt, cached,
 	       inmem, a, num(st, "quant_mb_s"));
