@@ -158,6 +158,21 @@ def main():
 
         rc, out = run("export", src, os.path.join(tmp, "dst"), "--calib", cal)
         ok(rc == 1 and "not empty" in out, "export refuses a non-empty DST", out)
+
+        # verify's recipe diagnosis: the BF16 source against the twin (quantized with fp32)
+        sel = r"layers\.4[0-7]\.mlp\.experts\.[0-3]\."
+        rc, out = run("verify", src, "--against", cal, "--tensors", sel, "--quiet")
+        ok(rc == 0 and re.search(r"variant reproducing all: fp32\b", out) and
+           "no variant reproduces" not in out,
+           "verify SRC --against twin: fp32 reproduces every module", out[-600:])
+        # a bf16-recipe export differs from the twin, and verify says which variant would not
+        rc, out = run("export", src, os.path.join(tmp, "dst-bf16"), "--calib", cal,
+                      "--recipe", "bf16", "--quiet")
+        rc, out = run("verify", os.path.join(tmp, "dst-bf16"), "--against", cal, "--tensors", sel,
+                      "--source", src, "--quiet")
+        ok(rc == 1 and "DIFFER" in out and re.search(r"variant reproducing all: fp32\b", out),
+           "verify of a bf16 export: differences counted, fp32 named as the variant of REF",
+           out[-600:])
         bad_cases(tmp, src, cal)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
