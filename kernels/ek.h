@@ -179,6 +179,11 @@ void ek_moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D
                 float *out, int ldo, int T, int acc, void *work);
 size_t ek_moe_work_bytes(int T, int k, int inter, int hidden);
 
+/* ek_moe and ek_attn keep arrival counters in the first EK_WORK_CNT_BYTES of
+ * their work buffer, at offsets that do not depend on T: one buffer sized
+ * for the largest T serves every call, and the counters stay zero between. */
+#define EK_WORK_CNT_BYTES 65536
+
 /* ---------------------------------------------------- elementwise, norms */
 
 /* out[t] = w ⊙ x[t] · rsqrt(mean(x[t]²) + eps), n features (out may be x). */

@@ -14,10 +14,11 @@
  * split order. The grid is fixed by max_keys, blocks past the live key range
  * exit, and the position is read from device memory: capturable.
  *
- * Prefill (T > 16): one block per (kv head, tile of TQ tokens); the TQ·rep
- * query rows are spread over 8 warps; keys stream through shared memory in
- * chunks of 32 (lane = key for scores, lane = dimension for p·v) with an
- * online softmax per row. SIMT, no tensor cores yet. */
+ * Prefill (T > 16): one block per (kv head, tile of up to 16 tokens); the
+ * tile's TQ·rep query rows (queries, running output, max and sum) live in
+ * shared memory and are spread over 8 warps; keys stream through shared
+ * memory in chunks of 32 (lane = key for scores, lane = dimension for p·v)
+ * with an online softmax per row. SIMT, no tensor cores yet. */
 #include "kernels/ek_dev.cuh"
 
 #include <errno.h>
@@ -25,7 +26,6 @@
 #define AT_SPLIT 512
 #define AT_THREADS 256
 #define AT_MAXREP 16
-#define PF_RPW 16                  /* query rows per warp (prefill) */
 #define PF_CH 32                   /* keys per chunk (prefill) */
 
 struct at_args {
@@ -39,8 +39,8 @@ struct at_args {
 	int cap;
 	const int *pos;
 	int window, maxsp;
-	float *part;               /* [T][nh][maxsp][hd + 2] */
-	int *cnt;                  /* [T][nkv] */
+	float *part;               /* [T][nh][maxsp][hd + 2] after the counters */
+	int *cnt;                  /* [T][nkv] at the start of work */
 	float scale;
 	int tq;                    /* prefill: tokens per block */
 };
@@ -234,28 +234,26 @@ __global__ __launch_bounds__(AT_THREADS) void k_attn_split(at_args a)
 /* ---------------------------------------------------- prefill (tiles) */
 
 template <int KV, int DPL>
-__global__ __launch_bounds__(AT_THREADS, 1) void k_attn_prefill(at_args a)
+__global__ __launch_bounds__(AT_THREADS) void k_attn_prefill(at_args a)
 {
 	extern __shared__ float sm[];
 	pdl_start();
 	int kvh = blockIdx.x, t0 = blockIdx.y * a.tq, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	int hd = a.hd, rep = a.nh / a.nkv, tq = min(a.tq, a.T - t0), rows = tq * rep;
 	int ks = hd + 1;                             /* padded K/V row: conflict-free by lane */
-	float *Ks = sm, *Vs = Ks + PF_CH * ks, *Qs = Vs + PF_CH * ks;    /* Q [rows][hd] */
+	/* K, V [PF_CH][ks]; Q, O [rows][hd]; ML [rows][2] (running max, sum) */
+	float *Ks = sm, *Vs = Ks + PF_CH * ks, *Qs = Vs + PF_CH * ks;
+	float *Os = Qs + (size_t)a.tq * rep * hd, *ML = Os + (size_t)a.tq * rep * hd;
 	size_t kvbase = (size_t)kvh * a.cap * hd;
 	int p0 = *a.pos + t0;
 	for (int i = tid; i < rows * hd; i += AT_THREADS) {
 		int rr = i / hd, tt = rr / rep, r = rr % rep;
 		Qs[i] = a.q[(size_t)(t0 + tt) * a.ldq + (size_t)(kvh * rep + r) * hd + i % hd];
+		Os[i] = 0.0f;
 	}
-	float m[PF_RPW], l[PF_RPW], o[PF_RPW][DPL];
-#pragma unroll
-	for (int x = 0; x < PF_RPW; x++) {
-		m[x] = -INFINITY;
-		l[x] = 0.0f;
-#pragma unroll
-		for (int z = 0; z < DPL; z++)
-			o[x][z] = 0.0f;
+	for (int i = tid; i < rows; i += AT_THREADS) {
+		ML[2 * i] = -INFINITY;
+		ML[2 * i + 1] = 0.0f;
 	}
 	int klo = key_lo(a, p0), khi = p0 + tq - 1;
 	for (int j0 = klo; j0 <= khi; j0 += PF_CH) {
@@ -267,51 +265,56 @@ __global__ __launch_bounds__(AT_THREADS, 1) void k_attn_prefill(at_args a)
 			Vs[j * ks + c] = kp <= khi ? load1<KV>(a.vc, off) : 0.0f;
 		}
 		__syncthreads();
-#pragma unroll
-		for (int x = 0; x < PF_RPW; x++) {
-			int rr = warp * PF_RPW + x;
-			if (rr >= rows)
-				break;
+		for (int rr = warp; rr < rows; rr += AT_THREADS / 32) {
 			int p = p0 + rr / rep, kp = j0 + lane;
+			if (j0 > p)                      /* warp-uniform: no visible key in this chunk */
+				continue;
 			const float *qr = Qs + (size_t)rr * hd;
 			float s = 0.0f;
 			for (int c = 0; c < hd; c++)
 				s = fmaf(qr[c], Ks[lane * ks + c], s);
 			bool vis = kp <= p && kp >= key_lo(a, p);
 			s = vis ? __fmul_rn(s, a.scale) : -INFINITY;
-			float mn = fmaxf(m[x], warp_max(s));
+			float m = ML[2 * rr], mn = fmaxf(m, warp_max(s));
 			if (mn == -INFINITY)
 				continue;
-			float corr = expf(m[x] - mn), e = vis ? expf(s - mn) : 0.0f;
-			l[x] = __fadd_rn(__fmul_rn(l[x], corr), warp_sum(e));
-			m[x] = mn;
+			float corr = expf(m - mn), e = vis ? expf(s - mn) : 0.0f;
+			float l = __fadd_rn(__fmul_rn(ML[2 * rr + 1], corr), warp_sum(e));
+			float o[DPL];
 #pragma unroll
-			for (int z = 0; z < DPL; z++)
-				o[x][z] = __fmul_rn(o[x][z], corr);
+			for (int z = 0; z < DPL; z++) {
+				int c = lane + 32 * z;
+				o[z] = c < hd ? __fmul_rn(Os[(size_t)rr * hd + c], corr) : 0.0f;
+			}
+#pragma unroll 8
 			for (int j = 0; j < PF_CH; j++) {
 				float ej = __shfl_sync(0xffffffffu, e, j);
 #pragma unroll
 				for (int z = 0; z < DPL; z++) {
 					int c = lane + 32 * z;
 					if (c < hd)
-						o[x][z] = fmaf(ej, Vs[j * ks + c], o[x][z]);
+						o[z] = fmaf(ej, Vs[j * ks + c], o[z]);
 				}
 			}
+#pragma unroll
+			for (int z = 0; z < DPL; z++) {
+				int c = lane + 32 * z;
+				if (c < hd)
+					Os[(size_t)rr * hd + c] = o[z];
+			}
+			__syncwarp();
+			if (lane == 0) {
+				ML[2 * rr] = mn;
+				ML[2 * rr + 1] = l;
+			}
+			__syncwarp();
 		}
 	}
-#pragma unroll
-	for (int x = 0; x < PF_RPW; x++) {
-		int rr = warp * PF_RPW + x;
-		if (rr >= rows)
-			break;
-		int t = t0 + rr / rep, h = kvh * rep + rr % rep;
-#pragma unroll
-		for (int z = 0; z < DPL; z++) {
-			int c = lane + 32 * z;
-			if (c < hd)
-				a.out[(size_t)t * a.ldo + (size_t)h * hd + c] =
-				    __fmul_rn(__fdiv_rn(o[x][z], l[x]), gate_of(a, t, h, c));
-		}
+	__syncthreads();
+	for (int i = tid; i < rows * hd; i += AT_THREADS) {
+		int rr = i / hd, c = i % hd, t = t0 + rr / rep, h = kvh * rep + rr % rep;
+		a.out[(size_t)t * a.ldo + (size_t)h * hd + c] =
+		    __fmul_rn(__fdiv_rn(Os[i], ML[2 * rr + 1]), gate_of(a, t, h, c));
 	}
 }
 
@@ -333,10 +336,16 @@ template <int KV>
 static int launch_prefill(struct ek_dev *d, at_args &a)
 {
 	int dpl = (a.hd + 31) / 32, rep = a.nh / a.nkv;
-	a.tq = (8 * PF_RPW) / rep;
+	size_t kv = (size_t)2 * PF_CH * (a.hd + 1) * sizeof(float);
+	size_t per_tok = (size_t)rep * (2 * a.hd + 2) * sizeof(float);
+	size_t budget = d->smem_optin > kv ? d->smem_optin - kv : 0;
+	a.tq = (int)(budget / per_tok);
 	if (a.tq > 16)
 		a.tq = 16;
-	size_t smem = ((size_t)2 * PF_CH * (a.hd + 1) + (size_t)a.tq * rep * a.hd) * sizeof(float);
+	if (a.tq < 1)
+		return ek_fail(d, -EINVAL, "attention: %d query heads of %d dims per kv head do not fit "
+		               "in shared memory", rep, a.hd);
+	size_t smem = kv + (size_t)a.tq * per_tok;
 	dim3 grid(a.nkv, (a.T + a.tq - 1) / a.tq);
 	int rc;
 #define EK_PF(D) \
@@ -392,8 +401,10 @@ extern "C" int ek_attn(struct ek_dev *d, float *out, int ldo, const float *q, in
 	a.pos = pos;
 	a.window = window;
 	a.maxsp = (max_keys + AT_SPLIT - 1) / AT_SPLIT;
-	a.part = (float *)work;
-	a.cnt = (int *)((float *)work + (size_t)T * nh * a.maxsp * (hd + 2));
+	if ((size_t)EK_GEMV_MAX_T * nkv > EK_WORK_CNT_BYTES / sizeof(int))
+		return ek_fail(d, -EINVAL, "attention: %d kv heads too many for the counters", nkv);
+	a.cnt = (int *)work;                    /* [T][nkv], at a fixed place */
+	a.part = (float *)((char *)work + EK_WORK_CNT_BYTES);
 	a.scale = (float)(1.0 / sqrt((double)hd));
 	bool split = T <= EK_GEMV_MAX_T;
 	if (kvtype == EK_KV_F32)

@@ -328,11 +328,10 @@ void ek_route_cpu(const float *logits, int ldl, const float *bias, int E, int k,
 size_t ek_moe_work_bytes(int T, int k, int inter, int hidden)
 {
 	size_t slots = (size_t)T * k;
-	/* h [slots][inter], d [slots][hidden], gate/up scratch [slots][inter] x2,
-	 * grouping tables, per-row-block counters */
-	size_t b = slots * ((size_t)inter * 3 + hidden) * sizeof(float);
+	/* counters (fixed prefix), then h [slots][inter], g, u [slots][inter],
+	 * d [slots][hidden], then the prefill grouping tables */
+	size_t b = EK_WORK_CNT_BYTES + slots * ((size_t)inter * 3 + hidden) * sizeof(float);
 	b += slots * 4 * sizeof(int) + 4096 * sizeof(int) + 256;
-	b += (((size_t)hidden + 15) / 16 + 1) * sizeof(int);
 	return (b + 255) & ~(size_t)255;
 }
 
@@ -480,9 +479,8 @@ void ek_qk_rope_kv_cpu(float *q, int ldq, float *k, int ldk, const float *v, int
 size_t ek_attn_work_bytes(int T, int nh, int hd, int max_keys)
 {
 	size_t splits = ((size_t)(max_keys > 0 ? max_keys : 1) + 511) / 512;
-	/* per (token, head, split): max, sum, acc[hd]; counters per (token, head) */
-	size_t b = (size_t)T * nh * splits * (hd + 2) * sizeof(float);
-	b += (size_t)T * nh * sizeof(int);
+	/* counters (fixed prefix), then per (token, head, split): acc[hd], max, sum */
+	size_t b = EK_WORK_CNT_BYTES + (size_t)T * nh * splits * (hd + 2) * sizeof(float);
 	return (b + 255) & ~(size_t)255;
 }
 

@@ -12,9 +12,9 @@
  * engine's order), and three grouped tile GEMMs (gate, up, down) plus a
  * SwiGLU and a combine kernel run over the groups.
  *
- * work layout (floats, then ints; sizes from ek_moe_work_bytes):
- *   h[S][I] g[S][I] u[S][I] d[S][H] | slot_tok[S] pos_of[S] tiles[...] | cnt[...]
- * with S = T·k slots, I = inter, H = hidden. */
+ * work layout (sizes from ek_moe_work_bytes):
+ *   cnt[EK_WORK_CNT_BYTES / 4] | h[S][I] g[S][I] u[S][I] d[S][H] | slot_tok[S] pos_of[S] tiles[...]
+ * with S = T·k slots, I = inter, H = hidden: the counters never move with T. */
 #include "kernels/ek_dev.cuh"
 
 #include <errno.h>
@@ -91,11 +91,13 @@ extern "C" int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w 
 		return ek_fail(d, -EINVAL, "moe: gate and up sets differ in kind");
 	if (ldx < H || ldo < H)
 		return ek_fail(d, -EINVAL, "moe: ldx %d / ldo %d < hidden %d", ldx, ldo, H);
-	float *h = (float *)work, *g = h + (size_t)S * I, *u = g + (size_t)S * I;
-	float *dd = u + (size_t)S * I;
+	int *cnt = (int *)work;
+	float *h = (float *)((char *)work + EK_WORK_CNT_BYTES), *g = h + (size_t)S * I;
+	float *u = g + (size_t)S * I, *dd = u + (size_t)S * I;
 	int *ints = (int *)(dd + (size_t)S * H);
 	int *slot_tok = ints, *pos_of = ints + S, *tiles = ints + 2 * S;
-	int *cnt = ints + 4 * (size_t)S + 4096 + 64;
+	if ((size_t)(H + 15) / 16 + 1 > EK_WORK_CNT_BYTES / sizeof(int))
+		return ek_fail(d, -EINVAL, "moe: hidden %d too large for the counters", H);
 
 	if (T <= EK_GEMV_MAX_T) {
 		if ((rc = ek_gv(d, GV_GU, G, U, ids, k, x, ldx, h, I, S, 0, NULL, 0, NULL, 0, NULL)))

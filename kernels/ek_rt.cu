@@ -190,6 +190,7 @@ void *ek_alloc(struct ek_dev *d, size_t bytes)
 
 void ek_free(struct ek_dev *d, void *p)
 {
+	(void)d;
 	if (p)
 		cudaFree(p);
 }
@@ -204,6 +205,7 @@ void *ek_host_alloc(struct ek_dev *d, size_t bytes)
 
 void ek_host_free(struct ek_dev *d, void *p)
 {
+	(void)d;
 	if (p)
 		cudaFreeHost(p);
 }
@@ -357,6 +359,7 @@ static __device__ __forceinline__ uint64_t mix64(uint64_t z)
 
 __global__ void k_fill_bf16(uint16_t *p, size_t n, float amp, uint64_t seed)
 {
+	pdl_start();
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		uint64_t u = mix64(seed + (uint64_t)i * 0x9E3779B97F4A7C15ull);
@@ -370,6 +373,7 @@ __global__ void k_fill_bf16(uint16_t *p, size_t n, float amp, uint64_t seed)
 __global__ void k_fill_bytes(uint8_t *p, size_t n, int lo, int hi, uint64_t seed)
 {
 	uint64_t span = (uint64_t)(hi - lo + 1);
+	pdl_start();
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		uint64_t u = mix64(seed + (uint64_t)i * 0x9E3779B97F4A7C15ull);

@@ -14,6 +14,7 @@ int bench_engine(int argc, char **argv);   /* tools/bench_engine.c */
 
 /* GPU twin of bench_quant for one BF16 tensor [rows][cols] (CUDA builds). */
 int bench_quant_cuda(const uint16_t *w, size_t rows, size_t cols, enum rq_recipe r, int reps);
+int bench_engine_cuda(int argc, char **argv); /* tools/bench_engine_cuda.c: bench engine --device cuda */
 
 /* Seconds on a monotonic clock. */
 double bench_now(void);

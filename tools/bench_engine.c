@@ -31,7 +31,8 @@ static void usage(FILE *f)
 	"  --threads N        CPU threads (default: all)\n"
 	"  --prompt-tokens N  prompt length for prefill (default 128)\n"
 	"  --decode-tokens N  greedy tokens to decode (default 32; 8 for --real-dims)\n"
-	"  --model DIR        measure this checkpoint directory instead of synthetic ones\n");
+	"  --model DIR        measure this checkpoint directory instead of synthetic ones\n"
+	"  --device cuda[:N]  the CUDA engine instead (see `bench engine --device cuda --help`)\n");
 }
 
 static int make_ckpt(const char *dir, int real)
@@ -126,10 +127,16 @@ out:
 
 int bench_engine(int argc, char **argv)
 {
+	/* --device cuda[:N] is the GPU benchmark (tools/bench_engine_cuda.c) */
+	for (int i = 1; i < argc; i++)
+		if ((!strcmp(argv[i], "--device") && i + 1 < argc && strncmp(argv[i + 1], "cpu", 3)) ||
+		    (!strncmp(argv[i], "--device=", 9) && strncmp(argv[i] + 9, "cpu", 3)))
+			return bench_engine_cuda(argc, argv);
 	static const struct option opts[] = {
 		{"real-dims", no_argument, 0, 'r'}, {"threads", required_argument, 0, 't'},
 		{"prompt-tokens", required_argument, 0, 'p'}, {"decode-tokens", required_argument, 0, 'd'},
-		{"model", required_argument, 0, 'm'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"model", required_argument, 0, 'm'}, {"device", required_argument, 0, 'D'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	int real = 0, threads = 0, np = 128, nd = -1, c;
 	const char *model = NULL;
 	char *end;
@@ -146,6 +153,7 @@ int bench_engine(int argc, char **argv)
 		case 'p': np = (int)v; break;
 		case 'd': nd = (int)v; break;
 		case 'm': model = optarg; break;
+		case 'D': break;   /* cpu: this benchmark; cuda went to bench_engine_cuda */
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}

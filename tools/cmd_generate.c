@@ -5,6 +5,8 @@
 #include "base/pool.h"
 #include "engine/chat.h"
 #include "engine/forward.h"
+#include "engine/forward_cuda.h"
+#include "kernels/kquant.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
@@ -34,7 +36,8 @@ static void usage(FILE *f)
 	"  --top-p P         1 = off; default from generation_config.json\n"
 	"  --seed S          sampling seed (default: from the clock, printed on stderr)\n"
 	"  --threads N       CPU threads (default: all)\n"
-	"  --device D        cpu, cuda or auto (default auto = cpu until the CUDA engine exists)\n");
+	"  --device D        cpu, cuda or auto (default: cuda when a GPU is usable, else cpu)\n"
+	"  --kv T            CUDA KV cache type: bf16 (default), f32, fp8\n");
 }
 
 static int num(const char *s, double lo, double hi, double *out)
@@ -71,8 +74,8 @@ int cmd_generate(int argc, char **argv)
 		{"temperature", required_argument, 0, 'T'}, {"top-k", required_argument, 0, 'k'},
 		{"top-p", required_argument, 0, 'P'}, {"seed", required_argument, 0, 'S'},
 		{"threads", required_argument, 0, 't'}, {"device", required_argument, 0, 'd'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	const char *prompt = NULL, *system = NULL, *device = "auto";
+		{"kv", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	const char *prompt = NULL, *system = NULL, *device = "auto", *kv = NULL;
 	int chat = 0, think = 1, n = 256, threads = 0, have_seed = 0;
 	double temp = -1, top_p = -1, v;
 	long top_k = -1;
@@ -85,6 +88,11 @@ int cmd_generate(int argc, char **argv)
 		case 's': system = optarg; break;
 		case 'N': think = 0; break;
 		case 'd': device = optarg; break;
+		case 'K':
+			if (lgc_kv_parse(optarg) < 0)
+				return cli_fail(2, "generate", "--kv: expected bf16, f32 or fp8, got '%s'", optarg);
+			kv = optarg;
+			break;
 		case 'n':
 			if (num(optarg, 0, 1 << 24, &v))
 				return cli_fail(2, "generate", "-n: expected a token count, got '%s'", optarg);
@@ -124,8 +132,6 @@ int cmd_generate(int argc, char **argv)
 	}
 	if (strcmp(device, "cpu") && strcmp(device, "cuda") && strcmp(device, "auto"))
 		return cli_fail(2, "generate", "--device: expected cpu, cuda or auto, got '%s'", device);
-	if (!strcmp(device, "cuda"))
-		return cli_fail(1, "generate", "the CUDA engine is not built yet; use --device cpu");
 	if ((system || !think) && !chat)
 		return cli_fail(2, "generate", "--system and --no-think need --chat");
 	const char *dir = argv[optind];
@@ -135,6 +141,7 @@ int cmd_generate(int argc, char **argv)
 	struct tok *tk = NULL;
 	struct rq_pool *pool = NULL;
 	struct lg_state *st = NULL;
+	struct lgc *g = NULL;
 	struct lg_sampler smp = {0};
 	struct tok_ids ids = {0};
 	struct tok_stream *ts = NULL;
@@ -184,7 +191,32 @@ int cmd_generate(int argc, char **argv)
 		cli_fail(1, "generate", "cannot start %d threads", threads);
 		goto out;
 	}
-	if (lg_state_create(m, (int)ids.n + n + 1, 0, pool, &st, &err)) {
+	int want_cuda = !strcmp(device, "cuda") || (!strcmp(device, "auto") && kq_device_count() > 0);
+	if (want_cuda) {
+		struct lgc_opts go = {.device = 0, .max_ctx = (int)ids.n + n + 1, .kv = kv};
+		struct lgc_plan plan;
+		char text_plan[1024];
+		if (!lgc_plan_make(m, &go, &plan, &err)) {
+			lgc_plan_text(&plan, text_plan, sizeof text_plan);
+			fprintf(stderr, "%s\n", text_plan);
+		}
+		if (lgc_create(m, &go, &g, &err)) {
+			if (!strcmp(device, "cuda")) {
+				cli_fail(1, "generate", "%s", err.msg);
+				goto out;
+			}
+			fprintf(stderr, "requantfs generate: CUDA engine unavailable (%s); using the CPU\n",
+			        err.msg);
+			g = NULL;
+		} else {
+			struct lgc_stats gs;
+			lgc_stats(g, &gs);
+			fprintf(stderr, "requantfs generate: weights uploaded: %.2f GB in %.2f s (%.2f GB/s)\n",
+			        gs.upload_bytes / 1e9, gs.upload_s,
+			        gs.upload_s > 0 ? gs.upload_bytes / gs.upload_s / 1e9 : 0.0);
+		}
+	}
+	if (!g && lg_state_create(m, (int)ids.n + n + 1, 0, pool, &st, &err)) {
 		cli_fail(1, "generate", "%s", err.msg);
 		goto out;
 	}
@@ -202,7 +234,8 @@ int cmd_generate(int argc, char **argv)
 	for (size_t i = 0; i < ids.n; i++)
 		prompt_ids[i] = ids.v[i];
 	double t0 = now();
-	int frc = lg_forward(st, prompt_ids, (int)ids.n, logits, 1, &err);
+	int frc = g ? lgc_forward(g, prompt_ids, (int)ids.n, logits, 1, &err)
+	            : lg_forward(st, prompt_ids, (int)ids.n, logits, 1, &err);
 	free(prompt_ids);
 	if (frc) {
 		cli_fail(1, "generate", "%s", err.msg);
@@ -221,7 +254,8 @@ int cmd_generate(int argc, char **argv)
 			fwrite(piece, 1, plen, stdout);
 			fflush(stdout);
 		}
-		if (made < n && lg_forward(st, &id, 1, logits, 1, &err)) {
+		if (made < n && (g ? lgc_forward(g, &id, 1, logits, 1, &err)
+		                   : lg_forward(st, &id, 1, logits, 1, &err))) {
 			cli_fail(1, "generate", "%s", err.msg);
 			goto out;
 		}
@@ -231,10 +265,15 @@ int cmd_generate(int argc, char **argv)
 	printf("\n");
 	fflush(stdout);
 	double t2 = now();
+	char where[64];
+	if (g)
+		snprintf(where, sizeof where, "cuda");
+	else
+		snprintf(where, sizeof where, "cpu, %d threads", rq_pool_size(pool));
 	fprintf(stderr, "prompt: %zu tokens, %.1f tok/s; decode: %d tokens, %.2f tok/s "
-	        "(%d threads, temperature %g, top-k %d, top-p %g, seed %llu)\n",
+	        "(%s, temperature %g, top-k %d, top-p %g, seed %llu)\n",
 	        ids.n, ids.n / (t1 - t0), made, made > 1 ? (made - 1) / (t2 - t1) : 0.0,
-	        rq_pool_size(pool), t, k, p, seed);
+	        where, t, k, p, seed);
 	rc = 0;
 out:
 	tok_stream_free(ts);
@@ -243,6 +282,7 @@ out:
 	tok_ids_free(&ids);
 	lg_sampler_free(&smp);
 	lg_state_free(st);
+	lgc_free(g);
 	rq_pool_destroy(pool);
 	tok_free(tk);
 	lg_model_close(m);

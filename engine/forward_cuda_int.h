@@ -1,0 +1,83 @@
+/* forward_cuda_int.h — the CUDA engine's state, shared by forward_cuda.c
+ * (the forward pass, the decode graph) and forward_cuda_load.c (memory plan,
+ * weight upload). Internal to engine/. */
+#ifndef RQ_ENGINE_FORWARD_CUDA_INT_H
+#define RQ_ENGINE_FORWARD_CUDA_INT_H
+
+#include "engine/forward_cuda.h"
+#include "kernels/ek.h"
+
+#define LGC_MAXG 4                 /* members of a linear group */
+#define LGC_SLOTS 4                /* pinned staging slots of the upload */
+#define LGC_SLOT_BYTES ((size_t)64 << 20)
+#define LGC_LOGIT_ROWS 16          /* logits computed per lm_head call */
+
+/* Linears reading the same input, outputs side by side in one buffer: one
+ * fused BF16 matrix (n = 1) or one product per member. */
+struct lgc_group {
+	int n;
+	struct ek_w w[LGC_MAXG];   /* device weights */
+	int off[LGC_MAXG];         /* first output column of each */
+	int width;                 /* output columns in all */
+};
+
+struct lgc_layer {
+	int type, nh, moe;         /* lg_layer's */
+	float *attn_norm, *mlp_norm;   /* device [hidden] */
+	float *q_norm, *k_norm;    /* device [head_dim] */
+	struct lgc_group qkvg;     /* q | k | v | g */
+	int qo, ko, vo, go;        /* their columns in qkvg's output */
+	struct ek_w o;
+	struct lgc_group gu;       /* dense: gate | up */
+	struct ek_w down;
+	struct lgc_group rsu;      /* MoE: router | shared gate | shared up */
+	struct ek_w sd;            /* shared down */
+	float *bias;               /* device [n_experts] selection bias */
+	struct ek_w eg, eu, ed;    /* routed expert sets (n = n_experts) */
+	void *kc, *vc;             /* KV cache [nkv][cap][hd] of kv_type */
+	int cap;                   /* positions in the cache (ring for sliding layers) */
+};
+
+/* Invariant: pos == positions fed; hstep/dstep are [1 + B] ints, position
+ * then tokens (the decode graph copies hstep → dstep as its first node). */
+struct lgc {
+	const struct lg_model *m;
+	struct lgc_opts o;
+	int kv_type;
+	int B;                     /* tokens per batch */
+	int pos;
+	struct ek_dev *d;
+	struct lgc_plan plan;
+	struct lgc_stats st;
+	struct lgc_layer *L;       /* [n_layers] */
+	uint16_t *embed;           /* device [vocab][hidden] BF16 */
+	float *final_norm;         /* device [hidden] */
+	struct ek_w lm_head;
+	float *inv_freq[2];        /* device [rot/2] per layer type */
+	/* activations, device */
+	float *x, *xn;             /* [B][hidden] */
+	float *qkvg;               /* [B][qkvg_w] */
+	float *att;                /* [B][qd] */
+	float *gu;                 /* [B][gu_w] dense gate | up */
+	float *h;                  /* [B][max(inter, shared)] SwiGLU output */
+	float *rsu;                /* [B][rsu_w] router logits | shared gate | shared up */
+	int *ids;                  /* [B·top_k] */
+	float *wts;                /* [B·top_k] */
+	float *logits;             /* [LGC_LOGIT_ROWS][vocab] */
+	void *moe_work, *attn_work;
+	int qkvg_w, gu_w, rsu_w, qd, hw;
+	int *dstep;                /* device [1 + B] */
+	int *hstep;                /* pinned [1 + B] */
+	float *hlogits;            /* pinned [LGC_LOGIT_ROWS][vocab] */
+	struct ek_graph *graph;
+	int warm;                  /* decode steps run directly before capturing */
+	void **allocs;             /* device allocations, freed at lgc_free */
+	int nallocs, capallocs;
+};
+
+/* forward_cuda_load.c */
+int lgc_layout(struct lgc *g, int dry, struct rq_err *err);
+void *lgc_dalloc(struct lgc *g, size_t bytes);
+size_t lgc_act_bytes(const struct lg_model *m, int B, int max_ctx);
+
+#endif

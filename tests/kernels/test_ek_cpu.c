@@ -1,0 +1,436 @@
+/* test_ek_cpu.c — the CPU twins of the engine kernels (kernels/ek_cpu.c)
+ * against straightforward scalar references written here (suite unit).
+ *
+ *   - scalar conversions: fp16 against the compiler's _Float16, BF16 / E4M3 /
+ *     E2M1 against quant/ (rq_*), every pattern where there are few;
+ *   - the NVFP4 repack: rows read back equal rq_dequant_row bit for bit, the
+ *     padding is zero, and an emulation of the GPU decode (fp16x2 registers
+ *     built with the kernel's shifts and masks, times the E4M3 scale in fp16)
+ *     lands every weight in the mma fragment position ek.h documents;
+ *   - GEMV / GEMM twins against double-precision sums, with the stated
+ *     rounding points (fp16·2^e activations for NVFP4 GEMV, BF16 for GEMM)
+ *     reproduced independently, and against exact activations within the
+ *     rounding bound;
+ *   - router against a sort-based top-k; MoE against a double composition. */
+#include "tests/kernels/test_ek_util.h"
+#include "quant/quant.h"
+
+#include <stdio.h>
+
+/* ------------------------------------------------------------ scalars */
+
+static uint32_t fbits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static float ufloat(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static void test_scalars(void)
+{
+	int bad = 0;
+	for (uint32_t h = 0; h < 65536; h++) {
+		uint16_t hb = (uint16_t)h;
+		_Float16 ref;
+		memcpy(&ref, &hb, 2);
+		float a = ek_f16_f32(hb), b = (float)ref;
+		if (!(a == b && signbit(a) == signbit(b)) && !(a != a && b != b))
+			bad++;
+	}
+	TAP_OK(bad == 0, "fp16 -> f32: all 65536 patterns equal _Float16 (%d differ)", bad);
+
+	bad = 0;
+	for (int i = 0; i < 400000; i++) {
+		float f;
+		if (i < 200000)         /* random bit patterns over the fp16 range and beyond */
+			f = ufloat((uint32_t)tu_next() & 0xC7FFFFFFu);
+		else if (i < 300000)    /* exact midpoints between fp16 neighbours */
+			f = ldexpf((float)(2 * (tu_next() % 2048) + 1), -25 + (int)(tu_next() % 40));
+		else
+			f = tu_unif(-70000.0f, 70000.0f);
+		_Float16 r = (_Float16)f;
+		uint16_t rb;
+		memcpy(&rb, &r, 2);
+		uint16_t g = ek_f32_f16(f);
+		if (g != rb && !(f != f))
+			bad++;
+	}
+	TAP_OK(bad == 0, "f32 -> fp16 RNE: 400000 values (ties, subnormals, overflow) equal "
+	       "_Float16 (%d differ)", bad);
+
+	bad = 0;
+	for (int i = 0; i < 200000; i++) {
+		float f = ufloat((uint32_t)tu_next());
+		if (f != f)
+			continue;
+		if (ek_f32_bf16(f) != rq_f32_to_bf16(f) || fbits(ek_bf16_f32(rq_f32_to_bf16(f))) !=
+		    fbits(rq_bf16_to_f32(rq_f32_to_bf16(f))))
+			bad++;
+	}
+	TAP_OK(bad == 0, "bf16 both ways equal quant/ on 200000 random patterns (%d differ)", bad);
+
+	bad = 0;
+	for (int b = 0; b < 256; b++) {
+		float a = ek_e4m3_f32((uint8_t)b), r = rq_e4m3_to_f32((uint8_t)b);
+		if (!(a == r && signbit(a) == signbit(r)) && !(a != a && r != r))
+			bad++;
+	}
+	TAP_OK(bad == 0, "e4m3 -> f32: all 256 bytes equal rq_e4m3_to_f32");
+
+	bad = 0;
+	for (int i = 0; i < 200000; i++) {
+		float f = i < 100000 ? tu_unif(-448.0f, 448.0f)
+		                     : ldexpf(tu_unif(-2.0f, 2.0f), -(int)(tu_next() % 14));
+		if (ek_f32_e4m3(f) != rq_f32_to_e4m3(f))
+			bad++;
+	}
+	for (int b = 0; b < 256; b++) {            /* each value and each midpoint to its neighbour */
+		float v = ek_e4m3_f32((uint8_t)b);
+		if (v != v || fabsf(v) > 448.0f)
+			continue;
+		if (ek_f32_e4m3(v) != rq_f32_to_e4m3(v))
+			bad++;
+		float w = ek_e4m3_f32((uint8_t)(b + 1));
+		if ((b & 0x7F) < 0x7E && w == w && ek_f32_e4m3((v + w) / 2) != rq_f32_to_e4m3((v + w) / 2))
+			bad++;
+	}
+	TAP_OK(bad == 0, "f32 -> e4m3 RNE equals rq_f32_to_e4m3 (random, exact, midpoints)");
+	TAP_OK(ek_f32_e4m3(1000.0f) == 0x7E && ek_f32_e4m3(-1e30f) == 0xFE && ek_f32_e4m3(NAN) == 0x7F,
+	       "f32 -> e4m3 saturates to +-448, NaN -> 0x7F");
+	bad = 0;
+	for (int c = 0; c < 16; c++)
+		if (ek_e2m1_f32((uint8_t)c) != rq_e2m1_to_f32((uint8_t)c))
+			bad++;
+	TAP_OK(bad == 0, "e2m1: all 16 codes equal rq_e2m1_to_f32");
+}
+
+/* ------------------------------------------------------------- repack */
+
+/* The GPU decode of one code word (ek_gemv.cu fp4_tile), emulated: register
+ * q (0..3) as two fp16 halves, times the fp16 scale; returns the 8 values
+ * in nibble order p = q + 4·half. */
+static void emulate_word(uint32_t w, uint8_t s_lo, uint8_t s_hi, float out[8])
+{
+	uint32_t reg[4] = {((w << 9) & 0x0E000E00u) | ((w << 12) & 0x80008000u),
+	                   ((w << 5) & 0x0E000E00u) | ((w << 8) & 0x80008000u),
+	                   ((w << 1) & 0x0E000E00u) | ((w << 4) & 0x80008000u),
+	                   ((w >> 3) & 0x0E000E00u) | (w & 0x80008000u)};
+	for (int q = 0; q < 4; q++)
+		for (int hf = 0; hf < 2; hf++) {
+			float v = ek_f16_f32((uint16_t)(reg[q] >> (16 * hf)));
+			float s = ek_e4m3_f32((q & 1) ? s_hi : s_lo);
+			_Float16 prod = (_Float16)v * (_Float16)s;  /* the kernel's __hmul2 */
+			out[q + 4 * hf] = (float)prod;
+		}
+}
+
+static void test_repack_shape(int rows, int cols)
+{
+	struct tu_w t;
+	tu_w_make(&t, EK_NVFP4, rows, cols, 1, 0.05f);
+	float *a = tu_alloc(sizeof(float) * cols), *b = tu_alloc(sizeof(float) * cols);
+	int bad = 0;
+	for (int r = 0; r < rows; r++) {
+		ek_w_row_cpu(&t.w, 0, r, a);
+		rq_dequant_row(t.packed + (size_t)r * cols / 2, t.scales + (size_t)r * cols / 16, t.gs[0],
+		               cols, b);
+		if (memcmp(a, b, sizeof(float) * cols))
+			bad++;
+	}
+	TAP_OK(bad == 0, "repack %dx%d: every row reads back bit-equal to rq_dequant_row", rows, cols);
+
+	/* fragment emulation over every tile, lane and word */
+	int nrt = (rows + 15) / 16, nkc = (cols + 63) / 64, frag_bad = 0, pad_bad = 0;
+	for (int rt = 0; rt < nrt; rt++)
+		for (int kc = 0; kc < nkc; kc++) {
+			const uint8_t *tile = t.data + ((size_t)rt * nkc + kc) * 576;
+			for (int lane = 0; lane < 32; lane++) {
+				int g = lane / 4, i = lane % 4;
+				for (int j = 0; j < 4; j++) {
+					uint32_t w;
+					memcpy(&w, tile + 16 * lane + 4 * j, 4);
+					float v[8];
+					emulate_word(w, tile[512 + 8 * g + j], tile[512 + 8 * g + 4 + j], v);
+					for (int p = 0; p < 8; p++) {
+						/* a0..a7 of mma.m16n8k16: register q = p % 4, element p / 4 */
+						int q = p % 4, el = p / 4;
+						int r = rt * 16 + g + 8 * (q & 1);
+						int c = kc * 64 + 16 * j + 2 * i + 8 * (q >> 1) + el;
+						if (r >= rows || c >= cols) {
+							if (v[p] != 0)
+								pad_bad++;
+							continue;
+						}
+						uint8_t byte = t.packed[(size_t)r * cols / 2 + c / 2];
+						float want = rq_e2m1_to_f32((c & 1) ? byte >> 4 : byte & 15) *
+						             rq_e4m3_to_f32(t.scales[(size_t)r * cols / 16 + c / 16]);
+						if (ldexpf(v[p], 14) != want)
+							frag_bad++;
+					}
+				}
+			}
+		}
+	TAP_OK(frag_bad == 0, "repack %dx%d: emulated GPU decode puts e2m1*e4m3*2^-14 (exact in fp16) "
+	       "at each documented mma A position (%d wrong)", rows, cols, frag_bad);
+	TAP_OK(pad_bad == 0, "repack %dx%d: padding decodes to zero", rows, cols);
+	free(a);
+	free(b);
+	tu_w_free(&t);
+}
+
+/* --------------------------------------------------------- GEMV, GEMM */
+
+enum { REF_EXACT, REF_F16, REF_BF16 };
+
+/* y_ref[t][r] = Σ w·xr in double, with x as the op sees it; mag = Σ|w·x|. */
+static void ref_matvec(const struct tu_w *t, int e, const float *x, int ldx, int T, int mode,
+                       double *y, double *mag)
+{
+	int K = t->w.cols;
+	float *row = tu_alloc(sizeof(float) * K);
+	double *xr = tu_alloc(sizeof(double) * K);
+	for (int tt = 0; tt < T; tt++) {
+		const float *xt = x + (size_t)tt * ldx;
+		float amax = 0;
+		for (int c = 0; c < K; c++)
+			amax = fabsf(xt[c]) > amax ? fabsf(xt[c]) : amax;
+		int ex = amax > 0 ? 14 - ilogbf(amax) : 0;
+		for (int c = 0; c < K; c++)
+			xr[c] = mode == REF_F16 ? ldexp((double)(float)(_Float16)ldexpf(xt[c], ex), -ex)
+			      : mode == REF_BF16 ? (double)rq_bf16_to_f32(rq_f32_to_bf16(xt[c]))
+			      : (double)xt[c];
+		for (int r = 0; r < t->w.rows; r++) {
+			if (t->w.kind == EK_BF16) {
+				const uint16_t *w = (const uint16_t *)(t->data + (size_t)e * t->w.stride) + (size_t)r * K;
+				for (int c = 0; c < K; c++)
+					row[c] = rq_bf16_to_f32(w[c]);
+			} else {
+				size_t pk = (size_t)t->w.rows * K / 2, sc = (size_t)t->w.rows * K / 16;
+				rq_dequant_row(t->packed + e * pk + (size_t)r * K / 2, t->scales + e * sc + (size_t)r * K / 16,
+				               t->gs[e], K, row);
+			}
+			double s = 0, m = 0;
+			for (int c = 0; c < K; c++) {
+				s += (double)row[c] * xr[c];
+				m += fabs((double)row[c] * xt[c]);
+			}
+			y[(size_t)tt * t->w.rows + r] = s;
+			mag[(size_t)tt * t->w.rows + r] = m;
+		}
+	}
+	free(row);
+	free(xr);
+}
+
+static void test_matvec(int kind, int rows, int cols, int T, int gemm)
+{
+	struct tu_w t;
+	tu_w_make(&t, kind, rows, cols, 1, 0.05f);
+	int ldx = cols + 3, ldy = rows + 5;
+	float *x = tu_floats((size_t)T * ldx, -2.0f, 2.0f);
+	for (int c = 0; c < cols; c += 7)
+		x[c] *= 1e-3f;                               /* a spread of magnitudes */
+	float *y = tu_floats((size_t)T * ldy, -1.0f, 1.0f), *y0 = tu_alloc(sizeof(float) * T * ldy);
+	memcpy(y0, y, sizeof(float) * T * ldy);
+	size_t n = (size_t)T * rows;
+	double *ref = tu_alloc(sizeof(double) * n), *mag = tu_alloc(sizeof(double) * n);
+	double *ex = tu_alloc(sizeof(double) * n), *exm = tu_alloc(sizeof(double) * n);
+	float *got = tu_alloc(sizeof(float) * n);
+	int mode = gemm ? REF_BF16 : kind == EK_NVFP4 ? REF_F16 : REF_EXACT;
+	ref_matvec(&t, 0, x, ldx, T, mode, ref, mag);
+	ref_matvec(&t, 0, x, ldx, T, REF_EXACT, ex, exm);
+	for (int acc = 0; acc < 2; acc++) {
+		if (gemm)
+			ek_gemm_cpu(&t.w, x, ldx, y, ldy, T, acc);
+		else
+			ek_gemv_cpu(&t.w, x, ldx, y, ldy, T, acc);
+		for (int tt = 0; tt < T; tt++)
+			for (int r = 0; r < rows; r++) {
+				float v = y[(size_t)tt * ldy + r];
+				got[(size_t)tt * rows + r] = acc ? v - y0[(size_t)tt * ldy + r] : v;
+			}
+		char what[160];
+		snprintf(what, sizeof what, "%s %s %dx%d T=%d%s: same rounding points", gemm ? "gemm" : "gemv",
+		         kind == EK_BF16 ? "bf16" : "nvfp4", rows, cols, T, acc ? " (accumulate)" : "");
+		/* accumulate: the subtraction of y0 costs one ulp of |y0| <= 1 */
+		tu_close(what, got, ref, mag, n, 2e-6 * sqrt((double)cols), acc ? 2.5e-7 : 0);
+		memcpy(y0, y, sizeof(float) * T * ldy);
+	}
+	/* against exact activations: within the activation rounding bound */
+	if (gemm)
+		ek_gemm_cpu(&t.w, x, ldx, y, ldy, T, 0);
+	else
+		ek_gemv_cpu(&t.w, x, ldx, y, ldy, T, 0);
+	for (int tt = 0; tt < T; tt++)
+		memcpy(got + (size_t)tt * rows, y + (size_t)tt * ldy, sizeof(float) * rows);
+	double u = mode == REF_BF16 ? ldexp(1, -8) : mode == REF_F16 ? ldexp(1, -11) : 0;
+	char what[160];
+	snprintf(what, sizeof what, "%s %s %dx%d T=%d: within %.3g of exact activations",
+	         gemm ? "gemm" : "gemv", kind == EK_BF16 ? "bf16" : "nvfp4", rows, cols, T, u);
+	tu_close(what, got, ex, exm, n, u + 2e-6 * sqrt((double)cols), 0);
+	free(x);
+	free(y);
+	free(y0);
+	free(ref);
+	free(mag);
+	free(ex);
+	free(exm);
+	free(got);
+	tu_w_free(&t);
+}
+
+/* ------------------------------------------------------------- router */
+
+static const float *sort_key;
+
+static int by_key(const void *a, const void *b)
+{
+	int i = *(const int *)a, j = *(const int *)b;
+	if (sort_key[i] != sort_key[j])
+		return sort_key[i] > sort_key[j] ? -1 : 1;
+	return i - j;
+}
+
+static void test_route(int E, int k, int norm, float softcap)
+{
+	int T = 5, ldl = E + 2;
+	float *l = tu_floats((size_t)T * ldl, -4.0f, 4.0f), *bias = tu_floats(E, -0.05f, 0.05f);
+	for (int e = 0; e < E; e += 9)
+		bias[e] = 0;
+	l[3] = l[4] = l[5];                               /* a tie, broken to the lower index */
+	bias[3] = bias[4] = bias[5] = 0.5f;
+	int *ids = tu_alloc(sizeof(int) * T * k), *order = tu_alloc(sizeof(int) * E);
+	float *wts = tu_alloc(sizeof(float) * T * k), *key = tu_alloc(sizeof(float) * E);
+	float *s = tu_alloc(sizeof(float) * E);
+	ek_route_cpu(l, ldl, bias, E, k, norm, softcap, ids, wts, T);
+	int bad_ids = 0, bad_w = 0;
+	for (int t = 0; t < T; t++) {
+		double sum = 0;
+		for (int e = 0; e < E; e++) {
+			double v = l[(size_t)t * ldl + e];
+			if (softcap > 0)
+				v = tanh(v / softcap) * softcap;
+			s[e] = (float)(1.0 / (1.0 + exp(-v)));
+			key[e] = s[e] + bias[e];
+			order[e] = e;
+		}
+		sort_key = key;
+		qsort(order, E, sizeof(int), by_key);
+		for (int j = 0; j < k; j++)
+			sum += s[order[j]];
+		for (int j = 0; j < k; j++) {
+			if (ids[t * k + j] != order[j])
+				bad_ids++;
+			double want = norm ? s[order[j]] / sum : s[order[j]];
+			if (fabs(wts[t * k + j] - want) > 2e-6 * fabs(want))
+				bad_w++;
+		}
+	}
+	TAP_OK(bad_ids == 0, "route E=%d k=%d norm=%d cap=%g: picks equal a sorted top-k (ties low)",
+	       E, k, norm, softcap);
+	TAP_OK(bad_w == 0, "route E=%d k=%d: weights within 2e-6 of sigmoid%s", E, k,
+	       norm ? " / sum" : "");
+	free(l);
+	free(bias);
+	free(ids);
+	free(order);
+	free(wts);
+	free(key);
+	free(s);
+}
+
+/* ---------------------------------------------------------------- MoE */
+
+static void test_moe(int kind, int H, int I, int E, int k, int T)
+{
+	struct tu_w G, U, D;
+	tu_w_make(&G, kind, I, H, E, 0.05f);
+	tu_w_make(&U, kind, I, H, E, 0.05f);
+	tu_w_make(&D, kind, H, I, E, 0.05f);
+	int ldx = H + 4, ldo = H + 1;
+	float *x = tu_floats((size_t)T * ldx, -1.0f, 1.0f), *out = tu_floats((size_t)T * ldo, -1, 1);
+	float *out0 = tu_alloc(sizeof(float) * T * ldo), *got = tu_alloc(sizeof(float) * T * H);
+	memcpy(out0, out, sizeof(float) * T * ldo);
+	int *ids = tu_alloc(sizeof(int) * T * k);
+	float *wts = tu_alloc(sizeof(float) * T * k);
+	for (int t = 0; t < T; t++)
+		for (int j = 0; j < k; j++) {
+			ids[t * k + j] = (t * 7 + j * 3) % E;
+			wts[t * k + j] = tu_unif(0.05f, 0.5f);
+		}
+	float scale = 2.5f;
+	ek_moe_cpu(&G.w, &U.w, &D.w, ids, wts, k, scale, x, ldx, out, ldo, T, 1, NULL);
+	double *ref = tu_alloc(sizeof(double) * T * H), *mag = tu_alloc(sizeof(double) * T * H);
+	double *g = tu_alloc(sizeof(double) * I), *gm = tu_alloc(sizeof(double) * I);
+	double *u = tu_alloc(sizeof(double) * I), *um = tu_alloc(sizeof(double) * I);
+	double *dv = tu_alloc(sizeof(double) * H), *dm = tu_alloc(sizeof(double) * H);
+	double *hv = tu_alloc(sizeof(double) * H), *hmg = tu_alloc(sizeof(double) * H);
+	float *h = tu_alloc(sizeof(float) * I), *hb = tu_alloc(sizeof(float) * I);
+	for (int t = 0; t < T; t++) {
+		for (int j = 0; j < k; j++) {
+			int e = ids[t * k + j];
+			ref_matvec(&G, e, x + (size_t)t * ldx, ldx, 1, REF_EXACT, g, gm);
+			ref_matvec(&U, e, x + (size_t)t * ldx, ldx, 1, REF_EXACT, u, um);
+			for (int i = 0; i < I; i++) {
+				double sg = g[i] / (1 + exp(-g[i]));
+				h[i] = (float)(sg * u[i]);
+				/* first-order bound of h's error per unit of activation rounding */
+				hb[i] = (float)(1.1 * gm[i] * fabs(u[i]) + fabs(sg) * um[i]);
+			}
+			ref_matvec(&D, e, h, I, 1, REF_EXACT, dv, dm);
+			ref_matvec(&D, e, hb, I, 1, REF_EXACT, hv, hmg);
+			for (int r = 0; r < H; r++) {
+				ref[(size_t)t * H + r] += wts[t * k + j] * dv[r];
+				mag[(size_t)t * H + r] += wts[t * k + j] * (dm[r] + hmg[r]);
+			}
+		}
+		for (int r = 0; r < H; r++) {
+			got[(size_t)t * H + r] = out[(size_t)t * ldo + r] - out0[(size_t)t * ldo + r];
+			ref[(size_t)t * H + r] *= scale;
+			mag[(size_t)t * H + r] *= scale;
+		}
+	}
+	double u16 = T <= EK_GEMV_MAX_T ? (kind == EK_NVFP4 ? ldexp(1, -11) : 0) : ldexp(1, -8);
+	char what[128];
+	snprintf(what, sizeof what, "moe %s H=%d I=%d E=%d k=%d T=%d: against a double composition",
+	         kind == EK_BF16 ? "bf16" : "nvfp4", H, I, E, k, T);
+	tu_close(what, got, ref, mag, (size_t)T * H, 2 * u16 + 2e-5, 5e-7);
+	free(x); free(out); free(out0); free(got); free(ids); free(wts); free(ref); free(mag);
+	free(g); free(gm); free(u); free(um); free(dv); free(dm); free(h); free(hb); free(hv);
+	free(hmg);
+	tu_w_free(&G);
+	tu_w_free(&U);
+	tu_w_free(&D);
+}
+
+int main(void)
+{
+	test_scalars();
+	test_repack_shape(16, 64);
+	test_repack_shape(48, 192);
+	test_repack_shape(20, 48);
+	test_repack_shape(3, 16);
+	test_repack_shape(40, 1056);
+	test_matvec(EK_BF16, 37, 96, 1, 0);
+	test_matvec(EK_BF16, 64, 3072, 3, 0);
+	test_matvec(EK_BF16, 33, 100, 16, 0);
+	test_matvec(EK_NVFP4, 48, 3072, 1, 0);
+	test_matvec(EK_NVFP4, 20, 48, 5, 0);
+	test_matvec(EK_NVFP4, 32, 1024, 16, 0);
+	test_matvec(EK_BF16, 40, 256, 20, 1);
+	test_matvec(EK_NVFP4, 40, 320, 20, 1);
+	test_route(256, 10, 1, 0.0f);
+	test_route(64, 8, 0, 30.0f);
+	test_route(8, 2, 1, 0.0f);
+	test_moe(EK_NVFP4, 64, 32, 8, 2, 1);
+	test_moe(EK_BF16, 64, 32, 8, 2, 3);
+	test_moe(EK_NVFP4, 128, 64, 16, 4, 20);
+	return tap_done();
+}

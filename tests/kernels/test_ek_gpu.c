@@ -1,0 +1,493 @@
+/* test_ek_gpu.c — every CUDA engine kernel against its CPU twin on the same
+ * inputs (suite gpu). SKIP (exit 77, reason printed) when built without CUDA
+ * or when kq_device_count() == 0.
+ *
+ * Tolerances (GPU − twin), stated per op:
+ *   integer work (fills, NVFP4 repack, router picks, embedding, add): exact;
+ *   GEMV / GEMM: 1e-5 · Σ|w·x| (summation order, FMA, tensor-core sums);
+ *   RMSNorm, SwiGLU, RoPE: 2e-6 relative + 1e-6 · |x| (libm vs CUDA ulps);
+ *   attention: 2e-5 · Σ p·|v| (split merge order, exp ulps);
+ *   MoE: 2^-10 · magnitude for NVFP4 experts (a token's fp16 exponent may
+ *   land on the other side of a power of two), 1e-5 for BF16 experts.
+ * Also: counters left at zero (each stateful op run twice), a decode step
+ * captured in a CUDA graph and replayed at a new position, copy bandwidth. */
+#include "tests/kernels/test_ek_util.h"
+#include "kernels/kquant.h"
+
+#include <stdio.h>
+
+static struct ek_dev *D;
+/* When set, test_moe / test_attn use these work buffers as they are (sized
+ * for the largest T, zeroed once): counters must survive calls of any T. */
+static void *shared_moe_work, *shared_attn_work;
+
+static void *up(const void *h, size_t n)
+{
+	void *d = ek_alloc(D, n);
+	if (!d || ek_h2d(D, d, h, n)) {
+		printf("# upload of %zu bytes: %s\n", n, ek_error(D));
+		exit(1);
+	}
+	return d;
+}
+
+static void down(void *h, const void *d, size_t n)
+{
+	if (ek_d2h(D, h, d, n) || ek_sync(D)) {
+		printf("# download: %s\n", ek_error(D));
+		exit(1);
+	}
+}
+
+static int ok_rc(int rc, const char *what)
+{
+	if (rc)
+		printf("# %s: rc %d: %s\n", what, rc, ek_error(D));
+	return rc == 0;
+}
+
+/* A host weight set's device copy (data and global scales). */
+static struct ek_w wdev(const struct tu_w *t)
+{
+	struct ek_w w = t->w;
+	w.data = up(t->data, t->w.stride * t->w.n);
+	w.gs = t->gs ? up(t->gs, sizeof(float) * t->w.n) : NULL;
+	return w;
+}
+
+static void wdev_free(struct ek_w *w)
+{
+	ek_free(D, (void *)w->data);
+	ek_free(D, (void *)w->gs);
+}
+
+/* mag[t][r] = Σ_c |W_e[r][c]·x[t][c]| */
+static float *matvec_mag(const struct ek_w *W, int e, const float *x, int ldx, int T)
+{
+	float *row = tu_alloc(sizeof(float) * W->cols), *m = tu_alloc(sizeof(float) * T * W->rows);
+	for (int r = 0; r < W->rows; r++) {
+		ek_w_row_cpu(W, e, r, row);
+		for (int t = 0; t < T; t++) {
+			double s = 0;
+			for (int c = 0; c < W->cols; c++)
+				s += fabs((double)row[c] * x[(size_t)t * ldx + c]);
+			m[(size_t)t * W->rows + r] = (float)s;
+		}
+	}
+	free(row);
+	return m;
+}
+
+/* ------------------------------------------------------ fills, repack */
+
+static void test_fills_repack(void)
+{
+	size_t n = 3000001;
+	uint16_t *h = tu_alloc(2 * n), *g = tu_alloc(2 * n), *dd = ek_alloc(D, 2 * n);
+	ek_fill_bf16_cpu(h, n, 0.03f, 99);
+	int ok = ok_rc(ek_fill_bf16(D, dd, n, 0.03f, 99), "fill");
+	down(g, dd, 2 * n);
+	TAP_OK(ok && !memcmp(g, h, 2 * n), "fill bf16: GPU == twin (%zu values)", n);
+	ek_fill_bytes_cpu((uint8_t *)h, n, 3, 200, 5);
+	ok = ok_rc(ek_fill_bytes(D, (uint8_t *)dd, n, 3, 200, 5), "fill bytes");
+	down(g, dd, n);
+	TAP_OK(ok && !memcmp(g, h, n), "fill bytes: GPU == twin");
+	ek_free(D, dd);
+	free(h);
+	free(g);
+
+	int shapes[][2] = {{16, 64}, {20, 48}, {3, 16}, {1024, 3072}, {3072, 1024}, {100, 1056}};
+	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+		int rows = shapes[s][0], cols = shapes[s][1];
+		struct tu_w t;
+		tu_w_make(&t, EK_NVFP4, rows, cols, 1, 0.05f);
+		size_t pk = (size_t)rows * cols / 2, sc = (size_t)rows * cols / 16, ob = t.w.stride;
+		uint8_t *dp = up(t.packed, pk), *ds = up(t.scales, sc), *dout = ek_alloc(D, ob);
+		uint8_t *got = tu_alloc(ob);
+		ek_memset(D, dout, 0xAA, ob);
+		ok = ok_rc(ek_nvfp4_repack(D, dp, ds, rows, cols, dout), "repack");
+		down(got, dout, ob);
+		TAP_OK(ok && !memcmp(got, t.data, ob), "nvfp4 repack %dx%d: GPU == twin byte for byte "
+		       "(padding included)", rows, cols);
+		ek_free(D, dp);
+		ek_free(D, ds);
+		ek_free(D, dout);
+		free(got);
+		tu_w_free(&t);
+	}
+}
+
+/* ------------------------------------------------------- GEMV, GEMM */
+
+static void test_matvec(int kind, int rows, int cols, int T, int gemm, int acc)
+{
+	struct tu_w t;
+	tu_w_make(&t, kind, rows, cols, 1, 0.05f);
+	int ldx = cols % 8 ? cols + 1 : cols + 4, ldy = rows + 3;
+	float *x = tu_floats((size_t)T * ldx, -2, 2), *y = tu_floats((size_t)T * ldy, -1, 1);
+	float *yg = tu_alloc(sizeof(float) * T * ldy);
+	struct ek_w w = wdev(&t);
+	float *dx = up(x, sizeof(float) * T * ldx), *dy = up(y, sizeof(float) * T * ldy);
+	int rc = gemm ? ek_gemm(D, &w, dx, ldx, dy, ldy, T, acc) : ek_gemv(D, &w, dx, ldx, dy, ldy, T, acc);
+	int ok = ok_rc(rc, "matvec");
+	down(yg, dy, sizeof(float) * T * ldy);
+	if (gemm)
+		ek_gemm_cpu(&t.w, x, ldx, y, ldy, T, acc);
+	else
+		ek_gemv_cpu(&t.w, x, ldx, y, ldy, T, acc);
+	float *mag = matvec_mag(&t.w, 0, x, ldx, T);
+	float *g2 = tu_alloc(sizeof(float) * T * rows), *c2 = tu_alloc(sizeof(float) * T * rows);
+	for (int tt = 0; tt < T; tt++) {
+		memcpy(g2 + (size_t)tt * rows, yg + (size_t)tt * ldy, sizeof(float) * rows);
+		memcpy(c2 + (size_t)tt * rows, y + (size_t)tt * ldy, sizeof(float) * rows);
+	}
+	char what[128];
+	snprintf(what, sizeof what, "%s %s %dx%d T=%d%s: GPU vs twin", gemm ? "gemm" : "gemv",
+	         kind == EK_BF16 ? "bf16" : "nvfp4", rows, cols, T, acc ? " acc" : "");
+	if (ok)
+		tu_close_f(what, g2, c2, mag, (size_t)T * rows, 1e-5, acc ? 3e-7 : 1e-30);
+	else
+		TAP_OK(0, "%s", what);
+	free(x); free(y); free(yg); free(mag); free(g2); free(c2);
+	ek_free(D, dx);
+	ek_free(D, dy);
+	wdev_free(&w);
+	tu_w_free(&t);
+}
+
+/* --------------------------------------------------------- router, MoE */
+
+static void test_route(void)
+{
+	int E = 256, k = 10, T = 6;
+	float *l = tu_floats((size_t)T * E, -4, 4), *bias = tu_floats(E, -0.05f, 0.05f);
+	int *ids = tu_alloc(sizeof(int) * T * k), *gids = tu_alloc(sizeof(int) * T * k);
+	float *wts = tu_alloc(sizeof(float) * T * k), *gw = tu_alloc(sizeof(float) * T * k);
+	float *dl = up(l, sizeof(float) * T * E), *db = up(bias, sizeof(float) * E);
+	int *did = ek_alloc(D, sizeof(int) * T * k);
+	float *dw = ek_alloc(D, sizeof(float) * T * k);
+	int ok = ok_rc(ek_route(D, dl, E, db, E, k, 1, 0.0f, did, dw, T), "route");
+	down(gids, did, sizeof(int) * T * k);
+	down(gw, dw, sizeof(float) * T * k);
+	ek_route_cpu(l, E, bias, E, k, 1, 0.0f, ids, wts, T);
+	TAP_OK(ok && !memcmp(ids, gids, sizeof(int) * T * k), "route E=256 k=10: GPU picks == twin");
+	tu_close_f("route: GPU weights vs twin", gw, wts, NULL, (size_t)T * k, 1e-6, 1e-9);
+	free(l); free(bias); free(ids); free(gids); free(wts); free(gw);
+	ek_free(D, dl); ek_free(D, db); ek_free(D, did); ek_free(D, dw);
+}
+
+static void test_moe(int kind, int H, int I, int E, int k, int T)
+{
+	struct tu_w G, U, Dn;
+	tu_w_make(&G, kind, I, H, E, 0.05f);
+	tu_w_make(&U, kind, I, H, E, 0.05f);
+	tu_w_make(&Dn, kind, H, I, E, 0.05f);
+	struct ek_w g = wdev(&G), u = wdev(&U), dn = wdev(&Dn);
+	int ldx = H + 4, ldo = H;
+	float *x = tu_floats((size_t)T * ldx, -1, 1), *out = tu_floats((size_t)T * ldo, -1, 1);
+	float *og = tu_alloc(sizeof(float) * T * ldo), *oc = tu_alloc(sizeof(float) * T * ldo);
+	int *ids = tu_alloc(sizeof(int) * T * k);
+	float *wts = tu_alloc(sizeof(float) * T * k);
+	for (int i = 0; i < T * k; i++) {
+		ids[i] = (int)(tu_next() % E);
+		wts[i] = tu_unif(0.05f, 0.3f);
+	}
+	size_t wb = ek_moe_work_bytes(T, k, I, H);
+	void *work = shared_moe_work;
+	if (!work) {
+		work = ek_alloc(D, wb);
+		ek_memset(D, work, 0, wb);
+	}
+	float *dx = up(x, sizeof(float) * T * ldx), *dout = up(out, sizeof(float) * T * ldo);
+	int *dids = up(ids, sizeof(int) * T * k);
+	float *dw = up(wts, sizeof(float) * T * k);
+	int ok = 1;
+	for (int rep = 0; rep < 2; rep++)      /* twice: the counters must be back at zero */
+		ok &= ok_rc(ek_moe(D, &g, &u, &dn, dids, dw, k, 2.5f, dx, ldx, dout, ldo, T, 1, work), "moe");
+	down(og, dout, sizeof(float) * T * ldo);
+	memcpy(oc, out, sizeof(float) * T * ldo);
+	ek_moe_cpu(&G.w, &U.w, &Dn.w, ids, wts, k, 2.5f, x, ldx, oc, ldo, T, 1, NULL);
+	ek_moe_cpu(&G.w, &U.w, &Dn.w, ids, wts, k, 2.5f, x, ldx, oc, ldo, T, 1, NULL);
+	float *mag = tu_alloc(sizeof(float) * T * H);
+	for (int i = 0; i < T * H; i++)
+		mag[i] = 0;
+	/* magnitude: scale · Σ_j w_j · Σ|D_e|·|h|, h from the twin's pieces, plus |out| */
+	float *gg = tu_alloc(sizeof(float) * I), *uu = tu_alloc(sizeof(float) * I);
+	for (int t = 0; t < T; t++) {
+		for (int j = 0; j < k; j++) {
+			struct ek_w ge = G.w, ue = U.w, de = Dn.w;
+			int e = ids[t * k + j];
+			ge.data = G.data + e * G.w.stride; ge.gs = G.gs ? G.gs + e : NULL; ge.n = 1;
+			ue.data = U.data + e * U.w.stride; ue.gs = U.gs ? U.gs + e : NULL; ue.n = 1;
+			de.data = Dn.data + e * Dn.w.stride; de.gs = Dn.gs ? Dn.gs + e : NULL; de.n = 1;
+			ek_gemv_cpu(&ge, x + (size_t)t * ldx, ldx, gg, I, 1, 0);
+			ek_gemv_cpu(&ue, x + (size_t)t * ldx, ldx, uu, I, 1, 0);
+			ek_swiglu_cpu(gg, I, gg, I, uu, I, 1, I);
+			float *m = matvec_mag(&de, 0, gg, I, 1);
+			for (int r = 0; r < H; r++)
+				mag[(size_t)t * H + r] += 2 * 2.5f * wts[t * k + j] * m[r];
+			free(m);
+		}
+		for (int r = 0; r < H; r++)
+			mag[(size_t)t * H + r] += fabsf(oc[(size_t)t * ldo + r]) * 1e-2f;
+	}
+	char what[128];
+	snprintf(what, sizeof what, "moe %s H=%d I=%d E=%d k=%d T=%d (%s path, run twice): GPU vs twin",
+	         kind == EK_BF16 ? "bf16" : "nvfp4", H, I, E, k, T, T <= EK_GEMV_MAX_T ? "gemv" : "grouped gemm");
+	if (ok)
+		tu_close_f(what, og, oc, mag, (size_t)T * H, kind == EK_NVFP4 ? ldexp(1, -10) : 1e-5, 1e-6);
+	else
+		TAP_OK(0, "%s", what);
+	free(x); free(out); free(og); free(oc); free(ids); free(wts); free(mag); free(gg); free(uu);
+	if (work != shared_moe_work)
+		ek_free(D, work);
+	ek_free(D, dx); ek_free(D, dout); ek_free(D, dids); ek_free(D, dw);
+	wdev_free(&g); wdev_free(&u); wdev_free(&dn);
+	tu_w_free(&G); tu_w_free(&U); tu_w_free(&Dn);
+}
+
+/* ------------------------------------------------ small ops, rope, kv */
+
+static void test_small_ops(void)
+{
+	int T = 5, n = 3072;
+	float *x = tu_floats((size_t)T * n, -3, 3), *w = tu_floats(n, 0.5f, 1.5f);
+	float *o = tu_alloc(sizeof(float) * T * n), *og = tu_alloc(sizeof(float) * T * n);
+	float *dx = up(x, sizeof(float) * T * n), *dw = up(w, sizeof(float) * n);
+	float *dout = ek_alloc(D, sizeof(float) * T * n);
+	int ok = ok_rc(ek_rmsnorm(D, dout, n, dx, n, dw, T, n, 1e-6f), "rmsnorm");
+	down(og, dout, sizeof(float) * T * n);
+	ek_rmsnorm_cpu(o, n, x, n, w, T, n, 1e-6f);
+	if (ok)
+		tu_close_f("rmsnorm 5x3072: GPU vs twin", og, o, NULL, (size_t)T * n, 2e-6, 1e-7);
+	ok = ok_rc(ek_swiglu(D, dout, n, dx, n, dout, n, T, n), "swiglu");
+	down(og, dout, sizeof(float) * T * n);
+	ek_swiglu_cpu(o, n, x, n, o, n, T, n);
+	if (ok)
+		tu_close_f("swiglu 5x3072 (in place on u): GPU vs twin", og, o, NULL, (size_t)T * n, 2e-6, 1e-30);
+	ok = ok_rc(ek_add(D, dout, dx, (size_t)T * n), "add");
+	down(og, dout, sizeof(float) * T * n);
+	ek_add_cpu(o, x, (size_t)T * n);
+	TAP_OK(ok, "add ran");
+	uint16_t *tab = tu_alloc(2 * 50 * 64);
+	ek_fill_bf16_cpu(tab, 50 * 64, 1.0f, 3);
+	int toks[4] = {49, 0, 17, 17};
+	uint16_t *dtab = up(tab, 2 * 50 * 64);
+	int *dtok = up(toks, sizeof toks);
+	ok = ok_rc(ek_embed(D, dout, dtab, dtok, 4, 64), "embed");
+	down(og, dout, sizeof(float) * 4 * 64);
+	ek_embed_cpu(o, tab, toks, 4, 64);
+	TAP_OK(ok && !memcmp(og, o, sizeof(float) * 4 * 64), "embed: GPU == twin");
+	free(x); free(w); free(o); free(og); free(tab);
+	ek_free(D, dx); ek_free(D, dw); ek_free(D, dout); ek_free(D, dtab); ek_free(D, dtok);
+}
+
+static void test_rope(int kvtype, int pos)
+{
+	int T = 3, nh = 72, nkv = 8, hd = 128, rot = 64, cap = 600, ldq = nh * hd, ldk = nkv * hd;
+	float *q = tu_floats((size_t)T * ldq, -2, 2), *k = tu_floats((size_t)T * ldk, -2, 2);
+	float *v = tu_floats((size_t)T * ldk, -2, 2), *qn = tu_floats(hd, 0.5f, 1.5f);
+	float *kn = tu_floats(hd, 0.5f, 1.5f), inv[64];
+	for (int i = 0; i < rot / 2; i++)
+		inv[i] = powf(500000.0f, -2.0f * i / rot);
+	size_t cb = ek_kv_bytes(kvtype, cap, nkv, hd);
+	void *kc = tu_alloc(cb), *vc = tu_alloc(cb), *kg = tu_alloc(cb), *vg = tu_alloc(cb);
+	float *dq = up(q, sizeof(float) * T * ldq), *dk = up(k, sizeof(float) * T * ldk);
+	float *dv = up(v, sizeof(float) * T * ldk), *dqn = up(qn, 4 * hd), *dkn = up(kn, 4 * hd);
+	float *dinv = up(inv, sizeof inv);
+	int *dpos = up(&pos, sizeof pos);
+	void *dkc = ek_alloc(D, cb), *dvc = ek_alloc(D, cb);
+	ek_memset(D, dkc, 0, cb);
+	ek_memset(D, dvc, 0, cb);
+	int ok = ok_rc(ek_qk_rope_kv(D, dq, ldq, dk, ldk, dv, ldk, T, nh, nkv, hd, dqn, dkn, 1e-6f, dinv,
+	                             rot, 1.4852f, dpos, dkc, dvc, kvtype, cap), "qk_rope_kv");
+	float *qg = tu_alloc(sizeof(float) * T * ldq), *kgf = tu_alloc(sizeof(float) * T * ldk);
+	down(qg, dq, sizeof(float) * T * ldq);
+	down(kgf, dk, sizeof(float) * T * ldk);
+	down(kg, dkc, cb);
+	down(vg, dvc, cb);
+	ek_qk_rope_kv_cpu(q, ldq, k, ldk, v, ldk, T, nh, nkv, hd, qn, kn, 1e-6f, inv, rot, 1.4852f, &pos,
+	                  kc, vc, kvtype, cap);
+	char what[128];
+	snprintf(what, sizeof what, "qk-norm + rope at %d (q): GPU vs twin", pos);
+	float *mq = tu_alloc(sizeof(float) * T * ldq);
+	for (int i = 0; i < T * ldq; i++)
+		mq[i] = 2.0f;                  /* |x| after the norm is O(1): absolute tolerance */
+	if (ok) {
+		tu_close_f(what, qg, q, mq, (size_t)T * ldq, 2e-6, 0);
+		tu_close_f("qk-norm + rope (k): GPU vs twin", kgf, k, mq, (size_t)T * ldk, 2e-6, 0);
+	}
+	size_t ne = (size_t)cap * nkv * hd, diff = 0;
+	double ulp = kvtype == EK_KV_F32 ? 1e-5 : kvtype == EK_KV_BF16 ? 1.0 / 128 : 1.0 / 4;
+	for (size_t i = 0; i < ne; i++) {
+		float a, b, c, e;
+		if (kvtype == EK_KV_F32) {
+			a = ((float *)kg)[i]; b = ((float *)kc)[i]; c = ((float *)vg)[i]; e = ((float *)vc)[i];
+		} else if (kvtype == EK_KV_BF16) {
+			a = ek_bf16_f32(((uint16_t *)kg)[i]); b = ek_bf16_f32(((uint16_t *)kc)[i]);
+			c = ek_bf16_f32(((uint16_t *)vg)[i]); e = ek_bf16_f32(((uint16_t *)vc)[i]);
+		} else {
+			a = ek_e4m3_f32(((uint8_t *)kg)[i]); b = ek_e4m3_f32(((uint8_t *)kc)[i]);
+			c = ek_e4m3_f32(((uint8_t *)vg)[i]); e = ek_e4m3_f32(((uint8_t *)vc)[i]);
+		}
+		if (fabsf(a - b) > ulp * (fabsf(b) + 1e-3) || c != e)
+			diff++;
+	}
+	TAP_OK(ok && diff == 0, "kv cache (%s) after rope: GPU vs twin (k within one step of the "
+	       "stored type, v exact)", kvtype == EK_KV_F32 ? "f32" : kvtype == EK_KV_BF16 ? "bf16" : "fp8");
+	free(q); free(k); free(v); free(qn); free(kn); free(kc); free(vc); free(kg); free(vg);
+	free(qg); free(kgf); free(mq);
+	ek_free(D, dq); ek_free(D, dk); ek_free(D, dv); ek_free(D, dqn); ek_free(D, dkn);
+	ek_free(D, dinv); ek_free(D, dpos); ek_free(D, dkc); ek_free(D, dvc);
+}
+
+/* ------------------------------------------------------------ attention */
+
+static void test_attn(int kvtype, int nh, int nkv, int hd, int T, int pos, int window, int cap,
+                      int gate, int capture)
+{
+	int ldq = nh * hd, ldo = nh * hd, ldg = gate == 2 ? nh * hd : nh, max_keys = window ? window : cap;
+	size_t ne = (size_t)cap * nkv * hd, cb = ek_kv_bytes(kvtype, cap, nkv, hd);
+	uint8_t *kc = tu_alloc(cb), *vc = tu_alloc(cb);
+	ek_fill_bytes_cpu(kc, cb, 0, 255, 11);
+	ek_fill_bytes_cpu(vc, cb, 0, 255, 12);
+	if (kvtype == EK_KV_F32)
+		for (size_t i = 0; i < ne; i++) {
+			((float *)kc)[i] = tu_unif(-1.5f, 1.5f);
+			((float *)vc)[i] = tu_unif(-2, 2);
+		}
+	else if (kvtype == EK_KV_BF16) {
+		ek_fill_bf16_cpu((uint16_t *)kc, ne, 1.5f, 11);
+		ek_fill_bf16_cpu((uint16_t *)vc, ne, 2.0f, 12);
+	} else
+		for (size_t i = 0; i < ne; i++) {       /* E4M3 bytes without NaN and huge values */
+			kc[i] = (uint8_t)(kc[i] & 0xBF);
+			vc[i] = (uint8_t)(vc[i] & 0xBF);
+		}
+	float *q = tu_floats((size_t)T * ldq, -1.5f, 1.5f), *g = tu_floats((size_t)T * ldg, -3, 3);
+	float *out = tu_alloc(sizeof(float) * T * ldo), *og = tu_alloc(sizeof(float) * T * ldo);
+	void *dk = up(kc, cb), *dv = up(vc, cb);
+	float *dq = up(q, sizeof(float) * T * ldq), *dg = up(g, sizeof(float) * T * ldg);
+	float *dout = ek_alloc(D, sizeof(float) * T * ldo);
+	int *dpos = up(&pos, sizeof pos);
+	size_t wb = ek_attn_work_bytes(T, nh, hd, max_keys);
+	void *work = shared_attn_work;
+	if (!work) {
+		work = ek_alloc(D, wb);
+		ek_memset(D, work, 0, wb);
+	}
+	int ok = 1, p2 = pos;
+	struct ek_graph *gr = NULL;
+	if (capture) {       /* capture at one position, replay at another */
+		ok &= ok_rc(ek_capture_begin(D), "capture begin");
+		ok &= ok_rc(ek_attn(D, dout, ldo, dq, ldq, dg, ldg, gate, T, nh, nkv, hd, dk, dv, kvtype, cap,
+		                    dpos, window, max_keys, work), "attention (captured)");
+		ok &= ok_rc(ek_capture_end(D, &gr), "capture end");
+		p2 = pos - 37;
+		ek_h2d(D, dpos, &p2, sizeof p2);
+		ok &= ok && ok_rc(ek_graph_run(D, gr), "graph run");
+		ok &= ok && ok_rc(ek_graph_run(D, gr), "graph run");
+	} else {
+		for (int r = 0; r < 2; r++)
+			ok &= ok_rc(ek_attn(D, dout, ldo, dq, ldq, dg, ldg, gate, T, nh, nkv, hd, dk, dv, kvtype,
+			                    cap, dpos, window, max_keys, work), "attention");
+	}
+	down(og, dout, sizeof(float) * T * ldo);
+	ek_attn_cpu(out, ldo, q, ldq, g, ldg, gate, T, nh, nkv, hd, kc, vc, kvtype, cap, &p2, window,
+	            max_keys, NULL);
+	float *mag = tu_alloc(sizeof(float) * T * ldo);
+	for (int i = 0; i < T * ldo; i++)
+		mag[i] = 2.0f * (gate ? 3.1f : 1.0f);   /* Σ p·|v| <= max|v|, times the gate */
+	char what[160];
+	snprintf(what, sizeof what, "attention %s %d/%d heads hd %d T=%d pos %d %s%s: GPU vs twin",
+	         kvtype == EK_KV_F32 ? "f32" : kvtype == EK_KV_BF16 ? "bf16" : "fp8", nh, nkv, hd, T, p2,
+	         window ? "sliding" : "full", capture ? " (graph replay)" : " (run twice)");
+	if (ok)
+		tu_close_f(what, og, out, mag, (size_t)T * ldo, 2e-5, 0);
+	else
+		TAP_OK(0, "%s", what);
+	ek_graph_free(gr);
+	free(kc); free(vc); free(q); free(g); free(out); free(og); free(mag);
+	ek_free(D, dk); ek_free(D, dv); ek_free(D, dq); ek_free(D, dg); ek_free(D, dout);
+	ek_free(D, dpos);
+	if (work != shared_attn_work)
+		ek_free(D, work);
+}
+
+/* One work buffer each for MoE and attention through a sequence of batch
+ * sizes, as the engine uses them (decode after prefill after decode). */
+static void test_shared_work(void)
+{
+	size_t mb = ek_moe_work_bytes(40, 4, 128, 256), ab = ek_attn_work_bytes(16, 72, 128, 4096);
+	shared_moe_work = ek_alloc(D, mb);
+	shared_attn_work = ek_alloc(D, ab);
+	ek_memset(D, shared_moe_work, 0, mb);
+	ek_memset(D, shared_attn_work, 0, ab);
+	int ts[] = {16, 1, 40, 3, 1};
+	for (int i = 0; i < 5; i++) {
+		printf("# shared work buffers: T = %d\n", ts[i]);
+		test_moe(EK_NVFP4, 256, 128, 16, 4, ts[i]);
+		if (ts[i] <= 16)
+			test_attn(EK_KV_BF16, 72, 8, 128, ts[i], 3000, 0, 4096, 1, 0);
+	}
+	ek_free(D, shared_moe_work);
+	ek_free(D, shared_attn_work);
+	shared_moe_work = shared_attn_work = NULL;
+}
+
+int main(void)
+{
+	char msg[512];
+	if (!ek_compiled())
+		TAP_SKIP_ALL("built without CUDA (reconfigure with -Dcuda=enabled)");
+	if (kq_device_count() == 0)
+		TAP_SKIP_ALL("no usable CUDA device (kq_device_count() == 0)");
+	if (ek_open(0, &D, msg, sizeof msg))
+		TAP_SKIP_ALL("ek_open: %s", msg);
+	struct ek_info inf;
+	ek_info(D, &inf);
+	printf("# %s, cc %d, %d SMs, %.1f GiB, cuBLAS %s\n", inf.name, inf.cc, inf.sms,
+	       inf.mem_total / 1073741824.0, inf.cublas ? "loaded" : "absent");
+	test_fills_repack();
+	test_matvec(EK_BF16, 1000, 3072, 1, 0, 0);
+	test_matvec(EK_BF16, 3072, 1024, 2, 0, 1);
+	test_matvec(EK_BF16, 333, 1024, 7, 0, 0);
+	test_matvec(EK_BF16, 130, 3072, 16, 0, 1);
+	test_matvec(EK_BF16, 37, 100, 3, 0, 0);           /* cols % 8 != 0: scalar path */
+	test_matvec(EK_NVFP4, 1024, 3072, 1, 0, 0);
+	test_matvec(EK_NVFP4, 3072, 1024, 1, 0, 1);
+	test_matvec(EK_NVFP4, 1000, 3072, 8, 0, 0);
+	test_matvec(EK_NVFP4, 256, 3072, 16, 0, 1);
+	test_matvec(EK_NVFP4, 20, 48, 3, 0, 0);           /* padded tiles */
+	test_matvec(EK_NVFP4, 64, 12288, 1, 0, 0);        /* staged x in several chunks */
+	test_matvec(EK_BF16, 1000, 3072, 100, 1, 0);
+	test_matvec(EK_BF16, 96, 256, 20, 1, 1);
+	test_matvec(EK_NVFP4, 1000, 3072, 70, 1, 0);
+	test_matvec(EK_NVFP4, 20, 48, 33, 1, 1);
+	test_route();
+	test_moe(EK_NVFP4, 512, 256, 16, 4, 1);
+	test_moe(EK_NVFP4, 512, 256, 16, 4, 3);
+	test_moe(EK_BF16, 256, 128, 8, 2, 2);
+	test_moe(EK_NVFP4, 256, 128, 16, 4, 40);
+	test_moe(EK_BF16, 256, 128, 8, 2, 33);
+	test_small_ops();
+	test_rope(EK_KV_F32, 5);
+	test_rope(EK_KV_BF16, 30000);
+	test_rope(EK_KV_FP8, 1000);
+	test_attn(EK_KV_BF16, 72, 8, 128, 1, 4999, 0, 5000, 1, 0);     /* 10 splits */
+	test_attn(EK_KV_F32, 48, 8, 128, 1, 700, 0, 2048, 0, 0);
+	test_attn(EK_KV_BF16, 72, 8, 128, 1, 9000, 512, 512, 1, 0);   /* ring */
+	test_attn(EK_KV_FP8, 6, 2, 16, 3, 40, 16, 18, 2, 0);
+	test_attn(EK_KV_BF16, 72, 8, 128, 40, 100, 0, 1024, 1, 0);    /* prefill kernel */
+	test_attn(EK_KV_BF16, 72, 8, 128, 64, 600, 512, 575, 1, 0);   /* prefill on a ring */
+	test_attn(EK_KV_F32, 6, 2, 16, 33, 0, 16, 48, 2, 0);
+	test_attn(EK_KV_BF16, 72, 8, 128, 1, 3000, 0, 4096, 1, 1);    /* graph replay */
+	test_shared_work();
+	double d2d = 0, h2d = 0;
+	int ok = ok_rc(ek_copy_bw(D, (size_t)1 << 30, 3, &d2d, &h2d), "copy bw");
+	printf("# copy bandwidth: device %.0f GB/s (read + write), host->device %.1f GB/s\n",
+	       d2d / 1e9, h2d / 1e9);
+	TAP_OK(ok && d2d > 0 && h2d > 0, "copy bandwidth measured");
+	ek_close(D);
+	return tap_done();
+}
