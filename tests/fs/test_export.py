@@ -159,6 +159,20 @@ def main():
         rc, out = run("export", src, os.path.join(tmp, "dst"), "--calib", cal)
         ok(rc == 1 and "not empty" in out, "export refuses a non-empty DST", out)
 
+        # the rule first in the list: it goes with the comma and whitespace after it
+        s2 = os.path.join(tmp, "src-rule-first")
+        shutil.copytree(src, s2)
+        cfgp = os.path.join(s2, "config.json")
+        text = open(cfgp).read()
+        lit = json.dumps(RULE)
+        m = re.search(r'("ignore": \[\s*)', text)
+        text = text.replace(",\n      " + lit, "").replace(m.group(1), m.group(1) + lit + ",\n      ", 1)
+        open(cfgp, "w").write(text)
+        rc, out = run("export", s2, os.path.join(tmp, "dst-rule-first"), "--calib", cal, "--quiet")
+        got = open(os.path.join(tmp, "dst-rule-first", "config.json")).read() if rc == 0 else ""
+        ok(rc == 0 and got == text.replace(lit + ",\n      ", "", 1),
+           "a rule first in the ignore list is cut with the comma and whitespace after it", out)
+
         # verify's recipe diagnosis: the BF16 source against the twin (quantized with fp32)
         sel = r"layers\.4[0-7]\.mlp\.experts\.[0-3]\."
         rc, out = run("verify", src, "--against", cal, "--tensors", sel, "--quiet")
