@@ -196,8 +196,10 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 		goto fail;
 	struct rq_cache_opts co = {.dir = o->cache_dir, .max_bytes = o->cache_max};
 	if ((rc = rq_cache_open(&co, &m->cache, err))) {
-		rq_err_prefix(err, "cache directory %s is unusable (choose another with --cache)",
-		              o->cache_dir);
+		if (err) {   /* the cache's message names the directory; add what to do */
+			size_t l = strnlen(err->msg, sizeof err->msg - 1);
+			snprintf(err->msg + l, sizeof err->msg - l, "; choose another with --cache");
+		}
 		goto fail;
 	}
 	if ((rc = open_srcs(m, err)) || (rc = rq_mnt_tree_build(m, err)) || (rc = rq_mnt_jobs_init(m, err)))
