@@ -4,6 +4,7 @@
  * path against the scalar oracle on the same data. --device cuda hands the
  * same tensors to bench_quant_cuda() (the kernels' benchmark). */
 #include "tools/bench.h"
+#include "kernels/kquant.h"
 #include "tools/cli.h"
 #include "quant/quant.h"
 #include "quant/quant_int.h"
@@ -14,9 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Provided by the CUDA build (kernels); absent (NULL) in a CPU-only binary. */
-#pragma weak bench_quant_cuda
 
 static void usage(FILE *f)
 {
@@ -254,9 +252,12 @@ int bench_quant(int argc, char **argv)
 		shapes[0][1] = (size_t)cols;
 		nshapes = 1;
 	}
-	if (cuda && !bench_quant_cuda)
+	if (cuda && !kq_compiled())
 		return cli_fail(1, "bench quant", "--device cuda: this binary was built without CUDA "
 		                "(meson setup -Dcuda=enabled)");
+	if (cuda && kq_device_count() == 0)
+		return cli_fail(1, "bench quant", "--device cuda: no usable CUDA device here; run it "
+		                "on a GPU machine (tools/gpu-check does)");
 	if (isa >= 0)
 		rq_quant_isa_force(isa);
 
