@@ -181,6 +181,17 @@ def g_basic(T):
        st["jobs_cached"] == st["jobs_total"], "warm on a warm cache: all hits, nothing run",
        out + json.dumps(st))
     same_tree(mnt, ref, "plain, warm cache")
+    # the engine reads the mount like any model directory: the requantized
+    # mount and the all-NVFP4 calibration twin hold the same weights
+    rc, out = run("compare", mnt, cal, "-n", "4", "--threads", "1")
+    overall = [l for l in out.splitlines() if l.startswith("overall")]
+    ok(rc == 0 and overall and "KL mean 0.000e+00" in overall[0] and "max 0.000e+00" in overall[0]
+       and "100.00%" in overall[0], "engine: compare mount vs twin gives KL 0, top-1 100%", out)
+    rc1, g1 = run("generate", mnt, "--prompt", "def f(x):", "-n", "12", "--temperature", "0")
+    rc2, g2 = run("generate", cal, "--prompt", "def f(x):", "-n", "12", "--temperature", "0")
+    first = lambda t: t.split("\nprompt:")[0]
+    ok(rc1 == 0 and rc2 == 0 and first(g1) == first(g2),
+       "engine: greedy generation through the mount equals the twin's", (g1, g2))
     umount(mnt)
 
 
