@@ -159,6 +159,22 @@ def main():
         rc, out = run("export", src, os.path.join(tmp, "dst"), "--calib", cal)
         ok(rc == 1 and "not empty" in out, "export refuses a non-empty DST", out)
 
+        # a full disk: a clear error, and nothing in DST that looks complete
+        small = os.path.join(tmp, "small")
+        os.makedirs(small)
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", small],
+                           capture_output=True, text=True)
+        ok(p.returncode == 0, "a 1 MiB tmpfs for the full-disk case", p.stderr)
+        if p.returncode == 0:
+            try:
+                d = os.path.join(small, "out")
+                rc, out = run("export", src, d, "--calib", cal, "--quiet")
+                ok(rc == 1 and "No space left" in out and not looks_complete(d)
+                   and not [f for f in os.listdir(d) if f.endswith("-tmp")],
+                   "export to a full disk fails naming the file, leaves no file behind", out)
+            finally:
+                subprocess.run(["umount", small])
+
         # the rule first in the list: it goes with the comma and whitespace after it
         s2 = os.path.join(tmp, "src-rule-first")
         shutil.copytree(src, s2)
