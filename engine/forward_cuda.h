@@ -61,6 +61,9 @@ struct lgc_plan {
 int lgc_synth_model(const char *config_json, int nvfp4_experts, struct lg_model **out,
                     struct rq_err *err);
 void lgc_synth_free(struct lg_model *m);
+/* config.json text of Laguna S 2.1's shapes at `layers` depth with `experts`
+ * routed experts (top-10, or all when fewer): for lgc_synth_model. */
+void lgc_laguna_config(char *buf, size_t len, int layers, int experts);
 
 /* Computes the plan without touching a device (budget = mem_limit). */
 int lgc_plan_make(const struct lg_model *m, const struct lgc_opts *o, struct lgc_plan *p,

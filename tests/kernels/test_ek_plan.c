@@ -16,41 +16,12 @@
 #include <stdio.h>
 #include <string.h>
 
-static void laguna_config(char *buf, size_t len, int layers)
-{
-	char types[4096] = "", heads[2048] = "";
-	for (int l = 0; l < layers; l++) {
-		int full = l % 4 == 0;
-		snprintf(types + strlen(types), sizeof types - strlen(types), "%s\"%s\"", l ? "," : "",
-		         full ? "full_attention" : "sliding_attention");
-		snprintf(heads + strlen(heads), sizeof heads - strlen(heads), "%s%d", l ? "," : "",
-		         full ? 48 : 72);
-	}
-	snprintf(buf, len,
-	    "{\"architectures\":[\"LagunaForCausalLM\"],\"attention_bias\":false,\"bos_token_id\":2,"
-	    "\"decoder_sparse_step\":1,\"eos_token_id\":[2,24],\"gating\":true,\"head_dim\":128,"
-	    "\"hidden_act\":\"silu\",\"hidden_size\":3072,\"intermediate_size\":12288,"
-	    "\"layer_types\":[%s],\"max_position_embeddings\":1048576,\"mlp_only_layers\":[0],"
-	    "\"model_type\":\"laguna\",\"moe_intermediate_size\":1024,\"moe_routed_scaling_factor\":2.5,"
-	    "\"moe_router_logit_softcapping\":0.0,\"moe_router_score_func\":\"sigmoid\","
-	    "\"norm_topk_prob\":true,\"num_attention_heads\":48,\"num_attention_heads_per_layer\":[%s],"
-	    "\"num_experts\":256,\"num_experts_per_tok\":10,\"num_hidden_layers\":%d,"
-	    "\"num_key_value_heads\":8,\"pad_token_id\":9,\"qkv_bias\":false,\"rms_norm_eps\":1e-06,"
-	    "\"rope_parameters\":{\"full_attention\":{\"attention_factor\":1.4852030263919618,"
-	    "\"beta_fast\":32.0,\"beta_slow\":1.0,\"factor\":128.0,\"original_max_position_embeddings\":8192,"
-	    "\"partial_rotary_factor\":0.5,\"rope_theta\":500000.0,\"rope_type\":\"yarn\"},"
-	    "\"sliding_attention\":{\"partial_rotary_factor\":1.0,\"rope_theta\":10000.0,"
-	    "\"rope_type\":\"default\"}},\"shared_expert_intermediate_size\":1024,\"sliding_window\":512,"
-	    "\"swa_attention_sink_enabled\":false,\"tie_word_embeddings\":false,\"vocab_size\":100352}",
-	    types, heads, layers);
-}
-
 int main(void)
 {
 	static char cfg[16384];
 	struct rq_err err = {0};
 	struct lg_model *m = NULL;
-	laguna_config(cfg, sizeof cfg, 48);
+	lgc_laguna_config(cfg, sizeof cfg, 48, 256);
 	int rc = lgc_synth_model(cfg, 1, &m, &err);
 	TAP_OK(rc == 0, "synthetic Laguna S 2.1 shapes: %s", rc ? err.msg : "ok");
 	if (rc)
