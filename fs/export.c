@@ -111,9 +111,10 @@ int rq_export(const struct rq_plan *p, struct rq_quantizer *q, const char *dst,
 	for (size_t s = 0; s < p->nsrcs; s++)
 		fds[s] = -1;
 	for (size_t s = 0; s < p->nsrcs && !rc; s++) {
-		fds[s] = open(p->srcs[s].path, O_RDONLY | O_CLOEXEC);
+		fds[s] = rq_src_open(&p->srcs[s]);
 		if (fds[s] < 0)
-			rc = rq_errf(err, -errno, "SRC %s: %s", p->srcs[s].path, strerror(errno));
+			rc = rq_errf(err, fds[s], "SRC %s: %s", p->srcs[s].path,
+			             fds[s] == -EINVAL ? "no longer a regular file" : strerror(-fds[s]));
 	}
 	/* how many files still need each job's output */
 	for (size_t i = 0; i < p->nfiles; i++) {
@@ -126,7 +127,8 @@ int rq_export(const struct rq_plan *p, struct rq_quantizer *q, const char *dst,
 	for (size_t i = 0; i < p->nfiles && !rc; i++) {
 		const struct rq_vfile *f = &p->files[i];
 		snprintf(tmp[i], sizeof tmp[i], "%s/.%s.requantfs-tmp", dst, f->name);
-		int fd = open(tmp[i], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		/* Private while written; SRC's permission bits once complete. */
+		int fd = open(tmp[i], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 		written = i + 1;
 		if (fd < 0) {
 			rc = rq_errf(err, -errno, "cannot create %s: %s", tmp[i], strerror(errno));
@@ -170,6 +172,8 @@ int rq_export(const struct rq_plan *p, struct rq_quantizer *q, const char *dst,
 					out[last] = NULL;
 				}
 			}
+		if (!rc && fchmod(fd, p->srcs[f->src].mode) < 0)
+			rc = rq_errf(err, -errno, "chmod %s: %s", tmp[i], strerror(errno));
 		if (!rc && fsync(fd) < 0)
 			rc = rq_errf(err, -errno, "fsync %s: %s", tmp[i], strerror(errno));
 		if (close(fd) < 0 && !rc)

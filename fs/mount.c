@@ -186,10 +186,16 @@ static fuse_ino_t child_named(struct rq_mount *m, fuse_ino_t dir, const char *na
 	if (!d)
 		return 0;
 	if (d->kind == MN_CTL_JOBS) {
-		char *end;
-		errno = 0;
-		unsigned long long j = strtoull(name, &end, 10);
-		if (errno || *end || !*name || (name[0] == '0' && name[1]) || j >= m->plan->njobs)
+		/* Only the canonical decimal name: no sign, space or leading zero. */
+		size_t j = 0, len = strlen(name);
+		if (!len || len > 19 || (name[0] == '0' && len > 1))
+			return 0;
+		for (size_t i = 0; i < len; i++) {
+			if (name[i] < '0' || name[i] > '9')
+				return 0;
+			j = j * 10 + (size_t)(name[i] - '0');
+		}
+		if (j >= m->plan->njobs)
 			return 0;
 		return m->ctl_base + 3 + j;
 	}
@@ -209,9 +215,16 @@ static fuse_ino_t child_named(struct rq_mount *m, fuse_ino_t dir, const char *na
 	return 0;
 }
 
+/* Ownership and modes follow SRC (the kernel enforces them: the mount has
+ * default_permissions): a file presents its SRC file's mode, owner and
+ * group — a rewritten shard those of the shard it derives from — and the
+ * directories those of SRC's directory. Write bits stay as SRC has them;
+ * the mount is read-only all the same (EROFS). /.requantfs belongs to the
+ * daemon's user alone (status names paths; reading jobs/<j> runs work). */
 void rq_mnt_fill_attr(struct rq_mount *m, fuse_ino_t ino, struct stat *st)
 {
 	struct mnode *n = node(m, ino);
+	const struct rq_plan *p = m->plan;
 	int64_t t = m->mtime_ns;
 	memset(st, 0, sizeof *st);
 	st->st_ino = ino;
@@ -220,23 +233,31 @@ void rq_mnt_fill_attr(struct rq_mount *m, fuse_ino_t ino, struct stat *st)
 	st->st_blksize = 1 << 20;
 	switch (n->kind) {
 	case MN_DIR:
+		st->st_mode = S_IFDIR | p->dir_mode;
+		st->st_uid = p->dir_uid;
+		st->st_gid = p->dir_gid;
+		st->st_nlink = 2;
+		break;
 	case MN_CTL_DIR:
 	case MN_CTL_JOBS:
-		st->st_mode = S_IFDIR | 0555;
+		st->st_mode = S_IFDIR | 0500;
 		st->st_nlink = 2;
 		break;
 	case MN_FILE: {
-		const struct rq_vfile *f = &m->plan->files[n->file];
-		st->st_mode = S_IFREG | 0444;
+		const struct rq_vfile *f = &p->files[n->file];
+		const struct rq_srcfile *sf = &p->srcs[f->src];
+		st->st_mode = S_IFREG | sf->mode;
+		st->st_uid = sf->uid;
+		st->st_gid = sf->gid;
 		st->st_nlink = 1;
 		st->st_size = (off_t)f->size;
 		st->st_blocks = (blkcnt_t)((f->size + 511) / 512);
-		t = m->plan->srcs[f->src].mtime_ns;
+		t = sf->mtime_ns;
 		break;
 	}
 	case MN_CTL_STATUS:
 	case MN_CTL_JOB:
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = S_IFREG | 0400;
 		st->st_nlink = 1;
 		st->st_size = 0;      /* generated on open: read until EOF */
 		break;

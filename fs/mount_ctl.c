@@ -9,7 +9,8 @@
  *
  * SRC identity: every read fstat()s the SRC file it serves; jobs and opens
  * also stat() the path; a monitor thread stats every SRC path once a second.
- * A difference from the plan's identity (size, mtime, inode) is sticky:
+ * A difference from the plan's identity (size, inode, mtime, ctime: a rewrite
+ * that restores size and mtime still moves ctime) is sticky:
  * dependent reads fail with EIO and the kernel's cached pages of the
  * dependent files are dropped, so stale bytes are never served. */
 #include "fs/mount_int.h"
@@ -31,12 +32,15 @@
 static int differs(const struct stat *st, const struct rq_srcfile *sf, char *why, size_t len)
 {
 	int64_t mt = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	int64_t ct = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
 	if ((uint64_t)st->st_size != sf->size)
 		snprintf(why, len, "size %" PRIu64 " -> %jd", sf->size, (intmax_t)st->st_size);
 	else if (st->st_ino != sf->ino || st->st_dev != sf->dev)
 		snprintf(why, len, "replaced by another file");
 	else if (mt != sf->mtime_ns)
 		snprintf(why, len, "modified (mtime changed)");
+	else if (ct != sf->ctime_ns)
+		snprintf(why, len, "modified or its metadata changed (ctime changed)");
 	else
 		return 0;
 	return 1;

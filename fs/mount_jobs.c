@@ -552,8 +552,8 @@ int rq_mount_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key
 			rc = append(&s, &len, &cap, "src sha256:%s\n", sf->blob_sha256);
 		else
 			rc = append(&s, &len, &cap, "src dev=%ju ino=%ju size=%" PRIu64 " mtime_ns=%"
-			            PRId64 "\n", (uintmax_t)sf->dev, (uintmax_t)sf->ino, sf->size,
-			            sf->mtime_ns);
+			            PRId64 " ctime_ns=%" PRId64 "\n", (uintmax_t)sf->dev,
+			            (uintmax_t)sf->ino, sf->size, sf->mtime_ns, sf->ctime_ns);
 		if (!rc)
 			rc = append(&s, &len, &cap, "tensor %s.weight BF16 [%" PRIu64 ",%" PRIu64 "] at %"
 			            PRIu64 " len %" PRIu64 " slot %d at %" PRIu64 "\ncalib %08" PRIx32 "\n",

@@ -105,9 +105,10 @@ static int open_srcs(struct rq_mount *m, struct rq_err *err)
 	for (size_t i = 0; i < p->nsrcs; i++)
 		m->srcs[i].fd = m->src_fds[i] = -1;
 	for (size_t i = 0; i < p->nsrcs; i++) {
-		int fd = open(p->srcs[i].path, O_RDONLY | O_CLOEXEC);
+		int fd = rq_src_open(&p->srcs[i]);
 		if (fd < 0)
-			return rq_errf(err, -errno, "%s: %s", p->srcs[i].path, strerror(errno));
+			return rq_errf(err, fd, "SRC file %s: %s", p->srcs[i].path,
+			               fd == -EINVAL ? "no longer a regular file" : strerror(-fd));
 		m->srcs[i].fd = m->src_fds[i] = fd;
 		if (rq_mnt_src_check(m, (int)i, 1))
 			return rq_errf(err, -EIO, "%s changed while the mount was being prepared: "
@@ -121,10 +122,12 @@ static char *build_fuse_opts(struct rq_mount *m)
 	const char *extra = m->fuse_opts && *m->fuse_opts ? m->fuse_opts : NULL;
 	char *s = NULL;
 	/* fsname carries the daemon's pid: `requantfs umount` finds it in
-	 * /proc/self/mountinfo without a request to a possibly dead mount. */
+	 * /proc/self/mountinfo without a request to a possibly dead mount.
+	 * default_permissions: the kernel checks the modes and owners the mount
+	 * presents (SRC's). No allow_other unless asked for (-o allow_other):
+	 * without it only the mounting user gets in, whatever the modes say. */
 	int r = asprintf(&s, "ro,default_permissions,fsname=requantfs@%d,subtype=requantfs,"
-	                 "max_read=1048576%s%s%s", (int)getpid(), geteuid() == 0 ? ",allow_other" : "",
-	                 extra ? "," : "", extra ? extra : "");
+	                 "max_read=1048576%s%s", (int)getpid(), extra ? "," : "", extra ? extra : "");
 	return r < 0 ? NULL : s;
 }
 
@@ -194,6 +197,8 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 	                          .recipe = o->recipe};
 	if ((rc = rq_plan_build(&po, &m->plan, err)))
 		goto fail;
+	for (size_t i = 0; i < m->plan->nskipped; i++)
+		rq_mount_log(m, "%s", m->plan->skipped[i]);
 	struct rq_cache_opts co = {.dir = o->cache_dir, .max_bytes = o->cache_max};
 	if ((rc = rq_cache_open(&co, &m->cache, err))) {
 		if (err) {   /* the cache's message names the directory; add what to do */

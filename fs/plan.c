@@ -321,12 +321,13 @@ static int calibrate(struct rq_plan *p, const char *calib, struct rq_err *err)
 /* Every shard the SRC index names must be there, before anything else. */
 static int check_index(const struct rq_plan *p, struct rq_err *err)
 {
-	char path[4096], *text;
+	char *text;
 	size_t len;
-	snprintf(path, sizeof path, "%s/model.safetensors.index.json", p->src_dir);
-	int rc = rq_read_whole(path, &text, &len);
-	if (rc == -ENOENT)
+	const struct rq_srcfile *sf = rq_src_find(p, "model.safetensors.index.json");
+	if (!sf)
 		return 0;
+	const char *path = sf->path;
+	int rc = rq_read_whole(path, &text, &len);
 	if (rc)
 		return rq_errf(err, rc, "SRC %s: %s", path, strerror(-rc));
 	cJSON *j = cJSON_ParseWithLength(text, len);
@@ -337,9 +338,15 @@ static int check_index(const struct rq_plan *p, struct rq_err *err)
 		return rq_errf(err, -EPROTO, "SRC %s is not a safetensors index (no weight_map)", path);
 	}
 	for (cJSON *e = wm->child; e && !rc; e = e->next) {
-		int found = 0;
-		for (size_t s = 0; s < p->nsrcs && !found && cJSON_IsString(e); s++)
-			found = !strcmp(p->srcs[s].name, e->valuestring);
+		const char *v = cJSON_IsString(e) ? e->valuestring : NULL;
+		if (!v || !*v || strchr(v, '/') || !strcmp(v, ".") || !strcmp(v, "..")) {
+			rc = rq_errf(err, -EPROTO, "SRC %s maps %s to %s%s%s, which is not a file name "
+			             "inside SRC; the index may name only files of its own directory",
+			             path, e->string ? e->string : "?", v ? "\"" : "", v ? v : "a non-string",
+			             v ? "\"" : "");
+			break;
+		}
+		int found = rq_src_find(p, v) != NULL;
 		if (!found)
 			rc = rq_errf(err, -ENOENT, "SRC shard %s (holding %s, named by "
 			             "model.safetensors.index.json) is missing from %s; re-download it",
@@ -366,7 +373,7 @@ int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_
 	struct rq_rules rules = {0};
 	struct st_header **hdr = NULL;
 	struct cand *c = NULL;
-	int rc = rq_src_scan(o->src, &p->srcs, &p->nsrcs, &p->src_dir, err);
+	int rc = rq_src_scan(p, o->src, err);
 	if (rc)
 		goto out;
 
@@ -375,7 +382,8 @@ int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_
 		goto out;
 	char path[4096];
 	snprintf(path, sizeof path, "%s/config.json", p->src_dir);
-	rc = rq_read_whole(path, &config, &config_len);
+	const struct rq_srcfile *cf = rq_src_find(p, "config.json");
+	rc = cf ? rq_read_whole(cf->path, &config, &config_len) : -ENOENT;
 	if (rc) {
 		rq_errf(err, rc, "SRC %s has no readable config.json (%s); is it a checkpoint directory?",
 		        o->src, strerror(-rc));
@@ -512,6 +520,9 @@ void rq_plan_free(struct rq_plan *p)
 	free(p->mods);
 	free(p->jobs);
 	rq_srcfiles_free(p->srcs, p->nsrcs);
+	for (size_t i = 0; i < p->nskipped; i++)
+		free(p->skipped[i]);
+	free(p->skipped);
 	free(p->src_dir);
 	free(p->dropped_rule);
 	free(p);

@@ -30,6 +30,10 @@ struct rq_srcfile {
 	dev_t dev;
 	ino_t ino;
 	int64_t mtime_ns;
+	int64_t ctime_ns;         /* a rewrite that restores size and mtime still moves it */
+	mode_t mode;              /* permission bits (& 0777) the mount presents */
+	uid_t uid;                /* owner and group the mount presents */
+	gid_t gid;
 	char blob_sha256[65];     /* hub blob name when SRC is a hub snapshot, else "" */
 };
 
@@ -81,7 +85,13 @@ struct rq_job {
 };
 
 struct rq_plan {
-	char *src_dir;
+	char *src_dir;            /* the directory actually read (resolved) */
+	mode_t dir_mode;          /* its permission bits, owner and group: the mount's root */
+	uid_t dir_uid;
+	gid_t dir_gid;
+	size_t nskipped;
+	char **skipped;           /* one line per SRC entry not presented (a symlink leading
+	                             out of SRC, a FIFO...), for the CLI/daemon to log */
 	enum rq_recipe recipe;
 	char *dropped_rule;       /* the ignore entry removed */
 	size_t nsrcs;
@@ -98,6 +108,11 @@ struct rq_plan {
 
 int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_err *err);
 void rq_plan_free(struct rq_plan *p);
+
+/* Opens SRC file f (its resolved path) read-only: follows no symlink, does
+ * not block on a FIFO planted since the scan, and checks it is still a
+ * regular file. An fd, or -errno (-ELOOP, -EINVAL for a non-regular file). */
+int rq_src_open(const struct rq_srcfile *f);
 
 /* Index of the virtual file called name, or -1. */
 long rq_plan_find_file(const struct rq_plan *p, const char *name);

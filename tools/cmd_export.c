@@ -77,6 +77,8 @@ int cmd_export(int argc, char **argv)
 	struct rq_plan *p;
 	if (rq_plan_build(&po, &p, &err))
 		return cli_fail(1, "export", "%s", err.msg);
+	for (size_t i = 0; i < p->nskipped; i++)
+		fprintf(stderr, "requantfs export: warning: %s\n", p->skipped[i]);
 	struct rq_quantizer *q;
 	if (rq_quantizer_open(&qo, &q, &err)) {
 		rq_plan_free(p);
