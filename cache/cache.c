@@ -27,18 +27,36 @@
  *     |         old, or its pid is dead and it is 1 min old--> absent
  *     |   published --first lookup in this process: whole file read, header,
  *     |         key, size and checksum checked--> verified (in memory:
- *     |         dev, ino, size, mtime of the file)
+ *     |         dev, ino, size, mtime, ctime of the file, taken by an fstat
+ *     |         after our touch, which moves ctime)
  *     +-- published --a check fails: unlinked (if still the same inode),
  *     |         counted as corrupt, lookup answers -ENOENT with a message
- *     |   verified --lookup: open + fstat; identity unchanged: hit without
- *     |         reading; changed (replaced by a rename, written into)--> published
+ *     |   verified --lookup: lstat, open, fstat; identity unchanged: hit
+ *     |         without reading; changed (replaced by a rename, written
+ *     |         into, truncated, utime'd, touched by another process)-->
+ *     |         published (verified again before any byte is trusted)
+ *     |   verified --rq_cache_recheck of an open fd (the mount, before it
+ *     |         serves bytes again): same rule on that fd's identity
  *     +-- published/verified --LRU eviction beyond max_bytes--> absent
  *
- * Trust: a verified identity is trusted for the life of the handle (one
- * mount). Bit rot below an unchanged mtime is caught by the next mount.
- * Several processes may share the directory: publication is a rename (last
- * one wins; same key means same bytes), a reader's fd keeps an unlinked
- * file alive, and every reader verifies before trusting.
+ * Hostile names: only a regular file of exactly 80 + n bytes, not writable
+ * by group/others, is ever read. Every open is O_NOFOLLOW|O_NONBLOCK (then
+ * O_NONBLOCK is cleared): a FIFO cannot block us, a symlink cannot redirect
+ * us (ELOOP). A FIFO, symlink, device or (empty) directory at an entry's
+ * name is a corrupt entry: removed when it is still the thing we judged.
+ *
+ * Trust model. The directory must be writable only by its owner, who is the
+ * caller or root (rq_cache_open refuses anything else): whoever can write
+ * it can feed the mount bytes. Against that owner's accidents (and other
+ * processes sharing the directory) we detect: any corruption before first
+ * use in a process (whole file checksummed), and any change of identity
+ * after verification -- rewrite in place even with the mtime restored
+ * (ctime moves), truncation, replacement by rename, a FIFO/symlink planted.
+ * A changed identity is re-verified, never trusted. Not detected: bytes
+ * that change on disk below an unchanged identity after verification (bit
+ * rot, a raw write to the block device), or a change within the same
+ * timestamp tick as our own verification; the next process (mount)
+ * verifies again and catches them.
  *
  * Recency: every hit and put sets the file's atime explicitly (ns) and leaves
  * mtime alone, so mtime can serve as identity and atime as the shared LRU
@@ -65,7 +83,11 @@
 
 static const char rqc_magic[8] = "RQCACHE";
 
-enum { VERIFY_OK = 0, VERIFY_CORRUPT = 1, VERIFY_FOREIGN = 2 };
+enum { VERIFY_OK = 0, VERIFY_CORRUPT = 1, VERIFY_FOREIGN = 2, VERIFY_UNSTABLE = 3 };
+#define RQC_VERIFY_TRIES 3         /* a file changing during each verification: a miss */
+/* Every open of an entry: never block on a FIFO, never follow a symlink,
+ * never become a controlling terminal. */
+#define RQC_OPEN_FLAGS (O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
 
 static void put_le32(uint8_t *p, uint32_t v)
 {
@@ -266,9 +288,24 @@ static bool same_file(const struct stat *a, const struct stat *b)
 	return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
 }
 
-static int64_t mtime_ns(const struct stat *st)
+static int64_t ns_of(struct timespec t)
 {
-	return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void ident_of(const struct stat *st, struct rq_cache_ident *id)
+{
+	id->dev = (uint64_t)st->st_dev;
+	id->ino = (uint64_t)st->st_ino;
+	id->size = (uint64_t)st->st_size;
+	id->mtime = ns_of(st->st_mtim);
+	id->ctime = ns_of(st->st_ctim);
+}
+
+static bool ident_eq(const struct rq_cache_ident *a, const struct rq_cache_ident *b)
+{
+	return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+	       a->mtime == b->mtime && a->ctime == b->ctime;
 }
 
 static void set_identity(struct rqc_ent *e, const struct stat *st)
@@ -276,12 +313,19 @@ static void set_identity(struct rqc_ent *e, const struct stat *st)
 	e->dev = st->st_dev;
 	e->ino = st->st_ino;
 	e->fsize = st->st_size;
-	e->mtime = mtime_ns(st);
+	e->mtime = ns_of(st->st_mtim);
+	e->ctime = ns_of(st->st_ctim);
+}
+
+static bool ent_matches(const struct rqc_ent *e, const struct stat *st)
+{
+	return e->dev == st->st_dev && e->ino == st->st_ino && e->fsize == st->st_size &&
+	       e->mtime == ns_of(st->st_mtim) && e->ctime == ns_of(st->st_ctim);
 }
 
 /* Sets the file's atime to `when` (the shared recency clock). Best effort:
  * an entry written by another user may refuse (EPERM); recency then only
- * lives in this process. */
+ * lives in this process. Moves ctime: take the identity after it. */
 static void touch(int fd, int64_t when)
 {
 	struct timespec ts[2] = {
@@ -291,17 +335,130 @@ static void touch(int fd, int64_t when)
 	futimens(fd, ts);
 }
 
-int rq_cache_lookup(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size,
-                    int *fdp, uint64_t *payload_off, struct rq_err *err)
+static const char *kind_of(mode_t m)
 {
-	char rel[RQC_REL_MAX], path[PATH_MAX];
-	rqc_rel_path(k, rel);
-	snprintf(path, sizeof path, "%s/%s", c->dir, rel);
-	int fd = openat(c->dfd, rel, O_RDONLY | O_CLOEXEC);
+	return S_ISFIFO(m) ? "a FIFO" : S_ISLNK(m) ? "a symbolic link" : S_ISDIR(m) ? "a directory" :
+	       S_ISCHR(m) || S_ISBLK(m) ? "a device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
+/* A bad entry (err describes it): removed when the name still holds what we
+ * judged (another process may have renamed a good entry over it
+ * meanwhile), counted, forgotten. `del` false: a miss only (foreign
+ * version, unstable file). */
+static void drop_bad(struct rq_cache *c, const struct rq_cache_key *k, const char *rel,
+                     const struct stat *judged, bool del, bool count_miss)
+{
+	struct stat now;
+	if (del && judged && fstatat(c->dfd, rel, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    same_file(&now, judged) && (now.st_mode & S_IFMT) == (judged->st_mode & S_IFMT))
+		unlinkat(c->dfd, rel, S_ISDIR(now.st_mode) ? AT_REMOVEDIR : 0);  /* rmdir: if empty */
+	pthread_mutex_lock(&c->mu);
+	if (count_miss)
+		c->st.misses++;
+	if (del)
+		c->st.corrupt++;
+	struct rqc_ent *ent = rqc_find(c, k);
+	if (ent && (!judged || (ent->dev == judged->st_dev && ent->ino == judged->st_ino) || del))
+		rqc_del(c, ent);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* verify() while the file holds still: its identity is the same before and
+ * after the whole read (any write in between moves ctime). *after is the
+ * identity the verdict is about. VERIFY_UNSTABLE when it kept changing. */
+static int verify_stable(int fd, const struct rq_cache_key *k, uint64_t size, const char *path,
+                         struct stat *after, struct rq_err *err)
+{
+	for (int t = 0; t < RQC_VERIFY_TRIES; t++) {
+		struct stat a;
+		if (fstat(fd, &a) < 0)
+			return rq_errf(err, -errno, "cannot stat cache entry %s: %s", path, strerror(errno));
+		int r = verify(fd, &a, k, size, path, err);
+		if (r != VERIFY_OK)
+			return r;
+		if (fstat(fd, after) < 0)
+			return rq_errf(err, -errno, "cannot stat cache entry %s: %s", path, strerror(errno));
+		struct rq_cache_ident x, y;
+		ident_of(&a, &x);
+		ident_of(after, &y);
+		if (ident_eq(&x, &y))
+			return VERIFY_OK;
+	}
+	return bad(err, VERIFY_UNSTABLE, "cache entry %s kept changing while being verified", path);
+}
+
+/* Opens the entry at rel without blocking or following anything: 0 with a
+ * regular file (fd, *st); -ENOENT plain miss; 1 a bad name (err says why,
+ * *st describes what was judged, *judged says whether st is valid);
+ * other -errno. */
+static int open_entry(struct rq_cache *c, const char *rel, const char *path, int *fdp,
+                      struct stat *st, bool *judged, struct rq_err *err)
+{
+	*judged = false;
+	/* lstat first: a device or FIFO is judged without even opening it. */
+	if (fstatat(c->dfd, rel, st, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (errno == ENOENT)
+			return -ENOENT;
+		return rq_errf(err, -errno, "cannot stat cache entry %s: %s", path, strerror(errno));
+	}
+	*judged = true;
+	if (!S_ISREG(st->st_mode))
+		return bad(err, 1, "cache entry %s is %s, not a regular file", path,
+		           kind_of(st->st_mode));
+	int fd = openat(c->dfd, rel, RQC_OPEN_FLAGS);
 	if (fd < 0) {
 		int e = errno;
-		if (e != ENOENT)
-			return rq_errf(err, -e, "cannot open cache entry %s: %s", path, strerror(e));
+		if (e == ENOENT)
+			return -ENOENT;
+		if (e == ELOOP || e == ENXIO || e == ENOTDIR || e == EISDIR) {
+			/* replaced by a symlink (or worse) since the lstat */
+			if (fstatat(c->dfd, rel, st, AT_SYMLINK_NOFOLLOW) < 0)
+				*judged = false;
+			return bad(err, 1, "cache entry %s is %s, not a regular file", path,
+			           *judged ? kind_of(st->st_mode) : "not a regular file");
+		}
+		*judged = false;
+		return rq_errf(err, -e, "cannot open cache entry %s: %s", path, strerror(e));
+	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0 || fstat(fd, st) < 0) {
+		int e = errno;
+		close(fd);
+		*judged = false;
+		return rq_errf(err, -e, "cannot open cache entry %s: %s", path, strerror(e));
+	}
+	if (!S_ISREG(st->st_mode)) {
+		close(fd);
+		return bad(err, 1, "cache entry %s is %s, not a regular file", path,
+		           kind_of(st->st_mode));
+	}
+	if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+		close(fd);
+		return bad(err, 1, "cache entry %s is writable by group or others (mode %04o)", path,
+		           (unsigned)(st->st_mode & 07777));
+	}
+	*fdp = fd;
+	return 0;
+}
+
+static void entry_path(const struct rq_cache *c, const struct rq_cache_key *k,
+                       char rel[RQC_REL_MAX], char path[PATH_MAX])
+{
+	rqc_rel_path(k, rel);
+	snprintf(path, PATH_MAX, "%s/%s", c->dir, rel);
+}
+
+int rq_cache_lookup(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size,
+                    int *fdp, uint64_t *payload_off, struct rq_cache_ident *idp,
+                    struct rq_err *err)
+{
+	char rel[RQC_REL_MAX], path[PATH_MAX];
+	entry_path(c, k, rel, path);
+	int fd = -1;
+	struct stat st;
+	bool judged;
+	int r = open_entry(c, rel, path, &fd, &st, &judged, err);
+	if (r == -ENOENT) {
 		pthread_mutex_lock(&c->mu);
 		c->st.misses++;
 		struct rqc_ent *ent = rqc_find(c, k);
@@ -314,63 +471,102 @@ int rq_cache_lookup(struct rq_cache *c, const struct rq_cache_key *k, uint64_t s
 		}
 		return -ENOENT;
 	}
-	struct stat st;
-	if (fstat(fd, &st) < 0) {
-		int e = errno;
-		close(fd);
-		return rq_errf(err, -e, "cannot stat cache entry %s: %s", path, strerror(e));
+	if (r < 0)
+		return r;
+	if (r > 0) {
+		drop_bad(c, k, rel, judged ? &st : NULL, true, true);
+		return -ENOENT;
 	}
 
 	pthread_mutex_lock(&c->mu);
 	struct rqc_ent *ent = rqc_find(c, k);
-	bool trusted = ent && ent->verified && ent->dev == st.st_dev && ent->ino == st.st_ino &&
-	               ent->fsize == st.st_size && ent->mtime == mtime_ns(&st) &&
+	bool trusted = ent && ent->verified && ent_matches(ent, &st) &&
 	               (uint64_t)st.st_size == size + RQC_OVERHEAD;
+	int64_t now = rqc_tick(c);
 	pthread_mutex_unlock(&c->mu);
 
+	/* Touch first, then take the identity: our own touch moves ctime. */
+	touch(fd, now);
+	struct stat after;
+	if (trusted) {
+		if (fstat(fd, &after) < 0) {
+			int e = errno;
+			close(fd);
+			return rq_errf(err, -e, "cannot stat cache entry %s: %s", path, strerror(e));
+		}
+		/* Only ctime (and atime) may have moved, by our touch. */
+		trusted = same_file(&after, &st) && after.st_size == st.st_size &&
+		          ns_of(after.st_mtim) == ns_of(st.st_mtim);
+	}
 	if (!trusted) {
-		int r = verify(fd, &st, k, size, path, err);
+		r = verify_stable(fd, k, size, path, &after, err);
 		if (r < 0) {
 			close(fd);
 			return r;
 		}
 		if (r != VERIFY_OK) {
-			/* Delete only the file we judged: another process may have
-			 * renamed a good entry over it meanwhile. */
-			struct stat now;
-			if (r == VERIFY_CORRUPT && fstatat(c->dfd, rel, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
-			    same_file(&now, &st))
-				unlinkat(c->dfd, rel, 0);
 			close(fd);
-			pthread_mutex_lock(&c->mu);
-			c->st.misses++;
-			if (r == VERIFY_CORRUPT)
-				c->st.corrupt++;
-			if ((ent = rqc_find(c, k)))
-				rqc_del(c, ent);
-			pthread_mutex_unlock(&c->mu);
+			drop_bad(c, k, rel, &st, r == VERIFY_CORRUPT, true);
 			return -ENOENT;
 		}
 	}
 
 	pthread_mutex_lock(&c->mu);
-	int64_t now = rqc_tick(c);
 	ent = rqc_find(c, k);
 	if (!ent)
 		ent = rqc_add(c, k);
 	if (ent) {
-		set_identity(ent, &st);
+		set_identity(ent, &after);
 		ent->verified = true;
 		rqc_set_payload(c, ent, size);
 		rqc_use(c, ent, now);
 	}
 	c->st.hits++;
 	pthread_mutex_unlock(&c->mu);
-	touch(fd, now);
 
 	*fdp = fd;
 	*payload_off = RQC_HDR;
+	if (idp)
+		ident_of(&after, idp);
 	return 0;
+}
+
+int rq_cache_recheck(struct rq_cache *c, const struct rq_cache_key *k, int fd, uint64_t size,
+                     struct rq_cache_ident *id, struct rq_err *err)
+{
+	char rel[RQC_REL_MAX], path[PATH_MAX];
+	entry_path(c, k, rel, path);
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return rq_errf(err, -errno, "cannot stat cache entry %s: %s", path, strerror(errno));
+	struct rq_cache_ident now;
+	ident_of(&st, &now);
+	pthread_mutex_lock(&c->mu);
+	bool same = ident_eq(id, &now);
+	pthread_mutex_unlock(&c->mu);
+	if (same)
+		return 0;
+
+	/* Changed since verified: never trusted without a full verification. */
+	struct stat after;
+	int r = verify_stable(fd, k, size, path, &after, err);
+	if (r < 0)
+		return r;
+	if (r != VERIFY_OK) {
+		drop_bad(c, k, rel, &st, r == VERIFY_CORRUPT, false);
+		if (err)
+			err->code = -ESTALE;
+		return -ESTALE;
+	}
+	pthread_mutex_lock(&c->mu);
+	ident_of(&after, id);
+	struct rqc_ent *ent = rqc_find(c, k);
+	if (ent && ent->dev == after.st_dev && ent->ino == after.st_ino) {
+		set_identity(ent, &after);   /* still the file at the name: adopt */
+		ent->verified = true;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return 1;
 }
 
 int rq_cache_get(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size,
@@ -378,7 +574,7 @@ int rq_cache_get(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size
 {
 	int fd;
 	uint64_t off, got = 0;
-	int r = rq_cache_lookup(c, k, size, &fd, &off, err);
+	int r = rq_cache_lookup(c, k, size, &fd, &off, NULL, err);
 	if (r < 0)
 		return r;
 	r = pread_all(fd, buf, size, off, &got);
@@ -485,13 +681,18 @@ int rq_cache_put(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t
 	 * losing it in a crash, which is a miss, so it does not fail the put. */
 	fsync_dir_at(c->dfd, sub);
 
+	/* rename(2) moves the inode's ctime on most file systems: the identity
+	 * we trust is the one at the name now, if it is still our file. */
+	struct stat pub;
+	bool ours = fstatat(c->dfd, rel, &pub, AT_SYMLINK_NOFOLLOW) == 0 && same_file(&pub, &st) &&
+	            pub.st_size == st.st_size && ns_of(pub.st_mtim) == ns_of(st.st_mtim);
 	pthread_mutex_lock(&c->mu);
 	struct rqc_ent *e = rqc_find(c, k);
 	if (!e)
 		e = rqc_add(c, k);
 	if (e) {
-		set_identity(e, &st);
-		e->verified = true;
+		set_identity(e, ours ? &pub : &st);
+		e->verified = ours;
 		rqc_set_payload(c, e, size);
 		rqc_use(c, e, now);
 	}
@@ -568,6 +769,31 @@ int rq_cache_open(const struct rq_cache_opts *o, struct rq_cache **out, struct r
 		        r == -ENOTDIR ? "not a directory" : strerror(-r));
 		goto fail;
 	}
+	/* Whoever can write the directory can feed the mount any bytes it
+	 * likes (an entry is checksummed, but the checksum is not a secret):
+	 * it must be writable by its owner only, and the owner be us or root.
+	 * A sticky directory (mode 1777, /tmp-like) is refused too: others can
+	 * still create entries under names that are missing. */
+	struct stat dst;
+	if (fstat(c->dfd, &dst) < 0) {
+		r = -errno;
+		rq_errf(err, r, "cache directory %s: %s", o->dir, strerror(-r));
+		goto fail;
+	}
+	if (dst.st_mode & (S_IWGRP | S_IWOTH)) {
+		r = -EPERM;
+		rq_errf(err, r, "cache directory %s is writable by group or others (mode %04o): "
+		        "whoever can write it can feed the mount bytes; run `chmod go-w %s`",
+		        o->dir, (unsigned)(dst.st_mode & 07777), o->dir);
+		goto fail;
+	}
+	if (rqc_dir_unsafe(&dst)) {
+		r = -EPERM;
+		rq_errf(err, r, "cache directory %s is owned by uid %u, not by you (uid %u) or root: "
+		        "whoever owns it can feed the mount bytes", o->dir, (unsigned)dst.st_uid,
+		        (unsigned)geteuid());
+		goto fail;
+	}
 	/* Prove we can create files (catches EROFS, EACCES, and root on a
 	 * read-only mount, which access(2) would not). */
 	char probe[RQC_REL_MAX];
@@ -592,7 +818,15 @@ int rq_cache_open(const struct rq_cache_opts *o, struct rq_cache **out, struct r
 	struct rqc_found *f = NULL;
 	size_t n = 0;
 	int64_t start = rqc_now_ns();
-	r = rqc_scan(c, &f, &n);
+	char bad_sub[3] = "";
+	r = rqc_scan(c, &f, &n, bad_sub);
+	if (r == -EPERM) {
+		rq_errf(err, r, "cache directory %s: its subdirectory %s/%s is writable by group or "
+		        "others or owned by another user: whoever can write it can feed the mount "
+		        "bytes; run `chmod go-w %s/%s` (or remove it)", o->dir, o->dir, bad_sub,
+		        o->dir, bad_sub);
+		goto fail;
+	}
 	if (r < 0) {
 		rq_errf(err, r, "cannot scan cache directory %s: %s", o->dir, strerror(-r));
 		goto fail;

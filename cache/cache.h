@@ -30,7 +30,10 @@ struct rq_cache_stats {
 };
 
 /* -EACCES/-ENOTDIR/-EROFS... with a message naming the directory when it is
- * not a writable directory. */
+ * not a writable directory. -EPERM when the directory (or one of its xx/
+ * subdirectories) is writable by group or others (sticky or not), or owned
+ * by a user other than the caller and root: whoever can write the directory
+ * can feed the mount bytes (see the trust model in cache.c). */
 int rq_cache_open(const struct rq_cache_opts *o, struct rq_cache **out, struct rq_err *err);
 void rq_cache_close(struct rq_cache *c);
 const char *rq_cache_dir(const struct rq_cache *c);
@@ -39,17 +42,46 @@ const char *rq_cache_dir(const struct rq_cache *c);
 void rq_cache_key_of(const void *desc, size_t len, struct rq_cache_key *out);
 void rq_cache_key_hex(const struct rq_cache_key *k, char out[33]);
 
-/* Looks an entry up. On a hit returns 0 with an open read-only fd and the
- * payload's offset in it; the payload is `size` bytes. The first lookup of a
- * key in this process reads the whole entry and checks its checksum (later
- * lookups trust it unless the file changed identity). -ENOENT on a miss;
- * a corrupt/truncated/wrong-size entry is deleted, counted, described in err
- * and reported as -ENOENT too (a miss to rebuild). The caller closes fd.
+/* What an entry file looked like (fstat) when its bytes were last checked.
+ * Any write, truncation, utime, chmod or rename changes at least one field
+ * (ctime moves on every change of the inode), so an unchanged identity means
+ * unchanged bytes -- up to the file system's timestamp granularity. */
+struct rq_cache_ident {
+	uint64_t dev, ino, size;  /* size in bytes of the whole entry file */
+	int64_t mtime, ctime;     /* ns since the epoch */
+};
+
+/* Looks an entry up. On a hit returns 0 with an open read-only fd, the
+ * payload's offset in it and (when id is not NULL) the file's identity as
+ * verified; the payload is `size` bytes. The first lookup of a key in this
+ * process reads the whole entry and checks its checksum (later lookups
+ * trust it while its identity -- dev, inode, size, mtime, ctime -- is
+ * unchanged). Never blocks on, follows or reads anything but a regular file
+ * of exactly size + 80 bytes. -ENOENT on a miss; a corrupt/truncated/wrong-
+ * size entry, or a FIFO, symlink, directory or device at its name, is
+ * deleted, counted, described in err and reported as -ENOENT too (a miss to
+ * rebuild). The caller closes fd.
  * On a plain miss err is cleared (empty msg), so `r == -ENOENT && err.msg[0]`
  * means "a bad entry was dropped: log it". Other -errno: the entry could not
  * be read (err says why). A hit marks the entry most recently used. */
 int rq_cache_lookup(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size,
-                    int *fd, uint64_t *payload_off, struct rq_err *err);
+                    int *fd, uint64_t *payload_off, struct rq_cache_ident *id,
+                    struct rq_err *err);
+
+/* Re-checks an fd returned by rq_cache_lookup before its bytes are served
+ * again: fstat()s it and compares with *id.
+ *   0        identity unchanged: the bytes are the ones verified;
+ *   1        identity changed (touched by another process, rewritten...) but
+ *            the whole file verified again: *id is the new identity (bytes
+ *            read from fd before this call may predate the change: read
+ *            them again);
+ *   -ESTALE  the file is corrupt now (err says why): it is deleted when it
+ *            is still the entry, counted as corrupt, forgotten; close fd and
+ *            rebuild;
+ *   other -errno: it could not be checked (err says why).
+ * Several threads may share one *id: the cache serializes access to it. */
+int rq_cache_recheck(struct rq_cache *c, const struct rq_cache_key *k, int fd, uint64_t size,
+                     struct rq_cache_ident *id, struct rq_err *err);
 
 /* Convenience: lookup + read the payload into buf (size bytes). */
 int rq_cache_get(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size,

@@ -12,7 +12,13 @@
  * harmless on POSIX: its fd keeps the bytes alive.
  *
  * Recency on disk is the file's atime, set explicitly (ns) by every hit and
- * put of every process, so the order survives restarts and is shared. */
+ * put of every process, so the order survives restarts and is shared.
+ *
+ * The scan never opens an entry: it lstat()s names (AT_SYMLINK_NOFOLLOW)
+ * and lists regular files only, so a FIFO, device or symlink planted at an
+ * entry's name cannot block or redirect it (lookup then judges and deletes
+ * such a name). Subdirectories are opened O_NOFOLLOW and must not be
+ * writable by anyone but us. */
 #include "cache/cache_int.h"
 
 #include <dirent.h>
@@ -261,9 +267,22 @@ static int push_found(struct rqc_found **v, size_t *n, size_t *cap, const struct
 	return 0;
 }
 
+bool rqc_dir_unsafe(const struct stat *st)
+{
+	/* Sticky directories too (mode 1777): others may still create entries
+	 * under names that are missing, i.e. feed the next lookup. */
+	return (st->st_mode & (S_IWGRP | S_IWOTH)) ||
+	       (st->st_uid != geteuid() && st->st_uid != 0);
+}
+
 static int scan_sub(int sfd, const char *sub, int64_t now,
                     struct rqc_found **v, size_t *n, size_t *cap)
 {
+	struct stat dst;
+	if (fstat(sfd, &dst) == 0 && rqc_dir_unsafe(&dst)) {
+		close(sfd);
+		return -EPERM;
+	}
 	DIR *d = fdopendir(sfd);
 	if (!d) {
 		close(sfd);
@@ -284,6 +303,7 @@ static int scan_sub(int sfd, const char *sub, int64_t now,
 			f.ino = st.st_ino;
 			f.fsize = st.st_size;
 			f.mtime = ts_ns(st.st_mtim);
+			f.ctime = ts_ns(st.st_ctim);
 			f.atime = ts_ns(st.st_atim);
 			r = push_found(v, n, cap, &f);
 		} else {
@@ -296,7 +316,7 @@ static int scan_sub(int sfd, const char *sub, int64_t now,
 	return r;
 }
 
-int rqc_scan(struct rq_cache *c, struct rqc_found **out, size_t *nout)
+int rqc_scan(struct rq_cache *c, struct rqc_found **out, size_t *nout, char bad_sub[3])
 {
 	int64_t now = rqc_now_ns();
 	int tfd = openat(c->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -318,6 +338,8 @@ int rqc_scan(struct rq_cache *c, struct rqc_found **out, size_t *nout)
 			int sfd = openat(dirfd(top), nm, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 			if (sfd >= 0)
 				r = scan_sub(sfd, nm, now, &v, &n, &cap);
+			if (r == -EPERM && bad_sub)
+				memcpy(bad_sub, nm, 3);
 		} else {
 			long pid = tmp_pid(nm);
 			if (pid)
@@ -350,12 +372,13 @@ void rqc_merge(struct rq_cache *c, const struct rqc_found *f, size_t n, int64_t 
 		if (!e && !(e = rqc_add(c, &f[i].key)))
 			continue;
 		if (e->dev != f[i].dev || e->ino != f[i].ino || e->fsize != f[i].fsize ||
-		    e->mtime != f[i].mtime) {
+		    e->mtime != f[i].mtime || e->ctime != f[i].ctime) {
 			e->verified = false;
 			e->dev = f[i].dev;
 			e->ino = f[i].ino;
 			e->fsize = f[i].fsize;
 			e->mtime = f[i].mtime;
+			e->ctime = f[i].ctime;
 		}
 		rqc_set_payload(c, e, f[i].fsize >= RQC_OVERHEAD ? (uint64_t)f[i].fsize - RQC_OVERHEAD : 0);
 		if (f[i].atime > e->last_use)
@@ -448,7 +471,7 @@ void rqc_evict(struct rq_cache *c, const struct rq_cache_key *keep)
 		pthread_mutex_unlock(&c->mu);
 		struct rqc_found *f = NULL;
 		size_t n = 0;
-		int r = rqc_scan(c, &f, &n);
+		int r = rqc_scan(c, &f, &n, NULL);
 		pthread_mutex_lock(&c->mu);
 		if (r == 0)
 			rqc_merge(c, f, n, now);

@@ -32,12 +32,15 @@ struct rqc_ent {
 	uint64_t payload;          /* payload bytes (file size - 80, 0 if shorter) */
 	int64_t last_use;          /* ns since the epoch: atime on disk, or our last hit/put */
 	/* Identity of the file as last seen; when `verified`, a file with this
-	 * identity had a good header and checksum. A rename over it (new inode)
-	 * or a write into it (new mtime/size) changes the identity. */
+	 * identity had a good header and checksum. A rename over it (new inode),
+	 * a write into it (new mtime/size), a utime restoring the mtime or a
+	 * touch by another process (new ctime) changes the identity. Recorded
+	 * by an fstat after our own touch (futimens moves ctime). */
 	dev_t dev;
 	ino_t ino;
 	off_t fsize;               /* bytes */
 	int64_t mtime;             /* ns since the epoch (publish time; hits touch atime only) */
+	int64_t ctime;             /* ns since the epoch (moves on every touch and change) */
 	bool verified;
 	bool seen;                 /* scratch of rqc_merge */
 	struct rqc_ent *hnext;     /* hash chain */
@@ -50,7 +53,7 @@ struct rqc_found {
 	dev_t dev;
 	ino_t ino;
 	off_t fsize;
-	int64_t mtime, atime;      /* ns since the epoch */
+	int64_t mtime, ctime, atime; /* ns since the epoch */
 };
 
 struct rq_cache {
@@ -85,8 +88,14 @@ void rqc_set_payload(struct rq_cache *c, struct rqc_ent *e, uint64_t payload);
 void rqc_free_all(struct rq_cache *c);
 
 /* Lists every entry file under the directory and removes stale temp files
- * of crashed writers. No lock. 0 or -errno (*out is malloc'ed). */
-int rqc_scan(struct rq_cache *c, struct rqc_found **out, size_t *n);
+ * of crashed writers. No lock. 0 or -errno (*out is malloc'ed); only
+ * regular files are listed (never opened). -EPERM when an xx/ subdirectory
+ * is writable by group/others or owned by someone else: its name is then in
+ * bad_sub (when not NULL). */
+int rqc_scan(struct rq_cache *c, struct rqc_found **out, size_t *n, char bad_sub[3]);
+/* Is a directory with this stat unsafe to trust (writable by group or
+ * others, or owned by neither the caller nor root)? */
+bool rqc_dir_unsafe(const struct stat *st);
 /* Makes the index agree with a scan that began at scan_start: adds new
  * files, forgets files gone (unless used since the scan began), keeps the
  * newer of the two recencies, re-sorts. mu held. */

@@ -48,6 +48,8 @@ struct mout {
 	atomic_int refs;
 	int fd;                   /* cache entry fd (payload at fd_off), or -1 */
 	uint64_t fd_off;
+	struct rq_cache_ident id; /* fd: the entry's identity when its bytes were last
+	                             verified (rq_cache_recheck serializes access) */
 	uint8_t *mem;             /* out_size bytes in memory, or NULL */
 };
 
@@ -97,6 +99,7 @@ struct mread {
 	int pending;              /* jobs still awaited */
 	int seen;                 /* served once already (walk detection done) */
 	int err;                  /* first failure, negative errno */
+	int rebuilds;             /* times a changed cache entry sent it back to park */
 	struct mhold *held;       /* outputs of the jobs it touches, once ready */
 	int nheld, capheld, hcur; /* hcur: where the last lookup hit */
 };
@@ -111,6 +114,13 @@ struct msrc {
 struct mstats {
 	atomic_ullong hits, misses, corrupt, jobs_run, jobs_failed, put_failed;
 	atomic_ullong quant_in_bytes, reads, read_bytes, parked;
+};
+
+/* One quantization worker thread. */
+struct mworker {
+	struct rq_mount *m;
+	pthread_t th;
+	int job;                  /* job it runs now, -1 when none (m->lock) */
 };
 
 struct rq_mount {
@@ -155,7 +165,9 @@ struct rq_mount {
 	int stop;
 	int warned_put;           /* a put failure was logged */
 	int nworkers;
-	pthread_t *workers;
+	struct mworker *workers;  /* [nworkers] */
+	int stuck;                /* workers that did not stop in time: rq_mount_close
+	                             then frees nothing they may use (see jobs_stop) */
 	pthread_t monitor;
 	int monitor_started;
 	pthread_mutex_t mon_mu;
@@ -184,7 +196,11 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd);
 /* mount_jobs.c */
 int rq_mnt_jobs_init(struct rq_mount *m, struct rq_err *err);
 int rq_mnt_jobs_start(struct rq_mount *m, struct rq_err *err);
-void rq_mnt_jobs_stop(struct rq_mount *m);   /* joins workers, answers parked reads EIO */
+/* Joins workers (waiting at most RQ_MNT_STOP_WAIT_S for all: a worker stuck
+ * in a hung file system is logged and left, m->stuck set), answers parked
+ * reads EIO. */
+void rq_mnt_jobs_stop(struct rq_mount *m);
+#define RQ_MNT_STOP_WAIT_S 10
 void rq_mnt_jobs_free(struct rq_mount *m);
 /* Under m->lock: parks rd on job j (queuing j on demand). */
 void rq_mnt_park(struct rq_mount *m, int j, struct mread *rd);
@@ -195,6 +211,9 @@ void rq_mnt_prefetch(struct rq_mount *m, size_t k);
 /* Under m->lock: marks a READY job as used now (LRU). */
 void rq_mnt_touch(struct rq_mount *m, int j);
 void rq_mout_unref(struct mout *o);
+/* Under m->lock: job j's cache entry o turned out changed and corrupt: if o
+ * is still j's output, j becomes IDLE (a later read rebuilds it). */
+void rq_mnt_drop_stale(struct rq_mount *m, int j, struct mout *o);
 /* Under m->lock: rd keeps a reference to o (job j's output). -ENOMEM. */
 int rq_mnt_hold(struct mread *rd, int j, struct mout *o);
 /* The output of job j that rd holds, or NULL. */

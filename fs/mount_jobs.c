@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/err.h"
@@ -38,7 +39,8 @@
 
 /* ---- outputs and holds ------------------------------------------------ */
 
-static struct mout *mout_new(int fd, uint64_t fd_off, uint8_t *mem)
+static struct mout *mout_new(int fd, uint64_t fd_off, const struct rq_cache_ident *id,
+                             uint8_t *mem)
 {
 	struct mout *o = calloc(1, sizeof *o);
 	if (!o)
@@ -46,6 +48,8 @@ static struct mout *mout_new(int fd, uint64_t fd_off, uint8_t *mem)
 	atomic_init(&o->refs, 1);
 	o->fd = fd;
 	o->fd_off = fd_off;
+	if (id)
+		o->id = *id;
 	o->mem = mem;
 	return o;
 }
@@ -192,6 +196,15 @@ static void drop_output(struct rq_mount *m, int j)
 	J->out = NULL;
 	J->state = J_IDLE;
 	rq_mout_unref(o);
+}
+
+void rq_mnt_drop_stale(struct rq_mount *m, int j, struct mout *o)
+{
+	struct mjob *J = &m->jobs[j];
+	if (J->state == J_READY && J->out == o) {
+		drop_output(m, j);
+		J->disk = 0;
+	}
 }
 
 static void evict(struct rq_mount *m, int keep)
@@ -356,11 +369,12 @@ static void adopt_entry(struct rq_mount *m, int j, struct mout *o)
 {
 	const struct rq_job *jb = &m->plan->jobs[j];
 	struct rq_err e = {0};
+	struct rq_cache_ident id;
 	int fd;
 	uint64_t poff;
-	if (rq_cache_lookup(m->cache, &m->jobs[j].key, jb->out_size, &fd, &poff, &e))
+	if (rq_cache_lookup(m->cache, &m->jobs[j].key, jb->out_size, &fd, &poff, &id, &e))
 		return;
-	struct mout *no = mout_new(fd, poff, NULL);
+	struct mout *no = mout_new(fd, poff, &id, NULL);
 	if (!no) {
 		close(fd);
 		return;
@@ -391,13 +405,14 @@ static void run_job(struct rq_mount *m, int j)
 	struct mjob *J = &m->jobs[j];
 	struct rq_err e = {0};
 	char bad[1024];
+	struct rq_cache_ident id;
 	int fd;
 	uint64_t poff;
 	unsigned gen = J->gen;        /* set by this worker when it took the job */
 
-	int rc = rq_cache_lookup(m->cache, &J->key, jb->out_size, &fd, &poff, &e);
+	int rc = rq_cache_lookup(m->cache, &J->key, jb->out_size, &fd, &poff, &id, &e);
 	if (rc == 0) {
-		struct mout *o = mout_new(fd, poff, NULL);
+		struct mout *o = mout_new(fd, poff, &id, NULL);
 		if (o) {
 			atomic_fetch_add(&m->st.hits, 1);
 			pthread_mutex_lock(&m->lock);
@@ -456,7 +471,7 @@ static void run_job(struct rq_mount *m, int j)
 	atomic_fetch_add(&m->st.jobs_run, 1);
 	atomic_fetch_add(&m->st.quant_in_bytes, jb->in_size);
 
-	struct mout *o = mout_new(-1, 0, buf);
+	struct mout *o = mout_new(-1, 0, NULL, buf);
 	if (!o)
 		goto fail;
 	atomic_fetch_add(&o->refs, 1);           /* ours, until the put is done */
@@ -488,7 +503,8 @@ fail:
 
 static void *worker(void *arg)
 {
-	struct rq_mount *m = arg;
+	struct mworker *w = arg;
+	struct rq_mount *m = w->m;
 	pthread_mutex_lock(&m->lock);
 	for (;;) {
 		while (!m->stop && m->dq_head < 0 && m->pq_head < 0)
@@ -500,9 +516,11 @@ static void *worker(void *arg)
 		m->jobs[j].state = J_RUNNING;
 		m->jobs[j].gen++;
 		m->running++;
+		w->job = j;
 		pthread_mutex_unlock(&m->lock);
 		run_job(m, j);
 		pthread_mutex_lock(&m->lock);
+		w->job = -1;
 	}
 	pthread_mutex_unlock(&m->lock);
 	return NULL;
@@ -602,7 +620,8 @@ int rq_mnt_jobs_start(struct rq_mount *m, struct rq_err *err)
 	if (!m->workers)
 		return rq_errf(err, -ENOMEM, "out of memory");
 	for (int i = 0; i < n; i++) {
-		if (pthread_create(&m->workers[i], NULL, worker, m)) {
+		m->workers[i] = (struct mworker){.m = m, .job = -1};
+		if (pthread_create(&m->workers[i].th, NULL, worker, &m->workers[i])) {
 			rq_mnt_jobs_stop(m);
 			return rq_errf(err, -EAGAIN, "cannot start quantization worker threads");
 		}
@@ -619,12 +638,42 @@ void rq_mnt_jobs_stop(struct rq_mount *m)
 	m->stop = 1;
 	pthread_cond_broadcast(&m->work);
 	pthread_mutex_unlock(&m->lock);
-	for (int i = 0; i < m->nworkers; i++)
-		pthread_join(m->workers[i], NULL);
-	m->nworkers = 0;
-	free(m->workers);
-	m->workers = NULL;
-	/* Nothing runs now: fail whatever is still parked. */
+	/* A worker can be stuck for good: in open(2) or read(2) of a hung file
+	 * system (a dead NFS server, a FUSE daemon that stopped answering), or
+	 * anything the kernel will not interrupt. Waiting for it would keep the
+	 * daemon alive after umount with its readers stuck, so wait a bounded
+	 * time, say which job is stuck, and let the process exit around it:
+	 * m->stuck makes rq_mount_close free nothing such a worker may still
+	 * touch (jobs, cache, plan, quantizer, session, m itself) -- a leak on
+	 * purpose, reclaimed by the exit that follows. */
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += RQ_MNT_STOP_WAIT_S;
+	int left = 0;
+	for (int i = 0; i < m->nworkers; i++) {
+		if (pthread_timedjoin_np(m->workers[i].th, NULL, &dl) == 0)
+			continue;
+		pthread_mutex_lock(&m->lock);
+		int j = m->workers[i].job;
+		pthread_mutex_unlock(&m->lock);
+		left++;
+		if (j >= 0)
+			rq_mount_log(m, "stopping: quantization worker %d is stuck in job %d (%s) after "
+			             "%d s (a hung file system?); exiting without it", i, j,
+			             job_name(m, j), RQ_MNT_STOP_WAIT_S);
+		else
+			rq_mount_log(m, "stopping: quantization worker %d did not stop within %d s; "
+			             "exiting without it", i, RQ_MNT_STOP_WAIT_S);
+	}
+	if (left) {
+		m->stuck = left;   /* workers[] stays: the stuck ones use their slot */
+	} else {
+		m->nworkers = 0;
+		free(m->workers);
+		m->workers = NULL;
+	}
+	/* Nothing runs now (or what runs is stuck): fail whatever is still
+	 * parked; a stuck worker that ever returns finds no waiter to answer. */
 	for (size_t j = 0; j < m->plan->njobs; j++) {
 		int n;
 		pthread_mutex_lock(&m->lock);

@@ -7,7 +7,19 @@
  * A read that touches a job which is not READY never blocks a FUSE thread:
  * it is parked on every missing job (mount_jobs.c) and answered by the
  * thread that completes the last of them. Reads of SRC/MEM-only ranges
- * never take the job lock. */
+ * never take the job lock.
+ *
+ * Cache entries are files someone else may change under us (cache.c's trust
+ * model). A range served from a READY job's cache fd is therefore pread into
+ * memory here, not handed to libfuse as an fd buffer: libfuse turns a short
+ * copy from an fd into a short reply, which the kernel takes for EOF and
+ * shrinks the file to -- a silent short file. We get exactly the bytes or
+ * answer EIO. After the copy, every fd the read used is re-checked
+ * (rq_cache_recheck: one fstat when nothing changed; any write, truncation,
+ * utime or touch moves ctime): changed but verified good again -> copy
+ * again; corrupt -> the job's output is dropped (IDLE) and the read parks
+ * again, so the job is rebuilt and the reader gets correct bytes. The kernel
+ * may keep pages served before the change: they were correct. */
 #include "fs/mount_int.h"
 
 #include <errno.h>
@@ -16,9 +28,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/err.h"
 #include "fs/qrun.h"
 
 #define SMALL_SEGS 16
+#define MAX_RECOPY 3      /* entries changing (but good) under every copy: EIO */
+#define MAX_REBUILDS 3    /* rebuilt entries corrupt again and again: EIO */
 
 /* Module (index into plan->mods) whose output holds byte job_off of job j. */
 static size_t mod_at(const struct rq_plan *p, int j, uint64_t job_off)
@@ -48,11 +63,29 @@ static void advise_done(const struct fuse_bufvec *bv)
 			              POSIX_FADV_DONTNEED);
 }
 
+/* Reads exactly n bytes at off: 0, or -EIO when the file is shorter. */
+static int pread_exact(int fd, uint8_t *p, uint64_t n, uint64_t off)
+{
+	while (n) {
+		ssize_t r = pread(fd, p, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -EIO;
+		p += r;
+		n -= (uint64_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
 /* Builds the buffers of [off, off+size) of file fi. JOB segments are served
- * from the outputs rd holds (every job of the range: see rq_mnt_serve).
- * Returns the number of buffers, or -EIO when a SRC file changed. */
+ * from the outputs rd holds (every job of the range: see rq_mnt_serve);
+ * those held in a cache fd are copied into copy (size bytes, indexed like
+ * the read; NULL when none is). Returns the number of buffers, -EIO when a
+ * SRC file changed, -ENODATA when a cache entry was shorter than needed. */
 static int build(struct rq_mount *m, long fi, uint64_t off, uint64_t size,
-                 struct fuse_bufvec *bv, size_t cap, struct mread *rd)
+                 struct fuse_bufvec *bv, size_t cap, struct mread *rd, uint8_t *copy)
 {
 	const struct rq_plan *p = m->plan;
 	const struct rq_vfile *f = &p->files[fi];
@@ -79,9 +112,11 @@ static int build(struct rq_mount *m, long fi, uint64_t off, uint64_t size,
 			if (job_src_changed(m, g->job))
 				return -EIO;
 			if (o->fd >= 0) {
-				fb.flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-				fb.fd = o->fd;
-				fb.pos = (off_t)(o->fd_off + g->job_off + d);
+				if (!copy)
+					return -EIO;    /* not reached: serve allocates it */
+				fb.mem = copy + (a - off);
+				if (pread_exact(o->fd, fb.mem, fb.size, o->fd_off + g->job_off + d))
+					return -ENODATA;
 			} else {
 				fb.mem = o->mem + g->job_off + d;
 			}
@@ -140,6 +175,66 @@ static void reply(struct rq_mount *m, fuse_req_t req, struct fuse_bufvec *bv)
 		atomic_fetch_add(&m->st.read_bytes, len);
 		advise_done(bv);
 	}
+}
+
+enum { RECHECK_SAME = 0, RECHECK_CHANGED = 1, RECHECK_REBUILD = 2 };
+
+/* Drops rd's hold on job j's output. */
+static void unhold(struct mread *rd, int j)
+{
+	for (int i = 0; i < rd->nheld; i++) {
+		if (rd->held[i].job != j)
+			continue;
+		rq_mout_unref(rd->held[i].o);
+		rd->held[i] = rd->held[--rd->nheld];
+		rd->hcur = 0;
+		return;
+	}
+}
+
+/* Re-checks every cache fd rd holds (rq_cache_recheck). RECHECK_SAME: all
+ * unchanged; RECHECK_CHANGED: some changed but verified good again (copy
+ * again); RECHECK_REBUILD: some are corrupt now: their jobs were dropped
+ * and rd lost its holds on them (serve it again: it parks); -EIO: one
+ * could not be checked, or rd was rebuilt too often. */
+static int recheck_held(struct rq_mount *m, struct mread *rd)
+{
+	int res = RECHECK_SAME;
+	for (int i = 0; i < rd->nheld; i++) {
+		struct mout *o = rd->held[i].o;
+		int j = rd->held[i].job;
+		if (o->fd < 0)
+			continue;
+		struct rq_err e = {0};
+		int r = rq_cache_recheck(m->cache, &m->jobs[j].key, o->fd, m->plan->jobs[j].out_size,
+		                         &o->id, &e);
+		if (r == 0)
+			continue;
+		const char *name = m->plan->mods[m->plan->jobs[j].mod[0]].name;
+		if (r == 1) {
+			if (res == RECHECK_SAME)
+				res = RECHECK_CHANGED;
+			continue;
+		}
+		if (r != -ESTALE) {
+			rq_mount_log(m, "cache: cannot re-check the entry of %s: %s: EIO", name, e.msg);
+			return -EIO;
+		}
+		atomic_fetch_add(&m->st.corrupt, 1);
+		rq_mount_log(m, "cache: %s (changed after it was verified): rebuilding %s", e.msg, name);
+		pthread_mutex_lock(&m->lock);
+		rq_mnt_drop_stale(m, j, o);
+		pthread_mutex_unlock(&m->lock);
+		unhold(rd, j);
+		i--;
+		res = RECHECK_REBUILD;
+	}
+	if (res == RECHECK_REBUILD && ++rd->rebuilds > MAX_REBUILDS) {
+		rq_mount_log(m, "cache: entries of %s keep changing after verification: EIO",
+		             m->plan->files[rd->file].name);
+		return -EIO;
+	}
+	return res;
 }
 
 /* Answers a parked (or new) read whose jobs may all be ready now. */
@@ -234,13 +329,44 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 		struct fuse_buf more[SMALL_SEGS - 1];
 	} small;
 	struct fuse_bufvec *bv = bufvec_alloc(nseg, &small.v);
-	int n = err ? err : !bv ? -ENOMEM : build(m, rd->file, rd->off, rd->size, bv, nseg, rd);
+	uint8_t *copy = NULL;
+	int from_fd = 0;
+	for (int i = 0; i < rd->nheld; i++)
+		from_fd |= rd->held[i].o->fd >= 0;
+	if (!err && from_fd && !(copy = malloc(rd->size ? rd->size : 1)))
+		err = -ENOMEM;
+	int n = err ? err : !bv ? -ENOMEM : 0;
+	for (int tries = 0; n == 0; tries++) {
+		n = build(m, rd->file, rd->off, rd->size, bv, nseg, rd, copy);
+		if (n == -EIO || n == -ENOMEM || n == -E2BIG)
+			break;
+		/* After the copy: did any entry it came from change meanwhile? */
+		int r = recheck_held(m, rd);
+		if (r == RECHECK_REBUILD) {
+			if (bv && bv != &small.v)
+				free(bv);
+			free(copy);
+			rq_mnt_serve(m, rd);      /* parks on the dropped job(s) */
+			return;
+		}
+		if (r < 0) {
+			n = r;
+		} else if (r == RECHECK_CHANGED) {
+			n = tries + 1 < MAX_RECOPY ? 0 : -EIO;   /* copy again */
+		} else if (n == -ENODATA) {
+			/* short, yet the identity is unchanged: never a short reply */
+			rq_mount_log(m, "cache entry of a job of %s was shorter than verified: EIO",
+			             p->files[rd->file].name);
+			n = -EIO;
+		}
+	}
 	if (n < 0)
 		fuse_reply_err(rd->req, -n);
 	else
 		reply(m, rd->req, bv);
 	if (bv && bv != &small.v)
 		free(bv);
+	free(copy);
 	rq_mnt_read_free(rd);
 }
 
@@ -271,7 +397,7 @@ void rq_mnt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		struct fuse_bufvec *bv = bufvec_alloc(nseg, &small.v);
 		if (!bv)
 			return (void)fuse_reply_err(req, ENOMEM);
-		int n = build(m, file, (uint64_t)off, len, bv, nseg, NULL);
+		int n = build(m, file, (uint64_t)off, len, bv, nseg, NULL, NULL);
 		if (n < 0)
 			fuse_reply_err(req, -n);
 		else

@@ -361,6 +361,15 @@ void rq_mount_close(struct rq_mount *m)
 {
 	if (!m)
 		return;
+	if (m->stuck) {
+		/* Workers stuck in a hung file system may still use everything
+		 * below (rq_mnt_jobs_stop): leave it all to the process exit. */
+		rq_mount_log(m, "exiting with %d stuck worker%s: not freeing what they use",
+		             m->stuck, m->stuck > 1 ? "s" : "");
+		if (m->se)
+			fuse_remove_signal_handlers(m->se);
+		return;
+	}
 	if (m->se) {
 		fuse_remove_signal_handlers(m->se);
 		fuse_session_destroy(m->se);

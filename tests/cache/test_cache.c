@@ -1,7 +1,11 @@
 /* test_cache.c — the on-disk cache against real files: round trips, misses,
  * corrupted/truncated/misnamed entries, concurrent writers (processes and
  * threads), LRU eviction across handles, a full disk (a tiny tmpfs), an
- * unwritable directory, and cleanup of crashed writers' temp files. */
+ * unwritable directory, cleanup of crashed writers' temp files, and a
+ * hostile directory: FIFOs, symlinks, directories at entry names, entries
+ * truncated or rewritten (mtime restored) after verification, the recheck
+ * of an open entry, directories writable by others refused. Anything that
+ * could hang runs in a child with a time limit. */
 #include "base/err.h"
 #include "cache/cache.h"
 #include "tests/tap.h"
@@ -192,7 +196,8 @@ static void test_round_trip(void)
 	TAP_OK(rq_cache_get(c, &k, n, b, &e) == 0 && !memcmp(a, b, n), "get returns the same bytes");
 	int fd = -1;
 	uint64_t off = 0;
-	TAP_OK(rq_cache_lookup(c, &k, n, &fd, &off, &e) == 0 && off == 64, "lookup: fd and offset 64");
+	TAP_OK(rq_cache_lookup(c, &k, n, &fd, &off, NULL, &e) == 0 && off == 64,
+	       "lookup: fd and offset 64");
 	memset(b, 0, n);
 	TAP_OK(fd >= 0 && pread(fd, b, n, (off_t)off) == (ssize_t)n && !memcmp(a, b, n),
 	       "pread through the returned fd reads the payload");
@@ -201,7 +206,7 @@ static void test_round_trip(void)
 
 	struct rq_cache_key miss = key("rt", 1);
 	strcpy(e.msg, "stale");
-	TAP_OK(rq_cache_lookup(c, &miss, n, &fd, &off, &e) == -ENOENT && !e.msg[0],
+	TAP_OK(rq_cache_lookup(c, &miss, n, &fd, &off, NULL, &e) == -ENOENT && !e.msg[0],
 	       "an absent key is a plain miss (-ENOENT, no message)");
 	struct rq_cache_key z = key("rt", 2);
 	TAP_OK(rq_cache_put(c, &z, a, 0, &e) == 0 && rq_cache_get(c, &z, 0, b, &e) == 0,
@@ -219,10 +224,17 @@ static void test_round_trip(void)
 	memset(b, 0, n);
 	TAP_OK(rq_cache_get(c, &k, n, b, &e) == 0 && !memcmp(a, b, n), "a new handle verifies and hits");
 
-	/* A verified identity is trusted: in-place damage that keeps the mtime is
-	 * not seen by this handle (no re-read), but is by the next mount. */
+	/* In-place damage that restores the mtime still moves ctime: the same
+	 * handle re-verifies (it used to trust it until the next mount). */
 	flip(p, 64 + 1000, 1);
-	TAP_OK(rq_cache_get(c, &k, n, b, &e) == 0, "verified entry with unchanged identity: no re-read");
+	TAP_OK(rq_cache_get(c, &k, n, b, &e) == -ENOENT && strstr(e.msg, "checksum") &&
+	       strstr(e.msg, p), "a verified entry rewritten in place, mtime restored: the same "
+	       "handle re-verifies and finds it (%s)", e.msg);
+	rq_cache_get_stats(c, &s);
+	TAP_OK(s.corrupt == 1 && !exists(p), "corrupt entry counted and deleted");
+	TAP_OK(rq_cache_put(c, &k, a, n, &e) == 0, "put again");
+	/* A handle that never verified it re-verifies too. */
+	flip(p, 64 + 1000, 1);
 	struct rq_cache *c2 = open_at(dir, 0);
 	TAP_OK(rq_cache_get(c2, &k, n, b, &e) == -ENOENT && strstr(e.msg, "checksum") &&
 	       strstr(e.msg, p), "the next handle re-verifies and finds it: %s", e.msg);
@@ -597,7 +609,7 @@ static void test_unwritable(void)
 	       strstr(e.msg, "not a directory"), "a regular file as the directory: %s", e.msg);
 
 	subdir("ro", dir);
-	if (try_mount(dir, MS_RDONLY, "size=64k", why) < 0) {
+	if (try_mount(dir, MS_RDONLY, "size=64k,mode=0755", why) < 0) {
 		SKIP("read-only directory # SKIP %s", why);
 	} else {
 		o.dir = dir;
@@ -664,6 +676,270 @@ static void test_stale_tmp(void)
 	rq_cache_close(c);
 }
 
+/* ---- a hostile directory --------------------------------------------- */
+
+/* Runs fn(arg) in a child with a time limit, so that a lookup blocking
+ * forever (a FIFO at an entry's name) is a failure, not a stuck suite.
+ * The child reports through its exit status: 0 passed. -1: it hung. */
+static int in_child(int (*fn)(void *), void *arg, int secs)
+{
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(fn(arg));
+	for (int t = 0; t < secs * 100; t++) {
+		int st;
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+		usleep(10000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	return -1;
+}
+
+struct plant {
+	const char *dir, *what, *expect;
+	int i;
+	void (*how)(const char *p, const char *dir);
+	char msg[300];
+};
+
+static void plant_fifo(const char *p, const char *dir)
+{
+	must(unlink(p) == 0 && mkfifo(p, 0644) == 0, "mkfifo");
+}
+
+/* A symlink to a valid copy of the entry elsewhere: following it would hit. */
+static void plant_symlink(const char *p, const char *dir)
+{
+	char q[PATH_MAX], cmd[3 * PATH_MAX];
+	pathf(q, sizeof q, "%s.elsewhere", dir);
+	pathf(cmd, sizeof cmd, "cp '%s' '%s'", p, q);
+	must(system(cmd) == 0 && unlink(p) == 0 && symlink(q, p) == 0, "symlink");
+}
+
+static void plant_dir(const char *p, const char *dir)
+{
+	must(unlink(p) == 0 && mkdir(p, 0755) == 0, "mkdir");
+}
+
+static void plant_mode(const char *p, const char *dir)
+{
+	must(chmod(p, 0666) == 0, "chmod");
+}
+
+/* In a child: a fresh handle (its scan must not hang either) looks the
+ * entry up: a miss with a message, counted corrupt, the name cleared, and
+ * a put + get working afterwards. Exit 0 when all held. */
+static int plant_child(void *arg)
+{
+	struct plant *t = arg;
+	size_t n = 50000;
+	uint8_t *a = malloc(n), *b = malloc(n);
+	fill(a, n, 300 + t->i);
+	struct rq_cache_key k = key("plant", t->i);
+	char p[PATH_MAX];
+	entry_path(t->dir, &k, p);
+	struct rq_err e = { 0 };
+	struct rq_cache *c = open_at(t->dir, 0);
+	if (!c)
+		return 2;
+	int fd = -1;
+	uint64_t off;
+	int r = rq_cache_lookup(c, &k, n, &fd, &off, NULL, &e);
+	struct rq_cache_stats s;
+	rq_cache_get_stats(c, &s);
+	struct stat st;
+	int gone = lstat(p, &st) < 0 && errno == ENOENT;
+	printf("# %s: r=%d corrupt=%llu gone=%d msg: %s\n", t->what, r,
+	       (unsigned long long)s.corrupt, gone, e.msg);
+	if (r != -ENOENT || s.corrupt != 1 || !strstr(e.msg, t->expect) || !strstr(e.msg, p) || !gone)
+		return 3;
+	memset(b, 0, n);
+	if (rq_cache_put(c, &k, a, n, &e) || rq_cache_get(c, &k, n, b, &e) || memcmp(a, b, n))
+		return 4;
+	rq_cache_close(c);
+	return 0;
+}
+
+static void plant_case(const char *dir, int i, const char *what,
+                       void (*how)(const char *p, const char *dir), const char *expect)
+{
+	size_t n = 50000;
+	uint8_t *a = malloc(n);
+	fill(a, n, 300 + i);
+	struct rq_cache_key k = key("plant", i);
+	struct rq_err e = { 0 };
+	char p[PATH_MAX];
+	struct rq_cache *c = open_at(dir, 0);
+	must(c && rq_cache_put(c, &k, a, n, &e) == 0, "put");
+	rq_cache_close(c);
+	entry_path(dir, &k, p);
+	how(p, dir);
+	struct plant t = { .dir = dir, .what = what, .expect = expect, .i = i, .how = how };
+	int r = in_child(plant_child, &t, 5);
+	TAP_OK(r == 0, "%s at an entry's name: a miss naming it (\"%s\"), counted corrupt, "
+	       "removed, rebuilt (child %s %d)", what, expect, r < 0 ? "hung:" : "exit", r);
+	free(a);
+}
+
+/* Damage after verification, seen by the same handle. */
+static void test_changed_after_verify(const char *dir)
+{
+	size_t n = 40000;
+	uint8_t *a = malloc(n), *b = malloc(n);
+	fill(a, n, 77);
+	struct rq_cache_key k = key("changed", 0);
+	struct rq_err e = { 0 };
+	char p[PATH_MAX];
+	entry_path(dir, &k, p);
+	struct rq_cache *c = open_at(dir, 0);
+	must(c && rq_cache_put(c, &k, a, n, &e) == 0, "put");
+	TAP_OK(rq_cache_get(c, &k, n, b, &e) == 0 && !memcmp(a, b, n), "verified entry read back");
+	/* truncated in place, mtime restored */
+	struct stat st0;
+	stat(p, &st0);
+	must(truncate(p, (off_t)(n / 4)) == 0, "truncate");
+	struct timespec ts[2] = { st0.st_atim, st0.st_mtim };
+	must(utimensat(AT_FDCWD, p, ts, 0) == 0, "utimensat");
+	int r = rq_cache_get(c, &k, n, b, &e);
+	struct rq_cache_stats s;
+	rq_cache_get_stats(c, &s);
+	TAP_OK(r == -ENOENT && s.corrupt == 1 && strstr(e.msg, "truncated") && !exists(p),
+	       "a verified entry truncated (mtime restored): the same handle drops it (%s)", e.msg);
+	free(a);
+	free(b);
+	rq_cache_close(c);
+}
+
+static void test_recheck(const char *dir)
+{
+	size_t n = 60000;
+	uint8_t *a = malloc(n);
+	fill(a, n, 78);
+	struct rq_cache_key k = key("recheck", 0);
+	struct rq_err e = { 0 };
+	char p[PATH_MAX];
+	entry_path(dir, &k, p);
+	struct rq_cache *c = open_at(dir, 0);
+	must(c && rq_cache_put(c, &k, a, n, &e) == 0, "put");
+	int fd = -1;
+	uint64_t off;
+	struct rq_cache_ident id;
+	TAP_OK(rq_cache_lookup(c, &k, n, &fd, &off, &id, &e) == 0 && id.size == n + 80,
+	       "lookup returns the verified identity");
+	TAP_OK(rq_cache_recheck(c, &k, fd, n, &id, &e) == 0, "recheck of an unchanged entry: 0");
+	/* Another process's hit touches the entry (atime, hence ctime): changed
+	 * but good: verified again and adopted. */
+	struct rq_cache *c2 = open_at(dir, 0);
+	int fd2 = -1;
+	struct rq_cache_ident id0 = id;
+	TAP_OK(rq_cache_lookup(c2, &k, n, &fd2, &off, NULL, &e) == 0, "another handle hits");
+	close(fd2);
+	rq_cache_close(c2);
+	int r1 = rq_cache_recheck(c, &k, fd, n, &id, &e);
+	int r2 = rq_cache_recheck(c, &k, fd, n, &id, &e);
+	TAP_OK(r1 == 1 && r2 == 0 && id.ctime != id0.ctime,
+	       "recheck after another handle's touch: verified again (1), then trusted (0): %d %d",
+	       r1, r2);
+	/* rewritten in place with the mtime restored */
+	flip(p, 64 + 5000, 1);
+	struct rq_cache_stats s;
+	int r = rq_cache_recheck(c, &k, fd, n, &id, &e);
+	rq_cache_get_stats(c, &s);
+	TAP_OK(r == -ESTALE && strstr(e.msg, "checksum") && s.corrupt == 1 && !exists(p),
+	       "recheck of an entry rewritten in place (mtime restored): -ESTALE, counted, "
+	       "deleted (%s)", e.msg);
+	close(fd);
+	/* truncated under an open fd */
+	must(rq_cache_put(c, &k, a, n, &e) == 0, "put");
+	TAP_OK(rq_cache_lookup(c, &k, n, &fd, &off, &id, &e) == 0, "lookup again");
+	must(truncate(p, 100) == 0, "truncate");
+	r = rq_cache_recheck(c, &k, fd, n, &id, &e);
+	rq_cache_get_stats(c, &s);
+	TAP_OK(r == -ESTALE && strstr(e.msg, "truncated") && s.corrupt == 2 && !exists(p),
+	       "recheck of a truncated entry: -ESTALE (%s)", e.msg);
+	close(fd);
+	/* replaced by a good file through rename: the old fd is still good */
+	must(rq_cache_put(c, &k, a, n, &e) == 0, "put");
+	TAP_OK(rq_cache_lookup(c, &k, n, &fd, &off, &id, &e) == 0, "lookup again");
+	c2 = open_at(dir, 0);
+	must(c2 && rq_cache_put(c2, &k, a, n, &e) == 0, "put by another handle");
+	rq_cache_close(c2);
+	/* (the replaced inode's ctime moves as its link goes: verified again) */
+	r1 = rq_cache_recheck(c, &k, fd, n, &id, &e);
+	r2 = rq_cache_recheck(c, &k, fd, n, &id, &e);
+	TAP_OK(r1 >= 0 && r2 == 0 && exists(p), "an fd whose entry was replaced by another good "
+	       "one: still good, never deleted (%d %d)", r1, r2);
+	close(fd);
+	rq_cache_close(c);
+	free(a);
+}
+
+static void expect_refused(const char *dir, const char *what, const char *word)
+{
+	struct rq_cache_opts o = { .dir = dir };
+	struct rq_cache *c = NULL;
+	struct rq_err e = { 0 };
+	int r = rq_cache_open(&o, &c, &e);
+	TAP_OK(r == -EPERM && !c && strstr(e.msg, dir) && strstr(e.msg, word),
+	       "%s refused (-EPERM, names it, says \"%s\"): %s", what, word, e.msg);
+	rq_cache_close(c);
+}
+
+static void test_dir_perms(void)
+{
+	char dir[PATH_MAX];
+	const struct { const char *name; mode_t mode; const char *what; } bad[] = {
+		{ "perm-g", 0775, "a group-writable cache directory" },
+		{ "perm-o", 0757, "a world-writable cache directory" },
+		{ "perm-t", 01777, "a sticky world-writable (/tmp-like) cache directory" },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		subdir(bad[i].name, dir);
+		must(mkdir(dir, 0700) == 0 && chmod(dir, bad[i].mode) == 0, "mkdir");
+		expect_refused(dir, bad[i].what, "chmod go-w");
+	}
+	if (geteuid() == 0) {
+		subdir("perm-u", dir);
+		must(mkdir(dir, 0755) == 0 && chown(dir, 65534, 65534) == 0, "chown");
+		expect_refused(dir, "a cache directory owned by another user", "owned by uid 65534");
+	} else {
+		SKIP("cache directory of another user # SKIP needs root to chown");
+	}
+	/* a good cache whose xx/ subdirectory became group-writable */
+	subdir("perm-sub", dir);
+	struct rq_cache *c = open_at(dir, 0);
+	struct rq_cache_key k = key("permsub", 0);
+	uint8_t x[100] = { 0 };
+	struct rq_err e = { 0 };
+	must(c && rq_cache_put(c, &k, x, sizeof x, &e) == 0, "put");
+	rq_cache_close(c);
+	char h[33], sub[PATH_MAX];
+	rq_cache_key_hex(&k, h);
+	pathf(sub, sizeof sub, "%s/%.2s", dir, h);
+	must(chmod(sub, 0775) == 0, "chmod");
+	expect_refused(dir, "a cache whose subdirectory is group-writable", "chmod go-w");
+	must(chmod(sub, 0755) == 0, "chmod");
+	c = open_at(dir, 0);
+	TAP_OK(c != NULL, "mode 0755 directories are accepted");
+	rq_cache_close(c);
+}
+
+static void test_hostile(void)
+{
+	char dir[PATH_MAX];
+	subdir("hostile", dir);
+	plant_case(dir, 0, "a FIFO", plant_fifo, "FIFO");
+	plant_case(dir, 1, "a symlink to a valid copy", plant_symlink, "symbolic link");
+	plant_case(dir, 2, "an empty directory", plant_dir, "directory");
+	plant_case(dir, 3, "an entry writable by others (0666)", plant_mode, "writable by group");
+	test_changed_after_verify(dir);
+	test_recheck(dir);
+	test_dir_perms();
+}
+
 int main(void)
 {
 	const char *t = getenv("TMPDIR");
@@ -681,6 +957,7 @@ int main(void)
 	test_enospc();
 	test_unwritable();
 	test_stale_tmp();
+	test_hostile();
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	printf("# %.2f s\n", (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
 	char cmd[PATH_MAX + 16];

@@ -424,7 +424,8 @@ def g_faults(T):
     # a cache too small for anything: ENOSPC degrades to serving from memory
     tiny = os.path.join(tmp, "c-tiny")
     os.makedirs(tiny)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", tiny],
+    # mode=0755: a tmpfs root is 1777 by default, which the cache refuses
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", tiny],
                        capture_output=True, text=True)
     if ok(r.returncode == 0, "a 64 KiB tmpfs for the cache", r.stderr):
         TMPFS.append(tiny)
