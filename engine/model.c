@@ -3,8 +3,9 @@
  * Steps of lg_model_open(), each failing with a message that names the file
  * or tensor:
  *   1. config.json → lg_config (config.c), generation_config.json → defaults
- *   2. the shard set: the files named by model.safetensors.index.json, else
- *      every *.safetensors in the directory
+ *   2. the shard set: the files named by model.safetensors.index.json (a
+ *      name with '/', ".", ".." or none is refused), else every
+ *      *.safetensors in the directory
  *   3. each shard: header parsed and validated by fs/st.h, file mmap'd
  *   4. one sorted name index over all shards (a name twice is an error)
  *   5. every tensor the forward pass needs bound with dtype and shape checks
@@ -109,7 +110,8 @@ static int cmp_str(const void *a, const void *b)
 }
 
 /* The shard file names: the index's weight_map values, else *.safetensors. */
-static int list_shards(const char *dir, char ***names, size_t *n, struct rq_err *err)
+static int list_shards(const char *dir, char ***names, size_t *n, int *from_index,
+                       struct rq_err *err)
 {
 	char **v = NULL;
 	size_t cnt = 0, cap = 0;
@@ -118,6 +120,7 @@ static int list_shards(const char *dir, char ***names, size_t *n, struct rq_err 
 	if (!ipath)
 		return rq_errf(err, -ENOMEM, "out of memory");
 	char *text = read_text(ipath, &rc);
+	*from_index = text != NULL;
 	if (text) {
 		cJSON *root = cJSON_Parse(text), *e;
 		free(text);
@@ -129,8 +132,21 @@ static int list_shards(const char *dir, char ***names, size_t *n, struct rq_err 
 			return rc;
 		}
 		cJSON_ArrayForEach(e, wm) {
-			if (!cJSON_IsString(e) || strchr(e->valuestring, '/'))
-				continue;
+			/* A shard is a file of this directory: a name that could
+			 * leave it, or that is no name at all, is refused (as the
+			 * mount and export refuse it) rather than skipped. */
+			const char *sv = cJSON_IsString(e) ? e->valuestring : NULL;
+			if (!sv || !*sv || strchr(sv, '/') || !strcmp(sv, ".") || !strcmp(sv, "..")) {
+				rc = rq_errf(err, -EPROTO, "%s: weight_map maps %s to %s%s%s, which is not "
+				             "a file name of this directory", ipath, e->string,
+				             sv ? "'" : "", sv ? sv : "a non-string", sv ? "'" : "");
+				cJSON_Delete(root);
+				free(ipath);
+				for (size_t i = 0; i < cnt; i++)
+					free(v[i]);
+				free(v);
+				return rc;
+			}
 			int dup = 0;
 			for (size_t i = 0; i < cnt && !dup; i++)
 				dup = !strcmp(v[i], e->valuestring);
@@ -242,7 +258,8 @@ static const struct tref *need(struct loader *L, const char *name, enum st_dtype
 {
 	struct tref *r = find(L, name);
 	if (!r) {
-		*rc = rq_errf(L->err, -EPROTO, "%s: tensor %s is missing", L->m->dir, name);
+		*rc = rq_errf(L->err, -EPROTO, "%s/config.json describes tensor %s, which no shard holds",
+		              L->m->dir, name);
 		return NULL;
 	}
 	const struct st_tensor *t = tensor(L, r);
@@ -330,7 +347,8 @@ static int bind_vec(struct loader *L, const char *name, int n, float **out)
 	struct tref *r = find(L, name);
 	int rc = 0;
 	if (!r)
-		return rq_errf(L->err, -EPROTO, "%s: tensor %s is missing", L->m->dir, name);
+		return rq_errf(L->err, -EPROTO, "%s/config.json describes tensor %s, which no shard "
+		               "holds", L->m->dir, name);
 	enum st_dtype dt = tensor(L, r)->dtype;
 	if (dt != ST_BF16 && dt != ST_F32)
 		dt = ST_BF16;   /* let need() report the mismatch */
@@ -527,7 +545,7 @@ int lg_model_open(const char *dir, struct lg_model **out, struct rq_err *err)
 {
 	struct loader L = {.err = err};
 	enum lg_attn_type *types = NULL;
-	int *heads = NULL, *moe = NULL, rc;
+	int *heads = NULL, *moe = NULL, rc, from_index = 0;
 	char **shards = NULL;
 	size_t nshards = 0;
 	char *path = NULL, *text = NULL;
@@ -575,7 +593,7 @@ int lg_model_open(const char *dir, struct lg_model **out, struct rq_err *err)
 	}
 
 	/* 2-3. shards */
-	if ((rc = list_shards(dir, &shards, &nshards, err)))
+	if ((rc = list_shards(dir, &shards, &nshards, &from_index, err)))
 		goto fail;
 	m->files = calloc(nshards, sizeof *m->files);
 	if (!m->files) {
@@ -590,8 +608,13 @@ int lg_model_open(const char *dir, struct lg_model **out, struct rq_err *err)
 			goto fail;
 		}
 		m->n_files++;
-		if ((rc = map_file(f, err)))
+		if ((rc = map_file(f, err))) {
+			/* the index chose this file: say so, it is where to look */
+			if (from_index)
+				rq_err_prefix(err, "model.safetensors.index.json names shard '%s'",
+				              shards[i]);
 			goto fail;
+		}
 		ntensors += f->h->n;
 	}
 

@@ -233,12 +233,13 @@ static int choose_modules(struct rq_plan *p, const struct rq_rules *rules, size_
 			continue;
 		const struct st_tensor *w = c[i].w;
 		if (w->dtype != ST_BF16)
-			return rq_errf(err, -EPROTO, "%s.weight is %s; only BF16 weights can be "
-			               "requantized", c[i].name, st_dtype_name(w->dtype));
+			return rq_errf(err, -EPROTO, "SRC shard %s: %s.weight is %s; only BF16 weights "
+			               "can be requantized", p->srcs[c[i].src].name, c[i].name,
+			               st_dtype_name(w->dtype));
 		if (w->shape[1] % 16)
-			return rq_errf(err, -EPROTO, "%s.weight has %llu input columns, not a multiple of "
-			               "16 (the NVFP4 group size)", c[i].name,
-			               (unsigned long long)w->shape[1]);
+			return rq_errf(err, -EPROTO, "SRC shard %s: %s.weight has %llu input columns, not a "
+			               "multiple of 16 (the NVFP4 group size)", p->srcs[c[i].src].name,
+			               c[i].name, (unsigned long long)w->shape[1]);
 		struct rq_module *m = &p->mods[p->nmods++];
 		m->name = strdup(c[i].name);
 		if (!m->name)
@@ -249,8 +250,9 @@ static int choose_modules(struct rq_plan *p, const struct rq_rules *rules, size_
 		m->job = -1;
 	}
 	if (!p->nmods)
-		return rq_errf(err, -ENOENT, "the ignore entry '%s' matches no BF16 Linear weight in "
-		               "SRC; nothing to requantize", rules->text[rule]);
+		return rq_errf(err, -ENOENT, "%s/config.json: the ignore entry '%s' matches no BF16 "
+		               "Linear weight in SRC; nothing to requantize", p->src_dir,
+		               rules->text[rule]);
 	qsort(p->mods, p->nmods, sizeof *p->mods, cmp_mod);
 	return 0;
 }
@@ -351,6 +353,25 @@ static int check_index(const struct rq_plan *p, struct rq_err *err)
 			rc = rq_errf(err, -ENOENT, "SRC shard %s (holding %s, named by "
 			             "model.safetensors.index.json) is missing from %s; re-download it",
 			             cJSON_IsString(e) ? e->valuestring : "?", e->string, p->src_dir);
+	}
+	/* A tensor named twice: a loader would take one of the two, the plan
+	 * rewrites one: refuse rather than guess. */
+	size_t nk = 0;
+	for (cJSON *e = wm->child; e; e = e->next)
+		nk++;
+	const char **keys = !rc && nk ? malloc(nk * sizeof *keys) : NULL;
+	if (!rc && nk && !keys)
+		rc = -ENOMEM;
+	if (keys) {
+		size_t k = 0;
+		for (cJSON *e = wm->child; e; e = e->next)
+			keys[k++] = e->string ? e->string : "";
+		qsort(keys, nk, sizeof *keys, cmp_strp);
+		for (k = 1; k < nk && !rc; k++)
+			if (!strcmp(keys[k - 1], keys[k]))
+				rc = rq_errf(err, -EPROTO, "SRC %s names tensor %s twice in its weight_map; "
+				             "fix or re-download the index", path, keys[k]);
+		free(keys);
 	}
 	cJSON_Delete(j);
 	return rc;
@@ -458,8 +479,10 @@ int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_
 	(void)find_cand;
 
 	rc = pick_rule(o, &rules, c, nc, &rule, err);
-	if (rc)
+	if (rc) {
+		rq_err_prefix(err, "%s", path);
 		goto out;
+	}
 	p->dropped_rule = strdup(rules.text[rule]);
 	rc = choose_modules(p, &rules, rule, c, nc, err);
 	if (rc)

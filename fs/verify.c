@@ -193,9 +193,12 @@ int rq_verify(const char *dir, const char *ref, const char *source, const char *
 		rc = rq_ckpt_each(s, collect, &ls, err);
 	if (rc)
 		goto out;
-	qsort(la.e, la.n, sizeof *la.e, cmp_ent);
-	qsort(lb.e, lb.n, sizeof *lb.e, cmp_ent);
-	qsort(ls.e, ls.n, sizeof *ls.e, cmp_ent);
+	if (la.n)             /* qsort(NULL, 0) is undefined */
+		qsort(la.e, la.n, sizeof *la.e, cmp_ent);
+	if (lb.n)
+		qsort(lb.e, lb.n, sizeof *lb.e, cmp_ent);
+	if (ls.n)
+		qsort(ls.e, ls.n, sizeof *ls.e, cmp_ent);
 	for (size_t i = 0; i < la.n && !rc; i++) {
 		const struct ent *x = &la.e[i];
 		if (have_re && regexec(&re, x->name, 0, NULL, 0))
