@@ -1,5 +1,6 @@
 /* cache.c — entry files of the quantization cache: format, put, lookup,
- * open/close. The in-memory index, scan and eviction are in cache_index.c.
+ * open/close. The in-memory index, scan and eviction are in cache_index.c,
+ * what entries share with whole files (cache_file.c) in cache_io.c.
  *
  * Entry file <dir>/<first 2 hex>/<32 hex of the key>.rqc, integers
  * little-endian:
@@ -78,44 +79,9 @@
 #include <xxhash.h>
 
 #define RQC_VERSION 1u
-#define RQC_IO_CHUNK (1u << 30)    /* largest single read/write we issue */
 #define RQC_VERIFY_BUF (1u << 20)  /* verification reads this much at a time */
 
 static const char rqc_magic[8] = "RQCACHE";
-
-enum { VERIFY_OK = 0, VERIFY_CORRUPT = 1, VERIFY_FOREIGN = 2, VERIFY_UNSTABLE = 3 };
-#define RQC_VERIFY_TRIES 3         /* a file changing during each verification: a miss */
-/* Every open of an entry: never block on a FIFO, never follow a symlink,
- * never become a controlling terminal. */
-#define RQC_OPEN_FLAGS (O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-	uint32_t v = 0;
-	for (int i = 3; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
 
 void rq_cache_key_of(const void *desc, size_t len, struct rq_cache_key *out)
 {
@@ -145,64 +111,11 @@ static void make_header(uint8_t h[RQC_HDR], const struct rq_cache_key *k, uint64
 {
 	memset(h, 0, RQC_HDR);
 	memcpy(h, rqc_magic, 8);
-	put_le32(h + 8, RQC_VERSION);
-	put_le32(h + 12, RQC_HDR);
+	rqc_put_le32(h + 8, RQC_VERSION);
+	rqc_put_le32(h + 12, RQC_HDR);
 	memcpy(h + 16, k->b, 16);
-	put_le64(h + 32, n);
-	put_le64(h + 56, XXH3_64bits(h, 56));
-}
-
-static int pwrite_all(int fd, const uint8_t *p, uint64_t n, uint64_t off)
-{
-	while (n) {
-		ssize_t w = pwrite(fd, p, n < RQC_IO_CHUNK ? n : RQC_IO_CHUNK, (off_t)off);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (w == 0)
-			return -EIO;
-		p += w;
-		n -= (uint64_t)w;
-		off += (uint64_t)w;
-	}
-	return 0;
-}
-
-/* 0, or -errno; a short file gives the count actually read in *got. */
-static int pread_all(int fd, uint8_t *p, uint64_t n, uint64_t off, uint64_t *got)
-{
-	uint64_t done = 0;
-	while (done < n) {
-		uint64_t want = n - done < RQC_IO_CHUNK ? n - done : RQC_IO_CHUNK;
-		ssize_t r = pread(fd, p + done, want, (off_t)(off + done));
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (r == 0)
-			break;
-		done += (uint64_t)r;
-	}
-	*got = done;
-	return 0;
-}
-
-/* Describes a bad entry in err (as a miss: -ENOENT) and returns `kind`. */
-static int bad(struct rq_err *err, int kind, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int bad(struct rq_err *err, int kind, const char *fmt, ...)
-{
-	if (err) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-		va_end(ap);
-		err->code = -ENOENT;
-	}
-	return kind;
+	rqc_put_le64(h + 32, n);
+	rqc_put_le64(h + 56, XXH3_64bits(h, 56));
 }
 
 /* Reads the whole entry behind fd and checks it against key and size.
@@ -215,30 +128,30 @@ static int verify(int fd, const struct stat *st, const struct rq_cache_key *k, u
 	uint64_t got = 0;
 	uint64_t fsize = (uint64_t)st->st_size;
 	if (fsize < RQC_OVERHEAD)
-		return bad(err, VERIFY_CORRUPT, "cache entry %s is truncated (%llu bytes, less than "
-		           "its header and checksum)", path, (unsigned long long)fsize);
-	int r = pread_all(fd, h, RQC_HDR, 0, &got);
+		return rqc_bad(err, VERIFY_CORRUPT, "cache entry %s is truncated (%llu bytes, less than "
+		               "its header and checksum)", path, (unsigned long long)fsize);
+	int r = rqc_pread_all(fd, h, RQC_HDR, 0, &got);
 	if (r < 0)
 		return rq_errf(err, r, "cannot read cache entry %s: %s", path, strerror(-r));
 	if (got < RQC_HDR)
-		return bad(err, VERIFY_CORRUPT, "cache entry %s is truncated", path);
+		return rqc_bad(err, VERIFY_CORRUPT, "cache entry %s is truncated", path);
 	if (memcmp(h, rqc_magic, 8))
-		return bad(err, VERIFY_CORRUPT, "cache entry %s has a bad magic", path);
-	if (get_le32(h + 8) != RQC_VERSION)
-		return bad(err, VERIFY_FOREIGN, "cache entry %s has format version %u, this build "
-		           "reads %u: a miss", path, get_le32(h + 8), RQC_VERSION);
-	if (get_le32(h + 12) != RQC_HDR || get_le64(h + 56) != XXH3_64bits(h, 56))
-		return bad(err, VERIFY_CORRUPT, "cache entry %s has a corrupt header", path);
+		return rqc_bad(err, VERIFY_CORRUPT, "cache entry %s has a bad magic", path);
+	if (rqc_get_le32(h + 8) != RQC_VERSION)
+		return rqc_bad(err, VERIFY_FOREIGN, "cache entry %s has format version %u, this build "
+		               "reads %u: a miss", path, rqc_get_le32(h + 8), RQC_VERSION);
+	if (rqc_get_le32(h + 12) != RQC_HDR || rqc_get_le64(h + 56) != XXH3_64bits(h, 56))
+		return rqc_bad(err, VERIFY_CORRUPT, "cache entry %s has a corrupt header", path);
 	if (memcmp(h + 16, k->b, 16))
-		return bad(err, VERIFY_CORRUPT, "cache entry %s holds another key", path);
-	uint64_t n = get_le64(h + 32);
+		return rqc_bad(err, VERIFY_CORRUPT, "cache entry %s holds another key", path);
+	uint64_t n = rqc_get_le64(h + 32);
 	if (n != fsize - RQC_OVERHEAD)
-		return bad(err, VERIFY_CORRUPT, "cache entry %s is %llu bytes but its header says "
-		           "%llu payload bytes (truncated or overwritten)", path,
-		           (unsigned long long)fsize, (unsigned long long)n);
+		return rqc_bad(err, VERIFY_CORRUPT, "cache entry %s is %llu bytes but its header says "
+		               "%llu payload bytes (truncated or overwritten)", path,
+		               (unsigned long long)fsize, (unsigned long long)n);
 	if (n != size)
-		return bad(err, VERIFY_CORRUPT, "cache entry %s holds %llu payload bytes, %llu were "
-		           "expected", path, (unsigned long long)n, (unsigned long long)size);
+		return rqc_bad(err, VERIFY_CORRUPT, "cache entry %s holds %llu payload bytes, %llu were "
+		               "expected", path, (unsigned long long)n, (unsigned long long)size);
 
 	uint8_t *buf = malloc(RQC_VERIFY_BUF);
 	XXH3_state_t *xs = XXH3_createState();
@@ -254,13 +167,13 @@ static int verify(int fd, const struct stat *st, const struct rq_cache_key *k, u
 		uint64_t want_n = RQC_HDR + n - off;
 		if (want_n > RQC_VERIFY_BUF)
 			want_n = RQC_VERIFY_BUF;
-		int e = pread_all(fd, buf, want_n, off, &got);
+		int e = rqc_pread_all(fd, buf, want_n, off, &got);
 		if (e < 0) {
 			r = rq_errf(err, e, "cannot read cache entry %s: %s", path, strerror(-e));
 			break;
 		}
 		if (got < want_n) {
-			r = bad(err, VERIFY_CORRUPT, "cache entry %s is truncated", path);
+			r = rqc_bad(err, VERIFY_CORRUPT, "cache entry %s is truncated", path);
 			break;
 		}
 		XXH3_128bits_update(xs, buf, want_n);
@@ -270,75 +183,37 @@ static int verify(int fd, const struct stat *st, const struct rq_cache_key *k, u
 		XXH128_canonical_t cano;
 		XXH128_canonicalFromHash(&cano, XXH3_128bits_digest(xs));
 		memcpy(want, cano.digest, 16);
-		int e = pread_all(fd, sum, RQC_TRAILER, RQC_HDR + n, &got);
+		int e = rqc_pread_all(fd, sum, RQC_TRAILER, RQC_HDR + n, &got);
 		if (e < 0)
 			r = rq_errf(err, e, "cannot read cache entry %s: %s", path, strerror(-e));
 		else if (got < RQC_TRAILER)
-			r = bad(err, VERIFY_CORRUPT, "cache entry %s is truncated", path);
+			r = rqc_bad(err, VERIFY_CORRUPT, "cache entry %s is truncated", path);
 		else if (memcmp(sum, want, 16))
-			r = bad(err, VERIFY_CORRUPT, "cache entry %s fails its payload checksum", path);
+			r = rqc_bad(err, VERIFY_CORRUPT, "cache entry %s fails its payload checksum", path);
 	}
 	XXH3_freeState(xs);
 	free(buf);
 	return r;
 }
 
-static bool same_file(const struct stat *a, const struct stat *b)
+struct verify_arg {
+	const struct rq_cache_key *k;
+	uint64_t size;
+};
+
+static int verify_cb(int fd, const struct stat *st, const char *path, void *arg,
+                     struct rq_err *err)
 {
-	return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+	const struct verify_arg *a = arg;
+	return verify(fd, st, a->k, a->size, path, err);
 }
 
-static int64_t ns_of(struct timespec t)
+/* verify() while the file holds still (see rqc_verify_stable). */
+static int verify_stable(int fd, const struct rq_cache_key *k, uint64_t size, const char *path,
+                         struct stat *after, struct rq_err *err)
 {
-	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
-static void ident_of(const struct stat *st, struct rq_cache_ident *id)
-{
-	id->dev = (uint64_t)st->st_dev;
-	id->ino = (uint64_t)st->st_ino;
-	id->size = (uint64_t)st->st_size;
-	id->mtime = ns_of(st->st_mtim);
-	id->ctime = ns_of(st->st_ctim);
-}
-
-static bool ident_eq(const struct rq_cache_ident *a, const struct rq_cache_ident *b)
-{
-	return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-	       a->mtime == b->mtime && a->ctime == b->ctime;
-}
-
-static void set_identity(struct rqc_ent *e, const struct stat *st)
-{
-	e->dev = st->st_dev;
-	e->ino = st->st_ino;
-	e->fsize = st->st_size;
-	e->mtime = ns_of(st->st_mtim);
-	e->ctime = ns_of(st->st_ctim);
-}
-
-static bool ent_matches(const struct rqc_ent *e, const struct stat *st)
-{
-	return e->dev == st->st_dev && e->ino == st->st_ino && e->fsize == st->st_size &&
-	       e->mtime == ns_of(st->st_mtim) && e->ctime == ns_of(st->st_ctim);
-}
-
-/* Sets the file's atime to `when` (the shared recency clock). Best effort:
- * an entry written by another user may refuse (EPERM); recency then only
- * lives in this process. Moves ctime: take the identity after it. */
-static void touch(int fd, int64_t when)
-{
-	struct timespec ts[2] = {
-		{ .tv_sec = when / 1000000000, .tv_nsec = when % 1000000000 },
-		{ .tv_sec = 0, .tv_nsec = UTIME_OMIT },
-	};
-	futimens(fd, ts);
-}
-
-static const char *kind_of(mode_t m)
-{
-	return S_ISFIFO(m) ? "a FIFO" : S_ISLNK(m) ? "a symbolic link" : S_ISDIR(m) ? "a directory" :
-	       S_ISCHR(m) || S_ISBLK(m) ? "a device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+	struct verify_arg a = { k, size };
+	return rqc_verify_stable(fd, "cache entry", path, verify_cb, &a, after, err);
 }
 
 /* A bad entry (err describes it): removed when the name still holds what we
@@ -350,7 +225,7 @@ static void drop_bad(struct rq_cache *c, const struct rq_cache_key *k, const cha
 {
 	struct stat now;
 	if (del && judged && fstatat(c->dfd, rel, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    same_file(&now, judged) && (now.st_mode & S_IFMT) == (judged->st_mode & S_IFMT))
+	    rqc_same_file(&now, judged) && (now.st_mode & S_IFMT) == (judged->st_mode & S_IFMT))
 		unlinkat(c->dfd, rel, S_ISDIR(now.st_mode) ? AT_REMOVEDIR : 0);  /* rmdir: if empty */
 	pthread_mutex_lock(&c->mu);
 	if (count_miss)
@@ -361,84 +236,6 @@ static void drop_bad(struct rq_cache *c, const struct rq_cache_key *k, const cha
 	if (ent && (!judged || (ent->dev == judged->st_dev && ent->ino == judged->st_ino) || del))
 		rqc_del(c, ent);
 	pthread_mutex_unlock(&c->mu);
-}
-
-/* verify() while the file holds still: its identity is the same before and
- * after the whole read (any write in between moves ctime). *after is the
- * identity the verdict is about. VERIFY_UNSTABLE when it kept changing. */
-static int verify_stable(int fd, const struct rq_cache_key *k, uint64_t size, const char *path,
-                         struct stat *after, struct rq_err *err)
-{
-	for (int t = 0; t < RQC_VERIFY_TRIES; t++) {
-		struct stat a;
-		if (fstat(fd, &a) < 0)
-			return rq_errf(err, -errno, "cannot stat cache entry %s: %s", path, strerror(errno));
-		int r = verify(fd, &a, k, size, path, err);
-		if (r != VERIFY_OK)
-			return r;
-		if (fstat(fd, after) < 0)
-			return rq_errf(err, -errno, "cannot stat cache entry %s: %s", path, strerror(errno));
-		struct rq_cache_ident x, y;
-		ident_of(&a, &x);
-		ident_of(after, &y);
-		if (ident_eq(&x, &y))
-			return VERIFY_OK;
-	}
-	return bad(err, VERIFY_UNSTABLE, "cache entry %s kept changing while being verified", path);
-}
-
-/* Opens the entry at rel without blocking or following anything: 0 with a
- * regular file (fd, *st); -ENOENT plain miss; 1 a bad name (err says why,
- * *st describes what was judged, *judged says whether st is valid);
- * other -errno. */
-static int open_entry(struct rq_cache *c, const char *rel, const char *path, int *fdp,
-                      struct stat *st, bool *judged, struct rq_err *err)
-{
-	*judged = false;
-	/* lstat first: a device or FIFO is judged without even opening it. */
-	if (fstatat(c->dfd, rel, st, AT_SYMLINK_NOFOLLOW) < 0) {
-		if (errno == ENOENT)
-			return -ENOENT;
-		return rq_errf(err, -errno, "cannot stat cache entry %s: %s", path, strerror(errno));
-	}
-	*judged = true;
-	if (!S_ISREG(st->st_mode))
-		return bad(err, 1, "cache entry %s is %s, not a regular file", path,
-		           kind_of(st->st_mode));
-	int fd = openat(c->dfd, rel, RQC_OPEN_FLAGS);
-	if (fd < 0) {
-		int e = errno;
-		if (e == ENOENT)
-			return -ENOENT;
-		if (e == ELOOP || e == ENXIO || e == ENOTDIR || e == EISDIR) {
-			/* replaced by a symlink (or worse) since the lstat */
-			if (fstatat(c->dfd, rel, st, AT_SYMLINK_NOFOLLOW) < 0)
-				*judged = false;
-			return bad(err, 1, "cache entry %s is %s, not a regular file", path,
-			           *judged ? kind_of(st->st_mode) : "not a regular file");
-		}
-		*judged = false;
-		return rq_errf(err, -e, "cannot open cache entry %s: %s", path, strerror(e));
-	}
-	int fl = fcntl(fd, F_GETFL);
-	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0 || fstat(fd, st) < 0) {
-		int e = errno;
-		close(fd);
-		*judged = false;
-		return rq_errf(err, -e, "cannot open cache entry %s: %s", path, strerror(e));
-	}
-	if (!S_ISREG(st->st_mode)) {
-		close(fd);
-		return bad(err, 1, "cache entry %s is %s, not a regular file", path,
-		           kind_of(st->st_mode));
-	}
-	if (st->st_mode & (S_IWGRP | S_IWOTH)) {
-		close(fd);
-		return bad(err, 1, "cache entry %s is writable by group or others (mode %04o)", path,
-		           (unsigned)(st->st_mode & 07777));
-	}
-	*fdp = fd;
-	return 0;
 }
 
 static void entry_path(const struct rq_cache *c, const struct rq_cache_key *k,
@@ -457,7 +254,7 @@ int rq_cache_lookup(struct rq_cache *c, const struct rq_cache_key *k, uint64_t s
 	int fd = -1;
 	struct stat st;
 	bool judged;
-	int r = open_entry(c, rel, path, &fd, &st, &judged, err);
+	int r = rqc_open_name(c, rel, "cache entry", path, &fd, &st, &judged, err);
 	if (r == -ENOENT) {
 		pthread_mutex_lock(&c->mu);
 		c->st.misses++;
@@ -480,13 +277,13 @@ int rq_cache_lookup(struct rq_cache *c, const struct rq_cache_key *k, uint64_t s
 
 	pthread_mutex_lock(&c->mu);
 	struct rqc_ent *ent = rqc_find(c, k);
-	bool trusted = ent && ent->verified && ent_matches(ent, &st) &&
+	bool trusted = ent && ent->verified && rqc_ent_matches(ent, &st) &&
 	               (uint64_t)st.st_size == size + RQC_OVERHEAD;
 	int64_t now = rqc_tick(c);
 	pthread_mutex_unlock(&c->mu);
 
 	/* Touch first, then take the identity: our own touch moves ctime. */
-	touch(fd, now);
+	rqc_touch(fd, now);
 	struct stat after;
 	if (trusted) {
 		if (fstat(fd, &after) < 0) {
@@ -495,8 +292,8 @@ int rq_cache_lookup(struct rq_cache *c, const struct rq_cache_key *k, uint64_t s
 			return rq_errf(err, -e, "cannot stat cache entry %s: %s", path, strerror(e));
 		}
 		/* Only ctime (and atime) may have moved, by our touch. */
-		trusted = same_file(&after, &st) && after.st_size == st.st_size &&
-		          ns_of(after.st_mtim) == ns_of(st.st_mtim);
+		trusted = rqc_same_file(&after, &st) && after.st_size == st.st_size &&
+		          rqc_ns(after.st_mtim) == rqc_ns(st.st_mtim);
 	}
 	if (!trusted) {
 		r = verify_stable(fd, k, size, path, &after, err);
@@ -516,9 +313,9 @@ int rq_cache_lookup(struct rq_cache *c, const struct rq_cache_key *k, uint64_t s
 	if (!ent)
 		ent = rqc_add(c, k);
 	if (ent) {
-		set_identity(ent, &after);
+		rqc_set_identity(ent, &after);
 		ent->verified = true;
-		rqc_set_payload(c, ent, size);
+		rqc_set_present(c, ent, RQC_ENTRY, size);
 		rqc_use(c, ent, now);
 	}
 	c->st.hits++;
@@ -527,7 +324,7 @@ int rq_cache_lookup(struct rq_cache *c, const struct rq_cache_key *k, uint64_t s
 	*fdp = fd;
 	*payload_off = RQC_HDR;
 	if (idp)
-		ident_of(&after, idp);
+		rqc_ident_of(&after, idp);
 	return 0;
 }
 
@@ -540,9 +337,9 @@ int rq_cache_recheck(struct rq_cache *c, const struct rq_cache_key *k, int fd, u
 	if (fstat(fd, &st) < 0)
 		return rq_errf(err, -errno, "cannot stat cache entry %s: %s", path, strerror(errno));
 	struct rq_cache_ident now;
-	ident_of(&st, &now);
+	rqc_ident_of(&st, &now);
 	pthread_mutex_lock(&c->mu);
-	bool same = ident_eq(id, &now);
+	bool same = rqc_ident_eq(id, &now);
 	pthread_mutex_unlock(&c->mu);
 	if (same)
 		return 0;
@@ -559,10 +356,10 @@ int rq_cache_recheck(struct rq_cache *c, const struct rq_cache_key *k, int fd, u
 		return -ESTALE;
 	}
 	pthread_mutex_lock(&c->mu);
-	ident_of(&after, id);
+	rqc_ident_of(&after, id);
 	struct rqc_ent *ent = rqc_find(c, k);
 	if (ent && ent->dev == after.st_dev && ent->ino == after.st_ino) {
-		set_identity(ent, &after);   /* still the file at the name: adopt */
+		rqc_set_identity(ent, &after);   /* still the file at the name: adopt */
 		ent->verified = true;
 	}
 	pthread_mutex_unlock(&c->mu);
@@ -577,7 +374,7 @@ int rq_cache_get(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size
 	int r = rq_cache_lookup(c, k, size, &fd, &off, NULL, err);
 	if (r < 0)
 		return r;
-	r = pread_all(fd, buf, size, off, &got);
+	r = rqc_pread_all(fd, buf, size, off, &got);
 	close(fd);
 	if (r < 0 || got < size) {
 		char h[33];
@@ -588,29 +385,6 @@ int rq_cache_get(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size
 		               r != -EIO || got >= size ? strerror(-r) : "it shrank while being read");
 	}
 	return 0;
-}
-
-static int fsync_dir_at(int dfd, const char *sub)
-{
-	int fd = openat(dfd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int r = fsync(fd) < 0 ? -errno : 0;
-	close(fd);
-	return r;
-}
-
-static int put_fail(struct rq_cache *c, struct rq_err *err, int r, const char *path,
-                    uint64_t size, const char *what)
-{
-	pthread_mutex_lock(&c->mu);
-	c->st.put_failed++;
-	pthread_mutex_unlock(&c->mu);
-	if (r == -ENOSPC || r == -EDQUOT)
-		return rq_errf(err, r, "cache entry %s (%llu bytes) not written: %s; the entry will "
-		               "be rebuilt when needed (free space or lower --cache-max)", path,
-		               (unsigned long long)(size + RQC_OVERHEAD), strerror(-r));
-	return rq_errf(err, r, "cache entry %s not written: %s: %s", path, what, strerror(-r));
 }
 
 int rq_cache_put(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t *buf,
@@ -625,7 +399,8 @@ int rq_cache_put(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t
 	if (mkdirat(c->dfd, sub, 0755) == 0)
 		fsync(c->dfd);   /* make the new subdirectory itself durable */
 	else if (errno != EEXIST)
-		return put_fail(c, err, -errno, path, size, "creating its directory");
+		return rqc_put_fail(c, err, -errno, "entry", path, size + RQC_OVERHEAD,
+		                    "creating its directory");
 
 	int fd = -1;
 	for (int tries = 0; fd < 0 && tries < 8; tries++) {
@@ -633,10 +408,12 @@ int rq_cache_put(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t
 		snprintf(tmp, sizeof tmp, "%.39s.tmp.%ld.%u", rel, (long)getpid(), seq);
 		fd = openat(c->dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 		if (fd < 0 && errno != EEXIST)   /* EEXIST: a dead namesake's leftover */
-			return put_fail(c, err, -errno, path, size, "creating its temp file");
+			return rqc_put_fail(c, err, -errno, "entry", path, size + RQC_OVERHEAD,
+			                    "creating its temp file");
 	}
 	if (fd < 0)
-		return put_fail(c, err, -EEXIST, path, size, "creating its temp file");
+		return rqc_put_fail(c, err, -EEXIST, "entry", path, size + RQC_OVERHEAD,
+		                    "creating its temp file");
 
 	const char *what = "writing";
 	uint64_t total = size + RQC_OVERHEAD;
@@ -651,15 +428,15 @@ int rq_cache_put(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t
 	}
 	make_header(h, k, size);
 	payload_sum(buf, size, sum);
-	if ((r = pwrite_all(fd, h, RQC_HDR, 0)) < 0 ||
-	    (r = pwrite_all(fd, buf, size, RQC_HDR)) < 0 ||
-	    (r = pwrite_all(fd, sum, RQC_TRAILER, RQC_HDR + size)) < 0)
+	if ((r = rqc_pwrite_all(fd, h, RQC_HDR, 0)) < 0 ||
+	    (r = rqc_pwrite_all(fd, buf, size, RQC_HDR)) < 0 ||
+	    (r = rqc_pwrite_all(fd, sum, RQC_TRAILER, RQC_HDR + size)) < 0)
 		goto fail;
 	/* fallocate never shrinks; it only ever reserved exactly `total`. */
 	pthread_mutex_lock(&c->mu);
 	int64_t now = rqc_tick(c);
 	pthread_mutex_unlock(&c->mu);
-	touch(fd, now);
+	rqc_touch(fd, now);
 	what = "syncing";
 	if (fsync(fd) < 0 || fstat(fd, &st) < 0) {
 		r = -errno;
@@ -679,40 +456,42 @@ int rq_cache_put(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t
 	}
 	/* The entry is complete and visible; a failed directory sync only risks
 	 * losing it in a crash, which is a miss, so it does not fail the put. */
-	fsync_dir_at(c->dfd, sub);
+	rqc_fsync_dir_at(c->dfd, sub);
 
 	/* rename(2) moves the inode's ctime on most file systems: the identity
 	 * we trust is the one at the name now, if it is still our file. */
 	struct stat pub;
-	bool ours = fstatat(c->dfd, rel, &pub, AT_SYMLINK_NOFOLLOW) == 0 && same_file(&pub, &st) &&
-	            pub.st_size == st.st_size && ns_of(pub.st_mtim) == ns_of(st.st_mtim);
+	bool ours = fstatat(c->dfd, rel, &pub, AT_SYMLINK_NOFOLLOW) == 0 && rqc_same_file(&pub, &st) &&
+	            pub.st_size == st.st_size && rqc_ns(pub.st_mtim) == rqc_ns(st.st_mtim);
 	pthread_mutex_lock(&c->mu);
 	struct rqc_ent *e = rqc_find(c, k);
 	if (!e)
 		e = rqc_add(c, k);
 	if (e) {
-		set_identity(e, ours ? &pub : &st);
+		rqc_set_identity(e, ours ? &pub : &st);
 		e->verified = ours;
-		rqc_set_payload(c, e, size);
+		rqc_set_present(c, e, RQC_ENTRY, size);
 		rqc_use(c, e, now);
 	}
 	pthread_mutex_unlock(&c->mu);
-	rqc_evict(c, k);
+	rqc_evict(c, k, 0);
 	return 0;
 
 fail:
 	if (fd >= 0)
 		close(fd);
 	unlinkat(c->dfd, tmp, 0);
-	return put_fail(c, err, r, path, size, what);
+	return rqc_put_fail(c, err, r, "entry", path, size + RQC_OVERHEAD, what);
 }
 
 void rq_cache_get_stats(struct rq_cache *c, struct rq_cache_stats *s)
 {
 	pthread_mutex_lock(&c->mu);
 	*s = c->st;
-	s->entries = c->n;
+	s->entries = c->n - c->nplace;
 	s->bytes = c->bytes;
+	s->files = c->files;
+	s->file_bytes = c->file_bytes;
 	pthread_mutex_unlock(&c->mu);
 }
 
@@ -818,7 +597,7 @@ int rq_cache_open(const struct rq_cache_opts *o, struct rq_cache **out, struct r
 	struct rqc_found *f = NULL;
 	size_t n = 0;
 	int64_t start = rqc_now_ns();
-	char bad_sub[3] = "";
+	char bad_sub[8] = "";
 	r = rqc_scan(c, &f, &n, bad_sub);
 	if (r == -EPERM) {
 		rq_errf(err, r, "cache directory %s: its subdirectory %s/%s is writable by group or "
@@ -837,7 +616,7 @@ int rq_cache_open(const struct rq_cache_opts *o, struct rq_cache **out, struct r
 	free(f);
 	/* A smaller --cache-max than last time takes effect now. */
 	struct rq_cache_key none = { { 0 } };
-	rqc_evict(c, &none);
+	rqc_evict(c, &none, 0);
 	*out = c;
 	return 0;
 

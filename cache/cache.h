@@ -26,6 +26,8 @@ struct rq_cache_opts {
 
 struct rq_cache_stats {
 	uint64_t entries, bytes;  /* on disk now (this process's view); bytes counts payload */
+	uint64_t files, file_bytes; /* whole files (rq_cache_file_*) among them: their count
+	                             and bytes (also included in entries and bytes) */
 	uint64_t hits, misses, corrupt, evicted, put_failed;
 };
 
@@ -95,5 +97,70 @@ int rq_cache_put(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t
                  uint64_t size, struct rq_err *err);
 
 void rq_cache_get_stats(struct rq_cache *c, struct rq_cache_stats *s);
+
+/* ---- whole files ---------------------------------------------------------
+ * A materialized virtual file (a whole requantized shard) stored so that the
+ * kernel can read it directly (FUSE passthrough): its bytes alone, at
+ * <dir>/files/<32 hex>.bin, beside a sidecar <32 hex>.sum that holds magic,
+ * format version, key, size and the XXH3-128 of the bytes (and checks
+ * itself). Published data first, then the sidecar (each temp -> fsync ->
+ * rename, then fsync of files/): a data file without a matching sidecar is
+ * not a file (a miss; replaced by the next commit, removed by a scan once
+ * 15 minutes old). Layout and state machine: cache_file.c. Files count towards
+ * max_bytes with the entries and are evicted least-recently-used with them,
+ * except while pinned. The same trust model as entries: verified (the whole
+ * file hashed) on first use in a process, then trusted while its identity
+ * holds; never follows, blocks on or reads anything but a regular file. */
+struct rq_cache_writer;
+
+/* Starts writing file k of exactly `size` bytes: evicts to make room for
+ * `size` under max_bytes, then creates a temp file in files/ with its space
+ * reserved (fallocate: a full disk fails here, -ENOSPC/-EDQUOT with a
+ * message). */
+int rq_cache_file_begin(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size,
+                        struct rq_cache_writer **w, struct rq_err *err);
+/* Appends n bytes, hashed as they go. -errno (ENOSPC...) with a message;
+ * -EINVAL past `size`. After a failure only abort is useful (commit fails). */
+int rq_cache_file_write(struct rq_cache_writer *w, const void *buf, size_t n,
+                        struct rq_err *err);
+/* Every byte written: fsync, publish. On success *fd is a read-only fd on
+ * the published file and *id its identity (as rq_cache_file_open gives).
+ * w is freed either way; on failure nothing is left under the final names
+ * (-EINVAL when fewer than `size` bytes were written). Marks it used, then
+ * evicts beyond max_bytes (never k). */
+int rq_cache_file_commit(struct rq_cache_writer *w, int *fd, struct rq_cache_ident *id,
+                         struct rq_err *err);
+void rq_cache_file_abort(struct rq_cache_writer *w);   /* accepts NULL */
+
+/* Opens file k (size bytes): the sidecar must match and the bytes hash to
+ * its sum. Results as rq_cache_lookup: 0 with fd and id; -ENOENT miss (err
+ * cleared); a bad file is removed, counted corrupt, described in err and
+ * reported -ENOENT; other -errno. Marks it used. */
+int rq_cache_file_open(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size,
+                       int *fd, struct rq_cache_ident *id, struct rq_err *err);
+/* As rq_cache_recheck, for an fd of rq_cache_file_open/commit. A changed
+ * fd is hashed against the sum this process learnt for k (kept while k is
+ * pinned, even after its names are removed), else against the sidecar at
+ * the name; with neither it is -ESTALE. */
+int rq_cache_file_recheck(struct rq_cache *c, const struct rq_cache_key *k, int fd,
+                          uint64_t size, struct rq_cache_ident *id, struct rq_err *err);
+/* Is there a published file k (1/0: a stat of the .bin and the .sum,
+ * both regular files; nothing verified)? */
+int rq_cache_file_has(struct rq_cache *c, const struct rq_cache_key *k);
+/* Pins (+1) or unpins (-1) file k: eviction never removes a pinned file
+ * (the mount pins the files it serves). Pins are this process's, in memory;
+ * a pin taken before the file exists, or held while it is removed and
+ * written again, holds. No I/O: an unpinned file over the limit goes at
+ * the next eviction (a put, begin or commit). */
+void rq_cache_file_pin(struct rq_cache *c, const struct rq_cache_key *k, int delta);
+/* Removes file k (sidecar, then data) / entry k now and forgets it: 0, or
+ * -ENOENT when absent, other -errno when a name could not be unlinked. An
+ * fd open on it stays good. The mount drops job entries once every file
+ * made from them is materialized. */
+int rq_cache_file_remove(struct rq_cache *c, const struct rq_cache_key *k);
+int rq_cache_remove(struct rq_cache *c, const struct rq_cache_key *k);
+/* Is there an entry k on disk (1/0: a stat of its name, a regular file;
+ * nothing verified)? */
+int rq_cache_has(struct rq_cache *c, const struct rq_cache_key *k);
 
 #endif

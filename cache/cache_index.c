@@ -14,6 +14,13 @@
  * Recency on disk is the file's atime, set explicitly (ns) by every hit and
  * put of every process, so the order survives restarts and is shared.
  *
+ * Whole files (files/<hex>.bin, cache_file.c) are records of the same index
+ * (kind RQC_FILE), counted by their size, ordered and evicted with the
+ * entries; evicting one removes its sidecar first, then its data. Pins are
+ * this process's only (in memory, on the record): a pinned file is never
+ * evicted, and its record outlives the file (a placeholder) so that a pin
+ * taken before the file is written, or held across its removal, still holds.
+ *
  * The scan never opens an entry: it lstat()s names (AT_SYMLINK_NOFOLLOW)
  * and lists regular files only, so a FIFO, device or symlink planted at an
  * entry's name cannot block or redirect it (lookup then judges and deletes
@@ -64,6 +71,17 @@ void rqc_rel_path(const struct rq_cache_key *k, char out[RQC_REL_MAX])
 	out[2] = '/';
 	memcpy(out + 3, h, 32);
 	memcpy(out + 35, ".rqc", 5);
+}
+
+void rqc_file_rel(const struct rq_cache_key *k, char bin[RQC_REL_MAX], char sum[RQC_REL_MAX])
+{
+	char h[33];
+	rqc_hex(k, h);
+	memcpy(bin, RQC_FILES_DIR "/", 6);
+	memcpy(bin + 6, h, 32);
+	memcpy(bin + 38, ".bin", 5);
+	memcpy(sum, bin, 38);
+	memcpy(sum + 38, ".sum", 5);
 }
 
 static size_t bucket(const struct rq_cache *c, const struct rq_cache_key *k)
@@ -150,20 +168,40 @@ struct rqc_ent *rqc_add(struct rq_cache *c, const struct rq_cache_key *k)
 	e->hnext = c->tab[b];
 	c->tab[b] = e;
 	c->n++;
+	c->nplace++;
 	e->last_use = c->clock;
 	list_insert(c, e);
 	return e;
 }
 
+/* Takes e's bytes out of the totals: it no longer stands for a file. */
+static void set_absent(struct rq_cache *c, struct rqc_ent *e)
+{
+	if (!e->present)
+		return;
+	c->bytes -= e->payload;
+	if (e->kind == RQC_FILE) {
+		c->files--;
+		c->file_bytes -= e->payload;
+	}
+	e->payload = 0;
+	e->present = false;
+	e->verified = false;
+	c->nplace++;
+}
+
 void rqc_del(struct rq_cache *c, struct rqc_ent *e)
 {
+	set_absent(c, e);
+	if (e->pins > 0)
+		return;   /* a placeholder: the pin outlives the file */
 	struct rqc_ent **pp = &c->tab[bucket(c, &e->key)];
 	while (*pp != e)
 		pp = &(*pp)->hnext;
 	*pp = e->hnext;
 	list_unlink(c, e);
 	c->n--;
-	c->bytes -= e->payload;
+	c->nplace--;
 	free(e);
 }
 
@@ -175,9 +213,20 @@ void rqc_use(struct rq_cache *c, struct rqc_ent *e, int64_t when)
 	list_insert(c, e);
 }
 
-void rqc_set_payload(struct rq_cache *c, struct rqc_ent *e, uint64_t payload)
+void rqc_set_present(struct rq_cache *c, struct rqc_ent *e, int kind, uint64_t payload)
 {
+	if (e->present && e->kind != kind)
+		set_absent(c, e);   /* a key changing kind: never, but keep the sums right */
+	if (!e->present) {
+		e->present = true;
+		c->nplace--;
+		e->kind = (uint8_t)kind;
+		if (kind == RQC_FILE)
+			c->files++;
+	}
 	c->bytes = c->bytes - e->payload + payload;
+	if (kind == RQC_FILE)
+		c->file_bytes = c->file_bytes - e->payload + payload;
 	e->payload = payload;
 }
 
@@ -190,8 +239,8 @@ void rqc_free_all(struct rq_cache *c)
 	free(c->tab);
 	c->tab = NULL;
 	c->oldest = c->youngest = NULL;
-	c->ntab = c->n = 0;
-	c->bytes = 0;
+	c->ntab = c->n = c->nplace = 0;
+	c->bytes = c->files = c->file_bytes = 0;
 }
 
 /* --- the directory scan --- */
@@ -299,6 +348,7 @@ static int scan_sub(int sfd, const char *sub, int64_t now,
 			if (!parse_hex(nm, 32, f.key.b) ||
 			    fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
 				continue;
+			f.kind = RQC_ENTRY;
 			f.dev = st.st_dev;
 			f.ino = st.st_ino;
 			f.fsize = st.st_size;
@@ -316,7 +366,68 @@ static int scan_sub(int sfd, const char *sub, int64_t now,
 	return r;
 }
 
-int rqc_scan(struct rq_cache *c, struct rqc_found **out, size_t *nout, char bad_sub[3])
+/* A .bin or .sum whose twin is missing: a writer between its two renames
+ * (for milliseconds), a crash there, or a crash amid a removal. Removed
+ * when its ctime (the rename) is RQC_TMP_MAX_AGE_NS old. true: removed. */
+static bool clean_orphan(int dfd, const char *name, const struct stat *st, int64_t now)
+{
+	char twin[40];
+	memcpy(twin, name, 33);
+	memcpy(twin + 33, !strcmp(name + 32, ".bin") ? "sum" : "bin", 4);
+	struct stat ts;
+	if (fstatat(dfd, twin, &ts, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
+		return false;
+	if (now - ts_ns(st->st_ctim) < RQC_TMP_MAX_AGE_NS)
+		return false;
+	return unlinkat(dfd, name, 0) == 0;
+}
+
+/* files/: lists <hex>.bin (regular files only; a .bin without a sidecar is
+ * listed too while young: its bytes are on disk), cleans temps and orphans. */
+static int scan_files(int sfd, int64_t now, struct rqc_found **v, size_t *n, size_t *cap)
+{
+	struct stat dst;
+	if (fstat(sfd, &dst) == 0 && rqc_dir_unsafe(&dst)) {
+		close(sfd);
+		return -EPERM;
+	}
+	DIR *d = fdopendir(sfd);
+	if (!d) {
+		close(sfd);
+		return 0;
+	}
+	int r = 0;
+	struct dirent *de;
+	while (r == 0 && (de = readdir(d))) {
+		const char *nm = de->d_name;
+		size_t len = strlen(nm);
+		bool bin = len == 36 && !strcmp(nm + 32, ".bin");
+		if (bin || (len == 36 && !strcmp(nm + 32, ".sum"))) {
+			struct rqc_found f;
+			struct stat st;
+			if (!parse_hex(nm, 32, f.key.b) ||
+			    fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+			    clean_orphan(dirfd(d), nm, &st, now) || !bin)
+				continue;
+			f.kind = RQC_FILE;
+			f.dev = st.st_dev;
+			f.ino = st.st_ino;
+			f.fsize = st.st_size;
+			f.mtime = ts_ns(st.st_mtim);
+			f.ctime = ts_ns(st.st_ctim);
+			f.atime = ts_ns(st.st_atim);
+			r = push_found(v, n, cap, &f);
+		} else {
+			long pid = tmp_pid(nm);
+			if (pid)
+				maybe_clean_tmp(dirfd(d), nm, pid, now);
+		}
+	}
+	closedir(d);
+	return r;
+}
+
+int rqc_scan(struct rq_cache *c, struct rqc_found **out, size_t *nout, char bad_sub[8])
 {
 	int64_t now = rqc_now_ns();
 	int tfd = openat(c->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -340,6 +451,12 @@ int rqc_scan(struct rq_cache *c, struct rqc_found **out, size_t *nout, char bad_
 				r = scan_sub(sfd, nm, now, &v, &n, &cap);
 			if (r == -EPERM && bad_sub)
 				memcpy(bad_sub, nm, 3);
+		} else if (!strcmp(nm, RQC_FILES_DIR)) {
+			int sfd = openat(dirfd(top), nm, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+			if (sfd >= 0)
+				r = scan_files(sfd, now, &v, &n, &cap);
+			if (r == -EPERM && bad_sub)
+				memcpy(bad_sub, RQC_FILES_DIR, sizeof RQC_FILES_DIR);
 		} else {
 			long pid = tmp_pid(nm);
 			if (pid)
@@ -380,7 +497,11 @@ void rqc_merge(struct rq_cache *c, const struct rqc_found *f, size_t n, int64_t 
 			e->mtime = f[i].mtime;
 			e->ctime = f[i].ctime;
 		}
-		rqc_set_payload(c, e, f[i].fsize >= RQC_OVERHEAD ? (uint64_t)f[i].fsize - RQC_OVERHEAD : 0);
+		if (f[i].kind == RQC_FILE)
+			rqc_set_present(c, e, RQC_FILE, (uint64_t)f[i].fsize);
+		else
+			rqc_set_present(c, e, RQC_ENTRY, f[i].fsize >= RQC_OVERHEAD ?
+			                (uint64_t)f[i].fsize - RQC_OVERHEAD : 0);
 		if (f[i].atime > e->last_use)
 			e->last_use = f[i].atime;
 		e->seen = true;
@@ -391,8 +512,10 @@ void rqc_merge(struct rq_cache *c, const struct rqc_found *f, size_t n, int64_t 
 	for (struct rqc_ent *e = c->oldest, *nx; e; e = nx) {
 		nx = e->younger;
 		if (!e->seen && e->last_use < scan_start) {
-			rqc_del(c, e);
-			continue;
+			bool pinned = e->pins > 0;
+			rqc_del(c, e);   /* a pinned one stays, as a placeholder */
+			if (!pinned)
+				continue;
 		}
 		if (all)
 			all[m++] = e;
@@ -421,24 +544,34 @@ void rqc_merge(struct rq_cache *c, const struct rqc_found *f, size_t n, int64_t 
 	c->last_scan = scan_start;
 }
 
+/* A victim picked for eviction. */
+struct victim {
+	struct rq_cache_key key;
+	uint8_t kind;
+};
+
 /* Picks up to `max` victims, oldest first, and drops them from the index
- * (so no other thread picks them too). mu held. */
-static size_t pick_victims(struct rq_cache *c, const struct rq_cache_key *keep,
-                           struct rq_cache_key *out, size_t max)
+ * (so no other thread picks them too) until bytes <= limit. Never `keep`,
+ * a pinned file or a placeholder. mu held. */
+static size_t pick_victims(struct rq_cache *c, const struct rq_cache_key *keep, uint64_t limit,
+                           struct victim *out, size_t max)
 {
 	size_t n = 0;
 	/* An entry moves only when someone touched it since we last looked; the
 	 * bound only guards against a directory being hammered meanwhile. */
 	size_t budget = 2 * c->n + 16;
 	struct rqc_ent *v = c->oldest;
-	while (c->bytes > c->max_bytes && v && n < max && budget--) {
+	while (c->bytes > limit && v && n < max && budget--) {
 		struct rqc_ent *nx = v->younger;
-		if (!memcmp(v->key.b, keep->b, 16)) {
+		if (!memcmp(v->key.b, keep->b, 16) || v->pins > 0 || !v->present) {
 			v = nx;
 			continue;
 		}
-		char rel[RQC_REL_MAX];
-		rqc_rel_path(&v->key, rel);
+		char rel[RQC_REL_MAX], sum[RQC_REL_MAX];
+		if (v->kind == RQC_FILE)
+			rqc_file_rel(&v->key, rel, sum);
+		else
+			rqc_rel_path(&v->key, rel);
 		struct stat st;
 		if (fstatat(c->dfd, rel, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			if (errno == ENOENT)
@@ -452,17 +585,19 @@ static size_t pick_victims(struct rq_cache *c, const struct rq_cache_key *keep,
 			v = nx;
 			continue;
 		}
-		out[n++] = v->key;
+		out[n].key = v->key;
+		out[n++].kind = v->kind;
 		rqc_del(c, v);
 		v = nx;
 	}
 	return n;
 }
 
-void rqc_evict(struct rq_cache *c, const struct rq_cache_key *keep)
+void rqc_evict(struct rq_cache *c, const struct rq_cache_key *keep, uint64_t room)
 {
 	pthread_mutex_lock(&c->mu);
-	if (!c->max_bytes || c->bytes <= c->max_bytes) {
+	uint64_t limit = c->max_bytes > room ? c->max_bytes - room : 0;
+	if (!c->max_bytes || c->bytes <= limit) {
 		pthread_mutex_unlock(&c->mu);
 		return;
 	}
@@ -479,16 +614,23 @@ void rqc_evict(struct rq_cache *c, const struct rq_cache_key *keep)
 	}
 	/* Unlinking a large file can take a while: do it without the lock, in
 	 * batches. A file we fail to unlink (EACCES...) is forgotten until the
-	 * next scan. */
+	 * next scan. A whole file loses its sidecar first (a .bin alone is a
+	 * miss), then its data. A process still reading it (an open fd, the
+	 * kernel's passthrough) keeps its bytes alive. */
 	for (;;) {
-		struct rq_cache_key vict[64];
-		size_t n = pick_victims(c, keep, vict, 64);
-		bool more = n == 64 && c->bytes > c->max_bytes;
+		struct victim vict[64];
+		size_t n = pick_victims(c, keep, limit, vict, 64);
+		bool more = n == 64 && c->bytes > limit;
 		pthread_mutex_unlock(&c->mu);
 		uint64_t gone = 0;
 		for (size_t i = 0; i < n; i++) {
-			char rel[RQC_REL_MAX];
-			rqc_rel_path(&vict[i], rel);
+			char rel[RQC_REL_MAX], sum[RQC_REL_MAX];
+			if (vict[i].kind == RQC_FILE) {
+				rqc_file_rel(&vict[i].key, rel, sum);
+				unlinkat(c->dfd, sum, 0);
+			} else {
+				rqc_rel_path(&vict[i].key, rel);
+			}
 			gone += unlinkat(c->dfd, rel, 0) == 0;
 		}
 		pthread_mutex_lock(&c->mu);

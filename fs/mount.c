@@ -102,7 +102,8 @@ int rq_mnt_tree_build(struct rq_mount *m, struct rq_err *err)
 				return rq_errf(err, -ENOMEM, "out of memory");
 			m->ndirs = ++ndir_prefixes;
 		}
-	qsort(dir_prefixes, ndir_prefixes, sizeof *dir_prefixes, cmp_str);
+	if (ndir_prefixes)    /* qsort(NULL, 0) is undefined */
+		qsort(dir_prefixes, ndir_prefixes, sizeof *dir_prefixes, cmp_str);
 	size_t nd = 0;
 	for (size_t i = 0; i < ndir_prefixes; i++) {
 		if (nd && !strcmp(dir_prefixes[nd - 1], dir_prefixes[i])) {
@@ -351,10 +352,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* A changed SRC fails the open (and the monitor drops cached pages). */
 	if (rq_mnt_src_check(m, f->src, 1))
 		return (void)fuse_reply_err(req, EIO);
-	fi->keep_cache = 1;
-	fi->direct_io = 0;     /* page cache: mmap (private and shared) works */
-	fi->fh = (uint64_t)n->file;
-	fuse_reply_open(req, fi);
+	rq_mnt_open_file(req, m, n->file, fi);   /* passthrough or copy path */
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -363,6 +361,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct mnode *n = node(m, ino);
 	if (n && n->kind != MN_FILE)
 		return rq_mnt_ctl_release(req, m, ino, fi);
+	if (n)
+		rq_mnt_release_file(m, fi->fh);
 	fuse_reply_err(req, 0);
 }
 

@@ -20,6 +20,12 @@ struct rq_mount;
 struct rq_plan;
 struct rq_cache_key;
 
+/* Kernel FUSE passthrough (Linux >= 6.9, CAP_SYS_ADMIN): files that exist
+ * whole on disk (identical to SRC, or materialized requantized shards) are
+ * read by the kernel straight from that file. AUTO uses it when it can and
+ * logs why not; ON refuses to mount without it; OFF never asks. */
+enum rq_passthrough { RQ_PT_AUTO, RQ_PT_ON, RQ_PT_OFF };
+
 struct rq_mount_opts {
 	const char *src;          /* SRC checkpoint directory */
 	const char *mnt;          /* mount point: an existing empty directory */
@@ -41,6 +47,7 @@ struct rq_mount_opts {
 	const char *fuse_opts;    /* extra comma-separated -o options, or NULL */
 	const char *log_path;     /* append log lines here; NULL = log_stderr or syslog */
 	int log_stderr;           /* foreground: log to stderr */
+	enum rq_passthrough passthrough;  /* kernel passthrough of whole files */
 	int debug;                /* libfuse debug output (foreground only) */
 };
 

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fs/mount_pt.h"
 #include "fs/qrun.h"
 
 /* ---- SRC identity ------------------------------------------------------ */
@@ -109,10 +110,16 @@ static void *monitor(void *arg)
 			rq_mnt_src_check(m, (int)s, 1);
 			if (!atomic_load(&m->srcs[s].changed) || atomic_exchange(&m->srcs[s].invalidated, 1))
 				continue;
-			/* Drop what the kernel cached of every dependent file. */
+			/* Drop what the kernel cached of every dependent file, and
+			 * its materialized file (open passthrough files keep theirs:
+			 * mount_mat.c). */
 			for (size_t i = 0; i < p->nfiles; i++)
-				if (depends(p, &p->files[i], (int)s))
+				if (depends(p, &p->files[i], (int)s)) {
+					pthread_mutex_lock(&m->lock);
+					rq_mnt_mat_drop(m, (long)i, "its SRC changed");
+					pthread_mutex_unlock(&m->lock);
 					fuse_lowlevel_notify_inval_inode(m->se, m->vino[i], 0, 0);
+				}
 		}
 		pthread_mutex_lock(&m->mon_mu);
 	}
@@ -200,9 +207,8 @@ char *rq_mnt_job_line(struct rq_mount *m, long j, int from_disk)
 	return s;
 }
 
-/* Learns which jobs of unknown state have an entry file in the cache
- * (cache.h documents <dir>/<2 hex>/<32 hex>.rqc), without holding m->lock
- * while stat()ing. Unverified: the entry is checked when first used. An
+/* Learns which jobs of unknown state have an entry file in the cache,
+ * without holding m->lock while stat()ing. Unverified: the entry is checked when first used. An
  * entry another process adds later is learned when the job is first read. */
 static void scan_disk(struct rq_mount *m)
 {
@@ -214,16 +220,9 @@ static void scan_disk(struct rq_mount *m)
 	for (size_t j = 0; j < n; j++)
 		seen[j] = (signed char)m->jobs[j].disk;
 	pthread_mutex_unlock(&m->lock);
-	const char *dir = rq_cache_dir(m->cache);
-	for (size_t j = 0; j < n; j++) {
-		if (seen[j] != -1)
-			continue;
-		char hex[33], path[4096];
-		struct stat st;
-		rq_cache_key_hex(&m->jobs[j].key, hex);
-		snprintf(path, sizeof path, "%s/%.2s/%s.rqc", dir, hex, hex);
-		seen[j] = stat(path, &st) ? 0 : 1;
-	}
+	for (size_t j = 0; j < n; j++)
+		if (seen[j] == -1)
+			seen[j] = (signed char)rq_cache_has(m->cache, &m->jobs[j].key);
 	pthread_mutex_lock(&m->lock);
 	for (size_t j = 0; j < n; j++)
 		if (m->jobs[j].disk == -1)
@@ -244,11 +243,13 @@ static char *status_json(struct rq_mount *m)
 	for (size_t j = 0; j < p->njobs; j++) {
 		const struct mjob *J = &m->jobs[j];
 		in_total += p->jobs[j].in_size;
-		if (J->disk == 1) {
+		/* covered: its bytes are in materialized files (its entry dropped) */
+		int cached = J->disk == 1 || rq_mnt_job_covered(m, (int)j);
+		if (cached) {
 			jobs_cached++;
 			mods_cached += (uint64_t)p->jobs[j].nmod;
 		}
-		if (J->state == J_READY || J->disk == 1) {
+		if (J->state == J_READY || cached) {
 			jobs_ready++;
 			mods_ready += (uint64_t)p->jobs[j].nmod;
 		}
@@ -297,6 +298,36 @@ static char *status_json(struct rq_mount *m)
 	sb_printf(&b, "  \"reads\": %llu,\n  \"read_bytes\": %llu,\n  \"parked_reads\": %llu,\n",
 	          atomic_load(&m->st.reads), atomic_load(&m->st.read_bytes),
 	          atomic_load(&m->st.parked));
+	/* How files are served: passthrough (identical to SRC, or materialized),
+	 * pending (a requantized shard not materialized yet), copy (the rest). */
+	int pt_on = m->pt && rq_pt_enabled(m->pt);
+	uint64_t f_pt = 0, f_pend = 0, f_copy = 0, f_mat = 0, mat_q = 0;
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < p->nfiles; i++) {
+		const struct mfile *mf = &m->files[i];
+		f_mat += mf->mat == MAT_READY;
+		mat_q += mf->mat == MAT_QUEUED || mf->mat == MAT_RUNNING;
+		if (pt_on && !mf->pt_err && (!p->files[i].changed || mf->mat == MAT_READY))
+			f_pt++;
+		else if (pt_on && mf->njobs && !mf->pt_err)
+			f_pend++;
+		else
+			f_copy++;
+	}
+	pthread_mutex_unlock(&m->lock);
+	sb_printf(&b, "  \"passthrough\": %s,\n  \"passthrough_why\": ", pt_on ? "true" : "false");
+	sb_jstr(&b, pt_on ? "" : m->pt ? rq_pt_why(m->pt) : m->pt_note);
+	sb_printf(&b, ",\n  \"files_passthrough\": %" PRIu64 ",\n  \"files_pending\": %" PRIu64
+	          ",\n  \"files_copy\": %" PRIu64 ",\n  \"files_materialized\": %" PRIu64
+	          ",\n  \"files_materializing\": %" PRIu64 ",\n", f_pt, f_pend, f_copy, f_mat, mat_q);
+	sb_printf(&b, "  \"opens_passthrough\": %llu,\n  \"opens_copy\": %llu,\n"
+	          "  \"mat_written\": %llu,\n  \"mat_verified\": %llu,\n  \"mat_failed\": %llu,\n"
+	          "  \"mat_bytes\": %llu,\n  \"cache_files\": %" PRIu64 ",\n"
+	          "  \"cache_file_bytes\": %" PRIu64 ",\n",
+	          atomic_load(&m->st.pt_opens), atomic_load(&m->st.cached_opens),
+	          atomic_load(&m->st.mat_written), atomic_load(&m->st.mat_verified),
+	          atomic_load(&m->st.mat_failed), atomic_load(&m->st.mat_bytes), cs.files,
+	          cs.file_bytes);
 	int nchanged = 0;
 	sb_printf(&b, "  \"src_files\": %zu,\n  \"src_changed\": [", p->nsrcs);
 	for (size_t s = 0; s < p->nsrcs; s++)

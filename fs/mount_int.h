@@ -20,6 +20,7 @@
 #include "fs/plan.h"
 
 struct rq_quantizer;
+struct rq_pt;
 
 /* ---- inodes ------------------------------------------------------------
  * A fixed tree built at mount time. Numbers are stable for a given plan:
@@ -80,6 +81,9 @@ struct mjob {
 	unsigned fails;
 	unsigned gen;             /* bumped each time a worker takes the job */
 	struct rq_cache_key key;
+	int nvf;                  /* files made from its output (1, or 2 for a pair split
+	                             across shards) */
+	int vf[2];                /* their plan file indices (constant) */
 };
 
 /* A job output a parked read keeps alive until it is answered, so that
@@ -110,10 +114,57 @@ struct msrc {
 	atomic_int invalidated;   /* the kernel cache of dependent files was dropped */
 };
 
+/* ---- how a file is served ------------------------------------------------
+ * Kernel passthrough (mount_pt.h) serves a file straight from one backing
+ * file when it exists whole on disk: a file identical to its SRC file (from
+ * the first open), or a requantized shard once materialized (mount_mat.c).
+ * The kernel's rule: an inode is open either in cached mode (our copy path)
+ * or in passthrough mode, never both, and every passthrough open of it uses
+ * one backing file. So a new open goes the way the inode's open files go,
+ * and only an inode with no opens changes mode or backing. Counts drop on
+ * RELEASE, which comes after the kernel's own bookkeeping: never too low.
+ *
+ * Materialization of a requantized shard (fields under m->lock):
+ *
+ *   NONE ──every job of it cached, or a file of it found at mount──▶ QUEUED
+ *   QUEUED ──materializer thread──▶ RUNNING ──written or verified──▶ READY
+ *   RUNNING ──a job not cached / failure (logged)──▶ NONE (queued again when
+ *            a job of it is cached again)
+ *   READY ──the file changed after verification, or SRC changed──▶ NONE
+ *
+ * A READY file is read from its one file, by passthrough or by the copy
+ * path; its jobs' cache entries are dropped (the bytes are not kept twice)
+ * and its jobs are never run while it stays READY. */
+enum mmat { MAT_NONE, MAT_QUEUED, MAT_RUNNING, MAT_READY };
+
+struct mfile {
+	int pt_opens, cached_opens; /* opens replied and not yet released, by mode */
+	int pt_id;                /* backing id of its passthrough opens (> 0), 0 none */
+	struct mout *pt_out;      /* the materialized file pt_id was made from (a ref),
+	                             NULL when pt_id is the SRC file's */
+	int pt_err;               /* -errno: the kernel refused a backing: copy path */
+	enum mmat mat;
+	int verifying;            /* QUEUED/RUNNING to verify a file found in the cache:
+	                             its reads (and jobs/<j> reads of its jobs) park on
+	                             the file meanwhile, rather than re-quantizing */
+	struct mread **wait;      /* reads parked on the verification */
+	int nwait, capwait;
+	int mat_next;             /* materializer queue link (-1 none) */
+	unsigned mat_fails;
+	struct mout *mat_out;     /* READY: the materialized file (fd, identity; a ref) */
+	struct rq_cache_key mat_key;
+	int njobs;                /* > 0: a requantized shard made from these jobs */
+	int *jobs;                /* [njobs] distinct, in file order */
+};
+
+/* fi->fh of a plan file: its index, with this bit on a passthrough open. */
+#define RQ_FH_PT (1ull << 62)
+
 /* Counters reported by /.requantfs/status (atomics: updated without m->lock). */
 struct mstats {
 	atomic_ullong hits, misses, corrupt, jobs_run, jobs_failed, put_failed;
 	atomic_ullong quant_in_bytes, reads, read_bytes, parked;
+	atomic_ullong pt_opens, cached_opens, mat_written, mat_verified, mat_failed, mat_bytes;
 };
 
 /* One quantization worker thread. */
@@ -168,6 +219,20 @@ struct rq_mount {
 	struct mworker *workers;  /* [nworkers] */
 	int stuck;                /* workers that did not stop in time: rq_mount_close
 	                             then frees nothing they may use (see jobs_stop) */
+	/* passthrough and materialized files (mount_mat.c), under lock */
+	struct rq_pt *pt;         /* NULL: --passthrough off, or the hooks failed */
+	char pt_note[240];        /* why passthrough is off (set once, before ready) */
+	struct mfile *files;      /* [plan->nfiles] */
+	int mat_head, mat_tail;   /* materializer queue (file indices) */
+	int mat_on;               /* the materializer runs */
+	int mat_write;            /* it writes new files (passthrough is on); else it only
+	                             verifies and uses the files the cache already holds */
+	int mat_stop;
+	int mat_busy;             /* files being written or verified now */
+	pthread_t mat_thread;
+	pthread_cond_t mat_cv;
+	int mat_started;
+
 	pthread_t monitor;
 	int monitor_started;
 	pthread_mutex_t mon_mu;
@@ -210,7 +275,15 @@ void rq_mnt_park(struct rq_mount *m, int j, struct mread *rd);
 void rq_mnt_prefetch(struct rq_mount *m, size_t k);
 /* Under m->lock: marks a READY job as used now (LRU). */
 void rq_mnt_touch(struct rq_mount *m, int j);
+struct mout *rq_mout_new(int fd, uint64_t fd_off, const struct rq_cache_ident *id, uint8_t *mem);
 void rq_mout_unref(struct mout *o);
+/* No lock held: job j is IDLE and known to be in the cache: looks it up in
+ * the calling thread (an open and an fstat once verified) and makes it
+ * READY, so that reads of a warm cache are answered without parking. 1 when
+ * it is READY now, 0 when not (a miss or a race: the read parks as usual). */
+int rq_mnt_try_hit(struct rq_mount *m, int j);
+/* Under m->lock: drops READY job j's output (it becomes IDLE). */
+void rq_mnt_job_release(struct rq_mount *m, int j);
 /* Under m->lock: job j's cache entry o turned out changed and corrupt: if o
  * is still j's output, j becomes IDLE (a later read rebuilds it). */
 void rq_mnt_drop_stale(struct rq_mount *m, int j, struct mout *o);
@@ -219,6 +292,32 @@ int rq_mnt_hold(struct mread *rd, int j, struct mout *o);
 /* The output of job j that rd holds, or NULL. */
 struct mout *rq_mnt_held(struct mread *rd, int j);
 void rq_mnt_read_free(struct mread *rd);   /* drops its holds, frees */
+
+/* mount_mat.c */
+int rq_mnt_files_init(struct rq_mount *m, struct rq_err *err);
+void rq_mnt_files_free(struct rq_mount *m);
+/* Starts the materializer once the kernel answered INIT; queues the shards
+ * whose file is in the cache, and (passthrough on) those whose every job
+ * is. */
+int rq_mnt_mat_start(struct rq_mount *m);
+void rq_mnt_mat_stop(struct rq_mount *m);
+/* Under m->lock: job j's output is in the cache now: queue the files of it
+ * that have every job cached. */
+void rq_mnt_mat_job_cached(struct rq_mount *m, int j);
+/* Under m->lock: is every file made from job j materialized (READY)? */
+int rq_mnt_job_covered(struct rq_mount *m, int j);
+/* Under m->lock: drops file i's materialized file (changed, corrupt, or its
+ * SRC changed): it is read through its jobs again. */
+void rq_mnt_mat_drop(struct rq_mount *m, long i, const char *why);
+/* op_open of plan file i (SRC identity already checked): replies. */
+void rq_mnt_open_file(fuse_req_t req, struct rq_mount *m, long i, struct fuse_file_info *fi);
+void rq_mnt_release_file(struct rq_mount *m, uint64_t fh);
+/* Under m->lock: if file i is being verified, parks rd on it (answered by
+ * rq_mnt_serve once the verification is done) and returns 1. */
+int rq_mnt_mat_park(struct rq_mount *m, long i, struct mread *rd);
+/* A copy-path read of a materialized file: 1 when answered, 0 when file i is
+ * not (or no longer) materialized and must be served through its jobs. */
+int rq_mnt_read_mat(struct rq_mount *m, fuse_req_t req, long i, uint64_t off, uint64_t size);
 
 /* mount_ctl.c */
 void rq_mnt_ctl_open(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino, struct fuse_file_info *fi);

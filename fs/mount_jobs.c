@@ -39,8 +39,7 @@
 
 /* ---- outputs and holds ------------------------------------------------ */
 
-static struct mout *mout_new(int fd, uint64_t fd_off, const struct rq_cache_ident *id,
-                             uint8_t *mem)
+struct mout *rq_mout_new(int fd, uint64_t fd_off, const struct rq_cache_ident *id, uint8_t *mem)
 {
 	struct mout *o = calloc(1, sizeof *o);
 	if (!o)
@@ -198,6 +197,12 @@ static void drop_output(struct rq_mount *m, int j)
 	rq_mout_unref(o);
 }
 
+void rq_mnt_job_release(struct rq_mount *m, int j)
+{
+	if (m->jobs[j].state == J_READY)
+		drop_output(m, j);
+}
+
 void rq_mnt_drop_stale(struct rq_mount *m, int j, struct mout *o)
 {
 	struct mjob *J = &m->jobs[j];
@@ -252,7 +257,7 @@ void rq_mnt_prefetch(struct rq_mount *m, size_t k)
 			continue;
 		last = j;
 		want--;
-		if (m->jobs[j].state == J_IDLE && !m->stop)
+		if (m->jobs[j].state == J_IDLE && !m->stop && !rq_mnt_job_covered(m, j))
 			q_append(m, j, 0);
 	}
 }
@@ -374,7 +379,7 @@ static void adopt_entry(struct rq_mount *m, int j, struct mout *o)
 	uint64_t poff;
 	if (rq_cache_lookup(m->cache, &m->jobs[j].key, jb->out_size, &fd, &poff, &id, &e))
 		return;
-	struct mout *no = mout_new(fd, poff, &id, NULL);
+	struct mout *no = rq_mout_new(fd, poff, &id, NULL);
 	if (!no) {
 		close(fd);
 		return;
@@ -382,6 +387,7 @@ static void adopt_entry(struct rq_mount *m, int j, struct mout *o)
 	pthread_mutex_lock(&m->lock);
 	struct mjob *J = &m->jobs[j];
 	J->disk = 1;
+	rq_mnt_mat_job_cached(m, j);
 	if (J->state == J_READY && J->out == o) {
 		lru_remove(m, j);
 		m->mem_bytes -= jb->out_size;
@@ -398,6 +404,50 @@ static void adopt_entry(struct rq_mount *m, int j, struct mout *o)
 		rq_mout_unref(o);     /* the job's reference; holders keep theirs */
 }
 
+int rq_mnt_try_hit(struct rq_mount *m, int j)
+{
+	const struct rq_job *jb = &m->plan->jobs[j];
+	struct rq_err e = {0};
+	struct rq_cache_ident id;
+	int fd;
+	uint64_t poff;
+	int rc = rq_cache_lookup(m->cache, &m->jobs[j].key, jb->out_size, &fd, &poff, &id, &e);
+	if (rc) {
+		if (rc == -ENOENT && e.msg[0]) {
+			atomic_fetch_add(&m->st.corrupt, 1);
+			rq_mount_log(m, "cache: %s: rebuilding %s", e.msg, job_name(m, j));
+		}
+		pthread_mutex_lock(&m->lock);
+		if (rc == -ENOENT)
+			m->jobs[j].disk = 0;
+		pthread_mutex_unlock(&m->lock);
+		return 0;
+	}
+	struct mout *o = rq_mout_new(fd, poff, &id, NULL);
+	if (!o) {
+		close(fd);
+		return 0;
+	}
+	int took = 0;
+	pthread_mutex_lock(&m->lock);
+	struct mjob *J = &m->jobs[j];
+	if (J->state == J_IDLE && !m->stop) {
+		J->state = J_READY;
+		J->out = o;
+		J->disk = 1;
+		lru_append(m, j, 2);
+		m->nfd++;
+		evict(m, j);
+		took = 1;
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (took)
+		atomic_fetch_add(&m->st.hits, 1);
+	else
+		rq_mout_unref(o);
+	return took;
+}
+
 static void run_job(struct rq_mount *m, int j)
 {
 	const struct rq_plan *p = m->plan;
@@ -412,11 +462,12 @@ static void run_job(struct rq_mount *m, int j)
 
 	int rc = rq_cache_lookup(m->cache, &J->key, jb->out_size, &fd, &poff, &id, &e);
 	if (rc == 0) {
-		struct mout *o = mout_new(fd, poff, &id, NULL);
+		struct mout *o = rq_mout_new(fd, poff, &id, NULL);
 		if (o) {
 			atomic_fetch_add(&m->st.hits, 1);
 			pthread_mutex_lock(&m->lock);
 			J->disk = 1;
+			rq_mnt_mat_job_cached(m, j);
 			pthread_mutex_unlock(&m->lock);
 			complete(m, j, o, 2, 0);
 			return;
@@ -471,7 +522,7 @@ static void run_job(struct rq_mount *m, int j)
 	atomic_fetch_add(&m->st.jobs_run, 1);
 	atomic_fetch_add(&m->st.quant_in_bytes, jb->in_size);
 
-	struct mout *o = mout_new(-1, 0, NULL, buf);
+	struct mout *o = rq_mout_new(-1, 0, NULL, buf);
 	if (!o)
 		goto fail;
 	atomic_fetch_add(&o->refs, 1);           /* ours, until the put is done */

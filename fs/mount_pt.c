@@ -155,6 +155,11 @@ static int have_sys_admin(void)
 	return (d[CAP_SYS_ADMIN / 32].effective >> (CAP_SYS_ADMIN % 32)) & 1;
 }
 
+int rq_pt_privileged(void)
+{
+	return have_sys_admin();
+}
+
 /* ---- hooks ------------------------------------------------------------- */
 
 static void saw_init(struct rq_pt *pt, const struct fuse_in_header *ih, const void *body,

@@ -59,6 +59,10 @@ int rq_pt_install(struct fuse_session *se, struct rq_pt **out, char *why, size_t
 int rq_pt_install_flags(struct fuse_session *se, unsigned flags, struct rq_pt **out,
                         char *why, size_t whylen);
 
+/* Does this process hold CAP_SYS_ADMIN (which the kernel demands of a
+ * passthrough server)? */
+int rq_pt_privileged(void);
+
 /* After fuse_session_destroy (the session calls the hooks until then).
  * Accepts NULL. Backing ids still open are dropped by the kernel with the
  * connection. */

@@ -254,12 +254,20 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 		struct mout *o = NULL;
 		if (m->jobs[j].state == J_READY && !m->jobs[j].putting)
 			o = m->jobs[j].out;
-		if (!o) {
+		/* covered: every file made from it is materialized, nothing to run */
+		int covered = !o && rq_mnt_job_covered(m, j);
+		if (!o && !covered) {
+			/* a file of it being verified may cover it: wait for that */
+			for (int k = 0; k < m->jobs[j].nvf; k++)
+				if (rq_mnt_mat_park(m, m->jobs[j].vf[k], rd)) {
+					pthread_mutex_unlock(&m->lock);
+					return;
+				}
 			rq_mnt_park(m, j, rd);
 			pthread_mutex_unlock(&m->lock);
 			return;
 		}
-		int disk = o->fd >= 0;
+		int disk = covered || o->fd >= 0;
 		pthread_mutex_unlock(&m->lock);
 		char *line = rq_mnt_job_line(m, j, disk);
 		if (!line) {
@@ -277,6 +285,40 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 
 	const struct rq_vfile *f = &p->files[rd->file];
 	uint64_t end = rd->off + rd->size;
+	if (m->files[rd->file].njobs) {
+		/* Its materialized file, once verified, serves it whole. */
+		if (rq_mnt_mat_park(m, rd->file, rd)) {
+			pthread_mutex_unlock(&m->lock);
+			return;
+		}
+		if (m->files[rd->file].mat == MAT_READY) {
+			pthread_mutex_unlock(&m->lock);
+			if (rq_mnt_read_mat(m, rd->req, rd->file, rd->off, rd->size)) {
+				rq_mnt_read_free(rd);
+				return;
+			}
+			pthread_mutex_lock(&m->lock);
+		}
+	}
+	if (!rd->seen) {
+		/* Jobs that may be in the cache (known to be, or not known yet):
+		 * a hit is taken here rather than parked for a worker, so a warm
+		 * mount answers without queueing; a miss costs one failed open. */
+		int hit[8], nh = 0;
+		for (size_t s = rq_vfile_seg_at(f, rd->off); s < f->nseg && f->seg[s].off < end &&
+		     nh < 8; s++) {
+			const struct rq_seg *g = &f->seg[s];
+			if (g->kind == RQ_SEG_JOB && m->jobs[g->job].state == J_IDLE &&
+			    m->jobs[g->job].disk != 0 && (!nh || hit[nh - 1] != g->job))
+				hit[nh++] = g->job;
+		}
+		if (nh) {
+			pthread_mutex_unlock(&m->lock);
+			for (int k = 0; k < nh; k++)
+				rq_mnt_try_hit(m, hit[k]);
+			pthread_mutex_lock(&m->lock);
+		}
+	}
 	long last_mod = -1, first_mod = -1;
 	size_t nseg = 0;
 	int err = 0;
@@ -376,7 +418,7 @@ void rq_mnt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct rq_mount *m = fuse_req_userdata(req);
 	if (ino >= m->ctl_base)
 		return rq_mnt_ctl_read(req, m, ino, size, off, fi);
-	long file = (long)fi->fh;
+	long file = (long)(fi->fh & ~RQ_FH_PT);
 	const struct rq_vfile *f = &m->plan->files[file];
 	if (off < 0)
 		return (void)fuse_reply_err(req, EINVAL);

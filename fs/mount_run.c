@@ -13,11 +13,13 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/err.h"
+#include "fs/mount_pt.h"
 #include "fs/qrun.h"
 
 double rq_mnt_now(void)
@@ -157,6 +159,7 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 	pthread_cond_init(&m->work, NULL);
 	pthread_mutex_init(&m->mon_mu, NULL);
 	pthread_cond_init(&m->mon_cv, NULL);
+	pthread_cond_init(&m->mat_cv, NULL);
 	m->t_start = rq_mnt_now();
 	if (o->log_path) {
 		m->logf = fopen(o->log_path, "ae");
@@ -207,8 +210,15 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 		}
 		goto fail;
 	}
-	if ((rc = open_srcs(m, err)) || (rc = rq_mnt_tree_build(m, err)) || (rc = rq_mnt_jobs_init(m, err)))
+	if ((rc = open_srcs(m, err)) || (rc = rq_mnt_tree_build(m, err)) ||
+	    (rc = rq_mnt_jobs_init(m, err)) || (rc = rq_mnt_files_init(m, err)))
 		goto fail;
+	if (o->passthrough == RQ_PT_ON && !rq_pt_privileged()) {
+		rc = rq_errf(err, -EPERM, "--passthrough on: the kernel lets only a server with "
+		             "CAP_SYS_ADMIN (root) use FUSE passthrough; mount as root or use "
+		             "--passthrough auto");
+		goto fail;
+	}
 	/* Open cache entries kept by READY jobs: what the fd limit leaves. */
 	long fds = (nofile - (long)m->plan->nsrcs - 256) / 2;
 	m->max_fd = fds < 16 ? 16 : fds > 1024 ? 1024 : (int)fds;
@@ -247,6 +257,16 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 		rc = rq_errf(err, -EIO, "cannot mount on %s (is /dev/fuse usable and fusermount3 "
 		             "installed? see the message above)", m->mnt);
 		goto fail;
+	}
+	if (o->passthrough == RQ_PT_OFF) {
+		snprintf(m->pt_note, sizeof m->pt_note, "--passthrough off");
+	} else if (rq_pt_install(m->se, &m->pt, m->pt_note, sizeof m->pt_note)) {
+		m->pt = NULL;
+		if (o->passthrough == RQ_PT_ON) {
+			rc = rq_errf(err, -EOPNOTSUPP, "--passthrough on: %s", m->pt_note);
+			fuse_session_unmount(m->se);
+			goto fail;
+		}
 	}
 	rq_mount_log(m, "mounted %s at %s: %zu files, %zu modules in %zu jobs, recipe %s, "
 	             "device %s, cache %s", m->src, m->mnt, m->plan->nfiles, m->plan->nmods,
@@ -310,7 +330,32 @@ static void *ready_thread(void *arg)
 		return NULL;
 	}
 	set_readahead(r->m);
-	rq_mount_log(r->m, "ready");
+	/* INIT is answered: whether passthrough is on is known now. */
+	struct rq_mount *m = r->m;
+	if (rq_mnt_mat_start(m))
+		rq_mount_log(m, "cannot start the materializer: requantized shards are served "
+		             "through their jobs");
+	if (m->pt && rq_pt_enabled(m->pt)) {
+		rq_mount_log(m, "passthrough on: files identical to SRC pass through from the first "
+		             "open, requantized shards once materialized");
+	} else {
+		if (m->pt)
+			snprintf(m->pt_note, sizeof m->pt_note, "%s", rq_pt_why(m->pt));
+		rq_mount_log(m, "passthrough off (%s): the copy path serves every file", m->pt_note);
+		if (m->o.passthrough == RQ_PT_ON) {
+			char msg[400];
+			snprintf(msg, sizeof msg, "--passthrough on, but passthrough is off: %s",
+			         m->pt_note);
+			r->fn(r->ctx, -EOPNOTSUPP, msg);
+			r->done = 1;
+			/* end the session loop: the next request it reads sees the exit */
+			fuse_session_exit(m->se);
+			struct statvfs sv;
+			statvfs(m->mnt, &sv);
+			return NULL;
+		}
+	}
+	rq_mount_log(m, "ready");
 	r->fn(r->ctx, 0, NULL);
 	r->done = 1;
 	return NULL;
@@ -346,6 +391,7 @@ int rq_mount_run(struct rq_mount *m, void (*ready)(void *ctx, int rc, const char
 		rq_mount_log(m, "unmounted%s: stopping", lrc < 0 ? " (session error)" : "");
 	/* Finish or fail what is parked before the connection goes away (then
 	 * the monitor: its page invalidations may wait on parked reads). */
+	rq_mnt_mat_stop(m);
 	rq_mnt_jobs_stop(m);
 	rq_mnt_monitor_stop(m);
 	fuse_session_unmount(m->se);
@@ -374,6 +420,8 @@ void rq_mount_close(struct rq_mount *m)
 		fuse_remove_signal_handlers(m->se);
 		fuse_session_destroy(m->se);
 	}
+	rq_pt_free(m->pt);        /* after the session: its hooks ran until then */
+	rq_mnt_files_free(m);
 	rq_mnt_jobs_free(m);
 	if (m->srcs && m->plan)
 		for (size_t i = 0; i < m->plan->nsrcs; i++)
@@ -398,5 +446,6 @@ void rq_mount_close(struct rq_mount *m)
 	pthread_mutex_destroy(&m->log_mu);
 	pthread_mutex_destroy(&m->mon_mu);
 	pthread_cond_destroy(&m->mon_cv);
+	pthread_cond_destroy(&m->mat_cv);
 	free(m);
 }

@@ -10,6 +10,12 @@
  *       cache warm
  *   (c) random 1 MiB pread and mmap fault-in (random page order) through a
  *       fresh mount vs the exported file natively (page cache warm)
+ *   (d) vLLM's lazy loader: several processes at once each mmap every shard
+ *       and touch every tensor in name order (page by page), through a fresh
+ *       mount vs the same on the export, backing files evicted first
+ *   (b)-(d) twice: with passthrough (auto: the cache warmed and its shards
+ *       materialized by `warm`) and with --passthrough off (the copy path,
+ *       its own cache warmed by `warm`)
  *
  * The mount is the product itself (this executable's `mount`/`umount`);
  * "cold" means posix_fadvise(DONTNEED) on the files involved, not a global
@@ -34,12 +40,16 @@
 #include "fs/export.h"
 #include "fs/plan.h"
 #include "fs/qrun.h"
+#include "fs/st.h"
 
 #define CHUNK (1u << 20)
 
 struct bm {
 	char work[4096], src[4200], cal[4200], exp[4200], mnt[4200], cache[4200], log[4200];
+	char cache_pt[4200], cache_off[4200];
 	const char *device;
+	const char *pt;           /* --passthrough of the mounts made now */
+	int procs;                /* (d): loader processes at once */
 	int reps;
 	unsigned readahead;
 	uint8_t *buf;
@@ -122,7 +132,8 @@ static int do_mount(struct bm *b)
 	snprintf(ra, sizeof ra, "%u", b->readahead);
 	mkdir(b->mnt, 0755);
 	char *args[] = {"requantfs", "mount", b->src, b->mnt, "--calib", b->cal, "--cache", b->cache,
-	                "--device", (char *)b->device, "--readahead", ra, "--log", b->log, NULL};
+	                "--device", (char *)b->device, "--readahead", ra, "--log", b->log,
+	                "--passthrough", (char *)(b->pt ? b->pt : "auto"), NULL};
 	return run_self(b, args);
 }
 
@@ -130,6 +141,92 @@ static void do_umount(struct bm *b)
 {
 	char *args[] = {"requantfs", "umount", b->mnt, NULL};
 	run_self(b, args);
+}
+
+static int do_warm(struct bm *b)
+{
+	char *args[] = {"requantfs", "warm", b->mnt, NULL};
+	return run_self(b, args);
+}
+
+/* (d) one loader: every *.safetensors of dir in name order, mmap'd, each
+ * tensor touched page by page in tensor-name order (what vLLM's lazy
+ * safetensors loading does to the page cache). Bytes touched, or -1. */
+static int cmp_tname(const void *a, const void *b)
+{
+	return strcmp((*(const struct st_tensor *const *)a)->name,
+	              (*(const struct st_tensor *const *)b)->name);
+}
+
+static int64_t lazy_load(const char *dir, const struct rq_plan *p)
+{
+	int64_t total = 0;
+	volatile uint8_t sink = 0;
+	for (size_t i = 0; i < p->nfiles; i++) {
+		const char *name = p->files[i].name;
+		size_t l = strlen(name);
+		if (l < 12 || strcmp(name + l - 12, ".safetensors"))
+			continue;
+		char path[8400];
+		snprintf(path, sizeof path, "%s/%s", dir, name);
+		struct st_header *h = NULL;
+		struct rq_err e = {0};
+		int fd = open(path, O_RDONLY);
+		if (fd < 0 || st_parse_fd(fd, path, &h, &e)) {
+			if (fd >= 0)
+				close(fd);
+			return -1;
+		}
+		const uint8_t *m = mmap(NULL, h->file_size, PROT_READ, MAP_SHARED, fd, 0);
+		close(fd);
+		const struct st_tensor **ord = malloc(h->n * sizeof *ord);
+		if (m == MAP_FAILED || !ord) {
+			free(ord);
+			st_header_free(h);
+			return -1;
+		}
+		for (size_t t = 0; t < h->n; t++)
+			ord[t] = &h->t[t];
+		qsort(ord, h->n, sizeof *ord, cmp_tname);
+		for (size_t t = 0; t < h->n; t++) {
+			const uint8_t *a = m + h->data_start + ord[t]->begin;
+			uint64_t len = ord[t]->end - ord[t]->begin;
+			for (uint64_t o = 0; o < len; o += 4096)
+				sink ^= a[o];
+			total += (int64_t)len;
+		}
+		munmap((void *)m, h->file_size);
+		free(ord);
+		st_header_free(h);
+	}
+	(void)sink;
+	return total;
+}
+
+/* (d): b->procs loaders at once over dir: seconds for all, -1 on error. */
+static double lazy_many(struct bm *b, const char *dir, const struct rq_plan *p, uint64_t *bytes)
+{
+	pid_t kids[64];
+	int n = b->procs < 64 ? b->procs : 64;
+	double t = bench_now();
+	for (int k = 0; k < n; k++) {
+		kids[k] = fork();
+		if (kids[k] == 0)
+			_exit(lazy_load(dir, p) < 0 ? 1 : 0);
+	}
+	int bad = 0;
+	for (int k = 0; k < n; k++) {
+		int st;
+		if (kids[k] < 0 || waitpid(kids[k], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
+			bad = 1;
+	}
+	t = bench_now() - t;
+	if (bytes)
+		*bytes = 0;
+	for (size_t i = 0; bytes && i < p->nfiles; i++)
+		if (strstr(p->files[i].name, ".safetensors"))
+			*bytes += p->files[i].size * (uint64_t)n;
+	return bad ? -1 : t;
 }
 
 /* Sequential read of a file with CHUNK reads: seconds, -1 on error. */
@@ -224,7 +321,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	"usage: requantfs bench mount [--dir WORK] [--experts N] [--device D] [--reps N]\n"
-	"                             [--readahead KB] [--keep]\n\n"
+	"                             [--readahead KB] [--procs N] [--keep]\n\n"
 	"Makes a --real-dims checkpoint with mkckpt in WORK (reused if WORK/src exists),\n"
 	"then times reads through real mounts against export and native reads of the\n"
 	"exported files (ratios: >= 1 means the mount is as fast as the baseline).\n"
@@ -233,7 +330,8 @@ static void usage(FILE *f)
 	"  --experts N     routed experts per layer in the checkpoint (default 8)\n"
 	"  --device D      quantizer device for export and mount (default auto)\n"
 	"  --reps N        repetitions of the cheap measurements, best kept (default 3)\n"
-	"  --readahead KB  the mount's --readahead (default 8192)\n");
+	"  --readahead KB  the mount's --readahead (default 8192)\n"
+	"  --procs N       (d): loader processes at once (default 4)\n");
 }
 
 int bench_mount(int argc, char **argv)
@@ -242,8 +340,9 @@ int bench_mount(int argc, char **argv)
 		{"dir", required_argument, 0, 'd'}, {"experts", required_argument, 0, 'e'},
 		{"device", required_argument, 0, 'D'}, {"reps", required_argument, 0, 'r'},
 		{"readahead", required_argument, 0, 'a'}, {"keep", no_argument, 0, 'k'},
+		{"procs", required_argument, 0, 'P'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	struct bm b = {.device = "auto", .reps = 3, .readahead = 8192};
+	struct bm b = {.device = "auto", .reps = 3, .readahead = 8192, .procs = 4};
 	const char *dir = NULL;
 	int experts = 8, keep = 0, c;
 	optind = 1;
@@ -257,12 +356,13 @@ int bench_mount(int argc, char **argv)
 		case 'r': b.reps = atoi(optarg); break;
 		case 'a': b.readahead = (unsigned)atoi(optarg); break;
 		case 'k': keep = 1; break;
+		case 'P': b.procs = atoi(optarg); break;
 		default:
 			usage(stderr);
 			return cli_fail(2, "bench", "mount: unknown option '%s'", argv[optind - 1]);
 		}
 	}
-	if (experts < 1 || b.reps < 1 || optind != argc) {
+	if (experts < 1 || b.reps < 1 || b.procs < 1 || b.procs > 64 || optind != argc) {
 		usage(stderr);
 		return 2;
 	}
@@ -281,6 +381,8 @@ int bench_mount(int argc, char **argv)
 	snprintf(b.exp, sizeof b.exp, "%s/export", b.work);
 	snprintf(b.mnt, sizeof b.mnt, "%s/mnt", b.work);
 	snprintf(b.cache, sizeof b.cache, "%s/cache", b.work);
+	snprintf(b.cache_pt, sizeof b.cache_pt, "%s/cache-pt", b.work);
+	snprintf(b.cache_off, sizeof b.cache_off, "%s/cache-off", b.work);
 	snprintf(b.log, sizeof b.log, "%s/bench.log", b.work);
 	b.buf = malloc(CHUNK);
 	if (!b.buf)
@@ -403,76 +505,108 @@ int bench_mount(int argc, char **argv)
 			t_shard = t;
 		do_umount(&b);
 	}
-	/* and once more with its cache kept for (b) and (c) */
-	rm_rf(b.cache);
-	do_mount(&b);
-	read_seq(&b, mpath, NULL);
-	do_umount(&b);
+	/* Two warm caches: one materialized by a passthrough mount's warm, one
+	 * filled by a --passthrough off mount's warm (job entries). */
+	const char *modes[2] = {"auto", "off"};
+	char *caches[2] = {b.cache_pt, b.cache_off};
+	for (int k = 0; k < 2; k++) {
+		snprintf(b.cache, sizeof b.cache, "%s", caches[k]);
+		b.pt = modes[k];
+		rm_rf(b.cache);
+		if (do_mount(&b) || do_warm(&b)) {
+			do_umount(&b);
+			cli_fail(1, "bench", "mount: warming the %s cache failed (see %s)", modes[k], b.log);
+			goto out;
+		}
+		do_umount(&b);
+	}
 
-	/* (b) warm cache: native vs mount, backing evicted / in page cache */
-	double nat_cold = 1e30, nat_warm = 1e30, m_cold = 1e30, m_bw = 1e30, m_pc = 1e30;
+	/* native baselines */
+	double nat_cold = 1e30, nat_warm = 1e30, nat_rand = 1e30, nat_mm = 1e30, nat_lazy = 1e30;
+	int nr = 256;
+	uint64_t lazy_bytes = 0;
 	for (int r = 0; r < b.reps; r++) {
 		drop(epath);
 		if ((t = read_seq(&b, epath, NULL)) > 0 && t < nat_cold)
 			nat_cold = t;
 		if ((t = read_seq(&b, epath, NULL)) > 0 && t < nat_warm)
 			nat_warm = t;
-		drop(b.src);
-		drop(b.cache);
-		do_mount(&b);
-		if ((t = read_seq(&b, mpath, NULL)) > 0 && t < m_cold)
-			m_cold = t;
-		if ((t = read_seq(&b, mpath, NULL)) > 0 && t < m_pc)
-			m_pc = t;
-		do_umount(&b);
-		/* the daemon evicts what it served: bring the backing files back */
-		warm(sfile);
-		warm(b.cache);
-		do_mount(&b);
-		if ((t = read_seq(&b, mpath, NULL)) > 0 && t < m_bw)
-			m_bw = t;
-		do_umount(&b);
-	}
-
-	/* (c) random 1 MiB preads and mmap fault-in, page cache of backing warm */
-	int nr = 256;
-	double nat_rand = 1e30, m_rand = 1e30, nat_mm = 1e30, m_mm = 1e30;
-	for (int r = 0; r < b.reps; r++) {
-		read_seq(&b, epath, NULL);
 		if ((t = read_rand(&b, epath, ssize, nr)) > 0 && t < nat_rand)
 			nat_rand = t;
 		if ((t = mmap_fault(epath, ssize)) > 0 && t < nat_mm)
 			nat_mm = t;
-		warm(sfile);
-		warm(b.cache);
-		do_mount(&b);
-		if ((t = read_rand(&b, mpath, ssize, nr)) > 0 && t < m_rand)
-			m_rand = t;
-		do_umount(&b);
-		warm(sfile);
-		warm(b.cache);
-		do_mount(&b);
-		if ((t = mmap_fault(mpath, ssize)) > 0 && t < m_mm)
-			m_mm = t;
-		do_umount(&b);
+		drop(b.exp);
+		if ((t = lazy_many(&b, b.exp, p, &lazy_bytes)) > 0 && t < nat_lazy)
+			nat_lazy = t;
 	}
 
-	double gb = ssize / 1e9, rgb = (double)nr * CHUNK / 1e9;
+	/* (b)-(d) through the mount, with passthrough and without */
+	double m_cold[2], m_bw[2], m_pc[2], m_rand[2], m_mm[2], m_lazy[2];
+	for (int k = 0; k < 2; k++) {
+		snprintf(b.cache, sizeof b.cache, "%s", caches[k]);
+		b.pt = modes[k];
+		m_cold[k] = m_bw[k] = m_pc[k] = m_rand[k] = m_mm[k] = m_lazy[k] = 1e30;
+		for (int r = 0; r < b.reps; r++) {
+			drop(b.src);
+			drop(b.cache);
+			do_mount(&b);
+			if ((t = read_seq(&b, mpath, NULL)) > 0 && t < m_cold[k])
+				m_cold[k] = t;
+			if ((t = read_seq(&b, mpath, NULL)) > 0 && t < m_pc[k])
+				m_pc[k] = t;
+			do_umount(&b);
+			/* the daemon evicts what it served: bring the backing files back */
+			warm(sfile);
+			warm(b.cache);
+			do_mount(&b);
+			if ((t = read_seq(&b, mpath, NULL)) > 0 && t < m_bw[k])
+				m_bw[k] = t;
+			do_umount(&b);
+			warm(sfile);
+			warm(b.cache);
+			do_mount(&b);
+			if ((t = read_rand(&b, mpath, ssize, nr)) > 0 && t < m_rand[k])
+				m_rand[k] = t;
+			do_umount(&b);
+			warm(sfile);
+			warm(b.cache);
+			do_mount(&b);
+			if ((t = mmap_fault(mpath, ssize)) > 0 && t < m_mm[k])
+				m_mm[k] = t;
+			do_umount(&b);
+			drop(b.src);
+			drop(b.cache);
+			do_mount(&b);
+			if ((t = lazy_many(&b, b.mnt, p, NULL)) > 0 && t < m_lazy[k])
+				m_lazy[k] = t;
+			do_umount(&b);
+		}
+	}
+
+	double gb = ssize / 1e9, rgb = (double)nr * CHUNK / 1e9, lgb = lazy_bytes / 1e9;
 	printf("  %-46s %14s %14s %6s   %s\n", "what", "mount", "baseline", "ratio", "target");
 	row("(a) cold: all files via mount vs export", t_all, t_exp, "s", 0, ">= 0.9");
 	row("(a) cold: the shard via mount vs its export", t_shard, t_exp1, "s", 0, ">= 0.9");
-	row("(b) warm cache, backing evicted, vs native", gb / m_cold, gb / nat_cold, "GB/s", 1,
-	    ">= 0.8");
-	row("(b) warm cache, backing in page cache", gb / m_bw, gb / nat_warm, "GB/s", 1, "");
-	row("(b) mount's page cache warm vs native warm", gb / m_pc, gb / nat_warm, "GB/s", 1,
-	    ">= 0.95");
-	row("(c) random 1 MiB pread vs native, warm", rgb / m_rand, rgb / nat_rand, "GB/s", 1, "");
-	row("(c) mmap fault-in, random pages, warm", gb / m_mm, gb / nat_mm, "GB/s", 1, "");
+	for (int k = 0; k < 2; k++) {
+		printf("  -- warm cache, --passthrough %s%s\n", modes[k],
+		       k ? " (the copy path)" : " (shards materialized by warm)");
+		row("(b) backing evicted, vs native", gb / m_cold[k], gb / nat_cold, "GB/s", 1,
+		    k ? "" : ">= 0.95");
+		row("(b) backing in page cache", gb / m_bw[k], gb / nat_warm, "GB/s", 1, "");
+		row("(b') second read (page cache warm) vs native warm", gb / m_pc[k], gb / nat_warm,
+		    "GB/s", 1, k ? "" : ">= 0.95");
+		row("(c) random 1 MiB pread vs native, warm", rgb / m_rand[k], rgb / nat_rand, "GB/s",
+		    1, k ? "" : ">= 0.9");
+		row("(c) mmap fault-in, random pages, warm", gb / m_mm[k], gb / nat_mm, "GB/s", 1, "");
+		char what[64];
+		snprintf(what, sizeof what, "(d) vLLM lazy: %d procs mmap, name order", b.procs);
+		row(what, lgb / m_lazy[k], lgb / nat_lazy, "GB/s", 1, k ? "" : ">= 0.9");
+	}
 	printf("\n  baselines: export = in-process rq_export of the checkpoint / of the shard alone,\n"
 	       "  SRC evicted from the page cache first;\n"
-	       "  native = reads of the exported file; warm = backing files in the page cache,\n"
-	       "  the mount's own page cache empty (fresh mount); best of %d; log in %s\n",
-	       b.reps, b.log);
+	       "  native = reads of the exported files; warm = backing files in the page cache,\n"
+	       "  the mount's own page cache empty (fresh mount); (d) evicts SRC, cache and export\n"
+	       "  first; best of %d; log in %s\n", b.reps, b.log);
 	rc = 0;
 out:
 	rq_quantizer_close(q);

@@ -95,6 +95,11 @@ static double num(const cJSON *j, const char *k)
 	return cJSON_IsNumber(v) ? v->valuedouble : 0;
 }
 
+static int flag(const cJSON *j, const char *k)
+{
+	return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, k));
+}
+
 static const char *str(const cJSON *j, const char *k)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
@@ -159,6 +164,15 @@ int cmd_status(int argc, char **argv)
 		cli_human_bytes(num(j, "memory_bytes"), d, sizeof d);
 		printf("  reads       %.0f (%s), %.0f parked on jobs; %s of outputs held in memory\n",
 		       num(j, "reads"), b, num(j, "parked_reads"), d);
+		if (flag(j, "passthrough"))
+			printf("  files       %.0f pass through, %.0f pending (requantized, not yet "
+			       "materialized), %.0f copy path; %.0f shards materialized; opens: %.0f "
+			       "passthrough, %.0f copy\n", num(j, "files_passthrough"),
+			       num(j, "files_pending"), num(j, "files_copy"), num(j, "files_materialized"),
+			       num(j, "opens_passthrough"), num(j, "opens_copy"));
+		else
+			printf("  files       %.0f, all on the copy path: passthrough off (%s)\n",
+			       num(j, "files"), str(j, "passthrough_why"));
 		const cJSON *ch = cJSON_GetObjectItemCaseSensitive(j, "src_changed");
 		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "src_ok"))) {
 			printf("  SRC         %.0f files, unchanged\n", num(j, "src_files"));
@@ -285,12 +299,38 @@ int cmd_warm(int argc, char **argv)
 	st = get_status("warm", mnt, NULL, &rc);
 	if (!st)
 		return rc;
+	/* With passthrough, each requantized shard is then written whole into
+	 * the cache (materialized) so that later opens pass through: wait. */
+	if (flag(st, "passthrough") && num(st, "files_pending") > 0) {
+		fprintf(stderr, "requantfs warm: materializing %.0f requantized shards for "
+		        "passthrough...\n", num(st, "files_pending"));
+		double idle = 0;
+		while (num(st, "files_pending") > 0 && idle < 3.0) {
+			/* pending with nothing queued for 3 s: a shard that cannot be
+			 * materialized now (its log line says why) */
+			idle = num(st, "files_materializing") > 0 ? 0 : idle + 0.1;
+			cJSON_Delete(st);
+			struct timespec ts = {0, 100000000};
+			nanosleep(&ts, NULL);
+			if (!(st = get_status("warm", mnt, NULL, &rc)))
+				return rc;
+		}
+	}
 	double cached = num(st, "jobs_cached"), inmem = num(st, "jobs_in_memory");
+	double f_pt = num(st, "files_passthrough"), f_pend = num(st, "files_pending");
 	char a[32];
 	cli_human_bytes(num(st, "quant_in_bytes"), a, sizeof a);
 	printf("requantfs warm: %ld jobs (%llu modules) ready in %.1f s; %.0f in the cache, %.0f "
 	       "in memory only; quantized %s this mount at %.0f MB/s\n", w.njobs, mods, dt, cached,
 	       inmem, a, num(st, "quant_mb_s"));
+	if (flag(st, "passthrough"))
+		printf("requantfs warm: %.0f of %.0f files pass through to a file on disk (%.0f "
+		       "shards materialized)%s\n", f_pt, num(st, "files"),
+		       num(st, "files_materialized"), f_pend > 0 ? "; some shards could not be "
+		       "materialized (see the mount's log): they use the copy path" : "");
+	else
+		printf("requantfs warm: passthrough off (%s): every file uses the copy path\n",
+		       str(st, "passthrough_why"));
 	cJSON_Delete(st);
 	if (cached < (double)w.njobs)
 		return cli_fail(1, "warm", "%.0f jobs could not be stored in the cache (full? see "

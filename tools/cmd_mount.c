@@ -44,6 +44,10 @@ static void mount_usage(FILE *f)
 	"  --gpu-mem SIZE         GPU memory bound (default 1G)\n"
 	"  --gpu-idle SECONDS     release the GPU after this idle time (default 30)\n"
 	"  --readahead KB         kernel readahead of the mount (default 8192, 0 = leave)\n"
+	"  --passthrough MODE     auto (default): kernel passthrough for files that exist\n"
+	"                         whole on disk (identical to SRC; requantized shards once\n"
+	"                         materialized into the cache), when root on Linux >= 6.9;\n"
+	"                         on: refuse to mount without it; off: the copy path only\n"
 	"  --fuse-threads N       FUSE worker threads (default 16)\n"
 	"  --log FILE             append the daemon's log here (default: syslog;\n"
 	"                         stderr with --foreground)\n"
@@ -149,7 +153,7 @@ static int serve(const struct rq_mount_opts *o, struct report *r)
 int cmd_mount(int argc, char **argv)
 {
 	enum { O_CALIB = 256, O_CACHE, O_DEVICE, O_RECIPE, O_DROP, O_THREADS, O_WORKERS,
-	       O_PREFETCH, O_CACHEMAX, O_MEMMAX, O_GPUMEM, O_GPUIDLE, O_RA, O_FT, O_LOG, O_DEBUG };
+	       O_PREFETCH, O_CACHEMAX, O_MEMMAX, O_GPUMEM, O_GPUIDLE, O_RA, O_FT, O_LOG, O_DEBUG, O_PT };
 	static const struct option lo[] = {
 		{"calib", required_argument, 0, O_CALIB}, {"cache", required_argument, 0, O_CACHE},
 		{"device", required_argument, 0, O_DEVICE}, {"recipe", required_argument, 0, O_RECIPE},
@@ -162,6 +166,7 @@ int cmd_mount(int argc, char **argv)
 		{"gpu-mem", required_argument, 0, O_GPUMEM},
 		{"gpu-idle", required_argument, 0, O_GPUIDLE},
 		{"readahead", required_argument, 0, O_RA},
+		{"passthrough", required_argument, 0, O_PT},
 		{"fuse-threads", required_argument, 0, O_FT}, {"log", required_argument, 0, O_LOG},
 		{"debug", no_argument, 0, O_DEBUG}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	struct rq_mount_opts o = {.device = "auto", .recipe = RQ_RECIPE_FP32, .prefetch = 4,
@@ -238,6 +243,17 @@ int cmd_mount(int argc, char **argv)
 			o.gpu_idle_s = strtod(optarg, &end);
 			if (errno || end == optarg || *end || o.gpu_idle_s < 0)
 				return cli_fail(2, "mount", "--gpu-idle needs seconds (got '%s')", optarg);
+			break;
+		case O_PT:
+			if (!strcmp(optarg, "auto"))
+				o.passthrough = RQ_PT_AUTO;
+			else if (!strcmp(optarg, "on"))
+				o.passthrough = RQ_PT_ON;
+			else if (!strcmp(optarg, "off"))
+				o.passthrough = RQ_PT_OFF;
+			else
+				return cli_fail(2, "mount", "--passthrough must be auto, on or off (got '%s')",
+				                optarg);
 			break;
 		case O_LOG: log = optarg; break;
 		case O_DEBUG: o.debug = 1; fg = 1; break;

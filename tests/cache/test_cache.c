@@ -4,8 +4,11 @@
  * unwritable directory, cleanup of crashed writers' temp files, and a
  * hostile directory: FIFOs, symlinks, directories at entry names, entries
  * truncated or rewritten (mtime restored) after verification, the recheck
- * of an open entry, directories writable by others refused. Anything that
- * could hang runs in a child with a time limit. */
+ * of an open entry, directories writable by others refused; whole files
+ * (rq_cache_file_*): chunked writes, verification by a new handle, damaged
+ * data and sidecars, FIFO/symlink at the data name, crash leftovers, abort,
+ * recheck, a full disk, eviction across kinds with pins, remove/has.
+ * Anything that could hang runs in a child with a time limit. */
 #include "base/err.h"
 #include "cache/cache.h"
 #include "tests/tap.h"
@@ -940,6 +943,423 @@ static void test_hostile(void)
 	test_dir_perms();
 }
 
+/* ---- whole files (rq_cache_file_*) ------------------------------------ */
+
+static void file_names(const char *dir, const struct rq_cache_key *k, char *bin, char *sum)
+{
+	char h[33];
+	rq_cache_key_hex(k, h);
+	pathf(bin, PATH_MAX, "%s/files/%s.bin", dir, h);
+	pathf(sum, PATH_MAX, "%s/files/%s.sum", dir, h);
+}
+
+/* Writes file k (n bytes of a) in uneven chunks and commits it: 0 with *fd
+ * and *id, or the failing call's result (e says why). */
+static int write_file(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t *a,
+                      size_t n, int *fd, struct rq_cache_ident *id, struct rq_err *e)
+{
+	struct rq_cache_writer *w = NULL;
+	int r = rq_cache_file_begin(c, k, n, &w, e);
+	if (r)
+		return r;
+	for (size_t off = 0, step = 1; off < n; step = step * 3 + 7777) {
+		size_t m = n - off < step ? n - off : step;
+		if ((r = rq_cache_file_write(w, a + off, m, e))) {
+			rq_cache_file_abort(w);
+			return r;
+		}
+		off += m;
+	}
+	return rq_cache_file_commit(w, fd, id, e);
+}
+
+/* Writes file k and closes the fd; must succeed. */
+static void must_file(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t *a, size_t n)
+{
+	int fd = -1;
+	struct rq_cache_ident id;
+	struct rq_err e = { 0 };
+	if (write_file(c, k, a, n, &fd, &id, &e)) {
+		printf("Bail out! writing a cache file: %s\n", e.msg);
+		exit(1);
+	}
+	close(fd);
+}
+
+/* A fresh handle opens file k: its result, with e and stats. */
+static int reopen_file(const char *dir, const struct rq_cache_key *k, size_t n, struct rq_err *e,
+                       struct rq_cache_stats *s)
+{
+	struct rq_cache *c = open_at(dir, 0);
+	if (!c)
+		return -999;
+	int fd = -1;
+	int r = rq_cache_file_open(c, k, n, &fd, NULL, e);
+	if (r == 0)
+		close(fd);
+	rq_cache_get_stats(c, s);
+	rq_cache_close(c);
+	return r;
+}
+
+static int read_back(int fd, const uint8_t *a, size_t n)
+{
+	uint8_t *b = malloc(n + 1);
+	ssize_t got = pread(fd, b, n + 1, 0);
+	int ok = got == (ssize_t)n && !memcmp(a, b, n);
+	free(b);
+	return ok;
+}
+
+static void test_file_round_trip(const char *dir, const uint8_t *a, size_t n)
+{
+	char bin[PATH_MAX], sum[PATH_MAX];
+	struct rq_cache_key k = key("file", 0);
+	file_names(dir, &k, bin, sum);
+	struct rq_cache *c = open_at(dir, 0);
+	must(c != NULL, "open");
+	int fd = -1;
+	struct rq_cache_ident id;
+	struct rq_err e = { 0 };
+	TAP_OK(write_file(c, &k, a, n, &fd, &id, &e) == 0, "file written in uneven chunks and "
+	       "committed (%s)", e.msg);
+	TAP_OK(fd >= 0 && read_back(fd, a, n) && id.size == n,
+	       "the fd of the commit reads exactly the bytes written");
+	close(fd);
+	TAP_OK(fsize(bin) == (long long)n && fsize(sum) == 64 && count_named(dir, ".tmp.") == 0,
+	       "files/<hex>.bin holds the bytes alone, <hex>.sum is 64 bytes, no temp left");
+	struct rq_cache_stats s;
+	rq_cache_get_stats(c, &s);
+	TAP_OK(s.files == 1 && s.file_bytes == n && s.entries == 1 && s.bytes == n,
+	       "stats count the file (files %llu, file_bytes %llu, entries %llu)",
+	       (unsigned long long)s.files, (unsigned long long)s.file_bytes,
+	       (unsigned long long)s.entries);
+	TAP_OK(rq_cache_file_open(c, &k, n, &fd, &id, &e) == 0 && read_back(fd, a, n),
+	       "open in the writing handle hits");
+	close(fd);
+	rq_cache_close(c);
+
+	c = open_at(dir, 0);
+	rq_cache_get_stats(c, &s);
+	TAP_OK(s.files == 1 && s.file_bytes == n, "a new handle learns the file by scanning");
+	TAP_OK(rq_cache_file_has(c, &k) == 1 && rq_cache_has(c, &k) == 0,
+	       "file_has sees the file; has (entries) does not");
+	TAP_OK(rq_cache_file_open(c, &k, n, &fd, &id, &e) == 0 && read_back(fd, a, n),
+	       "a new handle verifies the whole file and hits (%s)", e.msg);
+	close(fd);
+	strcpy(e.msg, "stale");
+	struct rq_cache_key miss = key("file", 1);
+	TAP_OK(rq_cache_file_open(c, &miss, n, &fd, &id, &e) == -ENOENT && !e.msg[0],
+	       "an absent file is a plain miss");
+	rq_cache_close(c);
+}
+
+/* Damages file i with `how`, then a fresh handle's open must miss with
+ * `expect` (NULL: a plain miss, nothing removed) and count it corrupt. */
+static void file_bad_case(const char *dir, int i, const char *what, void (*how)(const char *bin,
+                          const char *sum), const char *expect, const uint8_t *a, size_t n)
+{
+	char bin[PATH_MAX], sum[PATH_MAX];
+	struct rq_cache_key k = key("filebad", i);
+	file_names(dir, &k, bin, sum);
+	struct rq_cache *c = open_at(dir, 0);
+	must_file(c, &k, a, n);
+	rq_cache_close(c);
+	how(bin, sum);
+	struct rq_err e = { 0 };
+	struct rq_cache_stats s;
+	int r = reopen_file(dir, &k, n, &e, &s);
+	if (expect) {
+		TAP_OK(r == -ENOENT && s.corrupt == 1 && strstr(e.msg, expect) && strstr(e.msg, "files/"),
+		       "%s: a miss, counted corrupt (msg: %s)", what, e.msg);
+		TAP_OK(!exists(bin) && !exists(sum), "%s: both names removed", what);
+	} else {
+		TAP_OK(r == -ENOENT && s.corrupt == 0 && !e.msg[0], "%s: a plain miss (r=%d)", what, r);
+	}
+	c = open_at(dir, 0);
+	int fd = -1;
+	must_file(c, &k, a, n);
+	TAP_OK(rq_cache_file_open(c, &k, n, &fd, NULL, &e) == 0 && read_back(fd, a, n),
+	       "%s: written again, opens", what);
+	close(fd);
+	rq_cache_close(c);
+}
+
+static void fb_flip(const char *bin, const char *sum) { flip(bin, 12345, 0); }
+static void fb_flip_keep(const char *bin, const char *sum) { flip(bin, 777, 1); }
+static void fb_nosum(const char *bin, const char *sum) { must(unlink(sum) == 0, "unlink"); }
+static void fb_sumflip(const char *bin, const char *sum) { flip(sum, 20, 0); }
+static void fb_sumsum(const char *bin, const char *sum) { flip(sum, 45, 0); }
+static void fb_sumshort(const char *bin, const char *sum) { must(truncate(sum, 63) == 0, "truncate"); }
+static void fb_trunc(const char *bin, const char *sum) { must(truncate(bin, fsize(bin) - 1) == 0, "truncate"); }
+static void fb_extend(const char *bin, const char *sum) { must(truncate(bin, fsize(bin) + 1) == 0, "truncate"); }
+
+struct fplant {
+	const char *dir;
+	int i, fifo;
+	size_t n;
+};
+
+/* In a child: a fresh handle opens a file whose .bin is a FIFO or symlink. */
+static int fplant_child(void *arg)
+{
+	struct fplant *t = arg;
+	struct rq_cache_key k = key("fileplant", t->i);
+	char bin[PATH_MAX], sum[PATH_MAX];
+	file_names(t->dir, &k, bin, sum);
+	struct rq_err e = { 0 };
+	struct rq_cache_stats s;
+	int r = reopen_file(t->dir, &k, t->n, &e, &s);
+	struct stat st;
+	int gone = lstat(bin, &st) < 0 && lstat(sum, &st) < 0;
+	printf("# %s: r=%d corrupt=%llu gone=%d msg: %s\n", t->fifo ? "FIFO" : "symlink", r,
+	       (unsigned long long)s.corrupt, gone, e.msg);
+	return !(r == -ENOENT && s.corrupt == 1 && gone && strstr(e.msg, bin) &&
+	         strstr(e.msg, t->fifo ? "FIFO" : "symbolic link"));
+}
+
+static void file_plant(const char *dir, int i, int fifo, const uint8_t *a, size_t n)
+{
+	struct rq_cache_key k = key("fileplant", i);
+	char bin[PATH_MAX], sum[PATH_MAX], q[PATH_MAX], cmd[3 * PATH_MAX];
+	file_names(dir, &k, bin, sum);
+	struct rq_cache *c = open_at(dir, 0);
+	must_file(c, &k, a, n);
+	rq_cache_close(c);
+	if (fifo) {
+		must(unlink(bin) == 0 && mkfifo(bin, 0644) == 0, "mkfifo");
+	} else {
+		pathf(q, sizeof q, "%s.elsewhere", dir);
+		pathf(cmd, sizeof cmd, "cp '%s' '%s'", bin, q);
+		must(system(cmd) == 0 && unlink(bin) == 0 && symlink(q, bin) == 0, "symlink");
+	}
+	struct fplant t = { dir, i, fifo, n };
+	int r = in_child(fplant_child, &t, 5);
+	TAP_OK(r == 0, "%s at a file's .bin: never blocks, a miss naming it, counted corrupt, "
+	       "both names removed (child %s %d)", fifo ? "a FIFO" : "a symlink to a valid copy",
+	       r < 0 ? "hung:" : "exit", r);
+}
+
+static void test_file_crash_abort(const char *dir, const uint8_t *a, size_t n)
+{
+	struct rq_cache *c = open_at(dir, 0);
+	struct rq_cache_key k = key("fileabort", 0);
+	char bin[PATH_MAX], sum[PATH_MAX];
+	file_names(dir, &k, bin, sum);
+	struct rq_cache_writer *w = NULL;
+	struct rq_err e = { 0 };
+	must(rq_cache_file_begin(c, &k, n, &w, &e) == 0, "begin");
+	must(rq_cache_file_write(w, a, n / 2, &e) == 0, "write");
+	TAP_OK(count_named(dir, ".bin.tmp.") == 1 && !exists(bin), "while written: a temp only "
+	       "(%d temps, bin %d)", count_named(dir, ".bin.tmp."), exists(bin));
+	rq_cache_file_abort(w);
+	rq_cache_file_abort(NULL);
+	TAP_OK(count_named(dir, ".tmp.") == 0 && !exists(bin) && !exists(sum),
+	       "abort leaves nothing (abort(NULL) is fine)");
+	must(rq_cache_file_begin(c, &k, n, &w, &e) == 0, "begin");
+	must(rq_cache_file_write(w, a, n - 1, &e) == 0, "write");
+	int fd = -1;
+	int r = rq_cache_file_commit(w, &fd, NULL, &e);
+	TAP_OK(r == -EINVAL && strstr(e.msg, bin) && count_named(dir, ".tmp.") == 0 && !exists(bin),
+	       "commit of a short file: -EINVAL, nothing left (%s)", e.msg);
+	must(rq_cache_file_begin(c, &k, 10, &w, &e) == 0, "begin");
+	r = rq_cache_file_write(w, a, 11, &e);
+	TAP_OK(r == -EINVAL && rq_cache_file_commit(w, &fd, NULL, &e) < 0 &&
+	       count_named(dir, ".tmp.") == 0, "writing more than declared fails, so does its commit");
+
+	/* Stale temps in files/: a dead writer's, 2 min old, go; a live one's stay. */
+	fflush(stdout);
+	pid_t dead = fork();
+	if (dead == 0)
+		_exit(0);
+	waitpid(dead, NULL, 0);
+	char t0[PATH_MAX + 40], t1[PATH_MAX + 40];
+	pathf(t0, sizeof t0, "%s.tmp.%d.0", bin, (int)dead);
+	pathf(t1, sizeof t1, "%s.tmp.%d.1", sum, (int)getppid());
+	touch_file(t0, 120);
+	touch_file(t1, 0);
+	rq_cache_close(c);
+	c = open_at(dir, 0);
+	TAP_OK(!exists(t0) && exists(t1), "scan: a dead writer's stale temp in files/ removed, a "
+	       "live writer's kept");
+	unlink(t1);
+	rq_cache_close(c);
+}
+
+static void test_file_recheck(const char *dir, const uint8_t *a, size_t n)
+{
+	struct rq_cache *c = open_at(dir, 0);
+	struct rq_cache_key k = key("filerecheck", 0);
+	char bin[PATH_MAX], sum[PATH_MAX];
+	file_names(dir, &k, bin, sum);
+	int fd = -1;
+	struct rq_cache_ident id;
+	struct rq_err e = { 0 };
+	must(write_file(c, &k, a, n, &fd, &id, &e) == 0, "write");
+	TAP_OK(rq_cache_file_recheck(c, &k, fd, n, &id, &e) == 0,
+	       "recheck of the committed fd, unchanged: 0");
+	struct rq_cache_ident id0 = id;
+	struct rq_cache_stats s;
+	TAP_OK(reopen_file(dir, &k, n, &e, &s) == 0, "another handle opens it (a touch)");
+	int r1 = rq_cache_file_recheck(c, &k, fd, n, &id, &e);
+	int r2 = rq_cache_file_recheck(c, &k, fd, n, &id, &e);
+	TAP_OK(r1 == 1 && r2 == 0 && id.ctime != id0.ctime,
+	       "recheck after a touch: verified again (1), then trusted (0): %d %d", r1, r2);
+	flip(bin, 4321, 1);
+	int r = rq_cache_file_recheck(c, &k, fd, n, &id, &e);
+	rq_cache_get_stats(c, &s);
+	TAP_OK(r == -ESTALE && strstr(e.msg, "checksum") && s.corrupt == 1 && !exists(bin) &&
+	       !exists(sum), "recheck of a file rewritten in place (mtime restored): -ESTALE, both "
+	       "names removed (%s)", e.msg);
+	close(fd);
+	/* removed while served (pinned, as the mount does): the fd is still good */
+	must(write_file(c, &k, a, n, &fd, &id, &e) == 0, "write");
+	rq_cache_file_pin(c, &k, +1);
+	must(rq_cache_file_remove(c, &k) == 0, "remove");
+	r1 = rq_cache_file_recheck(c, &k, fd, n, &id, &e);
+	r2 = rq_cache_file_recheck(c, &k, fd, n, &id, &e);
+	TAP_OK(r1 == 1 && r2 == 0 && read_back(fd, a, n), "a pinned file's fd whose names were "
+	       "removed: verified against the sum kept in memory (%d %d %s)", r1, r2,
+	       r1 < 0 ? e.msg : "");
+	rq_cache_file_pin(c, &k, -1);
+	close(fd);
+	rq_cache_close(c);
+}
+
+static void test_file_enospc(const uint8_t *a)
+{
+	char mnt[PATH_MAX], why[256];
+	subdir("ftiny", mnt);
+	if (try_mount(mnt, 0, "size=256k,mode=0755", why) < 0) {
+		SKIP("full disk for a file # SKIP %s", why);
+		return;
+	}
+	struct rq_cache *c = open_at(mnt, 0);
+	TAP_OK(c != NULL, "a cache at the root of a 256 KiB tmpfs (mode 0755)");
+	if (c) {
+		struct rq_cache_key k = key("filebig", 0);
+		char bin[PATH_MAX], sum[PATH_MAX];
+		file_names(mnt, &k, bin, sum);
+		struct rq_cache_writer *w = NULL;
+		struct rq_err e = { 0 };
+		int r = rq_cache_file_begin(c, &k, 1 << 20, &w, &e);
+		if (r == 0) {   /* no fallocate here: the write fails instead */
+			for (size_t off = 0; r == 0 && off < (1 << 20); off += 4096)
+				r = rq_cache_file_write(w, a + off, 4096, &e);
+			rq_cache_file_abort(w);
+		}
+		struct rq_cache_stats s;
+		rq_cache_get_stats(c, &s);
+		TAP_OK(r == -ENOSPC && strstr(e.msg, bin) && strstr(e.msg, "--cache-max") &&
+		       s.put_failed == 1, "a 1 MiB file: -ENOSPC naming it (%s)", e.msg);
+		TAP_OK(count_named(mnt, ".tmp.") == 0 && !exists(bin) && !exists(sum),
+		       "nothing left on the full disk");
+		int fd = -1;
+		struct rq_cache_key k2 = key("filebig", 1);
+		TAP_OK(write_file(c, &k2, a, 5000, &fd, NULL, &e) == 0 && read_back(fd, a, 5000),
+		       "a small file still works afterwards");
+		close(fd);
+		rq_cache_close(c);
+	}
+	umount2(mnt, MNT_DETACH);
+}
+
+static void test_file_evict(const uint8_t *a)
+{
+	enum { N = 100000 };
+	char dir[PATH_MAX], fb[2][PATH_MAX], fs[2][PATH_MAX], ep[8][PATH_MAX];
+	subdir("fevict", dir);
+	struct rq_cache_key f[2] = { key("fev", 0), key("fev", 1) }, en[8];
+	for (int i = 0; i < 2; i++)
+		file_names(dir, &f[i], fb[i], fs[i]);
+	for (int i = 0; i < 8; i++) {
+		en[i] = key("eev", i);
+		entry_path(dir, &en[i], ep[i]);
+	}
+	struct rq_err e = { 0 };
+	struct rq_cache_stats s;
+	struct rq_cache *c = open_at(dir, 3 * N + N / 2);
+#define EPUT(i) must(rq_cache_put(c, &en[i], a, N, &e) == 0, "put")
+	must_file(c, &f[0], a, N);
+	EPUT(1);
+	EPUT(2);
+	rq_cache_get_stats(c, &s);
+	TAP_OK(s.entries == 3 && s.bytes == 3 * N && s.files == 1, "a file and two entries: "
+	       "3 x 100000 bytes counted");
+	EPUT(3);
+	rq_cache_get_stats(c, &s);
+	TAP_OK(!exists(fb[0]) && !exists(fs[0]) && exists(ep[1]) && s.evicted == 1 && s.files == 0,
+	       "an entry put over the limit evicts the older file (both names)");
+	rq_cache_file_pin(c, &f[1], +1);   /* pinned before it exists */
+	must_file(c, &f[1], a, N);
+	EPUT(4);
+	EPUT(5);
+	EPUT(6);
+	rq_cache_get_stats(c, &s);
+	TAP_OK(exists(fb[1]) && exists(fs[1]) && !exists(ep[4]) && exists(ep[5]) && exists(ep[6]) &&
+	       s.files == 1 && s.bytes <= 3 * N + N / 2,
+	       "a pinned file, the least recently used, is skipped: younger entries go (evicted %llu)",
+	       (unsigned long long)s.evicted);
+	rq_cache_file_pin(c, &f[1], -1);
+	EPUT(7);
+	rq_cache_get_stats(c, &s);
+	TAP_OK(!exists(fb[1]) && !exists(fs[1]) && exists(ep[5]) && s.files == 0 && s.file_bytes == 0,
+	       "unpinned, it is evicted by the next put");
+#undef EPUT
+	rq_cache_close(c);
+}
+
+static void test_file_remove(const uint8_t *a)
+{
+	char dir[PATH_MAX], bin[PATH_MAX], sum[PATH_MAX], p[PATH_MAX];
+	subdir("fremove", dir);
+	struct rq_cache *c = open_at(dir, 0);
+	struct rq_cache_key k = key("frm", 0), ke = key("frm", 1);
+	struct rq_err e = { 0 };
+	file_names(dir, &k, bin, sum);
+	entry_path(dir, &ke, p);
+	must_file(c, &k, a, 3000);
+	must(rq_cache_put(c, &ke, a, 3000, &e) == 0, "put");
+	TAP_OK(rq_cache_file_has(c, &k) == 1 && rq_cache_has(c, &ke) == 1 &&
+	       rq_cache_has(c, &k) == 0 && rq_cache_file_has(c, &ke) == 0, "has / file_has");
+	struct rq_cache_stats s;
+	int r1 = rq_cache_file_remove(c, &k), r2 = rq_cache_remove(c, &ke);
+	rq_cache_get_stats(c, &s);
+	TAP_OK(r1 == 0 && r2 == 0 && !exists(bin) && !exists(sum) && !exists(p) && s.entries == 0 &&
+	       s.files == 0 && s.bytes == 0, "remove and file_remove unlink and forget");
+	TAP_OK(rq_cache_file_remove(c, &k) == -ENOENT && rq_cache_remove(c, &ke) == -ENOENT &&
+	       rq_cache_file_has(c, &k) == 0 && rq_cache_has(c, &ke) == 0,
+	       "removing again: -ENOENT; has: 0");
+	rq_cache_close(c);
+}
+
+static void test_files(void)
+{
+	char dir[PATH_MAX];
+	subdir("files", dir);
+	size_t n = (3u << 20) + 12345;
+	uint8_t *a = malloc(n);
+	fill(a, n, 4242);
+	test_file_round_trip(dir, a, n);
+	size_t m = 300000;
+	file_bad_case(dir, 0, "flipped data byte", fb_flip, "checksum", a, m);
+	file_bad_case(dir, 1, "flipped data byte, mtime restored", fb_flip_keep, "checksum", a, m);
+	file_bad_case(dir, 2, "data published without its sidecar (a crash)", fb_nosum, NULL, a, m);
+	file_bad_case(dir, 3, "garbled sidecar key", fb_sumflip, "sidecar", a, m);
+	file_bad_case(dir, 4, "garbled sidecar sum", fb_sumsum, "sidecar", a, m);
+	file_bad_case(dir, 5, "short sidecar", fb_sumshort, "sidecar", a, m);
+	file_bad_case(dir, 6, "data truncated by a byte", fb_trunc, "truncated or extended", a, m);
+	file_bad_case(dir, 7, "data extended by a byte", fb_extend, "truncated or extended", a, m);
+	file_plant(dir, 0, 1, a, m);
+	file_plant(dir, 1, 0, a, m);
+	test_file_crash_abort(dir, a, m);
+	test_file_recheck(dir, a, m);
+	test_file_enospc(a);
+	test_file_evict(a);
+	test_file_remove(a);
+	free(a);
+}
+
 int main(void)
 {
 	const char *t = getenv("TMPDIR");
@@ -958,6 +1378,7 @@ int main(void)
 	test_unwritable();
 	test_stale_tmp();
 	test_hostile();
+	test_files();
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	printf("# %.2f s\n", (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
 	char cmd[PATH_MAX + 16];

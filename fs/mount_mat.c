@@ -1,0 +1,746 @@
+/* mount_mat.c — files served whole: kernel passthrough and materialized
+ * requantized shards (state machine and mode rules in mount_int.h).
+ *
+ * Which files pass through:
+ *   - a file byte-identical to its SRC file: from its first open, backed by
+ *     the SRC file itself (the mount keeps it open);
+ *   - a requantized shard once materialized: when every job of it is in the
+ *     cache, the materializer thread writes the whole virtual file into the
+ *     cache (rq_cache_file_*: tmp, write, fsync, rename; an XXH3-128 of it in
+ *     a sidecar), keyed by the file's name and size, its SRC file's identity,
+ *     the bytes the plan holds (header) and its jobs' keys (recipe + version,
+ *     SRC identity, calibration), so a changed SRC or recipe never reuses it.
+ *     A file already in the cache at mount time is verified (hashed whole)
+ *     before its first passthrough open. Once READY, the jobs' own entries
+ *     are dropped: the bytes are kept once.
+ *   - everything else (config.json, the index, shards still incomplete) goes
+ *     the copy path (mount_read.c).
+ *
+ * Trust: a materialized file's identity is re-checked at every open and
+ * after every copy-path read (a change is re-verified; a corrupt file is
+ * dropped and its shard is served through its jobs again, then rebuilt).
+ * A passthrough open is read by the kernel without us: a change made to the
+ * backing file while it is open is not seen (the cache directory must be
+ * writable by its owner only; rq_cache_open insists). When SRC changes, new
+ * opens fail (EIO) and the materialized file is dropped; opens made before
+ * keep reading the bytes they opened (a passthrough inode reads its backing
+ * file directly, which the kernel does not let us revoke): the requantized
+ * shard of the SRC as it was, never a mix. A file identical to SRC reads
+ * SRC itself, so open passthrough files see a SRC rewritten in place at
+ * once (new opens: EIO). */
+#include "fs/mount_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "base/err.h"
+#include "fs/mount_pt.h"
+
+#define MAT_CHUNK (8u << 20)   /* bytes copied per read while materializing */
+#define MAT_RECOPY 3           /* copy-path reads redone when the file changes under them */
+
+/* Tests only: REQUANTFS_TEST_MAT_PAUSE_MS sleeps after each chunk written, so
+ * that a test can kill the daemon in the middle of a materialization. */
+static unsigned test_pause_ms(void)
+{
+	const char *s = getenv("REQUANTFS_TEST_MAT_PAUSE_MS");
+	return s ? (unsigned)atoi(s) : 0;
+}
+
+/* ---- setup -------------------------------------------------------------- */
+
+static int mat_key(const struct rq_mount *m, long i, struct rq_cache_key *key)
+{
+	const struct rq_plan *p = m->plan;
+	const struct rq_vfile *f = &p->files[i];
+	const struct rq_srcfile *sf = &p->srcs[f->src];
+	const struct mfile *mf = &m->files[i];
+	XXH3_state_t *mem = XXH3_createState();
+	if (!mem)
+		return -ENOMEM;
+	XXH3_128bits_reset(mem);
+	for (size_t k = 0; k < f->nseg; k++)
+		if (f->seg[k].kind == RQ_SEG_MEM) {
+			XXH3_128bits_update(mem, &f->seg[k].off, sizeof f->seg[k].off);
+			XXH3_128bits_update(mem, f->seg[k].mem, f->seg[k].len);
+		}
+	XXH128_hash_t mh = XXH3_128bits_digest(mem);
+	XXH3_freeState(mem);
+	size_t cap = 512 + (size_t)mf->njobs * 40 + strlen(f->name);
+	char *s = malloc(cap);
+	if (!s)
+		return -ENOMEM;
+	/* A hub blob is content-addressed: its sha256 names the bytes (a chmod
+	 * of the blob keeps the file); a plain SRC file is its identity. */
+	int n = snprintf(s, cap, "requantfs file 1\nname %s size %" PRIu64 "\n", f->name, f->size);
+	if (sf->blob_sha256[0])
+		n += snprintf(s + n, cap - (size_t)n, "src sha256:%s\n", sf->blob_sha256);
+	else
+		n += snprintf(s + n, cap - (size_t)n, "src dev=%ju ino=%ju size=%" PRIu64 " mtime_ns=%"
+		              PRId64 " ctime_ns=%" PRId64 "\n", (uintmax_t)sf->dev, (uintmax_t)sf->ino,
+		              sf->size, sf->mtime_ns, sf->ctime_ns);
+	n += snprintf(s + n, cap - (size_t)n, "mem %016" PRIx64 "%016" PRIx64 "\n", mh.high64,
+	              mh.low64);
+	for (int k = 0; k < mf->njobs; k++) {
+		char hex[33];
+		rq_cache_key_hex(&m->jobs[mf->jobs[k]].key, hex);
+		n += snprintf(s + n, cap - (size_t)n, "job %s\n", hex);
+	}
+	rq_cache_key_of(s, (size_t)n, key);
+	free(s);
+	return 0;
+}
+
+int rq_mnt_files_init(struct rq_mount *m, struct rq_err *err)
+{
+	const struct rq_plan *p = m->plan;
+	m->files = calloc(p->nfiles ? p->nfiles : 1, sizeof *m->files);
+	if (!m->files)
+		return rq_errf(err, -ENOMEM, "out of memory");
+	m->mat_head = m->mat_tail = -1;
+	for (size_t i = 0; i < p->nfiles; i++) {
+		struct mfile *mf = &m->files[i];
+		const struct rq_vfile *f = &p->files[i];
+		mf->mat_next = -1;
+		for (size_t k = 0; k < f->nseg; k++) {
+			const struct rq_seg *g = &f->seg[k];
+			if (g->kind != RQ_SEG_JOB)
+				continue;
+			int seen = 0;
+			for (int q = 0; q < mf->njobs && !seen; q++)
+				seen = mf->jobs[q] == g->job;
+			if (seen)
+				continue;
+			int *v = realloc(mf->jobs, (size_t)(mf->njobs + 1) * sizeof *v);
+			if (!v)
+				return rq_errf(err, -ENOMEM, "out of memory");
+			mf->jobs = v;
+			mf->jobs[mf->njobs++] = g->job;
+			struct mjob *J = &m->jobs[g->job];
+			if (J->nvf < 2 && (J->nvf == 0 || J->vf[0] != (int)i))
+				J->vf[J->nvf++] = (int)i;
+		}
+		if (mf->njobs && mat_key(m, (long)i, &mf->mat_key))
+			return rq_errf(err, -ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+void rq_mnt_files_free(struct rq_mount *m)
+{
+	if (!m->files)
+		return;
+	for (size_t i = 0; i < m->plan->nfiles; i++) {
+		rq_mout_unref(m->files[i].mat_out);
+		rq_mout_unref(m->files[i].pt_out);
+		free(m->files[i].jobs);
+		free(m->files[i].wait);
+	}
+	free(m->files);
+	m->files = NULL;
+}
+
+/* ---- the queue (m->lock) ----------------------------------------------- */
+
+static void mat_push(struct rq_mount *m, long i)
+{
+	struct mfile *mf = &m->files[i];
+	if (!m->mat_on || m->mat_stop || mf->mat != MAT_NONE || !mf->njobs)
+		return;
+	mf->mat = MAT_QUEUED;
+	mf->mat_next = -1;
+	if (m->mat_tail >= 0)
+		m->files[m->mat_tail].mat_next = (int)i;
+	else
+		m->mat_head = (int)i;
+	m->mat_tail = (int)i;
+	pthread_cond_signal(&m->mat_cv);
+}
+
+int rq_mnt_mat_park(struct rq_mount *m, long i, struct mread *rd)
+{
+	struct mfile *mf = &m->files[i];
+	if (!mf->verifying || (mf->mat != MAT_QUEUED && mf->mat != MAT_RUNNING) || m->mat_stop)
+		return 0;
+	if (mf->nwait == mf->capwait) {
+		int cap = mf->capwait ? mf->capwait * 2 : 8;
+		struct mread **v = realloc(mf->wait, (size_t)cap * sizeof *v);
+		if (!v)
+			return 0;     /* served through the jobs instead */
+		mf->wait = v;
+		mf->capwait = cap;
+	}
+	mf->wait[mf->nwait++] = rd;
+	return 1;
+}
+
+/* Under m->lock: detaches the reads parked on file i (the caller serves
+ * them once unlocked). */
+static struct mread **mat_unpark(struct rq_mount *m, long i, int *n)
+{
+	struct mfile *mf = &m->files[i];
+	struct mread **w = mf->wait;
+	*n = mf->nwait;
+	mf->wait = NULL;
+	mf->nwait = mf->capwait = 0;
+	mf->verifying = 0;
+	return w;
+}
+
+static void serve_parked(struct rq_mount *m, struct mread **w, int n)
+{
+	for (int k = 0; k < n; k++)
+		rq_mnt_serve(m, w[k]);
+	free(w);
+}
+
+static long mat_pop(struct rq_mount *m)
+{
+	long i = m->mat_head;
+	if (i < 0)
+		return -1;
+	m->mat_head = m->files[i].mat_next;
+	if (m->mat_head < 0)
+		m->mat_tail = -1;
+	m->files[i].mat_next = -1;
+	return i;
+}
+
+int rq_mnt_job_covered(struct rq_mount *m, int j)
+{
+	const struct mjob *J = &m->jobs[j];
+	if (!J->nvf)
+		return 0;
+	for (int k = 0; k < J->nvf; k++)
+		if (m->files[J->vf[k]].mat != MAT_READY)
+			return 0;
+	return 1;
+}
+
+void rq_mnt_mat_job_cached(struct rq_mount *m, int j)
+{
+	const struct mjob *J = &m->jobs[j];
+	if (!m->mat_write)
+		return;
+	for (int k = 0; k < J->nvf; k++) {
+		struct mfile *mf = &m->files[J->vf[k]];
+		int all = 1;
+		for (int q = 0; q < mf->njobs && all; q++)
+			all = m->jobs[mf->jobs[q]].disk == 1;
+		if (all)
+			mat_push(m, J->vf[k]);
+	}
+}
+
+void rq_mnt_mat_drop(struct rq_mount *m, long i, const char *why)
+{
+	struct mfile *mf = &m->files[i];
+	if (mf->mat != MAT_READY)
+		return;
+	/* No later mount can use it (its key names the SRC as it was, or it is
+	 * corrupt); opens that pass through to it keep it alive. */
+	rq_cache_file_remove(m->cache, &mf->mat_key);
+	rq_mount_log(m, "materialized %s dropped (%s): it is read through its jobs again",
+	             m->plan->files[i].name, why);
+	rq_cache_file_pin(m->cache, &mf->mat_key, -1);
+	rq_mout_unref(mf->mat_out);
+	mf->mat_out = NULL;
+	mf->mat = MAT_NONE;
+	for (int q = 0; q < mf->njobs; q++)
+		m->jobs[mf->jobs[q]].disk = -1;    /* its entries may be gone: learn again */
+}
+
+/* ---- materializing one file (no lock held) ------------------------------ */
+
+static int pread_exact(int fd, void *buf, size_t n, uint64_t off)
+{
+	uint8_t *p = buf;
+	while (n) {
+		ssize_t r = pread(fd, p, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		p += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+/* The cache entries of every job of file i: a reference to each job's
+ * output when READY from its entry, else a fresh lookup. -EAGAIN when one
+ * is not in the cache (the file is queued again once it is). */
+static int gather(struct rq_mount *m, long i, struct mout **outs, char *msg, size_t len)
+{
+	const struct mfile *mf = &m->files[i];
+	for (int q = 0; q < mf->njobs; q++) {
+		int j = mf->jobs[q];
+		struct mjob *J = &m->jobs[j];
+		pthread_mutex_lock(&m->lock);
+		if (J->state == J_READY && J->out->fd >= 0) {
+			outs[q] = J->out;
+			atomic_fetch_add(&outs[q]->refs, 1);
+		}
+		pthread_mutex_unlock(&m->lock);
+		if (outs[q])
+			continue;
+		struct rq_err e = {0};
+		struct rq_cache_ident id;
+		int fd;
+		uint64_t off;
+		int rc = rq_cache_lookup(m->cache, &J->key, m->plan->jobs[j].out_size, &fd, &off, &id, &e);
+		if (rc) {
+			snprintf(msg, len, "job %d %.900s", j, rc == -ENOENT ? "is not in the cache" : e.msg);
+			pthread_mutex_lock(&m->lock);
+			if (rc == -ENOENT)
+				J->disk = 0;
+			pthread_mutex_unlock(&m->lock);
+			return rc == -ENOENT ? -EAGAIN : rc;
+		}
+		if (!(outs[q] = rq_mout_new(fd, off, &id, NULL))) {
+			close(fd);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+static int job_slot(const struct mfile *mf, int j)
+{
+	for (int q = 0; q < mf->njobs; q++)
+		if (mf->jobs[q] == j)
+			return q;
+	return -1;
+}
+
+/* Writes file i into the cache from its segments. */
+static int write_file(struct rq_mount *m, long i, struct mout **outs, int *fdp,
+                      struct rq_cache_ident *idp, char *msg, size_t len)
+{
+	const struct rq_plan *p = m->plan;
+	const struct rq_vfile *f = &p->files[i];
+	const struct mfile *mf = &m->files[i];
+	struct rq_err e = {0};
+	struct rq_cache_writer *w = NULL;
+	unsigned pause_ms = test_pause_ms();
+	uint8_t *buf = malloc(MAT_CHUNK);
+	int rc = buf ? rq_cache_file_begin(m->cache, &mf->mat_key, f->size, &w, &e) : -ENOMEM;
+	if (rc)
+		snprintf(msg, len, "%s", buf ? e.msg : "out of memory");
+	for (size_t k = 0; k < f->nseg && !rc; k++) {
+		const struct rq_seg *g = &f->seg[k];
+		if (g->kind == RQ_SEG_MEM) {
+			if ((rc = rq_cache_file_write(w, g->mem, g->len, &e)))
+				snprintf(msg, len, "%s", e.msg);
+			continue;
+		}
+		int fd;
+		uint64_t at;
+		if (g->kind == RQ_SEG_SRC) {
+			fd = m->srcs[g->src].fd;
+			at = g->src_off;
+		} else {
+			const struct mout *o = outs[job_slot(mf, g->job)];
+			fd = o->fd;
+			at = o->fd_off + g->job_off;
+		}
+		for (uint64_t d = 0; d < g->len && !rc; d += MAT_CHUNK) {
+			size_t n = g->len - d < MAT_CHUNK ? (size_t)(g->len - d) : MAT_CHUNK;
+			if ((rc = pread_exact(fd, buf, n, at + d))) {
+				snprintf(msg, len, "reading %s: %s", g->kind == RQ_SEG_SRC ?
+				         p->srcs[g->src].path : "a cache entry", strerror(-rc));
+				break;
+			}
+			if ((rc = rq_cache_file_write(w, buf, n, &e)))
+				snprintf(msg, len, "%s", e.msg);
+			if (pause_ms)
+				usleep(pause_ms * 1000u);
+		}
+		if (g->kind == RQ_SEG_SRC)
+			posix_fadvise(fd, (off_t)at, (off_t)g->len, POSIX_FADV_DONTNEED);
+	}
+	free(buf);
+	/* The inputs must not have changed while they were copied. */
+	for (size_t k = 0; k < f->nseg && !rc; k++)
+		if (f->seg[k].kind == RQ_SEG_SRC && rq_mnt_src_check(m, f->seg[k].src, 1)) {
+			rc = -EIO;
+			snprintf(msg, len, "SRC %s changed", p->srcs[f->seg[k].src].path);
+		}
+	for (int q = 0; q < mf->njobs && !rc; q++) {
+		/* Changed but verified good again, with size and mtime as they were:
+		 * only atime/ctime moved (another lookup's LRU touch), the bytes
+		 * copied are the verified ones. Anything else: copy again. */
+		struct rq_cache_ident was = outs[q]->id;
+		int r = rq_cache_recheck(m->cache, &m->jobs[mf->jobs[q]].key, outs[q]->fd,
+		                         p->jobs[mf->jobs[q]].out_size, &outs[q]->id, &e);
+		if (r == 1 && outs[q]->id.size == was.size && outs[q]->id.mtime == was.mtime &&
+		    outs[q]->id.ino == was.ino)
+			r = 0;
+		if (r) {
+			rc = r < 0 ? r : -EAGAIN;
+			snprintf(msg, len, "the cache entry of job %d changed while copied%s%.900s",
+			         mf->jobs[q], r < 0 ? ": " : "", r < 0 ? e.msg : "");
+		}
+	}
+	if (rc) {
+		rq_cache_file_abort(w);
+		return rc;
+	}
+	if ((rc = rq_cache_file_commit(w, fdp, idp, &e)))
+		snprintf(msg, len, "%s", e.msg);
+	return rc;
+}
+
+/* Makes file i READY-able: verifies the file the cache holds, or writes
+ * it. *out: the file (fd, identity). *fresh: 1 when written now. */
+static int materialize(struct rq_mount *m, long i, struct mout **out, int *fresh, char *msg,
+                       size_t len)
+{
+	const struct rq_vfile *f = &m->plan->files[i];
+	struct mfile *mf = &m->files[i];
+	struct rq_err e = {0};
+	struct rq_cache_ident id;
+	int fd, rc;
+	*fresh = 0;
+	rc = rq_cache_file_open(m->cache, &mf->mat_key, f->size, &fd, &id, &e);
+	if (rc == -ENOENT && e.msg[0]) {
+		atomic_fetch_add(&m->st.corrupt, 1);
+		rq_mount_log(m, "cache: %s: rebuilding %s", e.msg, f->name);
+	} else if (rc && rc != -ENOENT) {
+		snprintf(msg, len, "%s", e.msg);
+		return rc;
+	}
+	if (rc && !m->mat_write) {
+		snprintf(msg, len, "not materialized (passthrough off)");
+		return -EAGAIN;
+	}
+	if (rc) {
+		struct mout **outs = calloc((size_t)mf->njobs, sizeof *outs);
+		if (!outs)
+			return -ENOMEM;
+		rc = gather(m, i, outs, msg, len);
+		for (int tries = 0; !rc; tries++) {
+			rc = write_file(m, i, outs, &fd, &id, msg, len);
+			if (rc != -EAGAIN || tries == 2)
+				break;
+			rc = 0;    /* an entry changed while it was copied: copy again */
+		}
+		for (int q = 0; q < mf->njobs; q++) {
+			if (outs[q] && !rc)
+				posix_fadvise(outs[q]->fd, 0, 0, POSIX_FADV_DONTNEED);
+			rq_mout_unref(outs[q]);
+		}
+		free(outs);
+		if (rc)
+			return rc;
+		*fresh = 1;
+	}
+	if (!(*out = rq_mout_new(fd, 0, &id, NULL))) {
+		close(fd);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* File i is READY: its jobs that no other file still needs give up their
+ * cache entries (and any fd they hold); returns how many were dropped. */
+static int release_covered(struct rq_mount *m, long i)
+{
+	struct mfile *mf = &m->files[i];
+	int n = 0;
+	for (int q = 0; q < mf->njobs; q++) {
+		int j = mf->jobs[q];
+		pthread_mutex_lock(&m->lock);
+		int drop = rq_mnt_job_covered(m, j) && m->jobs[j].state != J_RUNNING &&
+		           m->jobs[j].state != J_QUEUED;
+		if (drop) {
+			rq_mnt_job_release(m, j);
+			m->jobs[j].disk = 0;
+		}
+		pthread_mutex_unlock(&m->lock);
+		if (drop && rq_cache_remove(m->cache, &m->jobs[j].key) == 0)
+			n++;
+	}
+	return n;
+}
+
+static void *mat_main(void *arg)
+{
+	struct rq_mount *m = arg;
+	const struct rq_plan *p = m->plan;
+	/* What the cache already holds: a file, or every job of one. */
+	for (size_t i = 0; i < p->nfiles && !m->mat_stop; i++) {
+		struct mfile *mf = &m->files[i];
+		if (!mf->njobs)
+			continue;
+		int have = rq_cache_file_has(m->cache, &mf->mat_key);
+		for (int q = 0; q < mf->njobs && !have && m->mat_write; q++)
+			if (!rq_cache_has(m->cache, &m->jobs[mf->jobs[q]].key))
+				break;
+			else if (q == mf->njobs - 1)
+				have = 1;
+		if (have) {
+			int file = rq_cache_file_has(m->cache, &mf->mat_key);
+			pthread_mutex_lock(&m->lock);
+			mat_push(m, (long)i);
+			mf->verifying = file && mf->mat == MAT_QUEUED;
+			pthread_mutex_unlock(&m->lock);
+		}
+	}
+	pthread_mutex_lock(&m->lock);
+	for (;;) {
+		while (!m->mat_stop && m->mat_head < 0)
+			pthread_cond_wait(&m->mat_cv, &m->lock);
+		if (m->mat_stop)
+			break;
+		long i = mat_pop(m);
+		struct mfile *mf = &m->files[i];
+		mf->mat = MAT_RUNNING;
+		m->mat_busy++;
+		pthread_mutex_unlock(&m->lock);
+
+		char msg[1024] = "";
+		struct mout *o = NULL;
+		int fresh = 0;
+		double t = rq_mnt_now();
+		int rc = materialize(m, i, &o, &fresh, msg, sizeof msg);
+		t = rq_mnt_now() - t;
+
+		pthread_mutex_lock(&m->lock);
+		m->mat_busy--;
+		int src_ok = !atomic_load(&m->srcs[p->files[i].src].changed);
+		if (!rc && mf->mat == MAT_RUNNING && src_ok) {
+			mf->mat = MAT_READY;
+			mf->mat_out = o;
+			o = NULL;
+			rq_cache_file_pin(m->cache, &mf->mat_key, +1);
+		} else if (mf->mat == MAT_RUNNING) {
+			mf->mat = MAT_NONE;
+			if (rc && rc != -EAGAIN)
+				mf->mat_fails++;
+		}
+		int ready = mf->mat == MAT_READY, nw;
+		struct mread **w = mat_unpark(m, i, &nw);
+		pthread_mutex_unlock(&m->lock);
+		rq_mout_unref(o);
+		serve_parked(m, w, nw);     /* from the file, or through the jobs */
+
+		if (ready) {
+			atomic_fetch_add(fresh ? &m->st.mat_written : &m->st.mat_verified, 1);
+			if (fresh)
+				atomic_fetch_add(&m->st.mat_bytes, p->files[i].size);
+			int dropped = release_covered(m, i);
+			rq_mount_log(m, "%s %s (%.1f MB) in %.2f s%s; %d job entries dropped",
+			             fresh ? "materialized" : "verified the materialized", p->files[i].name,
+			             p->files[i].size / 1e6, t, fresh ? "" : " (found in the cache)",
+			             dropped);
+		} else if (rc == -EAGAIN) {
+			if (m->mat_write)
+				rq_mount_log(m, "materializing %s postponed: %s", p->files[i].name, msg);
+		} else if (rc || !src_ok) {
+			atomic_fetch_add(&m->st.mat_failed, 1);
+			rq_mount_log(m, "materializing %s failed: %s; it stays on the copy path",
+			             p->files[i].name, rc ? msg : "its SRC changed");
+		}
+		pthread_mutex_lock(&m->lock);
+	}
+	pthread_mutex_unlock(&m->lock);
+	return NULL;
+}
+
+int rq_mnt_mat_start(struct rq_mount *m)
+{
+	pthread_mutex_lock(&m->lock);
+	m->mat_on = 1;
+	m->mat_write = m->pt && rq_pt_enabled(m->pt);
+	pthread_mutex_unlock(&m->lock);
+	if (pthread_create(&m->mat_thread, NULL, mat_main, m)) {
+		pthread_mutex_lock(&m->lock);
+		m->mat_on = 0;
+		pthread_mutex_unlock(&m->lock);
+		return -EAGAIN;
+	}
+	m->mat_started = 1;
+	return 0;
+}
+
+void rq_mnt_mat_stop(struct rq_mount *m)
+{
+	if (!m->mat_started)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->mat_stop = 1;
+	pthread_cond_broadcast(&m->mat_cv);
+	pthread_mutex_unlock(&m->lock);
+	pthread_join(m->mat_thread, NULL);
+	m->mat_started = 0;
+	/* Reads still parked on a verification go through their jobs now. */
+	for (size_t i = 0; i < m->plan->nfiles; i++) {
+		int nw;
+		pthread_mutex_lock(&m->lock);
+		struct mread **w = mat_unpark(m, (long)i, &nw);
+		if (m->files[i].mat != MAT_READY)
+			m->files[i].mat = MAT_NONE;
+		pthread_mutex_unlock(&m->lock);
+		serve_parked(m, w, nw);
+	}
+}
+
+/* ---- open / release ----------------------------------------------------- */
+
+void rq_mnt_open_file(fuse_req_t req, struct rq_mount *m, long i, struct fuse_file_info *fi)
+{
+	const struct rq_vfile *f = &m->plan->files[i];
+	struct mfile *mf = &m->files[i];
+	int pt_on = m->pt && rq_pt_enabled(m->pt);
+	struct mout *mo = NULL;
+	if (pt_on && f->changed) {
+		pthread_mutex_lock(&m->lock);
+		if (mf->mat == MAT_READY) {
+			mo = mf->mat_out;
+			atomic_fetch_add(&mo->refs, 1);
+		}
+		pthread_mutex_unlock(&m->lock);
+		if (mo) {   /* re-checked at every open: a change is verified again */
+			struct rq_err e = {0};
+			int r = rq_cache_file_recheck(m->cache, &mf->mat_key, mo->fd, f->size, &mo->id, &e);
+			if (r < 0) {
+				pthread_mutex_lock(&m->lock);
+				if (mf->mat_out == mo)
+					rq_mnt_mat_drop(m, i, e.msg);
+				pthread_mutex_unlock(&m->lock);
+				rq_mout_unref(mo);
+				mo = NULL;
+			}
+		}
+	}
+	int id = 0, eio = 0;
+	pthread_mutex_lock(&m->lock);
+	if (mf->pt_opens > 0) {
+		/* Passthrough opens are live: only the same backing will do. */
+		if (!f->changed || (mo && mo == mf->pt_out))
+			id = mf->pt_id;
+		else
+			eio = 1;
+	} else if (pt_on && !mf->cached_opens && !mf->pt_err && (!f->changed || mo)) {
+		if (mf->pt_id > 0 && f->changed && mf->pt_out != mo) {
+			rq_pt_backing_close(m->pt, mf->pt_id);   /* no open uses it now */
+			rq_mout_unref(mf->pt_out);
+			mf->pt_out = NULL;
+			mf->pt_id = 0;
+		}
+		if (mf->pt_id == 0) {
+			int r = rq_pt_backing_open(m->pt, f->changed ? mo->fd : m->srcs[f->src].fd);
+			if (r > 0) {
+				mf->pt_id = r;
+				if (mo) {
+					mf->pt_out = mo;
+					atomic_fetch_add(&mo->refs, 1);
+				}
+			} else {
+				mf->pt_err = r;
+				rq_mount_log(m, "passthrough refused for %s (%s): the copy path serves it",
+				             f->name, strerror(-r));
+			}
+		}
+		id = mf->pt_id;
+	}
+	if (id > 0)
+		mf->pt_opens++;
+	else if (!eio)
+		mf->cached_opens++;
+	pthread_mutex_unlock(&m->lock);
+	rq_mout_unref(mo);
+	if (eio) {
+		rq_mount_log(m, "open of %s refused (EIO): its materialized file was dropped while "
+		             "passthrough opens of it are still open", f->name);
+		fuse_reply_err(req, EIO);
+		return;
+	}
+	int r;
+	if (id > 0) {
+		fi->fh = (uint64_t)i | RQ_FH_PT;
+		atomic_fetch_add(&m->st.pt_opens, 1);
+		r = rq_pt_reply_open(m->pt, req, fi, id);
+	} else {
+		fi->keep_cache = 1;
+		fi->direct_io = 0;     /* page cache: mmap (private and shared) works */
+		fi->fh = (uint64_t)i;
+		atomic_fetch_add(&m->st.cached_opens, 1);
+		r = fuse_reply_open(req, fi);
+	}
+	if (r)          /* the opener is gone: no RELEASE will come */
+		rq_mnt_release_file(m, fi->fh);
+}
+
+void rq_mnt_release_file(struct rq_mount *m, uint64_t fh)
+{
+	long i = (long)(fh & ~RQ_FH_PT);
+	pthread_mutex_lock(&m->lock);
+	if (fh & RQ_FH_PT) {
+		if (m->files[i].pt_opens > 0)
+			m->files[i].pt_opens--;
+	} else if (m->files[i].cached_opens > 0) {
+		m->files[i].cached_opens--;
+	}
+	pthread_mutex_unlock(&m->lock);
+}
+
+/* ---- copy-path reads of a materialized file ------------------------------ */
+
+int rq_mnt_read_mat(struct rq_mount *m, fuse_req_t req, long i, uint64_t off, uint64_t size)
+{
+	struct mfile *mf = &m->files[i];
+	struct mout *o = NULL;
+	pthread_mutex_lock(&m->lock);
+	if (mf->mat == MAT_READY) {
+		o = mf->mat_out;
+		atomic_fetch_add(&o->refs, 1);
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (!o)
+		return 0;
+	const struct rq_vfile *f = &m->plan->files[i];
+	uint8_t *buf = malloc(size ? size : 1);
+	int rc = buf ? 0 : -ENOMEM;
+	for (int tries = 0; !rc; tries++) {
+		/* Copied, not spliced: a file shrunk under us must not become a
+		 * short reply (the kernel would take it for EOF). */
+		rc = pread_exact(o->fd, buf, size, off);
+		struct rq_err e = {0};
+		int r = rq_cache_file_recheck(m->cache, &mf->mat_key, o->fd, f->size, &o->id, &e);
+		if (r == 0 && !rc)
+			break;
+		if (r == 1 && tries + 1 < MAT_RECOPY) {
+			rc = 0;
+			continue;          /* changed but good: copy again */
+		}
+		if (r < 0) {
+			pthread_mutex_lock(&m->lock);
+			if (mf->mat_out == o)
+				rq_mnt_mat_drop(m, i, e.msg);
+			pthread_mutex_unlock(&m->lock);
+			free(buf);
+			rq_mout_unref(o);
+			return 0;          /* served through the jobs instead */
+		}
+		rc = -EIO;
+	}
+	if (rc) {
+		fuse_reply_err(req, -rc);
+	} else if (fuse_reply_buf(req, (const char *)buf, size) == 0) {
+		atomic_fetch_add(&m->st.reads, 1);
+		atomic_fetch_add(&m->st.read_bytes, size);
+	}
+	free(buf);
+	rq_mout_unref(o);
+	return 1;
+}
