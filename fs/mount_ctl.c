@@ -295,9 +295,10 @@ static char *status_json(struct rq_mount *m)
 	          cs.evicted);
 	sb_printf(&b, "  \"quant_in_bytes\": %" PRIu64 ",\n  \"quant_seconds\": %.3f,\n"
 	          "  \"quant_mb_s\": %.1f,\n", qin, qs, qs > 0 ? qin / qs / 1e6 : 0.0);
-	sb_printf(&b, "  \"reads\": %llu,\n  \"read_bytes\": %llu,\n  \"parked_reads\": %llu,\n",
-	          atomic_load(&m->st.reads), atomic_load(&m->st.read_bytes),
-	          atomic_load(&m->st.parked));
+	sb_printf(&b, "  \"reads\": %llu,\n  \"read_bytes\": %llu,\n  \"parked_reads\": %llu,\n"
+	          "  \"parked_on_hits\": %llu,\n", atomic_load(&m->st.reads),
+	          atomic_load(&m->st.read_bytes), atomic_load(&m->st.parked),
+	          atomic_load(&m->st.parked_hit));
 	/* How files are served: passthrough (identical to SRC, or materialized),
 	 * pending (a requantized shard not materialized yet), copy (the rest). */
 	int pt_on = m->pt && rq_pt_enabled(m->pt);

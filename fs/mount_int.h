@@ -164,6 +164,9 @@ struct mfile {
 struct mstats {
 	atomic_ullong hits, misses, corrupt, jobs_run, jobs_failed, put_failed;
 	atomic_ullong quant_in_bytes, reads, read_bytes, parked;
+	atomic_ullong parked_hit;  /* parked reads a worker then answered from the cache:
+	                              a cache hit is looked up by a worker, never in a FUSE
+	                              thread (a hung cache file system must not hang them) */
 	atomic_ullong pt_opens, cached_opens, mat_written, mat_verified, mat_failed, mat_bytes;
 };
 
@@ -277,11 +280,6 @@ void rq_mnt_prefetch(struct rq_mount *m, size_t k);
 void rq_mnt_touch(struct rq_mount *m, int j);
 struct mout *rq_mout_new(int fd, uint64_t fd_off, const struct rq_cache_ident *id, uint8_t *mem);
 void rq_mout_unref(struct mout *o);
-/* No lock held: job j is IDLE and known to be in the cache: looks it up in
- * the calling thread (an open and an fstat once verified) and makes it
- * READY, so that reads of a warm cache are answered without parking. 1 when
- * it is READY now, 0 when not (a miss or a race: the read parks as usual). */
-int rq_mnt_try_hit(struct rq_mount *m, int j);
 /* Under m->lock: drops READY job j's output (it becomes IDLE). */
 void rq_mnt_job_release(struct rq_mount *m, int j);
 /* Under m->lock: job j's cache entry o turned out changed and corrupt: if o

@@ -404,50 +404,6 @@ static void adopt_entry(struct rq_mount *m, int j, struct mout *o)
 		rq_mout_unref(o);     /* the job's reference; holders keep theirs */
 }
 
-int rq_mnt_try_hit(struct rq_mount *m, int j)
-{
-	const struct rq_job *jb = &m->plan->jobs[j];
-	struct rq_err e = {0};
-	struct rq_cache_ident id;
-	int fd;
-	uint64_t poff;
-	int rc = rq_cache_lookup(m->cache, &m->jobs[j].key, jb->out_size, &fd, &poff, &id, &e);
-	if (rc) {
-		if (rc == -ENOENT && e.msg[0]) {
-			atomic_fetch_add(&m->st.corrupt, 1);
-			rq_mount_log(m, "cache: %s: rebuilding %s", e.msg, job_name(m, j));
-		}
-		pthread_mutex_lock(&m->lock);
-		if (rc == -ENOENT)
-			m->jobs[j].disk = 0;
-		pthread_mutex_unlock(&m->lock);
-		return 0;
-	}
-	struct mout *o = rq_mout_new(fd, poff, &id, NULL);
-	if (!o) {
-		close(fd);
-		return 0;
-	}
-	int took = 0;
-	pthread_mutex_lock(&m->lock);
-	struct mjob *J = &m->jobs[j];
-	if (J->state == J_IDLE && !m->stop) {
-		J->state = J_READY;
-		J->out = o;
-		J->disk = 1;
-		lru_append(m, j, 2);
-		m->nfd++;
-		evict(m, j);
-		took = 1;
-	}
-	pthread_mutex_unlock(&m->lock);
-	if (took)
-		atomic_fetch_add(&m->st.hits, 1);
-	else
-		rq_mout_unref(o);
-	return took;
-}
-
 static void run_job(struct rq_mount *m, int j)
 {
 	const struct rq_plan *p = m->plan;
@@ -468,6 +424,7 @@ static void run_job(struct rq_mount *m, int j)
 			pthread_mutex_lock(&m->lock);
 			J->disk = 1;
 			rq_mnt_mat_job_cached(m, j);
+			atomic_fetch_add(&m->st.parked_hit, (unsigned long long)J->nwait);
 			pthread_mutex_unlock(&m->lock);
 			complete(m, j, o, 2, 0);
 			return;

@@ -613,6 +613,8 @@ void rq_mnt_open_file(fuse_req_t req, struct rq_mount *m, long i, struct fuse_fi
 			struct rq_err e = {0};
 			int r = rq_cache_file_recheck(m->cache, &mf->mat_key, mo->fd, f->size, &mo->id, &e);
 			if (r < 0) {
+				if (r == -ESTALE)
+					atomic_fetch_add(&m->st.corrupt, 1);
 				pthread_mutex_lock(&m->lock);
 				if (mf->mat_out == mo)
 					rq_mnt_mat_drop(m, i, e.msg);
@@ -724,6 +726,8 @@ int rq_mnt_read_mat(struct rq_mount *m, fuse_req_t req, long i, uint64_t off, ui
 			continue;          /* changed but good: copy again */
 		}
 		if (r < 0) {
+			if (r == -ESTALE)
+				atomic_fetch_add(&m->st.corrupt, 1);
 			pthread_mutex_lock(&m->lock);
 			if (mf->mat_out == o)
 				rq_mnt_mat_drop(m, i, e.msg);

@@ -300,25 +300,6 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 			pthread_mutex_lock(&m->lock);
 		}
 	}
-	if (!rd->seen) {
-		/* Jobs that may be in the cache (known to be, or not known yet):
-		 * a hit is taken here rather than parked for a worker, so a warm
-		 * mount answers without queueing; a miss costs one failed open. */
-		int hit[8], nh = 0;
-		for (size_t s = rq_vfile_seg_at(f, rd->off); s < f->nseg && f->seg[s].off < end &&
-		     nh < 8; s++) {
-			const struct rq_seg *g = &f->seg[s];
-			if (g->kind == RQ_SEG_JOB && m->jobs[g->job].state == J_IDLE &&
-			    m->jobs[g->job].disk != 0 && (!nh || hit[nh - 1] != g->job))
-				hit[nh++] = g->job;
-		}
-		if (nh) {
-			pthread_mutex_unlock(&m->lock);
-			for (int k = 0; k < nh; k++)
-				rq_mnt_try_hit(m, hit[k]);
-			pthread_mutex_lock(&m->lock);
-		}
-	}
 	long last_mod = -1, first_mod = -1;
 	size_t nseg = 0;
 	int err = 0;

@@ -435,6 +435,35 @@ def g_off(T):
        "--passthrough on without CAP_SYS_ADMIN: refused, says why", p.stdout + p.stderr)
 
 
+def g_rewrite(T):
+    """A materialized file rewritten in place / truncated while mounted."""
+    src, cal, ref, tmp = T["src"], T["cal"], T["ref"], T["tmp"]
+    mnt, cache = os.path.join(tmp, "m8"), os.path.join(tmp, "c8")
+    rc, out = mount(src, mnt, cal, cache, "--log", os.path.join(tmp, "m8.log"))
+    rc2, out2 = run("warm", mnt)
+    fdir = os.path.join(cache, "files")
+    bins = sorted(os.path.join(fdir, x) for x in os.listdir(fdir) if x.endswith(".bin")) \
+        if os.path.isdir(fdir) else []
+    if not ok(rc == 0 and rc2 == 0 and len(bins) >= 2, "mount + warm: materialized files",
+              out + out2):
+        return
+    st0 = os.stat(bins[0])
+    with open(bins[0], "r+b") as f:          # rewritten in place, mtime restored
+        f.seek(st0.st_size // 3)
+        b = f.read(1)
+        f.seek(st0.st_size // 3)
+        f.write(bytes([b[0] ^ 0x01]))
+    os.utime(bins[0], ns=(st0.st_atime_ns, st0.st_mtime_ns))
+    os.truncate(bins[1], os.path.getsize(bins[1]) // 2)
+    drop_caches()
+    tree_views(mnt, ref, "materialized files rewritten/truncated while mounted")
+    st = status(mnt)
+    log = open(os.path.join(tmp, "m8.log")).read()
+    ok(st["cache_corrupt"] >= 2 and "dropped" in log,
+       "both changes detected at the next open; the shards served through their jobs", log[-1500:])
+    run("umount", mnt)
+
+
 def main():
     if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
         print("1..0 # SKIP needs root and /dev/fuse (as CI has)")
@@ -451,7 +480,7 @@ def main():
         rc, out = run("export", T["src"], T["ref"], "--calib", T["cal"], "--quiet")
         if not ok(rc == 0, "export (the reference)", out):
             return 1
-        for g in (g_basic, g_held, g_kill, g_flip, g_src, g_umount, g_off):
+        for g in (g_basic, g_held, g_kill, g_flip, g_src, g_umount, g_rewrite, g_off):
             g(T)
     finally:
         cleanup()
