@@ -387,8 +387,9 @@ int rq_cache_get(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size
 	return 0;
 }
 
-int rq_cache_put(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t *buf,
-                 uint64_t size, struct rq_err *err)
+static int put_entry(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t *buf,
+                     uint64_t size, int *fdp, uint64_t *payload_off, struct rq_cache_ident *idp,
+                     struct rq_err *err)
 {
 	char rel[RQC_REL_MAX], tmp[RQC_REL_MAX], sub[3], path[PATH_MAX];
 	rqc_rel_path(k, rel);
@@ -475,6 +476,23 @@ int rq_cache_put(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t
 	}
 	pthread_mutex_unlock(&c->mu);
 	rqc_evict(c, k, 0);
+	if (fdp) {
+		/* A read-only fd on the entry just published (no lookup, no second
+		 * verification): it must still be our file at the name. */
+		int rfd = openat(c->dfd, rel, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		struct stat now_st;
+		if (rfd < 0 || fstat(rfd, &now_st) < 0 || !rqc_same_file(&now_st, &st)) {
+			if (rfd >= 0)
+				close(rfd);
+			return rq_errf(err, -ESTALE, "cache entry %s was replaced right after it was "
+			               "written", path);
+		}
+		fcntl(rfd, F_SETFL, fcntl(rfd, F_GETFL) & ~O_NONBLOCK);
+		*fdp = rfd;
+		*payload_off = RQC_HDR;
+		if (idp)
+			rqc_ident_of(&now_st, idp);
+	}
 	return 0;
 
 fail:
@@ -482,6 +500,19 @@ fail:
 		close(fd);
 	unlinkat(c->dfd, tmp, 0);
 	return rqc_put_fail(c, err, r, "entry", path, size + RQC_OVERHEAD, what);
+}
+
+int rq_cache_put(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t *buf,
+                 uint64_t size, struct rq_err *err)
+{
+	return put_entry(c, k, buf, size, NULL, NULL, NULL, err);
+}
+
+int rq_cache_put_open(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t *buf,
+                      uint64_t size, int *fd, uint64_t *payload_off, struct rq_cache_ident *id,
+                      struct rq_err *err)
+{
+	return put_entry(c, k, buf, size, fd, payload_off, id, err);
 }
 
 void rq_cache_get_stats(struct rq_cache *c, struct rq_cache_stats *s)

@@ -96,6 +96,14 @@ int rq_cache_get(struct rq_cache *c, const struct rq_cache_key *k, uint64_t size
 int rq_cache_put(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t *buf,
                  uint64_t size, struct rq_err *err);
 
+/* rq_cache_put, and on success a read-only fd on the published entry with
+ * its payload offset and identity (as rq_cache_lookup gives, without a
+ * second lookup): the caller serves from it at once. The caller closes fd.
+ * -ESTALE when another process replaced the entry in between (it is put). */
+int rq_cache_put_open(struct rq_cache *c, const struct rq_cache_key *k, const uint8_t *buf,
+                      uint64_t size, int *fd, uint64_t *payload_off, struct rq_cache_ident *id,
+                      struct rq_err *err);
+
 void rq_cache_get_stats(struct rq_cache *c, struct rq_cache_stats *s);
 
 /* ---- whole files ---------------------------------------------------------

@@ -322,29 +322,16 @@ static int mlp_plan(const cJSON *root, int n, int n_experts, int *moe, const cha
 	return 0;
 }
 
-int lg_config_parse(const char *json, const char *path, struct lg_config *out,
-                    enum lg_attn_type **types_out, int **heads_out, int **moe_out,
-                    struct rq_err *err)
+/* Sizes, scalars and token ids (config.json keys, transformers' defaults). */
+static int parse_sizes(const cJSON *root, struct lg_config *cp, const char *path,
+                       struct rq_err *err)
 {
-	struct lg_config c;
-	memset(&c, 0, sizeof c);
-	enum lg_attn_type *types = NULL;
-	int *heads = NULL, *moe = NULL;
+	struct lg_config c = *cp;
 	long v = 0;
 	double d = 0;
-	int rc, b = 0;
-	cJSON *root = cJSON_Parse(json);
-	if (!root || !cJSON_IsObject(root)) {
-		rc = rq_errf(err, -EINVAL, "%s: not a JSON object", path);
-		goto out;
-	}
-	const char *mt = get_str(root, "model_type");
-	if (mt && strcmp(mt, "laguna")) {
-		rc = rq_errf(err, -ENOTSUP, "%s: model_type \"%s\" is not laguna", path, mt);
-		goto out;
-	}
-#define INT(k, req, def, lo, hi, dst) \
-	do { if ((rc = get_int(root, k, req, def, lo, hi, &v, path, err))) goto out; dst = (int)v; } while (0)
+	int rc;
+	#define INT(k, req, def, lo, hi, dst) \
+	do { if ((rc = get_int(root, k, req, def, lo, hi, &v, path, err))) return rc; dst = (int)v; } while (0)
 	INT("hidden_size", 1, 0, 1, 1 << 20, c.hidden);
 	INT("num_hidden_layers", 1, 0, 1, 4096, c.n_layers);
 	INT("vocab_size", 1, 0, 1, 1 << 26, c.vocab);
@@ -361,88 +348,88 @@ int lg_config_parse(const char *json, const char *path, struct lg_config *out,
 	INT("pad_token_id", 0, -1, -1, 1 << 26, c.pad);
 #undef INT
 	if ((rc = get_int(root, "max_position_embeddings", 0, 131072, 1, 1L << 40, &v, path, err)))
-		goto out;
+		return rc;
 	c.max_pos = v;
 	if ((rc = get_num(root, "rms_norm_eps", 0, 1e-6, &d, path, err)))
-		goto out;
+		return rc;
 	c.eps = (float)d;
 	if ((rc = get_num(root, "moe_routed_scaling_factor", 0, 1.0, &d, path, err)))
-		goto out;
+		return rc;
 	c.routed_scale = (float)d;
 	if ((rc = get_num(root, "moe_router_logit_softcapping", 0, 0.0, &d, path, err)))
-		goto out;
-	if (d < 0) {
-		rc = rq_errf(err, -EINVAL, "%s: moe_router_logit_softcapping %g < 0", path, d);
-		goto out;
-	}
+		return rc;
+	if (d < 0)
+		return rq_errf(err, -EINVAL, "%s: moe_router_logit_softcapping %g < 0", path, d);
 	c.router_softcap = (float)d;
 	if ((rc = get_bool(root, "norm_topk_prob", 1, &c.norm_topk, path, err)) ||
 	    (rc = get_bool(root, "tie_word_embeddings", 0, &c.tie_embeddings, path, err)))
-		goto out;
+		return rc;
 	c.n_eos = 0;
 	if ((rc = parse_eos(root, c.eos, &c.n_eos, path, err)))
-		goto out;
+		return rc;
+	*cp = c;
+	return 0;
+}
 
-	/* refusals */
+/* Features this engine does not compute: refused by name. */
+static int refuse_features(const cJSON *root, const char *path, struct rq_err *err)
+{
+	int rc, b = 0;
 	const char *act = get_str(root, "hidden_act");
-	if (act && strcmp(act, "silu")) {
-		rc = rq_errf(err, -ENOTSUP, "%s: hidden_act \"%s\" is not supported (silu only)", path, act);
-		goto out;
-	}
+	if (act && strcmp(act, "silu"))
+		return rq_errf(err, -ENOTSUP, "%s: hidden_act \"%s\" is not supported (silu only)", path, act);
 	if ((rc = refuse_true(root, "attention_bias", path, err)) ||
 	    (rc = refuse_true(root, "qkv_bias", path, err)) ||
 	    (rc = refuse_true(root, "swa_attention_sink_enabled", path, err)) ||
 	    (rc = refuse_true(root, "moe_apply_router_weight_on_input", path, err)))
-		goto out;
+		return rc;
 	const char *sf = get_str(root, "moe_router_score_func");
 	if (sf && strcmp(sf, "sigmoid")) {
-		rc = rq_errf(err, -ENOTSUP, "%s: moe_router_score_func \"%s\" is not supported (sigmoid only; "
-		             "transformers has no other)", path, sf);
-		goto out;
+		return rq_errf(err, -ENOTSUP, "%s: moe_router_score_func \"%s\" is not supported (sigmoid only; "
+		               "transformers has no other)", path, sf);
 	}
 	if ((rc = get_bool(root, "moe_router_use_sigmoid", 1, &b, path, err)))
-		goto out;
-	if (!b) {
-		rc = rq_errf(err, -ENOTSUP, "%s: moe_router_use_sigmoid false is not supported", path);
-		goto out;
-	}
-	if (key(root, "rope_scaling")) {
-		rc = rq_errf(err, -ENOTSUP, "%s: legacy \"rope_scaling\" is not supported (use rope_parameters)",
-		             path);
-		goto out;
-	}
+		return rc;
+	if (!b)
+		return rq_errf(err, -ENOTSUP, "%s: moe_router_use_sigmoid false is not supported", path);
+	if (key(root, "rope_scaling"))
+		return rq_errf(err, -ENOTSUP, "%s: legacy \"rope_scaling\" is not supported (use rope_parameters)",
+		               path);
 	if ((rc = check_quant(key(root, "quantization_config"), path, err)))
-		goto out;
+		return rc;
+	return 0;
+}
 
-	/* attention output gate: true / "per-head" one per head, "per-element" one per channel */
+/* The attention output gate: true / "per-head" one per head, "per-element"
+ * one per channel, false none. */
+static int parse_gate(const cJSON *root, struct lg_config *c, const char *path, struct rq_err *err)
+{
 	const cJSON *gt = key(root, "gating");
 	if (!gt || cJSON_IsTrue(gt) || (cJSON_IsString(gt) && !strcmp(gt->valuestring, "per-head")))
-		c.gate = LG_GATE_PER_HEAD;
+		c->gate = LG_GATE_PER_HEAD;
 	else if (cJSON_IsString(gt) && !strcmp(gt->valuestring, "per-element"))
-		c.gate = LG_GATE_PER_ELEMENT;
+		c->gate = LG_GATE_PER_ELEMENT;
 	else if (cJSON_IsFalse(gt))
-		c.gate = LG_GATE_NONE;
+		c->gate = LG_GATE_NONE;
 	else {
-		rc = rq_errf(err, -ENOTSUP, "%s: \"gating\" must be true, false, \"per-head\" or \"per-element\"",
-		             path);
-		goto out;
+		return rq_errf(err, -ENOTSUP, "%s: \"gating\" must be true, false, \"per-head\" or \"per-element\"",
+		               path);
 	}
+	return 0;
+}
 
-	/* per-layer plan */
-	int n = c.n_layers;
-	types = calloc(n, sizeof *types);
-	heads = calloc(n, sizeof *heads);
-	moe = calloc(n, sizeof *moe);
-	if (!types || !heads || !moe) {
-		rc = rq_errf(err, -ENOMEM, "out of memory");
-		goto out;
-	}
+/* The per-layer plan into types/heads/moe [n_layers] (allocated by the
+ * caller); used[t]: some layer is of attention type t. Sets n_heads_max. */
+static int layer_plan(const cJSON *root, struct lg_config *c, enum lg_attn_type *types,
+                      int *heads, int *moe, int used[2], const char *path, struct rq_err *err)
+{
+	int n = c->n_layers, rc;
 	const cJSON *lt = key(root, "layer_types"), *e;
-	if (lt && (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n)) {
-		rc = rq_errf(err, -EINVAL, "%s: \"layer_types\" must list %d layers", path, n);
-		goto out;
-	}
-	int i = 0, used[2] = {lt == NULL, 0};
+	if (lt && (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n))
+		return rq_errf(err, -EINVAL, "%s: \"layer_types\" must list %d layers", path, n);
+	int i = 0;
+	used[0] = lt == NULL;
+	used[1] = 0;
 	cJSON_ArrayForEach(e, lt) {
 		const char *s = cJSON_IsString(e) ? e->valuestring : "";
 		if (!strcmp(s, "full_attention"))
@@ -450,53 +437,48 @@ int lg_config_parse(const char *json, const char *path, struct lg_config *out,
 		else if (!strcmp(s, "sliding_attention"))
 			types[i] = LG_SLIDING;
 		else {
-			rc = rq_errf(err, -ENOTSUP, "%s: layer_types[%d] = \"%s\" is not supported", path, i, s);
-			goto out;
+			return rq_errf(err, -ENOTSUP, "%s: layer_types[%d] = \"%s\" is not supported", path, i, s);
 		}
 		used[types[i]] = 1;
 		i++;
 	}
 	const cJSON *hl = key(root, "num_attention_heads_per_layer");
-	if (hl && (!cJSON_IsArray(hl) || cJSON_GetArraySize(hl) != n)) {
-		rc = rq_errf(err, -EINVAL, "%s: \"num_attention_heads_per_layer\" must list %d layers", path, n);
-		goto out;
-	}
+	if (hl && (!cJSON_IsArray(hl) || cJSON_GetArraySize(hl) != n))
+		return rq_errf(err, -EINVAL, "%s: \"num_attention_heads_per_layer\" must list %d layers", path, n);
 	for (i = 0; i < n; i++)
-		heads[i] = c.n_heads_max;
+		heads[i] = c->n_heads_max;
 	i = 0;
 	cJSON_ArrayForEach(e, hl) {
-		if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > 4096) {
-			rc = rq_errf(err, -EINVAL, "%s: num_attention_heads_per_layer[%d] is bad", path, i);
-			goto out;
-		}
+		if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > 4096)
+			return rq_errf(err, -EINVAL, "%s: num_attention_heads_per_layer[%d] is bad", path, i);
 		heads[i++] = (int)e->valuedouble;
 	}
-	c.n_heads_max = 0;
+	c->n_heads_max = 0;
 	for (i = 0; i < n; i++) {
-		if (heads[i] % c.n_kv_heads) {
-			rc = rq_errf(err, -EINVAL, "%s: layer %d has %d query heads, not a multiple of %d KV heads",
-			             path, i, heads[i], c.n_kv_heads);
-			goto out;
-		}
-		if (heads[i] > c.n_heads_max)
-			c.n_heads_max = heads[i];
+		if (heads[i] % c->n_kv_heads)
+			return rq_errf(err, -EINVAL, "%s: layer %d has %d query heads, not a multiple of %d KV heads",
+			               path, i, heads[i], c->n_kv_heads);
+		if (heads[i] > c->n_heads_max)
+			c->n_heads_max = heads[i];
 	}
-	if ((rc = mlp_plan(root, n, c.n_experts, moe, path, err)))
-		goto out;
+	if ((rc = mlp_plan(root, n, c->n_experts, moe, path, err)))
+		return rc;
 	for (i = 0; i < n; i++)
-		if (moe[i] && (c.n_experts < 1 || c.top_k < 1 || c.top_k > c.n_experts || c.moe_inter < 1)) {
-			rc = rq_errf(err, -EINVAL, "%s: MoE layer %d needs num_experts >= num_experts_per_tok >= 1 "
-			             "and moe_intermediate_size >= 1", path, i);
-			goto out;
-		}
+		if (moe[i] && (c->n_experts < 1 || c->top_k < 1 || c->top_k > c->n_experts || c->moe_inter < 1))
+			return rq_errf(err, -EINVAL, "%s: MoE layer %d needs num_experts >= num_experts_per_tok >= 1 "
+			               "and moe_intermediate_size >= 1", path, i);
+	return 0;
+}
 
-	/* RoPE per layer type: nested {layer_type: {...}} (transformers) or flat
-	 * rope_parameters + swa_rope_parameters (older configs, vLLM). */
+/* RoPE per layer type in use: nested {layer_type: {...}} (transformers) or
+ * flat rope_parameters + swa_rope_parameters (older configs, vLLM). */
+static int rope_plan(const cJSON *root, struct lg_config *c, const int used[2], const char *path,
+                     struct rq_err *err)
+{
+	int rc = 0;
 	const cJSON *rp = key(root, "rope_parameters");
-	if (rp && !cJSON_IsObject(rp)) {
-		rc = rq_errf(err, -EINVAL, "%s: \"rope_parameters\" is not an object", path);
-		goto out;
-	}
+	if (rp && !cJSON_IsObject(rp))
+		return rq_errf(err, -EINVAL, "%s: \"rope_parameters\" is not an object", path);
 	int nested = rp && (key(rp, "full_attention") || key(rp, "sliding_attention"));
 	static const char *const tname[2] = {"full_attention", "sliding_attention"};
 	cJSON *empty = cJSON_CreateObject();
@@ -509,21 +491,56 @@ int lg_config_parse(const char *json, const char *path, struct lg_config *out,
 			top = rp;
 			if (!p) {
 				cJSON_Delete(empty);
-				rc = rq_errf(err, -EINVAL, "%s: rope_parameters has no \"%s\" entry", path, tname[t]);
-				goto out;
+				return rq_errf(err, -EINVAL, "%s: rope_parameters has no \"%s\" entry", path, tname[t]);
 			}
 		} else {
 			const cJSON *swa = key(root, "swa_rope_parameters");
 			p = t == LG_SLIDING && swa ? swa : rp ? rp : empty;
 			top = p;
 		}
-		rc = rope_init(&c.rope[t], p, top, root, c.head_dim, c.max_pos, tname[t], path, err);
+		rc = rope_init(&c->rope[t], p, top, root, c->head_dim, c->max_pos, tname[t], path, err);
 		if (rc) {
 			cJSON_Delete(empty);
-			goto out;
+			return rc;
 		}
 	}
 	cJSON_Delete(empty);
+	return 0;
+}
+
+int lg_config_parse(const char *json, const char *path, struct lg_config *out,
+                    enum lg_attn_type **types_out, int **heads_out, int **moe_out,
+                    struct rq_err *err)
+{
+	struct lg_config c;
+	memset(&c, 0, sizeof c);
+	enum lg_attn_type *types = NULL;
+	int *heads = NULL, *moe = NULL, used[2];
+	int rc;
+	cJSON *root = cJSON_Parse(json);
+	if (!root || !cJSON_IsObject(root)) {
+		rc = rq_errf(err, -EINVAL, "%s: not a JSON object", path);
+		goto out;
+	}
+	const char *mt = get_str(root, "model_type");
+	if (mt && strcmp(mt, "laguna")) {
+		rc = rq_errf(err, -ENOTSUP, "%s: model_type \"%s\" is not laguna", path, mt);
+		goto out;
+	}
+	if ((rc = parse_sizes(root, &c, path, err)) || (rc = refuse_features(root, path, err)) ||
+	    (rc = parse_gate(root, &c, path, err)))
+		goto out;
+	int n = c.n_layers;
+	types = calloc(n, sizeof *types);
+	heads = calloc(n, sizeof *heads);
+	moe = calloc(n, sizeof *moe);
+	if (!types || !heads || !moe) {
+		rc = rq_errf(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	if ((rc = layer_plan(root, &c, types, heads, moe, used, path, err)) ||
+	    (rc = rope_plan(root, &c, used, path, err)))
+		goto out;
 	*out = c;
 	*types_out = types;
 	*heads_out = heads;

@@ -24,7 +24,7 @@
 #include "engine/ops.h"
 #include "base/err.h"
 #include "base/pool.h"
-#include "quant/quant.h"
+#include "kernels/ek.h"
 
 #include <errno.h>
 #include <math.h>
@@ -312,51 +312,15 @@ static void attention(struct lg_state *s, int li, int T)
 
 /* ---------------------------------------------------------------- MLP / MoE */
 
-static void swiglu(float *gate, const float *up, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		gate[i] = lg_silu(gate[i]) * up[i];
-}
-
 static void dense_mlp(struct lg_state *s, const struct lg_layer *L, int T)
 {
 	int H = s->m->cfg.hidden, I = s->m->cfg.inter;
 	s->mm[0] = mm(&L->gate, s->xn, H, s->h1, s->fd, T);
 	s->mm[1] = mm(&L->up, s->xn, H, s->h2, s->fd, T);
 	matmul(s, 2);
-	for (int t = 0; t < T; t++)
-		swiglu(s->h1 + (size_t)t * s->fd, s->h2 + (size_t)t * s->fd, I);
+	ek_swiglu_cpu(s->h1, s->fd, s->h1, s->fd, s->h2, s->fd, T, I);
 	s->mm[0] = mm(&L->down, s->h1, s->fd, s->y, H, T);
 	matmul(s, 1);
-}
-
-/* Top-k of scores + bias (the bias only picks); ties go to the lower index. */
-static void route(const struct lg_config *c, const float *score, const float *bias, int *sel, float *w)
-{
-	int E = c->n_experts, K = c->top_k;
-	for (int j = 0; j < K; j++) {
-		int best = -1;
-		float bv = 0;
-		for (int e = 0; e < E; e++) {
-			int taken = 0;
-			for (int i = 0; i < j && !taken; i++)
-				taken = sel[i] == e;
-			float v = score[e] + bias[e];
-			if (!taken && (best < 0 || v > bv)) {
-				best = e;
-				bv = v;
-			}
-		}
-		sel[j] = best;
-		w[j] = score[best];
-	}
-	if (c->norm_topk) {
-		float sum = 0;
-		for (int j = 0; j < K; j++)
-			sum += w[j];
-		for (int j = 0; j < K; j++)
-			w[j] /= sum;
-	}
 }
 
 static void moe(struct lg_state *s, const struct lg_layer *L, int T)
@@ -371,20 +335,13 @@ static void moe(struct lg_state *s, const struct lg_layer *L, int T)
 	}
 	matmul(s, n);
 
-	/* routing: sigmoid scores, top-k by score + correction bias */
+	/* routing: sigmoid scores, top-k by score + correction bias (the bias
+	 * only picks; ties to the lower index): the kernels' twin, the same
+	 * rule the CUDA engine runs */
+	ek_route_cpu(s->rl, E, L->bias, E, K, c->norm_topk, c->router_softcap, s->tsel, s->tw, T);
 	memset(s->cnt, 0, (E + 1) * sizeof *s->cnt);
-	for (int t = 0; t < T; t++) {
-		float *l = s->rl + (size_t)t * E;
-		for (int e = 0; e < E; e++) {
-			float v = l[e];
-			if (c->router_softcap > 0)
-				v = tanhf(v / c->router_softcap) * c->router_softcap;
-			l[e] = lg_sigmoid(v);
-		}
-		route(c, l, L->bias, s->tsel + (size_t)t * K, s->tw + (size_t)t * K);
-		for (int j = 0; j < K; j++)
-			s->cnt[s->tsel[t * K + j] + 1]++;
-	}
+	for (int i = 0; i < T * K; i++)
+		s->cnt[s->tsel[i] + 1]++;
 	/* slots grouped by expert (ascending), tokens ascending within one */
 	for (int e = 0; e < E; e++)
 		s->cnt[e + 1] += s->cnt[e];
@@ -409,9 +366,9 @@ static void moe(struct lg_state *s, const struct lg_layer *L, int T)
 		s->mm[n++] = mm(&L->eu[e], s->xe + (size_t)o * H, H, s->ue + (size_t)o * I, I, cnt);
 	}
 	matmul(s, n);
-	swiglu(s->ge, s->ue, (size_t)T * K * I);
-	for (int t = 0; S > 0 && t < T; t++)
-		swiglu(s->h1 + (size_t)t * s->fd, s->h2 + (size_t)t * s->fd, S);
+	ek_swiglu_cpu(s->ge, I, s->ge, I, s->ue, I, T * K, I);
+	if (S > 0)
+		ek_swiglu_cpu(s->h1, s->fd, s->h1, s->fd, s->h2, s->fd, T, S);
 	n = 0;
 	for (int e = 0; e < E; e++) {
 		int o = s->cnt[e], cnt = s->cnt[e + 1] - o;
@@ -456,11 +413,7 @@ static void forward_batch(struct lg_state *s, const int *tok, int T, float *logi
 	const struct lg_model *m = s->m;
 	const struct lg_config *c = &m->cfg;
 	int H = c->hidden;
-	for (int t = 0; t < T; t++) {
-		const uint16_t *row = m->embed + (size_t)tok[t] * H;
-		for (int i = 0; i < H; i++)
-			s->x[(size_t)t * H + i] = rq_bf16_to_f32(row[i]);
-	}
+	ek_embed_cpu(s->x, m->embed, tok, T, H);
 	rope_tables(s, T);
 	for (int li = 0; li < c->n_layers; li++) {
 		const struct lg_layer *L = &m->layers[li];

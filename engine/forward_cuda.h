@@ -34,7 +34,8 @@ struct lgc_opts {
 	size_t mem_limit;          /* device bytes the plan may use (0: free memory - 1 GiB) */
 	int no_graph;              /* decode without the CUDA graph */
 	int gemv_prefill;          /* prompt batches of <= 16 tokens (GEMV numerics throughout) */
-	unsigned long long seed;   /* synthetic weights (lg_linear data NULL): fill seed */
+	unsigned long long seed;   /* synthetic weights (lg_linear data NULL, as
+	                              tools/bench_synth.c makes them): fill seed */
 };
 
 /* "bf16" (or NULL), "f32", "fp8" → EK_KV_*; -1 if unknown. */
@@ -52,18 +53,6 @@ struct lgc_plan {
 	int max_ctx, batch, kv_type, layers;
 	char device[128];
 };
-
-/* A model with config.json's shapes and no weights: every data pointer NULL
- * (lgc_create fills those weights on the device with deterministic random
- * values), norms 1, selection biases 0; routed experts NVFP4 when
- * nvfp4_experts, everything else BF16 as in the checkpoint. For benchmarks
- * and memory plans. Free with lgc_synth_free (not lg_model_close). */
-int lgc_synth_model(const char *config_json, int nvfp4_experts, struct lg_model **out,
-                    struct rq_err *err);
-void lgc_synth_free(struct lg_model *m);
-/* config.json text of Laguna S 2.1's shapes at `layers` depth with `experts`
- * routed experts (top-10, or all when fewer): for lgc_synth_model. */
-void lgc_laguna_config(char *buf, size_t len, int layers, int experts);
 
 /* Computes the plan without touching a device (budget = mem_limit). */
 int lgc_plan_make(const struct lg_model *m, const struct lgc_opts *o, struct lgc_plan *p,

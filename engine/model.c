@@ -6,14 +6,14 @@
  *   2. the shard set: the files named by model.safetensors.index.json (a
  *      name with '/', ".", ".." or none is refused), else every
  *      *.safetensors in the directory
- *   3. each shard: header parsed and validated by fs/st.h, file mmap'd
+ *   3. each shard: header parsed and validated by st/st.h, file mmap'd
  *   4. one sorted name index over all shards (a name twice is an error)
  *   5. every tensor the forward pass needs bound with dtype and shape checks
  *   6. any tensor left unbound is refused: it means a feature we would
  *      silently skip (attention sinks, biases, ...) */
 #include "engine/model.h"
 #include "base/err.h"
-#include "fs/st.h"
+#include "st/st.h"
 #include "quant/quant.h"
 
 #include <cjson/cJSON.h>

@@ -230,16 +230,6 @@ void lg_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 		out[i] = w[i] * (x[i] * r);
 }
 
-float lg_silu(float x)
-{
-	return x / (1.0f + expf(-x));
-}
-
-float lg_sigmoid(float x)
-{
-	return 1.0f / (1.0f + expf(-x));
-}
-
 float lg_softplus(float x)
 {
 	return x > 20.0f ? x : log1pf(expf(x));

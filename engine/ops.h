@@ -38,8 +38,8 @@ void lg_axpy(float *out, float s, const float *x, int n);
 /* transformers' LagunaRMSNorm in float32: w · (x · rsqrt(mean(x²) + eps)). */
 void lg_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 
-float lg_silu(float x);        /* x / (1 + e^-x) */
-float lg_sigmoid(float x);     /* 1 / (1 + e^-x) */
-float lg_softplus(float x);    /* torch: x > 20 ? x : log1p(e^x) */
+/* torch: x > 20 ? x : log1p(e^x). SwiGLU, the router and the embedding are
+ * the kernels' CPU twins (kernels/ek.h), which compute the same bits. */
+float lg_softplus(float x);
 
 #endif

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "fs/st.h"
+#include "st/st.h"
 
 struct rq_err;
 struct rq_ckpt;

@@ -1,7 +1,7 @@
 /* export.c — the virtual checkpoint as real files. */
 #include "fs/export.h"
 #include "fs/plan.h"
-#include "fs/qrun.h"
+#include "fs/job.h"
 #include "base/err.h"
 
 #include <dirent.h>

@@ -18,7 +18,6 @@
 struct rq_err;
 struct rq_mount;
 struct rq_plan;
-struct rq_cache_key;
 
 /* Kernel FUSE passthrough (Linux >= 6.9, CAP_SYS_ADMIN): files that exist
  * whole on disk (identical to SRC, or materialized requantized shards) are
@@ -67,11 +66,6 @@ void rq_mount_close(struct rq_mount *m);
 /* Writes a log line (the daemon's log sink: file, stderr or syslog). */
 void rq_mount_log(struct rq_mount *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* The cache key of plan job j: XXH3-128 of its canonical descriptor (recipe,
- * RQ_RECIPE_VERSION, and per module: SRC identity, tensor name, dtype, shape,
- * byte range, calibration bits; partners are the job's other module). desc,
- * if non-NULL, gets the malloc'd descriptor text. 0 or -ENOMEM. */
-int rq_mount_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char **desc);
 
 /* Control directory at the root of a mount (not listed by readdir):
  *   RQ_CTL_DIR "/status"       JSON snapshot, taken at open

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "fs/mount_pt.h"
-#include "fs/qrun.h"
+#include "qdev/qdev.h"
 
 /* ---- SRC identity ------------------------------------------------------ */
 
@@ -249,11 +249,11 @@ static char *status_json(struct rq_mount *m)
 			jobs_cached++;
 			mods_cached += (uint64_t)p->jobs[j].nmod;
 		}
-		if (J->state == J_READY || cached) {
+		if (rq_job_has_bytes(J) || cached) {
 			jobs_ready++;
 			mods_ready += (uint64_t)p->jobs[j].nmod;
 		}
-		if (J->state == J_READY && J->out->fd < 0)
+		if (rq_job_has_bytes(J) && J->out->fd < 0)
 			jobs_mem++;
 	}
 	mem_bytes = m->mem_bytes;
@@ -344,6 +344,49 @@ static char *status_json(struct rq_mount *m)
 	return b.s;
 }
 
+/* ---- jobs/<j> ----------------------------------------------------------- */
+
+void rq_mnt_ctl_serve(struct rq_mount *m, struct mread *rd)
+{
+	int j = (int)rd->ctl_job;
+	pthread_mutex_lock(&m->lock);
+	if (rd->err) {
+		pthread_mutex_unlock(&m->lock);
+		fuse_reply_err(rd->req, -rd->err);
+		rq_mnt_read_free(rd);
+		return;
+	}
+	rd->pending = 0;
+	/* READY: stored in the cache (or known not to fit: memory); covered:
+	 * every file made from it is materialized, nothing to run */
+	struct mout *o = m->jobs[j].state == J_READY ? m->jobs[j].out : NULL;
+	int covered = !o && rq_mnt_job_covered(m, j);
+	if (!o && !covered) {
+		/* a file of it being verified may cover it: wait for that */
+		for (int k = 0; k < m->jobs[j].nvf; k++)
+			if (rq_mnt_mat_park(m, m->jobs[j].vf[k], rd)) {
+				pthread_mutex_unlock(&m->lock);
+				return;
+			}
+		rq_mnt_park(m, j, rd);
+		pthread_mutex_unlock(&m->lock);
+		return;
+	}
+	int disk = covered || o->fd >= 0;
+	pthread_mutex_unlock(&m->lock);
+	char *line = rq_mnt_job_line(m, j, disk);
+	if (!line) {
+		fuse_reply_err(rd->req, ENOMEM);
+	} else {
+		size_t len = strlen(line);
+		uint64_t o2 = rd->off < len ? rd->off : len;
+		uint64_t n = len - o2 < rd->size ? len - o2 : rd->size;
+		fuse_reply_buf(rd->req, line + o2, n);
+	}
+	free(line);
+	rq_mnt_read_free(rd);
+}
+
 /* ---- operations ------------------------------------------------------- */
 
 void rq_mnt_ctl_open(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -374,9 +417,10 @@ void rq_mnt_ctl_read(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino, size_t 
 	struct mread *rd = calloc(1, sizeof *rd);
 	if (!rd)
 		return (void)fuse_reply_err(req, ENOMEM);
-	*rd = (struct mread){.req = req, .file = -1, .ctl_job = (long)(ino - m->ctl_base - 3),
-	                     .off = (uint64_t)off, .size = size};
-	rq_mnt_serve(m, rd);
+	*rd = (struct mread){.serve = rq_mnt_ctl_serve, .req = req, .file = -1,
+	                     .ctl_job = (long)(ino - m->ctl_base - 3), .off = (uint64_t)off,
+	                     .size = size};
+	rq_mnt_ctl_serve(m, rd);
 }
 
 void rq_mnt_ctl_release(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino,

@@ -54,17 +54,9 @@ struct mout {
 	uint8_t *mem;             /* out_size bytes in memory, or NULL */
 };
 
-/* State machine of one job (all fields under m->lock):
- *
- *   IDLE ──read/prefetch──▶ QUEUED ──worker──▶ RUNNING ──ok──▶ READY
- *    ▲                                            │               │
- *    └──────────── failure (waiters get EIO) ─────┘               │
- *    └──────────── evicted (memory-only output dropped, fd LRU) ──┘
- *
- * READY means `out` holds the bytes (cache fd and/or memory). A job in
- * QUEUED/RUNNING has a list of parked reads; they are answered (or re-served)
- * by the thread that finishes the job. */
-enum mjob_state { J_IDLE, J_QUEUED, J_RUNNING, J_READY };
+/* The states of a job: the diagram is at the top of mount_jobs.c. PUTTING
+ * and READY both hold the bytes (rq_job_has_bytes). */
+enum mjob_state { J_IDLE, J_QUEUED, J_RUNNING, J_PUTTING, J_READY };
 
 struct mjob {
 	enum mjob_state state;
@@ -73,11 +65,9 @@ struct mjob {
 	int lprev, lnext;         /* LRU links of READY jobs (-1 = none) */
 	int on_lru;               /* 1 mem LRU, 2 fd LRU, 0 none */
 	int disk;                 /* -1 unknown, 0 not in the cache, 1 in the cache */
-	struct mout *out;         /* READY: the bytes; else NULL */
+	struct mout *out;         /* PUTTING/READY: the bytes; else NULL */
 	struct mread **wait;      /* parked reads waiting for this job */
 	int nwait, capwait;
-	int putting;              /* READY from memory, cache put in progress: control
-	                             reads (warm) stay parked until it is settled */
 	unsigned fails;
 	unsigned gen;             /* bumped each time a worker takes the job */
 	struct rq_cache_key key;
@@ -85,6 +75,11 @@ struct mjob {
 	                             across shards) */
 	int vf[2];                /* their plan file indices (constant) */
 };
+
+static inline int rq_job_has_bytes(const struct mjob *J)
+{
+	return J->state == J_PUTTING || J->state == J_READY;
+}
 
 /* A job output a parked read keeps alive until it is answered, so that
  * eviction between a job's completion and the answer cannot starve it. */
@@ -96,6 +91,9 @@ struct mhold {
 /* A parked read (or a control-file read of one job). Fields under m->lock
  * while parked; owned by the answering thread once pending reaches 0. */
 struct mread {
+	/* how it is answered once nothing holds it back: rq_mnt_serve (a data
+	 * read) or rq_mnt_ctl_serve (a jobs/<j> read) */
+	void (*serve)(struct rq_mount *m, struct mread *rd);
 	fuse_req_t req;
 	long file;                /* plan file index, or -1 for a jobs/<j> read */
 	long ctl_job;             /* jobs/<j>: j */
@@ -234,6 +232,7 @@ struct rq_mount {
 	int mat_busy;             /* files being written or verified now */
 	pthread_t mat_thread;
 	pthread_cond_t mat_cv;
+	pthread_cond_t mat_done;  /* broadcast when the materializer finishes a file */
 	int mat_started;
 
 	pthread_t monitor;
@@ -280,7 +279,8 @@ void rq_mnt_prefetch(struct rq_mount *m, size_t k);
 void rq_mnt_touch(struct rq_mount *m, int j);
 struct mout *rq_mout_new(int fd, uint64_t fd_off, const struct rq_cache_ident *id, uint8_t *mem);
 void rq_mout_unref(struct mout *o);
-/* Under m->lock: drops READY job j's output (it becomes IDLE). */
+/* Under m->lock: job j is not needed (covered): drops its output, or takes
+ * it off the prefetch queue; it becomes IDLE. */
 void rq_mnt_job_release(struct rq_mount *m, int j);
 /* Under m->lock: job j's cache entry o turned out changed and corrupt: if o
  * is still j's output, j becomes IDLE (a later read rebuilds it). */
@@ -318,6 +318,10 @@ int rq_mnt_mat_park(struct rq_mount *m, long i, struct mread *rd);
 int rq_mnt_read_mat(struct rq_mount *m, fuse_req_t req, long i, uint64_t off, uint64_t size);
 
 /* mount_ctl.c */
+/* Answers a jobs/<j> read once job j is READY (its output stored in the
+ * cache, or known not to fit) or covered by materialized files; else parks
+ * it. Takes m->lock. */
+void rq_mnt_ctl_serve(struct rq_mount *m, struct mread *rd);
 void rq_mnt_ctl_open(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino, struct fuse_file_info *fi);
 void rq_mnt_ctl_read(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino, size_t size, off_t off,
                      struct fuse_file_info *fi);

@@ -1,19 +1,27 @@
 /* mount_jobs.c — single-flight quantization jobs behind the mount.
  *
- * Every job of the plan has one struct mjob (state machine in mount_int.h).
- * A read that needs a job which is not READY parks on it; the job goes on
- * the demand queue (or is promoted there from the prefetch queue). Worker
- * threads take jobs, demand first:
+ * State machine of one job (struct mjob, every field under m->lock):
  *
- *   1. look the job up in the cache (verified on first use: a corrupt entry
- *      is a logged miss) — a hit makes it READY from the entry's fd;
- *   2. else check the SRC identity, run the quantizer into a buffer, check
- *      the identity again (inputs could have changed while read), drop the
- *      inputs from the page cache (posix_fadvise DONTNEED);
- *   3. make the job READY from memory and answer its parked reads;
- *   4. publish to the cache and switch to the entry's fd; if the cache
- *      cannot take it (ENOSPC...), keep it in memory (bounded LRU, a warning)
- *      — an evicted memory-only output is simply computed again.
+ *   IDLE ──a read parks on it / prefetch──▶ QUEUED (demand or prefetch list)
+ *   QUEUED ──a worker takes it (gen++)──▶ RUNNING
+ *   RUNNING ──cache hit──▶ READY (out = the entry's fd)
+ *   RUNNING ──quantized──▶ PUTTING (out = the bytes in memory)
+ *   RUNNING ──failure: its parked reads get EIO, it stays retryable──▶ IDLE
+ *   PUTTING ──put done: out switched to the entry's fd, or kept in memory
+ *             when the cache cannot take it (ENOSPC: a warning)──▶ READY
+ *   PUTTING/READY ──evicted (memory or fd LRU), stale entry, or covered by
+ *             materialized files (mount_mat.c)──▶ IDLE
+ *
+ * PUTTING and READY both hold the bytes: data reads are served from either.
+ * A jobs/<j> read (warm) answers only at READY, so that `warm` returns once
+ * everything it can store is in the cache. Reads parked on a job are
+ * answered by the thread that moves it out of QUEUED/RUNNING/PUTTING; a job
+ * evicted while reads still wait on it is queued again.
+ *
+ * A worker (run_job): looks the job up in the cache (verified on first use:
+ * a corrupt entry is a logged miss); on a miss runs it (fs/job.c: SRC
+ * identity before and after, the quantizer, page cache dropped), makes it
+ * PUTTING and answers its data reads, publishes it, READY.
  *
  * Lock rules: m->lock protects m->jobs[], both queues, both LRUs, mem_bytes,
  * nfd, running/queued/stop and every parked mread. It is never held while
@@ -32,7 +40,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
-#include "fs/qrun.h"
+#include "fs/job.h"
 
 #define DEFAULT_MEM_MAX (1ull << 30)
 #define DEFAULT_MAX_FD 1024
@@ -181,8 +189,9 @@ void rq_mnt_touch(struct rq_mount *m, int j)
 	}
 }
 
-/* Drops READY job j's output (it becomes IDLE; a later read recomputes or
- * looks it up again). Holders keep their references. */
+/* Drops PUTTING/READY job j's output (it becomes IDLE; a later read
+ * recomputes or looks it up again). Holders keep their references. Reads
+ * still parked on it (jobs/<j> reads waiting for the put) queue it again. */
 static void drop_output(struct rq_mount *m, int j)
 {
 	struct mjob *J = &m->jobs[j];
@@ -195,18 +204,25 @@ static void drop_output(struct rq_mount *m, int j)
 	J->out = NULL;
 	J->state = J_IDLE;
 	rq_mout_unref(o);
+	if (J->nwait && !m->stop)
+		q_append(m, j, 1);
 }
 
 void rq_mnt_job_release(struct rq_mount *m, int j)
 {
-	if (m->jobs[j].state == J_READY)
+	struct mjob *J = &m->jobs[j];
+	if (rq_job_has_bytes(J))
 		drop_output(m, j);
+	else if (J->state == J_QUEUED && !J->nwait) { /* prefetched: nobody needs it now */
+		q_remove(m, j);
+		J->state = J_IDLE;
+	}
 }
 
 void rq_mnt_drop_stale(struct rq_mount *m, int j, struct mout *o)
 {
 	struct mjob *J = &m->jobs[j];
-	if (J->state == J_READY && J->out == o) {
+	if (rq_job_has_bytes(J) && J->out == o) {
 		drop_output(m, j);
 		J->disk = 0;
 	}
@@ -277,7 +293,7 @@ static struct mread **release_waiters(struct rq_mount *m, int j, struct mout *o,
 	int n = J->nwait, r = 0, keep = 0;
 	for (int i = 0; i < n; i++) {
 		struct mread *rd = w[i];
-		if (J->putting && rd->file < 0 && !err) {
+		if (J->state == J_PUTTING && rd->ctl_job >= 0 && !err) {
 			if (!kept)
 				kept = malloc((size_t)n * sizeof *kept);
 			if (kept) {
@@ -302,7 +318,7 @@ static struct mread **release_waiters(struct rq_mount *m, int j, struct mout *o,
 static void serve_all(struct rq_mount *m, struct mread **w, int n)
 {
 	for (int i = 0; i < n; i++)
-		rq_mnt_serve(m, w[i]);
+		w[i]->serve(m, w[i]);
 	free(w);
 }
 
@@ -317,8 +333,9 @@ static void settle(struct rq_mount *m, int j, unsigned gen)
 		pthread_mutex_unlock(&m->lock);
 		return;
 	}
-	J->putting = 0;
-	struct mread **w = release_waiters(m, j, J->state == J_READY ? J->out : NULL, 0, &n);
+	if (J->state == J_PUTTING)
+		J->state = J_READY;
+	struct mread **w = release_waiters(m, j, rq_job_has_bytes(J) ? J->out : NULL, 0, &n);
 	pthread_mutex_unlock(&m->lock);
 	serve_all(m, w, n);
 }
@@ -330,9 +347,8 @@ static void complete(struct rq_mount *m, int j, struct mout *o, int lru, int err
 	pthread_mutex_lock(&m->lock);
 	m->running--;
 	if (o) {
-		J->state = J_READY;
+		J->state = lru == 1 ? J_PUTTING : J_READY;   /* memory: its put follows */
 		J->out = o;
-		J->putting = lru == 1;
 		lru_append(m, j, lru);
 		if (lru == 1)
 			m->mem_bytes += m->plan->jobs[j].out_size;
@@ -351,35 +367,18 @@ static void complete(struct rq_mount *m, int j, struct mout *o, int lru, int err
 
 /* ---- the worker --------------------------------------------------------- */
 
-static int job_srcs_ok(struct rq_mount *m, int j, char *bad, size_t len)
-{
-	const struct rq_job *jb = &m->plan->jobs[j];
-	for (int s = 0; s < jb->nmod; s++) {
-		int src = m->plan->mods[jb->mod[s]].src;
-		if (rq_mnt_src_check(m, src, 1)) {
-			snprintf(bad, len, "%s", m->plan->srcs[src].path);
-			return 0;
-		}
-	}
-	return 1;
-}
-
 static const char *job_name(struct rq_mount *m, int j)
 {
 	return m->plan->mods[m->plan->jobs[j].mod[0]].name;
 }
 
-/* Switches READY job j from memory output o to the cache entry just put. */
-static void adopt_entry(struct rq_mount *m, int j, struct mout *o)
+/* Switches PUTTING job j from memory output o to the entry just published
+ * (fd, poff, id: from rq_cache_put_open, no second lookup). */
+static void adopt_entry(struct rq_mount *m, int j, struct mout *o, int fd, uint64_t poff,
+                        const struct rq_cache_ident *id)
 {
 	const struct rq_job *jb = &m->plan->jobs[j];
-	struct rq_err e = {0};
-	struct rq_cache_ident id;
-	int fd;
-	uint64_t poff;
-	if (rq_cache_lookup(m->cache, &m->jobs[j].key, jb->out_size, &fd, &poff, &id, &e))
-		return;
-	struct mout *no = rq_mout_new(fd, poff, &id, NULL);
+	struct mout *no = rq_mout_new(fd, poff, id, NULL);
 	if (!no) {
 		close(fd);
 		return;
@@ -388,7 +387,7 @@ static void adopt_entry(struct rq_mount *m, int j, struct mout *o)
 	struct mjob *J = &m->jobs[j];
 	J->disk = 1;
 	rq_mnt_mat_job_cached(m, j);
-	if (J->state == J_READY && J->out == o) {
+	if (rq_job_has_bytes(J) && J->out == o) {
 		lru_remove(m, j);
 		m->mem_bytes -= jb->out_size;
 		J->out = no;
@@ -404,13 +403,86 @@ static void adopt_entry(struct rq_mount *m, int j, struct mout *o)
 		rq_mout_unref(o);     /* the job's reference; holders keep theirs */
 }
 
-static void run_job(struct rq_mount *m, int j)
+/* A miss: quantize (fs/job.c checks SRC before and after), answer the data
+ * reads from memory (PUTTING), publish, READY. */
+static void quantize_job(struct rq_mount *m, int j, unsigned gen)
 {
 	const struct rq_plan *p = m->plan;
 	const struct rq_job *jb = &p->jobs[j];
 	struct mjob *J = &m->jobs[j];
 	struct rq_err e = {0};
-	char bad[1024];
+	uint8_t *buf = NULL;
+	if (posix_memalign((void **)&buf, 4096, jb->out_size ? jb->out_size : 1)) {
+		buf = NULL;
+		rq_mount_log(m, "job %d (%s) failed: out of memory", j, job_name(m, j));
+		goto fail;
+	}
+	pthread_mutex_lock(&m->lock);
+	if (m->quantizing++ == 0)
+		m->busy_since = rq_mnt_now();
+	pthread_mutex_unlock(&m->lock);
+	int rc = rq_job_run(m->q, p, (size_t)j, m->src_fds, buf, &e);
+	pthread_mutex_lock(&m->lock);
+	if (--m->quantizing == 0)
+		m->busy_s += rq_mnt_now() - m->busy_since;
+	pthread_mutex_unlock(&m->lock);
+	if (rc == -ESTALE) {
+		/* mark it (sticky, logged once, cached pages dropped) */
+		for (int s = 0; s < jb->nmod; s++)
+			rq_mnt_src_check(m, p->mods[jb->mod[s]].src, 1);
+		rq_mount_log(m, "job %d (%s) failed: %s", j, job_name(m, j), e.msg);
+		goto fail;
+	}
+	if (rc) {
+		rq_mount_log(m, "job %d (%s) failed: %s", j, job_name(m, j), e.msg);
+		goto fail;
+	}
+	atomic_fetch_add(&m->st.jobs_run, 1);
+	atomic_fetch_add(&m->st.quant_in_bytes, jb->in_size);
+
+	struct mout *o = rq_mout_new(-1, 0, NULL, buf);
+	if (!o)
+		goto fail;
+	atomic_fetch_add(&o->refs, 1);           /* ours, until the put is done */
+	complete(m, j, o, 1, 0);
+
+	e.msg[0] = 0;
+	int fd;
+	uint64_t poff;
+	struct rq_cache_ident id;
+	rc = rq_cache_put_open(m->cache, &J->key, buf, jb->out_size, &fd, &poff, &id, &e);
+	if (rc == 0) {
+		adopt_entry(m, j, o, fd, poff, &id);
+	} else if (rc == -ESTALE) {
+		pthread_mutex_lock(&m->lock);
+		J->disk = 1;        /* stored (by another process too): served from memory now */
+		pthread_mutex_unlock(&m->lock);
+	} else {
+		atomic_fetch_add(&m->st.put_failed, 1);
+		pthread_mutex_lock(&m->lock);
+		int first = !m->warned_put;
+		m->warned_put = 1;
+		pthread_mutex_unlock(&m->lock);
+		if (first)
+			rq_mount_log(m, "warning: the cache cannot store %s (%s); serving job outputs "
+			             "from memory (up to %" PRIu64 " MiB) until it can", job_name(m, j),
+			             e.msg, (uint64_t)((m->o.mem_max ? m->o.mem_max : DEFAULT_MEM_MAX) >> 20));
+	}
+	settle(m, j, gen);
+	rq_mout_unref(o);
+	return;
+fail:
+	free(buf);
+	atomic_fetch_add(&m->st.jobs_failed, 1);
+	complete(m, j, NULL, 0, -EIO);
+}
+
+/* One cache lookup; a hit is READY at once, a miss is quantized. */
+static void run_job(struct rq_mount *m, int j)
+{
+	const struct rq_job *jb = &m->plan->jobs[j];
+	struct mjob *J = &m->jobs[j];
+	struct rq_err e = {0};
 	struct rq_cache_ident id;
 	int fd;
 	uint64_t poff;
@@ -441,72 +513,7 @@ static void run_job(struct rq_mount *m, int j)
 	pthread_mutex_lock(&m->lock);
 	J->disk = 0;
 	pthread_mutex_unlock(&m->lock);
-
-	uint8_t *buf = NULL;
-	if (!job_srcs_ok(m, j, bad, sizeof bad)) {
-		rq_mount_log(m, "job %d (%s) failed: SRC file %s changed under the mount; remount "
-		             "to serve its new contents", j, job_name(m, j), bad);
-		goto fail;
-	}
-	if (posix_memalign((void **)&buf, 4096, jb->out_size ? jb->out_size : 1)) {
-		buf = NULL;
-		rq_mount_log(m, "job %d (%s) failed: out of memory", j, job_name(m, j));
-		goto fail;
-	}
-	pthread_mutex_lock(&m->lock);
-	if (m->quantizing++ == 0)
-		m->busy_since = rq_mnt_now();
-	pthread_mutex_unlock(&m->lock);
-	rc = rq_job_run(m->q, p, (size_t)j, m->src_fds, buf, &e);
-	pthread_mutex_lock(&m->lock);
-	if (--m->quantizing == 0)
-		m->busy_s += rq_mnt_now() - m->busy_since;
-	pthread_mutex_unlock(&m->lock);
-	if (rc) {
-		rq_mount_log(m, "job %d (%s) failed: %s", j, job_name(m, j), e.msg);
-		goto fail;
-	}
-	if (!job_srcs_ok(m, j, bad, sizeof bad)) {
-		rq_mount_log(m, "job %d (%s) failed: SRC file %s changed while it was read",
-		             j, job_name(m, j), bad);
-		goto fail;
-	}
-	for (int s = 0; s < jb->nmod; s++) {
-		const struct rq_module *md = &p->mods[jb->mod[s]];
-		posix_fadvise(m->src_fds[md->src], (off_t)md->w_off, (off_t)(md->rows * md->cols * 2),
-		              POSIX_FADV_DONTNEED);
-	}
-	atomic_fetch_add(&m->st.jobs_run, 1);
-	atomic_fetch_add(&m->st.quant_in_bytes, jb->in_size);
-
-	struct mout *o = rq_mout_new(-1, 0, NULL, buf);
-	if (!o)
-		goto fail;
-	atomic_fetch_add(&o->refs, 1);           /* ours, until the put is done */
-	complete(m, j, o, 1, 0);
-
-	e.msg[0] = 0;
-	rc = rq_cache_put(m->cache, &J->key, buf, jb->out_size, &e);
-	if (rc) {
-		atomic_fetch_add(&m->st.put_failed, 1);
-		pthread_mutex_lock(&m->lock);
-		int first = !m->warned_put;
-		m->warned_put = 1;
-		pthread_mutex_unlock(&m->lock);
-		if (first)
-			rq_mount_log(m, "warning: the cache cannot store %s (%s); serving job outputs "
-			             "from memory (up to %" PRIu64 " MiB) until it can", job_name(m, j),
-			             e.msg, (uint64_t)((m->o.mem_max ? m->o.mem_max : DEFAULT_MEM_MAX) >> 20));
-	} else {
-		adopt_entry(m, j, o);
-	}
-	settle(m, j, gen);
-	rq_mout_unref(o);
-	return;
-fail:
-	free(buf);
-	atomic_fetch_add(&m->st.jobs_failed, 1);
-	complete(m, j, NULL, 0, -EIO);
+	quantize_job(m, j, gen);
 }
 
 static void *worker(void *arg)
@@ -536,68 +543,6 @@ static void *worker(void *arg)
 
 /* ---- keys, setup, teardown -------------------------------------------- */
 
-static int append(char **s, size_t *len, size_t *cap, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int append(char **s, size_t *len, size_t *cap, const char *fmt, ...)
-{
-	for (;;) {
-		va_list ap;
-		va_start(ap, fmt);
-		int n = vsnprintf(*s + *len, *cap - *len, fmt, ap);
-		va_end(ap);
-		if (n < 0)
-			return -EINVAL;
-		if ((size_t)n < *cap - *len) {
-			*len += (size_t)n;
-			return 0;
-		}
-		size_t nc = (*cap + (size_t)n) * 2;
-		char *v = realloc(*s, nc);
-		if (!v)
-			return -ENOMEM;
-		*s = v;
-		*cap = nc;
-	}
-}
-
-int rq_mount_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char **desc)
-{
-	const struct rq_job *jb = &p->jobs[j];
-	size_t len = 0, cap = 512;
-	char *s = malloc(cap);
-	int rc;
-	if (!s)
-		return -ENOMEM;
-	s[0] = 0;
-	rc = append(&s, &len, &cap, "requantfs job\nrecipe %s %d\nmodules %d out %" PRIu64 "\n",
-	            rq_recipe_name(p->recipe), RQ_RECIPE_VERSION, jb->nmod, jb->out_size);
-	for (int k = 0; !rc && k < jb->nmod; k++) {
-		const struct rq_module *md = &p->mods[jb->mod[k]];
-		const struct rq_srcfile *sf = &p->srcs[md->src];
-		if (sf->blob_sha256[0])
-			rc = append(&s, &len, &cap, "src sha256:%s\n", sf->blob_sha256);
-		else
-			rc = append(&s, &len, &cap, "src dev=%ju ino=%ju size=%" PRIu64 " mtime_ns=%"
-			            PRId64 " ctime_ns=%" PRId64 "\n", (uintmax_t)sf->dev,
-			            (uintmax_t)sf->ino, sf->size, sf->mtime_ns, sf->ctime_ns);
-		if (!rc)
-			rc = append(&s, &len, &cap, "tensor %s.weight BF16 [%" PRIu64 ",%" PRIu64 "] at %"
-			            PRIu64 " len %" PRIu64 " slot %d at %" PRIu64 "\ncalib %08" PRIx32 "\n",
-			            md->name, md->rows, md->cols, md->w_off, md->rows * md->cols * 2, k,
-			            jb->mod_off[k], md->input_gs_bits);
-	}
-	if (rc) {
-		free(s);
-		return rc;
-	}
-	rq_cache_key_of(s, len, key);
-	if (desc)
-		*desc = s;
-	else
-		free(s);
-	return 0;
-}
-
 int rq_mnt_jobs_init(struct rq_mount *m, struct rq_err *err)
 {
 	const struct rq_plan *p = m->plan;
@@ -615,7 +560,7 @@ int rq_mnt_jobs_init(struct rq_mount *m, struct rq_err *err)
 		struct mjob *J = &m->jobs[j];
 		J->qprev = J->qnext = J->lprev = J->lnext = -1;
 		J->disk = -1;
-		if (rq_mount_job_key(p, j, &J->key, NULL))
+		if (rq_job_key(p, j, &J->key, NULL))
 			return rq_errf(err, -ENOMEM, "out of memory");
 	}
 	return 0;
@@ -687,7 +632,7 @@ void rq_mnt_jobs_stop(struct rq_mount *m)
 		pthread_mutex_lock(&m->lock);
 		if (m->jobs[j].state == J_QUEUED)
 			q_remove(m, (int)j);
-		if (m->jobs[j].state != J_READY)
+		if (!rq_job_has_bytes(&m->jobs[j]))
 			m->jobs[j].state = J_IDLE;
 		struct mread **w = release_waiters(m, (int)j, NULL, -EIO, &n);
 		pthread_mutex_unlock(&m->lock);

@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -45,6 +46,7 @@
 
 #define MAT_CHUNK (8u << 20)   /* bytes copied per read while materializing */
 #define MAT_RECOPY 3           /* copy-path reads redone when the file changes under them */
+#define OPEN_WAIT_S 30         /* an open waits this long at most for a verification */
 
 /* Tests only: REQUANTFS_TEST_MAT_PAUSE_MS sleeps after each chunk written, so
  * that a test can kill the daemon in the middle of a materialization. */
@@ -197,8 +199,24 @@ static struct mread **mat_unpark(struct rq_mount *m, long i, int *n)
 static void serve_parked(struct rq_mount *m, struct mread **w, int n)
 {
 	for (int k = 0; k < n; k++)
-		rq_mnt_serve(m, w[k]);
+		w[k]->serve(m, w[k]);
 	free(w);
+}
+
+/* Moves QUEUED file i to the head of the queue. */
+static void mat_first(struct rq_mount *m, long i)
+{
+	if (m->files[i].mat != MAT_QUEUED || m->mat_head == i)
+		return;
+	for (long p = m->mat_head; p >= 0; p = m->files[p].mat_next)
+		if (m->files[p].mat_next == i) {
+			m->files[p].mat_next = m->files[i].mat_next;
+			if (m->mat_tail == i)
+				m->mat_tail = (int)p;
+			m->files[i].mat_next = m->mat_head;
+			m->mat_head = (int)i;
+			return;
+		}
 }
 
 static long mat_pop(struct rq_mount *m)
@@ -285,7 +303,7 @@ static int gather(struct rq_mount *m, long i, struct mout **outs, char *msg, siz
 		int j = mf->jobs[q];
 		struct mjob *J = &m->jobs[j];
 		pthread_mutex_lock(&m->lock);
-		if (J->state == J_READY && J->out->fd >= 0) {
+		if (rq_job_has_bytes(J) && J->out->fd >= 0) {
 			outs[q] = J->out;
 			atomic_fetch_add(&outs[q]->refs, 1);
 		}
@@ -459,8 +477,10 @@ static int release_covered(struct rq_mount *m, long i)
 	for (int q = 0; q < mf->njobs; q++) {
 		int j = mf->jobs[q];
 		pthread_mutex_lock(&m->lock);
-		int drop = rq_mnt_job_covered(m, j) && m->jobs[j].state != J_RUNNING &&
-		           m->jobs[j].state != J_QUEUED;
+		/* (not while it runs or is being put, nor while reads wait on it) */
+		const struct mjob *J = &m->jobs[j];
+		int drop = rq_mnt_job_covered(m, j) && !J->nwait &&
+		           (J->state == J_READY || J->state == J_IDLE || J->state == J_QUEUED);
 		if (drop) {
 			rq_mnt_job_release(m, j);
 			m->jobs[j].disk = 0;
@@ -492,6 +512,8 @@ static void *mat_main(void *arg)
 			pthread_mutex_lock(&m->lock);
 			mat_push(m, (long)i);
 			mf->verifying = file && mf->mat == MAT_QUEUED;
+			if (mf->verifying)
+				mat_first(m, (long)i);     /* verifications unblock opens: first */
 			pthread_mutex_unlock(&m->lock);
 		}
 	}
@@ -501,6 +523,22 @@ static void *mat_main(void *arg)
 			pthread_cond_wait(&m->mat_cv, &m->lock);
 		if (m->mat_stop)
 			break;
+		/* Writing a file competes with quantization for the disk and the
+		 * cores: let the demand queue drain first (a cold load keeps its
+		 * pace); verifying a found file goes first, it unblocks opens. */
+		if (!m->files[m->mat_head].verifying) {
+			struct timespec until;
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_nsec += 100000000;
+			if (until.tv_nsec >= 1000000000) {
+				until.tv_sec++;
+				until.tv_nsec -= 1000000000;
+			}
+			if (m->dq_head >= 0 || m->running > 0) {
+				pthread_cond_timedwait(&m->mat_cv, &m->lock, &until);
+				continue;
+			}
+		}
 		long i = mat_pop(m);
 		struct mfile *mf = &m->files[i];
 		mf->mat = MAT_RUNNING;
@@ -529,6 +567,7 @@ static void *mat_main(void *arg)
 		}
 		int ready = mf->mat == MAT_READY, nw;
 		struct mread **w = mat_unpark(m, i, &nw);
+		pthread_cond_broadcast(&m->mat_done);
 		pthread_mutex_unlock(&m->lock);
 		rq_mout_unref(o);
 		serve_parked(m, w, nw);     /* from the file, or through the jobs */
@@ -579,6 +618,7 @@ void rq_mnt_mat_stop(struct rq_mount *m)
 	pthread_mutex_lock(&m->lock);
 	m->mat_stop = 1;
 	pthread_cond_broadcast(&m->mat_cv);
+	pthread_cond_broadcast(&m->mat_done);
 	pthread_mutex_unlock(&m->lock);
 	pthread_join(m->mat_thread, NULL);
 	m->mat_started = 0;
@@ -604,6 +644,18 @@ void rq_mnt_open_file(fuse_req_t req, struct rq_mount *m, long i, struct fuse_fi
 	struct mout *mo = NULL;
 	if (pt_on && f->changed) {
 		pthread_mutex_lock(&m->lock);
+		/* Its file, found in the cache at mount, is being verified: wait
+		 * (bounded: a hung cache must not hold this thread) so that this
+		 * open can pass through, and verify it next. */
+		if (mf->verifying && (mf->mat == MAT_QUEUED || mf->mat == MAT_RUNNING)) {
+			mat_first(m, i);
+			struct timespec until;
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_sec += OPEN_WAIT_S;
+			while (mf->verifying && !m->mat_stop &&
+			       pthread_cond_timedwait(&m->mat_done, &m->lock, &until) == 0)
+				;
+		}
 		if (mf->mat == MAT_READY) {
 			mo = mf->mat_out;
 			atomic_fetch_add(&mo->refs, 1);

@@ -232,6 +232,10 @@ static ssize_t send_init(struct rq_pt *pt, int fd, struct iovec *iov, int count)
 	o.flags2 |= PT_FLAGS2_PASSTHROUGH;
 	o.max_stack_depth = 1;     /* backing files on plain (unstacked) file systems */
 	struct iovec v[2] = {iov[0], {.iov_base = &o, .iov_len = sizeof o}};
+	/* ON before the write: the kernel releases the requests held behind
+	 * INIT as soon as it has the reply, and one of them (the mount's
+	 * readiness check) asks rq_pt_enabled at once. */
+	atomic_store_explicit(&pt->state, PT_ON, memory_order_release);
 	ssize_t n = writev(fd, v, 2);
 	if (n < 0) {
 		int e = errno;
@@ -239,7 +243,6 @@ static ssize_t send_init(struct rq_pt *pt, int fd, struct iovec *iov, int count)
 		errno = e;
 		return n;
 	}
-	atomic_store_explicit(&pt->state, PT_ON, memory_order_release);
 	return n;
 }
 

@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
-#include "fs/qrun.h"
+#include "fs/job.h"
 
 #define SMALL_SEGS 16
 #define MAX_RECOPY 3      /* entries changing (but good) under every copy: EIO */
@@ -249,40 +249,6 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 		return;
 	}
 	rd->pending = 0;
-	if (rd->file < 0) {                     /* /.requantfs/jobs/<j> */
-		int j = (int)rd->ctl_job;
-		struct mout *o = NULL;
-		if (m->jobs[j].state == J_READY && !m->jobs[j].putting)
-			o = m->jobs[j].out;
-		/* covered: every file made from it is materialized, nothing to run */
-		int covered = !o && rq_mnt_job_covered(m, j);
-		if (!o && !covered) {
-			/* a file of it being verified may cover it: wait for that */
-			for (int k = 0; k < m->jobs[j].nvf; k++)
-				if (rq_mnt_mat_park(m, m->jobs[j].vf[k], rd)) {
-					pthread_mutex_unlock(&m->lock);
-					return;
-				}
-			rq_mnt_park(m, j, rd);
-			pthread_mutex_unlock(&m->lock);
-			return;
-		}
-		int disk = covered || o->fd >= 0;
-		pthread_mutex_unlock(&m->lock);
-		char *line = rq_mnt_job_line(m, j, disk);
-		if (!line) {
-			fuse_reply_err(rd->req, ENOMEM);
-		} else {
-			size_t len = strlen(line);
-			uint64_t o2 = rd->off < len ? rd->off : len;
-			uint64_t n = len - o2 < rd->size ? len - o2 : rd->size;
-			fuse_reply_buf(rd->req, line + o2, n);
-		}
-		free(line);
-		rq_mnt_read_free(rd);
-		return;
-	}
-
 	const struct rq_vfile *f = &p->files[rd->file];
 	uint64_t end = rd->off + rd->size;
 	if (m->files[rd->file].njobs) {
@@ -317,7 +283,7 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 		if (rq_mnt_held(rd, g->job))
 			continue;
 		struct mjob *J = &m->jobs[g->job];
-		if (J->state == J_READY) {
+		if (rq_job_has_bytes(J)) {
 			if (rq_mnt_hold(rd, g->job, J->out))
 				err = -ENOMEM;
 			rq_mnt_touch(m, g->job);
@@ -432,7 +398,7 @@ void rq_mnt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct mread *rd = calloc(1, sizeof *rd);
 	if (!rd)
 		return (void)fuse_reply_err(req, ENOMEM);
-	*rd = (struct mread){.req = req, .file = file, .ctl_job = -1, .off = (uint64_t)off,
-	                     .size = len};
+	*rd = (struct mread){.serve = rq_mnt_serve, .req = req, .file = file, .ctl_job = -1,
+	                     .off = (uint64_t)off, .size = len};
 	rq_mnt_serve(m, rd);
 }

@@ -20,7 +20,7 @@
 
 #include "base/err.h"
 #include "fs/mount_pt.h"
-#include "fs/qrun.h"
+#include "qdev/qdev.h"
 
 double rq_mnt_now(void)
 {
@@ -160,6 +160,7 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 	pthread_mutex_init(&m->mon_mu, NULL);
 	pthread_cond_init(&m->mon_cv, NULL);
 	pthread_cond_init(&m->mat_cv, NULL);
+	pthread_cond_init(&m->mat_done, NULL);
 	m->t_start = rq_mnt_now();
 	if (o->log_path) {
 		m->logf = fopen(o->log_path, "ae");
@@ -447,5 +448,6 @@ void rq_mount_close(struct rq_mount *m)
 	pthread_mutex_destroy(&m->mon_mu);
 	pthread_cond_destroy(&m->mon_cv);
 	pthread_cond_destroy(&m->mat_cv);
+	pthread_cond_destroy(&m->mat_done);
 	free(m);
 }

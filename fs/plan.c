@@ -9,7 +9,7 @@
 #include "fs/plan_int.h"
 #include "fs/rules.h"
 #include "fs/ckpt.h"
-#include "fs/jtext.h"
+#include "st/jtext.h"
 #include "base/err.h"
 
 #include <cjson/cJSON.h>
@@ -377,116 +377,119 @@ static int check_index(const struct rq_plan *p, struct rq_err *err)
 	return rc;
 }
 
-int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_err *err)
-{
-	struct rq_plan *p = calloc(1, sizeof *p);
-	struct keep *keep = calloc(1, sizeof *keep);
-	if (!p || !keep) {
-		free(p);
-		free(keep);
-		return -ENOMEM;
-	}
-	p->keep_ = keep;
-	p->recipe = o->recipe;
-	char *config = NULL;
-	size_t config_len = 0, nc = 0, cap = 0, rule = 0;
-	cJSON *cfg = NULL;
-	struct rq_rules rules = {0};
-	struct st_header **hdr = NULL;
-	struct cand *c = NULL;
-	int rc = rq_src_scan(p, o->src, err);
-	if (rc)
-		goto out;
+/* What rq_plan_build holds while it works; build_free releases it. */
+struct build {
+	char path[4096];          /* SRC's config.json, for messages */
+	char *config;             /* its bytes [config_len] */
+	size_t config_len;
+	cJSON *cfg;               /* parsed */
+	struct rq_rules rules;    /* its quantization_config.ignore */
+	struct st_header **hdr;   /* [p->nsrcs] shard headers, NULL for other files */
+	struct cand *c;           /* [nc] of cap: Linear modules seen in the shards */
+	size_t nc, cap;
+};
 
-	rc = check_index(p, err);
-	if (rc)
-		goto out;
-	char path[4096];
-	snprintf(path, sizeof path, "%s/config.json", p->src_dir);
-	const struct rq_srcfile *cf = rq_src_find(p, "config.json");
-	rc = cf ? rq_read_whole(cf->path, &config, &config_len) : -ENOENT;
-	if (rc) {
-		rq_errf(err, rc, "SRC %s has no readable config.json (%s); is it a checkpoint directory?",
-		        o->src, strerror(-rc));
-		goto out;
+static void build_free(struct build *b, size_t nsrcs)
+{
+	for (size_t i = 0; i < b->nc; i++) {
+		free(b->c[i].name);
+		free(b->c[i].role);
 	}
-	cfg = cJSON_ParseWithLength(config, config_len);
-	const cJSON *qc = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config") : NULL;
-	const cJSON *ign = qc ? cJSON_GetObjectItemCaseSensitive(qc, "ignore") : NULL;
-	if (!cfg) {
-		rc = rq_errf(err, -EPROTO, "%s is not valid JSON", path);
-		goto out;
-	}
-	if (!cJSON_IsObject(qc) || !cJSON_IsArray(ign)) {
-		rc = rq_errf(err, -ENOENT, "%s has no quantization_config.ignore list; this is not a "
-		             "compressed-tensors checkpoint with BF16 exemptions", path);
-		goto out;
-	}
+	free(b->c);
+	if (b->hdr)
+		for (size_t s = 0; s < nsrcs; s++)
+			st_header_free(b->hdr[s]);
+	free(b->hdr);
+	rq_rules_free(&b->rules);
+	cJSON_Delete(b->cfg);
+	free(b->config);
+}
+
+/* The ignore list's strings, as rules. */
+static int read_rules(struct build *b, const cJSON *ign, struct rq_err *err)
+{
 	size_t nign = cJSON_GetArraySize(ign);
 	const char **ent = calloc(nign + 1, sizeof *ent);
-	if (!ent) {
-		rc = -ENOMEM;
-		goto out;
-	}
+	if (!ent)
+		return -ENOMEM;
 	size_t k = 0;
 	for (const cJSON *e = ign->child; e; e = e->next, k++) {
 		if (!cJSON_IsString(e)) {
 			free(ent);
-			rc = rq_errf(err, -EPROTO, "%s: quantization_config.ignore[%zu] is not a string",
-			             path, k);
-			goto out;
+			return rq_errf(err, -EPROTO, "%s: quantization_config.ignore[%zu] is not a string",
+			               b->path, k);
 		}
 		ent[k] = e->valuestring;
 	}
-	rc = rq_rules_init(&rules, ent, nign, err);
+	int rc = rq_rules_init(&b->rules, ent, nign, err);
 	free(ent);
-	if (rc) {
-		rq_err_prefix(err, "%s", path);
-		goto out;
-	}
+	if (rc)
+		rq_err_prefix(err, "%s", b->path);
+	return rc;
+}
 
-	hdr = calloc(p->nsrcs, sizeof *hdr);
-	if (!hdr) {
-		rc = -ENOMEM;
-		goto out;
-	}
+/* SRC's config.json: its bytes, its JSON, its quantization_config.ignore. */
+static int read_config(const struct rq_plan *p, const char *src, struct build *b,
+                       struct rq_err *err)
+{
+	snprintf(b->path, sizeof b->path, "%s/config.json", p->src_dir);
+	const struct rq_srcfile *cf = rq_src_find(p, "config.json");
+	int rc = cf ? rq_read_whole(cf->path, &b->config, &b->config_len) : -ENOENT;
+	if (rc)
+		return rq_errf(err, rc, "SRC %s has no readable config.json (%s); is it a checkpoint "
+		               "directory?", src, strerror(-rc));
+	b->cfg = cJSON_ParseWithLength(b->config, b->config_len);
+	const cJSON *qc = b->cfg ? cJSON_GetObjectItemCaseSensitive(b->cfg, "quantization_config")
+	                         : NULL;
+	const cJSON *ign = qc ? cJSON_GetObjectItemCaseSensitive(qc, "ignore") : NULL;
+	if (!b->cfg)
+		return rq_errf(err, -EPROTO, "%s is not valid JSON", b->path);
+	if (!cJSON_IsObject(qc) || !cJSON_IsArray(ign))
+		return rq_errf(err, -ENOENT, "%s has no quantization_config.ignore list; this is not a "
+		               "compressed-tensors checkpoint with BF16 exemptions", b->path);
+	return read_rules(b, ign, err);
+}
+
+/* Every shard's header; its Linear modules become candidates, sorted by
+ * name, a module's .weight and .weight_packed merged. */
+static int scan_shards(const struct rq_plan *p, struct build *b, struct rq_err *err)
+{
+	b->hdr = calloc(p->nsrcs, sizeof *b->hdr);
+	if (!b->hdr)
+		return -ENOMEM;
 	for (size_t s = 0; s < p->nsrcs; s++) {
 		if (!ends_with(p->srcs[s].name, ".safetensors"))
 			continue;
-		rc = st_parse_path(p->srcs[s].path, &hdr[s], err);
+		int rc = st_parse_path(p->srcs[s].path, &b->hdr[s], err);
 		if (rc) {
 			rq_err_prefix(err, "SRC shard %s", p->srcs[s].name);
-			goto out;
+			return rc;
 		}
-		for (size_t i = 0; i < hdr[s]->n; i++) {
-			const struct st_tensor *t = &hdr[s]->t[i];
+		for (size_t i = 0; i < b->hdr[s]->n; i++) {
+			const struct st_tensor *t = &b->hdr[s]->t[i];
 			char mod[1024];
 			size_t l = strlen(t->name);
 			if (ends_with(t->name, ".weight") && t->ndim == 2 && l - 7 < sizeof mod) {
 				snprintf(mod, sizeof mod, "%.*s", (int)(l - 7), t->name);
 				if (is_linear_name(mod))
-					rc = note_cand(&c, &nc, &cap, mod, (int)s, t, 0);
+					rc = note_cand(&b->c, &b->nc, &b->cap, mod, (int)s, t, 0);
 			} else if (ends_with(t->name, ".weight_packed") && l - 14 < sizeof mod) {
 				snprintf(mod, sizeof mod, "%.*s", (int)(l - 14), t->name);
-				rc = note_cand(&c, &nc, &cap, mod, (int)s, NULL, 1);
+				rc = note_cand(&b->c, &b->nc, &b->cap, mod, (int)s, NULL, 1);
 			}
 			if (rc)
-				goto out;
+				return rc;
 		}
 	}
-	qsort(c, nc, sizeof *c, cmp_cand);
-	merge_cands(c, &nc);
+	qsort(b->c, b->nc, sizeof *b->c, cmp_cand);
+	merge_cands(b->c, &b->nc);
 	(void)find_cand;
+	return 0;
+}
 
-	rc = pick_rule(o, &rules, c, nc, &rule, err);
-	if (rc) {
-		rq_err_prefix(err, "%s", path);
-		goto out;
-	}
-	p->dropped_rule = strdup(rules.text[rule]);
-	rc = choose_modules(p, &rules, rule, c, nc, err);
-	if (rc)
-		goto out;
+/* Each chosen module's .weight: its absolute offset in its SRC file. */
+static void locate_weights(struct rq_plan *p, struct st_header **hdr)
+{
 	for (size_t i = 0; i < p->nmods; i++) {
 		struct rq_module *m = &p->mods[i];
 		char wn[1100];
@@ -494,26 +497,49 @@ int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_
 		long t = st_find(hdr[m->src], wn);
 		m->w_off = hdr[m->src]->data_start + hdr[m->src]->t[t].begin;
 	}
-	rc = calibrate(p, o->calib, err);
-	if (rc)
-		goto out;
-	rc = make_jobs(p);
-	if (rc)
-		goto out;
-	rc = rq_plan_layout(p, config, config_len, rule, hdr, err);
-out:
-	for (size_t i = 0; i < nc; i++) {
-		free(c[i].name);
-		free(c[i].role);
+}
+
+int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_err *err)
+{
+	struct rq_plan *p = calloc(1, sizeof *p);
+	struct keep *keep = calloc(1, sizeof *keep);
+	struct build *b = calloc(1, sizeof *b);
+	if (!p || !keep || !b) {
+		free(p);
+		free(keep);
+		free(b);
+		return -ENOMEM;
 	}
-	free(c);
-	if (hdr)
-		for (size_t s = 0; s < p->nsrcs; s++)
-			st_header_free(hdr[s]);
-	free(hdr);
-	rq_rules_free(&rules);
-	cJSON_Delete(cfg);
-	free(config);
+	p->keep_ = keep;
+	p->recipe = o->recipe;
+	size_t rule = 0;
+	int rc = rq_src_scan(p, o->src, err);
+	if (!rc)
+		rc = check_index(p, err);
+	if (!rc)
+		rc = read_config(p, o->src, b, err);
+	if (!rc)
+		rc = scan_shards(p, b, err);
+	if (rc)
+		goto out;
+	rc = pick_rule(o, &b->rules, b->c, b->nc, &rule, err);
+	if (rc) {
+		rq_err_prefix(err, "%s", b->path);
+		goto out;
+	}
+	p->dropped_rule = strdup(b->rules.text[rule]);
+	rc = choose_modules(p, &b->rules, rule, b->c, b->nc, err);
+	if (rc)
+		goto out;
+	locate_weights(p, b->hdr);
+	rc = calibrate(p, o->calib, err);
+	if (!rc)
+		rc = make_jobs(p);
+	if (!rc)
+		rc = rq_plan_layout(p, b->config, b->config_len, rule, b->hdr, err);
+out:
+	build_free(b, p->nsrcs);
+	free(b);
 	if (rc) {
 		rq_plan_free(p);
 		return rc;

@@ -3,7 +3,7 @@
  * shards; every other file is its SRC file as is. */
 #include "fs/plan_int.h"
 #include "fs/ckpt.h"
-#include "fs/jtext.h"
+#include "st/jtext.h"
 #include "base/err.h"
 
 #include <cjson/cJSON.h>

@@ -3,7 +3,7 @@
 #define RQ_FS_PLAN_INT_H
 
 #include "fs/plan.h"
-#include "fs/st.h"
+#include "st/st.h"
 
 struct rq_err;
 

@@ -6,8 +6,10 @@
  * the same function in plain C (the oracle of tests/kernels/test_ek_gpu.c,
  * itself checked against scalar references in test_ek_cpu.c). Each op family
  * lives in one .cu (ek_gemv.cu, ek_gemm.cu, ek_attn.cu, ek_moe.cu, ek_ops.cu,
- * runtime in ek_rt.cu); twins in ek_cpu.c, compiled in every build. Without
- * CUDA, ek_stub.c answers -ENODEV to every GPU entry point.
+ * runtime in ek_rt.cu); twins in ek_*_cpu.c by the same families
+ * (ek_cpu_int.h), compiled in every build. Without CUDA, ek_stub.c answers
+ * -ENODEV to every GPU entry point. Twins that allocate return 0 or -ENOMEM;
+ * BF16/E4M3/E2M1 conversions are quant/'s (quant/quant.h).
  *
  * Conventions: activations are binary32 [tokens][ld] row-major; weights are
  * BF16 or NVFP4 (below); GPU ops return 0, -EINVAL (bad shape, message in
@@ -41,6 +43,9 @@ struct ek_graph;
 
 /* 1 if the CUDA kernels are compiled in. */
 int ek_compiled(void);
+/* CUDA devices present (0 without CUDA, a driver or a device). Creates no
+ * context. The engine's own query: the quantizer has kq_device_count. */
+int ek_device_count(void);
 /* Opens device `index` (makes it current, creates a non-blocking stream and,
  * when libcublas can be loaded, a cuBLAS handle). -ENODEV with a reason. */
 int ek_open(int index, struct ek_dev **out, char *msg, size_t msglen);
@@ -148,10 +153,10 @@ void ek_w_row_cpu(const struct ek_w *W, int e, int r, float *out);
  * header comment). ek_gemm: any T (prefill; BF16 through cuBLAS when loaded). */
 int ek_gemv(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, float *y, int ldy,
             int T, int acc);
-void ek_gemv_cpu(const struct ek_w *W, const float *x, int ldx, float *y, int ldy, int T, int acc);
+int ek_gemv_cpu(const struct ek_w *W, const float *x, int ldx, float *y, int ldy, int T, int acc);
 int ek_gemm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, float *y, int ldy,
             int T, int acc);
-void ek_gemm_cpu(const struct ek_w *W, const float *x, int ldx, float *y, int ldy, int T, int acc);
+int ek_gemm_cpu(const struct ek_w *W, const float *x, int ldx, float *y, int ldy, int T, int acc);
 
 /* ------------------------------------------------------------------- MoE */
 
@@ -174,9 +179,9 @@ void ek_route_cpu(const float *logits, int ldl, const float *bias, int E, int k,
 int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
            const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
            float *out, int ldo, int T, int acc, void *work);
-void ek_moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
-                const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
-                float *out, int ldo, int T, int acc, void *work);
+int ek_moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+               const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+               float *out, int ldo, int T, int acc, void *work);
 size_t ek_moe_work_bytes(int T, int k, int inter, int hidden);
 
 /* ek_moe and ek_attn keep arrival counters in the first EK_WORK_CNT_BYTES of
@@ -239,19 +244,16 @@ void ek_qk_rope_kv_cpu(float *q, int ldq, float *k, int ldk, const float *v, int
 int ek_attn(struct ek_dev *d, float *out, int ldo, const float *q, int ldq, const float *g,
             int ldg, int gate, int T, int nh, int nkv, int hd, const void *kc, const void *vc,
             int kvtype, int cap, const int *pos, int window, int max_keys, void *work);
-void ek_attn_cpu(float *out, int ldo, const float *q, int ldq, const float *g, int ldg, int gate,
-                 int T, int nh, int nkv, int hd, const void *kc, const void *vc, int kvtype,
-                 int cap, const int *pos, int window, int max_keys, void *work);
+int ek_attn_cpu(float *out, int ldo, const float *q, int ldq, const float *g, int ldg, int gate,
+                int T, int nh, int nkv, int hd, const void *kc, const void *vc, int kvtype,
+                int cap, const int *pos, int window, int max_keys, void *work);
 size_t ek_attn_work_bytes(int T, int nh, int hd, int max_keys);
 
-/* Scalar helpers shared by the twins and tests. */
-float ek_bf16_f32(uint16_t b);
-uint16_t ek_f32_bf16(float f);             /* round to nearest even */
+/* fp16 conversions of the NVFP4 GEMV's activations (twins and tests); the
+ * other formats are quant/'s: rq_bf16_to_f32, rq_f32_to_bf16, rq_e4m3_to_f32,
+ * rq_f32_to_e4m3 (RNE, saturating to ±448, NaN → 0x7F), rq_e2m1_to_f32. */
 float ek_f16_f32(uint16_t h);
 uint16_t ek_f32_f16(float f);              /* round to nearest even, subnormals kept */
-float ek_e4m3_f32(uint8_t b);
-uint8_t ek_f32_e4m3(float f);              /* RNE, saturating to ±448, NaN → 0x7F */
-float ek_e2m1_f32(uint8_t code);
 
 #ifdef __cplusplus
 }

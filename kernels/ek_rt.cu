@@ -19,6 +19,16 @@ int ek_compiled(void)
 	return 1;
 }
 
+int ek_device_count(void)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		cudaGetLastError();
+		return 0;
+	}
+	return n > 0 ? n : 0;
+}
+
 } /* extern "C" */
 
 int ek_fail(struct ek_dev *d, int code, const char *fmt, ...)

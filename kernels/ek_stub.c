@@ -13,6 +13,11 @@ int ek_compiled(void)
 	return 0;
 }
 
+int ek_device_count(void)
+{
+	return 0;
+}
+
 int ek_open(int index, struct ek_dev **out, char *msg, size_t msglen)
 {
 	if (msg && msglen)

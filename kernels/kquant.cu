@@ -6,7 +6,7 @@
  *      the device; a reduction takes max |w| per module as BF16 bits (an
  *      integer max: |w| bits >= 0x7F80 means Inf or NaN -> -EDOM);
  *   2. scale: one thread computes the global scale from the max over the job
- *      (kq_math.h, the same binary32 operations as rq_global_scale);
+ *      (quant/recipe.h, the same binary32 operations as rq_global_scale);
  *   3. quantize + download: one thread per group of 16 computes the E4M3
  *      scale and eight bytes of E2M1 codes; results come back through the
  *      pinned slots.

@@ -1,8 +1,8 @@
 /* kquant_kern.cu — the quantizer's kernels and their launchers (the CUDA
- * half of kquant.cu). The arithmetic is kq_math.h; tests/kernels/kq_emul.cpp
+ * half of kquant.cu). The arithmetic is quant/recipe.h; tests/kernels/kq_emul.cpp
  * replaces this file by host loops to test kquant.cu's pipeline on the CPU. */
 #include "kernels/kquant_int.h"
-#include "kernels/kq_math.h"
+#include "quant/recipe.h"
 
 /* Max of the eight |BF16| in v, as two packed 16-bit maxima. */
 static __device__ __forceinline__ uint32_t vabsmax(uint4 v)
@@ -47,11 +47,11 @@ __global__ void k_scale(int r, const uint32_t *__restrict__ amax, int n,
 	int bad = -1;
 	for (int i = 0; i < n; i++) {
 		uint32_t a = amax[i];
-		if (a >= KQ_BF16_INF && bad < 0)
+		if (a >= RQ_BF16_INF && bad < 0)
 			bad = i;
 		m = a > m ? a : m;
 	}
-	res->gs = kq_global_scale(r, kq_bf16f(m));
+	res->gs = rq_recipe_gs(r, rq_bf16f(m));
 	res->bad = bad;
 	res->amax = m;
 }
@@ -68,13 +68,13 @@ __global__ void __launch_bounds__(256) k_quant(const uint4 *__restrict__ in, siz
 	uint4 a = in[2 * g], b = in[2 * g + 1];
 	uint32_t words[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 	uint32_t w[16];
-	KQ_UNROLL
+	RQ_UNROLL
 	for (int j = 0; j < 8; j++) {
 		w[2 * j] = words[j] & 0xFFFFu;       /* little endian: column 2j is the low half */
 		w[2 * j + 1] = words[j] >> 16;
 	}
 	uint32_t pk[2];
-	uint32_t sc = kq_quant_group(R, gs, w, pk);
+	uint32_t sc = rq_quant_group(R, gs, w, pk);
 	packed[g] = make_uint2(pk[0], pk[1]);
 	scales[g] = (uint8_t)sc;
 }
@@ -85,7 +85,7 @@ __global__ void k_gs_batch(int r, const uint16_t *__restrict__ amax, size_t n,
 {
 	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n)
-		gs[i] = kq_global_scale(r, kq_bf16f(amax[i]));
+		gs[i] = rq_recipe_gs(r, rq_bf16f(amax[i]));
 }
 
 void kq_launch_absmax(const struct kq_ctx *k, const uint8_t *din, size_t groups,
@@ -115,11 +115,11 @@ void kq_launch_quant(enum rq_recipe r, const uint8_t *din, size_t groups, float 
 	const uint4 *in = (const uint4 *)din;
 	uint2 *pk = (uint2 *)dpk;
 	if (r == RQ_RECIPE_BF16)
-		k_quant<KQ_BF16><<<blocks, 256, 0, s>>>(in, groups, gs, pk, dsc);
+		k_quant<RQ_R_BF16><<<blocks, 256, 0, s>>>(in, groups, gs, pk, dsc);
 	else if (r == RQ_RECIPE_FP32DIV)
-		k_quant<KQ_FP32DIV><<<blocks, 256, 0, s>>>(in, groups, gs, pk, dsc);
+		k_quant<RQ_R_FP32DIV><<<blocks, 256, 0, s>>>(in, groups, gs, pk, dsc);
 	else
-		k_quant<KQ_FP32><<<blocks, 256, 0, s>>>(in, groups, gs, pk, dsc);
+		k_quant<RQ_R_FP32><<<blocks, 256, 0, s>>>(in, groups, gs, pk, dsc);
 }
 
 void kq_launch_gs_batch(enum rq_recipe r, const uint16_t *amax, size_t n, float *gs)
@@ -131,5 +131,5 @@ void kq_launch_gs_batch(enum rq_recipe r, const uint16_t *amax, size_t n, float 
 cudaError_t kq_kernels_loadable(void)
 {
 	cudaFuncAttributes fa;
-	return cudaFuncGetAttributes(&fa, k_quant<KQ_FP32>);
+	return cudaFuncGetAttributes(&fa, k_quant<RQ_R_FP32>);
 }

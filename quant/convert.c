@@ -2,7 +2,7 @@
  *
  * These are the slow, literal definitions (the oracle): E4M3FN encoding
  * searches the table of representable values and compares against exact
- * midpoints. The branch-free twins the fast path uses live in quant_int.h. */
+ * midpoints. The branch-free twins the fast path uses live in recipe.h. */
 #include "quant/quant.h"
 #include "quant/quant_int.h"
 
@@ -94,9 +94,10 @@ uint8_t rq_f32_to_e4m3(float f)
 	return sign | c;
 }
 
+const float rq_e2m1_mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
 float rq_e2m1_to_f32(uint8_t code)
 {
-	static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-	float v = mag[code & 7];
+	float v = rq_e2m1_mag[code & 7];
 	return (code & 8) ? -v : v;
 }

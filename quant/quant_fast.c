@@ -27,7 +27,7 @@
 #endif
 
 static inline __attribute__((always_inline))
-void quant_block(const uint16_t *restrict w, size_t ng, float gs, int bf16,
+void quant_block(const uint16_t *restrict w, size_t ng, float gs, int r,
                  uint8_t *restrict packed, uint8_t *restrict scales)
 {
 	int16_t gmax[BLOCK_GROUPS];   /* [ng] group max |w| as BF16 bits */
@@ -42,9 +42,9 @@ void quant_block(const uint16_t *restrict w, size_t ng, float gs, int bf16,
 		gmax[g] = m;
 	}
 	for (size_t g = 0; g < ng; g++) {
-		uint32_t c = rq_group_code(rq_bf16f((uint16_t)gmax[g]), gs, bf16);
+		uint32_t c = rq_scale_code(r, rq_bf16f((uint16_t)gmax[g]), gs);
 		scales[g] = (uint8_t)c;
-		seff[g] = rq_e4m3_val_pos(c) / gs;
+		seff[g] = rq_seff(c, gs);
 	}
 	for (size_t g = 0; g < ng; g++) {
 		const uint16_t *wg = w + g * 16;
@@ -69,11 +69,12 @@ void quant_rows_body(enum rq_recipe r, const uint16_t *w, size_t rows, size_t co
 		uint8_t *sr = scales + i * groups;
 		for (size_t g = 0; g < groups; g += BLOCK_GROUPS) {
 			size_t ng = groups - g < BLOCK_GROUPS ? groups - g : BLOCK_GROUPS;
-			/* bf16 as a constant: each copy of the block is straight-line */
+			/* the variant's S6 as a constant: each copy of the block is
+			 * straight-line (fp32 and fp32div differ only in gs) */
 			if (bf16)
-				quant_block(wr + g * 16, ng, gs, 1, pr + g * 8, sr + g);
+				quant_block(wr + g * 16, ng, gs, RQ_R_BF16, pr + g * 8, sr + g);
 			else
-				quant_block(wr + g * 16, ng, gs, 0, pr + g * 8, sr + g);
+				quant_block(wr + g * 16, ng, gs, RQ_R_FP32, pr + g * 8, sr + g);
 		}
 	}
 }

@@ -1,6 +1,9 @@
 /* quant_ref.c — the scalar oracle of SPEC.md §3: absmax, global scale,
- * quantization and dequantization written as literally as the spec reads.
- * Speed does not matter here; quant_fast.c must produce the same bytes. */
+ * quantization and dequantization written as literally as the spec reads,
+ * with the recipe's rule (GS and S6 of each variant, the clamp) taken from
+ * recipe.h and the number formats encoded by table search and exact
+ * distances (convert.c, e2m1_encode_ref). Speed does not matter here;
+ * quant_fast.c and the CUDA quantizer must produce the same bytes. */
 #include "quant/quant.h"
 #include "quant/quant_int.h"
 
@@ -24,41 +27,19 @@ int rq_absmax_bf16(const uint16_t *w, size_t n, uint16_t *amax, size_t *bad_inde
 	return 0;
 }
 
+/* GS(a) is recipe.h's: the one definition the CPU paths and the CUDA
+ * quantizer share (tests/kernels/test_kq_math.c checks it against its own
+ * transcription of SPEC.md §3 for every BF16 amax). */
 float rq_global_scale(enum rq_recipe r, float amax)
 {
-	const float tiny = 0x1p-126f;
-	if (isnan(amax))                           /* torch: NaN gs -> 1.0 */
-		return 1.0f;
-	float a = amax < tiny ? tiny : amax;      /* NaN passes through, as torch.clamp */
-	float gs;
-	switch (r) {
-	case RQ_RECIPE_BF16: {
-		/* torch on a BF16 tensor: 2688 / t == t.reciprocal() * 2688, each
-		 * op computed in binary32 and rounded to BF16 */
-		float inv = rq_round_bf16(1.0f / a);
-		gs = rq_round_bf16(inv * RQ_GS_NUM);
-		break;
-	}
-	case RQ_RECIPE_FP32DIV:
-		gs = RQ_GS_NUM / a;
-		break;
-	case RQ_RECIPE_FP32:
-	default: {
-		float inv = 1.0f / a;
-		gs = inv * RQ_GS_NUM;
-		break;
-	}
-	}
-	if (isinf(gs) || isnan(gs))
-		gs = 1.0f;
-	return gs;
+	return rq_recipe_gs((int)r, amax);
 }
 
 /* Nearest magnitude index on the E2M1 grid, ties to the even index; the
  * distances below are exact (Sterbenz within each interval). */
 static uint8_t e2m1_encode_ref(float q)
 {
-	static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+	const float *mag = rq_e2m1_mag;
 	if (q < -6.0f)
 		q = -6.0f;
 	if (q > 6.0f)
@@ -86,13 +67,9 @@ void rq_quantize_row_ref(enum rq_recipe r, const uint16_t *w, size_t cols, float
 			if (a > g)
 				g = a;
 		}
-		float s6 = g / 6.0f;
-		if (r == RQ_RECIPE_BF16)
-			s6 = rq_bf16_to_f32(rq_f32_to_bf16(s6));
-		float s = gs * s6;
-		if (s > RQ_E4M3_MAX)
-			s = RQ_E4M3_MAX;
-		uint8_t sc = rq_f32_to_e4m3(s);
+		/* the rule (S6, multiply, clamp) is recipe.h's; the E4M3
+		 * encoding and decoding below are convert.c's literal ones */
+		uint8_t sc = rq_f32_to_e4m3(rq_scale_value((int)r, g, gs));
 		if (sc == 0)
 			sc = RQ_E4M3_EPS_CODE;
 		scales[g0 / 16] = sc;

@@ -6,7 +6,7 @@
 #include "tools/cli.h"
 #include "base/err.h"
 #include "base/pool.h"
-#include "engine/forward.h"
+#include "engine/backend.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 
@@ -74,7 +74,7 @@ static int bench_one(const char *label, const char *dir, struct rq_pool *pool, i
 {
 	struct rq_err err = {0};
 	struct lg_model *m = NULL;
-	struct lg_state *s = NULL;
+	struct lg_backend *s = NULL;
 	float *logits = NULL;
 	int *tok = NULL, rc = 1;
 	if (lg_model_open(dir, &m, &err)) {
@@ -82,7 +82,8 @@ static int bench_one(const char *label, const char *dir, struct rq_pool *pool, i
 		goto out;
 	}
 	const struct lg_config *c = &m->cfg;
-	if (lg_state_create(m, np + nd + 1, 0, pool, &s, &err)) {
+	struct lg_backend_opts bo = {.device = LG_DEVICE_CPU, .max_ctx = np + nd + 1, .pool = pool};
+	if (lg_backend_open(m, &bo, &s, &err)) {
 		cli_fail(1, "bench", "%s", err.msg);
 		goto out;
 	}
@@ -96,14 +97,14 @@ static int bench_one(const char *label, const char *dir, struct rq_pool *pool, i
 	for (int i = 0; i < np; i++)
 		tok[i] = (int)(lg_rand(&rng) * (c->vocab - 3)) + 3;
 	double t0 = bench_now();
-	if (lg_forward(s, tok, np, logits, 1, &err)) {
+	if (s->forward(s, tok, np, logits, 1, &err)) {
 		cli_fail(1, "bench", "%s", err.msg);
 		goto out;
 	}
 	double t1 = bench_now();
 	for (int i = 0; i < nd; i++) {
 		tok[np + i] = lg_argmax(logits, c->vocab);
-		if (lg_forward(s, &tok[np + i], 1, logits, 1, &err)) {
+		if (s->forward(s, &tok[np + i], 1, logits, 1, &err)) {
 			cli_fail(1, "bench", "%s", err.msg);
 			goto out;
 		}
@@ -120,7 +121,7 @@ static int bench_one(const char *label, const char *dir, struct rq_pool *pool, i
 out:
 	free(tok);
 	free(logits);
-	lg_state_free(s);
+	lg_backend_close(s);
 	lg_model_close(m);
 	return rc;
 }

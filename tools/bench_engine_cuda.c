@@ -17,6 +17,7 @@
 #include "base/err.h"
 #include "engine/forward_cuda.h"
 #include "engine/model.h"
+#include "tools/bench_synth.h"
 #include "kernels/ek.h"
 
 #include <getopt.h>
@@ -187,8 +188,8 @@ int bench_engine_cuda(int argc, char **argv)
 	static char cfg[32768];
 	int synth = !model, rc;
 	if (synth) {
-		lgc_laguna_config(cfg, sizeof cfg, layers, experts);
-		rc = lgc_synth_model(cfg, 1, &m, &err);
+		bench_laguna_config(cfg, sizeof cfg, layers, experts);
+		rc = bench_synth_model(cfg, 1, &m, &err);
 	} else {
 		rc = lg_model_open(model, &m, &err);
 	}
@@ -201,7 +202,7 @@ int bench_engine_cuda(int argc, char **argv)
 	int at = 1024 < o.max_ctx - 2 ? 1024 : o.max_ctx - 2;
 	rc = measure(m, &o, steps, plen, nplen, at, 1, &r, &err);
 	if (rc) {
-		synth ? lgc_synth_free(m) : lg_model_close(m);
+		synth ? bench_synth_free(m) : lg_model_close(m);
 		return cli_fail(1, "bench engine", "%s", err.msg);
 	}
 	for (int i = 0; i < nplen; i++)
@@ -214,13 +215,13 @@ int bench_engine_cuda(int argc, char **argv)
 	       d2d > 0 ? 100 * gbs / d2d : 0.0, d2d);
 	if (synth && layers >= 2) {
 		struct lg_model *m2 = NULL, *m48 = NULL;
-		lgc_laguna_config(cfg, sizeof cfg, layers / 2, experts);
-		rc = lgc_synth_model(cfg, 1, &m2, &err);
+		bench_laguna_config(cfg, sizeof cfg, layers / 2, experts);
+		rc = bench_synth_model(cfg, 1, &m2, &err);
 		if (!rc)
 			rc = measure(m2, &o, steps, plen, 0, at, 0, &r2, &err);
-		lgc_laguna_config(cfg, sizeof cfg, 48, experts);
+		bench_laguna_config(cfg, sizeof cfg, 48, experts);
 		if (!rc)
-			rc = lgc_synth_model(cfg, 1, &m48, &err);
+			rc = bench_synth_model(cfg, 1, &m48, &err);
 		if (!rc) {
 			double tl = (r.step_s - r2.step_s) / (layers - layers / 2), t0 = r.step_s - layers * tl;
 			double t48 = t0 + 48 * tl, b48 = lg_model_token_bytes(m48);
@@ -232,9 +233,9 @@ int bench_engine_cuda(int argc, char **argv)
 		} else {
 			printf("extrapolation: %s\n", err.msg);
 		}
-		lgc_synth_free(m2);
-		lgc_synth_free(m48);
+		bench_synth_free(m2);
+		bench_synth_free(m48);
 	}
-	synth ? lgc_synth_free(m) : lg_model_close(m);
+	synth ? bench_synth_free(m) : lg_model_close(m);
 	return 0;
 }

@@ -6,7 +6,7 @@
 #include "base/err.h"
 #include "fs/export.h"
 #include "fs/plan.h"
-#include "fs/qrun.h"
+#include "qdev/qdev.h"
 
 #include <getopt.h>
 #include <stdio.h>

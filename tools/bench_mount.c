@@ -39,8 +39,8 @@
 #include "base/err.h"
 #include "fs/export.h"
 #include "fs/plan.h"
-#include "fs/qrun.h"
-#include "fs/st.h"
+#include "qdev/qdev.h"
+#include "st/st.h"
 
 #define CHUNK (1u << 20)
 
@@ -50,6 +50,7 @@ struct bm {
 	const char *device;
 	const char *pt;           /* --passthrough of the mounts made now */
 	int procs;                /* (d): loader processes at once */
+	int can_drop;             /* drop_caches works (root) */
 	int reps;
 	unsigned readahead;
 	uint8_t *buf;
@@ -93,6 +94,19 @@ static int drop_one(const char *path, const struct stat *st, int flag, struct FT
 static void drop(const char *path)
 {
 	nftw(path, drop_one, 16, FTW_PHYS);
+}
+
+/* Every page cache (the mount's own included): drop_caches as root, else
+ * each file of the work directory. */
+static void drop_all(struct bm *b)
+{
+	sync();
+	FILE *f = fopen("/proc/sys/vm/drop_caches", "we");
+	b->can_drop = f && fputs("3\n", f) >= 0;
+	if (f)
+		fclose(f);
+	if (!b->can_drop)
+		drop(b->work);
 }
 
 static int warm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
@@ -334,7 +348,34 @@ static void usage(FILE *f)
 	"  --procs N       (d): loader processes at once (default 4)\n");
 }
 
-int bench_mount(int argc, char **argv)
+/* What is measured on: the requantized shard with the most quantized bytes. */
+struct shard {
+	long i;                   /* plan file index */
+	const char *name, *srcpath;
+	uint64_t size, qbytes, qin;   /* bytes: the shard, its quantized part, all BF16 in */
+	char mpath[8400], epath[8400];
+};
+
+/* Figures, seconds (best of reps); [k]: 0 passthrough auto, 1 off. */
+struct res {
+	double t_exp, t_exp1, t_all, t_shard;
+	double nat_cold, nat_warm, nat_rand, nat_mm, nat_lazy;
+	uint64_t lazy_bytes;
+	double first[2], cold[2], bw[2], pc[2], rand[2], mm[2], lazy[2];
+};
+
+static const char *const modes[2] = {"auto", "off"};
+#define NRAND 256
+
+static void keep_min(double *best, double t)
+{
+	if (t > 0 && t < *best)
+		*best = t;
+}
+
+/* Options into b; -1 to go on, else the exit code. */
+static int parse_args(int argc, char **argv, struct bm *b, const char **dir, int *experts,
+                      int *keep)
 {
 	static const struct option lo[] = {
 		{"dir", required_argument, 0, 'd'}, {"experts", required_argument, 0, 'e'},
@@ -342,271 +383,296 @@ int bench_mount(int argc, char **argv)
 		{"readahead", required_argument, 0, 'a'}, {"keep", no_argument, 0, 'k'},
 		{"procs", required_argument, 0, 'P'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	struct bm b = {.device = "auto", .reps = 3, .readahead = 8192, .procs = 4};
-	const char *dir = NULL;
-	int experts = 8, keep = 0, c;
+	int c;
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'h': usage(stdout); return 0;
-		case 'd': dir = optarg; break;
-		case 'e': experts = atoi(optarg); break;
-		case 'D': b.device = optarg; break;
-		case 'r': b.reps = atoi(optarg); break;
-		case 'a': b.readahead = (unsigned)atoi(optarg); break;
-		case 'k': keep = 1; break;
-		case 'P': b.procs = atoi(optarg); break;
+		case 'd': *dir = optarg; break;
+		case 'e': *experts = atoi(optarg); break;
+		case 'D': b->device = optarg; break;
+		case 'r': b->reps = atoi(optarg); break;
+		case 'a': b->readahead = (unsigned)atoi(optarg); break;
+		case 'k': *keep = 1; break;
+		case 'P': b->procs = atoi(optarg); break;
 		default:
 			usage(stderr);
 			return cli_fail(2, "bench", "mount: unknown option '%s'", argv[optind - 1]);
 		}
 	}
-	if (experts < 1 || b.reps < 1 || b.procs < 1 || b.procs > 64 || optind != argc) {
+	if (*experts < 1 || b->reps < 1 || b->procs < 1 || b->procs > 64 || optind != argc) {
 		usage(stderr);
 		return 2;
 	}
+	return -1;
+}
+
+/* The work directory and every path in it; -1 to go on, else the exit code. */
+static int set_paths(struct bm *b, const char *dir, int *keep)
+{
 	if (dir) {
-		snprintf(b.work, sizeof b.work, "%s", dir);
-		mkdir(b.work, 0755);
-		keep = 1;
+		snprintf(b->work, sizeof b->work, "%s", dir);
+		mkdir(b->work, 0755);
+		*keep = 1;
 	} else {
 		const char *t = getenv("TMPDIR");
-		snprintf(b.work, sizeof b.work, "%s/rq-bench-mount-XXXXXX", t && *t ? t : "/var/tmp");
-		if (!mkdtemp(b.work))
-			return cli_fail(1, "bench", "mount: mkdtemp %s: %s", b.work, strerror(errno));
+		snprintf(b->work, sizeof b->work, "%s/rq-bench-mount-XXXXXX", t && *t ? t : "/var/tmp");
+		if (!mkdtemp(b->work))
+			return cli_fail(1, "bench", "mount: mkdtemp %s: %s", b->work, strerror(errno));
 	}
-	snprintf(b.src, sizeof b.src, "%s/src", b.work);
-	snprintf(b.cal, sizeof b.cal, "%s/cal", b.work);
-	snprintf(b.exp, sizeof b.exp, "%s/export", b.work);
-	snprintf(b.mnt, sizeof b.mnt, "%s/mnt", b.work);
-	snprintf(b.cache, sizeof b.cache, "%s/cache", b.work);
-	snprintf(b.cache_pt, sizeof b.cache_pt, "%s/cache-pt", b.work);
-	snprintf(b.cache_off, sizeof b.cache_off, "%s/cache-off", b.work);
-	snprintf(b.log, sizeof b.log, "%s/bench.log", b.work);
-	b.buf = malloc(CHUNK);
-	if (!b.buf)
-		return cli_fail(1, "bench", "out of memory");
+	snprintf(b->src, sizeof b->src, "%s/src", b->work);
+	snprintf(b->cal, sizeof b->cal, "%s/cal", b->work);
+	snprintf(b->exp, sizeof b->exp, "%s/export", b->work);
+	snprintf(b->mnt, sizeof b->mnt, "%s/mnt", b->work);
+	snprintf(b->cache, sizeof b->cache, "%s/cache", b->work);
+	snprintf(b->cache_pt, sizeof b->cache_pt, "%s/cache-pt", b->work);
+	snprintf(b->cache_off, sizeof b->cache_off, "%s/cache-off", b->work);
+	snprintf(b->log, sizeof b->log, "%s/bench.log", b->work);
+	return -1;
+}
 
-	int rc = 1;
-	struct rq_plan *p = NULL;
-	struct rq_quantizer *q = NULL;
-	struct rq_err err = {0};
+/* mkckpt --real-dims into WORK/src unless it is there; then its plan. */
+static int make_plan(struct bm *b, int experts, struct rq_plan **p)
+{
 	struct stat st;
-	if (stat(b.src, &st) || stat(b.cal, &st)) {
+	if (stat(b->src, &st) || stat(b->cal, &st)) {
 		char ex[16];
 		snprintf(ex, sizeof ex, "%d", experts);
-		char *args[] = {"requantfs", "mkckpt", b.src, "--calib-out", b.cal, "--real-dims",
+		char *args[] = {"requantfs", "mkckpt", b->src, "--calib-out", b->cal, "--real-dims",
 		                "--experts", ex, NULL};
 		fprintf(stderr, "bench mount: making a --real-dims checkpoint (%d experts) in %s\n",
-		        experts, b.src);
-		if (run_self(&b, args)) {
-			cli_fail(1, "bench", "mount: mkckpt failed (see %s)", b.log);
-			goto out;
-		}
+		        experts, b->src);
+		if (run_self(b, args))
+			return cli_fail(1, "bench", "mount: mkckpt failed (see %s)", b->log);
 	}
-	struct rq_plan_opts po = {.src = b.src, .calib = b.cal};
-	if (rq_plan_build(&po, &p, &err)) {
-		cli_fail(1, "bench", "mount: %s", err.msg);
-		goto out;
-	}
-	/* the requantized shard with the most quantized bytes */
-	long shard = -1;
-	uint64_t best = 0, qin = 0;
+	struct rq_plan_opts po = {.src = b->src, .calib = b->cal};
+	struct rq_err err = {0};
+	if (rq_plan_build(&po, p, &err))
+		return cli_fail(1, "bench", "mount: %s", err.msg);
+	return 0;
+}
+
+static int pick_shard(struct bm *b, const struct rq_plan *p, struct shard *sh)
+{
+	memset(sh, 0, sizeof *sh);
+	sh->i = -1;
 	for (size_t j = 0; j < p->njobs; j++)
-		qin += p->jobs[j].in_size;
+		sh->qin += p->jobs[j].in_size;
 	for (size_t i = 0; i < p->nfiles; i++) {
 		uint64_t jb = 0;
 		for (size_t k = 0; k < p->files[i].nseg; k++)
 			if (p->files[i].seg[k].kind == RQ_SEG_JOB)
 				jb += p->files[i].seg[k].len;
-		if (jb > best) {
-			best = jb;
-			shard = (long)i;
+		if (jb > sh->qbytes) {
+			sh->qbytes = jb;
+			sh->i = (long)i;
 		}
 	}
-	if (shard < 0) {
-		cli_fail(1, "bench", "mount: the checkpoint has no requantized shard");
-		goto out;
-	}
-	const char *sname = p->files[shard].name;
-	uint64_t ssize = p->files[shard].size;
-	const char *sfile = p->srcs[p->files[shard].src].path;   /* its SRC file */
-	char mpath[8400], epath[8400];
-	snprintf(mpath, sizeof mpath, "%s/%s", b.mnt, sname);
-	snprintf(epath, sizeof epath, "%s/%s", b.exp, sname);
+	if (sh->i < 0)
+		return cli_fail(1, "bench", "mount: the checkpoint has no requantized shard");
+	sh->name = p->files[sh->i].name;
+	sh->size = p->files[sh->i].size;
+	sh->srcpath = p->srcs[p->files[sh->i].src].path;
+	snprintf(sh->mpath, sizeof sh->mpath, "%s/%s", b->mnt, sh->name);
+	snprintf(sh->epath, sizeof sh->epath, "%s/%s", b->exp, sh->name);
+	return 0;
+}
 
-	/* (a) export, cold SRC */
+/* (a): export of everything and of the shard alone vs cold reads through a
+ * fresh mount with an empty cache (quantizing as it goes). */
+static int measure_cold(struct bm *b, struct rq_plan *p, struct rq_quantizer *q,
+                        const struct shard *sh, struct res *r)
+{
+	struct rq_err err = {0};
+	rm_rf(b->exp);
+	drop(b->src);
+	double t = bench_now();
+	if (rq_export(p, q, b->exp, NULL, NULL, &err))
+		return cli_fail(1, "bench", "mount: export: %s", err.msg);
+	r->t_exp = bench_now() - t;
+	char eshard[4300];
+	snprintf(eshard, sizeof eshard, "%s/export-shard", b->work);
+	struct rq_plan one = *p;          /* the same plan restricted to that file */
+	one.files = &p->files[sh->i];
+	one.nfiles = 1;
+	r->t_exp1 = r->t_shard = 1e30;
+	for (int k = 0; k < b->reps; k++) {
+		rm_rf(eshard);
+		drop(b->src);
+		t = bench_now();
+		if (rq_export(&one, q, eshard, NULL, NULL, &err))
+			return cli_fail(1, "bench", "mount: export of %s: %s", sh->name, err.msg);
+		keep_min(&r->t_exp1, bench_now() - t);
+	}
+	rm_rf(eshard);
+	rm_rf(b->cache);
+	drop(b->src);
+	if (do_mount(b))
+		return cli_fail(1, "bench", "mount: mount failed (see %s)", b->log);
+	t = bench_now();
+	for (size_t i = 0; i < p->nfiles; i++) {
+		char fp[8400];
+		snprintf(fp, sizeof fp, "%s/%s", b->mnt, p->files[i].name);
+		if (read_seq(b, fp, NULL) < 0) {
+			do_umount(b);
+			return cli_fail(1, "bench", "mount: reading %s failed", fp);
+		}
+	}
+	r->t_all = bench_now() - t;
+	do_umount(b);
+	for (int k = 0; k < b->reps; k++) {
+		rm_rf(b->cache);
+		drop(b->src);
+		do_mount(b);
+		keep_min(&r->t_shard, read_seq(b, sh->mpath, NULL));
+		do_umount(b);
+	}
+	return 0;
+}
+
+/* Two warm caches: one materialized by a passthrough mount's warm, one
+ * filled by a --passthrough off mount's warm (job entries). */
+static int warm_caches(struct bm *b)
+{
+	char *caches[2] = {b->cache_pt, b->cache_off};
+	for (int k = 0; k < 2; k++) {
+		snprintf(b->cache, sizeof b->cache, "%s", caches[k]);
+		b->pt = modes[k];
+		rm_rf(b->cache);
+		if (do_mount(b) || do_warm(b)) {
+			do_umount(b);
+			return cli_fail(1, "bench", "mount: warming the %s cache failed (see %s)",
+			                modes[k], b->log);
+		}
+		do_umount(b);
+	}
+	return 0;
+}
+
+static void measure_native(struct bm *b, const struct rq_plan *p, const struct shard *sh,
+                           struct res *r)
+{
+	r->nat_cold = r->nat_warm = r->nat_rand = r->nat_mm = r->nat_lazy = 1e30;
+	for (int k = 0; k < b->reps; k++) {
+		drop_all(b);
+		keep_min(&r->nat_cold, read_seq(b, sh->epath, NULL));
+		keep_min(&r->nat_warm, read_seq(b, sh->epath, NULL));
+		keep_min(&r->nat_rand, read_rand(b, sh->epath, sh->size, NRAND));
+		keep_min(&r->nat_mm, mmap_fault(sh->epath, sh->size));
+		drop_all(b);
+		keep_min(&r->nat_lazy, lazy_many(b, b->exp, p, &r->lazy_bytes));
+	}
+}
+
+/* (b)-(d) through a mount that stays mounted (as a served model's does:
+ * vLLM restarts, the mount does not), warmed first so that its shards are
+ * materialized and verified; "dropped" drops every page cache, the mount's
+ * included. Then fresh mounts with the backing files cached. */
+static void measure_mode(struct bm *b, int k, const struct rq_plan *p, const struct shard *sh,
+                         struct res *r)
+{
+	snprintf(b->cache, sizeof b->cache, "%s", k ? b->cache_off : b->cache_pt);
+	b->pt = modes[k];
+	r->first[k] = r->cold[k] = r->bw[k] = r->pc[k] = r->rand[k] = r->mm[k] = r->lazy[k] = 1e30;
+	for (int n = 0; n < b->reps; n++) {
+		/* the first read after mounting: with passthrough it waits for the
+		 * materialized shard's verification (hashed whole) */
+		drop_all(b);
+		do_mount(b);
+		keep_min(&r->first[k], read_seq(b, sh->mpath, NULL));
+		do_warm(b);
+		drop_all(b);
+		keep_min(&r->cold[k], read_seq(b, sh->mpath, NULL));
+		keep_min(&r->pc[k], read_seq(b, sh->mpath, NULL));
+		keep_min(&r->rand[k], read_rand(b, sh->mpath, sh->size, NRAND));
+		drop_all(b);
+		keep_min(&r->lazy[k], lazy_many(b, b->mnt, p, NULL));
+		do_umount(b);
+		for (int what = 0; what < 2; what++) {   /* the mount's own page cache empty */
+			do_mount(b);
+			do_warm(b);
+			warm(sh->srcpath);
+			warm(b->cache);
+			if (what == 0)
+				keep_min(&r->bw[k], read_seq(b, sh->mpath, NULL));
+			else
+				keep_min(&r->mm[k], mmap_fault(sh->mpath, sh->size));
+			do_umount(b);
+		}
+	}
+}
+
+static void print_results(const struct bm *b, const struct shard *sh, const struct res *r)
+{
+	double gb = sh->size / 1e9, rgb = (double)NRAND * CHUNK / 1e9, lgb = r->lazy_bytes / 1e9;
+	printf("  %-46s %14s %14s %6s   %s\n", "what", "mount", "baseline", "ratio", "target");
+	row("(a) cold: all files via mount vs export", r->t_all, r->t_exp, "s", 0, ">= 0.9");
+	row("(a) cold: the shard via mount vs its export", r->t_shard, r->t_exp1, "s", 0, ">= 0.9");
+	for (int k = 0; k < 2; k++) {
+		printf("  -- warm cache, --passthrough %s%s\n", modes[k],
+		       k ? " (the copy path)" : " (shards materialized by warm)");
+		row("(b) first read after mounting, vs native cold", gb / r->first[k], gb / r->nat_cold,
+		    "GB/s", 1, "");
+		row("(b) page caches dropped, vs native", gb / r->cold[k], gb / r->nat_cold, "GB/s", 1,
+		    k ? "" : ">= 0.95");
+		row("(b) fresh mount, backing in page cache", gb / r->bw[k], gb / r->nat_warm, "GB/s",
+		    1, "");
+		row("(b') second read (page cache warm) vs native warm", gb / r->pc[k],
+		    gb / r->nat_warm, "GB/s", 1, k ? "" : ">= 0.95");
+		row("(c) random 1 MiB pread vs native, warm", rgb / r->rand[k], rgb / r->nat_rand,
+		    "GB/s", 1, k ? "" : ">= 0.9");
+		row("(c) mmap fault-in, random pages, fresh mount", gb / r->mm[k], gb / r->nat_mm,
+		    "GB/s", 1, "");
+		char what[64];
+		snprintf(what, sizeof what, "(d) vLLM lazy: %d procs mmap, name order", b->procs);
+		row(what, lgb / r->lazy[k], lgb / r->nat_lazy, "GB/s", 1, k ? "" : ">= 0.9");
+	}
+	printf("\n  baselines: export = in-process rq_export of the checkpoint / of the shard alone,\n"
+	       "  SRC evicted from the page cache first; native = reads of the exported files.\n"
+	       "  (b)-(d) on a warmed mount that stays mounted; \"dropped\" = every page cache\n"
+	       "  dropped (%s); \"fresh mount\" = remounted, backing files in the page cache,\n"
+	       "  the mount's own page cache empty. Best of %d; log in %s\n",
+	       b->can_drop ? "drop_caches" : "posix_fadvise only: not root", b->reps, b->log);
+}
+
+int bench_mount(int argc, char **argv)
+{
+	struct bm b = {.device = "auto", .reps = 3, .readahead = 8192, .procs = 4};
+	const char *dir = NULL;
+	int experts = 8, keep = 0;
+	int rc = parse_args(argc, argv, &b, &dir, &experts, &keep);
+	if (rc >= 0)
+		return rc;
+	if ((rc = set_paths(&b, dir, &keep)) >= 0)
+		return rc;
+	if (!(b.buf = malloc(CHUNK)))
+		return cli_fail(1, "bench", "out of memory");
+	struct rq_plan *p = NULL;
+	struct rq_quantizer *q = NULL;
+	struct rq_err err = {0};
+	struct shard sh;
+	struct res r;
+	memset(&r, 0, sizeof r);
 	struct rq_quantizer_opts qo = {.device = b.device};
+	rc = 1;
+	if (make_plan(&b, experts, &p) || pick_shard(&b, p, &sh))
+		goto out;
 	if (rq_quantizer_open(&qo, &q, &err)) {
 		cli_fail(1, "bench", "mount: %s", err.msg);
 		goto out;
 	}
 	printf("bench mount: %s: %zu files, %.2f GB; %zu modules requantized (%.2f GB BF16) in %zu "
-	       "jobs; quantizer %s\n", b.src, p->nfiles, p->total_size / 1e9, p->nmods, qin / 1e9,
-	       p->njobs, rq_quantizer_device(q));
-	printf("  shard %s: %.1f MB, %.1f MB of it quantized\n\n", sname, ssize / 1e6, best / 1e6);
-	rm_rf(b.exp);
-	drop(b.src);
-	double t_exp = bench_now();
-	if (rq_export(p, q, b.exp, NULL, NULL, &err)) {
-		cli_fail(1, "bench", "mount: export: %s", err.msg);
+	       "jobs; quantizer %s\n", b.src, p->nfiles, p->total_size / 1e9, p->nmods,
+	       sh.qin / 1e9, p->njobs, rq_quantizer_device(q));
+	printf("  shard %s: %.1f MB, %.1f MB of it quantized\n\n", sh.name, sh.size / 1e6,
+	       sh.qbytes / 1e6);
+	if (measure_cold(&b, p, q, &sh, &r) || warm_caches(&b))
 		goto out;
-	}
-	t_exp = bench_now() - t_exp;
-
-	/* (a) export of the shard alone: the same plan restricted to that file */
-	char eshard[4300];
-	snprintf(eshard, sizeof eshard, "%s/export-shard", b.work);
-	struct rq_plan one = *p;
-	one.files = &p->files[shard];
-	one.nfiles = 1;
-	double t_exp1 = 1e30, t;
-	for (int r = 0; r < b.reps; r++) {
-		rm_rf(eshard);
-		drop(b.src);
-		t = bench_now();
-		if (rq_export(&one, q, eshard, NULL, NULL, &err)) {
-			cli_fail(1, "bench", "mount: export of %s: %s", sname, err.msg);
-			goto out;
-		}
-		t = bench_now() - t;
-		if (t < t_exp1)
-			t_exp1 = t;
-	}
-	rm_rf(eshard);
-
-	/* (a) cold read of everything through a fresh mount, empty cache */
-	rm_rf(b.cache);
-	drop(b.src);
-	if (do_mount(&b)) {
-		cli_fail(1, "bench", "mount: mount failed (see %s)", b.log);
-		goto out;
-	}
-	double t_all = bench_now();
-	for (size_t i = 0; i < p->nfiles; i++) {
-		char fp[8400];
-		snprintf(fp, sizeof fp, "%s/%s", b.mnt, p->files[i].name);
-		if (read_seq(&b, fp, NULL) < 0) {
-			cli_fail(1, "bench", "mount: reading %s failed", fp);
-			do_umount(&b);
-			goto out;
-		}
-	}
-	t_all = bench_now() - t_all;
-	do_umount(&b);
-	/* cold read of the shard alone */
-	double t_shard = 1e30;
-	for (int r = 0; r < b.reps; r++) {
-		rm_rf(b.cache);
-		drop(b.src);
-		do_mount(&b);
-		if ((t = read_seq(&b, mpath, NULL)) > 0 && t < t_shard)
-			t_shard = t;
-		do_umount(&b);
-	}
-	/* Two warm caches: one materialized by a passthrough mount's warm, one
-	 * filled by a --passthrough off mount's warm (job entries). */
-	const char *modes[2] = {"auto", "off"};
-	char *caches[2] = {b.cache_pt, b.cache_off};
-	for (int k = 0; k < 2; k++) {
-		snprintf(b.cache, sizeof b.cache, "%s", caches[k]);
-		b.pt = modes[k];
-		rm_rf(b.cache);
-		if (do_mount(&b) || do_warm(&b)) {
-			do_umount(&b);
-			cli_fail(1, "bench", "mount: warming the %s cache failed (see %s)", modes[k], b.log);
-			goto out;
-		}
-		do_umount(&b);
-	}
-
-	/* native baselines */
-	double nat_cold = 1e30, nat_warm = 1e30, nat_rand = 1e30, nat_mm = 1e30, nat_lazy = 1e30;
-	int nr = 256;
-	uint64_t lazy_bytes = 0;
-	for (int r = 0; r < b.reps; r++) {
-		drop(epath);
-		if ((t = read_seq(&b, epath, NULL)) > 0 && t < nat_cold)
-			nat_cold = t;
-		if ((t = read_seq(&b, epath, NULL)) > 0 && t < nat_warm)
-			nat_warm = t;
-		if ((t = read_rand(&b, epath, ssize, nr)) > 0 && t < nat_rand)
-			nat_rand = t;
-		if ((t = mmap_fault(epath, ssize)) > 0 && t < nat_mm)
-			nat_mm = t;
-		drop(b.exp);
-		if ((t = lazy_many(&b, b.exp, p, &lazy_bytes)) > 0 && t < nat_lazy)
-			nat_lazy = t;
-	}
-
-	/* (b)-(d) through the mount, with passthrough and without */
-	double m_cold[2], m_bw[2], m_pc[2], m_rand[2], m_mm[2], m_lazy[2];
-	for (int k = 0; k < 2; k++) {
-		snprintf(b.cache, sizeof b.cache, "%s", caches[k]);
-		b.pt = modes[k];
-		m_cold[k] = m_bw[k] = m_pc[k] = m_rand[k] = m_mm[k] = m_lazy[k] = 1e30;
-		for (int r = 0; r < b.reps; r++) {
-			drop(b.src);
-			drop(b.cache);
-			do_mount(&b);
-			if ((t = read_seq(&b, mpath, NULL)) > 0 && t < m_cold[k])
-				m_cold[k] = t;
-			if ((t = read_seq(&b, mpath, NULL)) > 0 && t < m_pc[k])
-				m_pc[k] = t;
-			do_umount(&b);
-			/* the daemon evicts what it served: bring the backing files back */
-			warm(sfile);
-			warm(b.cache);
-			do_mount(&b);
-			if ((t = read_seq(&b, mpath, NULL)) > 0 && t < m_bw[k])
-				m_bw[k] = t;
-			do_umount(&b);
-			warm(sfile);
-			warm(b.cache);
-			do_mount(&b);
-			if ((t = read_rand(&b, mpath, ssize, nr)) > 0 && t < m_rand[k])
-				m_rand[k] = t;
-			do_umount(&b);
-			warm(sfile);
-			warm(b.cache);
-			do_mount(&b);
-			if ((t = mmap_fault(mpath, ssize)) > 0 && t < m_mm[k])
-				m_mm[k] = t;
-			do_umount(&b);
-			drop(b.src);
-			drop(b.cache);
-			do_mount(&b);
-			if ((t = lazy_many(&b, b.mnt, p, NULL)) > 0 && t < m_lazy[k])
-				m_lazy[k] = t;
-			do_umount(&b);
-		}
-	}
-
-	double gb = ssize / 1e9, rgb = (double)nr * CHUNK / 1e9, lgb = lazy_bytes / 1e9;
-	printf("  %-46s %14s %14s %6s   %s\n", "what", "mount", "baseline", "ratio", "target");
-	row("(a) cold: all files via mount vs export", t_all, t_exp, "s", 0, ">= 0.9");
-	row("(a) cold: the shard via mount vs its export", t_shard, t_exp1, "s", 0, ">= 0.9");
-	for (int k = 0; k < 2; k++) {
-		printf("  -- warm cache, --passthrough %s%s\n", modes[k],
-		       k ? " (the copy path)" : " (shards materialized by warm)");
-		row("(b) backing evicted, vs native", gb / m_cold[k], gb / nat_cold, "GB/s", 1,
-		    k ? "" : ">= 0.95");
-		row("(b) backing in page cache", gb / m_bw[k], gb / nat_warm, "GB/s", 1, "");
-		row("(b') second read (page cache warm) vs native warm", gb / m_pc[k], gb / nat_warm,
-		    "GB/s", 1, k ? "" : ">= 0.95");
-		row("(c) random 1 MiB pread vs native, warm", rgb / m_rand[k], rgb / nat_rand, "GB/s",
-		    1, k ? "" : ">= 0.9");
-		row("(c) mmap fault-in, random pages, warm", gb / m_mm[k], gb / nat_mm, "GB/s", 1, "");
-		char what[64];
-		snprintf(what, sizeof what, "(d) vLLM lazy: %d procs mmap, name order", b.procs);
-		row(what, lgb / m_lazy[k], lgb / nat_lazy, "GB/s", 1, k ? "" : ">= 0.9");
-	}
-	printf("\n  baselines: export = in-process rq_export of the checkpoint / of the shard alone,\n"
-	       "  SRC evicted from the page cache first;\n"
-	       "  native = reads of the exported files; warm = backing files in the page cache,\n"
-	       "  the mount's own page cache empty (fresh mount); (d) evicts SRC, cache and export\n"
-	       "  first; best of %d; log in %s\n", b.reps, b.log);
+	measure_native(&b, p, &sh, &r);
+	measure_mode(&b, 0, p, &sh, &r);
+	measure_mode(&b, 1, p, &sh, &r);
+	print_results(&b, &sh, &r);
 	rc = 0;
 out:
 	rq_quantizer_close(q);

@@ -9,7 +9,7 @@
 #include "tools/cli.h"
 #include "base/err.h"
 #include "base/pool.h"
-#include "engine/forward.h"
+#include "engine/backend.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
@@ -101,15 +101,25 @@ static void report(const char *label, struct stats *s)
 	free(sorted);
 }
 
+/* The CPU reference engine for up to n positions (the oracle compare
+ * measures against: bit for bit, whatever the thread count). */
+static int open_cpu(const struct lg_model *m, struct rq_pool *pool, int n, struct lg_backend **b,
+                    struct rq_err *err)
+{
+	struct lg_backend_opts o = {.device = LG_DEVICE_CPU, .max_ctx = n, .pool = pool};
+	return lg_backend_open(m, &o, b, err);
+}
+
 /* All-position logits of tokens[0..n) under model m. */
 static int run_all(const struct lg_model *m, struct rq_pool *pool, const int *tok, int n, float *out,
                    struct rq_err *err)
 {
-	struct lg_state *s;
-	int rc = lg_state_create(m, n, 0, pool, &s, err);
-	if (!rc)
-		rc = lg_forward(s, tok, n, out, n, err);
-	lg_state_free(s);
+	struct lg_backend *b;
+	int rc = open_cpu(m, pool, n, &b, err);
+	if (rc)
+		return rc;
+	rc = b->forward(b, tok, n, out, n, err);
+	lg_backend_close(b);
 	return rc;
 }
 
@@ -121,7 +131,7 @@ static int compare_one(const struct lg_model *a, const struct lg_model *b, struc
 	int *tok = malloc(sizeof(int) * L);
 	float *la = malloc(sizeof(float) * V * (size_t)L), *lb = malloc(sizeof(float) * V * (size_t)L);
 	double *pa = malloc(sizeof(double) * V), *pb = malloc(sizeof(double) * V);
-	struct lg_state *s = NULL;
+	struct lg_backend *s = NULL;
 	struct stats one = {0};
 	if (!tok || !la || !lb || !pa || !pb) {
 		rc = rq_errf(err, -ENOMEM, "out of memory for %d positions", L);
@@ -129,12 +139,11 @@ static int compare_one(const struct lg_model *a, const struct lg_model *b, struc
 	}
 	memcpy(tok, prompt, sizeof(int) * np);
 	/* greedy continuation by A */
-	if ((rc = lg_state_create(a, L, 0, pool, &s, err)) ||
-	    (rc = lg_forward(s, tok, np, la, 1, err)))
+	if ((rc = open_cpu(a, pool, L, &s, err)) || (rc = s->forward(s, tok, np, la, 1, err)))
 		goto out;
 	for (int i = np; i < L; i++) {
 		tok[i] = lg_argmax(la, V);
-		if (i + 1 < L && (rc = lg_forward(s, &tok[i], 1, la, 1, err)))
+		if (i + 1 < L && (rc = s->forward(s, &tok[i], 1, la, 1, err)))
 			goto out;
 	}
 	if ((rc = run_all(a, pool, tok, L, la, err)) || (rc = run_all(b, pool, tok, L, lb, err)))
@@ -163,7 +172,7 @@ static int compare_one(const struct lg_model *a, const struct lg_model *b, struc
 	report(label, &one);
 	rc = 0;
 out:
-	lg_state_free(s);
+	lg_backend_close(s);
 	free(one.kl);
 	free(tok);
 	free(la);

@@ -3,7 +3,7 @@
 #include "base/err.h"
 #include "fs/export.h"
 #include "fs/plan.h"
-#include "fs/qrun.h"
+#include "qdev/qdev.h"
 
 #include <getopt.h>
 #include <stdlib.h>

@@ -3,10 +3,9 @@
 #include "tools/cli.h"
 #include "base/err.h"
 #include "base/pool.h"
+#include "engine/backend.h"
 #include "engine/chat.h"
-#include "engine/forward.h"
 #include "engine/forward_cuda.h"
-#include "kernels/kquant.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
@@ -66,7 +65,18 @@ static int is_eos(const struct lg_model *m, int id)
 	return 0;
 }
 
-int cmd_generate(int argc, char **argv)
+/* The command line. */
+struct gen_opts {
+	const char *dir, *prompt, *system, *kv;
+	enum lg_device device;
+	int chat, think, n, threads, have_seed;
+	double temp, top_p;        /* < 0: generation_config.json's */
+	long top_k;                /* < 0: generation_config.json's */
+	unsigned long long seed;
+};
+
+/* Fills o from argv: -1 to go on, else the exit code (help, usage error). */
+static int parse_args(int argc, char **argv, struct gen_opts *o)
 {
 	static const struct option opts[] = {
 		{"prompt", required_argument, 0, 'p'}, {"chat", no_argument, 0, 'c'},
@@ -75,214 +85,222 @@ int cmd_generate(int argc, char **argv)
 		{"top-p", required_argument, 0, 'P'}, {"seed", required_argument, 0, 'S'},
 		{"threads", required_argument, 0, 't'}, {"device", required_argument, 0, 'd'},
 		{"kv", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	const char *prompt = NULL, *system = NULL, *device = "auto", *kv = NULL;
-	int chat = 0, think = 1, n = 256, threads = 0, have_seed = 0;
-	double temp = -1, top_p = -1, v;
-	long top_k = -1;
-	unsigned long long seed = 0;
+	const char *device = "auto";
+	double v;
 	int c;
+	*o = (struct gen_opts){.think = 1, .n = 256, .temp = -1, .top_p = -1, .top_k = -1};
 	while ((c = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'p': prompt = optarg; break;
-		case 'c': chat = 1; break;
-		case 's': system = optarg; break;
-		case 'N': think = 0; break;
+		case 'p': o->prompt = optarg; break;
+		case 'c': o->chat = 1; break;
+		case 's': o->system = optarg; break;
+		case 'N': o->think = 0; break;
 		case 'd': device = optarg; break;
 		case 'K':
 			if (lgc_kv_parse(optarg) < 0)
 				return cli_fail(2, "generate", "--kv: expected bf16, f32 or fp8, got '%s'", optarg);
-			kv = optarg;
+			o->kv = optarg;
 			break;
 		case 'n':
 			if (num(optarg, 0, 1 << 24, &v))
 				return cli_fail(2, "generate", "-n: expected a token count, got '%s'", optarg);
-			n = (int)v;
+			o->n = (int)v;
 			break;
 		case 'T':
-			if (num(optarg, 0, 1e6, &temp))
+			if (num(optarg, 0, 1e6, &o->temp))
 				return cli_fail(2, "generate", "--temperature: expected a number >= 0, got '%s'", optarg);
 			break;
 		case 'k':
 			if (num(optarg, 0, 1 << 30, &v))
 				return cli_fail(2, "generate", "--top-k: expected an integer >= 0, got '%s'", optarg);
-			top_k = (long)v;
+			o->top_k = (long)v;
 			break;
 		case 'P':
-			if (num(optarg, 1e-9, 1, &top_p))
+			if (num(optarg, 1e-9, 1, &o->top_p))
 				return cli_fail(2, "generate", "--top-p: expected a number in (0, 1], got '%s'", optarg);
 			break;
 		case 'S':
 			if (num(optarg, 0, 1.8e19, &v))
 				return cli_fail(2, "generate", "--seed: expected an integer >= 0, got '%s'", optarg);
-			seed = strtoull(optarg, NULL, 10);
-			have_seed = 1;
+			o->seed = strtoull(optarg, NULL, 10);
+			o->have_seed = 1;
 			break;
 		case 't':
 			if (num(optarg, 1, 4096, &v))
 				return cli_fail(2, "generate", "--threads: expected a count >= 1, got '%s'", optarg);
-			threads = (int)v;
+			o->threads = (int)v;
 			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
-	if (argc - optind != 1 || !prompt) {
+	if (argc - optind != 1 || !o->prompt) {
 		usage(stderr);
 		return 2;
 	}
-	if (strcmp(device, "cpu") && strcmp(device, "cuda") && strcmp(device, "auto"))
+	if (lg_device_parse(device, &o->device))
 		return cli_fail(2, "generate", "--device: expected cpu, cuda or auto, got '%s'", device);
-	if ((system || !think) && !chat)
+	if ((o->system || !o->think) && !o->chat)
 		return cli_fail(2, "generate", "--system and --no-think need --chat");
-	const char *dir = argv[optind];
+	o->dir = argv[optind];
+	return -1;
+}
 
-	struct rq_err err = {0};
-	struct lg_model *m = NULL;
-	struct tok *tk = NULL;
-	struct rq_pool *pool = NULL;
-	struct lg_state *st = NULL;
-	struct lgc *g = NULL;
-	struct lg_sampler smp = {0};
-	struct tok_ids ids = {0};
-	struct tok_stream *ts = NULL;
-	float *logits = NULL;
-	char *text = NULL;
-	int rc = 1;
-	if (lg_model_open(dir, &m, &err)) {
-		cli_fail(1, "generate", "%s", err.msg);
-		goto out;
-	}
-	if (tok_load(dir, &tk, &err)) {
-		cli_fail(1, "generate", "%s", err.msg);
-		goto out;
-	}
+/* The prompt's token ids (rendered as a chat first with --chat; *text keeps
+ * the rendering). */
+static int encode_prompt(const struct gen_opts *o, const struct tok *tk, struct tok_ids *ids,
+                         char **text, struct rq_err *err)
+{
 	int flags = TOK_ADD_SPECIAL;
-	const char *in = prompt;
-	size_t in_len = strlen(prompt);
-	if (chat) {
+	const char *in = o->prompt;
+	size_t in_len = strlen(o->prompt);
+	if (o->chat) {
 		struct chat_msg msgs[2];
 		size_t k = 0;
-		if (system)
-			msgs[k++] = (struct chat_msg){.role = "system", .content = system};
-		msgs[k++] = (struct chat_msg){.role = "user", .content = prompt};
-		if (chat_render(msgs, k, 1, think, &text, &in_len, &err)) {
-			cli_fail(1, "generate", "%s", err.msg);
-			goto out;
-		}
-		in = text;
+		if (o->system)
+			msgs[k++] = (struct chat_msg){.role = "system", .content = o->system};
+		msgs[k++] = (struct chat_msg){.role = "user", .content = o->prompt};
+		int rc = chat_render(msgs, k, 1, o->think, text, &in_len, err);
+		if (rc)
+			return rc;
+		in = *text;
 		flags = 0;   /* the rendered text starts with its own BOS */
 	}
-	if (tok_encode(tk, in, in_len, flags, &ids) || ids.n == 0) {
-		cli_fail(1, "generate", "could not tokenize the prompt");
-		goto out;
-	}
+	if (tok_encode(tk, in, in_len, flags, ids) || ids->n == 0)
+		return rq_errf(err, -EINVAL, "could not tokenize the prompt");
+	return 0;
+}
 
-	/* sampling: the command line, else generation_config.json */
-	float t = temp >= 0 ? (float)temp : m->gen.do_sample ? m->gen.temperature : 0.0f;
-	int k = top_k >= 0 ? (int)top_k : m->gen.top_k;
-	float p = top_p > 0 ? (float)top_p : m->gen.top_p;
-	if (!have_seed)
-		seed = (unsigned long long)time(NULL) ^ ((unsigned long long)clock() << 20);
-	if (lg_sampler_init(&smp, m->cfg.vocab, t, k, p, seed)) {
-		cli_fail(1, "generate", "bad sampling parameters (temperature %g, top-k %d, top-p %g)", t, k, p);
+/* The engine --device asks for, with what it says about itself on stderr. */
+static int open_backend(const struct gen_opts *o, const struct lg_model *m, struct rq_pool *pool,
+                        int max_ctx, struct lg_backend **out)
+{
+	char plan[1024];
+	struct rq_err err = {0};
+	struct lg_backend_opts bo = {.device = o->device, .max_ctx = max_ctx, .pool = pool,
+	                             .kv = o->kv, .plan = plan, .plan_len = sizeof plan};
+	int rc = lg_backend_open(m, &bo, out, &err);
+	if (plan[0])
+		fprintf(stderr, "%s\n", plan);
+	if (rc)
+		return cli_fail(1, "generate", "%s", err.msg);
+	const struct lg_backend *b = *out;
+	if (b->fallback[0])
+		fprintf(stderr, "requantfs generate: CUDA engine unavailable (%s); using the CPU\n",
+		        b->fallback);
+	if (!strcmp(b->name, "cuda"))
+		fprintf(stderr, "requantfs generate: weights uploaded: %.2f GB in %.2f s (%.2f GB/s)\n",
+		        b->upload_bytes / 1e9, b->upload_s,
+		        b->upload_s > 0 ? b->upload_bytes / b->upload_s / 1e9 : 0.0);
+	return 0;
+}
+
+/* Prompt, then up to n sampled tokens streamed to stdout; *made counts them,
+ * t[0..2] the clock at the start, after the prompt and at the end. */
+static int run(struct lg_backend *b, const struct lg_model *m, const struct tok *tk,
+               struct lg_sampler *smp, const struct tok_ids *ids, int n, int *made, double t[3],
+               struct rq_err *err)
+{
+	float *logits = malloc(sizeof(float) * m->cfg.vocab);
+	int *prompt_ids = malloc(sizeof(int) * ids->n);
+	struct tok_stream *ts = tok_stream_new(tk, 0);
+	int rc = -ENOMEM;
+	if (!logits || !prompt_ids || !ts) {
+		rq_errf(err, rc, "out of memory");
 		goto out;
 	}
-	if (rq_pool_create(threads, &pool)) {
-		cli_fail(1, "generate", "cannot start %d threads", threads);
+	for (size_t i = 0; i < ids->n; i++)
+		prompt_ids[i] = ids->v[i];
+	t[0] = now();
+	if ((rc = b->forward(b, prompt_ids, (int)ids->n, logits, 1, err)))
 		goto out;
-	}
-	int want_cuda = !strcmp(device, "cuda") || (!strcmp(device, "auto") && kq_device_count() > 0);
-	if (want_cuda) {
-		struct lgc_opts go = {.device = 0, .max_ctx = (int)ids.n + n + 1, .kv = kv};
-		struct lgc_plan plan;
-		char text_plan[1024];
-		if (!lgc_plan_make(m, &go, &plan, &err)) {
-			lgc_plan_text(&plan, text_plan, sizeof text_plan);
-			fprintf(stderr, "%s\n", text_plan);
-		}
-		if (lgc_create(m, &go, &g, &err)) {
-			if (!strcmp(device, "cuda")) {
-				cli_fail(1, "generate", "%s", err.msg);
-				goto out;
-			}
-			fprintf(stderr, "requantfs generate: CUDA engine unavailable (%s); using the CPU\n",
-			        err.msg);
-			g = NULL;
-		} else {
-			struct lgc_stats gs;
-			lgc_stats(g, &gs);
-			fprintf(stderr, "requantfs generate: weights uploaded: %.2f GB in %.2f s (%.2f GB/s)\n",
-			        gs.upload_bytes / 1e9, gs.upload_s,
-			        gs.upload_s > 0 ? gs.upload_bytes / gs.upload_s / 1e9 : 0.0);
-		}
-	}
-	if (!g && lg_state_create(m, (int)ids.n + n + 1, 0, pool, &st, &err)) {
-		cli_fail(1, "generate", "%s", err.msg);
-		goto out;
-	}
-	logits = malloc(sizeof(float) * m->cfg.vocab);
-	ts = tok_stream_new(tk, 0);
-	if (!logits || !ts) {
-		cli_fail(1, "generate", "out of memory");
-		goto out;
-	}
-	int *prompt_ids = malloc(sizeof(int) * ids.n);
-	if (!prompt_ids) {
-		cli_fail(1, "generate", "out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < ids.n; i++)
-		prompt_ids[i] = ids.v[i];
-	double t0 = now();
-	int frc = g ? lgc_forward(g, prompt_ids, (int)ids.n, logits, 1, &err)
-	            : lg_forward(st, prompt_ids, (int)ids.n, logits, 1, &err);
-	free(prompt_ids);
-	if (frc) {
-		cli_fail(1, "generate", "%s", err.msg);
-		goto out;
-	}
-	double t1 = now();
-	int made = 0;
+	t[1] = now();
 	const char *piece;
 	size_t plen;
-	while (made < n) {
-		int id = lg_sample(&smp, logits);
-		made++;
+	*made = 0;
+	while (*made < n) {
+		int id = lg_sample(smp, logits);
+		(*made)++;
 		if (is_eos(m, id))
 			break;
 		if (!tok_stream_push(ts, id, &piece, &plen) && plen) {
 			fwrite(piece, 1, plen, stdout);
 			fflush(stdout);
 		}
-		if (made < n && (g ? lgc_forward(g, &id, 1, logits, 1, &err)
-		                   : lg_forward(st, &id, 1, logits, 1, &err))) {
-			cli_fail(1, "generate", "%s", err.msg);
+		if (*made < n && (rc = b->forward(b, &id, 1, logits, 1, err)))
 			goto out;
-		}
 	}
 	if (!tok_stream_flush(ts, &piece, &plen) && plen)
 		fwrite(piece, 1, plen, stdout);
 	printf("\n");
 	fflush(stdout);
-	double t2 = now();
-	char where[64];
-	if (g)
-		snprintf(where, sizeof where, "cuda");
-	else
-		snprintf(where, sizeof where, "cpu, %d threads", rq_pool_size(pool));
-	fprintf(stderr, "prompt: %zu tokens, %.1f tok/s; decode: %d tokens, %.2f tok/s "
-	        "(%s, temperature %g, top-k %d, top-p %g, seed %llu)\n",
-	        ids.n, ids.n / (t1 - t0), made, made > 1 ? (made - 1) / (t2 - t1) : 0.0,
-	        where, t, k, p, seed);
+	t[2] = now();
 	rc = 0;
 out:
 	tok_stream_free(ts);
+	free(prompt_ids);
 	free(logits);
+	return rc;
+}
+
+int cmd_generate(int argc, char **argv)
+{
+	struct gen_opts o;
+	int rc = parse_args(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	struct rq_err err = {0};
+	struct lg_model *m = NULL;
+	struct tok *tk = NULL;
+	struct rq_pool *pool = NULL;
+	struct lg_backend *b = NULL;
+	struct lg_sampler smp = {0};
+	struct tok_ids ids = {0};
+	char *text = NULL;
+	rc = 1;
+	if (lg_model_open(o.dir, &m, &err) || tok_load(o.dir, &tk, &err) ||
+	    encode_prompt(&o, tk, &ids, &text, &err)) {
+		cli_fail(1, "generate", "%s", err.msg);
+		goto out;
+	}
+
+	/* sampling: the command line, else generation_config.json */
+	float t = o.temp >= 0 ? (float)o.temp : m->gen.do_sample ? m->gen.temperature : 0.0f;
+	int k = o.top_k >= 0 ? (int)o.top_k : m->gen.top_k;
+	float p = o.top_p > 0 ? (float)o.top_p : m->gen.top_p;
+	if (!o.have_seed)
+		o.seed = (unsigned long long)time(NULL) ^ ((unsigned long long)clock() << 20);
+	if (lg_sampler_init(&smp, m->cfg.vocab, t, k, p, o.seed)) {
+		cli_fail(1, "generate", "bad sampling parameters (temperature %g, top-k %d, top-p %g)", t, k, p);
+		goto out;
+	}
+	if (rq_pool_create(o.threads, &pool)) {
+		cli_fail(1, "generate", "cannot start %d threads", o.threads);
+		goto out;
+	}
+	if (open_backend(&o, m, pool, (int)ids.n + o.n + 1, &b))
+		goto out;
+	int made;
+	double tm[3];
+	if (run(b, m, tk, &smp, &ids, o.n, &made, tm, &err)) {
+		cli_fail(1, "generate", "%s", err.msg);
+		goto out;
+	}
+	char where[64];
+	if (b->threads)
+		snprintf(where, sizeof where, "%s, %d threads", b->name, b->threads);
+	else
+		snprintf(where, sizeof where, "%s", b->name);
+	fprintf(stderr, "prompt: %zu tokens, %.1f tok/s; decode: %d tokens, %.2f tok/s "
+	        "(%s, temperature %g, top-k %d, top-p %g, seed %llu)\n",
+	        ids.n, ids.n / (tm[1] - tm[0]), made, made > 1 ? (made - 1) / (tm[2] - tm[1]) : 0.0,
+	        where, t, k, p, o.seed);
+	rc = 0;
+out:
 	free(text);
 	tok_ids_free(&ids);
 	lg_sampler_free(&smp);
-	lg_state_free(st);
-	lgc_free(g);
+	lg_backend_close(b);
 	rq_pool_destroy(pool);
 	tok_free(tk);
 	lg_model_close(m);

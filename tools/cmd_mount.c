@@ -22,6 +22,7 @@
 
 #include "base/err.h"
 #include "fs/mount.h"
+#include "qdev/qdev.h"
 
 static void mount_usage(FILE *f)
 {
@@ -150,113 +151,150 @@ static int serve(const struct rq_mount_opts *o, struct report *r)
 	return rc ? 1 : 0;
 }
 
-int cmd_mount(int argc, char **argv)
+/* ---- the command line ------------------------------------------------ */
+
+enum { O_CALIB = 256, O_CACHE, O_DEVICE, O_RECIPE, O_DROP, O_THREADS, O_WORKERS,
+       O_PREFETCH, O_CACHEMAX, O_MEMMAX, O_GPUMEM, O_GPUIDLE, O_RA, O_FT, O_LOG, O_DEBUG, O_PT };
+
+static const struct option mount_lo[] = {
+	{"calib", required_argument, 0, O_CALIB}, {"cache", required_argument, 0, O_CACHE},
+	{"device", required_argument, 0, O_DEVICE}, {"recipe", required_argument, 0, O_RECIPE},
+	{"drop-ignore", required_argument, 0, O_DROP}, {"foreground", no_argument, 0, 'f'},
+	{"threads", required_argument, 0, O_THREADS},
+	{"workers", required_argument, 0, O_WORKERS},
+	{"prefetch", required_argument, 0, O_PREFETCH},
+	{"cache-max", required_argument, 0, O_CACHEMAX},
+	{"mem-max", required_argument, 0, O_MEMMAX},
+	{"gpu-mem", required_argument, 0, O_GPUMEM},
+	{"gpu-idle", required_argument, 0, O_GPUIDLE},
+	{"readahead", required_argument, 0, O_RA},
+	{"passthrough", required_argument, 0, O_PT},
+	{"fuse-threads", required_argument, 0, O_FT}, {"log", required_argument, 0, O_LOG},
+	{"debug", no_argument, 0, O_DEBUG}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+
+/* What the command line asked for; paths still as given. */
+struct mount_args {
+	struct rq_mount_opts o;
+	const char *cache, *log;
+	int fg;
+};
+
+/* The options that take a count, a size or seconds: 0, or 2 with the
+ * message printed. */
+static int number_option(int c, const char *arg, struct rq_mount_opts *o)
 {
-	enum { O_CALIB = 256, O_CACHE, O_DEVICE, O_RECIPE, O_DROP, O_THREADS, O_WORKERS,
-	       O_PREFETCH, O_CACHEMAX, O_MEMMAX, O_GPUMEM, O_GPUIDLE, O_RA, O_FT, O_LOG, O_DEBUG, O_PT };
-	static const struct option lo[] = {
-		{"calib", required_argument, 0, O_CALIB}, {"cache", required_argument, 0, O_CACHE},
-		{"device", required_argument, 0, O_DEVICE}, {"recipe", required_argument, 0, O_RECIPE},
-		{"drop-ignore", required_argument, 0, O_DROP}, {"foreground", no_argument, 0, 'f'},
-		{"threads", required_argument, 0, O_THREADS},
-		{"workers", required_argument, 0, O_WORKERS},
-		{"prefetch", required_argument, 0, O_PREFETCH},
-		{"cache-max", required_argument, 0, O_CACHEMAX},
-		{"mem-max", required_argument, 0, O_MEMMAX},
-		{"gpu-mem", required_argument, 0, O_GPUMEM},
-		{"gpu-idle", required_argument, 0, O_GPUIDLE},
-		{"readahead", required_argument, 0, O_RA},
-		{"passthrough", required_argument, 0, O_PT},
-		{"fuse-threads", required_argument, 0, O_FT}, {"log", required_argument, 0, O_LOG},
-		{"debug", no_argument, 0, O_DEBUG}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	struct rq_mount_opts o = {.device = "auto", .recipe = RQ_RECIPE_FP32, .prefetch = 4,
-	                          .gpu_idle_s = 30, .readahead_kb = 8192};
-	const char *cache = NULL, *log = NULL;
-	int fg = 0, c;
 	long v;
 	unsigned long long sz;
 	char *end;
+	switch (c) {
+	case O_THREADS:
+		if (parse_int(arg, 0, 4096, &v))
+			return cli_fail(2, "mount", "--threads needs a number (got '%s')", arg);
+		o->threads = (int)v;
+		break;
+	case O_WORKERS:
+		if (parse_int(arg, 1, 64, &v))
+			return cli_fail(2, "mount", "--workers needs 1..64 (got '%s')", arg);
+		o->workers = (int)v;
+		break;
+	case O_PREFETCH:
+		if (parse_int(arg, 0, 4096, &v))
+			return cli_fail(2, "mount", "--prefetch needs 0..4096 (got '%s')", arg);
+		o->prefetch = (int)v;
+		break;
+	case O_FT:
+		if (parse_int(arg, 1, 1024, &v))
+			return cli_fail(2, "mount", "--fuse-threads needs 1..1024 (got '%s')", arg);
+		o->fuse_threads = (int)v;
+		break;
+	case O_RA:
+		if (parse_int(arg, 0, 1 << 20, &v))
+			return cli_fail(2, "mount", "--readahead needs KiB, 0..1048576 (got '%s')", arg);
+		o->readahead_kb = (unsigned)v;
+		break;
+	case O_CACHEMAX:
+	case O_MEMMAX:
+	case O_GPUMEM:
+		if (cli_parse_size(arg, &sz))
+			return cli_fail(2, "mount", "%s needs a size like 512M or 20G (got '%s')",
+			                c == O_CACHEMAX ? "--cache-max" : c == O_MEMMAX ? "--mem-max"
+			                : "--gpu-mem", arg);
+		if (c == O_CACHEMAX)
+			o->cache_max = sz;
+		else if (c == O_MEMMAX)
+			o->mem_max = sz;
+		else
+			o->gpu_mem = (size_t)sz;
+		break;
+	case O_GPUIDLE:
+		errno = 0;
+		o->gpu_idle_s = strtod(arg, &end);
+		if (errno || end == arg || *end || o->gpu_idle_s < 0)
+			return cli_fail(2, "mount", "--gpu-idle needs seconds (got '%s')", arg);
+		break;
+	}
+	return 0;
+}
+
+/* The options that name a choice or a path: 0, or 2 with the message printed. */
+static int word_option(int c, const char *arg, struct mount_args *a)
+{
+	enum rq_device_kind kind;
+	int index;
+	switch (c) {
+	case 'o': a->o.fuse_opts = arg; break;
+	case O_CALIB: a->o.calib = arg; break;
+	case O_CACHE: a->cache = arg; break;
+	case O_DROP: a->o.drop_rule = arg; break;
+	case O_LOG: a->log = arg; break;
+	case O_DEVICE:
+		if (rq_device_parse(arg, &kind, &index))
+			return cli_fail(2, "mount", "--device must be auto, cpu, cuda or cuda:N "
+			                "(got '%s')", arg);
+		a->o.device = arg;
+		break;
+	case O_RECIPE:
+		if (rq_recipe_parse(arg, &a->o.recipe))
+			return cli_fail(2, "mount", "--recipe must be fp32, bf16 or fp32div "
+			                "(got '%s')", arg);
+		break;
+	case O_PT:
+		if (!strcmp(arg, "auto"))
+			a->o.passthrough = RQ_PT_AUTO;
+		else if (!strcmp(arg, "on"))
+			a->o.passthrough = RQ_PT_ON;
+		else if (!strcmp(arg, "off"))
+			a->o.passthrough = RQ_PT_OFF;
+		else
+			return cli_fail(2, "mount", "--passthrough must be auto, on or off (got '%s')",
+			                arg);
+		break;
+	}
+	return 0;
+}
+
+/* Fills a from argv; -1 to go on mounting, else the exit code (0 for
+ * --help, 2 for a usage error, message printed). */
+static int parse_args(int argc, char **argv, struct mount_args *a)
+{
+	int c, rc;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "fho:", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "fho:", mount_lo, NULL)) != -1) {
 		switch (c) {
 		case 'h': mount_usage(stdout); return 0;
-		case 'f': fg = 1; break;
-		case 'o': o.fuse_opts = optarg; break;
-		case O_CALIB: o.calib = optarg; break;
-		case O_CACHE: cache = optarg; break;
-		case O_DEVICE:
-			if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda") &&
-			    (strncmp(optarg, "cuda:", 5) || parse_int(optarg + 5, 0, 1024, &v)))
-				return cli_fail(2, "mount", "--device must be auto, cpu, cuda or cuda:N "
-				                "(got '%s')", optarg);
-			o.device = optarg;
+		case 'f': a->fg = 1; break;
+		case O_DEBUG: a->o.debug = 1; a->fg = 1; break;
+		case 'o': case O_CALIB: case O_CACHE: case O_DEVICE: case O_RECIPE: case O_DROP:
+		case O_LOG: case O_PT:
+			if ((rc = word_option(c, optarg, a)))
+				return rc;
 			break;
-		case O_RECIPE:
-			if (rq_recipe_parse(optarg, &o.recipe))
-				return cli_fail(2, "mount", "--recipe must be fp32, bf16 or fp32div "
-				                "(got '%s')", optarg);
+		case O_THREADS: case O_WORKERS: case O_PREFETCH: case O_CACHEMAX: case O_MEMMAX:
+		case O_GPUMEM: case O_GPUIDLE: case O_RA: case O_FT:
+			if ((rc = number_option(c, optarg, &a->o)))
+				return rc;
 			break;
-		case O_DROP: o.drop_rule = optarg; break;
-		case O_THREADS:
-			if (parse_int(optarg, 0, 4096, &v))
-				return cli_fail(2, "mount", "--threads needs a number (got '%s')", optarg);
-			o.threads = (int)v;
-			break;
-		case O_WORKERS:
-			if (parse_int(optarg, 1, 64, &v))
-				return cli_fail(2, "mount", "--workers needs 1..64 (got '%s')", optarg);
-			o.workers = (int)v;
-			break;
-		case O_PREFETCH:
-			if (parse_int(optarg, 0, 4096, &v))
-				return cli_fail(2, "mount", "--prefetch needs 0..4096 (got '%s')", optarg);
-			o.prefetch = (int)v;
-			break;
-		case O_FT:
-			if (parse_int(optarg, 1, 1024, &v))
-				return cli_fail(2, "mount", "--fuse-threads needs 1..1024 (got '%s')", optarg);
-			o.fuse_threads = (int)v;
-			break;
-		case O_RA:
-			if (parse_int(optarg, 0, 1 << 20, &v))
-				return cli_fail(2, "mount", "--readahead needs KiB, 0..1048576 (got '%s')",
-				                optarg);
-			o.readahead_kb = (unsigned)v;
-			break;
-		case O_CACHEMAX:
-		case O_MEMMAX:
-		case O_GPUMEM:
-			if (cli_parse_size(optarg, &sz))
-				return cli_fail(2, "mount", "%s needs a size like 512M or 20G (got '%s')",
-				                c == O_CACHEMAX ? "--cache-max" : c == O_MEMMAX ? "--mem-max"
-				                : "--gpu-mem", optarg);
-			if (c == O_CACHEMAX)
-				o.cache_max = sz;
-			else if (c == O_MEMMAX)
-				o.mem_max = sz;
-			else
-				o.gpu_mem = (size_t)sz;
-			break;
-		case O_GPUIDLE:
-			errno = 0;
-			o.gpu_idle_s = strtod(optarg, &end);
-			if (errno || end == optarg || *end || o.gpu_idle_s < 0)
-				return cli_fail(2, "mount", "--gpu-idle needs seconds (got '%s')", optarg);
-			break;
-		case O_PT:
-			if (!strcmp(optarg, "auto"))
-				o.passthrough = RQ_PT_AUTO;
-			else if (!strcmp(optarg, "on"))
-				o.passthrough = RQ_PT_ON;
-			else if (!strcmp(optarg, "off"))
-				o.passthrough = RQ_PT_OFF;
-			else
-				return cli_fail(2, "mount", "--passthrough must be auto, on or off (got '%s')",
-				                optarg);
-			break;
-		case O_LOG: log = optarg; break;
-		case O_DEBUG: o.debug = 1; fg = 1; break;
 		default:
 			mount_usage(stderr);
 			return cli_fail(2, "mount", "unknown or incomplete option '%s'", argv[optind - 1]);
@@ -266,46 +304,32 @@ int cmd_mount(int argc, char **argv)
 		mount_usage(stderr);
 		return cli_fail(2, "mount", "needs SRC and MNT (got %d arguments)", argc - optind);
 	}
-	if (!o.calib)
+	if (!a->o.calib)
 		return cli_fail(2, "mount", "--calib CALIB is required (the 07-22 checkpoint "
 		                "directory or a `requantfs calib extract` file)");
-	char *src = abs_path(argv[optind]), *mnt = abs_path(argv[optind + 1]);
-	char *calib = abs_path(o.calib), *cdir = cache ? abs_path(cache) : default_cache();
-	char *logp = log ? abs_path(log) : NULL;
-	if (!src || !mnt || !calib || !cdir || (log && !logp))
-		return cli_fail(1, "mount", "out of memory");
-	o.src = src;
-	o.mnt = mnt;
-	o.calib = calib;
-	o.cache_dir = cdir;
-	o.log_path = logp;
-	o.log_stderr = fg && !logp;
+	return -1;
+}
 
-	int rc;
-	if (fg) {
-		struct report r = {.fd = -1, .src = src, .mnt = mnt};
-		rc = serve(&o, &r);
-		goto out;
-	}
+/* ---- the daemon ------------------------------------------------------ */
+
+/* Forks the daemon, which serves o, and waits for its report: the exit code. */
+static int start_daemon(const struct rq_mount_opts *o)
+{
 	int pfd[2];
-	if (pipe2(pfd, O_CLOEXEC)) {
-		rc = cli_fail(1, "mount", "pipe: %s", strerror(errno));
-		goto out;
-	}
+	if (pipe2(pfd, O_CLOEXEC))
+		return cli_fail(1, "mount", "pipe: %s", strerror(errno));
 	fflush(NULL);
 	pid_t pid = fork();
-	if (pid < 0) {
-		rc = cli_fail(1, "mount", "fork: %s", strerror(errno));
-		goto out;
-	}
+	if (pid < 0)
+		return cli_fail(1, "mount", "fork: %s", strerror(errno));
 	if (pid == 0) {
 		close(pfd[0]);
 		setsid();
 		if (chdir("/")) {
 			/* paths are absolute already */
 		}
-		struct report r = {.fd = pfd[1], .quiet_stdio = 1, .src = src, .mnt = mnt};
-		_exit(serve(&o, &r));
+		struct report r = {.fd = pfd[1], .quiet_stdio = 1, .src = o->src, .mnt = o->mnt};
+		_exit(serve(o, &r));
 	}
 	close(pfd[1]);
 	char msg[1200];
@@ -322,17 +346,46 @@ int cmd_mount(int argc, char **argv)
 	msg[n] = 0;
 	close(pfd[0]);
 	if (n && msg[0] == 'O') {
-		printf("requantfs: %s mounted at %s (daemon pid %d)\n", src, mnt, (int)pid);
-		rc = 0;
-	} else if (n && msg[0] == 'E') {
+		printf("requantfs: %s mounted at %s (daemon pid %d)\n", o->src, o->mnt, (int)pid);
+		return 0;
+	}
+	if (n && msg[0] == 'E') {
 		waitpid(pid, NULL, 0);
-		rc = cli_fail(1, "mount", "%s", msg + 1);
+		return cli_fail(1, "mount", "%s", msg + 1);
+	}
+	int st = 0;
+	waitpid(pid, &st, 0);
+	return cli_fail(1, "mount", "the daemon exited during start-up (%s %d); run with "
+	                "--foreground to see why", WIFSIGNALED(st) ? "signal" : "status",
+	                WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+}
+
+int cmd_mount(int argc, char **argv)
+{
+	struct mount_args a = {.o = {.device = "auto", .recipe = RQ_RECIPE_FP32, .prefetch = 4,
+	                             .gpu_idle_s = 30, .readahead_kb = 8192}};
+	int rc = parse_args(argc, argv, &a);
+	if (rc >= 0)
+		return rc;
+	struct rq_mount_opts *o = &a.o;
+	char *src = abs_path(argv[optind]), *mnt = abs_path(argv[optind + 1]);
+	char *calib = abs_path(o->calib), *cdir = a.cache ? abs_path(a.cache) : default_cache();
+	char *logp = a.log ? abs_path(a.log) : NULL;
+	if (!src || !mnt || !calib || !cdir || (a.log && !logp)) {
+		rc = cli_fail(1, "mount", "out of memory");
+		goto out;
+	}
+	o->src = src;
+	o->mnt = mnt;
+	o->calib = calib;
+	o->cache_dir = cdir;
+	o->log_path = logp;
+	o->log_stderr = a.fg && !logp;
+	if (a.fg) {
+		struct report r = {.fd = -1, .src = src, .mnt = mnt};
+		rc = serve(o, &r);
 	} else {
-		int st = 0;
-		waitpid(pid, &st, 0);
-		rc = cli_fail(1, "mount", "the daemon exited during start-up (%s %d); run with "
-		              "--foreground to see why", WIFSIGNALED(st) ? "signal" : "status",
-		              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+		rc = start_daemon(o);
 	}
 out:
 	free(src);

@@ -24,7 +24,7 @@
 #include "tools/mkckpt.h"
 
 #include "base/err.h"
-#include "fs/st.h"
+#include "st/st.h"
 #include "tools/cli.h"
 #include "tools/sha256.h"
 

@@ -7,11 +7,11 @@
 #ifndef RQ_TOOLS_MKCKPT_H
 #define RQ_TOOLS_MKCKPT_H
 
-#include "fs/st.h"
+#include "st/st.h"
 
 #include <stddef.h>
 #include <stdint.h>
-#include "fs/jtext.h"
+#include "st/jtext.h"
 
 struct rq_err;
 

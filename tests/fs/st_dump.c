@@ -8,7 +8,7 @@
  *       "metadata": "<raw>" | null, "tensors": [[name, dtype, [shape], begin, end], ...]}
  *     in data order, or {"ok": false, "code": -errno, "error": "..."}.
  * Exit status: 0, or 1 when the helper itself could not run. */
-#include "fs/st.h"
+#include "st/st.h"
 
 #include "base/err.h"
 

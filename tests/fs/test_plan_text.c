@@ -2,7 +2,7 @@
  * Python re.match semantics, JSON spans, and the Python-compatible writer. */
 #include "tests/tap.h"
 #include "base/err.h"
-#include "fs/jtext.h"
+#include "st/jtext.h"
 #include "fs/rules.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  * safetensors 0.8 (captured below), round trips, every refusal of SPEC.md §5
  * with the right code and a message naming the file and tensor, and a
  * random-mutation fuzz loop that must never crash. */
-#include "fs/st.h"
+#include "st/st.h"
 
 #include "base/err.h"
 #include "tests/tap.h"

@@ -1,13 +1,13 @@
 /* kq_emul.cpp — kernels/kquant.cu (and kquant_bench.cu) compiled for the host
  * against the emulated runtime in emul/cuda_runtime.h, with the kernels of
- * kquant_kern.cu replaced by host loops over the same kq_math.h functions.
+ * kquant_kern.cu replaced by host loops over the same quant/recipe.h functions.
  * Linked into test_kquant_emul, which runs all of test_kquant.c's cases in
  * every build: this checks the pipeline (chunks, slots, streams, resident vs
  * streamed, fused jobs, refusals) on the CPU; the GPU run checks the real
  * kernels. */
 #include "kernels/kquant.cu"
 #include "kernels/kquant_bench.cu"
-#include "kernels/kq_math.h"
+#include "quant/recipe.h"
 
 #include <stdio.h>
 
@@ -44,11 +44,11 @@ void kq_launch_scale(enum rq_recipe r, const uint32_t *amax, int n, struct kq_re
 		uint32_t m = 0;
 		int bad = -1;
 		for (int i = 0; i < n; i++) {
-			if (amax[i] >= KQ_BF16_INF && bad < 0)
+			if (amax[i] >= RQ_BF16_INF && bad < 0)
 				bad = i;
 			m = amax[i] > m ? amax[i] : m;
 		}
-		res->gs = kq_global_scale((int)r, kq_bf16f(m));
+		res->gs = rq_recipe_gs((int)r, rq_bf16f(m));
 		res->bad = bad;
 		res->amax = m;
 	});
@@ -67,7 +67,7 @@ void kq_launch_quant(enum rq_recipe r, const uint8_t *din, size_t groups, float 
 				w[2 * j] = words[j] & 0xFFFFu;
 				w[2 * j + 1] = words[j] >> 16;
 			}
-			dsc[g] = (uint8_t)kq_quant_group((int)r, gs, w, pk);
+			dsc[g] = (uint8_t)rq_quant_group((int)r, gs, w, pk);
 			memcpy(dpk + 8 * g, pk, 8);
 		}
 	});
@@ -76,7 +76,7 @@ void kq_launch_quant(enum rq_recipe r, const uint8_t *din, size_t groups, float 
 void kq_launch_gs_batch(enum rq_recipe r, const uint16_t *amax, size_t n, float *gs)
 {
 	for (size_t i = 0; i < n; i++)
-		gs[i] = kq_global_scale((int)r, kq_bf16f(amax[i]));
+		gs[i] = rq_recipe_gs((int)r, rq_bf16f(amax[i]));
 }
 
 cudaError_t kq_kernels_loadable(void)

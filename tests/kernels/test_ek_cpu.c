@@ -1,8 +1,8 @@
-/* test_ek_cpu.c — the CPU twins of the engine kernels (kernels/ek_cpu.c)
+/* test_ek_cpu.c — the CPU twins of the engine kernels (kernels/ek_*_cpu.c)
  * against straightforward scalar references written here (suite unit).
  *
- *   - scalar conversions: fp16 against the compiler's _Float16, BF16 / E4M3 /
- *     E2M1 against quant/ (rq_*), every pattern where there are few;
+ *   - scalar conversions: fp16 against the compiler's _Float16 (BF16, E4M3
+ *     and E2M1 are quant/'s, tested there), E4M3 saturation for the KV cache;
  *   - the NVFP4 repack: rows read back equal rq_dequant_row bit for bit, the
  *     padding is zero, and an emulation of the GPU decode (fp16x2 registers
  *     built with the kernel's shifts and masks, times the E4M3 scale in fp16)
@@ -18,13 +18,6 @@
 #include <stdio.h>
 
 /* ------------------------------------------------------------ scalars */
-
-static uint32_t fbits(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
-}
 
 static float ufloat(uint32_t u)
 {
@@ -65,50 +58,11 @@ static void test_scalars(void)
 	TAP_OK(bad == 0, "f32 -> fp16 RNE: 400000 values (ties, subnormals, overflow) equal "
 	       "_Float16 (%d differ)", bad);
 
-	bad = 0;
-	for (int i = 0; i < 200000; i++) {
-		float f = ufloat((uint32_t)tu_next());
-		if (f != f)
-			continue;
-		if (ek_f32_bf16(f) != rq_f32_to_bf16(f) || fbits(ek_bf16_f32(rq_f32_to_bf16(f))) !=
-		    fbits(rq_bf16_to_f32(rq_f32_to_bf16(f))))
-			bad++;
-	}
-	TAP_OK(bad == 0, "bf16 both ways equal quant/ on 200000 random patterns (%d differ)", bad);
-
-	bad = 0;
-	for (int b = 0; b < 256; b++) {
-		float a = ek_e4m3_f32((uint8_t)b), r = rq_e4m3_to_f32((uint8_t)b);
-		if (!(a == r && signbit(a) == signbit(r)) && !(a != a && r != r))
-			bad++;
-	}
-	TAP_OK(bad == 0, "e4m3 -> f32: all 256 bytes equal rq_e4m3_to_f32");
-
-	bad = 0;
-	for (int i = 0; i < 200000; i++) {
-		float f = i < 100000 ? tu_unif(-448.0f, 448.0f)
-		                     : ldexpf(tu_unif(-2.0f, 2.0f), -(int)(tu_next() % 14));
-		if (ek_f32_e4m3(f) != rq_f32_to_e4m3(f))
-			bad++;
-	}
-	for (int b = 0; b < 256; b++) {            /* each value and each midpoint to its neighbour */
-		float v = ek_e4m3_f32((uint8_t)b);
-		if (v != v || fabsf(v) > 448.0f)
-			continue;
-		if (ek_f32_e4m3(v) != rq_f32_to_e4m3(v))
-			bad++;
-		float w = ek_e4m3_f32((uint8_t)(b + 1));
-		if ((b & 0x7F) < 0x7E && w == w && ek_f32_e4m3((v + w) / 2) != rq_f32_to_e4m3((v + w) / 2))
-			bad++;
-	}
-	TAP_OK(bad == 0, "f32 -> e4m3 RNE equals rq_f32_to_e4m3 (random, exact, midpoints)");
-	TAP_OK(ek_f32_e4m3(1000.0f) == 0x7E && ek_f32_e4m3(-1e30f) == 0xFE && ek_f32_e4m3(NAN) == 0x7F,
-	       "f32 -> e4m3 saturates to +-448, NaN -> 0x7F");
-	bad = 0;
-	for (int c = 0; c < 16; c++)
-		if (ek_e2m1_f32((uint8_t)c) != rq_e2m1_to_f32((uint8_t)c))
-			bad++;
-	TAP_OK(bad == 0, "e2m1: all 16 codes equal rq_e2m1_to_f32");
+	/* BF16, E4M3 and E2M1 are quant/'s conversions (tests/quant checks
+	 * them); what the FP8 KV cache relies on beyond that: */
+	TAP_OK(rq_f32_to_e4m3(1000.0f) == 0x7E && rq_f32_to_e4m3(-1e30f) == 0xFE &&
+	       rq_f32_to_e4m3(INFINITY) == 0x7E && rq_f32_to_e4m3(NAN) == 0x7F,
+	       "f32 -> e4m3 (FP8 KV cache) saturates to +-448, NaN -> 0x7F");
 }
 
 /* ------------------------------------------------------------- repack */
@@ -125,7 +79,7 @@ static void emulate_word(uint32_t w, uint8_t s_lo, uint8_t s_hi, float out[8])
 	for (int q = 0; q < 4; q++)
 		for (int hf = 0; hf < 2; hf++) {
 			float v = ek_f16_f32((uint16_t)(reg[q] >> (16 * hf)));
-			float s = ek_e4m3_f32((q & 1) ? s_hi : s_lo);
+			float s = rq_e4m3_to_f32((q & 1) ? s_hi : s_lo);
 			_Float16 prod = (_Float16)v * (_Float16)s;  /* the kernel's __hmul2 */
 			out[q + 4 * hf] = (float)prod;
 		}

@@ -23,7 +23,6 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "kernels/ek.h"
-#include "kernels/kquant.h"
 #include "base/err.h"
 #include "tests/tap.h"
 
@@ -163,8 +162,8 @@ int main(int argc, char **argv)
 	}
 	if (!ek_compiled())
 		TAP_SKIP_ALL("built without CUDA (reconfigure with -Dcuda=enabled)");
-	if (kq_device_count() == 0)
-		TAP_SKIP_ALL("no usable CUDA device (kq_device_count() == 0)");
+	if (ek_device_count() == 0)
+		TAP_SKIP_ALL("no usable CUDA device (ek_device_count() == 0)");
 	char tmp[] = "/tmp/rq-test-ek-engine-XXXXXX", dir[600], cmd[700];
 	if (!mkdtemp(tmp))
 		TAP_SKIP_ALL("cannot create a temporary directory");

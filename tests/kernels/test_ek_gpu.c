@@ -1,6 +1,6 @@
 /* test_ek_gpu.c — every CUDA engine kernel against its CPU twin on the same
  * inputs (suite gpu). SKIP (exit 77, reason printed) when built without CUDA
- * or when kq_device_count() == 0.
+ * or when ek_device_count() == 0.
  *
  * Tolerances (GPU − twin), stated per op:
  *   integer work (fills, NVFP4 repack, router picks, embedding, add): exact;
@@ -12,7 +12,6 @@
  * Also: counters left at zero (each stateful op run twice), a decode step
  * captured in a CUDA graph and replayed at a new position, copy bandwidth. */
 #include "tests/kernels/test_ek_util.h"
-#include "kernels/kquant.h"
 
 #include <stdio.h>
 
@@ -324,11 +323,11 @@ static void test_rope(int kvtype, int pos)
 		if (kvtype == EK_KV_F32) {
 			a = ((float *)kg)[i]; b = ((float *)kc)[i]; c = ((float *)vg)[i]; e = ((float *)vc)[i];
 		} else if (kvtype == EK_KV_BF16) {
-			a = ek_bf16_f32(((uint16_t *)kg)[i]); b = ek_bf16_f32(((uint16_t *)kc)[i]);
-			c = ek_bf16_f32(((uint16_t *)vg)[i]); e = ek_bf16_f32(((uint16_t *)vc)[i]);
+			a = rq_bf16_to_f32(((uint16_t *)kg)[i]); b = rq_bf16_to_f32(((uint16_t *)kc)[i]);
+			c = rq_bf16_to_f32(((uint16_t *)vg)[i]); e = rq_bf16_to_f32(((uint16_t *)vc)[i]);
 		} else {
-			a = ek_e4m3_f32(((uint8_t *)kg)[i]); b = ek_e4m3_f32(((uint8_t *)kc)[i]);
-			c = ek_e4m3_f32(((uint8_t *)vg)[i]); e = ek_e4m3_f32(((uint8_t *)vc)[i]);
+			a = rq_e4m3_to_f32(((uint8_t *)kg)[i]); b = rq_e4m3_to_f32(((uint8_t *)kc)[i]);
+			c = rq_e4m3_to_f32(((uint8_t *)vg)[i]); e = rq_e4m3_to_f32(((uint8_t *)vc)[i]);
 		}
 		if (fabsf(a - b) > ulp * (fabsf(b) + 1e-3) || c != e)
 			diff++;
@@ -440,8 +439,8 @@ int main(void)
 	char msg[512];
 	if (!ek_compiled())
 		TAP_SKIP_ALL("built without CUDA (reconfigure with -Dcuda=enabled)");
-	if (kq_device_count() == 0)
-		TAP_SKIP_ALL("no usable CUDA device (kq_device_count() == 0)");
+	if (ek_device_count() == 0)
+		TAP_SKIP_ALL("no usable CUDA device (ek_device_count() == 0)");
 	if (ek_open(0, &D, msg, sizeof msg))
 		TAP_SKIP_ALL("ek_open: %s", msg);
 	struct ek_info inf;

@@ -7,8 +7,8 @@
  * answers -ENODEV (not a crash) where no device is. */
 #include "engine/forward_cuda.h"
 #include "engine/model.h"
+#include "tools/bench_synth.h"
 #include "kernels/ek.h"
-#include "kernels/kquant.h"
 #include "base/err.h"
 #include "tests/tap.h"
 
@@ -21,8 +21,8 @@ int main(void)
 	static char cfg[16384];
 	struct rq_err err = {0};
 	struct lg_model *m = NULL;
-	lgc_laguna_config(cfg, sizeof cfg, 48, 256);
-	int rc = lgc_synth_model(cfg, 1, &m, &err);
+	bench_laguna_config(cfg, sizeof cfg, 48, 256);
+	int rc = bench_synth_model(cfg, 1, &m, &err);
 	TAP_OK(rc == 0, "synthetic Laguna S 2.1 shapes: %s", rc ? err.msg : "ok");
 	if (rc)
 		return tap_done();
@@ -73,12 +73,12 @@ int main(void)
 	rc = lgc_plan_make(m, &o, &p, &err);
 	TAP_OK(rc == -EINVAL, "context 0 refused");
 
-	if (!ek_compiled() || kq_device_count() == 0) {
+	if (!ek_compiled() || ek_device_count() == 0) {
 		struct lgc *g = NULL;
 		o.max_ctx = 64;
 		rc = lgc_create(m, &o, &g, &err);
 		TAP_OK(rc == -ENODEV && !g, "lgc_create without a device: -ENODEV (%s)", err.msg);
 	}
-	lgc_synth_free(m);
+	bench_synth_free(m);
 	return tap_done();
 }

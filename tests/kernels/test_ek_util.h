@@ -5,6 +5,7 @@
 #define RQ_TESTS_EK_UTIL_H
 
 #include "kernels/ek.h"
+#include "quant/quant.h"
 #include "tests/tap.h"
 
 #include <math.h>
@@ -65,7 +66,7 @@ static inline void tu_w_make(struct tu_w *t, int kind, int rows, int cols, int n
 	if (kind == EK_BF16) {
 		uint16_t *w = (uint16_t *)t->data;
 		for (size_t i = 0; i < (size_t)rows * cols * n; i++)
-			w[i] = ek_f32_bf16(tu_unif(-amp, amp));
+			w[i] = rq_f32_to_bf16(tu_unif(-amp, amp));
 		return;
 	}
 	size_t pk = (size_t)rows * cols / 2, sc = (size_t)rows * cols / 16;

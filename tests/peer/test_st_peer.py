@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Peer test: fs/st.c against the real safetensors library (PyPI, in .venv).
+"""Peer test: st/ (safetensors parser and serializer) against the real
+safetensors library (PyPI, in .venv).
 
   usage: test_st_peer.py ST_DUMP        (ST_DUMP = build/tests/fs/st_dump)
 

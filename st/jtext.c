@@ -1,5 +1,5 @@
 /* jtext.c — JSON spans and a Python-compatible writer. */
-#include "fs/jtext.h"
+#include "st/jtext.h"
 
 #include <errno.h>
 #include <math.h>

@@ -8,7 +8,7 @@
  * nesting is limited to 127 levels; UTF-8 is validated like Rust's
  * str::from_utf8. Every function returns 0, or -1 with j->why and j->at set
  * at the first failure. */
-#include "fs/st_internal.h"
+#include "st/st_internal.h"
 
 #include <errno.h>
 #include <math.h>

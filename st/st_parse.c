@@ -11,8 +11,8 @@
  * The JSON grammar is serde_json's (st_json.c); nothing but whitespace may
  * follow the top object. The raw text of "__metadata__" is kept so a
  * rewritten header can copy it byte for byte. */
-#include "fs/st.h"
-#include "fs/st_internal.h"
+#include "st/st.h"
+#include "st/st_internal.h"
 
 #include "base/err.h"
 
@@ -228,11 +228,11 @@ static int validate(struct st_header *h, const char *path, struct rq_err *err)
 	return 0;
 }
 
-int st_parse_mem(const uint8_t *buf, size_t len, uint64_t file_size, const char *path,
-                 struct st_header **out, struct rq_err *err)
+/* The 8-byte length N, its limits against the file and the buffer, and the
+ * header's UTF-8. *np gets N. */
+static int check_prefix(const uint8_t *buf, size_t len, uint64_t file_size, const char *path,
+                        uint64_t *np, struct rq_err *err)
 {
-	if (!path)
-		path = "(safetensors)";
 	if (file_size < 8)
 		return rq_errf(err, -EPROTO, "%s: file is %llu bytes, shorter than the 8-byte header "
 		               "length", path, (unsigned long long)file_size);
@@ -251,16 +251,182 @@ int st_parse_mem(const uint8_t *buf, size_t len, uint64_t file_size, const char 
 	if (len < 8 + n)
 		return rq_errf(err, -EINVAL, "%s: st_parse_mem got %zu bytes, the header needs %llu",
 		               path, len, (unsigned long long)(8 + n));
-	const uint8_t *json = buf + 8;
-	size_t bad_at = st_utf8_bad_at(json, n);
+	size_t bad_at = st_utf8_bad_at(buf + 8, n);
 	if (bad_at != (size_t)-1)
 		return rq_errf(err, -EPROTO, "%s: header is not valid UTF-8 (byte %zu)", path, bad_at);
+	*np = n;
+	return 0;
+}
 
+/* The header object being read. The functions below return 0, -1 for bad
+ * JSON (j.why and j.at set), or another -errno with err already written
+ * (-ENOMEM: the caller writes it). */
+struct pstate {
+	struct jp j;
+	struct st_header *h;       /* h->n counts the tensors read so far */
+	char *arena;               /* [h->header_len + 1]: every name, NUL-terminated */
+	size_t used;               /* arena bytes taken by names */
+	struct st_tensor *t;       /* [cap], entries [0, h->n) filled */
+	size_t cap;
+	const char *cur_name;      /* the tensor whose entry is being read, for messages */
+};
+
+/* The value of "__metadata__": null, or an object whose values are all
+ * strings, its raw text kept in h->metadata. */
+static int parse_metadata(struct jp *j, struct st_header *h)
+{
+	st_jws(j);
+	const uint8_t *ms = j->p;
+	if (j->p < j->end && *j->p == 'n')
+		return st_jliteral(j, "null") ? -1 : 0;
+	if (j->p >= j->end || *j->p != '{')
+		return st_jfail(j, "__metadata__ must be an object of strings");
+	if (st_jenter(j))
+		return -1;
+	st_jws(j);
+	if (j->p < j->end && *j->p == '}') {
+		j->p++;
+	} else {
+		for (;;) {
+			if (st_jstring(j, NULL, NULL) || st_jexpect(j, ':', "expected ':'"))
+				return -1;
+			st_jws(j);
+			if (j->p < j->end && *j->p != '"')
+				return st_jfail(j, "__metadata__ values must be strings");
+			if (st_jstring(j, NULL, NULL))
+				return -1;
+			st_jws(j);
+			if (j->p < j->end && *j->p == ',') {
+				j->p++;
+				continue;
+			}
+			if (st_jexpect(j, '}', "expected ',' or '}'"))
+				return -1;
+			break;
+		}
+	}
+	j->depth++;
+	size_t ml = (size_t)(j->p - ms);
+	h->metadata = malloc(ml + 1);
+	if (!h->metadata)
+		return -ENOMEM;
+	memcpy(h->metadata, ms, ml);
+	h->metadata[ml] = 0;
+	return 0;
+}
+
+/* The entry of the tensor named key[0, klen), a name already decoded into
+ * the arena at ps->used. */
+static int add_tensor(struct pstate *ps, char *key, size_t klen, const char *path,
+                      struct rq_err *err)
+{
+	struct st_header *h = ps->h;
+	if (memchr(key, 0, klen))
+		return rq_errf(err, -EPROTO, "%s: a tensor name contains U+0000", path);
+	if (ps->used + klen + 1 > h->header_len + 1)
+		return st_jfail(&ps->j, "internal: name arena");
+	ps->used += klen + 1;
+	if (h->n == ps->cap) {
+		size_t nc = ps->cap ? ps->cap * 2 : 64;
+		struct st_tensor *nt = realloc(ps->t, nc * sizeof *nt);
+		if (!nt)
+			return -ENOMEM;
+		ps->t = nt;
+		ps->cap = nc;
+	}
+	memset(&ps->t[h->n], 0, sizeof ps->t[h->n]);
+	ps->t[h->n].name = key;
+	ps->cur_name = key;
+	if (parse_entry(&ps->j, &ps->t[h->n]))
+		return -1;
+	ps->cur_name = NULL;
+	h->n++;
+	return 0;
+}
+
+/* The whole header: one object, "__metadata__" at most once, every other
+ * member a tensor; nothing but whitespace after it. */
+static int parse_object(struct pstate *ps, const char *path, struct rq_err *err)
+{
+	struct jp *j = &ps->j;
+	int seen_meta = 0, rc;
+	st_jws(j);
+	if (j->p >= j->end || *j->p != '{')
+		return st_jfail(j, "header is not a JSON object");
+	if (st_jenter(j))
+		return -1;
+	st_jws(j);
+	if (j->p < j->end && *j->p == '}') {
+		j->p++;
+	} else {
+		for (;;) {
+			size_t klen;
+			char *key = ps->arena + ps->used;
+			if (st_jstring(j, key, &klen))
+				return -1;
+			key[klen] = 0;
+			if (st_jexpect(j, ':', "expected ':'"))
+				return -1;
+			if (klen == 12 && !memcmp(key, "__metadata__", 12)) {
+				if (seen_meta++)
+					return st_jfail(j, "duplicate field \"__metadata__\"");
+				rc = parse_metadata(j, ps->h);
+			} else {
+				rc = add_tensor(ps, key, klen, path, err);
+			}
+			if (rc)
+				return rc;
+			st_jws(j);
+			if (j->p < j->end && *j->p == ',') {
+				j->p++;
+				continue;
+			}
+			if (st_jexpect(j, '}', "expected ',' or '}'"))
+				return -1;
+			break;
+		}
+	}
+	j->depth++;
+	st_jws(j);
+	if (j->p != j->end)
+		return st_jfail(j, "trailing characters after the header object");
+	return 0;
+}
+
+/* Puts h->t in data order, builds the by-name index, refuses a name twice. */
+static int index_tensors(struct st_header_impl *hi, const char *path, struct rq_err *err)
+{
+	struct st_header *h = &hi->h;
+	if (h->n)
+		qsort(h->t, h->n, sizeof *h->t, by_offset);
+	hi->by_name = malloc((h->n ? h->n : 1) * sizeof *hi->by_name);
+	if (!hi->by_name)
+		return -ENOMEM;
+	for (size_t i = 0; i < h->n; i++)
+		hi->by_name[i] = i;
+	qsort_r(hi->by_name, h->n, sizeof *hi->by_name, by_name, h->t);
+	for (size_t i = 1; i < h->n; i++)
+		if (!strcmp(h->t[hi->by_name[i]].name, h->t[hi->by_name[i - 1]].name))
+			return rq_errf(err, -EPROTO, "%s: duplicate tensor name '%s'", path,
+			               h->t[hi->by_name[i]].name);
+	return 0;
+}
+
+int st_parse_mem(const uint8_t *buf, size_t len, uint64_t file_size, const char *path,
+                 struct st_header **out, struct rq_err *err)
+{
+	if (!path)
+		path = "(safetensors)";
+	uint64_t n = 0;
+	int rc = check_prefix(buf, len, file_size, path, &n, err);
+	if (rc)
+		return rc;
+
+	const uint8_t *json = buf + 8;
 	struct st_header_impl *hi = calloc(1, sizeof *hi);
 	char *arena = malloc(n + 1);
-	size_t cap = 0, used = 0;
-	struct st_tensor *t = NULL;
-	int rc = -ENOMEM;
+	struct pstate ps = {.j = {json, json, json + n, 128, NULL, 0}, .arena = arena};
+	rc = -ENOMEM;
 	if (!hi || !arena)
 		goto fail;
 	hi->names = arena;
@@ -268,155 +434,33 @@ int st_parse_mem(const uint8_t *buf, size_t len, uint64_t file_size, const char 
 	h->header_len = n;
 	h->data_start = 8 + n;
 	h->file_size = file_size;
-
-	struct jp j = {json, json, json + n, 128, NULL, 0};
-	const char *cur_name = NULL;
-	int seen_meta = 0;
-	st_jws(&j);
-	if (j.p >= j.end || *j.p != '{') {
-		st_jfail(&j, "header is not a JSON object");
+	ps.h = h;
+	rc = parse_object(&ps, path, err);
+	if (rc == -1)
 		goto bad_json;
-	}
-	if (st_jenter(&j))
-		goto bad_json;
-	st_jws(&j);
-	if (j.p < j.end && *j.p == '}') {
-		j.p++;
-	} else {
-		for (;;) {
-			size_t klen;
-			char *key = arena + used;
-			if (st_jstring(&j, key, &klen))
-				goto bad_json;
-			key[klen] = 0;
-			if (st_jexpect(&j, ':', "expected ':'"))
-				goto bad_json;
-			if (klen == 12 && !memcmp(key, "__metadata__", 12)) {
-				if (seen_meta++) {
-					st_jfail(&j, "duplicate field \"__metadata__\"");
-					goto bad_json;
-				}
-				st_jws(&j);
-				const uint8_t *ms = j.p;
-				if (j.p < j.end && *j.p == 'n') {
-					if (st_jliteral(&j, "null"))
-						goto bad_json;
-				} else {
-					if (j.p >= j.end || *j.p != '{') {
-						st_jfail(&j, "__metadata__ must be an object of strings");
-						goto bad_json;
-					}
-					if (st_jenter(&j))
-						goto bad_json;
-					st_jws(&j);
-					if (j.p < j.end && *j.p == '}') {
-						j.p++;
-					} else {
-						for (;;) {
-							if (st_jstring(&j, NULL, NULL) ||
-							    st_jexpect(&j, ':', "expected ':'"))
-								goto bad_json;
-							st_jws(&j);
-							if (j.p < j.end && *j.p != '"') {
-								st_jfail(&j, "__metadata__ values must be strings");
-								goto bad_json;
-							}
-							if (st_jstring(&j, NULL, NULL))
-								goto bad_json;
-							st_jws(&j);
-							if (j.p < j.end && *j.p == ',') {
-								j.p++;
-								continue;
-							}
-							if (st_jexpect(&j, '}', "expected ',' or '}'"))
-								goto bad_json;
-							break;
-						}
-					}
-					j.depth++;
-					size_t ml = (size_t)(j.p - ms);
-					h->metadata = malloc(ml + 1);
-					if (!h->metadata)
-						goto fail;
-					memcpy(h->metadata, ms, ml);
-					h->metadata[ml] = 0;
-				}
-			} else {
-				if (memchr(key, 0, klen)) {
-					rc = rq_errf(err, -EPROTO, "%s: a tensor name contains U+0000", path);
-					goto fail;
-				}
-				if (used + klen + 1 > n + 1) {
-					st_jfail(&j, "internal: name arena");
-					goto bad_json;
-				}
-				used += klen + 1;
-				if (h->n == cap) {
-					size_t nc = cap ? cap * 2 : 64;
-					struct st_tensor *nt = realloc(t, nc * sizeof *t);
-					if (!nt)
-						goto fail;
-					t = nt;
-					cap = nc;
-				}
-				memset(&t[h->n], 0, sizeof t[h->n]);
-				t[h->n].name = key;
-				cur_name = key;
-				if (parse_entry(&j, &t[h->n]))
-					goto bad_json;
-				cur_name = NULL;
-				h->n++;
-			}
-			st_jws(&j);
-			if (j.p < j.end && *j.p == ',') {
-				j.p++;
-				continue;
-			}
-			if (st_jexpect(&j, '}', "expected ',' or '}'"))
-				goto bad_json;
-			break;
-		}
-	}
-	j.depth++;
-	st_jws(&j);
-	if (j.p != j.end) {
-		st_jfail(&j, "trailing characters after the header object");
-		goto bad_json;
-	}
-	h->t = t;
-	t = NULL;
-
-	if (h->n)
-		qsort(h->t, h->n, sizeof *h->t, by_offset);
-	hi->by_name = malloc((h->n ? h->n : 1) * sizeof *hi->by_name);
-	if (!hi->by_name)
+	if (rc)
 		goto fail;
-	for (size_t i = 0; i < h->n; i++)
-		hi->by_name[i] = i;
-	qsort_r(hi->by_name, h->n, sizeof *hi->by_name, by_name, h->t);
-	for (size_t i = 1; i < h->n; i++)
-		if (!strcmp(h->t[hi->by_name[i]].name, h->t[hi->by_name[i - 1]].name)) {
-			rc = rq_errf(err, -EPROTO, "%s: duplicate tensor name '%s'", path,
-			             h->t[hi->by_name[i]].name);
-			goto fail;
-		}
-	rc = validate(h, path, err);
+	h->t = ps.t;
+	ps.t = NULL;
+	rc = index_tensors(hi, path, err);
+	if (!rc)
+		rc = validate(h, path, err);
 	if (rc)
 		goto fail;
 	*out = h;
 	return 0;
 
 bad_json:
-	if (cur_name)
-		rc = rq_errf(err, -EPROTO, "%s: tensor '%s': %s (header byte %zu)", path, cur_name,
-		             j.why ? j.why : "invalid entry", j.at);
+	if (ps.cur_name)
+		rc = rq_errf(err, -EPROTO, "%s: tensor '%s': %s (header byte %zu)", path, ps.cur_name,
+		             ps.j.why ? ps.j.why : "invalid entry", ps.j.at);
 	else
 		rc = rq_errf(err, -EPROTO, "%s: invalid header JSON: %s (header byte %zu)", path,
-		             j.why ? j.why : "syntax error", j.at);
+		             ps.j.why ? ps.j.why : "syntax error", ps.j.at);
 fail:
 	if (rc == -ENOMEM)
 		rq_errf(err, -ENOMEM, "%s: out of memory reading the header", path);
-	free(t);
+	free(ps.t);
 	if (hi) {
 		st_header_free(&hi->h);
 	} else {

@@ -1,6 +1,6 @@
 /* st_internal.h — what st_parse.c, st_json.c and st_write.c share (not public). */
-#ifndef RQ_FS_ST_INTERNAL_H
-#define RQ_FS_ST_INTERNAL_H
+#ifndef RQ_ST_ST_INTERNAL_H
+#define RQ_ST_ST_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>

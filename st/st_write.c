@@ -7,8 +7,8 @@
  * with spaces to a multiple of 8. Strings are escaped as serde_json does:
  * '"' and '\\', \b \t \n \f \r in short form, other bytes below 0x20 as
  * \u00xx (lowercase hex); everything else, UTF-8 included, is copied. */
-#include "fs/st.h"
-#include "fs/st_internal.h"
+#include "st/st.h"
+#include "st/st_internal.h"
 
 #include "base/err.h"
 

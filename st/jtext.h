@@ -1,8 +1,8 @@
 /* jtext.h — JSON as text: find the byte span of values without
  * re-serializing (config.json must keep every other byte), and write JSON
  * exactly like Python's json.dumps(obj, indent=2, sort_keys=True). */
-#ifndef RQ_FS_JTEXT_H
-#define RQ_FS_JTEXT_H
+#ifndef RQ_ST_JTEXT_H
+#define RQ_ST_JTEXT_H
 
 #include <stddef.h>
 #include <cjson/cJSON.h>

@@ -1,7 +1,7 @@
 /* st.h — safetensors: a strict parser (SPEC.md §5) and the canonical
  * serializer (SPEC.md §4), i.e. the bytes safetensors.torch.save_file writes. */
-#ifndef RQ_FS_ST_H
-#define RQ_FS_ST_H
+#ifndef RQ_ST_ST_H
+#define RQ_ST_ST_H
 
 #include <stddef.h>
 #include <stdint.h>
