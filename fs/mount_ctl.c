@@ -349,14 +349,8 @@ static char *status_json(struct rq_mount *m)
 void rq_mnt_ctl_serve(struct rq_mount *m, struct mread *rd)
 {
 	int j = (int)rd->ctl_job;
-	pthread_mutex_lock(&m->lock);
-	if (rd->err) {
-		pthread_mutex_unlock(&m->lock);
-		fuse_reply_err(rd->req, -rd->err);
-		rq_mnt_read_free(rd);
+	if (!rq_mnt_serve_begin(m, rd))
 		return;
-	}
-	rd->pending = 0;
 	/* READY: stored in the cache (or known not to fit: memory); covered:
 	 * every file made from it is materialized, nothing to run */
 	struct mout *o = m->jobs[j].state == J_READY ? m->jobs[j].out : NULL;

@@ -230,6 +230,8 @@ struct rq_mount {
 	                             verifies and uses the files the cache already holds */
 	int mat_stop;
 	int mat_busy;             /* files being written or verified now */
+	atomic_llong last_busy_ns;/* CLOCK_MONOTONIC ns of the last copy-path read or job:
+	                             new files are written once the mount idles */
 	pthread_t mat_thread;
 	pthread_cond_t mat_cv;
 	pthread_cond_t mat_done;  /* broadcast when the materializer finishes a file */
@@ -290,6 +292,9 @@ int rq_mnt_hold(struct mread *rd, int j, struct mout *o);
 /* The output of job j that rd holds, or NULL. */
 struct mout *rq_mnt_held(struct mread *rd, int j);
 void rq_mnt_read_free(struct mread *rd);   /* drops its holds, frees */
+/* The start of answering rd: takes m->lock and returns 1, or (rd failed
+ * while parked) answers its error, frees it and returns 0 unlocked. */
+int rq_mnt_serve_begin(struct rq_mount *m, struct mread *rd);
 
 /* mount_mat.c */
 int rq_mnt_files_init(struct rq_mount *m, struct rq_err *err);

@@ -99,6 +99,19 @@ struct mout *rq_mnt_held(struct mread *rd, int j)
 	return NULL;
 }
 
+int rq_mnt_serve_begin(struct rq_mount *m, struct mread *rd)
+{
+	pthread_mutex_lock(&m->lock);
+	if (rd->err) {
+		pthread_mutex_unlock(&m->lock);
+		fuse_reply_err(rd->req, -rd->err);
+		rq_mnt_read_free(rd);
+		return 0;
+	}
+	rd->pending = 0;
+	return 1;
+}
+
 void rq_mnt_read_free(struct mread *rd)
 {
 	if (!rd)
@@ -534,6 +547,7 @@ static void *worker(void *arg)
 		w->job = j;
 		pthread_mutex_unlock(&m->lock);
 		run_job(m, j);
+		atomic_store(&m->last_busy_ns, (long long)(rq_mnt_now() * 1e9));
 		pthread_mutex_lock(&m->lock);
 		w->job = -1;
 	}

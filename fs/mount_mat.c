@@ -47,6 +47,7 @@
 #define MAT_CHUNK (8u << 20)   /* bytes copied per read while materializing */
 #define MAT_RECOPY 3           /* copy-path reads redone when the file changes under them */
 #define OPEN_WAIT_S 30         /* an open waits this long at most for a verification */
+#define MAT_IDLE_S 1.0         /* new files are written after this long without reads */
 
 /* Tests only: REQUANTFS_TEST_MAT_PAUSE_MS sleeps after each chunk written, so
  * that a test can kill the daemon in the middle of a materialization. */
@@ -523,9 +524,10 @@ static void *mat_main(void *arg)
 			pthread_cond_wait(&m->mat_cv, &m->lock);
 		if (m->mat_stop)
 			break;
-		/* Writing a file competes with quantization for the disk and the
-		 * cores: let the demand queue drain first (a cold load keeps its
-		 * pace); verifying a found file goes first, it unblocks opens. */
+		/* Writing a file competes with the readers and the quantizer for
+		 * the disk and the cores: wait until the mount idles (no copy-path
+		 * read nor job for MAT_IDLE_S), so a cold load keeps its pace;
+		 * verifying a found file goes first, it unblocks opens. */
 		if (!m->files[m->mat_head].verifying) {
 			struct timespec until;
 			clock_gettime(CLOCK_REALTIME, &until);
@@ -534,7 +536,8 @@ static void *mat_main(void *arg)
 				until.tv_sec++;
 				until.tv_nsec -= 1000000000;
 			}
-			if (m->dq_head >= 0 || m->running > 0) {
+			double idle = rq_mnt_now() - atomic_load(&m->last_busy_ns) / 1e9;
+			if (m->dq_head >= 0 || m->running > 0 || idle < MAT_IDLE_S) {
 				pthread_cond_timedwait(&m->mat_cv, &m->lock, &until);
 				continue;
 			}

@@ -241,14 +241,8 @@ static int recheck_held(struct rq_mount *m, struct mread *rd)
 void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 {
 	const struct rq_plan *p = m->plan;
-	pthread_mutex_lock(&m->lock);
-	if (rd->err) {
-		pthread_mutex_unlock(&m->lock);
-		fuse_reply_err(rd->req, -rd->err);
-		rq_mnt_read_free(rd);
+	if (!rq_mnt_serve_begin(m, rd))
 		return;
-	}
-	rd->pending = 0;
 	const struct rq_vfile *f = &p->files[rd->file];
 	uint64_t end = rd->off + rd->size;
 	if (m->files[rd->file].njobs) {
@@ -365,6 +359,7 @@ void rq_mnt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct rq_mount *m = fuse_req_userdata(req);
 	if (ino >= m->ctl_base)
 		return rq_mnt_ctl_read(req, m, ino, size, off, fi);
+	atomic_store(&m->last_busy_ns, (long long)(rq_mnt_now() * 1e9));
 	long file = (long)(fi->fh & ~RQ_FH_PT);
 	const struct rq_vfile *f = &m->plan->files[file];
 	if (off < 0)

@@ -18,6 +18,15 @@ struct jp {
 int st_jfail(struct jp *j, const char *why);
 void st_jws(struct jp *j);
 int st_jexpect(struct jp *j, char c, const char *why);
+/* A container, at its opening bracket: st_jbegin enters it (the depth
+ * limit) and returns 1 when an element follows, 0 when it is empty (its
+ * `close` consumed); after each element st_jnext returns 1 past a ',', 0 past
+ * `close` (depth restored), -1 on anything else (j says why):
+ *     int more = st_jbegin(j, '}');
+ *     while (more > 0) { ...element...; more = st_jnext(j, '}'); }
+ *     if (more < 0) return -1; */
+int st_jbegin(struct jp *j, char close);
+int st_jnext(struct jp *j, char close);
 /* A string at j->p; with out != NULL its decoded UTF-8 goes there (never
  * longer than the source text) and the length to *outlen. */
 int st_jstring(struct jp *j, char *out, size_t *outlen);

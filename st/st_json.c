@@ -39,6 +39,32 @@ int st_jexpect(struct jp *j, char c, const char *why)
 	return 0;
 }
 
+int st_jbegin(struct jp *j, char close)
+{
+	if (st_jenter(j))
+		return -1;
+	st_jws(j);
+	if (j->p < j->end && *j->p == close) {
+		j->p++;
+		j->depth++;
+		return 0;
+	}
+	return 1;
+}
+
+int st_jnext(struct jp *j, char close)
+{
+	st_jws(j);
+	if (j->p < j->end && *j->p == ',') {
+		j->p++;
+		return 1;
+	}
+	if (st_jexpect(j, close, close == ']' ? "expected ',' or ']'" : "expected ',' or '}'"))
+		return -1;
+	j->depth++;
+	return 0;
+}
+
 static int hexval(uint8_t c)
 {
 	if (c >= '0' && c <= '9')
@@ -235,6 +261,7 @@ int st_jenter(struct jp *j)
 
 int st_jvalue_skip(struct jp *j)
 {
+	int more;
 	st_jws(j);
 	if (j->p >= j->end)
 		return st_jfail(j, "unexpected end of header");
@@ -248,50 +275,22 @@ int st_jvalue_skip(struct jp *j)
 	case 'n':
 		return st_jliteral(j, "null");
 	case '[':
-		if (st_jenter(j))
-			return -1;
-		st_jws(j);
-		if (j->p < j->end && *j->p == ']') {
-			j->p++;
-		} else {
-			for (;;) {
-				if (st_jvalue_skip(j))
-					return -1;
-				st_jws(j);
-				if (j->p < j->end && *j->p == ',') {
-					j->p++;
-					continue;
-				}
-				if (st_jexpect(j, ']', "expected ',' or ']'"))
-					return -1;
-				break;
-			}
+		more = st_jbegin(j, ']');
+		while (more > 0) {
+			if (st_jvalue_skip(j))
+				return -1;
+			more = st_jnext(j, ']');
 		}
-		j->depth++;
-		return 0;
+		return more < 0 ? -1 : 0;
 	case '{':
-		if (st_jenter(j))
-			return -1;
-		st_jws(j);
-		if (j->p < j->end && *j->p == '}') {
-			j->p++;
-		} else {
-			for (;;) {
-				if (st_jstring(j, NULL, NULL) || st_jexpect(j, ':', "expected ':'") ||
-				    st_jvalue_skip(j))
-					return -1;
-				st_jws(j);
-				if (j->p < j->end && *j->p == ',') {
-					j->p++;
-					continue;
-				}
-				if (st_jexpect(j, '}', "expected ',' or '}'"))
-					return -1;
-				break;
-			}
+		more = st_jbegin(j, '}');
+		while (more > 0) {
+			if (st_jstring(j, NULL, NULL) || st_jexpect(j, ':', "expected ':'") ||
+			    st_jvalue_skip(j))
+				return -1;
+			more = st_jnext(j, '}');
 		}
-		j->depth++;
-		return 0;
+		return more < 0 ? -1 : 0;
 	default:
 		if (*j->p == '-' || (*j->p >= '0' && *j->p <= '9'))
 			return jnumber_skip(j);
@@ -332,31 +331,19 @@ int st_juint_array(struct jp *j, uint64_t *v, int max, int *count)
 	st_jws(j);
 	if (j->p >= j->end || *j->p != '[')
 		return st_jfail(j, "expected an array");
-	if (st_jenter(j))
-		return -1;
 	int n = 0;
-	st_jws(j);
-	if (j->p < j->end && *j->p == ']') {
-		j->p++;
-	} else {
-		for (;;) {
-			uint64_t x = 0;
-			if (juint(j, &x))
-				return -1;
-			if (n == max)
-				return st_jfail(j, "too many elements");
-			v[n++] = x;
-			st_jws(j);
-			if (j->p < j->end && *j->p == ',') {
-				j->p++;
-				continue;
-			}
-			if (st_jexpect(j, ']', "expected ',' or ']'"))
-				return -1;
-			break;
-		}
+	int more = st_jbegin(j, ']');
+	while (more > 0) {
+		uint64_t x = 0;
+		if (juint(j, &x))
+			return -1;
+		if (n == max)
+			return st_jfail(j, "too many elements");
+		v[n++] = x;
+		more = st_jnext(j, ']');
 	}
-	j->depth++;
+	if (more < 0)
+		return -1;
 	*count = n;
 	return 0;
 }

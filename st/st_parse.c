@@ -55,85 +55,73 @@ static int parse_entry(struct jp *j, struct st_tensor *t)
 	st_jws(j);
 	if (j->p >= j->end || *j->p != '{')
 		return st_jfail(j, "expected an object {\"dtype\", \"shape\", \"data_offsets\"}");
-	if (st_jenter(j))
-		return -1;
 	int have_dtype = 0, have_shape = 0, have_off = 0;
-	st_jws(j);
-	if (j->p < j->end && *j->p == '}') {
-		j->p++;
-	} else {
-		for (;;) {
-			const uint8_t *k = j->p;
-			size_t klen;
-			char key[16];
-			/* keys we know are short; decode longer ones only to skip them */
-			st_jws(j);
-			k = j->p;
-			if (st_jstring(j, NULL, &klen))
+	int more = st_jbegin(j, '}');
+	while (more > 0) {
+		const uint8_t *k = j->p;
+		size_t klen;
+		char key[16];
+		/* keys we know are short; decode longer ones only to skip them */
+		st_jws(j);
+		k = j->p;
+		if (st_jstring(j, NULL, &klen))
+			return -1;
+		j->p = k;
+		if (klen < sizeof key) {
+			if (st_jstring(j, key, &klen))
 				return -1;
-			j->p = k;
-			if (klen < sizeof key) {
-				if (st_jstring(j, key, &klen))
-					return -1;
-				key[klen] = 0;
-			} else {
-				if (st_jstring(j, NULL, NULL))
-					return -1;
-				key[0] = 0;
-				klen = (size_t)-1;
-			}
-			if (st_jexpect(j, ':', "expected ':'"))
+			key[klen] = 0;
+		} else {
+			if (st_jstring(j, NULL, NULL))
 				return -1;
-			if (klen == 5 && !memcmp(key, "dtype", 5)) {
-				if (have_dtype++)
-					return st_jfail(j, "duplicate field \"dtype\"");
-				char dt[16];
-				size_t dlen;
-				const uint8_t *q;
-				st_jws(j);
-				q = j->p;
-				if (st_jstring(j, NULL, &dlen))
-					return -1;
-				j->p = q;
-				if (dlen >= sizeof dt) {
-					return st_jfail(j, "unknown dtype");
-				}
-				if (st_jstring(j, dt, &dlen))
-					return -1;
-				if (st_dtype_parse(dt, dlen, &t->dtype)) {
-					j->p = q;
-					return st_jfail(j, "unknown dtype");
-				}
-			} else if (klen == 5 && !memcmp(key, "shape", 5)) {
-				if (have_shape++)
-					return st_jfail(j, "duplicate field \"shape\"");
-				if (st_juint_array(j, t->shape, ST_MAX_DIMS, &t->ndim))
-					return -1;
-			} else if (klen == 12 && !memcmp(key, "data_offsets", 12)) {
-				uint64_t off[2];
-				int n;
-				if (have_off++)
-					return st_jfail(j, "duplicate field \"data_offsets\"");
-				if (st_juint_array(j, off, 2, &n))
-					return -1;
-				if (n != 2)
-					return st_jfail(j, "data_offsets must hold two integers");
-				t->begin = off[0];
-				t->end = off[1];
-			} else if (st_jvalue_skip(j)) {
-				return -1;
-			}
-			st_jws(j);
-			if (j->p < j->end && *j->p == ',') {
-				j->p++;
-				continue;
-			}
-			if (st_jexpect(j, '}', "expected ',' or '}'"))
-				return -1;
-			break;
+			key[0] = 0;
+			klen = (size_t)-1;
 		}
+		if (st_jexpect(j, ':', "expected ':'"))
+			return -1;
+		if (klen == 5 && !memcmp(key, "dtype", 5)) {
+			if (have_dtype++)
+				return st_jfail(j, "duplicate field \"dtype\"");
+			char dt[16];
+			size_t dlen;
+			const uint8_t *q;
+			st_jws(j);
+			q = j->p;
+			if (st_jstring(j, NULL, &dlen))
+				return -1;
+			j->p = q;
+			if (dlen >= sizeof dt) {
+				return st_jfail(j, "unknown dtype");
+			}
+			if (st_jstring(j, dt, &dlen))
+				return -1;
+			if (st_dtype_parse(dt, dlen, &t->dtype)) {
+				j->p = q;
+				return st_jfail(j, "unknown dtype");
+			}
+		} else if (klen == 5 && !memcmp(key, "shape", 5)) {
+			if (have_shape++)
+				return st_jfail(j, "duplicate field \"shape\"");
+			if (st_juint_array(j, t->shape, ST_MAX_DIMS, &t->ndim))
+				return -1;
+		} else if (klen == 12 && !memcmp(key, "data_offsets", 12)) {
+			uint64_t off[2];
+			int n;
+			if (have_off++)
+				return st_jfail(j, "duplicate field \"data_offsets\"");
+			if (st_juint_array(j, off, 2, &n))
+				return -1;
+			if (n != 2)
+				return st_jfail(j, "data_offsets must hold two integers");
+			t->begin = off[0];
+			t->end = off[1];
+		} else if (st_jvalue_skip(j)) {
+			return -1;
+		}
+		more = st_jnext(j, '}');
 	}
-	j->depth++;
+	if (more < 0)
+		return -1;
 	if (!have_dtype)
 		return st_jfail(j, "missing field \"dtype\"");
 	if (!have_shape)
@@ -281,31 +269,19 @@ static int parse_metadata(struct jp *j, struct st_header *h)
 		return st_jliteral(j, "null") ? -1 : 0;
 	if (j->p >= j->end || *j->p != '{')
 		return st_jfail(j, "__metadata__ must be an object of strings");
-	if (st_jenter(j))
-		return -1;
-	st_jws(j);
-	if (j->p < j->end && *j->p == '}') {
-		j->p++;
-	} else {
-		for (;;) {
-			if (st_jstring(j, NULL, NULL) || st_jexpect(j, ':', "expected ':'"))
-				return -1;
-			st_jws(j);
-			if (j->p < j->end && *j->p != '"')
-				return st_jfail(j, "__metadata__ values must be strings");
-			if (st_jstring(j, NULL, NULL))
-				return -1;
-			st_jws(j);
-			if (j->p < j->end && *j->p == ',') {
-				j->p++;
-				continue;
-			}
-			if (st_jexpect(j, '}', "expected ',' or '}'"))
-				return -1;
-			break;
-		}
+	int more = st_jbegin(j, '}');
+	while (more > 0) {
+		if (st_jstring(j, NULL, NULL) || st_jexpect(j, ':', "expected ':'"))
+			return -1;
+		st_jws(j);
+		if (j->p < j->end && *j->p != '"')
+			return st_jfail(j, "__metadata__ values must be strings");
+		if (st_jstring(j, NULL, NULL))
+			return -1;
+		more = st_jnext(j, '}');
 	}
-	j->depth++;
+	if (more < 0)
+		return -1;
 	size_t ml = (size_t)(j->p - ms);
 	h->metadata = malloc(ml + 1);
 	if (!h->metadata)
@@ -353,40 +329,28 @@ static int parse_object(struct pstate *ps, const char *path, struct rq_err *err)
 	st_jws(j);
 	if (j->p >= j->end || *j->p != '{')
 		return st_jfail(j, "header is not a JSON object");
-	if (st_jenter(j))
-		return -1;
-	st_jws(j);
-	if (j->p < j->end && *j->p == '}') {
-		j->p++;
-	} else {
-		for (;;) {
-			size_t klen;
-			char *key = ps->arena + ps->used;
-			if (st_jstring(j, key, &klen))
-				return -1;
-			key[klen] = 0;
-			if (st_jexpect(j, ':', "expected ':'"))
-				return -1;
-			if (klen == 12 && !memcmp(key, "__metadata__", 12)) {
-				if (seen_meta++)
-					return st_jfail(j, "duplicate field \"__metadata__\"");
-				rc = parse_metadata(j, ps->h);
-			} else {
-				rc = add_tensor(ps, key, klen, path, err);
-			}
-			if (rc)
-				return rc;
-			st_jws(j);
-			if (j->p < j->end && *j->p == ',') {
-				j->p++;
-				continue;
-			}
-			if (st_jexpect(j, '}', "expected ',' or '}'"))
-				return -1;
-			break;
+	int more = st_jbegin(j, '}');
+	while (more > 0) {
+		size_t klen;
+		char *key = ps->arena + ps->used;
+		if (st_jstring(j, key, &klen))
+			return -1;
+		key[klen] = 0;
+		if (st_jexpect(j, ':', "expected ':'"))
+			return -1;
+		if (klen == 12 && !memcmp(key, "__metadata__", 12)) {
+			if (seen_meta++)
+				return st_jfail(j, "duplicate field \"__metadata__\"");
+			rc = parse_metadata(j, ps->h);
+		} else {
+			rc = add_tensor(ps, key, klen, path, err);
 		}
+		if (rc)
+			return rc;
+		more = st_jnext(j, '}');
 	}
-	j->depth++;
+	if (more < 0)
+		return -1;
 	st_jws(j);
 	if (j->p != j->end)
 		return st_jfail(j, "trailing characters after the header object");

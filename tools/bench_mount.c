@@ -485,43 +485,41 @@ static int measure_cold(struct bm *b, struct rq_plan *p, struct rq_quantizer *q,
                         const struct shard *sh, struct res *r)
 {
 	struct rq_err err = {0};
-	rm_rf(b->exp);
-	drop(b->src);
-	double t = bench_now();
-	if (rq_export(p, q, b->exp, NULL, NULL, &err))
-		return cli_fail(1, "bench", "mount: export: %s", err.msg);
-	r->t_exp = bench_now() - t;
 	char eshard[4300];
 	snprintf(eshard, sizeof eshard, "%s/export-shard", b->work);
 	struct rq_plan one = *p;          /* the same plan restricted to that file */
 	one.files = &p->files[sh->i];
 	one.nfiles = 1;
-	r->t_exp1 = r->t_shard = 1e30;
+	r->t_exp = r->t_exp1 = r->t_all = r->t_shard = 1e30;
 	for (int k = 0; k < b->reps; k++) {
+		rm_rf(b->exp);
+		drop(b->src);
+		double t = bench_now();
+		if (rq_export(p, q, b->exp, NULL, NULL, &err))
+			return cli_fail(1, "bench", "mount: export: %s", err.msg);
+		keep_min(&r->t_exp, bench_now() - t);
 		rm_rf(eshard);
 		drop(b->src);
 		t = bench_now();
 		if (rq_export(&one, q, eshard, NULL, NULL, &err))
 			return cli_fail(1, "bench", "mount: export of %s: %s", sh->name, err.msg);
 		keep_min(&r->t_exp1, bench_now() - t);
-	}
-	rm_rf(eshard);
-	rm_rf(b->cache);
-	drop(b->src);
-	if (do_mount(b))
-		return cli_fail(1, "bench", "mount: mount failed (see %s)", b->log);
-	t = bench_now();
-	for (size_t i = 0; i < p->nfiles; i++) {
-		char fp[8400];
-		snprintf(fp, sizeof fp, "%s/%s", b->mnt, p->files[i].name);
-		if (read_seq(b, fp, NULL) < 0) {
-			do_umount(b);
-			return cli_fail(1, "bench", "mount: reading %s failed", fp);
+		rm_rf(eshard);
+		rm_rf(b->cache);
+		drop(b->src);
+		if (do_mount(b))
+			return cli_fail(1, "bench", "mount: mount failed (see %s)", b->log);
+		t = bench_now();
+		for (size_t i = 0; i < p->nfiles; i++) {
+			char fp[8400];
+			snprintf(fp, sizeof fp, "%s/%s", b->mnt, p->files[i].name);
+			if (read_seq(b, fp, NULL) < 0) {
+				do_umount(b);
+				return cli_fail(1, "bench", "mount: reading %s failed", fp);
+			}
 		}
-	}
-	r->t_all = bench_now() - t;
-	do_umount(b);
-	for (int k = 0; k < b->reps; k++) {
+		keep_min(&r->t_all, bench_now() - t);
+		do_umount(b);
 		rm_rf(b->cache);
 		drop(b->src);
 		do_mount(b);

@@ -64,7 +64,22 @@ Decisions:
 import hashlib, json, os, random, re, shutil, signal, struct, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import fuzz_mutate as fm  # noqa: E402
+import rqtap  # noqa: E402  (tests/rqtap.py: TAP lines, mounts)
+from rqtap import MOUNTS, daemon_pid  # noqa: E402
+from rqtap import mounted as fstype  # noqa: E402
+
+
+def ok(cond, what, detail=""):
+    # stdout for the TAP log, stderr for `meson test --print-errorlogs` (CI)
+    return rqtap.ok(cond, what, detail, lines=60, stderr=True)
+
+
+def umount_all(env):
+    for mnt in list(MOUNTS):
+        rqtap.unmount(mnt)
+        MOUNTS.remove(mnt)
 
 RQ = os.path.abspath(sys.argv[1])
 PY = sys.executable
@@ -79,22 +94,6 @@ VERBOSE = int(os.environ.get("RQ_FUZZ_VERBOSE", "") or 0)
 SUPP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ubsan.supp")
 SAN_RE = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|LeakSanitizer|runtime error:|"
                     r"AddressSanitizer:|UndefinedBehaviorSanitizer")
-n = failed = 0
-MOUNTS = []
-
-
-def ok(cond, what, detail=""):
-    global n, failed
-    n += 1
-    print(("ok" if cond else "not ok") + f" {n} - {what}", flush=True)
-    if not cond:
-        failed += 1
-        # stdout for the TAP log, stderr for `meson test --print-errorlogs` (CI)
-        print(f"not ok {n} - {what}", file=sys.stderr)
-        for line in str(detail).splitlines()[:60]:
-            print("#   " + line, flush=True)
-            print("#   " + line, file=sys.stderr, flush=True)
-    return cond
 
 
 def note(s):
@@ -337,40 +336,6 @@ def classify(rc, out, hung, sans, known, mutated, src):
         return None, "error naming the mutated file" if any(m in out for m in mutated) \
             else "error naming another file"
     return None, "success"
-
-
-def umount_all(env):
-    for mnt in list(MOUNTS):
-        if fstype(mnt):
-            pid = daemon_pid(mnt)
-            subprocess.run(["umount", "-l", mnt], capture_output=True)
-            subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
-            if pid:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-        MOUNTS.remove(mnt)
-
-
-def _mountinfo(mnt):
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            a = line.split()
-            sep = a.index("-")
-            if a[4] == mnt:
-                return a[sep + 1], a[sep + 2]
-    return None
-
-
-def fstype(mnt):
-    r = _mountinfo(mnt)
-    return r[0] if r else None
-
-
-def daemon_pid(mnt):
-    r = _mountinfo(mnt)
-    return int(r[1][len("requantfs@"):]) if r and r[1].startswith("requantfs@") else 0
 
 
 READER = r"""
@@ -661,8 +626,7 @@ def main():
     finally:
         umount_all(None)
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"1..{n}")
-    return 1 if failed else 0
+    return rqtap.finish()
 
 
 if __name__ == "__main__":

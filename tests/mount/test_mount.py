@@ -9,73 +9,20 @@ unmounted at exit, also on failure."""
 import atexit, errno, json, mmap, os, re, shutil, signal, struct, subprocess, sys
 import tempfile, time
 
-RQ = os.path.abspath(sys.argv[1])
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import rqtap  # noqa: E402  (tests/rqtap.py: TAP, run, mounts cleaned up at exit)
+from rqtap import ok, run, mounted, daemon_pid, alive, MOUNTS, STOPPED, TIMEOUT  # noqa: E402
+
+rqtap.init(sys.argv[1])
+RQ = rqtap.RQ
 GROUPS = sys.argv[2:] or ["basic", "hub", "concurrency", "prefetch", "safeopen", "faults", "bad"]
-n = failed = 0
-MOUNTS = []        # mount points to clean up
 TMPFS = []         # tmpfs mounts to clean up
-TIMEOUT = 120      # seconds for any single command
-
-
-def ok(cond, what, detail=""):
-    global n, failed
-    n += 1
-    print(("ok" if cond else "not ok") + f" {n} - {what}", flush=True)
-    if not cond:
-        failed += 1
-        for line in str(detail).splitlines()[:30]:
-            print("#   " + line, flush=True)
-    return cond
-
-
-def run(*args, timeout=TIMEOUT):
-    try:
-        p = subprocess.run([RQ, *args], capture_output=True, text=True, timeout=timeout)
-        return p.returncode, p.stdout + p.stderr
-    except subprocess.TimeoutExpired as e:
-        return -999, f"TIMEOUT after {timeout}s: {' '.join(args)}\n{e.stdout}{e.stderr}"
-
-
-def mounted(mnt):
-    """fstype of mnt in /proc/self/mountinfo, or None."""
-    mnt = os.path.abspath(mnt)
-    found = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            a = line.split()
-            sep = a.index("-")
-            if a[4] == mnt:
-                found = a[sep + 1]
-    return found
-
-
-def daemon_pid(mnt):
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            a = line.split()
-            sep = a.index("-")
-            if a[4] == os.path.abspath(mnt) and a[sep + 2].startswith("requantfs@"):
-                return int(a[sep + 2][len("requantfs@"):])
-    return 0
 
 
 def cleanup():
-    for mnt in reversed(MOUNTS):
-        if mounted(mnt):
-            pid = daemon_pid(mnt)
-            subprocess.run(["umount", "-l", mnt], capture_output=True)
-            subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
-            if pid:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+    rqtap.cleanup()
     for t in reversed(TMPFS):
         subprocess.run(["umount", "-l", t], capture_output=True)
-
-
-atexit.register(cleanup)
-signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
 
 
 def mount(src, mnt, cal, cache, *extra, expect_ok=True):
@@ -643,8 +590,7 @@ def main():
         MOUNTS.clear()
         TMPFS.clear()
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"1..{n}")
-    return 1 if failed else 0
+    return rqtap.finish()
 
 
 if __name__ == "__main__":

@@ -17,82 +17,13 @@ allows, see README); umount with passthrough opens and mappings in flight;
 import atexit, errno, json, mmap, os, pwd, random, shutil, signal, stat, struct, subprocess
 import sys, tempfile, time
 
-RQ = os.path.abspath(sys.argv[1])
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import rqtap  # noqa: E402  (tests/rqtap.py: TAP, run, mounts cleaned up at exit)
+from rqtap import ok, run, mounted, daemon_pid, alive, mount, MOUNTS, STOPPED, TIMEOUT  # noqa: E402
+
+rqtap.init(sys.argv[1])
+RQ = rqtap.RQ
 USER = "rqsec"
-n = failed = 0
-MOUNTS = []
-TIMEOUT = 120
-
-
-def ok(cond, what, detail=""):
-    global n, failed
-    n += 1
-    print(("ok" if cond else "not ok") + f" {n} - {what}", flush=True)
-    if not cond:
-        failed += 1
-        for line in str(detail).splitlines()[:30]:
-            print("#   " + line, flush=True)
-    return cond
-
-
-def run(*args, timeout=TIMEOUT, env=None):
-    try:
-        p = subprocess.run([RQ, *args], capture_output=True, text=True, errors="replace",
-                           timeout=timeout, env=env)
-        return p.returncode, p.stdout + p.stderr
-    except subprocess.TimeoutExpired:
-        return -999, f"TIMEOUT after {timeout}s: {' '.join(args)}"
-
-
-def mounted(mnt):
-    mnt = os.path.abspath(mnt)
-    found = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            a = line.split()
-            if a[4] == mnt:
-                found = a[a.index("-") + 1]
-    return found
-
-
-def daemon_pid(mnt):
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            a = line.split()
-            sep = a.index("-")
-            if a[4] == os.path.abspath(mnt) and a[sep + 2].startswith("requantfs@"):
-                return int(a[sep + 2][len("requantfs@"):])
-    return 0
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "State:\tZ" not in f.read()
-    except OSError:
-        return False
-
-
-def cleanup():
-    for mnt in reversed(MOUNTS):
-        if mounted(mnt):
-            pid = daemon_pid(mnt)
-            subprocess.run(["umount", "-l", mnt], capture_output=True)
-            if pid:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-
-
-atexit.register(cleanup)
-signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
-
-
-def mount(src, mnt, cal, cache, *extra, env=None):
-    os.makedirs(mnt, exist_ok=True)
-    MOUNTS.append(os.path.abspath(mnt))
-    return run("mount", src, mnt, "--calib", cal, "--cache", cache, *extra, env=env)
 
 
 def status(mnt):
@@ -483,10 +414,9 @@ def main():
         for g in (g_basic, g_held, g_kill, g_flip, g_src, g_umount, g_rewrite, g_off):
             g(T)
     finally:
-        cleanup()
+        rqtap.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"1..{n}")
-    return 1 if failed else 0
+    return rqtap.finish()
 
 
 if __name__ == "__main__":
