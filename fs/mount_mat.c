@@ -639,6 +639,18 @@ void rq_mnt_mat_stop(struct rq_mount *m)
 
 /* ---- open / release ----------------------------------------------------- */
 
+/* File i's materialized file o failed a re-check (r): counted when corrupt,
+ * dropped if it is still the one served. No lock held. */
+static void mat_failed_check(struct rq_mount *m, long i, struct mout *o, int r, const char *why)
+{
+	if (r == -ESTALE)
+		atomic_fetch_add(&m->st.corrupt, 1);
+	pthread_mutex_lock(&m->lock);
+	if (m->files[i].mat_out == o)
+		rq_mnt_mat_drop(m, i, why);
+	pthread_mutex_unlock(&m->lock);
+}
+
 void rq_mnt_open_file(fuse_req_t req, struct rq_mount *m, long i, struct fuse_file_info *fi)
 {
 	const struct rq_vfile *f = &m->plan->files[i];
@@ -668,12 +680,7 @@ void rq_mnt_open_file(fuse_req_t req, struct rq_mount *m, long i, struct fuse_fi
 			struct rq_err e = {0};
 			int r = rq_cache_file_recheck(m->cache, &mf->mat_key, mo->fd, f->size, &mo->id, &e);
 			if (r < 0) {
-				if (r == -ESTALE)
-					atomic_fetch_add(&m->st.corrupt, 1);
-				pthread_mutex_lock(&m->lock);
-				if (mf->mat_out == mo)
-					rq_mnt_mat_drop(m, i, e.msg);
-				pthread_mutex_unlock(&m->lock);
+				mat_failed_check(m, i, mo, r, e.msg);
 				rq_mout_unref(mo);
 				mo = NULL;
 			}
@@ -781,12 +788,7 @@ int rq_mnt_read_mat(struct rq_mount *m, fuse_req_t req, long i, uint64_t off, ui
 			continue;          /* changed but good: copy again */
 		}
 		if (r < 0) {
-			if (r == -ESTALE)
-				atomic_fetch_add(&m->st.corrupt, 1);
-			pthread_mutex_lock(&m->lock);
-			if (mf->mat_out == o)
-				rq_mnt_mat_drop(m, i, e.msg);
-			pthread_mutex_unlock(&m->lock);
+			mat_failed_check(m, i, o, r, e.msg);
 			free(buf);
 			rq_mout_unref(o);
 			return 0;          /* served through the jobs instead */

@@ -577,20 +577,17 @@ void rq_plan_free(struct rq_plan *p)
 	free(p);
 }
 
+static int cmp_vfile(const void *a, const void *b)
+{
+	return strcmp(((const struct rq_vfile *)a)->name, ((const struct rq_vfile *)b)->name);
+}
+
 long rq_plan_find_file(const struct rq_plan *p, const char *name)
 {
-	size_t lo = 0, hi = p->nfiles;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		int c = strcmp(p->files[mid].name, name);
-		if (!c)
-			return (long)mid;
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return -1;
+	struct rq_vfile key = {.name = (char *)name};
+	const struct rq_vfile *f = p->nfiles ? bsearch(&key, p->files, p->nfiles, sizeof key,
+	                                               cmp_vfile) : NULL;
+	return f ? (long)(f - p->files) : -1;
 }
 
 size_t rq_vfile_seg_at(const struct rq_vfile *f, uint64_t off)

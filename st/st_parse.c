@@ -11,6 +11,7 @@
  * The JSON grammar is serde_json's (st_json.c); nothing but whitespace may
  * follow the top object. The raw text of "__metadata__" is kept so a
  * rewritten header can copy it byte for byte. */
+#include "base/grow.h"
 #include "st/st.h"
 #include "st/st_internal.h"
 
@@ -302,14 +303,8 @@ static int add_tensor(struct pstate *ps, char *key, size_t klen, const char *pat
 	if (ps->used + klen + 1 > h->header_len + 1)
 		return st_jfail(&ps->j, "internal: name arena");
 	ps->used += klen + 1;
-	if (h->n == ps->cap) {
-		size_t nc = ps->cap ? ps->cap * 2 : 64;
-		struct st_tensor *nt = realloc(ps->t, nc * sizeof *nt);
-		if (!nt)
-			return -ENOMEM;
-		ps->t = nt;
-		ps->cap = nc;
-	}
+	if (RQ_GROW(ps->t, h->n, ps->cap, 64))
+		return -ENOMEM;
 	memset(&ps->t[h->n], 0, sizeof ps->t[h->n]);
 	ps->t[h->n].name = key;
 	ps->cur_name = key;

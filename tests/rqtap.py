@@ -115,6 +115,21 @@ def cleanup():
         unmount(mnt)
 
 
+def ensure_user(name):
+    """A real unprivileged system user called name (made with useradd when
+    missing): its uid, or None when it cannot be made."""
+    import pwd
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                        "/usr/sbin/nologin", name], capture_output=True)
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return None
+
+
 def mount(src, mnt, cal, cache, *extra, env=None):
     """requantfs mount SRC MNT --calib CAL --cache CACHE EXTRA..., cleaned up at exit."""
     os.makedirs(mnt, exist_ok=True)

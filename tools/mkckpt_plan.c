@@ -12,6 +12,7 @@
  * sharing one global scale), so the 08-01 form and the 07-22 twin hold the
  * same weights. input_global_scale is 2688 / a with a drawn in [0.5, 16)
  * per expert and input (gate and up see the same input, so they share it). */
+#include "base/grow.h"
 #include "tools/mkckpt.h"
 
 #include "base/err.h"
@@ -27,14 +28,8 @@
 static int plan_add(struct mk_plan *p, const char *name, enum st_dtype dt, int ndim, uint64_t d0,
                     uint64_t d1, enum mk_kind k, float std, int mod)
 {
-	if (p->n == p->cap) {
-		size_t nc = p->cap ? p->cap * 2 : 1024;
-		struct mk_tensor *nt = realloc(p->t, nc * sizeof *nt);
-		if (!nt)
-			return -ENOMEM;
-		p->t = nt;
-		p->cap = nc;
-	}
+	if (RQ_GROW(p->t, p->n, p->cap, 1024))
+		return -ENOMEM;
 	struct mk_tensor *t = &p->t[p->n++];
 	memset(t, 0, sizeof *t);
 	snprintf(t->name, sizeof t->name, "%s", name);
@@ -126,14 +121,8 @@ int mk_plan_build(const struct mk_model *m, int nvfp4_all, struct mk_plan *p)
 		int zero_layer = m->bf16_a + (m->bf16_b - m->bf16_a < 2 ? m->bf16_b - m->bf16_a : 2);
 		for (int e = 0; e < m->experts; e++) {
 			for (int j = 0; j < 3; j++) {
-				if (p->nmods == p->capm) {
-					size_t nc = p->capm ? p->capm * 2 : 256;
-					struct mk_module *nm = realloc(p->mods, nc * sizeof *nm);
-					if (!nm)
-						return -ENOMEM;
-					p->mods = nm;
-					p->capm = nc;
-				}
+				if (RQ_GROW(p->mods, p->nmods, p->capm, 256))
+					return -ENOMEM;
 				int mi = (int)p->nmods++;
 				struct mk_module *md = &p->mods[mi];
 				snprintf(md->name, sizeof md->name, "model.layers.%d.mlp.experts.%d.%s", l, e,

@@ -347,12 +347,7 @@ def g_off(T):
     ok(rc == 0 and status(mnt)["passthrough"] is True, "--passthrough on as root", out)
     run("umount", mnt)
     # --passthrough on without CAP_SYS_ADMIN: refused with the reason
-    try:
-        pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
-                        "/usr/sbin/nologin", USER], capture_output=True)
-    uid = pwd.getpwnam(USER).pw_uid
+    uid = rqtap.ensure_user(USER)
     um, uc = os.path.join(tmp, "m-user"), os.path.join(tmp, "c-user")
     os.makedirs(um)
     os.makedirs(uc)

@@ -73,16 +73,6 @@ def expert_weight_offset(path):
     return None
 
 
-def ensure_user():
-    try:
-        pwd.getpwnam(USER)
-        return True
-    except KeyError:
-        p = subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
-                            "/usr/sbin/nologin", USER], capture_output=True, text=True)
-        return p.returncode == 0
-
-
 def g_leak(T):
     """The reproducer of the issue, with and without allow_other."""
     src, cal, tmp = T["src"], T["cal"], T["tmp"]
@@ -286,7 +276,7 @@ def main():
     if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
         print("1..0 # SKIP needs root and /dev/fuse (as CI has)")
         return 77
-    if not ensure_user():
+    if rqtap.ensure_user(USER) is None:
         print(f"not ok 1 - cannot create the unprivileged user {USER} (useradd)")
         print("1..1")
         return 1
