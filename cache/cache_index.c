@@ -324,6 +324,20 @@ bool rqc_dir_unsafe(const struct stat *st)
 	       (st->st_uid != geteuid() && st->st_uid != 0);
 }
 
+/* Lists f (its key set) as a file of this kind with this stat. */
+static int push_stat(struct rqc_found **v, size_t *n, size_t *cap, struct rqc_found *f,
+                     int kind, const struct stat *st)
+{
+	f->kind = kind;
+	f->dev = st->st_dev;
+	f->ino = st->st_ino;
+	f->fsize = st->st_size;
+	f->mtime = ts_ns(st->st_mtim);
+	f->ctime = ts_ns(st->st_ctim);
+	f->atime = ts_ns(st->st_atim);
+	return push_found(v, n, cap, f);
+}
+
 static int scan_sub(int sfd, const char *sub, int64_t now,
                     struct rqc_found **v, size_t *n, size_t *cap)
 {
@@ -348,14 +362,7 @@ static int scan_sub(int sfd, const char *sub, int64_t now,
 			if (!parse_hex(nm, 32, f.key.b) ||
 			    fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
 				continue;
-			f.kind = RQC_ENTRY;
-			f.dev = st.st_dev;
-			f.ino = st.st_ino;
-			f.fsize = st.st_size;
-			f.mtime = ts_ns(st.st_mtim);
-			f.ctime = ts_ns(st.st_ctim);
-			f.atime = ts_ns(st.st_atim);
-			r = push_found(v, n, cap, &f);
+			r = push_stat(v, n, cap, &f, RQC_ENTRY, &st);
 		} else {
 			long pid = tmp_pid(nm);
 			if (pid)
@@ -409,14 +416,7 @@ static int scan_files(int sfd, int64_t now, struct rqc_found **v, size_t *n, siz
 			    fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
 			    clean_orphan(dirfd(d), nm, &st, now) || !bin)
 				continue;
-			f.kind = RQC_FILE;
-			f.dev = st.st_dev;
-			f.ino = st.st_ino;
-			f.fsize = st.st_size;
-			f.mtime = ts_ns(st.st_mtim);
-			f.ctime = ts_ns(st.st_ctim);
-			f.atime = ts_ns(st.st_atim);
-			r = push_found(v, n, cap, &f);
+			r = push_stat(v, n, cap, &f, RQC_FILE, &st);
 		} else {
 			long pid = tmp_pid(nm);
 			if (pid)
