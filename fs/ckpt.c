@@ -300,6 +300,25 @@ int rq_ckpt_each(struct rq_ckpt *c, int (*fn)(void *ctx, const char *name,
 	return 0;
 }
 
+int rq_calib_check(const char *name, const char *where, const struct st_tensor *t,
+                   const uint8_t *b, uint32_t *bits, struct rq_err *err)
+{
+	if (t->dtype != ST_F32 || st_numel(t) != 1)
+		return rq_errf(err, -EPROTO, "calibration scale %s in %s is %s with %llu elements; "
+		               "expected one F32", name, where, st_dtype_name(t->dtype),
+		               (unsigned long long)st_numel(t));
+	if (!b)
+		return 0;
+	uint32_t v = b[0] | b[1] << 8 | b[2] << 16 | (uint32_t)b[3] << 24;
+	float f;
+	memcpy(&f, &v, 4);
+	if (!isfinite(f) || f <= 0)
+		return rq_errf(err, -EDOM, "calibration scale %s in %s is %g; it must be finite and "
+		               "positive (wrong calibration checkpoint?)", name, where, (double)f);
+	*bits = v;
+	return 0;
+}
+
 static int read_scale(struct rq_ckpt *c, const char *calib, const char *name, uint32_t *bits,
                       struct rq_err *err)
 {
@@ -312,23 +331,14 @@ static int read_scale(struct rq_ckpt *c, const char *calib, const char *name, ui
 		               name, calib);
 	if (rc)
 		return rq_err_prefix(err, "calibration %s", calib);
-	if (t->dtype != ST_F32 || st_numel(t) != 1)
-		return rq_errf(err, -EPROTO, "calibration scale %s in %s is %s with %llu elements; "
-		               "expected one F32", name, rq_ckpt_shard_path(c, s),
-		               st_dtype_name(t->dtype), (unsigned long long)st_numel(t));
+	rc = rq_calib_check(name, rq_ckpt_shard_path(c, s), t, NULL, NULL, err);
+	if (rc)
+		return rc;
 	uint8_t b[4];
 	rc = rq_ckpt_read(c, s, t, b, err);
 	if (rc)
 		return rc;
-	uint32_t v = b[0] | b[1] << 8 | b[2] << 16 | (uint32_t)b[3] << 24;
-	float f;
-	memcpy(&f, &v, 4);
-	if (!isfinite(f) || f <= 0)
-		return rq_errf(err, -EDOM, "calibration scale %s in %s is %g; it must be finite and "
-		               "positive (wrong calibration checkpoint?)", name, rq_ckpt_shard_path(c, s),
-		               (double)f);
-	*bits = v;
-	return 0;
+	return rq_calib_check(name, rq_ckpt_shard_path(c, s), t, b, bits, err);
 }
 
 int rq_calib_lookup(const char *calib, char *const *modules, size_t n, uint32_t *bits,
@@ -386,54 +396,37 @@ static int extract_one(void *vctx, const char *name, const struct st_tensor *t, 
 	return 0;
 }
 
-int rq_calib_extract(const char *calib_dir, const char *out_file, size_t *count,
-                     struct rq_err *err)
+int rq_calib_write(const char *out_file, char *const *names, const uint32_t *bits, size_t n,
+                   struct rq_err *err)
 {
-	struct extract_ctx x = {.dir = calib_dir, .err = err};
-	int rc = rq_ckpt_open(calib_dir, &x.c, err);
-	if (rc)
-		return rc;
-	rc = rq_ckpt_each(x.c, extract_one, &x, err);
-	struct st_spec *specs = NULL;
-	size_t *order = NULL;
-	uint64_t *begin = NULL;
-	uint8_t *hdr = NULL, *data = NULL;
+	struct st_spec *specs = calloc(n ? n : 1, sizeof *specs);
+	size_t *order = calloc(n ? n : 1, sizeof *order);
+	uint64_t *begin = calloc(n ? n : 1, sizeof *begin);
+	uint8_t *hdr = NULL, *data = calloc(n ? n : 1, 4);
 	size_t hlen = 0;
 	char tmp[4096];
 	snprintf(tmp, sizeof tmp, "%s.tmp.%d", out_file, (int)getpid());
-	int fd = -1;
-	if (rc)
-		goto out;
-	if (!x.n) {
-		rc = rq_errf(err, -ENOENT, "%s has no *.input_global_scale tensors; is it the 07-22 "
-		             "all-NVFP4 checkpoint?", calib_dir);
-		goto out;
-	}
-	specs = calloc(x.n, sizeof *specs);
-	order = calloc(x.n, sizeof *order);
-	begin = calloc(x.n, sizeof *begin);
-	data = calloc(x.n, 4);
-	rc = -ENOMEM;
+	int fd = -1, rc = -ENOMEM;
 	if (!specs || !order || !begin || !data)
 		goto out;
-	for (size_t i = 0; i < x.n; i++) {
-		specs[i].name = x.names[i];
+	for (size_t i = 0; i < n; i++) {
+		specs[i].name = names[i];
 		specs[i].dtype = ST_F32;
 		specs[i].ndim = 1;
 		specs[i].shape[0] = 1;
 	}
-	rc = st_layout(specs, x.n, "{\"format\":\"pt\",\"requantfs\":\"calib\"}", &hdr, &hlen,
+	rc = st_layout(specs, n, "{\"format\":\"pt\",\"requantfs\":\"calib\"}", &hdr, &hlen,
 	               order, begin, NULL, err);
 	if (rc)
 		goto out;
-	for (size_t i = 0; i < x.n; i++)
-		memcpy(data + begin[i], &x.bits[i], 4);   /* little-endian host */
+	for (size_t i = 0; i < n; i++)
+		memcpy(data + begin[i], &bits[i], 4);   /* little-endian host */
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		rc = rq_errf(err, -errno, "%s: %s", tmp, strerror(errno));
 		goto out;
 	}
-	if (write(fd, hdr, hlen) != (ssize_t)hlen || write(fd, data, x.n * 4) != (ssize_t)(x.n * 4) ||
+	if (write(fd, hdr, hlen) != (ssize_t)hlen || write(fd, data, n * 4) != (ssize_t)(n * 4) ||
 	    fsync(fd) < 0) {
 		rc = rq_errf(err, -errno ? -errno : -EIO, "%s: write failed: %s", tmp, strerror(errno));
 		goto out;
@@ -444,22 +437,39 @@ int rq_calib_extract(const char *calib_dir, const char *out_file, size_t *count,
 		rc = rq_errf(err, -errno, "%s: %s", out_file, strerror(errno));
 		goto out;
 	}
-	*count = x.n;
 	rc = 0;
 out:
 	if (fd >= 0)
 		close(fd);
 	if (rc)
 		unlink(tmp);
-	for (size_t i = 0; i < x.n; i++)
-		free(x.names[i]);
-	free(x.names);
-	free(x.bits);
 	free(specs);
 	free(order);
 	free(begin);
 	free(hdr);
 	free(data);
+	return rc;
+}
+
+int rq_calib_extract(const char *calib_dir, const char *out_file, size_t *count,
+                     struct rq_err *err)
+{
+	struct extract_ctx x = {.dir = calib_dir, .err = err};
+	int rc = rq_ckpt_open(calib_dir, &x.c, err);
+	if (rc)
+		return rc;
+	rc = rq_ckpt_each(x.c, extract_one, &x, err);
+	if (!rc && !x.n)
+		rc = rq_errf(err, -ENOENT, "%s has no *.input_global_scale tensors; is it the 07-22 "
+		             "all-NVFP4 checkpoint?", calib_dir);
+	if (!rc)
+		rc = rq_calib_write(out_file, x.names, x.bits, x.n, err);
+	if (!rc)
+		*count = x.n;
+	for (size_t i = 0; i < x.n; i++)
+		free(x.names[i]);
+	free(x.names);
+	free(x.bits);
 	rq_ckpt_close(x.c);
 	return rc;
 }

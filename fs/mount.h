@@ -25,6 +25,10 @@ struct rq_plan;
  * logs why not; ON refuses to mount without it; OFF never asks. */
 enum rq_passthrough { RQ_PT_AUTO, RQ_PT_ON, RQ_PT_OFF };
 
+/* What the daemon's log keeps (--log-level); 0 in the options = INFO. A
+ * line is written when its level is at or below the mount's. */
+enum rq_log_level { RQ_LOG_DEFAULT, RQ_LOG_ERROR, RQ_LOG_WARN, RQ_LOG_INFO, RQ_LOG_DEBUG };
+
 struct rq_mount_opts {
 	const char *src;          /* SRC checkpoint directory */
 	const char *mnt;          /* mount point: an existing empty directory */
@@ -46,6 +50,7 @@ struct rq_mount_opts {
 	const char *fuse_opts;    /* extra comma-separated -o options, or NULL */
 	const char *log_path;     /* append log lines here; NULL = log_stderr or syslog */
 	int log_stderr;           /* foreground: log to stderr */
+	enum rq_log_level log_level;   /* RQ_LOG_DEFAULT = RQ_LOG_INFO */
 	enum rq_passthrough passthrough;  /* kernel passthrough of whole files */
 	int debug;                /* libfuse debug output (foreground only) */
 };
@@ -63,8 +68,14 @@ int rq_mount_run(struct rq_mount *m, void (*ready)(void *ctx, int rc, const char
                  void *ctx);
 void rq_mount_close(struct rq_mount *m);
 
-/* Writes a log line (the daemon's log sink: file, stderr or syslog). */
+/* Writes a log line (the daemon's log sink: file, stderr or syslog) at
+ * RQ_LOG_INFO; rq_mount_logl at the given level (dropped when above the
+ * mount's --log-level; syslog priorities err, warning, notice, debug). */
 void rq_mount_log(struct rq_mount *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void rq_mount_logl(struct rq_mount *m, enum rq_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Whether a line at level would be written (to skip building costly ones). */
+int rq_mount_log_on(const struct rq_mount *m, enum rq_log_level level);
 
 
 /* Control directory at the root of a mount (not listed by readdir):

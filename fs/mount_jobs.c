@@ -41,6 +41,7 @@
 
 #include "base/err.h"
 #include "fs/job.h"
+#include "qdev/qdev.h"
 
 #define DEFAULT_MEM_MAX (1ull << 30)
 #define DEFAULT_MAX_FD 1024
@@ -434,11 +435,18 @@ static void quantize_job(struct rq_mount *m, int j, unsigned gen)
 	if (m->quantizing++ == 0)
 		m->busy_since = rq_mnt_now();
 	pthread_mutex_unlock(&m->lock);
+	double t0 = rq_mnt_now();
 	int rc = rq_job_run(m->q, p, (size_t)j, m->src_fds, buf, &e);
+	double dt = rq_mnt_now() - t0;
 	pthread_mutex_lock(&m->lock);
 	if (--m->quantizing == 0)
 		m->busy_s += rq_mnt_now() - m->busy_since;
 	pthread_mutex_unlock(&m->lock);
+	/* when (the line's time stamp: its end), where, how long, how fast (read bytes) */
+	if (!rc)
+		rq_mount_log(m, "job %d (%s) quantized on %s in %.4f s, %.2f MB, %.0f MB/s", j,
+		             job_name(m, j), rq_quantizer_device(m->q), dt, jb->in_size / 1e6,
+		             dt > 0 ? jb->in_size / 1e6 / dt : 0.0);
 	if (rc == -ESTALE) {
 		/* mark it (sticky, logged once, cached pages dropped) */
 		for (int s = 0; s < jb->nmod; s++)
@@ -490,6 +498,22 @@ fail:
 	complete(m, j, NULL, 0, -EIO);
 }
 
+/* A job that ran while the files made from it were being materialized:
+ * now that it is READY, its entry is not needed (the bytes are kept once). */
+static void drop_if_covered(struct rq_mount *m, int j)
+{
+	struct mjob *J = &m->jobs[j];
+	pthread_mutex_lock(&m->lock);
+	int drop = J->state == J_READY && !J->nwait && rq_mnt_job_covered(m, j);
+	if (drop) {
+		rq_mnt_job_release(m, j);
+		J->disk = 0;
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (drop)
+		rq_cache_remove(m->cache, &J->key);
+}
+
 /* One cache lookup; a hit is READY at once, a miss is quantized. */
 static void run_job(struct rq_mount *m, int j)
 {
@@ -512,6 +536,7 @@ static void run_job(struct rq_mount *m, int j)
 			atomic_fetch_add(&m->st.parked_hit, (unsigned long long)J->nwait);
 			pthread_mutex_unlock(&m->lock);
 			complete(m, j, o, 2, 0);
+			drop_if_covered(m, j);
 			return;
 		}
 		close(fd);
@@ -527,6 +552,7 @@ static void run_job(struct rq_mount *m, int j)
 	J->disk = 0;
 	pthread_mutex_unlock(&m->lock);
 	quantize_job(m, j, gen);
+	drop_if_covered(m, j);
 }
 
 static void *worker(void *arg)

@@ -29,15 +29,26 @@ double rq_mnt_now(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-void rq_mount_log(struct rq_mount *m, const char *fmt, ...)
+static enum rq_log_level log_level(const struct rq_mount *m)
 {
+	return m->o.log_level == RQ_LOG_DEFAULT ? RQ_LOG_INFO : m->o.log_level;
+}
+
+int rq_mount_log_on(const struct rq_mount *m, enum rq_log_level level)
+{
+	return level <= log_level(m);
+}
+
+static void log_line(struct rq_mount *m, enum rq_log_level level, const char *fmt, va_list ap)
+{
+	if (!rq_mount_log_on(m, level))
+		return;
 	char line[1536];
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(line, sizeof line, fmt, ap);
-	va_end(ap);
 	if (!m->logf && !m->o.log_stderr) {
-		syslog(LOG_NOTICE, "%s", line);
+		/* NOTICE, not INFO, for the default level: what it always was */
+		static const int prio[] = {LOG_NOTICE, LOG_ERR, LOG_WARNING, LOG_NOTICE, LOG_DEBUG};
+		syslog(prio[level], "%s", line);
 		return;
 	}
 	time_t t = time(NULL);
@@ -50,6 +61,24 @@ void rq_mount_log(struct rq_mount *m, const char *fmt, ...)
 	fprintf(f, "%s requantfs[%d]: %s\n", ts, (int)getpid(), line);
 	fflush(f);
 	pthread_mutex_unlock(&m->log_mu);
+}
+
+void rq_mount_log(struct rq_mount *m, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	log_line(m, RQ_LOG_INFO, fmt, ap);
+	va_end(ap);
+}
+
+void rq_mount_logl(struct rq_mount *m, enum rq_log_level level, const char *fmt, ...)
+{
+	if (level < RQ_LOG_ERROR || level > RQ_LOG_DEBUG)
+		level = RQ_LOG_INFO;
+	va_list ap;
+	va_start(ap, fmt);
+	log_line(m, level, fmt, ap);
+	va_end(ap);
 }
 
 /* ---- open / run / close ----------------------------------------------- */
@@ -94,6 +123,94 @@ static int check_mountpoint(const char *mnt, struct rq_err *err)
 	if (access(mnt, W_OK | X_OK) && geteuid() != 0)
 		return rq_errf(err, -EACCES, "mount point %s is not writable by you (FUSE needs "
 		               "to own or be able to write it)", mnt);
+	return 0;
+}
+
+/* ---- a mount by an unprivileged user --------------------------------- */
+
+/* Not root, libfuse 3.14 opens /dev/fuse itself first (and gives up when it
+ * cannot: no fallback on EACCES), then, when mount(2) says EPERM, runs the
+ * setuid fusermount3 (/usr/bin first, then PATH), which checks the mount
+ * point (owned or writable, a sticky one owned), the options (allow_other
+ * only with user_allow_other in /etc/fuse.conf) and mounts. Each of these is
+ * checked here first so that the refusal says what to do; fusermount3's own
+ * checks remain the authority (its message is printed when it refuses). */
+
+/* Whether the comma-separated option list names opt as a whole word. */
+static int has_opt(const char *list, const char *opt)
+{
+	size_t n = strlen(opt);
+	for (const char *p = list; p && *p;) {
+		const char *e = strchr(p, ',');
+		size_t l = e ? (size_t)(e - p) : strlen(p);
+		if (l == n && !strncmp(p, opt, n))
+			return 1;
+		p = e ? e + 1 : NULL;
+	}
+	return 0;
+}
+
+/* An uncommented "user_allow_other" line in /etc/fuse.conf (as fusermount3
+ * reads it: one option a line, surrounding blanks ignored). */
+static int fuse_conf_allows_other(void)
+{
+	FILE *f = fopen("/etc/fuse.conf", "re");
+	if (!f)
+		return 0;
+	char line[512];
+	int yes = 0;
+	while (!yes && fgets(line, sizeof line, f)) {
+		char *p = line, *e;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		e = p + strlen(p);
+		while (e > p && (e[-1] == '\n' || e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+			*--e = 0;
+		yes = !strcmp(p, "user_allow_other");
+	}
+	fclose(f);
+	return yes;
+}
+
+/* The fusermount3 libfuse would run (/usr/bin, then PATH) into path: 0, or
+ * -ENOENT when there is none. */
+static int find_fusermount(char *path, size_t len, struct stat *st)
+{
+	const char *pathenv = getenv("PATH");
+	char dirs[4096];
+	snprintf(dirs, sizeof dirs, "/usr/bin:%s", pathenv ? pathenv : "/bin:/usr/bin");
+	char *save = NULL;
+	for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+		snprintf(path, len, "%s/fusermount3", *d ? d : ".");
+		if (!stat(path, st) && S_ISREG(st->st_mode) && !access(path, X_OK))
+			return 0;
+	}
+	return -ENOENT;
+}
+
+static int check_unprivileged(const struct rq_mount_opts *o, struct rq_err *err)
+{
+	struct stat st;
+	if (stat("/dev/fuse", &st))
+		return rq_errf(err, -ENODEV, "/dev/fuse is missing: load the module (`modprobe fuse` "
+		               "as root; in a container pass --device /dev/fuse), or mount as root");
+	if (access("/dev/fuse", R_OK | W_OK))
+		return rq_errf(err, -EACCES, "/dev/fuse (mode %04o, uid %u) is not readable and "
+		               "writable by you, and libfuse needs that to mount as a non-root user: "
+		               "as root `chmod 0666 /dev/fuse` (the kernel's and Debian's default; in "
+		               "a container it comes from the host's device), or mount as root",
+		               (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+	char fm[PATH_MAX];
+	if (find_fusermount(fm, sizeof fm, &st))
+		return rq_errf(err, -ENOENT, "fusermount3 is not installed (libfuse runs it to mount "
+		               "as a non-root user): `apt-get install fuse3` as root, or mount as root");
+	if (st.st_uid != 0 || !(st.st_mode & S_ISUID))
+		return rq_errf(err, -EPERM, "%s is not setuid root, so it cannot mount for you: as "
+		               "root `chown root %s && chmod u+s %s` (how Debian's fuse3 installs it), "
+		               "or mount as root", fm, fm, fm);
+	if (has_opt(o->fuse_opts, "allow_other") && !fuse_conf_allows_other())
+		return rq_errf(err, -EPERM, "-o allow_other as a non-root user: add "
+		               "user_allow_other to /etc/fuse.conf (or mount as root)");
 	return 0;
 }
 
@@ -182,6 +299,14 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 	}
 	if ((rc = check_mountpoint(m->mnt, err)))
 		goto fail;
+	if (o->passthrough == RQ_PT_ON && !rq_pt_privileged()) {
+		rc = rq_errf(err, -EPERM, "--passthrough on: the kernel lets only a server with "
+		             "CAP_SYS_ADMIN (root) use FUSE passthrough; mount as root or use "
+		             "--passthrough auto");
+		goto fail;
+	}
+	if (geteuid() != 0 && (rc = check_unprivileged(o, err)))
+		goto fail;
 	m->src = strdup(o->src);
 	m->cache_dir = strdup(o->cache_dir);
 	m->fuse_opts = o->fuse_opts ? strdup(o->fuse_opts) : NULL;
@@ -214,12 +339,6 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 	if ((rc = open_srcs(m, err)) || (rc = rq_mnt_tree_build(m, err)) ||
 	    (rc = rq_mnt_jobs_init(m, err)) || (rc = rq_mnt_files_init(m, err)))
 		goto fail;
-	if (o->passthrough == RQ_PT_ON && !rq_pt_privileged()) {
-		rc = rq_errf(err, -EPERM, "--passthrough on: the kernel lets only a server with "
-		             "CAP_SYS_ADMIN (root) use FUSE passthrough; mount as root or use "
-		             "--passthrough auto");
-		goto fail;
-	}
 	/* Open cache entries kept by READY jobs: what the fd limit leaves. */
 	long fds = (nofile - (long)m->plan->nsrcs - 256) / 2;
 	m->max_fd = fds < 16 ? 16 : fds > 1024 ? 1024 : (int)fds;
@@ -255,8 +374,16 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 		goto fail;
 	}
 	if (fuse_session_mount(m->se, m->mnt)) {
-		rc = rq_errf(err, -EIO, "cannot mount on %s (is /dev/fuse usable and fusermount3 "
-		             "installed? see the message above)", m->mnt);
+		if (geteuid() != 0)
+			rc = rq_errf(err, -EIO, "cannot mount on %s: fusermount3 refused (its reason "
+			             "is above). A non-root mount needs an empty mount point you own "
+			             "(e.g. `mkdir -p ~/mnt`; a sticky one such as /tmp itself will not "
+			             "do), /dev/fuse readable and writable by you and a setuid-root "
+			             "fusermount3; or mount as root", m->mnt);
+		else
+			rc = rq_errf(err, -EIO, "cannot mount on %s (see the message above: is "
+			             "/dev/fuse there? in a container run with --device /dev/fuse "
+			             "--cap-add SYS_ADMIN)", m->mnt);
 		goto fail;
 	}
 	if (o->passthrough == RQ_PT_OFF) {

@@ -1,11 +1,15 @@
-/* cli.c — what the subcommands share: failure messages, sizes, progress bar. */
+/* cli.c — what the subcommands share: failure messages, sizes, hub repo ids,
+ * progress bar. */
 #include "tools/cli.h"
+#include "base/err.h"
+#include "fs/hub_cache.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,6 +47,57 @@ int cli_parse_size(const char *s, unsigned long long *out)
 		return -EINVAL;
 	*out = (unsigned long long)(v * mul);
 	return 0;
+}
+
+/* Snapshot directories handed out by cli_hub_args: freed at exit. */
+static char **held;
+static size_t nheld;
+
+static void free_held(void)
+{
+	while (nheld)
+		free(held[--nheld]);
+	free(held);
+	held = NULL;
+}
+
+static int hub_arg(const char *cmd, const char **arg, int calib)
+{
+	struct stat st;
+	if (!arg || !*arg || lstat(*arg, &st) == 0 || !rq_hub_is_repo_id(*arg))
+		return -1;    /* a path (existing or not) is the commands' business */
+	struct rq_err err = {0};
+	char *snap = NULL;
+	int rc = rq_hub_resolve(*arg, &snap, &err);
+	if (rc == -ENOENT && calib) {
+		char *cache = NULL;
+		const char *from = NULL;
+		rq_hub_cache_dir(&cache, &from);
+		cli_fail(1, cmd, "calibration %s is not in the local hub cache (%s, %s); run "
+		         "`requantfs calib fetch %s -o calib.safetensors` and pass --calib "
+		         "calib.safetensors", *arg, cache ? cache : "?", from ? from : "?", *arg);
+		free(cache);
+		return 1;
+	}
+	if (rc)
+		return cli_fail(1, cmd, "%s%s", calib ? "--calib " : "", err.msg);
+	char **v = realloc(held, (nheld + 1) * sizeof *v);
+	if (!v) {
+		free(snap);
+		return cli_fail(1, cmd, "out of memory");
+	}
+	if (!held)
+		atexit(free_held);
+	held = v;
+	held[nheld++] = snap;
+	*arg = snap;
+	return -1;
+}
+
+int cli_hub_args(const char *cmd, const char **model, const char **calib)
+{
+	int rc = hub_arg(cmd, model, 0);
+	return rc >= 0 ? rc : hub_arg(cmd, calib, 1);
 }
 
 struct cli_progress {

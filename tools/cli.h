@@ -24,6 +24,16 @@ int cli_fail(int code, const char *cmd, const char *fmt, ...) __attribute__((for
 /* Parses sizes like "1G", "512M", "4096" into bytes. -EINVAL if malformed. */
 int cli_parse_size(const char *s, unsigned long long *out);
 
+/* Model arguments that may be hub repo ids (README "Hub repo ids"): *model
+ * (SRC or a model DIR) and *calib (--calib); either pointer, or what it points
+ * to, may be NULL. An argument naming an existing path is kept as it is (a
+ * path always wins); otherwise one shaped ORG/NAME[@REV] is replaced by its
+ * snapshot directory in the local hub cache (fs/hub_cache.h; the string lives
+ * until exit). A --calib id not in the cache is answered with the `requantfs
+ * calib fetch` command to run. Returns -1 when both are ready, else prints
+ * why ("requantfs <cmd>: ...") and returns the exit code, 1. */
+int cli_hub_args(const char *cmd, const char **model, const char **calib);
+
 /* "1.5 GiB", "512 B". */
 void cli_human_bytes(double bytes, char *buf, size_t len);
 

@@ -38,7 +38,8 @@ static void usage(FILE *f)
 	"for N tokens (default 32). Both read each stream teacher-forced; printed per\n"
 	"prompt and overall: KL(A||B) of the next-token distributions (mean, p99, max, in\n"
 	"nats), top-1 agreement, and each model's perplexity on the stream.\n"
-	"Typical use: A = the BF16-expert source, B = the requantized mount.\n",
+	"Typical use: A = the BF16-expert source, B = the requantized mount. DIR_A and\n"
+	"DIR_B may also be hub repo ids ORG/NAME[@REV] in the local hub cache.\n",
 	sizeof default_prompts / sizeof default_prompts[0]);
 }
 
@@ -212,6 +213,10 @@ int cmd_compare(int argc, char **argv)
 		return 2;
 	}
 	const char *da = argv[optind], *db = argv[optind + 1];
+	int hc;
+	if ((hc = cli_hub_args("compare", &da, NULL)) >= 0 ||    /* ORG/NAME[@REV] ids */
+	    (hc = cli_hub_args("compare", &db, NULL)) >= 0)
+		return hc;
 	struct rq_err err = {0};
 	struct lg_model *a = NULL, *b = NULL;
 	struct tok *tk = NULL;

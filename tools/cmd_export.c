@@ -18,9 +18,10 @@ static void usage(FILE *f)
 	"the modules under the dropped quantization_config.ignore rule become NVFP4, every\n"
 	"other file is copied byte for byte. DST must be new or empty; files appear under\n"
 	"their names only once all of them are complete.\n\n"
-	"  SRC                the 2026-08-01 checkpoint (a directory or a hub snapshot)\n"
-	"  --calib CALIB      the 2026-07-22 checkpoint directory, or a file from\n"
-	"                     `requantfs calib extract` (input_global_scale of each module)\n"
+	"  SRC                the 2026-08-01 checkpoint (a directory, a hub snapshot, or\n"
+	"                     a hub repo id ORG/NAME[@REV] found in the local hub cache)\n"
+	"  --calib CALIB      the 2026-07-22 checkpoint directory (or repo id), or a file\n"
+	"                     from `requantfs calib extract` (input_global_scale of each module)\n"
 	"  --recipe V         fp32 (default, poolside's bytes), bf16, fp32div\n"
 	"  --drop-ignore RULE the ignore entry to drop (default: detected)\n"
 	"  --device D         auto (default: CUDA if present), cpu, cuda, cuda:N\n"
@@ -73,6 +74,9 @@ int cmd_export(int argc, char **argv)
 		                "or a file from `requantfs calib extract`");
 	po.src = argv[optind];
 	const char *dst = argv[optind + 1];
+	int hc = cli_hub_args("export", &po.src, &po.calib);   /* ORG/NAME[@REV] ids */
+	if (hc >= 0)
+		return hc;
 	struct rq_err err = {0};
 	struct rq_plan *p;
 	if (rq_plan_build(&po, &p, &err))

@@ -24,7 +24,8 @@ static void usage(FILE *f)
 	"                 [--threads N] [--device cpu|cuda|auto]\n\n"
 	"Runs Laguna from MODEL_DIR (the mount, the source checkpoint or an export:\n"
 	"BF16 or NVFP4 per tensor, as its headers say) on TEXT and streams the\n"
-	"continuation to stdout; prompt and decode tokens/s go to stderr.\n\n"
+	"continuation to stdout; prompt and decode tokens/s go to stderr. MODEL_DIR may\n"
+	"also be a hub repo id ORG/NAME[@REV] in the local hub cache.\n\n"
 	"  --prompt TEXT     the prompt (raw text, or the user message with --chat)\n"
 	"  --chat            wrap TEXT in the poolside_v1 chat format with a generation prompt\n"
 	"  --system S        system message (with --chat; default: the model's default prompt)\n"
@@ -143,7 +144,7 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 	if ((o->system || !o->think) && !o->chat)
 		return cli_fail(2, "generate", "--system and --no-think need --chat");
 	o->dir = argv[optind];
-	return -1;
+	return cli_hub_args("generate", &o->dir, NULL);   /* ORG/NAME[@REV] ids */
 }
 
 /* The prompt's token ids (rendered as a chat first with --chat; *text keeps

@@ -3,7 +3,16 @@
  * mount forks before anything starts a thread: the child opens the mount
  * (every refusal happens there, with its reason), reports over a pipe once
  * the kernel has answered through it, detaches and serves; the parent exits
- * 0 or 1 with the child's message. --foreground serves in this process. */
+ * 0 or 1 with the child's message. --foreground serves in this process.
+ *
+ * The mount(8) form: mount.fuse3 (for an /etc/fstab line of type
+ * fuse.requantfs) runs `requantfs SRC MNT -o OPTS`, and a
+ * mount.fuse.requantfs link to this binary is run as `mount.fuse.requantfs
+ * SRC MNT [-snv] -o OPTS`; main.c sends both here. In OPTS (from any -o)
+ * every long option that takes a value may be spelled KEY=VALUE
+ * (calib=...,cache=...,device=..., '_' for '-' too); what is only mount(8)'s
+ * or systemd's (nofail, noauto, _netdev, x-*, ...) is dropped, and the rest
+ * goes to libfuse (allow_other, noatime, ...). */
 #include "tools/cli.h"
 
 #include <errno.h>
@@ -17,6 +26,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <syslog.h>     /* _PATH_LOG */
 #include <time.h>
 #include <unistd.h>
 
@@ -28,7 +38,8 @@ static void mount_usage(FILE *f)
 {
 	fprintf(f,
 	"usage: requantfs mount SRC MNT --calib CALIB [options]\n\n"
-	"Presents SRC (a checkpoint directory or hub snapshot) at MNT as the requantized\n"
+	"Presents SRC (a checkpoint directory, a hub snapshot, or a hub repo id\n"
+	"ORG/NAME[@REV] found in the local hub cache) at MNT as the requantized\n"
 	"checkpoint. Modules are quantized on first read and kept in the cache.\n\n"
 	"  --calib CALIB          07-22 checkpoint directory or `calib extract` file (required)\n"
 	"  --cache DIR            cache directory (default $XDG_CACHE_HOME/requantfs,\n"
@@ -50,12 +61,21 @@ static void mount_usage(FILE *f)
 	"                         materialized into the cache), when root on Linux >= 6.9;\n"
 	"                         on: refuse to mount without it; off: the copy path only\n"
 	"  --fuse-threads N       FUSE worker threads (default 16)\n"
-	"  --log FILE             append the daemon's log here (default: syslog;\n"
-	"                         stderr with --foreground)\n"
-	"  -o OPTS                extra FUSE mount options (comma separated)\n"
+	"  --log FILE             append the daemon's log here (default: syslog; without\n"
+	"                         /dev/log: $XDG_STATE_HOME/requantfs/mount.log, else\n"
+	"                         ~/.local/state/requantfs/mount.log; stderr with --foreground)\n"
+	"  --log-level L          error, warn, info (default; logs each job: when, device,\n"
+	"                         seconds, MB/s) or debug\n"
+	"  -o OPTS                comma separated: FUSE mount options (allow_other: other\n"
+	"                         users, e.g. vLLM in a container; a non-root user needs\n"
+	"                         user_allow_other in /etc/fuse.conf), and any option above\n"
+	"                         as KEY=VALUE (calib=...,cache=...): the fstab form\n"
 	"  --debug                libfuse debug output (implies --foreground)\n"
 	"  --help                 this text\n\n"
-	"Unmount with `requantfs umount MNT`.\n");
+	"Unmount with `requantfs umount MNT`. As mount(8) runs it (fstab type\n"
+	"fuse.requantfs): requantfs SRC MNT -o calib=CALIB,cache=DIR[,allow_other,...]\n"
+	"Not root: through the setuid fusermount3, the copy path only (passthrough\n"
+	"needs CAP_SYS_ADMIN).\n");
 }
 
 static char *abs_path(const char *p)
@@ -154,7 +174,7 @@ static int serve(const struct rq_mount_opts *o, struct report *r)
 /* ---- the command line ------------------------------------------------ */
 
 enum { O_CALIB = 256, O_CACHE, O_DEVICE, O_RECIPE, O_DROP, O_THREADS, O_WORKERS,
-       O_PREFETCH, O_CACHEMAX, O_MEMMAX, O_GPUMEM, O_GPUIDLE, O_RA, O_FT, O_LOG, O_DEBUG, O_PT };
+       O_PREFETCH, O_CACHEMAX, O_MEMMAX, O_GPUMEM, O_GPUIDLE, O_RA, O_FT, O_LOG, O_DEBUG, O_PT, O_LOGLEVEL };
 
 static const struct option mount_lo[] = {
 	{"calib", required_argument, 0, O_CALIB}, {"cache", required_argument, 0, O_CACHE},
@@ -170,6 +190,7 @@ static const struct option mount_lo[] = {
 	{"readahead", required_argument, 0, O_RA},
 	{"passthrough", required_argument, 0, O_PT},
 	{"fuse-threads", required_argument, 0, O_FT}, {"log", required_argument, 0, O_LOG},
+	{"log-level", required_argument, 0, O_LOGLEVEL},
 	{"debug", no_argument, 0, O_DEBUG}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 
 /* What the command line asked for; paths still as given. */
@@ -177,7 +198,18 @@ struct mount_args {
 	struct rq_mount_opts o;
 	const char *cache, *log;
 	int fg;
+	int helper;           /* run as mount(8)'s helper: accept -s -n -v -N -t */
+	char *fuse_extra;     /* the -o words for libfuse, comma separated (owned) */
+	char *keep[64];       /* copies of KEY=VALUE values that o points into */
+	int nkeep;
 };
+
+static void args_free(struct mount_args *a)
+{
+	free(a->fuse_extra);
+	for (int i = 0; i < a->nkeep; i++)
+		free(a->keep[i]);
+}
 
 /* The options that take a count, a size or seconds: 0, or 2 with the
  * message printed. */
@@ -242,7 +274,6 @@ static int word_option(int c, const char *arg, struct mount_args *a)
 	enum rq_device_kind kind;
 	int index;
 	switch (c) {
-	case 'o': a->o.fuse_opts = arg; break;
 	case O_CALIB: a->o.calib = arg; break;
 	case O_CACHE: a->cache = arg; break;
 	case O_DROP: a->o.drop_rule = arg; break;
@@ -269,8 +300,96 @@ static int word_option(int c, const char *arg, struct mount_args *a)
 			return cli_fail(2, "mount", "--passthrough must be auto, on or off (got '%s')",
 			                arg);
 		break;
+	case O_LOGLEVEL:
+		if (!strcmp(arg, "error"))
+			a->o.log_level = RQ_LOG_ERROR;
+		else if (!strcmp(arg, "warn") || !strcmp(arg, "warning"))
+			a->o.log_level = RQ_LOG_WARN;
+		else if (!strcmp(arg, "info"))
+			a->o.log_level = RQ_LOG_INFO;
+		else if (!strcmp(arg, "debug"))
+			a->o.log_level = RQ_LOG_DEBUG;
+		else
+			return cli_fail(2, "mount", "--log-level must be error, warn, info or debug "
+			                "(got '%s')", arg);
+		break;
 	}
 	return 0;
+}
+
+static int is_number_option(int c)
+{
+	return c == O_THREADS || c == O_WORKERS || c == O_PREFETCH || c == O_CACHEMAX ||
+	       c == O_MEMMAX || c == O_GPUMEM || c == O_GPUIDLE || c == O_RA || c == O_FT;
+}
+
+/* Words of an fstab options field that are mount(8)'s, systemd's or
+ * mount.fuse3's, not the file system's: dropped. ro is implied (the mount
+ * is read-only) and rw cannot be had; dev and suid (mount.fuse3 adds them
+ * unless nodev/nosuid) are dropped so that the mount stays nodev,nosuid as
+ * libfuse makes it. */
+static int mount8_word(const char *w)
+{
+	static const char *const words[] = {"", "defaults", "ro", "rw", "auto", "noauto",
+		"nofail", "user", "users", "nouser", "owner", "group", "_netdev", "dev", "suid"};
+	for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+		if (!strcmp(w, words[i]))
+			return 1;
+	return !strncmp(w, "x-", 2) || !strncmp(w, "comment=", 8);
+}
+
+/* One -o list: KEY=VALUE of a long option goes to it, mount(8)'s words are
+ * dropped, the rest is kept for libfuse. 0, or 2 with the message printed. */
+static int o_option(const char *list, struct mount_args *a)
+{
+	char *copy = strdup(list);
+	if (!copy)
+		return cli_fail(2, "mount", "out of memory");
+	int rc = 0;
+	char *save = NULL;
+	for (char *w = strtok_r(copy, ",", &save); w && !rc; w = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(w, '=');
+		const struct option *lo = NULL;
+		if (eq) {
+			char key[64];
+			size_t kl = (size_t)(eq - w);
+			if (kl < sizeof key) {
+				for (size_t i = 0; i < kl; i++)
+					key[i] = w[i] == '_' ? '-' : w[i];
+				key[kl] = 0;
+				for (const struct option *l = mount_lo; l->name; l++)
+					if (l->has_arg == required_argument && !strcmp(l->name, key))
+						lo = l;
+			}
+		}
+		if (lo) {
+			if (a->nkeep == (int)(sizeof a->keep / sizeof a->keep[0])) {
+				rc = cli_fail(2, "mount", "too many -o KEY=VALUE options");
+				break;
+			}
+			char *v = a->keep[a->nkeep++] = strdup(eq + 1);
+			if (!v) {
+				rc = cli_fail(2, "mount", "out of memory");
+				break;
+			}
+			rc = is_number_option(lo->val) ? number_option(lo->val, v, &a->o)
+			                               : word_option(lo->val, v, a);
+			continue;
+		}
+		if (mount8_word(w))
+			continue;
+		char *s = NULL;
+		if (asprintf(&s, "%s%s%s", a->fuse_extra ? a->fuse_extra : "",
+		             a->fuse_extra ? "," : "", w) < 0) {
+			rc = cli_fail(2, "mount", "out of memory");
+			break;
+		}
+		free(a->fuse_extra);
+		a->fuse_extra = s;
+	}
+	free(copy);
+	a->o.fuse_opts = a->fuse_extra;
+	return rc;
 }
 
 /* Fills a from argv; -1 to go on mounting, else the exit code (0 for
@@ -280,13 +399,20 @@ static int parse_args(int argc, char **argv, struct mount_args *a)
 	int c, rc;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "fho:", mount_lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, a->helper ? "fho:snvN:t:" : "fho:", mount_lo,
+	                        NULL)) != -1) {
 		switch (c) {
 		case 'h': mount_usage(stdout); return 0;
 		case 'f': a->fg = 1; break;
+		case 's': case 'n': case 'v': case 'N': case 't':
+			break;   /* mount(8)'s: sloppy, no mtab, verbose, namespace, type */
 		case O_DEBUG: a->o.debug = 1; a->fg = 1; break;
-		case 'o': case O_CALIB: case O_CACHE: case O_DEVICE: case O_RECIPE: case O_DROP:
-		case O_LOG: case O_PT:
+		case 'o':
+			if ((rc = o_option(optarg, a)))
+				return rc;
+			break;
+		case O_CALIB: case O_CACHE: case O_DEVICE: case O_RECIPE: case O_DROP:
+		case O_LOG: case O_PT: case O_LOGLEVEL:
 			if ((rc = word_option(c, optarg, a)))
 				return rc;
 			break;
@@ -306,11 +432,52 @@ static int parse_args(int argc, char **argv, struct mount_args *a)
 	}
 	if (!a->o.calib)
 		return cli_fail(2, "mount", "--calib CALIB is required (the 07-22 checkpoint "
-		                "directory or a `requantfs calib extract` file)");
+		                "directory or a `requantfs calib extract` file; -o calib=CALIB in "
+		                "the fstab form)");
 	return -1;
 }
 
 /* ---- the daemon ------------------------------------------------------ */
+
+/* Whether syslog(3) reaches a logger: /dev/log is a socket. A container or
+ * a minimal system may have none, and syslog() then drops every line. */
+static int have_syslog(void)
+{
+	struct stat st;
+	return !stat(_PATH_LOG, &st) && S_ISSOCK(st.st_mode);
+}
+
+static int mkdir_p(char *path, mode_t mode)
+{
+	for (char *p = path + 1; *p; p++)
+		if (*p == '/') {
+			*p = 0;
+			int r = mkdir(path, mode);
+			*p = '/';
+			if (r && errno != EEXIST)
+				return -1;
+		}
+	return mkdir(path, mode) && errno != EEXIST ? -1 : 0;
+}
+
+/* The daemon's log file when there is no syslog: $XDG_STATE_HOME/requantfs/
+ * mount.log, else ~/.local/state/requantfs/mount.log; NULL if neither
+ * directory can be made. */
+static char *state_log(void)
+{
+	const char *x = getenv("XDG_STATE_HOME"), *h = getenv("HOME");
+	char *dir = NULL, *s = NULL;
+	int r = -1;
+	if (x && *x == '/')
+		r = asprintf(&dir, "%s/requantfs", x);
+	else if (h && *h == '/')
+		r = asprintf(&dir, "%s/.local/state/requantfs", h);
+	if (r >= 0 && !mkdir_p(dir, 0700) && !access(dir, W_OK) &&
+	    asprintf(&s, "%s/mount.log", dir) < 0)
+		s = NULL;
+	free(r >= 0 ? dir : NULL);
+	return s;
+}
 
 /* Forks the daemon, which serves o, and waits for its report: the exit code. */
 static int start_daemon(const struct rq_mount_opts *o)
@@ -346,7 +513,8 @@ static int start_daemon(const struct rq_mount_opts *o)
 	msg[n] = 0;
 	close(pfd[0]);
 	if (n && msg[0] == 'O') {
-		printf("requantfs: %s mounted at %s (daemon pid %d)\n", o->src, o->mnt, (int)pid);
+		printf("requantfs: %s mounted at %s (daemon pid %d%s%s)\n", o->src, o->mnt, (int)pid,
+		       o->log_path ? "; log " : "", o->log_path ? o->log_path : "");
 		return 0;
 	}
 	if (n && msg[0] == 'E') {
@@ -363,14 +531,29 @@ static int start_daemon(const struct rq_mount_opts *o)
 int cmd_mount(int argc, char **argv)
 {
 	struct mount_args a = {.o = {.device = "auto", .recipe = RQ_RECIPE_FP32, .prefetch = 4,
-	                             .gpu_idle_s = 30, .readahead_kb = 8192}};
+	                             .gpu_idle_s = 30, .readahead_kb = 8192},
+	                       .helper = strcmp(argv[0], "mount") != 0};
 	int rc = parse_args(argc, argv, &a);
-	if (rc >= 0)
+	if (rc >= 0) {
+		args_free(&a);
 		return rc;
+	}
 	struct rq_mount_opts *o = &a.o;
-	char *src = abs_path(argv[optind]), *mnt = abs_path(argv[optind + 1]);
+	const char *src_arg = argv[optind];    /* ORG/NAME[@REV] ids: hub cache snapshots */
+	if ((rc = cli_hub_args("mount", &src_arg, &o->calib)) >= 0) {
+		args_free(&a);
+		return rc;
+	}
+	char *src = abs_path(src_arg), *mnt = abs_path(argv[optind + 1]);
 	char *calib = abs_path(o->calib), *cdir = a.cache ? abs_path(a.cache) : default_cache();
 	char *logp = a.log ? abs_path(a.log) : NULL;
+	if (!a.log && !a.fg && !have_syslog()) {
+		logp = state_log();
+		if (!logp)
+			fprintf(stderr, "requantfs mount: warning: no syslog socket (%s) and no state "
+			        "directory ($XDG_STATE_HOME or ~/.local/state): the daemon's log is "
+			        "lost; pass --log FILE\n", _PATH_LOG);
+	}
 	if (!src || !mnt || !calib || !cdir || (a.log && !logp)) {
 		rc = cli_fail(1, "mount", "out of memory");
 		goto out;
@@ -393,6 +576,7 @@ out:
 	free(calib);
 	free(cdir);
 	free(logp);
+	args_free(&a);
 	return rc;
 }
 

@@ -18,6 +18,8 @@ static void usage(FILE *f)
 	"bit-exactness on the real checkpoints, e.g.\n"
 	"  requantfs verify MNT --against LAGUNA-0722 --tensors 'layers\\.4[0-7]\\.mlp\\.experts'\n"
 	"  requantfs verify SRC-0801 --against LAGUNA-0722 --tensors 'layers\\.40\\.'\n\n"
+	"DIR, REF and SRC are directories or hub repo ids ORG/NAME[@REV] in the local\n"
+	"hub cache.\n"
 	"  --tensors REGEX  only tensors whose name contains a match (POSIX ERE)\n"
 	"  --source SRC     BF16 checkpoint for the recipe diagnosis of modules that differ\n"
 	"  --quiet          print only differences and the summary\n"
@@ -83,9 +85,14 @@ int cmd_verify(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	const char *dir = argv[optind];
+	if ((c = cli_hub_args("verify", &dir, NULL)) >= 0 ||      /* ORG/NAME[@REV] ids */
+	    (c = cli_hub_args("verify", &ref, NULL)) >= 0 ||
+	    (c = cli_hub_args("verify", &source, NULL)) >= 0)
+		return c;
 	struct rq_err err = {0};
 	struct rq_vsummary s;
-	if (rq_verify(argv[optind], ref, source, regex, on_result, &o, &s, &err))
+	if (rq_verify(dir, ref, source, regex, on_result, &o, &s, &err))
 		return cli_fail(1, "verify", "%s", err.msg);
 	printf("summary: %llu tensors compared: %llu equal, %llu differ; %llu only in DIR, "
 	       "%llu only in REF\n", (unsigned long long)s.compared, (unsigned long long)s.equal,
@@ -100,6 +107,6 @@ int cmd_verify(int argc, char **argv)
 	}
 	if (!s.compared && !s.modules)
 		return cli_fail(1, "verify", "no tensor in common between %s and %s%s%s",
-		                argv[optind], ref, regex ? " matching " : "", regex ? regex : "");
+		                dir, ref, regex ? " matching " : "", regex ? regex : "");
 	return s.differ || s.modules_reproduced < s.modules ? 1 : 0;
 }

@@ -1,7 +1,14 @@
-/* main.c — `requantfs <command> ...` dispatcher. */
+/* main.c — `requantfs <command> ...` dispatcher.
+ *
+ * Also the mount(8) forms (README "Mount at boot"), both sent to `mount`:
+ * mount.fuse3 runs `requantfs SRC MNT -o OPTS` for an fstab line of type
+ * fuse.requantfs (argv[1] is a path or hub id, never a command), and a link
+ * named mount.fuse.requantfs (or mount.requantfs) to this binary is run by
+ * mount(8) as `mount.fuse.requantfs SRC MNT [-snv] -o OPTS`. */
 #include "tools/cli.h"
 
 #include <string.h>
+#include <sys/stat.h>
 
 static const struct {
 	const char *name;
@@ -14,7 +21,7 @@ static const struct {
 	{"status", cmd_status, "what a mount has cached, hits/misses, device, throughput"},
 	{"export", cmd_export, "write the requantized checkpoint as real files"},
 	{"verify", cmd_verify, "compare tensors of two checkpoints byte for byte"},
-	{"calib", cmd_calib, "calib extract: save the calibration scales of a 07-22 checkpoint"},
+	{"calib", cmd_calib, "calib extract|fetch: save the calibration scales of a 07-22 checkpoint (local or over HTTP)"},
 	{"generate", cmd_generate, "run Laguna on a prompt from a model directory"},
 	{"compare", cmd_compare, "KL divergence / agreement between two model directories"},
 	{"bench", cmd_bench, "benchmarks: quant, export, mount, engine"},
@@ -33,6 +40,10 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+	const char *base = strrchr(argv[0], '/');
+	base = base ? base + 1 : argv[0];
+	if (!strncmp(base, "mount.", 6) && argc >= 3)
+		return cmd_mount(argc, argv);
 	if (argc < 2) {
 		usage(stderr);
 		return 2;
@@ -48,6 +59,9 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		if (!strcmp(argv[1], commands[i].name))
 			return commands[i].fn(argc - 1, argv + 1);
+	struct stat st;
+	if (argc >= 3 && argv[1][0] != '-' && (strchr(argv[1], '/') || !stat(argv[1], &st)))
+		return cmd_mount(argc, argv);     /* mount.fuse3: requantfs SRC MNT -o OPTS */
 	fprintf(stderr, "requantfs: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;
