@@ -26,6 +26,7 @@
  * entry's name cannot block or redirect it (lookup then judges and deletes
  * such a name). Subdirectories are opened O_NOFOLLOW and must not be
  * writable by anyone but us. */
+#include "base/grow.h"
 #include "cache/cache_int.h"
 
 #include <dirent.h>
@@ -304,14 +305,8 @@ static void maybe_clean_tmp(int dfd, const char *name, long pid, int64_t now)
 
 static int push_found(struct rqc_found **v, size_t *n, size_t *cap, const struct rqc_found *f)
 {
-	if (*n == *cap) {
-		size_t nc = *cap ? *cap * 2 : 256;
-		struct rqc_found *nv = realloc(*v, nc * sizeof *nv);
-		if (!nv)
-			return -ENOMEM;
-		*v = nv;
-		*cap = nc;
-	}
+	if (RQ_GROW(*v, *n, *cap, 256))
+		return -ENOMEM;
 	(*v)[(*n)++] = *f;
 	return 0;
 }

@@ -1,5 +1,6 @@
 /* tok_encode.c — encoding (added tokens, pre-tokenizer, BPE merges),
  * decoding and the streaming decoder. See tokenizer.c for the steps. */
+#include "base/grow.h"
 #include "engine/tok_int.h"
 #include "engine/tokenizer.h"
 
@@ -24,14 +25,8 @@ struct enc {
 
 static int push_id(struct tok_ids *o, int32_t id)
 {
-	if (o->n == o->cap) {
-		size_t cap = o->cap ? o->cap * 2 : 64;
-		int32_t *v = realloc(o->v, cap * sizeof *v);
-		if (!v)
-			return -ENOMEM;
-		o->v = v;
-		o->cap = cap;
-	}
+	if (RQ_GROW(o->v, o->n, o->cap, 64))
+		return -ENOMEM;
 	o->v[o->n++] = id;
 	return 0;
 }

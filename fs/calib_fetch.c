@@ -16,6 +16,8 @@
  *      the F32 block of a shard, so a shard usually needs one), a request
  *      spans at most RUN_MAX.
  * Shards that hold no scale are never touched. */
+#include "st/jtext.h"
+#include "base/grow.h"
 #include "fs/ckpt.h"
 #include "base/err.h"
 #include "hub/hub.h"
@@ -44,7 +46,7 @@ struct fetch {
 	const char *repo, *rev;
 	char **shard;                     /* [nshards] file names */
 	struct st_header **hdr;           /* [nshards] */
-	size_t nshards;
+	size_t nshards, capshards;
 	struct need *need;                /* [n] */
 	size_t n, cap;
 	int one_file;                     /* no index: every scale of model.safetensors */
@@ -58,14 +60,8 @@ static int is_scale(const char *name)
 
 static int add_need(struct fetch *f, const char *name, int shard)
 {
-	if (f->n == f->cap) {
-		size_t cap = f->cap ? f->cap * 2 : 1024;
-		struct need *nn = realloc(f->need, cap * sizeof *nn);
-		if (!nn)
-			return -ENOMEM;
-		f->need = nn;
-		f->cap = cap;
-	}
+	if (RQ_GROW(f->need, f->n, f->cap, 1024))
+		return -ENOMEM;
 	struct need *e = &f->need[f->n];
 	memset(e, 0, sizeof *e);
 	e->name = strdup(name);
@@ -76,18 +72,18 @@ static int add_need(struct fetch *f, const char *name, int shard)
 	return 0;
 }
 
+/* The index of shard `file` in f->shard, added when new. */
 static int add_shard(struct fetch *f, const char *file)
 {
-	for (size_t i = 0; i < f->nshards; i++)
-		if (!strcmp(f->shard[i], file))
-			return (int)i;
-	char **p = realloc(f->shard, (f->nshards + 1) * sizeof *p);
-	if (!p)
+	size_t i = 0;
+	while (i < f->nshards && strcmp(f->shard[i], file))
+		i++;
+	if (i < f->nshards)
+		return (int)i;
+	if (RQ_GROW(f->shard, f->nshards, f->capshards, 16) || !(f->shard[i] = strdup(file)))
 		return -ENOMEM;
-	f->shard = p;
-	if (!(p[f->nshards] = strdup(file)))
-		return -ENOMEM;
-	return (int)f->nshards++;
+	f->nshards++;
+	return (int)i;
 }
 
 static void url_of(struct fetch *f, const char *file, char *buf, size_t len)
@@ -110,13 +106,9 @@ static int read_index(struct fetch *f, struct rq_err *err)
 	if (rc)
 		return rc;
 	url_of(f, iname, url, sizeof url);
-	cJSON *j = cJSON_ParseWithLength(text, len);
-	free(text);
-	cJSON *wm = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
-	if (!cJSON_IsObject(wm)) {
-		cJSON_Delete(j);
+	cJSON *wm, *j = jt_index_parse(text, len, &wm);
+	if (!j)
 		return rq_errf(err, -EPROTO, "%s: not a safetensors index (no weight_map object)", url);
-	}
 	for (cJSON *e = wm->child; e && !rc; e = e->next) {
 		if (!is_scale(e->string))
 			continue;

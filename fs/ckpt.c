@@ -1,4 +1,5 @@
 /* ckpt.c — tensors of a checkpoint by name; the calibration scales. */
+#include "st/jtext.h"
 #include "fs/ckpt.h"
 #include "base/err.h"
 
@@ -65,13 +66,9 @@ static int load_index(struct rq_ckpt *c, const char *ipath, struct rq_err *err)
 	int rc = rq_read_whole(ipath, &text, &len);
 	if (rc)
 		return rq_errf(err, rc, "%s: cannot read: %s", ipath, strerror(-rc));
-	cJSON *j = cJSON_ParseWithLength(text, len);
-	free(text);
-	cJSON *wm = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
-	if (!cJSON_IsObject(wm)) {
-		cJSON_Delete(j);
+	cJSON *wm, *j = jt_index_parse(text, len, &wm);
+	if (!j)
 		return rq_errf(err, -EPROTO, "%s: not a safetensors index (no weight_map object)", ipath);
-	}
 	size_t n = 0;
 	for (cJSON *e = wm->child; e; e = e->next)
 		n++;

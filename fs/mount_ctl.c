@@ -139,10 +139,7 @@ void rq_mnt_monitor_stop(struct rq_mount *m)
 {
 	if (!m->monitor_started)
 		return;
-	pthread_mutex_lock(&m->mon_mu);
-	m->mon_stop = 1;
-	pthread_cond_signal(&m->mon_cv);
-	pthread_mutex_unlock(&m->mon_mu);
+	rq_mnt_flag_stop(&m->mon_mu, &m->mon_stop, &m->mon_cv, NULL);
 	pthread_join(m->monitor, NULL);
 	m->monitor_started = 0;
 }
@@ -307,7 +304,7 @@ static char *status_json(struct rq_mount *m)
 	for (size_t i = 0; i < p->nfiles; i++) {
 		const struct mfile *mf = &m->files[i];
 		f_mat += mf->mat == MAT_READY;
-		mat_q += mf->mat == MAT_QUEUED || mf->mat == MAT_RUNNING;
+		mat_q += mf->mat == MAT_QUEUED;
 		if (pt_on && !mf->pt_err && (!p->files[i].changed || mf->mat == MAT_READY))
 			f_pt++;
 		else if (pt_on && mf->njobs && !mf->pt_err)
@@ -315,6 +312,7 @@ static char *status_json(struct rq_mount *m)
 		else
 			f_copy++;
 	}
+	mat_q += (uint64_t)m->mat_busy;
 	pthread_mutex_unlock(&m->lock);
 	sb_printf(&b, "  \"passthrough\": %s,\n  \"passthrough_why\": ", pt_on ? "true" : "false");
 	sb_jstr(&b, pt_on ? "" : m->pt ? rq_pt_why(m->pt) : m->pt_note);

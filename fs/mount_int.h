@@ -229,7 +229,8 @@ struct rq_mount {
 	int mat_write;            /* it writes new files (passthrough is on); else it only
 	                             verifies and uses the files the cache already holds */
 	int mat_stop;
-	int mat_busy;             /* files being written or verified now */
+	int mat_busy;             /* files being written or verified now, until their job
+	                             entries are dropped (status: files_materializing) */
 	atomic_llong last_busy_ns;/* CLOCK_MONOTONIC ns of the last copy-path read or job:
 	                             new files are written once the mount idles */
 	pthread_t mat_thread;
@@ -295,6 +296,9 @@ void rq_mnt_read_free(struct mread *rd);   /* drops its holds, frees */
 /* The start of answering rd: takes m->lock and returns 1, or (rd failed
  * while parked) answers its error, frees it and returns 0 unlocked. */
 int rq_mnt_serve_begin(struct rq_mount *m, struct mread *rd);
+/* Tells a thread to stop: *flag = 1 under mu, and wakes the waiters of cv
+ * (and of cv2 when not NULL). The caller then joins it. */
+void rq_mnt_flag_stop(pthread_mutex_t *mu, int *flag, pthread_cond_t *cv, pthread_cond_t *cv2);
 
 /* mount_mat.c */
 int rq_mnt_files_init(struct rq_mount *m, struct rq_err *err);

@@ -27,6 +27,7 @@
  * nfd, running/queued/stop and every parked mread. It is never held while
  * replying, reading files or quantizing. struct mout is reference counted
  * (atomics) so a reply can use bytes the job no longer owns. */
+#include "base/grow.h"
 #include "fs/mount_int.h"
 
 #include <errno.h>
@@ -74,14 +75,8 @@ void rq_mout_unref(struct mout *o)
 
 int rq_mnt_hold(struct mread *rd, int j, struct mout *o)
 {
-	if (rd->nheld == rd->capheld) {
-		int cap = rd->capheld ? rd->capheld * 2 : 4;
-		struct mhold *v = realloc(rd->held, cap * sizeof *v);
-		if (!v)
-			return -ENOMEM;
-		rd->held = v;
-		rd->capheld = cap;
-	}
+	if (RQ_GROW(rd->held, rd->nheld, rd->capheld, 4))
+		return -ENOMEM;
 	atomic_fetch_add(&o->refs, 1);
 	rd->held[rd->nheld++] = (struct mhold){.job = j, .o = o};
 	return 0;
@@ -98,6 +93,16 @@ struct mout *rq_mnt_held(struct mread *rd, int j)
 		}
 	}
 	return NULL;
+}
+
+void rq_mnt_flag_stop(pthread_mutex_t *mu, int *flag, pthread_cond_t *cv, pthread_cond_t *cv2)
+{
+	pthread_mutex_lock(mu);
+	*flag = 1;
+	pthread_cond_broadcast(cv);
+	if (cv2)
+		pthread_cond_broadcast(cv2);
+	pthread_mutex_unlock(mu);
 }
 
 int rq_mnt_serve_begin(struct rq_mount *m, struct mread *rd)
@@ -257,15 +262,9 @@ void rq_mnt_park(struct rq_mount *m, int j, struct mread *rd)
 	for (int i = J->nwait - 1; i >= 0; i--)
 		if (J->wait[i] == rd)
 			return;
-	if (J->nwait == J->capwait) {
-		int cap = J->capwait ? J->capwait * 2 : 4;
-		struct mread **v = realloc(J->wait, cap * sizeof *v);
-		if (!v) {
-			rd->err = -ENOMEM;
-			return;
-		}
-		J->wait = v;
-		J->capwait = cap;
+	if (RQ_GROW(J->wait, J->nwait, J->capwait, 4)) {
+		rd->err = -ENOMEM;
+		return;
 	}
 	J->wait[J->nwait++] = rd;
 	rd->pending++;
@@ -627,10 +626,7 @@ void rq_mnt_jobs_stop(struct rq_mount *m)
 {
 	if (!m->jobs)
 		return;
-	pthread_mutex_lock(&m->lock);
-	m->stop = 1;
-	pthread_cond_broadcast(&m->work);
-	pthread_mutex_unlock(&m->lock);
+	rq_mnt_flag_stop(&m->lock, &m->stop, &m->work, NULL);
 	/* A worker can be stuck for good: in open(2) or read(2) of a hung file
 	 * system (a dead NFS server, a FUSE daemon that stopped answering), or
 	 * anything the kernel will not interrupt. Waiting for it would keep the

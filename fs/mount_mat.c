@@ -28,6 +28,7 @@
  * shard of the SRC as it was, never a mix. A file identical to SRC reads
  * SRC itself, so open passthrough files see a SRC rewritten in place at
  * once (new opens: EIO). */
+#include "base/grow.h"
 #include "fs/mount_int.h"
 
 #include <errno.h>
@@ -172,14 +173,8 @@ int rq_mnt_mat_park(struct rq_mount *m, long i, struct mread *rd)
 	struct mfile *mf = &m->files[i];
 	if (!mf->verifying || (mf->mat != MAT_QUEUED && mf->mat != MAT_RUNNING) || m->mat_stop)
 		return 0;
-	if (mf->nwait == mf->capwait) {
-		int cap = mf->capwait ? mf->capwait * 2 : 8;
-		struct mread **v = realloc(mf->wait, (size_t)cap * sizeof *v);
-		if (!v)
-			return 0;     /* served through the jobs instead */
-		mf->wait = v;
-		mf->capwait = cap;
-	}
+	if (RQ_GROW(mf->wait, mf->nwait, mf->capwait, 8))
+		return 0;     /* served through the jobs instead */
 	mf->wait[mf->nwait++] = rd;
 	return 1;
 }
@@ -556,7 +551,6 @@ static void *mat_main(void *arg)
 		t = rq_mnt_now() - t;
 
 		pthread_mutex_lock(&m->lock);
-		m->mat_busy--;
 		int src_ok = !atomic_load(&m->srcs[p->files[i].src].changed);
 		if (!rc && mf->mat == MAT_RUNNING && src_ok) {
 			mf->mat = MAT_READY;
@@ -593,6 +587,7 @@ static void *mat_main(void *arg)
 			             p->files[i].name, rc ? msg : "its SRC changed");
 		}
 		pthread_mutex_lock(&m->lock);
+		m->mat_busy--;      /* done: its entries are dropped too (status, warm) */
 	}
 	pthread_mutex_unlock(&m->lock);
 	return NULL;
@@ -618,11 +613,7 @@ void rq_mnt_mat_stop(struct rq_mount *m)
 {
 	if (!m->mat_started)
 		return;
-	pthread_mutex_lock(&m->lock);
-	m->mat_stop = 1;
-	pthread_cond_broadcast(&m->mat_cv);
-	pthread_cond_broadcast(&m->mat_done);
-	pthread_mutex_unlock(&m->lock);
+	rq_mnt_flag_stop(&m->lock, &m->mat_stop, &m->mat_cv, &m->mat_done);
 	pthread_join(m->mat_thread, NULL);
 	m->mat_started = 0;
 	/* Reads still parked on a verification go through their jobs now. */

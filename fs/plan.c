@@ -6,6 +6,7 @@
  * matched modules are BF16 while the same role elsewhere is NVFP4); choose
  * the modules to requantize and refuse what SPEC §3 refuses; read their
  * calibration scales; pair gate/up into jobs; lay out the files (plan_files.c). */
+#include "base/grow.h"
 #include "fs/plan_int.h"
 #include "fs/rules.h"
 #include "fs/ckpt.h"
@@ -38,15 +39,9 @@ struct keep {
 int rq_plan_keep(struct rq_plan *p, void *mem)
 {
 	struct keep *k = (struct keep *)p->keep_;
-	if (k->n == k->cap) {
-		size_t cap = k->cap ? k->cap * 2 : 64;
-		void **np = realloc(k->p, cap * sizeof *np);
-		if (!np) {
-			free(mem);
-			return -ENOMEM;
-		}
-		k->p = np;
-		k->cap = cap;
+	if (RQ_GROW(k->p, k->n, k->cap, 64)) {
+		free(mem);
+		return -ENOMEM;
 	}
 	k->p[k->n++] = mem;
 	return 0;
@@ -126,13 +121,8 @@ static int note_cand(struct cand **c, size_t *n, size_t *cap, const char *name, 
 			(*c)[i].nvfp4 |= nvfp4;
 			return 0;
 		}
-	if (*n == *cap) {
-		*cap = *cap ? *cap * 2 : 1024;
-		struct cand *nc = realloc(*c, *cap * sizeof **c);
-		if (!nc)
-			return -ENOMEM;
-		*c = nc;
-	}
+	if (RQ_GROW(*c, *n, *cap, 1024))
+		return -ENOMEM;
 	struct cand *x = &(*c)[(*n)++];
 	x->name = strdup(name);
 	x->role = role_of(name);
@@ -332,13 +322,9 @@ static int check_index(const struct rq_plan *p, struct rq_err *err)
 	int rc = rq_read_whole(path, &text, &len);
 	if (rc)
 		return rq_errf(err, rc, "SRC %s: %s", path, strerror(-rc));
-	cJSON *j = cJSON_ParseWithLength(text, len);
-	free(text);
-	cJSON *wm = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
-	if (!cJSON_IsObject(wm)) {
-		cJSON_Delete(j);
+	cJSON *wm, *j = jt_index_parse(text, len, &wm);
+	if (!j)
 		return rq_errf(err, -EPROTO, "SRC %s is not a safetensors index (no weight_map)", path);
-	}
 	for (cJSON *e = wm->child; e && !rc; e = e->next) {
 		const char *v = cJSON_IsString(e) ? e->valuestring : NULL;
 		if (!v || !*v || strchr(v, '/') || !strcmp(v, ".") || !strcmp(v, "..")) {

@@ -1,6 +1,7 @@
 /* plan_files.c — the virtual files of a plan as segment lists (SPEC.md §4):
  * config.json without the dropped rule, the rewritten index, the rewritten
  * shards; every other file is its SRC file as is. */
+#include "base/grow.h"
 #include "fs/plan_int.h"
 #include "fs/ckpt.h"
 #include "st/jtext.h"
@@ -29,13 +30,8 @@ static int add_seg(struct rq_vfile *f, size_t *cap, struct rq_seg s)
 			return 0;
 		}
 	}
-	if (f->nseg == *cap) {
-		*cap = *cap ? *cap * 2 : 16;
-		struct rq_seg *n = realloc(f->seg, *cap * sizeof *n);
-		if (!n)
-			return -ENOMEM;
-		f->seg = n;
-	}
+	if (RQ_GROW(f->seg, f->nseg, *cap, 16))
+		return -ENOMEM;
 	f->seg[f->nseg++] = s;
 	return 0;
 }
@@ -210,13 +206,9 @@ static int rewrite_index(struct rq_plan *p, struct rq_vfile *f, const uint64_t *
 	int rc = rq_read_whole(p->srcs[f->src].path, &text, &len);
 	if (rc)
 		return rq_errf(err, rc, "SRC %s: %s", f->name, strerror(-rc));
-	cJSON *j = cJSON_ParseWithLength(text, len);
-	free(text);
-	cJSON *wm = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
-	if (!cJSON_IsObject(wm)) {
-		cJSON_Delete(j);
+	cJSON *wm, *j = jt_index_parse(text, len, &wm);
+	if (!j)
 		return rq_errf(err, -EPROTO, "SRC %s has no weight_map object", f->name);
-	}
 	rc = 0;
 	for (size_t i = 0; i < p->nmods && !rc; i++) {
 		const struct rq_module *m = &p->mods[i];

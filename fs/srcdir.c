@@ -1,4 +1,5 @@
 /* srcdir.c — what SRC holds: its files, resolved through hub symlinks. */
+#include "base/grow.h"
 #include "fs/plan_int.h"
 #include "fs/ckpt.h"
 #include "base/err.h"
@@ -228,15 +229,10 @@ int rq_src_scan(struct rq_plan *p, const char *src, struct rq_err *err)
 			free(real);
 			continue;
 		}
-		if (nf == cap) {
-			cap = cap ? cap * 2 : 64;
-			struct rq_srcfile *nfp = realloc(f, cap * sizeof *f);
-			if (!nfp) {
-				free(real);
-				rc = -ENOMEM;
-				break;
-			}
-			f = nfp;
+		if (RQ_GROW(f, nf, cap, 64)) {
+			free(real);
+			rc = -ENOMEM;
+			break;
 		}
 		struct rq_srcfile *s = &f[nf];
 		memset(s, 0, sizeof *s);

@@ -1,4 +1,5 @@
 /* verify.c — byte comparison of two checkpoints, and recipe diagnosis. */
+#include "base/grow.h"
 #include "fs/verify.h"
 #include "fs/ckpt.h"
 #include "fs/rules.h"
@@ -25,13 +26,8 @@ struct list {
 static int collect(void *ctx, const char *name, const struct st_tensor *t, int shard)
 {
 	struct list *l = ctx;
-	if (l->n == l->cap) {
-		l->cap = l->cap ? l->cap * 2 : 1024;
-		struct ent *e = realloc(l->e, l->cap * sizeof *e);
-		if (!e)
-			return -ENOMEM;
-		l->e = e;
-	}
+	if (RQ_GROW(l->e, l->n, l->cap, 1024))
+		return -ENOMEM;
 	l->e[l->n++] = (struct ent){.name = (char *)name, .t = t, .shard = shard};
 	return 0;
 }

@@ -352,3 +352,16 @@ void jt_dump_python(struct jt_buf *b, const cJSON *v, int depth)
 		free(kids);
 	}
 }
+
+cJSON *jt_index_parse(char *text, size_t len, cJSON **weight_map)
+{
+	cJSON *j = cJSON_ParseWithLength(text, len);
+	free(text);
+	cJSON *wm = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
+	if (!cJSON_IsObject(wm)) {
+		cJSON_Delete(j);
+		return NULL;
+	}
+	*weight_map = wm;
+	return j;
+}

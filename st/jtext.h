@@ -37,4 +37,9 @@ void jt_py_float(char out[32], double d);
  * (use it for floats that must keep their ".0"). */
 void jt_dump_python(struct jt_buf *b, const cJSON *v, int depth);
 
+/* A model.safetensors.index.json: parses text (len bytes; freed here) and
+ * returns the document with *weight_map its "weight_map" object, or NULL
+ * (nothing to free) when it is not JSON or has no such object. */
+cJSON *jt_index_parse(char *text, size_t len, cJSON **weight_map);
+
 #endif

@@ -130,6 +130,28 @@ def ensure_user(name):
         return None
 
 
+def root_main(prefix, body):
+    """The frame of a test that mounts as root: SKIP without root or
+    /dev/fuse; a 0755 temp dir T["tmp"] with a mkckpt checkpoint T["src"] and
+    its 07-22 twin T["cal"]; body(T) (return non-zero to stop); then every
+    mount and the temp dir removed, also on failure. Returns the exit code."""
+    import shutil, tempfile
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        print("1..0 # SKIP needs root and /dev/fuse (as CI has)")
+        return 77
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(tmp, 0o755)                     # other users may walk to SRC
+    T = {"tmp": tmp, "src": os.path.join(tmp, "src"), "cal": os.path.join(tmp, "cal")}
+    try:
+        rc, out = run("mkckpt", T["src"], "--calib-out", T["cal"])
+        if not ok(rc == 0, "mkckpt makes a checkpoint and its twin", out) or body(T):
+            return 1
+    finally:
+        cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return finish()
+
+
 def mount(src, mnt, cal, cache, *extra, env=None):
     """requantfs mount SRC MNT --calib CAL --cache CACHE EXTRA..., cleaned up at exit."""
     os.makedirs(mnt, exist_ok=True)

@@ -6,6 +6,7 @@
  * every position we take KL(A||B) of the next-token distributions, whether
  * their top-1 tokens agree, and each model's log-likelihood of the actual
  * next token (perplexity over the stream). */
+#include "base/grow.h"
 #include "tools/cli.h"
 #include "base/err.h"
 #include "base/pool.h"
@@ -71,14 +72,8 @@ struct stats {
 
 static int push_kl(struct stats *s, double v)
 {
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 1024;
-		double *nv = realloc(s->kl, cap * sizeof *nv);
-		if (!nv)
-			return -ENOMEM;
-		s->kl = nv;
-		s->cap = cap;
-	}
+	if (RQ_GROW(s->kl, s->n, s->cap, 1024))
+		return -ENOMEM;
 	s->kl[s->n++] = v;
 	return 0;
 }

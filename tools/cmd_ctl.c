@@ -301,11 +301,13 @@ int cmd_warm(int argc, char **argv)
 		return rc;
 	/* With passthrough, each requantized shard is then written whole into
 	 * the cache (materialized) so that later opens pass through: wait. */
-	if (flag(st, "passthrough") && num(st, "files_pending") > 0) {
+	if (flag(st, "passthrough") && (num(st, "files_pending") > 0 ||
+	                                  num(st, "files_materializing") > 0)) {
 		fprintf(stderr, "requantfs warm: materializing %.0f requantized shards for "
 		        "passthrough...\n", num(st, "files_pending"));
 		double idle = 0;
-		while (num(st, "files_pending") > 0 && idle < 3.0) {
+		while ((num(st, "files_pending") > 0 && idle < 3.0) ||
+		       num(st, "files_materializing") > 0) {
 			/* pending with nothing queued for 3 s: a shard that cannot be
 			 * materialized now (its log line says why) */
 			idle = num(st, "files_materializing") > 0 ? 0 : idle + 0.1;

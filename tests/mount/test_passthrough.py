@@ -390,28 +390,20 @@ def g_rewrite(T):
     run("umount", mnt)
 
 
+def body(T):
+    tmp = T["tmp"]
+    T.update({"ref": os.path.join(tmp, "ref"), "src2": os.path.join(tmp, "src2")})
+    shutil.copytree(T["src"], T["src2"])
+    rc, out = run("export", T["src"], T["ref"], "--calib", T["cal"], "--quiet")
+    if not ok(rc == 0, "export (the reference)", out):
+        return 1
+    for g in (g_basic, g_held, g_kill, g_flip, g_src, g_umount, g_rewrite, g_off):
+        g(T)
+    return 0
+
+
 def main():
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        print("1..0 # SKIP needs root and /dev/fuse (as CI has)")
-        return 77
-    tmp = tempfile.mkdtemp(prefix="rq-pt-")
-    os.chmod(tmp, 0o755)
-    T = {"tmp": tmp, "src": os.path.join(tmp, "src"), "cal": os.path.join(tmp, "cal"),
-         "ref": os.path.join(tmp, "ref"), "src2": os.path.join(tmp, "src2")}
-    try:
-        rc, out = run("mkckpt", T["src"], "--calib-out", T["cal"])
-        if not ok(rc == 0, "mkckpt makes a checkpoint and its twin", out):
-            return 1
-        shutil.copytree(T["src"], T["src2"])
-        rc, out = run("export", T["src"], T["ref"], "--calib", T["cal"], "--quiet")
-        if not ok(rc == 0, "export (the reference)", out):
-            return 1
-        for g in (g_basic, g_held, g_kill, g_flip, g_src, g_umount, g_rewrite, g_off):
-            g(T)
-    finally:
-        rqtap.cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
-    return rqtap.finish()
+    return rqtap.root_main("rq-pt-", body)
 
 
 if __name__ == "__main__":

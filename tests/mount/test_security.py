@@ -272,32 +272,22 @@ def g_ctime(T):
     run("umount", mnt)
 
 
-def main():
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        print("1..0 # SKIP needs root and /dev/fuse (as CI has)")
-        return 77
+def body(T):
     if rqtap.ensure_user(USER) is None:
-        print(f"not ok 1 - cannot create the unprivileged user {USER} (useradd)")
-        print("1..1")
-        return 1
-    tmp = tempfile.mkdtemp(prefix="rq-sec-")
-    os.chmod(tmp, 0o755)                     # the other user may walk to SRC
-    T = {"tmp": tmp, "src": os.path.join(tmp, "src"), "cal": os.path.join(tmp, "cal"),
-         "pristine": os.path.join(tmp, "pristine"), "ctime": os.path.join(tmp, "src-ctime")}
-    try:
-        rc, out = run("mkckpt", T["src"], "--calib-out", T["cal"])
-        if not ok(rc == 0, "mkckpt makes a checkpoint and its twin", out):
-            return 1
-        shutil.copytree(T["src"], T["pristine"], symlinks=True)
-        shutil.copytree(T["src"], T["ctime"], symlinks=True)
-        os.chmod(T["src"], 0o755)
-        g_leak(T)
-        g_refuse(T)
-        g_ctime(T)
-    finally:
-        rqtap.cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
-    return rqtap.finish()
+        return not ok(False, f"cannot create the unprivileged user {USER} (useradd)")
+    tmp = T["tmp"]
+    T.update({"pristine": os.path.join(tmp, "pristine"), "ctime": os.path.join(tmp, "src-ctime")})
+    shutil.copytree(T["src"], T["pristine"], symlinks=True)
+    shutil.copytree(T["src"], T["ctime"], symlinks=True)
+    os.chmod(T["src"], 0o755)
+    g_leak(T)
+    g_refuse(T)
+    g_ctime(T)
+    return 0
+
+
+def main():
+    return rqtap.root_main("rq-sec-", body)
 
 
 if __name__ == "__main__":
