@@ -274,10 +274,25 @@ static int batch(struct lgc *g, const int *tok, int T, float *dst, int nb, struc
 			g->o.no_graph = 1;
 			graph = 0;
 		} else {
+			/* Always end the capture, even after a failed op: a capture
+			 * that stays valid would otherwise hand back the ops queued
+			 * before the failure as a graph. A graph is kept only when
+			 * every op and the end (and instantiate) succeeded; otherwise
+			 * it is destroyed, the step fails with the error (nothing ran:
+			 * capture only records, so pos and the KV cache are as before
+			 * and the caller may repeat the step) and graphs are turned off
+			 * for this engine: later steps decode directly, never replaying
+			 * a graph from a failed capture. Not retried: a failure that
+			 * repeats would fail every (WARM + 1)th step. */
+			struct ek_graph *cap = NULL;
 			rc = pass(g, 1, 1);
-			int rc2 = ek_capture_end(g->d, &g->graph);
-			if (rc || rc2)
+			int rc2 = ek_capture_end(g->d, &cap);
+			if (rc || rc2) {
+				ek_graph_free(cap);
+				g->o.no_graph = 1;
 				return cuda_err(g, err, rc ? rc : rc2, "graph capture");
+			}
+			g->graph = cap;
 		}
 	}
 	if (graph && g->graph) {

@@ -217,7 +217,7 @@ int kq_open(int index, size_t mem_limit, struct kq_ctx **out, char *msg, size_t 
 	if (e != cudaSuccess) {
 		cudaGetLastError();
 		rc = kq_fail(msg, msglen, -ENODEV,
-		             "%s (sm_%d) cannot run these kernels, built for sm_%s (%s); "
+		             "%s (sm_%d) cannot run these kernels, built for gpu_arch %s (%s); "
 		             "reconfigure with -Dgpu_arch=%d", k->name, k->cc, KQ_GPU_ARCH,
 		             cudaGetErrorString(e), k->cc);
 		goto fail;

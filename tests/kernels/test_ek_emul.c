@@ -5,8 +5,8 @@
  *
  * This file defines every GPU entry point of kernels/ek.h as a host
  * emulation: "device" memory is host memory, copies are memcpy, and each op
- * runs its CPU twin (kernels/ek_cpu.c) at once; graphs are not available
- * (the engine then decodes step by step, as it does when capture fails).
+ * runs its CPU twin (kernels/ek_cpu.c) at once, or is recorded while the
+ * stream is captured and run again at each launch of the graph (below).
  * Linked before the kernels library, these definitions replace ek_stub.c /
  * the CUDA objects in this one executable. Products (GEMV, GEMM, experts)
  * use the CPU engine's numerics — exact weights, fp32 activations — not the
@@ -24,7 +24,10 @@
  *     max (NVFP4 GEMV numerics) or 1e-4 (all BF16), F32 KV;
  *   - a 40-token prompt through the GEMM twins with a BF16 KV cache;
  *   - logits of several trailing positions across batch boundaries;
- *   - -ENOSPC past the context, -EINVAL for a bad token, reset. */
+ *   - -ENOSPC past the context, -EINVAL for a bad token, reset;
+ *   - decode steps after the capture replay the graph; a capture whose op
+ *     or end fails (injected) fails that step, and no graph from it is ever
+ *     launched: the decode goes on with the CPU engine's tokens and logits. */
 #include "engine/forward.h"
 #include "engine/forward_cuda.h"
 #include "engine/model.h"
@@ -42,12 +45,97 @@
 
 /* ------------------------------------------------------- the emulation */
 
+/* Stream capture is emulated: between ek_capture_begin and ek_capture_end
+ * every op is recorded (its function and a copy of its arguments, pointers
+ * included, as a CUDA graph node keeps them) instead of run; ek_graph_run
+ * runs the recorded ops in order, reading memory as it is then (hstep, the
+ * position in dstep). A synchronisation while capturing invalidates the
+ * capture (ek_capture_end fails), as in CUDA.
+ *
+ * Test hooks (set by the test, read by the emulation):
+ *   emul_fail_op: when > 0, the emul_fail_op-th op enqueued during a capture
+ *     fails with -EIO and the capture stays valid (like a launch refused
+ *     before it reaches the stream); the graph ended from that capture is
+ *     marked tainted. Cleared once it fired.
+ *   emul_fail_end: when 1, the next ek_capture_end fails with -EIO (an end
+ *     capture or instantiate error). Cleared once it fired.
+ * Counters: ops of the last capture ended without a failure, graphs instantiated, graph launches, and launches of a tainted
+ * graph (a graph from a failed capture: must stay 0). */
+static int emul_fail_op, emul_fail_end;
+static int emul_graphs, emul_runs, emul_tainted_runs;
+static int emul_last_ops;       /* ops of the last capture ended without a failure */
+
+typedef int (*emul_fn)(const void *args);
+
+struct emul_node {
+	emul_fn fn;
+	void *args;
+};
+
 struct ek_dev {
 	int capturing;
+	int invalid;               /* the capture was invalidated (sync while capturing) */
+	int failed;                /* an op failed during this capture */
+	int ops;                   /* ops enqueued during this capture */
+	struct emul_node *nodes;   /* [n] recorded ops */
+	int n, cap;
 };
 struct ek_graph {
-	int unused;
+	struct emul_node *nodes;   /* [n] */
+	int n;
+	int tainted;               /* ended from a capture in which an op failed */
 };
+
+static void emul_nodes_free(struct emul_node *nodes, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(nodes[i].args);
+	free(nodes);
+}
+
+/* Runs the op now, or records it when capturing (the injected fault fires
+ * here, before the op is recorded). */
+static int emul_op(struct ek_dev *d, emul_fn fn, const void *args, size_t bytes)
+{
+	if (!d->capturing)
+		return fn(args);
+	if (emul_fail_op > 0 && ++d->ops == emul_fail_op) {
+		emul_fail_op = 0;
+		d->failed = 1;
+		return -EIO;
+	}
+	if (d->n == d->cap) {
+		int c = d->cap ? 2 * d->cap : 64;
+		struct emul_node *nn = realloc(d->nodes, sizeof *nn * c);
+		if (!nn)
+			return -ENOMEM;
+		d->nodes = nn;
+		d->cap = c;
+	}
+	void *a = malloc(bytes);
+	if (!a)
+		return -ENOMEM;
+	memcpy(a, args, bytes);
+	d->nodes[d->n++] = (struct emul_node){fn, a};
+	return 0;
+}
+
+/* Defines an op's runner from a struct of its arguments: RUNNER(name,
+ * (struct fields), body using a->field); ENQUEUE(d, name, field values...)
+ * runs or records it. */
+#define EMUL_FIELDS(...) __VA_ARGS__
+#define RUNNER(name, fields, ...) \
+	struct a_##name { EMUL_FIELDS fields }; \
+	static int r_##name(const void *p) \
+	{ \
+		const struct a_##name *a = p; \
+		__VA_ARGS__ \
+	}
+#define ENQUEUE(d, name, ...) \
+	do { \
+		struct a_##name a_ = {__VA_ARGS__}; \
+		return emul_op(d, r_##name, &a_, sizeof a_); \
+	} while (0)
 
 int ek_compiled(void) { return 1; }
 int ek_device_count(void) { return 1; }
@@ -62,7 +150,12 @@ int ek_open(int index, struct ek_dev **out, char *msg, size_t msglen)
 	return *out ? 0 : -ENOMEM;
 }
 
-void ek_close(struct ek_dev *d) { free(d); }
+void ek_close(struct ek_dev *d)
+{
+	if (d)
+		emul_nodes_free(d->nodes, d->n);
+	free(d);
+}
 const char *ek_error(const struct ek_dev *d) { return "host emulation"; }
 
 int ek_info(struct ek_dev *d, struct ek_info *o)
@@ -78,19 +171,77 @@ void *ek_alloc(struct ek_dev *d, size_t bytes) { return calloc(1, bytes ? bytes 
 void ek_free(struct ek_dev *d, void *p) { free(p); }
 void *ek_host_alloc(struct ek_dev *d, size_t bytes) { return calloc(1, bytes ? bytes : 1); }
 void ek_host_free(struct ek_dev *d, void *p) { free(p); }
-int ek_h2d(struct ek_dev *d, void *dst, const void *src, size_t n) { memmove(dst, src, n); return 0; }
-int ek_d2h(struct ek_dev *d, void *dst, const void *src, size_t n) { memmove(dst, src, n); return 0; }
-int ek_d2d(struct ek_dev *d, void *dst, const void *src, size_t n) { memmove(dst, src, n); return 0; }
-int ek_memset(struct ek_dev *d, void *p, int byte, size_t n) { memset(p, byte, n); return 0; }
-int ek_sync(struct ek_dev *d) { return 0; }
+RUNNER(copy, (void *dst; const void *src; size_t n;), memmove(a->dst, a->src, a->n); return 0;)
+RUNNER(set, (void *p; int byte; size_t n;), memset(a->p, a->byte, a->n); return 0;)
+int ek_h2d(struct ek_dev *d, void *dst, const void *src, size_t n) { ENQUEUE(d, copy, dst, src, n); }
+int ek_d2h(struct ek_dev *d, void *dst, const void *src, size_t n) { ENQUEUE(d, copy, dst, src, n); }
+int ek_d2d(struct ek_dev *d, void *dst, const void *src, size_t n) { ENQUEUE(d, copy, dst, src, n); }
+int ek_memset(struct ek_dev *d, void *p, int byte, size_t n) { ENQUEUE(d, set, p, byte, n); }
+int ek_sync(struct ek_dev *d)
+{
+	if (d->capturing) {        /* not allowed while capturing: invalidates it */
+		d->invalid = 1;
+		return -EIO;
+	}
+	return 0;
+}
 int ek_mark(struct ek_dev *d, int s) { return s < 0 || s >= 8 ? -EINVAL : 0; }
 int ek_wait_mark(struct ek_dev *d, int s) { return s < 0 || s >= 8 ? -EINVAL : 0; }
 int ek_time_begin(struct ek_dev *d) { return 0; }
 int ek_time_end(struct ek_dev *d, double *s) { *s = 0; return 0; }
-int ek_capture_begin(struct ek_dev *d) { return -ENOTSUP; }
-int ek_capture_end(struct ek_dev *d, struct ek_graph **out) { return -ENOTSUP; }
-int ek_graph_run(struct ek_dev *d, struct ek_graph *g) { return -ENOTSUP; }
-void ek_graph_free(struct ek_graph *g) {}
+int ek_capture_begin(struct ek_dev *d)
+{
+	if (d->capturing)
+		return -EINVAL;
+	d->capturing = 1;
+	d->invalid = d->failed = d->ops = 0;
+	d->n = 0;
+	return 0;
+}
+
+int ek_capture_end(struct ek_dev *d, struct ek_graph **out)
+{
+	if (!d->capturing)
+		return -EINVAL;
+	d->capturing = 0;
+	struct ek_graph *g = NULL;
+	int rc = d->invalid || emul_fail_end ? -EIO : (g = calloc(1, sizeof *g)) ? 0 : -ENOMEM;
+	emul_fail_end = 0;
+	if (rc) {
+		emul_nodes_free(d->nodes, d->n);
+	} else {
+		g->nodes = d->nodes;
+		g->n = d->n;
+		g->tainted = d->failed;
+		emul_graphs++;
+		if (!d->failed)
+			emul_last_ops = d->n;
+		*out = g;
+	}
+	d->nodes = NULL;
+	d->n = d->cap = 0;
+	return rc;
+}
+
+int ek_graph_run(struct ek_dev *d, struct ek_graph *g)
+{
+	if (d->capturing)
+		return -EINVAL;
+	emul_runs++;
+	emul_tainted_runs += g->tainted;
+	int rc = 0;
+	for (int i = 0; i < g->n && !rc; i++)
+		rc = g->nodes[i].fn(g->nodes[i].args);
+	return rc;
+}
+
+void ek_graph_free(struct ek_graph *g)
+{
+	if (!g)
+		return;
+	emul_nodes_free(g->nodes, g->n);
+	free(g);
+}
 
 int ek_copy_bw(struct ek_dev *d, size_t bytes, int reps, double *d2d, double *h2d)
 {
@@ -136,13 +287,17 @@ static void exact_mv(const struct ek_w *W, int e, const float *x, int ldx, float
 	free(row);
 }
 
+/* the weights' descriptors are copied into the node (the engine's live as
+ * long as it does, but a graph node must not depend on that) */
+RUNNER(mv, (struct ek_w W; const float *x; int ldx; float *y; int ldy, T, acc;),
+       exact_mv(&a->W, 0, a->x, a->ldx, a->y, a->ldy, a->T, a->acc); return 0;)
+
 int ek_gemv(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, float *y, int ldy,
             int T, int acc)
 {
 	if (T < 1 || T > EK_GEMV_MAX_T || ldx < W->cols || ldy < W->rows)
 		return -EINVAL;
-	exact_mv(W, 0, x, ldx, y, ldy, T, acc);
-	return 0;
+	ENQUEUE(d, mv, *W, x, ldx, y, ldy, T, acc);
 }
 
 int ek_gemm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, float *y, int ldy,
@@ -150,23 +305,25 @@ int ek_gemm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, flo
 {
 	if (T < 1 || ldx < W->cols || ldy < W->rows)
 		return -EINVAL;
-	exact_mv(W, 0, x, ldx, y, ldy, T, acc);
-	return 0;
+	ENQUEUE(d, mv, *W, x, ldx, y, ldy, T, acc);
 }
+
+RUNNER(route, (const float *logits; int ldl; const float *bias; int E, k, norm; float softcap;
+       int *ids; float *wts; int T;),
+       ek_route_cpu(a->logits, a->ldl, a->bias, a->E, a->k, a->norm, a->softcap, a->ids, a->wts,
+                    a->T);
+       return 0;)
 
 int ek_route(struct ek_dev *d, const float *logits, int ldl, const float *bias, int E, int k,
              int norm, float softcap, int *ids, float *wts, int T)
 {
-	ek_route_cpu(logits, ldl, bias, E, k, norm, softcap, ids, wts, T);
-	return 0;
+	ENQUEUE(d, route, logits, ldl, bias, E, k, norm, softcap, ids, wts, T);
 }
 
-int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
-           const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
-           float *out, int ldo, int T, int acc, void *work)
+static int moe_now(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+                   const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+                   float *out, int ldo, int T, int acc)
 {
-	if (!work)
-		return -EINVAL;
 	int I = G->rows, H = D->rows;
 	float *g = malloc(sizeof(float) * (3 * (size_t)I + H)), *u = g + I, *h = u + I, *dd = h + I;
 	for (int t = 0; t < T; t++) {
@@ -187,55 +344,88 @@ int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const s
 	return 0;
 }
 
+RUNNER(moe, (struct ek_w G, U, D; const int *ids; const float *wts; int k; float scale;
+       const float *x; int ldx; float *out; int ldo, T, acc;),
+       return moe_now(&a->G, &a->U, &a->D, a->ids, a->wts, a->k, a->scale, a->x, a->ldx, a->out,
+                      a->ldo, a->T, a->acc);)
+
+int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+           const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+           float *out, int ldo, int T, int acc, void *work)
+{
+	if (!work)
+		return -EINVAL;
+	ENQUEUE(d, moe, *G, *U, *D, ids, wts, k, scale, x, ldx, out, ldo, T, acc);
+}
+
+RUNNER(rmsnorm, (float *out; int ldo; const float *x; int ldx; const float *w; int T, n; float eps;),
+       ek_rmsnorm_cpu(a->out, a->ldo, a->x, a->ldx, a->w, a->T, a->n, a->eps); return 0;)
+
 int ek_rmsnorm(struct ek_dev *d, float *out, int ldo, const float *x, int ldx, const float *w,
                int T, int n, float eps)
 {
-	ek_rmsnorm_cpu(out, ldo, x, ldx, w, T, n, eps);
-	return 0;
+	ENQUEUE(d, rmsnorm, out, ldo, x, ldx, w, T, n, eps);
 }
+
+RUNNER(swiglu, (float *out; int ldo; const float *g; int ldg; const float *u; int ldu, T, n;),
+       ek_swiglu_cpu(a->out, a->ldo, a->g, a->ldg, a->u, a->ldu, a->T, a->n); return 0;)
 
 int ek_swiglu(struct ek_dev *d, float *out, int ldo, const float *g, int ldg, const float *u,
               int ldu, int T, int n)
 {
-	ek_swiglu_cpu(out, ldo, g, ldg, u, ldu, T, n);
-	return 0;
+	ENQUEUE(d, swiglu, out, ldo, g, ldg, u, ldu, T, n);
 }
 
-int ek_add(struct ek_dev *d, float *x, const float *y, size_t n)
-{
-	ek_add_cpu(x, y, n);
-	return 0;
-}
+RUNNER(add, (float *x; const float *y; size_t n;), ek_add_cpu(a->x, a->y, a->n); return 0;)
+
+int ek_add(struct ek_dev *d, float *x, const float *y, size_t n) { ENQUEUE(d, add, x, y, n); }
+
+RUNNER(embed, (float *x; const uint16_t *table; const int *tokens; int T, hidden;),
+       ek_embed_cpu(a->x, a->table, a->tokens, a->T, a->hidden); return 0;)
 
 int ek_embed(struct ek_dev *d, float *x, const uint16_t *table, const int *tokens, int T, int hidden)
 {
-	ek_embed_cpu(x, table, tokens, T, hidden);
-	return 0;
+	ENQUEUE(d, embed, x, table, tokens, T, hidden);
 }
+
+RUNNER(rope, (float *q; int ldq; float *k; int ldk; const float *v; int ldv, T, nh, nkv, hd;
+       const float *qn, *kn; float eps; const float *inv_freq; int rot; float attn_scale;
+       const int *pos; void *kc, *vc; int kvtype, cap;),
+       ek_qk_rope_kv_cpu(a->q, a->ldq, a->k, a->ldk, a->v, a->ldv, a->T, a->nh, a->nkv, a->hd,
+                         a->qn, a->kn, a->eps, a->inv_freq, a->rot, a->attn_scale, a->pos, a->kc,
+                         a->vc, a->kvtype, a->cap);
+       return 0;)
 
 int ek_qk_rope_kv(struct ek_dev *d, float *q, int ldq, float *k, int ldk, const float *v, int ldv,
                   int T, int nh, int nkv, int hd, const float *qn, const float *kn, float eps,
                   const float *inv_freq, int rot, float attn_scale, const int *pos, void *kc,
                   void *vc, int kvtype, int cap)
 {
-	ek_qk_rope_kv_cpu(q, ldq, k, ldk, v, ldv, T, nh, nkv, hd, qn, kn, eps, inv_freq, rot,
-	                  attn_scale, pos, kc, vc, kvtype, cap);
-	return 0;
+	ENQUEUE(d, rope, q, ldq, k, ldk, v, ldv, T, nh, nkv, hd, qn, kn, eps, inv_freq, rot,
+	        attn_scale, pos, kc, vc, kvtype, cap);
 }
+
+/* the position is read when the op runs (a replayed graph sees the new one) */
+RUNNER(attn, (float *out; int ldo; const float *q; int ldq; const float *g; int ldg, gate, T, nh,
+       nkv, hd; const void *kc, *vc; int kvtype, cap; const int *pos; int window, max_keys;
+       void *work;),
+       /* the engine must give the cache room for every key of the batch, and
+        * max_keys must cover the most keys a token sees */
+       int p0 = *a->pos, pl = p0 + a->T - 1, w = a->window;
+       int lo0 = w > 0 && p0 - w + 1 > 0 ? p0 - w + 1 : 0;
+       int lol = w > 0 && pl - w + 1 > 0 ? pl - w + 1 : 0;
+       if (pl - lo0 + 1 > a->cap || pl - lol + 1 > a->max_keys)
+	       return -EINVAL;
+       return ek_attn_cpu(a->out, a->ldo, a->q, a->ldq, a->g, a->ldg, a->gate, a->T, a->nh, a->nkv,
+                          a->hd, a->kc, a->vc, a->kvtype, a->cap, a->pos, a->window, a->max_keys,
+                          a->work);)
 
 int ek_attn(struct ek_dev *d, float *out, int ldo, const float *q, int ldq, const float *g,
             int ldg, int gate, int T, int nh, int nkv, int hd, const void *kc, const void *vc,
             int kvtype, int cap, const int *pos, int window, int max_keys, void *work)
 {
-	/* the engine must give the cache room for every key of the batch, and
-	 * max_keys must cover the most keys a token sees */
-	int p0 = *pos, pl = p0 + T - 1;
-	int lo0 = window > 0 && p0 - window + 1 > 0 ? p0 - window + 1 : 0;
-	int lol = window > 0 && pl - window + 1 > 0 ? pl - window + 1 : 0;
-	if (pl - lo0 + 1 > cap || pl - lol + 1 > max_keys)
-		return -EINVAL;
-	return ek_attn_cpu(out, ldo, q, ldq, g, ldg, gate, T, nh, nkv, hd, kc, vc, kvtype, cap, pos,
-	                   window, max_keys, work);
+	ENQUEUE(d, attn, out, ldo, q, ldq, g, ldg, gate, T, nh, nkv, hd, kc, vc, kvtype, cap, pos,
+	        window, max_keys, work);
 }
 
 /* ------------------------------------------------------------- the test */
@@ -288,8 +478,10 @@ static void run_case(const struct lg_model *m, const char *name, int n, const ch
 		rc = greedy(m, s, NULL, p, n, tc, lc);
 	if (!rc && (rc = lgc_create(m, &o, &g, &err)))
 		printf("# lgc_create: %s\n", err.msg);
+	emul_runs = emul_tainted_runs = 0;
 	if (!rc)
 		rc = greedy(m, NULL, g, p, n, tg, lg);
+	int runs = emul_runs;
 	int same = 0;
 	while (!rc && same < NGEN && tg[same] == tc[same])
 		same++;
@@ -303,12 +495,76 @@ static void run_case(const struct lg_model *m, const char *name, int n, const ch
 		gap = (l[tc[same]] - l[tg[same]]) / mx;
 	}
 	int need_all = !strcmp(kv, "f32");
-	TAP_OK(!rc && w <= tol && (same == NGEN || (!need_all && gap <= 2 * tol)),
+	/* NGEN decode steps: WARM (2) direct ones, then the capture step (which
+	 * launches its graph at once) and every later step replay the graph */
+	TAP_OK(!rc && w <= tol && (same == NGEN || (!need_all && gap <= 2 * tol)) &&
+	       runs == NGEN - 2 && !emul_tainted_runs,
 	       "%s, %d-token prompt, %s KV, %s, batch %d: %d/%d greedy tokens == CPU engine%s, logits "
-	       "within %.0e x max until then (worst %.2e)", name, n, kv, gemv ? "GEMV only" : "GEMM prefill",
-	       batch, same, NGEN, same < NGEN ? " (then a near tie)" : "", tol, w);
+	       "within %.0e x max until then (worst %.2e), %d graph launches", name, n, kv,
+	       gemv ? "GEMV only" : "GEMM prefill", batch, same, NGEN,
+	       same < NGEN ? " (then a near tie)" : "", tol, w, runs);
 	if (same < NGEN)
 		printf("#   at step %d the CPU's pick leads the GPU's by %.2e x max|logit|\n", same, gap);
+	lgc_free(g);
+	lg_state_free(s);
+	free(lc);
+	free(lg);
+}
+
+/* A decode whose capture step fails (fail_op > 0: the fail_op-th op of the
+ * capture fails and the capture stays valid; -1: its last op, the copy of
+ * the logits, as counted in the last capture; 0: the end of the capture
+ * fails): that lgc_forward returns the error and leaves the position; the
+ * step repeated and the rest of the decode give the CPU engine's tokens and
+ * logits, and no graph from the failed capture is ever launched. */
+static void run_capture_fault(const struct lg_model *m, const char *name, int fail_op, double tol)
+{
+	if (fail_op < 0)
+		fail_op = emul_last_ops;
+	int V = m->cfg.vocab, n = 12, p[12], tc[NGEN], tg[NGEN];
+	for (int i = 0; i < n; i++)
+		p[i] = (i * 37 + 11) % V;
+	float *lc = malloc(sizeof(float) * (NGEN + 1) * V), *lg = malloc(sizeof(float) * (NGEN + 1) * V);
+	struct lg_state *s = NULL;
+	struct lgc *g = NULL;
+	struct rq_err err = {0};
+	struct lgc_opts o = {.max_ctx = n + NGEN + 1, .kv = "f32", .gemv_prefill = 1, .max_batch = 256};
+	int rc = lg_state_create(m, n + NGEN + 1, 64, NULL, &s, &err);
+	if (!rc)
+		rc = greedy(m, s, NULL, p, n, tc, lc);
+	if (!rc && (rc = lgc_create(m, &o, &g, &err)))
+		printf("# lgc_create: %s\n", err.msg);
+	if (!rc)
+		rc = lgc_forward(g, p, n, lg, 1, &err);
+	emul_graphs = emul_runs = emul_tainted_runs = 0;
+	emul_fail_op = fail_op;
+	emul_fail_end = !fail_op;
+	int fails = 0, fail_kept_pos = 1;
+	for (int i = 0; i < NGEN && !rc; i++) {
+		tg[i] = lg_argmax(lg + (size_t)i * V, V);
+		int pos = lgc_pos(g);
+		rc = lgc_forward(g, &tg[i], 1, lg + (size_t)(i + 1) * V, 1, &err);
+		if (rc && fails++ == 0) {  /* the failed capture: repeat the step once */
+			printf("# step %d failed as injected: %s\n", i, err.msg);
+			fail_kept_pos = lgc_pos(g) == pos;
+			rc = lgc_forward(g, &tg[i], 1, lg + (size_t)(i + 1) * V, 1, &err);
+		}
+		if (rc)
+			printf("# emulated gpu, step %d: %s\n", i, err.msg);
+	}
+	int same = 0;
+	while (!rc && same < NGEN && tg[same] == tc[same])
+		same++;
+	double w = rc ? 1 : worst_rel(lg, lc, NGEN + 1, V);
+	TAP_OK(!rc && fails == 1 && fail_kept_pos && !emul_fail_op && !emul_fail_end &&
+	       emul_tainted_runs == 0 && same == NGEN && w <= tol,
+	       "%s: capture failing at %s%.0d: the step fails (%d failure%s, position %s), then %d/%d "
+	       "greedy tokens == CPU engine, logits within %.0e x max (worst %.2e); graphs: %d "
+	       "instantiated, %d launched, %d launches of a graph from the failed capture", name,
+	       fail_op ? "op " : "its end", fail_op, fails, fails == 1 ? "" : "s",
+	       fail_kept_pos ? "kept" : "moved", same, NGEN, tol, w, emul_graphs, emul_runs,
+	       emul_tainted_runs);
+	emul_fail_op = emul_fail_end = 0;
 	lgc_free(g);
 	lg_state_free(s);
 	free(lc);
@@ -369,6 +625,10 @@ static void check_model(const char *rq, const char *dir, const char *flags, cons
 	run_case(m, name, 40, "f32", 0, 256, tol);
 	run_case(m, name, 12, "bf16", 1, 5, 2e-2);
 	run_tail(m, name, tol);
+	run_capture_fault(m, name, 1, tol);
+	run_capture_fault(m, name, 5, tol);
+	run_capture_fault(m, name, -1, tol);
+	run_capture_fault(m, name, 0, tol);
 	lg_model_close(m);
 }
 
