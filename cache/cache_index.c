@@ -333,19 +333,29 @@ static int push_stat(struct rqc_found **v, size_t *n, size_t *cap, struct rqc_fo
 	return push_found(v, n, cap, f);
 }
 
-static int scan_sub(int sfd, const char *sub, int64_t now,
-                    struct rqc_found **v, size_t *n, size_t *cap)
+/* Takes sfd (a subdirectory of the cache): -EPERM when others may write it,
+ * 0 when it cannot be listed (nothing to list), 1 with *d open on it. */
+static int open_scan_dir(int sfd, DIR **d)
 {
 	struct stat dst;
 	if (fstat(sfd, &dst) == 0 && rqc_dir_unsafe(&dst)) {
 		close(sfd);
 		return -EPERM;
 	}
-	DIR *d = fdopendir(sfd);
-	if (!d) {
+	if (!(*d = fdopendir(sfd))) {
 		close(sfd);
 		return 0;
 	}
+	return 1;
+}
+
+static int scan_sub(int sfd, const char *sub, int64_t now,
+                    struct rqc_found **v, size_t *n, size_t *cap)
+{
+	DIR *d;
+	int rd = open_scan_dir(sfd, &d);
+	if (rd <= 0)
+		return rd;
 	int r = 0;
 	struct dirent *de;
 	while (r == 0 && (de = readdir(d))) {
@@ -388,16 +398,10 @@ static bool clean_orphan(int dfd, const char *name, const struct stat *st, int64
  * listed too while young: its bytes are on disk), cleans temps and orphans. */
 static int scan_files(int sfd, int64_t now, struct rqc_found **v, size_t *n, size_t *cap)
 {
-	struct stat dst;
-	if (fstat(sfd, &dst) == 0 && rqc_dir_unsafe(&dst)) {
-		close(sfd);
-		return -EPERM;
-	}
-	DIR *d = fdopendir(sfd);
-	if (!d) {
-		close(sfd);
-		return 0;
-	}
+	DIR *d;
+	int rd = open_scan_dir(sfd, &d);
+	if (rd <= 0)
+		return rd;
 	int r = 0;
 	struct dirent *de;
 	while (r == 0 && (de = readdir(d))) {
