@@ -26,6 +26,8 @@ int rq_err_prefix(struct rq_err *e, const char *fmt, ...)
 	vsnprintf(head, sizeof head, fmt, ap);
 	va_end(ap);
 	memcpy(old, e->msg, sizeof old);
-	snprintf(e->msg, sizeof e->msg, "%s: %s", head, old);
+	/* A message that no longer fits ends in "..." rather than mid-word. */
+	if (snprintf(e->msg, sizeof e->msg, "%s: %s", head, old) >= (int)sizeof e->msg)
+		memcpy(e->msg + sizeof e->msg - 4, "...", 4);
 	return e->code;
 }

@@ -22,6 +22,9 @@ struct rq_cache_key {
 struct rq_cache_opts {
 	const char *dir;          /* created if missing (mkdir -p) */
 	uint64_t max_bytes;       /* LRU eviction above this many payload bytes, 0 = unlimited */
+	int lazy_sync;            /* job entries: no fsync per put; one syncfs of the cache's
+	                             file system every RQC_SYNC_S seconds or RQC_SYNC_BYTES
+	                             of puts, and at close (see "Durability" in cache.c) */
 };
 
 struct rq_cache_stats {

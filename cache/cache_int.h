@@ -10,6 +10,7 @@
 #include "cache/cache.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -84,6 +85,9 @@ struct rq_cache {
 	char *dir;                 /* as given to rq_cache_open */
 	int dfd;                   /* O_DIRECTORY fd of dir; all paths are relative to it */
 	uint64_t max_bytes;        /* 0 = unlimited */
+	int lazy_sync;             /* rq_cache_opts.lazy_sync */
+	_Atomic int64_t unsynced;  /* lazy_sync: bytes put since the last syncfs */
+	_Atomic int64_t synced_ns; /* lazy_sync: CLOCK_MONOTONIC ns of the last syncfs */
 	unsigned tmp_seq;          /* temp file counter (atomic builtins) */
 
 	pthread_mutex_t mu;        /* guards every field below */

@@ -188,7 +188,56 @@ static int rope_init(struct lg_rope *r, const cJSON *p, const cJSON *top, const 
 	return 0;
 }
 
-/* ---- quantization_config: only compressed-tensors NVFP4 weights, no transforms ---- */
+/* ---- quantization_config: compressed-tensors weight schemes, no transforms ----
+ *
+ * The tensors decide how each Linear is read (model.c); the config is checked
+ * only for what the tensors cannot say: a format or weight type this engine
+ * does not dequantize. Accepted formats and weights:
+ *   nvfp4-pack-quantized  float, 4 bits, tensor_group, group 16      (NVFP4, NVFP4A16)
+ *   float-quantized,      float, 8 bits, channel or tensor           (FP8_DYNAMIC, FP8)
+ *   naive-quantized
+ *   pack-quantized        int, 1..8 bits, group or channel           (W4A16, W8A16, ..._ASYM)
+ * mixed-precision as the top-level format defers to each group's own.
+ * Activation quantization (input_activations) is not computed: the engine
+ * runs every Linear on binary32 activations (A16), which is what the dynamic
+ * FP8/INT activation schemes approximate. */
+
+static int check_weights(const cJSON *w, const char *fmt, const char *gname, const char *path,
+                         struct rq_err *err)
+{
+	double bits = 0, gsz = 0;
+	const char *type = get_str(w, "type");
+	const char *strat = get_str(w, "strategy");
+	int rc;
+	if ((rc = get_num(w, "num_bits", 0, 0, &bits, path, err)))
+		return rc;
+	const cJSON *gj = key(w, "group_size");
+	if (gj && cJSON_IsNumber(gj))
+		gsz = gj->valuedouble;
+	if (!strcmp(fmt, "nvfp4-pack-quantized")) {
+		if ((bits && bits != 4) || (gsz && gsz != 16) || (type && strcmp(type, "float")) ||
+		    (strat && strcmp(strat, "tensor_group")))
+			return rq_errf(err, -ENOTSUP, "%s: quantization_config group \"%s\": weights must be "
+			               "4-bit float, tensor_group, group 16 (NVFP4)", path, gname);
+		return 0;
+	}
+	if (!strcmp(fmt, "float-quantized") || !strcmp(fmt, "naive-quantized")) {
+		if ((bits && bits != 8) || (type && strcmp(type, "float")) ||
+		    (strat && strcmp(strat, "channel") && strcmp(strat, "tensor")))
+			return rq_errf(err, -ENOTSUP, "%s: quantization_config group \"%s\" (%s): weights must "
+			               "be 8-bit float with channel or tensor scales (FP8, FP8_DYNAMIC); "
+			               "block and group FP8 are not supported by this engine",
+			               path, gname, fmt);
+		return 0;
+	}
+	/* pack-quantized */
+	if (bits < 1 || bits > 8 || (type && strcmp(type, "int")) ||
+	    (strat && strcmp(strat, "group") && strcmp(strat, "channel")))
+		return rq_errf(err, -ENOTSUP, "%s: quantization_config group \"%s\" (pack-quantized): "
+		               "weights must be 1..8-bit int with group or channel scales (W4A16, W8A16)",
+		               path, gname);
+	return 0;
+}
 
 static int check_quant(const cJSON *q, const char *path, struct rq_err *err)
 {
@@ -197,7 +246,7 @@ static int check_quant(const cJSON *q, const char *path, struct rq_err *err)
 	const char *qm = get_str(q, "quant_method");
 	if (qm && strcmp(qm, "compressed-tensors"))
 		return rq_errf(err, -ENOTSUP, "%s: quantization_config.quant_method \"%s\" is not supported "
-		               "(compressed-tensors NVFP4 only)", path, qm);
+		               "(compressed-tensors only)", path, qm);
 	static const char *const refused[] = {"transform_config", "transforms", "rotations"};
 	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
 		const cJSON *t = key(q, refused[i]);
@@ -207,30 +256,29 @@ static int check_quant(const cJSON *q, const char *path, struct rq_err *err)
 			return rq_errf(err, -ENOTSUP, "%s: quantization_config.%s (a transform/rotation) is not "
 			               "supported by this engine", path, refused[i]);
 	}
+	static const char *const formats[] = {"nvfp4-pack-quantized", "float-quantized",
+	                                      "naive-quantized", "pack-quantized"};
 	const char *top_fmt = get_str(q, "format");
+	if (top_fmt && !strcmp(top_fmt, "mixed-precision"))
+		top_fmt = NULL;
 	const cJSON *groups = key(q, "config_groups"), *g;
 	cJSON_ArrayForEach(g, groups) {
+		const char *gname = g->string ? g->string : "?";
 		const char *fmt = get_str(g, "format");
 		if (!fmt)
-			fmt = top_fmt;
-		if (fmt && strcmp(fmt, "nvfp4-pack-quantized"))
+			fmt = top_fmt ? top_fmt : "nvfp4-pack-quantized";
+		int known = 0;
+		for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+			known |= !strcmp(fmt, formats[i]);
+		if (!known)
 			return rq_errf(err, -ENOTSUP, "%s: quantization_config group \"%s\" has format \"%s\" "
-			               "(only nvfp4-pack-quantized)", path, g->string ? g->string : "?", fmt);
+			               "(this engine reads nvfp4-pack-quantized, float-quantized and "
+			               "pack-quantized; other formats and architectures: serve with vLLM)",
+			               path, gname, fmt);
 		const cJSON *w = key(g, "weights");
-		if (w) {
-			double bits = 4, gsz = 16;
-			const char *type = get_str(w, "type");
-			const char *strat = get_str(w, "strategy");
-			int rc;
-			if ((rc = get_num(w, "num_bits", 0, 4, &bits, path, err)) ||
-			    (rc = get_num(w, "group_size", 0, 16, &gsz, path, err)))
-				return rc;
-			if (bits != 4 || gsz != 16 || (type && strcmp(type, "float")) ||
-			    (strat && strcmp(strat, "tensor_group")))
-				return rq_errf(err, -ENOTSUP, "%s: quantization_config group \"%s\": weights must be "
-				               "4-bit float, tensor_group, group 16 (NVFP4)", path,
-				               g->string ? g->string : "?");
-		}
+		int rc;
+		if (w && cJSON_IsObject(w) && (rc = check_weights(w, fmt, gname, path, err)))
+			return rc;
 	}
 	return 0;
 }

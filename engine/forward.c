@@ -413,7 +413,11 @@ static void forward_batch(struct lg_state *s, const int *tok, int T, float *logi
 	const struct lg_model *m = s->m;
 	const struct lg_config *c = &m->cfg;
 	int H = c->hidden;
-	ek_embed_cpu(s->x, m->embed, tok, T, H);
+	if (m->embed)
+		ek_embed_cpu(s->x, m->embed, tok, T, H);
+	else   /* a quantized embedding: its rows dequantized like any Linear's */
+		for (int t = 0; t < T; t++)
+			lg_linear_row(&m->embed_q, tok[t], s->x + (size_t)t * H);
 	rope_tables(s, T);
 	for (int li = 0; li < c->n_layers; li++) {
 		const struct lg_layer *L = &m->layers[li];

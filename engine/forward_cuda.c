@@ -14,7 +14,14 @@
  *            x += scale · Σ w · expert(xn)              ek_moe
  *            x += SwiGLU(sg, su) · Wsd
  *   logits = RMSNorm(x) · lm_head                       last n_out tokens, 16 rows a call
- * T <= 16 uses the GEMV kernels, larger T the GEMM kernels. The position and
+ * T <= 16 uses the GEMV kernels, larger T the GEMM kernels. For T <= 4
+ * (EK_GEMV_NORM_MAX_T) each RMSNorm is fused into the GEMV that reads it
+ * (ek_gemv_norm: attn_norm into q|k|v|g, mlp_norm into gate|up or
+ * router|shared, final_norm into lm_head): the first GEMV of the group
+ * normalizes x itself and also stores xn for the group's other members and
+ * for the routed experts, one launch fewer per norm, the same bits as the
+ * two kernels. EK_FUSE=0 in the environment keeps them apart (read by each
+ * direct pass; a captured graph keeps what it was captured with). The position and
  * the tokens come from device memory (dstep), so the single-token step,
  * from the copy of hstep to the copy of the logits, is captured once as a
  * CUDA graph (after WARM direct steps) and replayed for every decoded token. */
@@ -200,33 +207,68 @@ static int run_group(struct lgc *g, const struct lgc_group *gr, const float *x, 
 	return rc;
 }
 
-static int layer(struct lgc *g, int li, int T)
+/* 1 if RMSNorms are fused into their GEMVs (EK_FUSE != "0"). */
+static int fuse_norms(void)
+{
+	const char *e = getenv("EK_FUSE");
+	return !(e && strcmp(e, "0") == 0);
+}
+
+/* xn = RMSNorm(x[0..T)) (H wide, leading dimension H), then the group
+ * reads it: fused into the first member's GEMV when fuse and T allow (it
+ * stores xn for the other members and later readers), else ek_rmsnorm and
+ * the group. Either way xn holds the normalized x afterwards. */
+static int norm_group(struct lgc *g, const struct lgc_group *gr, const float *x, const float *nw,
+                      float *y, int T, int fuse)
+{
+	const struct lg_config *c = &g->m->cfg;
+	int H = c->hidden, rc;
+	if (!fuse || T > EK_GEMV_NORM_MAX_T || gr->n < 1) {
+		if ((rc = ek_rmsnorm(g->d, g->xn, H, x, H, nw, T, H, c->eps)))
+			return rc;
+		return run_group(g, gr, g->xn, H, y, T);
+	}
+	if ((rc = ek_gemv_norm(g->d, &gr->w[0], x, H, nw, c->eps, g->xn, H, y + gr->off[0], gr->width,
+	                       T, 0)))
+		return rc;
+	for (int i = 1; i < gr->n && !rc; i++)
+		rc = linear(g, &gr->w[i], g->xn, H, y + gr->off[i], gr->width, T, 0);
+	return rc;
+}
+
+/* logits[0..n) of the n tokens at xl: final norm (fused when it may) + lm_head */
+static int head(struct lgc *g, const float *xl, int n, int fuse)
+{
+	const struct lg_config *c = &g->m->cfg;
+	struct lgc_group one = {.n = 1, .w = {g->lm_head}, .off = {0}, .width = c->vocab};
+	return norm_group(g, &one, xl, g->final_norm, g->logits, n, fuse);
+}
+
+static int layer(struct lgc *g, int li, int T, int fuse)
 {
 	const struct lg_config *c = &g->m->cfg;
 	const struct lgc_layer *L = &g->L[li];
 	const struct lg_rope *r = &c->rope[L->type];
 	int H = c->hidden, hd = c->head_dim, nkv = c->n_kv_heads, W = L->qkvg.width, rc;
 	int sliding = L->type == LG_SLIDING, window = sliding ? c->sliding_window : 0;
-	if ((rc = ek_rmsnorm(g->d, g->xn, H, g->x, H, L->attn_norm, T, H, c->eps)) ||
-	    (rc = run_group(g, &L->qkvg, g->xn, H, g->qkvg, T)) ||
+	if ((rc = norm_group(g, &L->qkvg, g->x, L->attn_norm, g->qkvg, T, fuse)) ||
 	    (rc = ek_qk_rope_kv(g->d, g->qkvg + L->qo, W, g->qkvg + L->ko, W, g->qkvg + L->vo, W, T,
 	                        L->nh, nkv, hd, L->q_norm, L->k_norm, c->eps, g->inv_freq[L->type],
 	                        r->rot_dim, r->attn_scale, g->dstep, L->kc, L->vc, g->kv_type, L->cap)) ||
 	    (rc = ek_attn(g->d, g->att, g->qd, g->qkvg + L->qo, W, g->qkvg + L->go, W, (int)c->gate, T,
 	                  L->nh, nkv, hd, L->kc, L->vc, g->kv_type, L->cap, g->dstep, window,
 	                  sliding && window < g->o.max_ctx ? window : g->o.max_ctx, g->attn_work)) ||
-	    (rc = linear(g, &L->o, g->att, g->qd, g->x, H, T, 1)) ||
-	    (rc = ek_rmsnorm(g->d, g->xn, H, g->x, H, L->mlp_norm, T, H, c->eps)))
+	    (rc = linear(g, &L->o, g->att, g->qd, g->x, H, T, 1)))
 		return rc;
 	if (!L->moe) {
 		int I = c->inter;
-		if ((rc = run_group(g, &L->gu, g->xn, H, g->gu, T)) ||
+		if ((rc = norm_group(g, &L->gu, g->x, L->mlp_norm, g->gu, T, fuse)) ||
 		    (rc = ek_swiglu(g->d, g->h, I, g->gu, L->gu.width, g->gu + I, L->gu.width, T, I)))
 			return rc;
 		return linear(g, &L->down, g->h, I, g->x, H, T, 1);
 	}
 	int E = c->n_experts, S = c->shared_inter, RW = L->rsu.width;
-	if ((rc = run_group(g, &L->rsu, g->xn, H, g->rsu, T)) ||
+	if ((rc = norm_group(g, &L->rsu, g->x, L->mlp_norm, g->rsu, T, fuse)) ||
 	    (rc = ek_route(g->d, g->rsu, RW, L->bias, E, c->top_k, c->norm_topk, c->router_softcap,
 	                   g->ids, g->wts, T)) ||
 	    (rc = ek_moe(g->d, &L->eg, &L->eu, &L->ed, g->ids, g->wts, c->top_k, c->routed_scale,
@@ -245,20 +287,35 @@ static int layer(struct lgc *g, int li, int T)
 static int pass(struct lgc *g, int T, int nb)
 {
 	const struct lg_config *c = &g->m->cfg;
-	int H = c->hidden, rc;
+	int H = c->hidden, rc, fuse = fuse_norms();
 	if ((rc = ek_h2d(g->d, g->dstep, g->hstep, sizeof(int) * (1 + T))) ||
 	    (rc = ek_embed(g->d, g->x, g->embed, g->dstep + 1, T, H)))
 		return rc;
 	for (int li = 0; li < c->n_layers; li++)
-		if ((rc = layer(g, li, T)))
+		if ((rc = layer(g, li, T, fuse)))
 			return rc;
 	if (!nb)
 		return 0;
-	float *xl = g->x + (size_t)(T - nb) * H;
-	if ((rc = ek_rmsnorm(g->d, g->xn, H, xl, H, g->final_norm, nb, H, c->eps)) ||
-	    (rc = linear(g, &g->lm_head, g->xn, H, g->logits, c->vocab, nb, 0)))
+	if ((rc = head(g, g->x + (size_t)(T - nb) * H, nb, fuse)))
 		return rc;
 	return ek_d2h(g->d, g->hlogits, g->logits, sizeof(float) * nb * c->vocab);
+}
+
+/* The decode step (hstep already written) captured into *out: 0; 1 when a
+ * capture cannot begin (no graphs on this device); else -errno, *out kept. */
+static int capture_step(struct lgc *g, struct ek_graph **out)
+{
+	struct ek_graph *cap = NULL;
+	if (ek_capture_begin(g->d))
+		return 1;
+	int rc = pass(g, 1, 1);
+	int rc2 = ek_capture_end(g->d, &cap);
+	if (rc || rc2) {
+		ek_graph_free(cap);
+		return rc ? rc : rc2;
+	}
+	*out = cap;
+	return 0;
 }
 
 /* One batch of T tokens at g->pos; logits of its last nb into dst. */
@@ -270,29 +327,29 @@ static int batch(struct lgc *g, const int *tok, int T, float *dst, int nb, struc
 	g->hstep[0] = g->pos;
 	memcpy(g->hstep + 1, tok, sizeof(int) * T);
 	if (graph && !g->graph && g->warm >= WARM) {
-		if (ek_capture_begin(g->d)) {       /* no graphs here: decode directly */
+		/* Always end the capture, even after a failed op: a capture that
+		 * stays valid would otherwise hand back the ops queued before the
+		 * failure as a graph. A graph is kept only when every op and the
+		 * end (and instantiate) succeeded; otherwise it is destroyed. When
+		 * the failed capture had PDL edges, ek_capture_end turned PDL off
+		 * for captures: the step is captured once more without them (PDL
+		 * stays on for direct launches). If that fails too (or PDL was not
+		 * the suspect), the step fails with the error (nothing ran: capture
+		 * only records, so pos and the KV cache are as before and the
+		 * caller may repeat the step) and graphs are turned off for this
+		 * engine: later steps decode directly, never replaying a graph
+		 * from a failed capture. Not retried further: a failure that
+		 * repeats would fail every (WARM + 1)th step. */
+		int pdl0 = ek_pdl(g->d);
+		rc = capture_step(g, &g->graph);
+		if (rc < 0 && pdl0 == 2 && ek_pdl(g->d) == 1)
+			rc = capture_step(g, &g->graph);
+		if (rc == 1) {                      /* no graphs here: decode directly */
 			g->o.no_graph = 1;
 			graph = 0;
-		} else {
-			/* Always end the capture, even after a failed op: a capture
-			 * that stays valid would otherwise hand back the ops queued
-			 * before the failure as a graph. A graph is kept only when
-			 * every op and the end (and instantiate) succeeded; otherwise
-			 * it is destroyed, the step fails with the error (nothing ran:
-			 * capture only records, so pos and the KV cache are as before
-			 * and the caller may repeat the step) and graphs are turned off
-			 * for this engine: later steps decode directly, never replaying
-			 * a graph from a failed capture. Not retried: a failure that
-			 * repeats would fail every (WARM + 1)th step. */
-			struct ek_graph *cap = NULL;
-			rc = pass(g, 1, 1);
-			int rc2 = ek_capture_end(g->d, &cap);
-			if (rc || rc2) {
-				ek_graph_free(cap);
-				g->o.no_graph = 1;
-				return cuda_err(g, err, rc ? rc : rc2, "graph capture");
-			}
-			g->graph = cap;
+		} else if (rc) {
+			g->o.no_graph = 1;
+			return cuda_err(g, err, rc, "graph capture");
 		}
 	}
 	if (graph && g->graph) {
@@ -306,8 +363,7 @@ static int batch(struct lgc *g, const int *tok, int T, float *dst, int nb, struc
 		for (int o = 0; nb > LGC_LOGIT_ROWS && o < nb; o += LGC_LOGIT_ROWS) {
 			int n = nb - o < LGC_LOGIT_ROWS ? nb - o : LGC_LOGIT_ROWS, H = c->hidden;
 			float *xl = g->x + (size_t)(T - nb + o) * H;
-			if ((rc = ek_rmsnorm(g->d, g->xn, H, xl, H, g->final_norm, n, H, c->eps)) ||
-			    (rc = linear(g, &g->lm_head, g->xn, H, g->logits, c->vocab, n, 0)) ||
+			if ((rc = head(g, xl, n, fuse_norms())) ||
 			    (rc = ek_d2h(g->d, g->hlogits, g->logits, sizeof(float) * n * c->vocab)) ||
 			    (rc = ek_sync(g->d)))
 				return cuda_err(g, err, rc, "logits");

@@ -287,8 +287,65 @@ size_t lgc_act_bytes(const struct lg_model *m, int B, int max_ctx)
 	return b;
 }
 
+/* The kernels read BF16 and NVFP4 (NVFP4A16 is the same tensors); FP8 and
+ * INT (pack-quantized) Linears have no kernel here: refuse them by name
+ * before any device work rather than read their bytes as another kind. */
+static int refuse_kind(const struct lg_linear *l, int layer, const char *what, int e,
+                       struct rq_err *err)
+{
+	if (l->kind == LG_W_BF16 || l->kind == LG_W_NVFP4)
+		return 0;
+	char where[96];
+	if (layer < 0)
+		snprintf(where, sizeof where, "%s", what);
+	else if (e < 0)
+		snprintf(where, sizeof where, "model.layers.%d.%s", layer, what);
+	else
+		snprintf(where, sizeof where, "model.layers.%d.mlp.experts.%d.%s", layer, e, what);
+	return rq_errf(err, -ENOTSUP, "CUDA engine: %s has %s weights, which run on the CPU engine: "
+	               "pass --device cpu (or serve the checkpoint with vLLM)", where,
+	               l->kind == LG_W_FP8 ? "FP8 (float-quantized)" : "INT (pack-quantized)");
+}
+
+static int check_kinds(const struct lg_model *m, struct rq_err *err)
+{
+	const struct lg_config *c = &m->cfg;
+	int rc;
+	if ((rc = refuse_kind(&m->lm_head, -1, "lm_head", -1, err)))
+		return rc;
+	for (int i = 0; i < c->n_layers; i++) {
+		const struct lg_layer *L = &m->layers[i];
+		const struct { const struct lg_linear *l; const char *n; int on; } d[] = {
+			{&L->q, "self_attn.q_proj", 1}, {&L->k, "self_attn.k_proj", 1},
+			{&L->v, "self_attn.v_proj", 1}, {&L->o, "self_attn.o_proj", 1},
+			{&L->g, "self_attn.g_proj", c->gate != LG_GATE_NONE},
+			{&L->gate, "mlp.gate_proj", !L->moe}, {&L->up, "mlp.up_proj", !L->moe},
+			{&L->down, "mlp.down_proj", !L->moe}, {&L->router, "mlp.gate", L->moe},
+			{&L->sg, "mlp.shared_expert.gate_proj", L->moe && c->shared_inter > 0},
+			{&L->su, "mlp.shared_expert.up_proj", L->moe && c->shared_inter > 0},
+			{&L->sd, "mlp.shared_expert.down_proj", L->moe && c->shared_inter > 0},
+		};
+		for (size_t k = 0; k < sizeof d / sizeof d[0]; k++)
+			if (d[k].on && (rc = refuse_kind(d[k].l, i, d[k].n, -1, err)))
+				return rc;
+		for (int e = 0; L->moe && e < c->n_experts; e++)
+			if ((rc = refuse_kind(&L->eg[e], i, "gate_proj", e, err)) ||
+			    (rc = refuse_kind(&L->eu[e], i, "up_proj", e, err)) ||
+			    (rc = refuse_kind(&L->ed[e], i, "down_proj", e, err)))
+				return rc;
+	}
+	if (m->embed_q.kind != LG_W_BF16)   /* ek_embed reads a BF16 table */
+		return rq_errf(err, -ENOTSUP, "CUDA engine: model.embed_tokens is quantized; a quantized "
+		               "embedding runs on the CPU engine: pass --device cpu (or keep the "
+		               "embedding BF16: ignore it when quantizing)");
+	return 0;
+}
+
 int lgc_layout(struct lgc *g, int dry, struct rq_err *err)
 {
+	int krc = check_kinds(g->m, err);
+	if (krc)
+		return krc;
 	const struct lg_model *m = g->m;
 	const struct lg_config *c = &m->cfg;
 	struct upl u = {.g = g, .dry = dry, .seed = g->o.seed ? g->o.seed : 1, .err = err};

@@ -8,7 +8,8 @@
  *      *.safetensors in the directory
  *   3. each shard: header parsed and validated by st/st.h, file mmap'd
  *   4. one sorted name index over all shards (a name twice is an error)
- *   5. every tensor the forward pass needs bound with dtype and shape checks
+ *   5. every tensor the forward pass needs bound with dtype and shape checks,
+ *      each Linear in the form its tensors say (BF16, NVFP4, FP8, INT: model.h)
  *   6. any tensor left unbound is refused: it means a feature we would
  *      silently skip (attention sinks, biases, ...) */
 #include "engine/model.h"
@@ -51,7 +52,11 @@ struct loader {
 size_t lg_linear_bytes(const struct lg_linear *l)
 {
 	size_t n = (size_t)l->rows * l->cols;
-	return l->kind == LG_W_BF16 ? n * 2 : n / 2 + n / 16 + 4;
+	size_t sc = (size_t)l->srows * l->groups * (l->sdtype == LG_S_F32 ? 4 : 2);
+	if (l->kind == LG_W_INT)
+		return (size_t)l->rows * l->words * 4 + sc +
+		       (l->qzero ? ((size_t)l->rows * l->bits + 31) / 32 * l->groups * 4 : 0);
+	return l->kind == LG_W_NVFP4 ? n / 2 + n / 16 + 4 : l->kind == LG_W_FP8 ? n + sc : n * 2;
 }
 
 static char *read_text(const char *path, int *rc)
@@ -286,7 +291,153 @@ static const struct tref *need(struct loader *L, const char *name, enum st_dtype
 	return r;
 }
 
-/* A Linear [rows, cols]: NVFP4 when <m>.weight_packed exists, else BF16. */
+/* <mod>.weight_scale of an FP8 or INT Linear: BF16, F16 or F32 (as the
+ * checkpoint has it), [rows, G] with G dividing cols (G = 1: per channel), or
+ * [1] / a scalar (per tensor). */
+static int bind_qscale(struct loader *L, const char *mod, struct lg_linear *out)
+{
+	char name[256];
+	snprintf(name, sizeof name, "%s.weight_scale", mod);
+	struct tref *r = find(L, name);
+	if (!r)
+		return rq_errf(L->err, -EPROTO, "%s: module %s has no %s (a quantized Linear needs its "
+		               "scales)", L->m->dir, mod, name);
+	const struct st_tensor *t = tensor(L, r);
+	const char *path = L->m->files[r->file].path;
+	char got[96];
+	fmt_shape(t, got, sizeof got);
+	switch (t->dtype) {
+	case ST_BF16: out->sdtype = LG_S_BF16; break;
+	case ST_F16: out->sdtype = LG_S_F16; break;
+	case ST_F32: out->sdtype = LG_S_F32; break;
+	default:
+		return rq_errf(L->err, -EPROTO, "%s: tensor %s is %s %s; a weight_scale must be BF16, F16 "
+		               "or F32", path, name, st_dtype_name(t->dtype), got);
+	}
+	if (t->ndim == 0 || (t->ndim == 1 && t->shape[0] == 1)) {
+		out->srows = out->groups = 1;
+	} else if (t->ndim == 2 && t->shape[0] == (uint64_t)out->rows && t->shape[1] >= 1 &&
+	           t->shape[1] <= (uint64_t)out->cols && out->cols % t->shape[1] == 0) {
+		out->srows = out->rows;
+		out->groups = (int)t->shape[1];
+	} else {
+		return rq_errf(L->err, -EPROTO, "%s: tensor %s is %s %s, expected [%d, G] with G dividing "
+		               "%d (per channel or per group), or [1] (per tensor); block scales are not "
+		               "supported", path, name, st_dtype_name(t->dtype), got, out->rows, out->cols);
+	}
+	out->qscale = data(L, r);
+	r->used = 1;
+	return 0;
+}
+
+/* NVFP4: weight_packed U8 [rows, cols/2], weight_scale F8_E4M3 [rows, cols/16],
+ * weight_global_scale F32 [1]. */
+static int bind_nvfp4(struct loader *L, const char *mod, struct lg_linear *out)
+{
+	char name[256];
+	int rc = 0, rows = out->rows, cols = out->cols;
+	if (cols % 16)
+		return rq_errf(L->err, -EPROTO, "%s: NVFP4 module %s has %d input columns, not a "
+		               "multiple of 16", L->m->dir, mod, cols);
+	snprintf(name, sizeof name, "%s.weight_packed", mod);
+	const struct tref *p = need(L, name, ST_U8, 2, rows, cols / 2, &rc);
+	if (!p)
+		return rc;
+	snprintf(name, sizeof name, "%s.weight_scale", mod);
+	const struct tref *s = need(L, name, ST_F8_E4M3, 2, rows, cols / 16, &rc);
+	if (!s)
+		return rc;
+	snprintf(name, sizeof name, "%s.weight_global_scale", mod);
+	const struct tref *g = need(L, name, ST_F32, 1, 1, 0, &rc);
+	if (!g)
+		return rc;
+	float gs;
+	memcpy(&gs, data(L, g), 4);
+	if (!isfinite(gs) || !(gs > 0))
+		return rq_errf(L->err, -EPROTO, "%s: tensor %s = %g is not a positive finite scale",
+		               L->m->files[g->file].path, name, gs);
+	out->kind = LG_W_NVFP4;
+	out->packed = data(L, p);
+	out->scales = data(L, s);
+	out->global_scale = gs;
+	L->m->n_nvfp4++;
+	return 0;
+}
+
+/* The bit width b in 1..8 that packs cols columns into `words` int32 words
+ * per row (ceil(cols·b/32) == words), 0 when none or more than one does
+ * (possible only when cols < 32). */
+static int int_bits(int cols, uint64_t words)
+{
+	int found = 0;
+	for (int b = 1; b <= 8; b++)
+		if (((uint64_t)cols * b + 31) / 32 == words)
+			found = found ? -1 : b;
+	return found > 0 ? found : 0;
+}
+
+/* INT (pack-quantized): weight_packed I32 [rows, ceil(cols·bits/32)],
+ * weight_shape I64 [2] = [rows, cols], weight_scale (bind_qscale), and when
+ * asymmetric weight_zero_point I32 [ceil(rows·bits/32), groups]. */
+static int bind_int(struct loader *L, const char *mod, struct tref *p, struct lg_linear *out)
+{
+	char name[256], got[96];
+	int rc = 0, rows = out->rows, cols = out->cols;
+	const struct st_tensor *t = tensor(L, p);
+	const char *path = L->m->files[p->file].path;
+	fmt_shape(t, got, sizeof got);
+	int bits = t->ndim == 2 && t->shape[0] == (uint64_t)rows ? int_bits(cols, t->shape[1]) : 0;
+	if (!bits)
+		return rq_errf(L->err, -EPROTO, "%s: tensor %s.weight_packed is I32 %s; a pack-quantized "
+		               "[%d, %d] Linear needs [%d, ceil(%d·bits/32)] with one bit width 1..8",
+		               path, mod, got, rows, cols, rows, cols);
+	p->used = 1;
+	snprintf(name, sizeof name, "%s.weight_shape", mod);
+	const struct tref *sh = need(L, name, ST_I64, 1, 2, 0, &rc);
+	if (!sh)
+		return rc;
+	int64_t dims[2];
+	memcpy(dims, data(L, sh), sizeof dims);
+	if (dims[0] != rows || dims[1] != cols)
+		return rq_errf(L->err, -EPROTO, "%s: tensor %s = [%lld, %lld], but config.json makes %s "
+		               "[%d, %d]", L->m->files[sh->file].path, name, (long long)dims[0],
+		               (long long)dims[1], mod, rows, cols);
+	if ((rc = bind_qscale(L, mod, out)))
+		return rc;
+	/* asymmetric: zero points packed down the rows; per tensor (srows 1) has no such form */
+	snprintf(name, sizeof name, "%s.weight_zero_point", mod);
+	const struct tref *z = find(L, name) ? need(L, name, ST_I32, 2, out->srows == rows ?
+	                       ((uint64_t)rows * bits + 31) / 32 : 0, out->groups, &rc) : NULL;
+	if (rc)
+		return rc;
+	out->qzero = z ? data(L, z) : NULL;
+	out->kind = LG_W_INT;
+	out->qw = data(L, p);
+	out->bits = bits;
+	out->words = (int)t->shape[1];
+	L->m->n_int++;
+	return 0;
+}
+
+/* FP8 (float-quantized): weight F8_E4M3 [rows, cols] and weight_scale. */
+static int bind_fp8(struct loader *L, const char *mod, struct lg_linear *out)
+{
+	char name[256];
+	int rc = 0;
+	snprintf(name, sizeof name, "%s.weight", mod);
+	const struct tref *w = need(L, name, ST_F8_E4M3, 2, out->rows, out->cols, &rc);
+	if (!w)
+		return rc;
+	if ((rc = bind_qscale(L, mod, out)))
+		return rc;
+	out->kind = LG_W_FP8;
+	out->w8 = data(L, w);
+	L->m->n_fp8++;
+	return 0;
+}
+
+/* A Linear [rows, cols] in whichever form its tensors say: weight_packed U8
+ * (NVFP4) or I32 (INT), weight F8_E4M3 (FP8) or BF16. */
 static int bind_linear(struct loader *L, const char *mod, int rows, int cols, struct lg_linear *out)
 {
 	char name[256];
@@ -295,42 +446,29 @@ static int bind_linear(struct loader *L, const char *mod, int rows, int cols, st
 	out->rows = rows;
 	out->cols = cols;
 	snprintf(name, sizeof name, "%s.weight_packed", mod);
-	if (find(L, name)) {
-		if (cols % 16)
-			return rq_errf(L->err, -EPROTO, "%s: NVFP4 module %s has %d input columns, not a "
-			               "multiple of 16", L->m->dir, mod, cols);
-		const struct tref *p = need(L, name, ST_U8, 2, rows, cols / 2, &rc);
-		if (!p)
-			return rc;
-		snprintf(name, sizeof name, "%s.weight_scale", mod);
-		const struct tref *s = need(L, name, ST_F8_E4M3, 2, rows, cols / 16, &rc);
-		if (!s)
-			return rc;
-		snprintf(name, sizeof name, "%s.weight_global_scale", mod);
-		const struct tref *g = need(L, name, ST_F32, 1, 1, 0, &rc);
-		if (!g)
-			return rc;
-		float gs;
-		memcpy(&gs, data(L, g), 4);
-		if (!isfinite(gs) || !(gs > 0))
-			return rq_errf(L->err, -EPROTO, "%s: tensor %s = %g is not a positive finite scale",
-			               L->m->files[g->file].path, name, gs);
+	struct tref *p = find(L, name);
+	if (p) {
+		enum st_dtype dt = tensor(L, p)->dtype;
 		snprintf(name, sizeof name, "%s.weight", mod);
 		if (find(L, name))
 			return rq_errf(L->err, -EPROTO, "%s: module %s has both weight and weight_packed",
 			               L->m->dir, mod);
-		out->kind = LG_W_NVFP4;
-		out->packed = data(L, p);
-		out->scales = data(L, s);
-		out->global_scale = gs;
-		L->m->n_nvfp4++;
-		return 0;
+		if (dt == ST_U8)
+			return bind_nvfp4(L, mod, out);
+		if (dt == ST_I32)
+			return bind_int(L, mod, p, out);
+		return rq_errf(L->err, -ENOTSUP, "%s: tensor %s.weight_packed is %s; this engine reads "
+		               "U8 (nvfp4-pack-quantized) or I32 (pack-quantized)",
+		               L->m->files[p->file].path, mod, st_dtype_name(dt));
 	}
 	snprintf(name, sizeof name, "%s.weight", mod);
 	struct tref *r = find(L, name);
+	if (r && tensor(L, r)->dtype == ST_F8_E4M3)
+		return bind_fp8(L, mod, out);
 	if (r && tensor(L, r)->dtype != ST_BF16)
 		return rq_errf(L->err, -ENOTSUP, "%s: tensor %s is %s; this engine reads Linear weights as "
-		               "BF16 or compressed-tensors NVFP4 only", L->m->files[r->file].path, name,
+		               "BF16, F8_E4M3 (float-quantized) or compressed-tensors NVFP4/INT "
+		               "weight_packed only", L->m->files[r->file].path, name,
 		               st_dtype_name(tensor(L, r)->dtype));
 	const struct tref *w = need(L, name, ST_BF16, 2, rows, cols, &rc);
 	if (!w)
@@ -459,15 +597,17 @@ static int bind_all(struct loader *L)
 	struct lg_model *m = L->m;
 	const struct lg_config *c = &m->cfg;
 	int rc = 0;
-	const struct tref *r = need(L, "model.embed_tokens.weight", ST_BF16, 2, c->vocab, c->hidden, &rc);
-	if (!r)
+	/* the embedding in any form a Linear may take: model_free_ptq quantizes
+	 * it too unless it is ignored (it is not counted among the Linears) */
+	int counts[4] = {m->n_bf16, m->n_nvfp4, m->n_fp8, m->n_int};
+	if ((rc = bind_linear(L, "model.embed_tokens", c->vocab, c->hidden, &m->embed_q)))
 		return rc;
-	m->embed = (const uint16_t *)data(L, r);
+	m->n_bf16 = counts[0], m->n_nvfp4 = counts[1], m->n_fp8 = counts[2], m->n_int = counts[3];
+	m->embed = m->embed_q.kind == LG_W_BF16 ? m->embed_q.w : NULL;
 	if ((rc = bind_vec(L, "model.norm.weight", c->hidden, &m->final_norm)))
 		return rc;
 	if (c->tie_embeddings) {
-		m->lm_head = (struct lg_linear){.kind = LG_W_BF16, .rows = c->vocab, .cols = c->hidden,
-		                                .w = m->embed};
+		m->lm_head = m->embed_q;
 		struct tref *lh = find(L, "lm_head.weight");
 		if (lh)
 			lh->used = 1;   /* transformers ties it to the embedding */

@@ -5,8 +5,11 @@
  * file read-only and binds every tensor the forward pass needs by its
  * checkpoint name, checking dtype and shape. A Linear is NVFP4 when its
  * header holds <m>.weight_packed / weight_scale / weight_global_scale
- * (compressed-tensors nvfp4-pack-quantized), BF16 when it holds <m>.weight:
- * the header decides, per tensor, never an assumption. Features this engine
+ * (compressed-tensors nvfp4-pack-quantized, with or without input_global_scale),
+ * FP8 when <m>.weight is F8_E4M3 with <m>.weight_scale (float-quantized), INT
+ * when <m>.weight_packed is I32 with weight_scale and weight_shape
+ * (pack-quantized, W4A16/W8A16, zero point when asymmetric), BF16 when
+ * <m>.weight is BF16: the header decides, per tensor, never an assumption. Features this engine
  * does not compute (attention sinks, non-sigmoid routers, biases, rotations,
  * ...) are refused with an error that names the config key or tensor.
  *
@@ -23,11 +26,30 @@ struct rq_err;
 
 enum lg_wkind {
 	LG_W_BF16 = 0,     /* <m>.weight BF16 [rows, cols] */
-	LG_W_NVFP4 = 1,    /* <m>.weight_packed / weight_scale / weight_global_scale */
+	LG_W_NVFP4 = 1,    /* <m>.weight_packed U8 / weight_scale F8_E4M3 / weight_global_scale F32
+	                      (nvfp4-pack-quantized; NVFP4A16 when input_global_scale is absent) */
+	LG_W_FP8 = 2,      /* <m>.weight F8_E4M3 [rows, cols] + weight_scale (float-quantized,
+	                      e.g. FP8_DYNAMIC: per output channel) */
+	LG_W_INT = 3,      /* <m>.weight_packed I32 + weight_scale + weight_shape I64 [2]
+	                      (+ weight_zero_point when asymmetric) (pack-quantized, W4A16/W8A16) */
 };
 
+/* dtype of an FP8/INT weight_scale (and of nothing else): as the checkpoint has it */
+enum lg_sdtype { LG_S_BF16 = 0, LG_S_F16 = 1, LG_S_F32 = 2 };
+
 /* A bias-free Linear: y[rows] = W[rows][cols] · x[cols]. Pointers are into
- * the mapped files. */
+ * the mapped files (no alignment assumed past what the kind reads with memcpy).
+ *
+ * Dequantization, row by row, in binary32 (ops.c lg_linear_row):
+ *   BF16  w = bf16(w)                                   exact widening
+ *   NVFP4 w = e2m1(code) · e4m3(scale) / global_scale
+ *   FP8   w = e4m3(w8) · s                              one binary32 product
+ *   INT   w = (q − z) · s,  q = field − 2^(bits−1), z likewise from weight_zero_point (0 when
+ *         symmetric)                                    one binary32 product
+ * with s = qscale[sr][c / (cols / groups)], sr = r when srows == rows, 0 when srows == 1.
+ * For FP8 and INT the product is exact whenever the scale is BF16 or F16 (at most 4 + 11
+ * or 9 + 11 significant bits); compressed-tensors' decompress() would round it to the
+ * scale's dtype afterwards, this engine keeps the binary32 value (like NVFP4). */
 struct lg_linear {
 	enum lg_wkind kind;
 	int rows, cols;            /* out_features, in_features */
@@ -36,6 +58,22 @@ struct lg_linear {
 	const uint8_t *scales;     /* NVFP4: [rows][cols/16] E4M3FN group scales */
 	float global_scale;        /* NVFP4: weight_global_scale (large, ≈ 2688/amax);
 	                              w = e2m1(code) · e4m3(scale) / global_scale */
+	const uint8_t *w8;         /* FP8: [rows][cols] E4M3FN bytes (0x7F/0xFF are NaN and stay NaN,
+	                              as in every consumer; a compressed-tensors checkpoint has none) */
+	const uint8_t *qw;         /* INT: weight_packed, [rows][words] little-endian int32; a row is one
+	                              bit stream, column c in bits [c·bits, c·bits + bits) (word
+	                              c·bits/32 from bit c·bits%32 up, a field may straddle two words),
+	                              unsigned field = q + 2^(bits−1), q in [−2^(bits−1), 2^(bits−1)) */
+	const uint8_t *qzero;      /* INT asymmetric: weight_zero_point [ceil(rows·bits/32)][groups]
+	                              int32, packed the same way down each column (dim 0); NULL = 0 */
+	int bits;                  /* INT: 1..8 bits per value */
+	int words;                 /* INT: int32 words per row, ceil(cols·bits/32) */
+	const uint8_t *qscale;     /* FP8, INT: weight_scale [srows][groups] in sdtype (a [1] or scalar
+	                              tensor is srows = groups = 1) */
+	enum lg_sdtype sdtype;     /* FP8, INT: qscale's dtype */
+	int srows;                 /* FP8, INT: rows (per channel / per group) or 1 (per tensor) */
+	int groups;                /* FP8, INT: scale columns; cols % groups == 0, one per
+	                              cols/groups consecutive columns (1: per channel) */
 };
 
 /* Bytes of weights one full pass over the Linear reads. */
@@ -124,11 +162,15 @@ struct lg_model {
 	struct lg_config cfg;
 	struct lg_gen_defaults gen;
 	char *dir;
-	const uint16_t *embed;     /* model.embed_tokens.weight [vocab][hidden] BF16 */
+	const uint16_t *embed;     /* model.embed_tokens.weight [vocab][hidden] BF16, NULL when the
+	                              embedding is quantized (or synthetic, in benchmarks) */
+	struct lg_linear embed_q;  /* model.embed_tokens as bound, [vocab, hidden], any kind; the
+	                              CPU engine reads row `token` of it when embed is NULL */
 	float *final_norm;         /* model.norm.weight [hidden] (owned) */
 	struct lg_linear lm_head;  /* [vocab, hidden]; the embedding when tied */
 	struct lg_layer *layers;   /* [n_layers] */
 	int n_nvfp4, n_bf16;       /* Linears bound in each form */
+	int n_fp8, n_int;
 	size_t n_files;
 	struct lg_file *files;     /* the mapped *.safetensors */
 };

@@ -1,4 +1,4 @@
-/* ops.c — CPU kernels of the forward pass: matmul over BF16/NVFP4 weights,
+/* ops.c — CPU kernels of the forward pass: matmul over BF16/NVFP4/FP8/INT weights,
  * dot products, RMSNorm, activations. */
 #include "engine/ops.h"
 #include "base/pool.h"
@@ -143,15 +143,120 @@ static void dequant_nvfp4(const uint8_t *packed, const uint8_t *scales, float gs
 	}
 }
 
+/* IEEE binary16 → binary32, exact (subnormals, inf, NaN kept). */
+static float f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023, u;
+	if (e == 31) {
+		u = sign | 0x7F800000u | (m << 13);
+	} else if (e) {
+		u = sign | ((e + 112) << 23) | (m << 13);
+	} else {
+		float f = (float)m * 0x1p-24f;   /* subnormal: m · 2^-24, exact */
+		memcpy(&u, &f, 4);
+		u |= sign;
+	}
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* Scale k of an FP8/INT weight_scale, widened exactly. */
+static float qscale_at(const struct lg_linear *W, size_t k)
+{
+	if (W->sdtype == LG_S_F32) {
+		float f;
+		memcpy(&f, W->qscale + 4 * k, 4);
+		return f;
+	}
+	uint16_t b;
+	memcpy(&b, W->qscale + 2 * k, 2);
+	return W->sdtype == LG_S_BF16 ? rq_bf16_to_f32(b) : f16_to_f32(b);
+}
+
+/* The unsigned field of element i of a pack-quantized bit stream (bits per
+ * element, little-endian int32 words, word w at words + w·stride bytes):
+ * bits [i·bits, i·bits + bits), which may straddle two words. */
+static unsigned int_field(const uint8_t *words, size_t stride, size_t i, int bits)
+{
+	size_t bit = i * (size_t)bits, w = bit / 32;
+	unsigned sh = (unsigned)(bit % 32);
+	uint32_t lo;
+	memcpy(&lo, words + stride * w, 4);
+	uint64_t v = lo >> sh;
+	if (sh + (unsigned)bits > 32) {
+		uint32_t hi;
+		memcpy(&hi, words + stride * (w + 1), 4);
+		v |= (uint64_t)hi << (32 - sh);
+	}
+	return (unsigned)(v & ((1u << bits) - 1));
+}
+
+/* One FP8 row: w = e4m3(byte) · s, s per group of cols/groups columns. */
+LG_CLONES
+static void dequant_fp8(const struct lg_linear *W, int r, float *out)
+{
+	const uint8_t *q = W->w8 + (size_t)r * W->cols;
+	size_t sr = W->srows == 1 ? 0 : (size_t)r * W->groups;
+	int gw = W->cols / W->groups;
+	for (int g = 0; g < W->groups; g++) {
+		float s = qscale_at(W, sr + g);
+		for (int c = g * gw; c < (g + 1) * gw; c++)
+			out[c] = e4m3_lut[q[c]] * s;
+	}
+}
+
+/* One INT row: w = (q − z) · s. q − z is an exact small integer (|q − z| <
+ * 2^bits), converted exactly, then one binary32 product. */
+static void dequant_int(const struct lg_linear *W, int r, float *out)
+{
+	const uint8_t *row = W->qw + (size_t)r * W->words * 4;
+	size_t sr = W->srows == 1 ? 0 : (size_t)r * W->groups;
+	int gw = W->cols / W->groups, off = 1 << (W->bits - 1);
+	for (int g = 0; g < W->groups; g++) {
+		float s = qscale_at(W, sr + g);
+		int z = 0;
+		if (W->qzero)   /* packed down column g of [ceil(rows·bits/32)][groups] */
+			z = (int)int_field(W->qzero + 4 * (size_t)g, 4 * (size_t)W->groups, (size_t)r,
+			                   W->bits) - off;
+		int c = g * gw, e = c + gw;
+		if (W->bits == 4 && !(c & 7) && !(gw & 7)) {
+			/* eight nibbles per word, column 8j + k in bits 4k..4k+3 */
+			for (; c < e; c += 8) {
+				uint32_t u;
+				memcpy(&u, row + (size_t)c / 2, 4);
+				for (int k = 0; k < 8; k++)
+					out[c + k] = (float)((int)((u >> (4 * k)) & 15) - off - z) * s;
+			}
+		} else if (W->bits == 8) {
+			for (; c < e; c++)
+				out[c] = (float)((int)row[c] - off - z) * s;
+		} else {
+			for (; c < e; c++)
+				out[c] = (float)((int)int_field(row, 4, (size_t)c, W->bits) - off - z) * s;
+		}
+	}
+}
+
 void lg_linear_row(const struct lg_linear *W, int r, float *out)
 {
-	if (W->kind == LG_W_BF16) {
+	switch (W->kind) {
+	case LG_W_BF16:
 		widen_bf16(W->w + (size_t)r * W->cols, out, W->cols);
 		return;
+	case LG_W_NVFP4:
+		pthread_once(&lut_once, lut_init);
+		dequant_nvfp4(W->packed + (size_t)r * (W->cols / 2),
+		              W->scales + (size_t)r * (W->cols / 16), W->global_scale, W->cols, out);
+		return;
+	case LG_W_FP8:
+		pthread_once(&lut_once, lut_init);
+		dequant_fp8(W, r, out);
+		return;
+	case LG_W_INT:
+		dequant_int(W, r, out);
+		return;
 	}
-	pthread_once(&lut_once, lut_init);
-	dequant_nvfp4(W->packed + (size_t)r * (W->cols / 2), W->scales + (size_t)r * (W->cols / 16),
-	              W->global_scale, W->cols, out);
 }
 
 struct mm_ctx {

@@ -1,7 +1,9 @@
 /* job.c — a plan job's SRC side: checks that each SRC file is still the one
- * the plan was made from, preads the modules' BF16 rows, has the quantizer
- * device (qdev/) quantize them, and writes the global scale after each
- * module's packed bytes and scales. */
+ * the plan was made from, preads the modules' weights (BF16, or F16/F32 for a
+ * data-free scheme), and has the quantizer device (qdev/) quantize them:
+ * the Laguna fix through rq_quantizer_run (then the global scale after each
+ * module's packed bytes and scales), any other scheme through
+ * rq_quantizer_run_scheme, which writes the scheme's whole layout. */
 #include "fs/job.h"
 #include "cache/cache.h"
 #include "fs/plan.h"
@@ -58,10 +60,15 @@ static int check_job_srcs(const struct rq_plan *p, const struct rq_job *job, con
 	return rc;
 }
 
-static int read_weight(const struct rq_plan *p, const struct rq_module *m, int fd, uint16_t *w,
+static uint64_t weight_bytes(const struct rq_module *m)
+{
+	return m->rows * m->cols * (m->dtype == RQ_SRC_F32 ? 4 : 2);
+}
+
+static int read_weight(const struct rq_plan *p, const struct rq_module *m, int fd, void *w,
                        struct rq_err *err)
 {
-	uint64_t len = m->rows * m->cols * 2, got = 0;
+	uint64_t len = weight_bytes(m), got = 0;
 	while (got < len) {
 		ssize_t r = pread(fd, (char *)w + got, len - got, m->w_off + got);
 		if (r <= 0)
@@ -75,45 +82,77 @@ static int read_weight(const struct rq_plan *p, const struct rq_module *m, int f
 	return 0;
 }
 
-int rq_job_run(struct rq_quantizer *q, const struct rq_plan *p, size_t j, const int *src_fds,
-               uint8_t *out, struct rq_err *err)
+/* The Laguna fix: NVFP4 with the recipe, one global scale written after each
+ * module's packed bytes and scales (exactly as before issue 12). */
+static int quantize_laguna(struct rq_quantizer *q, const struct rq_plan *p,
+                           const struct rq_job *job, void *const *w, uint8_t *out, int *bad)
 {
-	const struct rq_job *job = &p->jobs[j];
-	struct rq_qmod qm[2];
-	uint16_t *w[2] = {NULL, NULL};
-	int rc = check_job_srcs(p, job, src_fds, err);     /* before reading */
-	for (int s = 0; s < job->nmod && !rc; s++) {
+	struct rq_qmod qm[RQ_JOB_MAX_MODS];
+	for (int s = 0; s < job->nmod; s++) {
 		const struct rq_module *m = &p->mods[job->mod[s]];
-		w[s] = malloc(m->rows * m->cols * 2);
-		if (!w[s]) {
-			rc = rq_errf(err, -ENOMEM, "no memory for %s (%llu bytes)", m->name,
-			             (unsigned long long)(m->rows * m->cols * 2));
-			break;
-		}
-		rc = read_weight(p, m, src_fds[m->src], w[s], err);
 		qm[s] = (struct rq_qmod){.w = w[s], .rows = m->rows, .cols = m->cols,
 		                         .packed = out + job->mod_off[s],
 		                         .scales = out + job->mod_off[s] + m->rows * m->cols / 2};
 	}
 	float gs = 0;
+	int rc = rq_quantizer_run_named(q, p->recipe, qm, job->nmod, p->mods[job->mod[0]].name, &gs,
+	                                bad);
+	for (int s = 0; s < job->nmod && !rc; s++)
+		memcpy(out + rq_mod_gs_off(p, &p->mods[job->mod[s]]), &gs, 4);   /* F32 LE */
+	return rc;
+}
+
+/* A data-free scheme: the module outputs back to back, as rq_scheme_layout. */
+static int quantize_scheme(struct rq_quantizer *q, const struct rq_plan *p,
+                           const struct rq_job *job, void *const *w, uint8_t *out, int *bad)
+{
+	struct rq_smod sm[RQ_JOB_MAX_MODS];
+	for (int s = 0; s < job->nmod; s++) {
+		const struct rq_module *m = &p->mods[job->mod[s]];
+		sm[s] = (struct rq_smod){.w = w[s], .dtype = m->dtype, .rows = m->rows,
+		                         .cols = m->cols, .out = out + job->mod_off[s]};
+	}
+	return rq_quantizer_run_scheme(q, p->scheme, p->recipe, sm, job->nmod, bad);
+}
+
+int rq_job_run(struct rq_quantizer *q, const struct rq_plan *p, size_t j, const int *src_fds,
+               uint8_t *out, struct rq_err *err)
+{
+	const struct rq_job *job = &p->jobs[j];
+	void *w[RQ_JOB_MAX_MODS] = {NULL, NULL, NULL};
+	int rc = check_job_srcs(p, job, src_fds, err);     /* before reading */
+	for (int s = 0; s < job->nmod && !rc; s++) {
+		const struct rq_module *m = &p->mods[job->mod[s]];
+		w[s] = rq_quantizer_stage(q, weight_bytes(m));   /* pinned while the GPU is in use */
+		if (!w[s]) {
+			rc = rq_errf(err, -ENOMEM, "no memory for %s (%llu bytes)", m->name,
+			             (unsigned long long)weight_bytes(m));
+			break;
+		}
+		rc = read_weight(p, m, src_fds[m->src], w[s], err);
+	}
 	int bad = 0;
 	if (!rc) {
-		rc = rq_quantizer_run(q, p->recipe, qm, job->nmod, &gs, &bad);
+		rc = p->scheme == RQ_SCHEME_NVFP4 ? quantize_laguna(q, p, job, w, out, &bad)
+		                                  : quantize_scheme(q, p, job, w, out, &bad);
+		if (bad < 0 || bad >= job->nmod)
+			bad = 0;
+		const struct rq_module *bm = &p->mods[job->mod[bad]];
 		if (rc == -EDOM)
 			rq_errf(err, rc, "%s.weight (in SRC %s) holds NaN or Inf; it cannot be quantized",
-			        p->mods[job->mod[bad]].name, p->srcs[p->mods[job->mod[bad]].src].name);
+			        bm->name, p->srcs[bm->src].name);
+		else if (rc == -ENOTSUP)
+			rq_errf(err, rc, "quantizing %s.weight (in SRC %s): --scheme %s with recipe %s "
+			        "is not implemented for its dtype in this build", bm->name,
+			        p->srcs[bm->src].name, rq_scheme_name(p->scheme), rq_recipe_name(p->recipe));
 		else if (rc)
 			rq_errf(err, rc, "quantizing %s failed: %s", p->mods[job->mod[0]].name,
 			        strerror(-rc));
 	}
 	if (!rc)
 		rc = check_job_srcs(p, job, src_fds, err);    /* nothing changed while read */
-	for (int s = 0; s < job->nmod && !rc; s++) {
-		const struct rq_module *m = &p->mods[job->mod[s]];
-		memcpy(out + rq_mod_gs_off(p, m), &gs, 4);   /* F32 little-endian */
-	}
-	free(w[0]);
-	free(w[1]);
+	for (int s = 0; s < RQ_JOB_MAX_MODS; s++)
+		rq_quantizer_unstage(q, w[s]);
 	return rc;
 }
 
@@ -143,6 +182,11 @@ static int append(char **s, size_t *len, size_t *cap, const char *fmt, ...)
 	}
 }
 
+static const char *src_dtype_name(enum rq_src_dtype d)
+{
+	return d == RQ_SRC_F32 ? "F32" : d == RQ_SRC_F16 ? "F16" : "BF16";
+}
+
 int rq_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char **desc)
 {
 	const struct rq_job *jb = &p->jobs[j];
@@ -152,8 +196,15 @@ int rq_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char
 	if (!s)
 		return -ENOMEM;
 	s[0] = 0;
-	rc = append(&s, &len, &cap, "requantfs job\nrecipe %s %d\nmodules %d out %" PRIu64 "\n",
-	            rq_recipe_name(p->recipe), RQ_RECIPE_VERSION, jb->nmod, jb->out_size);
+	/* The Laguna fix keeps its descriptor byte for byte (warm caches stay
+	 * valid); any other scheme names itself and its version first. */
+	rc = append(&s, &len, &cap, "requantfs job\n");
+	if (!rc && p->scheme != RQ_SCHEME_NVFP4)
+		rc = append(&s, &len, &cap, "scheme %s %d\n", rq_scheme_name(p->scheme),
+		            RQ_SCHEME_VERSION);
+	if (!rc)
+		rc = append(&s, &len, &cap, "recipe %s %d\nmodules %d out %" PRIu64 "\n",
+		            rq_recipe_name(p->recipe), RQ_RECIPE_VERSION, jb->nmod, jb->out_size);
 	for (int k = 0; !rc && k < jb->nmod; k++) {
 		const struct rq_module *md = &p->mods[jb->mod[k]];
 		const struct rq_srcfile *sf = &p->srcs[md->src];
@@ -164,10 +215,10 @@ int rq_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char
 			            PRId64 " ctime_ns=%" PRId64 "\n", (uintmax_t)sf->dev,
 			            (uintmax_t)sf->ino, sf->size, sf->mtime_ns, sf->ctime_ns);
 		if (!rc)
-			rc = append(&s, &len, &cap, "tensor %s.weight BF16 [%" PRIu64 ",%" PRIu64 "] at %"
+			rc = append(&s, &len, &cap, "tensor %s.weight %s [%" PRIu64 ",%" PRIu64 "] at %"
 			            PRIu64 " len %" PRIu64 " slot %d at %" PRIu64 "\ncalib %08" PRIx32 "\n",
-			            md->name, md->rows, md->cols, md->w_off, md->rows * md->cols * 2, k,
-			            jb->mod_off[k], md->input_gs_bits);
+			            md->name, src_dtype_name(md->dtype), md->rows, md->cols, md->w_off,
+			            weight_bytes(md), k, jb->mod_off[k], md->input_gs_bits);
 	}
 	if (rc) {
 		free(s);

@@ -36,6 +36,11 @@ struct rq_mount_opts {
 	const char *cache_dir;    /* cache directory (created if missing) */
 	const char *drop_rule;    /* NULL = detect */
 	enum rq_recipe recipe;
+	int scheme;               /* enum rq_scheme: 0 (RQ_SCHEME_NVFP4) = the Laguna fix */
+	const char *const *targets;  /* [ntargets] --targets, NULL = {"Linear"} (a scheme only) */
+	size_t ntargets;
+	const char *const *ignore;   /* [nignore] --ignore, NULL = {"lm_head"} (a scheme only) */
+	size_t nignore;
 	const char *device;       /* "auto", "cpu", "cuda", "cuda:N" */
 	int threads;              /* CPU quantizer threads, <= 0 = all */
 	size_t gpu_mem;           /* bytes, 0 = default (1 GiB) */

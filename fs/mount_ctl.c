@@ -268,11 +268,24 @@ static char *status_json(struct rq_mount *m)
 	sb_jstr(&b, m->src);
 	sb_printf(&b, ",\n  \"cache_dir\": ");
 	sb_jstr(&b, rq_cache_dir(m->cache));
-	sb_printf(&b, ",\n  \"recipe\": \"%s\",\n  \"recipe_version\": %d,\n  \"dropped_rule\": ",
-	          rq_recipe_name(p->recipe), RQ_RECIPE_VERSION);
+	sb_printf(&b, ",\n  \"scheme\": \"%s\",\n  \"recipe\": \"%s\",\n  \"recipe_version\": %d,"
+	          "\n  \"dropped_rule\": ", rq_scheme_name(p->scheme), rq_recipe_name(p->recipe),
+	          RQ_RECIPE_VERSION);
 	sb_jstr(&b, p->dropped_rule);
 	sb_printf(&b, ",\n  \"device\": ");
 	sb_jstr(&b, rq_quantizer_device(m->q));
+	{       /* why the jobs run there (qdev's state machine) */
+		char why[1024];
+		struct rq_quantizer_stats qs;
+		rq_quantizer_get_stats(m->q, &qs);
+		sb_printf(&b, ",\n  \"device_state\": \"%s\",\n  \"device_reason\": ",
+		          rq_quantizer_state(m->q));
+		sb_jstr(&b, rq_quantizer_reason(m->q, why, sizeof why));
+		sb_printf(&b, ",\n  \"gpu_jobs\": %llu,\n  \"cpu_jobs\": %llu,\n  \"gpu_failures\": "
+		          "%llu,\n  \"gpu_watchdog\": %llu,\n  \"gpu_context_bytes\": %llu,\n"
+		          "  \"gpu_host_copied_bytes\": %llu", qs.gpu_jobs, qs.cpu_jobs,
+		          qs.gpu_failures, qs.watchdog, qs.context_bytes, qs.host_copied);
+	}
 	sb_printf(&b, ",\n  \"uptime_s\": %.1f,\n  \"files\": %zu,\n  \"total_bytes\": %" PRIu64 ",\n",
 	          rq_mnt_now() - m->t_start, p->nfiles, p->total_size);
 	sb_printf(&b, "  \"modules_total\": %zu,\n  \"modules_cached\": %" PRIu64 ",\n"

@@ -39,7 +39,9 @@
 static size_t mod_at(const struct rq_plan *p, int j, uint64_t job_off)
 {
 	const struct rq_job *jb = &p->jobs[j];
-	int s = (jb->nmod > 1 && job_off >= jb->mod_off[1]) ? 1 : 0;
+	int s = 0;
+	while (s + 1 < jb->nmod && job_off >= jb->mod_off[s + 1])
+		s++;
 	return (size_t)jb->mod[s];
 }
 

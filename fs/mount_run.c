@@ -251,6 +251,13 @@ static char *build_fuse_opts(struct rq_mount *m)
 }
 
 /* Raises the soft limit on open files; returns the limit. */
+/* qdev's GPU state changes (failures, back-off, watchdog, releases). Called
+ * with qdev's lock held: it only logs, never calls back into qdev. */
+static void qdev_log(void *arg, const char *line)
+{
+	rq_mount_logl(arg, RQ_LOG_WARN, "quantizer: %s", line);
+}
+
 static long raise_nofile(void)
 {
 	struct rlimit r;
@@ -323,12 +330,17 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 	m->mtime_ns = (int64_t)sst.st_mtim.tv_sec * 1000000000 + sst.st_mtim.tv_nsec;
 
 	struct rq_plan_opts po = {.src = o->src, .calib = o->calib, .drop_rule = o->drop_rule,
-	                          .recipe = o->recipe};
+	                          .recipe = o->recipe, .scheme = (enum rq_scheme)o->scheme,
+	                          .targets = o->targets, .ntargets = o->ntargets,
+	                          .ignore = o->ignore, .nignore = o->nignore};
 	if ((rc = rq_plan_build(&po, &m->plan, err)))
 		goto fail;
 	for (size_t i = 0; i < m->plan->nskipped; i++)
 		rq_mount_log(m, "%s", m->plan->skipped[i]);
-	struct rq_cache_opts co = {.dir = o->cache_dir, .max_bytes = o->cache_max};
+	/* lazy_sync: job entries are checksummed and verified at first use in a
+	 * process, so a crash costs a rebuild, never a wrong byte; per-entry
+	 * fsyncs would cost a cold read up to a fifth of its speed. */
+	struct rq_cache_opts co = {.dir = o->cache_dir, .max_bytes = o->cache_max, .lazy_sync = 1};
 	if ((rc = rq_cache_open(&co, &m->cache, err))) {
 		if (err) {   /* the cache's message names the directory; add what to do */
 			size_t l = strnlen(err->msg, sizeof err->msg - 1);
@@ -343,7 +355,8 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 	long fds = (nofile - (long)m->plan->nsrcs - 256) / 2;
 	m->max_fd = fds < 16 ? 16 : fds > 1024 ? 1024 : (int)fds;
 	struct rq_quantizer_opts qo = {.device = o->device, .threads = o->threads,
-	                               .gpu_mem = o->gpu_mem, .gpu_idle_s = o->gpu_idle_s};
+	                               .gpu_mem = o->gpu_mem, .gpu_idle_s = o->gpu_idle_s,
+	                               .log = qdev_log, .log_arg = m};
 	if ((rc = rq_quantizer_open(&qo, &m->q, err)))
 		goto fail;
 	const char *fb = rq_quantizer_fallback_reason(m->q);
@@ -396,10 +409,10 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 			goto fail;
 		}
 	}
-	rq_mount_log(m, "mounted %s at %s: %zu files, %zu modules in %zu jobs, recipe %s, "
-	             "device %s, cache %s", m->src, m->mnt, m->plan->nfiles, m->plan->nmods,
-	             m->plan->njobs, rq_recipe_name(m->plan->recipe), rq_quantizer_device(m->q),
-	             m->cache_dir);
+	rq_mount_log(m, "mounted %s at %s: %zu files, %zu modules in %zu jobs, scheme %s, "
+	             "recipe %s, device %s, cache %s", m->src, m->mnt, m->plan->nfiles,
+	             m->plan->nmods, m->plan->njobs, rq_scheme_name(m->plan->scheme),
+	             rq_recipe_name(m->plan->recipe), rq_quantizer_device(m->q), m->cache_dir);
 	*out = m;
 	return 0;
 fail:

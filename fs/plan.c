@@ -1,11 +1,43 @@
 /* plan.c — decides the virtual checkpoint (SPEC.md §2) from SRC's headers.
  *
- * Steps, in order: list SRC; parse config.json and its ignore list; parse
- * every shard header; collect Linear modules (BF16 `.weight` or NVFP4
+ * Two modes, chosen by opts->scheme:
+ *
+ * The Laguna fix (RQ_SCHEME_NVFP4, the default; unchanged bytes and cache
+ * keys). Steps, in order: list SRC; parse config.json and its ignore list;
+ * parse every shard header; collect Linear modules (BF16 `.weight` or NVFP4
  * `.weight_packed`); pick the rule to drop (given, or the one entry whose
  * matched modules are BF16 while the same role elsewhere is NVFP4); choose
  * the modules to requantize and refuse what SPEC §3 refuses; read their
- * calibration scales; pair gate/up into jobs; lay out the files (plan_files.c). */
+ * calibration scales; pair gate/up into jobs; lay out the files (plan_files.c).
+ *
+ * A data-free scheme (nvfp4a16, fp8-dynamic, w8a16, w4a16: plan_scheme.c),
+ * following llm-compressor 0.14.0.1 model_free_ptq. The decision:
+ *  - A module is quantized when SRC holds `<m>.weight`, m does not end in
+ *    "norm", m is targeted (--targets empty or naming "Linear": every module;
+ *    else an entry matches m, "re:PAT" as Python re.match, other entries
+ *    exactly), no --ignore entry matches m (default --ignore lm_head; like
+ *    model_free, embeddings and routers are chosen unless ignored), and m is
+ *    not already quantized in SRC (no `<m>.weight_scale`, no
+ *    `<m>.weight_packed`: such modules keep every byte). SRC's own
+ *    quantization_config.ignore does not exempt a module (model_free does not
+ *    read it).
+ *  - Refused at plan time, naming SRC shard and tensor: a chosen weight that is
+ *    not BF16/F16/F32, not 2-D, whose columns are not a multiple of the
+ *    group, or whose dtype the scheme does not take (-ENOTSUP); any 3-D
+ *    gate_up_proj/down_proj tensor (model_free splits those, we do not yet);
+ *    a selection of no module; --calib or --drop-ignore with a scheme.
+ *  - Jobs: one module each, except for the NVFP4 schemes, where model_free's
+ *    fused sets (q/k/v under *attn|*attention, gate/up under *mlp, w1/w3,
+ *    wq_a/wkv_a_with_mqa) share one global scale; MoE experts' gate/up are
+ *    not fused (model_free's patterns need "mlp.gate_proj").
+ *  - An SRC with a quantization_config: its groups stay; qconfig.c appends a
+ *    group for the scheme. An ignore entry that matches a module quantized now
+ *    is removed; one that matches both such a module and a module left in
+ *    BF16/F16/F32 is refused (vLLM could load neither variant).
+ *  - Files: like model_free, but each tensor stays in its SRC shard (model_free
+ *    moves fused partners to the primary's shard), a shard holding no chosen
+ *    module is byte-identical to SRC, and a rewritten shard keeps SRC's
+ *    __metadata__ (model_free drops it); tensor bytes are the same. */
 #include "base/grow.h"
 #include "fs/plan_int.h"
 #include "fs/rules.h"
@@ -18,9 +50,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int rq_plan_layout(struct rq_plan *p, const char *config, size_t config_len,
-                   size_t rule_index, struct st_header **hdr, struct rq_err *err);
 
 /* A Linear module found in SRC. */
 struct cand {
@@ -237,7 +266,14 @@ static int choose_modules(struct rq_plan *p, const struct rq_rules *rules, size_
 		m->src = c[i].src;
 		m->rows = w->shape[0];
 		m->cols = w->shape[1];
+		m->dtype = RQ_SRC_BF16;
 		m->job = -1;
+		int rc = rq_scheme_layout(RQ_SCHEME_NVFP4, RQ_SRC_BF16, m->rows, m->cols, m->t, &m->nt,
+		                          &m->out_size);
+		if (rc)
+			return rq_errf(err, rc, "SRC shard %s: %s.weight [%llu, %llu] cannot be laid out "
+			               "as NVFP4", p->srcs[c[i].src].name, c[i].name,
+			               (unsigned long long)m->rows, (unsigned long long)m->cols);
 	}
 	if (!p->nmods)
 		return rq_errf(err, -ENOENT, "%s/config.json: the ignore entry '%s' matches no BF16 "
@@ -281,7 +317,7 @@ static int make_jobs(struct rq_plan *p)
 			x->job = (int)p->njobs;
 			x->slot = s;
 			j->mod_off[s] = off;
-			off += x->rows * x->cols / 2 + x->rows * x->cols / 16 + 4;
+			off += x->out_size;   /* packed | scales | global scale, as before */
 			j->in_size += x->rows * x->cols * 2;
 		}
 		j->out_size = off;
@@ -373,6 +409,9 @@ struct build {
 	struct st_header **hdr;   /* [p->nsrcs] shard headers, NULL for other files */
 	struct cand *c;           /* [nc] of cap: Linear modules seen in the shards */
 	size_t nc, cap;
+	int has_qc;               /* a scheme: config.json has a quantization_config */
+	char *new_config;         /* the virtual config.json [new_len], handed to the layout */
+	size_t new_len;
 };
 
 static void build_free(struct build *b, size_t nsrcs)
@@ -389,6 +428,7 @@ static void build_free(struct build *b, size_t nsrcs)
 	rq_rules_free(&b->rules);
 	cJSON_Delete(b->cfg);
 	free(b->config);
+	free(b->new_config);
 }
 
 /* The ignore list's strings, as rules. */
@@ -418,6 +458,7 @@ static int read_rules(struct build *b, const cJSON *ign, struct rq_err *err)
 static int read_config(const struct rq_plan *p, const char *src, struct build *b,
                        struct rq_err *err)
 {
+	int laguna = p->scheme == RQ_SCHEME_NVFP4;
 	snprintf(b->path, sizeof b->path, "%s/config.json", p->src_dir);
 	const struct rq_srcfile *cf = rq_src_find(p, "config.json");
 	int rc = cf ? rq_read_whole(cf->path, &b->config, &b->config_len) : -ENOENT;
@@ -430,6 +471,10 @@ static int read_config(const struct rq_plan *p, const char *src, struct build *b
 	const cJSON *ign = qc ? cJSON_GetObjectItemCaseSensitive(qc, "ignore") : NULL;
 	if (!b->cfg)
 		return rq_errf(err, -EPROTO, "%s is not valid JSON", b->path);
+	if (!laguna) {         /* a data-free scheme: a quantization_config is optional */
+		b->has_qc = qc != NULL;
+		return cJSON_IsArray(ign) ? read_rules(b, ign, err) : 0;
+	}
 	if (!cJSON_IsObject(qc) || !cJSON_IsArray(ign))
 		return rq_errf(err, -ENOENT, "%s has no quantization_config.ignore list; this is not a "
 		               "compressed-tensors checkpoint with BF16 exemptions", b->path);
@@ -485,8 +530,64 @@ static void locate_weights(struct rq_plan *p, struct st_header **hdr)
 	}
 }
 
+/* The options a scheme refuses or defaults, before anything is read. */
+static int check_opts(const struct rq_plan_opts *o, struct rq_err *err)
+{
+	if ((unsigned)o->scheme >= RQ_SCHEME_COUNT)
+		return rq_errf(err, -EINVAL, "unknown scheme %d", (int)o->scheme);
+	if (!rq_scheme_recipe_ok(o->scheme, o->recipe))
+		return rq_errf(err, -EINVAL, "--recipe %s does not apply to --scheme %s (its "
+		               "arithmetic is torch's on the source dtype; use --recipe %s or leave "
+		               "--recipe out)", rq_recipe_name(o->recipe), rq_scheme_name(o->scheme),
+		               rq_recipe_name(rq_scheme_default_recipe(o->scheme)));
+	if (o->scheme == RQ_SCHEME_NVFP4) {
+		if (o->targets || o->ignore)
+			return rq_errf(err, -EINVAL, "--targets and --ignore choose modules for a "
+			               "--scheme; the Laguna fix (no --scheme) requantizes what its "
+			               "dropped ignore rule matched");
+		return 0;
+	}
+	if (o->calib)
+		return rq_errf(err, -EINVAL, "--calib applies only to the Laguna fix (no --scheme): "
+		               "--scheme %s is data-free and has no activation scales to copy",
+		               rq_scheme_name(o->scheme));
+	if (o->drop_rule)
+		return rq_errf(err, -EINVAL, "--drop-ignore applies only to the Laguna fix; with "
+		               "--scheme %s the ignore entries that match newly quantized modules "
+		               "are removed for you", rq_scheme_name(o->scheme));
+	return 0;
+}
+
+/* The Laguna fix: the dropped rule's modules, calibrated, gate/up paired. */
+static int plan_laguna(struct rq_plan *p, const struct rq_plan_opts *o, struct build *b,
+                       struct rq_err *err)
+{
+	size_t rule = 0;
+	int rc = pick_rule(o, &b->rules, b->c, b->nc, &rule, err);
+	if (rc) {
+		rq_err_prefix(err, "%s", b->path);
+		return rc;
+	}
+	if (!(p->dropped_rule = strdup(b->rules.text[rule])))
+		return -ENOMEM;
+	rc = choose_modules(p, &b->rules, rule, b->c, b->nc, err);
+	if (rc)
+		return rc;
+	locate_weights(p, b->hdr);
+	rc = calibrate(p, o->calib, err);
+	if (!rc)
+		rc = make_jobs(p);
+	if (!rc)
+		rc = rq_plan_laguna_config(b->config, b->config_len, rule, &b->new_config,
+		                           &b->new_len, err);
+	return rc;
+}
+
 int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_err *err)
 {
+	int rc = check_opts(o, err);
+	if (rc)
+		return rc;
 	struct rq_plan *p = calloc(1, sizeof *p);
 	struct keep *keep = calloc(1, sizeof *keep);
 	struct build *b = calloc(1, sizeof *b);
@@ -498,8 +599,8 @@ int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_
 	}
 	p->keep_ = keep;
 	p->recipe = o->recipe;
-	size_t rule = 0;
-	int rc = rq_src_scan(p, o->src, err);
+	p->scheme = o->scheme;
+	rc = rq_src_scan(p, o->src, err);
 	if (!rc)
 		rc = check_index(p, err);
 	if (!rc)
@@ -508,21 +609,16 @@ int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_
 		rc = scan_shards(p, b, err);
 	if (rc)
 		goto out;
-	rc = pick_rule(o, &b->rules, b->c, b->nc, &rule, err);
-	if (rc) {
-		rq_err_prefix(err, "%s", b->path);
-		goto out;
+	if (o->scheme == RQ_SCHEME_NVFP4)
+		rc = plan_laguna(p, o, b, err);
+	else
+		rc = rq_plan_scheme(p, o, b->rules.n || b->has_qc ? &b->rules : NULL, b->hdr,
+		                    b->config, b->config_len, b->path, &b->new_config, &b->new_len,
+		                    err);
+	if (!rc) {
+		rc = rq_plan_layout(p, b->new_config, b->new_len, b->hdr, err);
+		b->new_config = NULL;     /* the layout owns it now, even on failure */
 	}
-	p->dropped_rule = strdup(b->rules.text[rule]);
-	rc = choose_modules(p, &b->rules, rule, b->c, b->nc, err);
-	if (rc)
-		goto out;
-	locate_weights(p, b->hdr);
-	rc = calibrate(p, o->calib, err);
-	if (!rc)
-		rc = make_jobs(p);
-	if (!rc)
-		rc = rq_plan_layout(p, b->config, b->config_len, rule, b->hdr, err);
 out:
 	build_free(b, p->nsrcs);
 	free(b);
@@ -560,6 +656,9 @@ void rq_plan_free(struct rq_plan *p)
 	free(p->skipped);
 	free(p->src_dir);
 	free(p->dropped_rule);
+	for (size_t i = 0; i < p->ndropped; i++)
+		free(p->dropped[i]);
+	free(p->dropped);
 	free(p);
 }
 

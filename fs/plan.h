@@ -11,14 +11,22 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include "quant/quant.h"
+#include "quant/scheme.h"
 
 struct rq_err;
 
 struct rq_plan_opts {
 	const char *src;          /* SRC directory (plain or a hub snapshot) */
-	const char *calib;        /* CALIB: a 07-22 checkpoint dir or a `calib extract` file */
-	const char *drop_rule;    /* the ignore entry to drop; NULL = detect */
-	enum rq_recipe recipe;
+	const char *calib;        /* CALIB: a 07-22 checkpoint dir or a `calib extract` file
+	                             (the Laguna fix only; refused with another scheme) */
+	const char *drop_rule;    /* the ignore entry to drop; NULL = detect (Laguna fix only) */
+	enum rq_recipe recipe;    /* must satisfy rq_scheme_recipe_ok(scheme, recipe) */
+	enum rq_scheme scheme;    /* RQ_SCHEME_NVFP4 (0): the Laguna fix (SPEC.md §2), as before;
+	                             any other: model_free_ptq's module selection (plan_scheme.c) */
+	const char *const *targets;  /* [ntargets] module targets; NULL = {"Linear"} */
+	size_t ntargets;
+	const char *const *ignore;   /* [nignore] modules to leave alone; NULL = {"lm_head"} */
+	size_t nignore;
 };
 
 /* A file of SRC (symlinks resolved). Its identity is what the cache keys on
@@ -62,26 +70,35 @@ struct rq_vfile {
 	struct rq_seg *seg;       /* sorted by off, contiguous, covering [0, size) */
 };
 
-/* One requantized Linear: <name>.weight [rows, cols] BF16 in SRC becomes
- * <name>.weight_packed/.weight_scale/.weight_global_scale/.input_global_scale. */
+/* One requantized Linear: <name>.weight [rows, cols] in SRC becomes the
+ * scheme's tensors t[] (rq_scheme_layout). Laguna fix: BF16 in, t[] =
+ * weight_packed, weight_scale, weight_global_scale, and the plan adds
+ * <name>.input_global_scale from CALIB. */
 struct rq_module {
 	char *name;               /* "model.layers.40.mlp.experts.3.gate_proj" */
 	int src;                  /* SRC shard holding <name>.weight */
-	uint64_t w_off;           /* absolute offset of the BF16 weight in that file */
-	uint64_t rows, cols;      /* [out, in], cols % 16 == 0 */
-	uint32_t input_gs_bits;   /* input_global_scale from CALIB, bit-exact */
+	uint64_t w_off;           /* absolute offset of the weight in that file */
+	uint64_t rows, cols;      /* [out, in], cols % the scheme's group == 0 */
+	enum rq_src_dtype dtype;  /* the SRC weight's element type (BF16 for the Laguna fix) */
+	uint32_t input_gs_bits;   /* input_global_scale from CALIB, bit-exact (Laguna fix) */
+	int nt;                   /* output tensors, each at t[k].off in the module's output */
+	struct rq_stensor t[RQ_SCHEME_MAX_TENSORS];
+	uint64_t out_size;        /* sum of t[].len */
 	int job, slot;            /* the job computing it and its place in the job */
 };
 
-/* One quantization job: a module, or a fused gate/up pair (gate in slot 0)
- * sharing one global scale. Output layout, per slot s at mod_off[s]:
- *   packed [rows][cols/2] | scales [rows][cols/16] | global scale (F32 LE, 4 B) */
+/* One quantization job: a module, or a fused set sharing one global scale
+ * (Laguna fix: gate/up, gate in slot 0; NVFP4 schemes: model_free_ptq's
+ * q/k/v, gate/up, w1/w3, wq_a/wkv_a_with_mqa sets, primary in slot 0). The
+ * output is the slots' module outputs back to back, slot s at mod_off[s]
+ * (NVFP4: packed [rows][cols/2] | scales [rows][cols/16] | global scale F32). */
+#define RQ_JOB_MAX_MODS 3
 struct rq_job {
 	int nmod;
-	int mod[2];
-	uint64_t mod_off[2];
+	int mod[RQ_JOB_MAX_MODS];
+	uint64_t mod_off[RQ_JOB_MAX_MODS];
 	uint64_t out_size;
-	uint64_t in_size;         /* BF16 bytes read from SRC */
+	uint64_t in_size;         /* weight bytes read from SRC */
 };
 
 struct rq_plan {
@@ -93,7 +110,10 @@ struct rq_plan {
 	char **skipped;           /* one line per SRC entry not presented (a symlink leading
 	                             out of SRC, a FIFO...), for the CLI/daemon to log */
 	enum rq_recipe recipe;
-	char *dropped_rule;       /* the ignore entry removed */
+	enum rq_scheme scheme;    /* RQ_SCHEME_NVFP4: the Laguna fix */
+	char *dropped_rule;       /* the ignore entry removed (Laguna fix), else NULL */
+	size_t ndropped;          /* other schemes: SRC quantization_config.ignore entries */
+	char **dropped;           /*   removed because every module they matched is now quantized */
 	size_t nsrcs;
 	struct rq_srcfile *srcs;
 	size_t nfiles;
@@ -119,7 +139,7 @@ long rq_plan_find_file(const struct rq_plan *p, const char *name);
 /* Index of the first segment of f that overlaps offset off (off < f->size). */
 size_t rq_vfile_seg_at(const struct rq_vfile *f, uint64_t off);
 
-/* Byte offsets of a module's outputs in its job's output. */
+/* Byte offsets of a module's outputs in its job's output (NVFP4 layouts). */
 static inline uint64_t rq_mod_packed_off(const struct rq_plan *p, const struct rq_module *m)
 {
 	return p->jobs[m->job].mod_off[m->slot];

@@ -13,9 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int rq_plan_layout(struct rq_plan *p, const char *config, size_t config_len,
-                   size_t rule_index, struct st_header **hdr, struct rq_err *err);
-
 /* Appends a segment, merging it into the previous one when contiguous. */
 static int add_seg(struct rq_vfile *f, size_t *cap, struct rq_seg s)
 {
@@ -50,66 +47,83 @@ static int mem_file(struct rq_plan *p, struct rq_vfile *f, char *bytes, size_t l
 
 /* config.json minus the dropped rule's array element, with one separating
  * comma and the whitespace between; every other byte kept. */
-static int rewrite_config(struct rq_plan *p, struct rq_vfile *f, const char *cfg, size_t n,
-                          size_t k, struct rq_err *err)
+int rq_plan_laguna_config(const char *cfg, size_t n, size_t k, char **outp, size_t *out_len,
+                          struct rq_err *err)
 {
-	size_t qc, ign, cnt;
+	size_t qc, ign;
+	struct jt_buf b = {0};
 	int rc = jt_member(cfg, n, jt_ws(cfg, n, 0), "quantization_config", &qc);
 	if (!rc)
 		rc = jt_member(cfg, n, qc, "ignore", &ign);
 	if (!rc)
-		rc = jt_elements(cfg, n, ign, NULL, NULL, 0, &cnt);
-	if (rc || k >= cnt)
-		return rq_errf(err, -EPROTO, "config.json: cannot locate quantization_config.ignore[%zu]",
-		               k);
-	size_t *st = malloc(cnt * sizeof *st), *en = malloc(cnt * sizeof *en);
-	if (!st || !en) {
-		free(st);
-		free(en);
-		return -ENOMEM;
+		rc = jt_cut_element(&b, cfg, n, ign, k);
+	if (!rc)
+		jt_put(&b, "", 1);   /* NUL-terminated for the caller */
+	if (!rc && b.oom)
+		rc = -ENOMEM;
+	if (rc) {
+		free(b.p);
+		return rc == -ENOMEM ? rc : rq_errf(err, -EPROTO, "config.json: cannot locate "
+		                                    "quantization_config.ignore[%zu]", k);
 	}
-	jt_elements(cfg, n, ign, st, en, cnt, &cnt);
-	size_t cut_b, cut_e;
-	if (k + 1 < cnt) {          /* element, comma, whitespace up to the next element */
-		cut_b = st[k];
-		cut_e = st[k + 1];
-	} else if (k > 0) {         /* last: comma and whitespace after the previous one */
-		cut_b = en[k - 1];
-		cut_e = en[k];
-	} else {                    /* the only element */
-		cut_b = st[k];
-		cut_e = en[k];
-	}
-	free(st);
-	free(en);
-	char *out = malloc(n - (cut_e - cut_b) + 1);
-	if (!out)
-		return -ENOMEM;
-	memcpy(out, cfg, cut_b);
-	memcpy(out + cut_b, cfg + cut_e, n - cut_e);
-	return mem_file(p, f, out, n - (cut_e - cut_b));
+	*outp = b.p;
+	*out_len = b.len - 1;
+	return 0;
 }
 
-static const char *part_suffix[4] = {
-	".weight_packed", ".weight_scale", ".weight_global_scale", ".input_global_scale"
-};
+/* Tensors of module m in its shard: the scheme's t[], and for the Laguna
+ * fix the input_global_scale from CALIB (part index nt, a MEM segment). */
+static int mod_parts(const struct rq_plan *p, const struct rq_module *m)
+{
+	return m->nt + (p->scheme == RQ_SCHEME_NVFP4);
+}
+
+static int part_name(const struct rq_plan *p, const struct rq_module *m, int part, char *buf,
+                     size_t len)
+{
+	const char *suf = part < m->nt ? m->t[part].suffix : "input_global_scale";
+	(void)p;
+	return snprintf(buf, len, "%s.%s", m->name, suf) >= (int)len ? -ENAMETOOLONG : 0;
+}
+
+static int part_spec(const struct rq_plan *p, const struct rq_module *m, int part,
+                     struct st_spec *x, struct rq_err *err)
+{
+	if (part >= m->nt) {           /* Laguna: input_global_scale F32 [1] */
+		x->dtype = ST_F32;
+		x->ndim = 1;
+		x->shape[0] = 1;
+		return 0;
+	}
+	const struct rq_stensor *t = &m->t[part];
+	if (st_dtype_parse(t->dtype, strlen(t->dtype), &x->dtype))
+		return rq_errf(err, -EINVAL, "%s.%s: scheme %s gives unknown dtype %s", m->name,
+		               t->suffix, rq_scheme_name(p->scheme), t->dtype);
+	x->ndim = t->ndim;
+	for (int d = 0; d < t->ndim && d < 2; d++)
+		x->shape[d] = t->shape[d];
+	return 0;
+}
 
 /* A shard holding requantized modules: the file save_file would write. */
 static int rewrite_shard(struct rq_plan *p, size_t s, const struct st_header *h,
                          uint64_t *data_size, struct rq_err *err)
 {
 	struct rq_vfile *f = &p->files[s];
-	size_t nm = 0;
+	size_t nm = 0, np = 0;
 	for (size_t i = 0; i < p->nmods; i++)
-		nm += p->mods[i].src == (int)s;
-	size_t nspec = h->n - nm + 4 * nm, ns = 0, cap = 0, nn = 0;
+		if (p->mods[i].src == (int)s) {
+			nm++;
+			np += (size_t)mod_parts(p, &p->mods[i]);
+		}
+	size_t nspec = h->n - nm + np, ns = 0, cap = 0, nn = 0;
 	struct st_spec *spec = calloc(nspec, sizeof *spec);
 	int *what = calloc(nspec, sizeof *what);        /* -1: SRC tensor, else part */
 	size_t *ref = calloc(nspec, sizeof *ref);       /* tensor index or module index */
 	char *skip = calloc(h->n ? h->n : 1, 1);
 	size_t *order = calloc(nspec, sizeof *order);
 	uint64_t *begin = calloc(nspec, sizeof *begin);
-	char **names = calloc(4 * nm + 1, sizeof *names);
+	char **names = calloc(np + 1, sizeof *names);
 	uint8_t *hb = NULL;
 	size_t hlen = 0;
 	int rc = -ENOMEM;
@@ -122,21 +136,22 @@ static int rewrite_shard(struct rq_plan *p, size_t s, const struct st_header *h,
 		char wn[1100];
 		snprintf(wn, sizeof wn, "%s.weight", m->name);
 		skip[st_find(h, wn)] = 1;
-		for (int part = 0; part < 4; part++) {
-			size_t l = strlen(m->name) + strlen(part_suffix[part]) + 1;
-			if (!(names[nn] = malloc(l)))
+		for (int part = 0; part < mod_parts(p, m); part++) {
+			char pn[1100];
+			rc = part_name(p, m, part, pn, sizeof pn);
+			if (rc || !(names[nn] = strdup(pn))) {
+				rc = rc ? rc : -ENOMEM;
 				goto out;
-			snprintf(names[nn], l, "%s%s", m->name, part_suffix[part]);
+			}
 			struct st_spec *x = &spec[ns];
 			x->name = names[nn++];
-			x->ndim = part < 2 ? 2 : 1;
-			x->shape[0] = part < 2 ? m->rows : 1;
-			x->shape[1] = part == 0 ? m->cols / 2 : m->cols / 16;
-			x->dtype = part == 0 ? ST_U8 : part == 1 ? ST_F8_E4M3 : ST_F32;
+			if ((rc = part_spec(p, m, part, x, err)))
+				goto out;
 			what[ns] = part;
 			ref[ns++] = i;
 		}
 	}
+	rc = -ENOMEM;
 	for (size_t t = 0; t < h->n; t++) {
 		if (skip[t])
 			continue;
@@ -168,7 +183,7 @@ static int rewrite_shard(struct rq_plan *p, size_t s, const struct st_header *h,
 			continue;
 		}
 		const struct rq_module *m = &p->mods[ref[j]];
-		if (what[j] == 3) {
+		if (what[j] >= m->nt) {
 			uint8_t *b = malloc(4);
 			if (!b || (rc = rq_plan_keep(p, b)))
 				break;
@@ -177,12 +192,11 @@ static int rewrite_shard(struct rq_plan *p, size_t s, const struct st_header *h,
 			                                      .mem = b});
 			continue;
 		}
-		uint64_t jo = what[j] == 0 ? rq_mod_packed_off(p, m)
-		            : what[j] == 1 ? rq_mod_scales_off(p, m) : rq_mod_gs_off(p, m);
-		uint64_t len = what[j] == 0 ? m->rows * m->cols / 2
-		             : what[j] == 1 ? m->rows * m->cols / 16 : 4;
-		rc = add_seg(f, &cap, (struct rq_seg){.off = off, .len = len, .kind = RQ_SEG_JOB,
-		                                      .job = m->job, .job_off = jo});
+		const struct rq_stensor *t = &m->t[what[j]];
+		rc = add_seg(f, &cap, (struct rq_seg){.off = off, .len = t->len, .kind = RQ_SEG_JOB,
+		                                      .job = m->job,
+		                                      .job_off = p->jobs[m->job].mod_off[m->slot] +
+		                                                 t->off});
 	}
 	f->size = hlen + *data_size;
 out:
@@ -198,6 +212,12 @@ out:
 	return rc;
 }
 
+static int cmp_item(const void *a, const void *b)
+{
+	const cJSON *x = *(const cJSON *const *)a, *y = *(const cJSON *const *)b;
+	return strcmp(x->string, y->string);
+}
+
 static int rewrite_index(struct rq_plan *p, struct rq_vfile *f, const uint64_t *data_size,
                          struct rq_err *err)
 {
@@ -209,32 +229,57 @@ static int rewrite_index(struct rq_plan *p, struct rq_vfile *f, const uint64_t *
 	cJSON *wm, *j = jt_index_parse(text, len, &wm);
 	if (!j)
 		return rq_errf(err, -EPROTO, "SRC %s has no weight_map object", f->name);
-	rc = 0;
+	/* cJSON objects are lists: index the weight_map once (sorted by key), so
+	 * the real Laguna index (126k entries, 6k modules) costs milliseconds,
+	 * not a lookup and a delete scanning the list per module. */
+	size_t n = 0, k = 0;
+	for (cJSON *e = wm->child; e; e = e->next)
+		n++;
+	cJSON **ix = malloc((n ? n : 1) * sizeof *ix);
+	cJSON **gone = malloc((p->nmods ? p->nmods : 1) * sizeof *gone);   /* detached entries */
+	size_t ngone = 0;
+	char *used = calloc(p->nsrcs ? p->nsrcs : 1, 1);
+	rc = ix && gone && used ? 0 : -ENOMEM;
+	for (cJSON *e = wm->child; e && !rc; e = e->next)
+		if (e->string)
+			ix[k++] = e;
+	if (!rc)
+		qsort(ix, k, sizeof *ix, cmp_item);
 	for (size_t i = 0; i < p->nmods && !rc; i++) {
 		const struct rq_module *m = &p->mods[i];
 		char wn[1100];
 		snprintf(wn, sizeof wn, "%s.weight", m->name);
-		cJSON *e = cJSON_GetObjectItemCaseSensitive(wm, wn);
+		cJSON key = {.string = wn}, *kp = &key;
+		cJSON **hit = k ? bsearch(&kp, ix, k, sizeof *ix, cmp_item) : NULL;
+		cJSON *e = hit ? *hit : NULL;
 		if (!cJSON_IsString(e) || strcmp(e->valuestring, p->srcs[m->src].name)) {
 			rc = rq_errf(err, -EPROTO, "SRC %s maps %s to %s, but it is in %s; the index does "
 			             "not match the shards", f->name, wn,
 			             cJSON_IsString(e) ? e->valuestring : "nothing", p->srcs[m->src].name);
 			break;
 		}
-		cJSON_DeleteItemFromObjectCaseSensitive(wm, wn);
-		for (int part = 0; part < 4; part++) {
-			snprintf(wn, sizeof wn, "%s%s", m->name, part_suffix[part]);
-			if (!cJSON_AddStringToObject(wm, wn, p->srcs[m->src].name))
+		/* detached now, freed after the loop: ix still points at it */
+		gone[ngone++] = cJSON_DetachItemViaPointer(wm, e);
+		for (int part = 0; part < mod_parts(p, m) && !rc; part++) {
+			rc = part_name(p, m, part, wn, sizeof wn);
+			if (!rc && !cJSON_AddStringToObject(wm, wn, p->srcs[m->src].name))
 				rc = -ENOMEM;
 		}
 	}
-	uint64_t total = 0;
-	for (size_t s = 0; s < p->nsrcs && !rc; s++) {
-		int used = 0;
-		for (cJSON *e = wm->child; e && !used; e = e->next)
-			used = cJSON_IsString(e) && !strcmp(e->valuestring, p->srcs[s].name);
-		total += used ? data_size[s] : 0;
+	free(ix);
+	for (size_t i = 0; i < ngone; i++)
+		cJSON_Delete(gone[i]);
+	free(gone);
+	/* total_size: the data of every shard the new weight_map still names */
+	for (cJSON *e = wm->child; e && !rc; e = e->next) {
+		const struct rq_srcfile *sf = cJSON_IsString(e) ? rq_src_find(p, e->valuestring) : NULL;
+		if (sf)
+			used[sf - p->srcs] = 1;
 	}
+	uint64_t total = 0;
+	for (size_t s = 0; s < p->nsrcs && !rc; s++)
+		total += used[s] ? data_size[s] : 0;
+	free(used);
 	cJSON *md = cJSON_GetObjectItemCaseSensitive(j, "metadata");
 	if (!rc && cJSON_IsObject(md)) {
 		cJSON *ts = cJSON_CreateNumber((double)total);
@@ -258,8 +303,8 @@ static int rewrite_index(struct rq_plan *p, struct rq_vfile *f, const uint64_t *
 	return mem_file(p, f, b.p, b.len);
 }
 
-int rq_plan_layout(struct rq_plan *p, const char *config, size_t config_len,
-                   size_t rule_index, struct st_header **hdr, struct rq_err *err)
+int rq_plan_layout(struct rq_plan *p, char *config, size_t config_len, struct st_header **hdr,
+                   struct rq_err *err)
 {
 	p->files = calloc(p->nsrcs, sizeof *p->files);
 	uint64_t *data_size = calloc(p->nsrcs, sizeof *data_size);
@@ -282,7 +327,8 @@ int rq_plan_layout(struct rq_plan *p, const char *config, size_t config_len,
 		if (hdr[s])
 			data_size[s] = hdr[s]->file_size - hdr[s]->data_start;
 		if (!strcmp(f->name, "config.json")) {
-			rc = rewrite_config(p, f, config, config_len, rule_index, err);
+			rc = mem_file(p, f, config, config_len);   /* frees it on failure */
+			config = NULL;
 		} else if (!strcmp(f->name, "model.safetensors.index.json")) {
 			index = (long)s;             /* after every shard's size is known */
 		} else if (has_mod[s]) {
@@ -299,6 +345,7 @@ int rq_plan_layout(struct rq_plan *p, const char *config, size_t config_len,
 	for (size_t s = 0; s < p->nfiles && !rc; s++)
 		p->total_size += p->files[s].size;
 out:
+	free(config);     /* not taken: no config.json in SRC, or out of memory first */
 	free(data_size);
 	free(has_mod);
 	return rc;

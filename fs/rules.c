@@ -29,7 +29,7 @@ int rq_regex_compile(regex_t *re, const char *pat, int anchor_start, struct rq_e
 			default:
 				if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) {
 					free(ere);
-					return rq_errf(err, -EINVAL, "ignore pattern '%s': the escape \\%c has no "
+					return rq_errf(err, -EINVAL, "pattern '%s': the escape \\%c has no "
 					               "POSIX equivalent here", pat, c);
 				}
 				*o++ = '\\';
@@ -38,14 +38,14 @@ int rq_regex_compile(regex_t *re, const char *pat, int anchor_start, struct rq_e
 		} else if (pat[i] == '(' && pat[i + 1] == '?') {
 			if (pat[i + 2] != ':') {
 				free(ere);
-				return rq_errf(err, -EINVAL, "ignore pattern '%s': Python group syntax '(?%c' "
+				return rq_errf(err, -EINVAL, "pattern '%s': Python group syntax '(?%c' "
 				               "is not supported", pat, pat[i + 2]);
 			}
 			*o++ = '(';
 			i += 2;
 		} else if ((pat[i] == '*' || pat[i] == '+' || pat[i] == '?') && pat[i + 1] == '?') {
 			free(ere);
-			return rq_errf(err, -EINVAL, "ignore pattern '%s': non-greedy quantifiers are not "
+			return rq_errf(err, -EINVAL, "pattern '%s': non-greedy quantifiers are not "
 			               "supported", pat);
 		} else {
 			*o++ = pat[i];
@@ -59,7 +59,7 @@ int rq_regex_compile(regex_t *re, const char *pat, int anchor_start, struct rq_e
 	if (rc) {
 		char m[128];
 		regerror(rc, re, m, sizeof m);
-		return rq_errf(err, -EINVAL, "ignore pattern '%s' does not compile: %s", pat, m);
+		return rq_errf(err, -EINVAL, "pattern '%s' does not compile: %s", pat, m);
 	}
 	return 0;
 }

@@ -1,7 +1,7 @@
-/* rules.h — quantization_config.ignore entries, matched like vLLM and
- * compressed-tensors: "re:PAT" matches a module name when Python's
- * re.match(PAT, name) does (anchored at the start only); any other entry must
- * equal the name exactly. PAT is translated to POSIX ERE (\d \w \s and (?:
+/* rules.h — quantization_config.ignore entries and --targets/--ignore,
+ * matched like vLLM and compressed-tensors: "re:PAT" matches a module name
+ * when Python's re.match(PAT, name) does (anchored at the start only); any
+ * other entry must equal the name exactly. PAT is translated to POSIX ERE (\d \w \s and (?:
  * are rewritten); a pattern using other Python-only syntax is refused. */
 #ifndef RQ_FS_RULES_H
 #define RQ_FS_RULES_H

@@ -89,6 +89,20 @@ int ek_capture_begin(struct ek_dev *d);
 int ek_capture_end(struct ek_dev *d, struct ek_graph **out);
 int ek_graph_run(struct ek_dev *d, struct ek_graph *g);
 void ek_graph_free(struct ek_graph *g);
+/* Programmatic dependent launch (the rule: kernels/ek_rt.cu). ek_pdl: 0 off,
+ * 1 on for direct launches only, 2 on for launches and captured graphs. On by
+ * default on compute capability >= 9.0 when ek_open's probe launches (and a
+ * probe capture) work; EK_PDL=0 in the environment at ek_open turns it off.
+ * A capture that fails with PDL edges drops the mode to 1 (capture again).
+ * ek_set_pdl sets the mode (-ENODEV when asked for more than the probe
+ * found); ek_pdl_status says why it is off. Results are identical with and
+ * without: PDL changes when a kernel is scheduled, never what it reads. */
+int ek_pdl(const struct ek_dev *d);
+int ek_set_pdl(struct ek_dev *d, int mode);
+const char *ek_pdl_status(const struct ek_dev *d);
+/* Kernels launched (or recorded into a capture) on d since ek_open; with
+ * d NULL, on every device of the process. */
+unsigned long long ek_launches(const struct ek_dev *d);
 /* Copy bandwidths in bytes/s, best of reps: device→device cudaMemcpy of
  * `bytes` (counted as read + write) and pinned host→device. */
 int ek_copy_bw(struct ek_dev *d, size_t bytes, int reps, double *d2d, double *h2d);
@@ -156,6 +170,20 @@ int ek_gemv(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, flo
 int ek_gemv_cpu(const struct ek_w *W, const float *x, int ldx, float *y, int ldy, int T, int acc);
 int ek_gemm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, float *y, int ldy,
             int T, int acc);
+/* RMSNorm fused into the GEMV that reads it (decode, T <= EK_GEMV_NORM_MAX_T):
+ *   xn[t] = RMSNorm(x[t]) with weights nw [cols] and eps (ek_rmsnorm's formula),
+ *   y[t][r] = (acc ? y[t][r] : 0) + Σ_c W_0[r][c] · xn[t][c].
+ * Every block computes 1/rms of x[t] itself and normalizes x as it stages it;
+ * when xn is not NULL, block 0 also stores xn[t] [T][ldxn] (for later readers
+ * of the normalized x; must not overlap x). On the GPU y and xn are bit-identical
+ * to ek_rmsnorm followed by ek_gemv (same reduction, same roundings); the
+ * twin is bit-identical to ek_rmsnorm_cpu followed by ek_gemv_cpu. */
+#define EK_GEMV_NORM_MAX_T 4
+int ek_gemv_norm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx,
+                 const float *nw, float eps, float *xn, int ldxn, float *y, int ldy, int T,
+                 int acc);
+int ek_gemv_norm_cpu(const struct ek_w *W, const float *x, int ldx, const float *nw, float eps,
+                     float *xn, int ldxn, float *y, int ldy, int T, int acc);
 int ek_gemm_cpu(const struct ek_w *W, const float *x, int ldx, float *y, int ldy, int T, int acc);
 
 /* ------------------------------------------------------------------- MoE */
@@ -184,9 +212,9 @@ int ek_moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
                float *out, int ldo, int T, int acc, void *work);
 size_t ek_moe_work_bytes(int T, int k, int inter, int hidden);
 
-/* ek_moe and ek_attn keep arrival counters in the first EK_WORK_CNT_BYTES of
- * their work buffer, at offsets that do not depend on T: one buffer sized
- * for the largest T serves every call, and the counters stay zero between. */
+/* ek_moe keeps arrival counters in the first EK_WORK_CNT_BYTES of its work
+ * buffer, at offsets that do not depend on T: one buffer sized for the
+ * largest T serves every call, and the counters stay zero between. */
 #define EK_WORK_CNT_BYTES 65536
 
 /* ---------------------------------------------------- elementwise, norms */
@@ -238,9 +266,14 @@ void ek_qk_rope_kv_cpu(float *q, int ldq, float *k, int ldk, const float *v, int
  *   out[t·ldo + h·hd + i] = Σ softmax_j(q·k_j / sqrt(hd)) · v_j[i], then times
  *   softplus(g[t·ldg + h]) (gate 1, per head), softplus(g[t·ldg + h·hd + i])
  *   (gate 2, per element) or 1 (gate 0, g unused).
- * max_keys >= the most keys any token sees in any call on this work buffer:
- * it fixes the split of long contexts over blocks (graph-safe). work:
- * ek_attn_work_bytes() bytes of device memory, zeroed before the first call. */
+ * max_keys: the most keys a token sees in calls on this work buffer; it fixes
+ * the grid (splits of up to 64-key chunks, graph-safe) and the work size, not
+ * the result (more keys than max_keys are still all attended). work:
+ * ek_attn_work_bytes() bytes of device memory (partials; no state is kept
+ * between calls). T <= EK_GEMV_MAX_T: split blocks + a merge kernel (kernels/
+ * ek_attn.cu); larger T: the prefill kernel. The twin computes the split and
+ * merge arithmetic of the decode kernels for every T (work unused, may be
+ * NULL; 0 or -ENOMEM). */
 int ek_attn(struct ek_dev *d, float *out, int ldo, const float *q, int ldq, const float *g,
             int ldg, int gate, int T, int nh, int nkv, int hd, const void *kc, const void *vc,
             int kvtype, int cap, const int *pos, int window, int max_keys, void *work);

@@ -1,12 +1,16 @@
 /* ek_attn_cpu.c — CPU twins of the attention ops (ek_qk_rope_kv in
  * ek_ops.cu, ek_attn in ek_attn.cu): QK-norm, RoPE, the KV cache in each of
- * its types (BF16 and FP8 E4M3 through quant/'s conversions), attention. */
+ * its types (BF16 and FP8 E4M3 through quant/'s conversions), attention cut
+ * into chunks, splits and a merge exactly as ek_attn.cu's decode kernels cut
+ * it (ek_attn_int.h), whatever T is. */
 #include "kernels/ek_cpu_int.h"
+#include "kernels/ek_attn_int.h"
 #include "quant/quant.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 size_t ek_kv_bytes(int kvtype, int cap, int nkv, int hd)
 {
@@ -80,55 +84,124 @@ void ek_qk_rope_kv_cpu(float *q, int ldq, float *k, int ldk, const float *v, int
 
 size_t ek_attn_work_bytes(int T, int nh, int hd, int max_keys)
 {
-	size_t splits = ((size_t)(max_keys > 0 ? max_keys : 1) + 511) / 512;
-	/* counters (fixed prefix), then per (token, head, split): acc[hd], max, sum */
-	size_t b = EK_WORK_CNT_BYTES + (size_t)T * nh * splits * (hd + 2) * sizeof(float);
+	/* per (token, head, split): the partial output [hd], then max and sum */
+	size_t b = (size_t)(T > 0 ? T : 1) * nh * ek_at_nsplit(max_keys) * (hd + 2) * sizeof(float);
 	return (b + 255) & ~(size_t)255;
+}
+
+/* One split of one query head, as one block of k_attn_split computes it:
+ * chunks [c0, c1) of the keys from lo, online softmax per chunk, p·v summed
+ * per key group (keys g, g + G, ...) and the groups added in order. Scores
+ * are the sum of two halves (every other vector of the row, like the two
+ * threads of a key) and the chunk's sum of exponentials is the butterfly
+ * order of warp_sum over lanes holding keys (i, i + 32). Plain multiply-add
+ * where the kernel uses fmaf: the twin agrees within the tolerance of
+ * test_ek_gpu, not bit for bit. Writes o[hd] (Σ e^(s - m)·v), *pm, *pl. */
+static void attn_split(const float *qh, const void *kc, const void *vc, int kvtype, size_t kvo,
+                       int hd, int cap, int lo, int p, int c0, int c1, float scale, float *o,
+                       float *og, float *pm, float *pl)
+{
+	int ve = ek_at_ve(kvtype, hd), nv = hd / ve, G = EK_AT_THREADS / nv;
+	int ge = G < EK_AT_CHUNK ? G : EK_AT_CHUNK;
+	float sc[EK_AT_CHUNK], m = -INFINITY, l = 0;
+	for (int i = 0; i < ge * hd; i++)
+		og[i] = 0;
+	for (int c = c0; c < c1; c++) {
+		int k0 = lo + c * EK_AT_CHUNK, cnt = p + 1 - k0 < EK_AT_CHUNK ? p + 1 - k0 : EK_AT_CHUNK;
+		int s0 = k0 % cap;
+		for (int j = 0; j < EK_AT_CHUNK; j++) {
+			if (j >= cnt) {
+				sc[j] = -INFINITY;
+				continue;
+			}
+			size_t row = kvo + (size_t)ek_at_slot(s0, j, cap) * hd;
+			float hs[2] = {0, 0};
+			for (int v = 0; v < nv; v++)
+				for (int e = 0; e < ve; e++)
+					hs[v & 1] += qh[v * ve + e] * kv_load(kc, kvtype, row + (size_t)v * ve + e);
+			sc[j] = (hs[0] + hs[1]) * scale;
+		}
+		float cm = -INFINITY, lane[32];
+		for (int j = 0; j < EK_AT_CHUNK; j++)
+			cm = sc[j] > cm ? sc[j] : cm;
+		float mn = m > cm ? m : cm, corr = expf(m - mn);
+		for (int j = 0; j < EK_AT_CHUNK; j++)
+			sc[j] = expf(sc[j] - mn);
+		for (int i = 0; i < 32; i++)
+			lane[i] = sc[i] + sc[i + 32];
+		for (int w = 16; w > 0; w >>= 1) {
+			float nx[32];
+			for (int i = 0; i < 32; i++)
+				nx[i] = lane[i] + lane[i ^ w];
+			memcpy(lane, nx, sizeof lane);
+		}
+		l = l * corr + lane[0];
+		m = mn;
+		for (int i = 0; i < ge * hd; i++)
+			og[i] *= corr;
+		for (int g = 0; g < ge; g++)
+			for (int k = g; k < cnt; k += G) {
+				size_t row = kvo + (size_t)ek_at_slot(s0, k, cap) * hd;
+				for (int i = 0; i < hd; i++)
+					og[(size_t)g * hd + i] += sc[k] * kv_load(vc, kvtype, row + i);
+			}
+	}
+	for (int i = 0; i < hd; i++) {
+		float acc = 0;
+		for (int g = 0; g < ge; g++)
+			acc += og[(size_t)g * hd + i];
+		o[i] = acc;
+	}
+	*pm = m;
+	*pl = l;
 }
 
 int ek_attn_cpu(float *out, int ldo, const float *q, int ldq, const float *g, int ldg, int gate,
                 int T, int nh, int nkv, int hd, const void *kc, const void *vc, int kvtype,
                 int cap, const int *pos, int window, int max_keys, void *work)
 {
-	int rep = nh / nkv;
+	(void)work;
+	int rep = nh / nkv, ns = ek_at_nsplit(max_keys), ve = ek_at_ve(kvtype, hd);
+	int G = EK_AT_THREADS / (hd / ve), ge = G < EK_AT_CHUNK ? G : EK_AT_CHUNK;
 	float scale = (float)(1.0 / sqrt((double)hd));
-	float *sc = malloc(sizeof(float) * ((size_t)cap + 1));
-	if (!sc)
+	/* partials [ns][hd + 2] of one head, the key groups' running outputs */
+	float *part = malloc(sizeof(float) * ((size_t)ns * (hd + 2) + (size_t)ge * hd));
+	if (!part)
 		return -ENOMEM;
+	float *og = part + (size_t)ns * (hd + 2);
 	for (int t = 0; t < T; t++) {
-		int p = *pos + t, lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-		int n = p - lo + 1;
+		int p = *pos + t, lo = ek_at_lo(p, window), nch = ek_at_chunks(p - lo + 1);
+		int nsp = ns < nch ? ns : nch;
 		for (int h = 0; h < nh; h++) {
 			const float *qh = q + (size_t)t * ldq + (size_t)h * hd;
 			size_t kvo = (size_t)(h / rep) * cap * hd;
-			float mx = -INFINITY, sum = 0;
-			for (int j = 0; j < n; j++) {
-				size_t o = kvo + (size_t)((lo + j) % cap) * hd;
-				float s = 0;
-				for (int i = 0; i < hd; i++)
-					s += qh[i] * kv_load(kc, kvtype, o + i);
-				sc[j] = s * scale;
-				if (sc[j] > mx)
-					mx = sc[j];
+			for (int sp = 0; sp < nsp; sp++) {
+				int c0, c1;
+				float *ps = part + (size_t)sp * (hd + 2);
+				ek_at_range(nch, nsp, sp, &c0, &c1);
+				attn_split(qh, kc, vc, kvtype, kvo, hd, cap, lo, p, c0, c1, scale, ps, og,
+				           ps + hd, ps + hd + 1);
 			}
-			for (int j = 0; j < n; j++) {
-				sc[j] = expf(sc[j] - mx);
-				sum += sc[j];
+			/* the merge (k_attn_merge): weights e^(m_s - M), split order */
+			float M = -INFINITY, L = 0, w[EK_AT_SPLITS];
+			for (int sp = 0; sp < nsp; sp++)
+				M = part[(size_t)sp * (hd + 2) + hd] > M ? part[(size_t)sp * (hd + 2) + hd] : M;
+			for (int sp = 0; sp < nsp; sp++) {
+				w[sp] = expf(part[(size_t)sp * (hd + 2) + hd] - M);
+				L += part[(size_t)sp * (hd + 2) + hd + 1] * w[sp];
 			}
 			float *o = out + (size_t)t * ldo + (size_t)h * hd;
-			for (int i = 0; i < hd; i++)
-				o[i] = 0;
-			for (int j = 0; j < n; j++) {
-				size_t vo = kvo + (size_t)((lo + j) % cap) * hd;
-				float pj = sc[j] / sum;
-				for (int i = 0; i < hd; i++)
-					o[i] += pj * kv_load(vc, kvtype, vo + i);
+			for (int i = 0; i < hd; i++) {
+				float O = 0;
+				for (int sp = 0; sp < nsp; sp++)
+					O += part[(size_t)sp * (hd + 2) + i] * w[sp];
+				o[i] = O / L;
 			}
 			for (int i = 0; gate && i < hd; i++)
 				o[i] *= ek_softplus(gate == 1 ? g[(size_t)t * ldg + h]
 				                           : g[(size_t)t * ldg + (size_t)h * hd + i]);
 		}
 	}
-	free(sc);
+	free(part);
 	return 0;
 }

@@ -27,7 +27,12 @@ struct ek_dev {
 	cudaEvent_t ev[8];         /* ek_mark slots */
 	cudaEvent_t t0, t1;        /* ek_time_* */
 	int capturing;
-	int pdl;                   /* launch with programmatic dependent launch (EK_PDL=1) */
+	int pdl;                   /* launches carry the PDL attribute (ek_rt.cu: the rule) */
+	int pdl_graph;             /* ... also while capturing (programmatic graph edges work) */
+	int pdl_ok, pdl_graph_ok;  /* what ek_open's probe found (ek_set_pdl may not exceed it) */
+	int cap_pdl;               /* the capture under way records PDL launches */
+	unsigned long long launches;   /* kernels launched or captured through ek_launch */
+	char pdl_why[600];         /* why PDL is off ("" when on) */
 	struct ek_blas *blas;      /* NULL without cuBLAS */
 	void *ws;
 	size_t ws_bytes;
@@ -50,13 +55,7 @@ int ek_blas_gemm(struct ek_dev *d, const uint16_t *w, int rows, int cols, const 
 void ek_blas_close(struct ek_dev *d);
 void ek_blas_open(struct ek_dev *d);
 
-/* GEMV kernels' modes (ek_gemv.cu), shared with the MoE ops (ek_moe.cu):
- *   GV_PLAIN  y[t] (+)= W·x[t], t < T (<= 16 tokens, each weight read once)
- *   GV_GU     per slot s < T: e = ids[s], y[s] = silu(W_e·x[s/k]) ⊙ (W2_e·x[s/k])
- *   GV_DOWN   per slot s: y[s] = W_e·x[s]; then the last block of each row
- *             block writes out[t] = (acc ? out[t] : 0) + scale·Σ_j wts[t·k+j]·y[t·k+j]
- *             (cnt: one zeroed int per row block, left at zero). */
-enum { GV_PLAIN = 0, GV_GU = 1, GV_DOWN = 2 };
+#include "kernels/ek_gv_modes.h"       /* GV_PLAIN, GV_GU, GV_DOWN */
 int ek_gv(struct ek_dev *d, int mode, const struct ek_w *A, const struct ek_w *B, const int *ids,
           int k, const float *x, int ldx, float *y, int ldy, int T, int acc, const float *wts,
           float scale, float *out, int ldo, int *cnt);
@@ -70,7 +69,13 @@ int ek_gm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, const
           float *y, int ldy, int M, int acc, const int *tiles, int ntiles);
 #define EK_GM_BM 64
 
-/* Launch with the device's options (PDL attribute when d->pdl). */
+/* Launch with the device's options: the PDL attribute when d->pdl (and,
+ * while capturing, d->pdl_graph). A launch refused with the attribute is
+ * retried once without it and PDL is turned off for the device (ek_rt.cu,
+ * ek_pdl_refused). Every kernel launched here obeys the rule at the top of
+ * ek_rt.cu. Counts launches in d->launches. */
+void ek_pdl_refused(struct ek_dev *d, cudaError_t e);
+extern unsigned long long ek_launches_all;   /* every device's launches (ek_launches(NULL)) */
 template <typename... KArgs, typename... Args>
 static inline cudaError_t ek_launch(struct ek_dev *d, void (*kern)(KArgs...), dim3 grid,
                                     dim3 block, size_t smem, Args... args)
@@ -81,25 +86,62 @@ static inline cudaError_t ek_launch(struct ek_dev *d, void (*kern)(KArgs...), di
 	cfg.blockDim = block;
 	cfg.dynamicSmemBytes = smem;
 	cfg.stream = d->st;
-	if (d->pdl) {
+	d->launches++;
+	__atomic_add_fetch(&ek_launches_all, 1ull, __ATOMIC_RELAXED);
+	int pdl = d->pdl && (!d->capturing || d->pdl_graph);
+	if (pdl) {
 		at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 		at[0].val.programmaticStreamSerializationAllowed = 1;
 		cfg.attrs = at;
 		cfg.numAttrs = 1;
 	}
-	return cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
+	cudaError_t e = cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
+	if (e != cudaSuccess && pdl) {
+		ek_pdl_refused(d, e);
+		cfg.attrs = NULL;
+		cfg.numAttrs = 0;
+		e = cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
+	}
+	return e;
 }
 
 /* --------------------------------------------------------- device side */
 
-/* Programmatic dependent launch: let the next kernel start launching, and
- * wait until the previous one's writes are visible (no-ops without PDL). */
-static __device__ __forceinline__ void pdl_start()
+/* The block's dynamic shared memory as `type name[]` (the SIMT emulation of
+ * the tests defines its own). */
+#define EK_DYN_SMEM(type, name) extern __shared__ __align__(16) type name[]
+
+/* Programmatic dependent launch (the rule: top of ek_rt.cu). pdl_wait:
+ * wait until every kernel before this one on the stream has completed and
+ * its writes are visible; pdl_trigger: let the next kernel start launching
+ * (it waits for this whole grid before touching memory, so where this is
+ * called only affects scheduling); pdl_start: both, trigger first. No-ops
+ * below sm_90 and in launches without the attribute. */
+static __device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void pdl_trigger()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-	asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+static __device__ __forceinline__ void pdl_start()
+{
+	pdl_trigger();
+	pdl_wait();
+}
+
+/* A hint that the line at p (weights: never written during a pass) will be
+ * read soon; returns nothing, so it may precede pdl_wait(). */
+static __device__ __forceinline__ void prefetch_l2(const void *p)
+{
+	asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 static __device__ __forceinline__ float bf16f(uint32_t b)
@@ -124,59 +166,7 @@ static __device__ __forceinline__ uint2 ld_stream8(const void *p)
 	return v;
 }
 
-static __device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
-
-static __device__ __forceinline__ float warp_max(float v)
-{
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1)
-		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-	return v;
-}
-
-/* Block-wide sum / max (blockDim.x a multiple of 32, <= 1024); every thread
- * gets the result. Uses 33 floats of shared memory at `sh`. */
-static __device__ __forceinline__ float block_sum(float v, float *sh)
-{
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	v = warp_sum(v);
-	__syncthreads();
-	if (lane == 0)
-		sh[w] = v;
-	__syncthreads();
-	if (w == 0) {
-		float s = lane < nw ? sh[lane] : 0.0f;
-		s = warp_sum(s);
-		if (lane == 0)
-			sh[32] = s;
-	}
-	__syncthreads();
-	return sh[32];
-}
-
-static __device__ __forceinline__ float block_max(float v, float *sh)
-{
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	v = warp_max(v);
-	__syncthreads();
-	if (lane == 0)
-		sh[w] = v;
-	__syncthreads();
-	if (w == 0) {
-		float s = lane < nw ? sh[lane] : -INFINITY;
-		s = warp_max(s);
-		if (lane == 0)
-			sh[32] = s;
-	}
-	__syncthreads();
-	return sh[32];
-}
+#include "kernels/ek_reduce.cuh"       /* warp/block reductions, RMSNorm arithmetic */
 
 static __device__ __forceinline__ float dsilu(float x)
 {

@@ -1,6 +1,9 @@
 /* ek_gemv.cu — matrix-vector products for decode and small batches
  * (T <= 16 tokens read each weight once), the NVFP4 repack, and the expert
- * GEMVs of the MoE ops (modes in ek_dev.cuh).
+ * GEMVs of the MoE ops (modes in ek_gv_modes.h). The BF16 kernel and the
+ * argument block live in ek_gemv_bf16.cuh (so that tests/kernels/
+ * test_ek_gemv_simt.cpp can run that very source on the host); the NVFP4
+ * kernel, the launches and the entry points here.
  *
  * BF16 (SIMT): a warp owns 2 rows; each lane streams 16-byte chunks (8
  * weights) of both rows, four chunks in flight, widens them with one shift
@@ -16,199 +19,26 @@
  * (exact in fp16), and issues mma.m16n8k16 with x as the B operand (token t
  * = column t; 8 columns per n-tile, two n-tiles for T > 8). Split-K partials
  * meet in shared memory and are summed in a fixed order; the epilogue applies
- * 2^(14-e_t) / gs. */
+ * 2^(14-e_t) / gs.
+ *
+ * Fused RMSNorm (NORM, plain mode, T <= EK_GEMV_NORM_MAX_T): every block
+ * first computes ss = Σ x² of each token with ek_rmsnorm's loop (256
+ * threads, thread i summing elements i, i + 256, ... with fmaf, then
+ * block_sum) and r = 1 / sqrt(ss / n + eps), then uses nw[i] · (x[i] · r)
+ * (two rounded products, k_rmsnorm's) wherever the unfused kernel reads
+ * x[i]: BF16 stages those values in shared memory, NVFP4 recomputes them in
+ * its max|x| pass and as it stages fp16. The GEMV then sees exactly the
+ * values k_rmsnorm would have stored, so y is bit-identical to the two
+ * kernels; block 0 stores them to xn for later readers.
+ *
+ * PDL: plain-mode GEMVs prefetch their first weight lines into L2 before
+ * pdl_wait (weights are never written during a pass; the rule in ek_rt.cu);
+ * MoE modes cannot (the expert comes from ids, written by the router). */
 #include "kernels/ek_dev.cuh"
 
 #include <errno.h>
 
-#define GV_THREADS 256
-#define BF_R 2                     /* rows per warp (BF16) */
-#define BF_ROWS (8 * BF_R)         /* rows per block (BF16) */
-#define FP_RT 2                    /* row tiles per block (NVFP4) */
-#define FP_KS 4                    /* K-splits per block (NVFP4) */
-#define FP_ROWS (16 * FP_RT)
-#define XS_BUDGET (32 * 1024)      /* bytes of staged fp16 x per block */
-#define UNROLL 4
-
-struct gv_args {
-	const uint8_t *w, *w2;     /* set bases: PLAIN/DOWN w; GU gate w, up w2 */
-	size_t stride, stride2;    /* bytes between matrices */
-	const float *gs, *gs2;     /* NVFP4 global scales [n] */
-	int rows, cols, n;
-	const float *x;            /* inputs, rows of ldx floats */
-	int ldx;
-	float *y;                  /* outputs, rows of ldy floats */
-	int ldy;
-	int T;                     /* PLAIN: tokens; MoE: slots (= gridDim.y) */
-	int acc;
-	const int *ids;            /* MoE: [slots] expert per slot */
-	int k;                     /* MoE: picks per token */
-	const float *wts;          /* DOWN: [slots] routing weights */
-	float scale;
-	float *out;                /* DOWN: [slots / k][ldo] */
-	int ldo;
-	int *cnt;                  /* DOWN: [row blocks] arrival counters */
-};
-
-static __device__ __forceinline__ int slot_expert(const gv_args &a, int s)
-{
-	int e = a.ids[s];
-	return e < 0 || e >= a.n ? 0 : e;
-}
-
-/* GV_DOWN: after every slot's block of this row block has written y, the
- * last one to arrive combines them into out (fixed pick order). */
-static __device__ void down_combine(const gv_args &a, int rbeg, int rend)
-{
-	__shared__ int last;
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		__threadfence();
-		last = atomicAdd(&a.cnt[blockIdx.x], 1) == (int)gridDim.y - 1;
-	}
-	__syncthreads();
-	if (!last)
-		return;
-	__threadfence();
-	int nr = rend - rbeg, ntok = (int)gridDim.y / a.k;
-	for (int i = threadIdx.x; i < nr * ntok; i += blockDim.x) {
-		int t = i / nr, r = rbeg + i % nr;
-		float s = 0.0f;
-		for (int j = 0; j < a.k; j++) {
-			int sl = t * a.k + j;
-			s = __fadd_rn(s, __fmul_rn(a.wts[sl], __ldcg(&a.y[(size_t)sl * a.ldy + r])));
-		}
-		float *o = &a.out[(size_t)t * a.ldo + r];
-		*o = __fadd_rn(a.acc ? *o : 0.0f, __fmul_rn(a.scale, s));
-	}
-	if (threadIdx.x == 0)
-		a.cnt[blockIdx.x] = 0;
-}
-
-/* ------------------------------------------------------------- BF16 */
-
-static __device__ __forceinline__ float dot8(uint4 w, float4 a, float4 b, float acc)
-{
-	acc = fmaf(__uint_as_float(w.x << 16), a.x, acc);
-	acc = fmaf(__uint_as_float(w.x & 0xFFFF0000u), a.y, acc);
-	acc = fmaf(__uint_as_float(w.y << 16), a.z, acc);
-	acc = fmaf(__uint_as_float(w.y & 0xFFFF0000u), a.w, acc);
-	acc = fmaf(__uint_as_float(w.z << 16), b.x, acc);
-	acc = fmaf(__uint_as_float(w.z & 0xFFFF0000u), b.y, acc);
-	acc = fmaf(__uint_as_float(w.w << 16), b.z, acc);
-	acc = fmaf(__uint_as_float(w.w & 0xFFFF0000u), b.w, acc);
-	return acc;
-}
-
-template <int TT, bool VEC, int MODE>
-__global__ __launch_bounds__(GV_THREADS) void k_gemv_bf16(gv_args a)
-{
-	constexpr int NS = MODE == GV_GU ? 2 : 1;
-	pdl_start();
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, inst = blockIdx.y;
-	int r0 = (blockIdx.x * 8 + warp) * BF_R, K = a.cols;
-	const uint16_t *W[NS];
-	const float *x = a.x;
-	int ntok = a.T;
-	if (MODE == GV_PLAIN) {
-		W[0] = (const uint16_t *)a.w;
-	} else {
-		int e = slot_expert(a, inst);
-		W[0] = (const uint16_t *)(a.w + (size_t)e * a.stride);
-		if (MODE == GV_GU)
-			W[NS - 1] = (const uint16_t *)(a.w2 + (size_t)e * a.stride2);
-		x = a.x + (size_t)(MODE == GV_GU ? inst / a.k : inst) * a.ldx;
-		ntok = 1;
-	}
-	float acc[NS][BF_R][TT];
-#pragma unroll
-	for (int s = 0; s < NS; s++)
-#pragma unroll
-		for (int r = 0; r < BF_R; r++)
-#pragma unroll
-			for (int t = 0; t < TT; t++)
-				acc[s][r][t] = 0.0f;
-	if (r0 < a.rows) {
-		const uint16_t *wr[NS][BF_R];
-#pragma unroll
-		for (int s = 0; s < NS; s++)
-#pragma unroll
-			for (int r = 0; r < BF_R; r++)
-				wr[s][r] = W[s] + (size_t)min(r0 + r, a.rows - 1) * K;
-		if (VEC) {
-			for (int c = lane * 8; c < K; c += 256 * UNROLL) {
-				uint4 wv[UNROLL][NS][BF_R];
-#pragma unroll
-				for (int u = 0; u < UNROLL; u++)
-#pragma unroll
-					for (int s = 0; s < NS; s++)
-#pragma unroll
-						for (int r = 0; r < BF_R; r++)
-							wv[u][s][r] = c + 256 * u < K ? ld_stream16(wr[s][r] + c + 256 * u)
-							                              : make_uint4(0, 0, 0, 0);
-#pragma unroll
-				for (int u = 0; u < UNROLL; u++) {
-					int cc = c + 256 * u;
-					if (cc >= K)
-						break;
-#pragma unroll
-					for (int t = 0; t < TT; t++) {
-						if (t >= ntok)
-							break;
-						const float4 *xp = (const float4 *)(x + (size_t)t * a.ldx + cc);
-						float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
-#pragma unroll
-						for (int s = 0; s < NS; s++)
-#pragma unroll
-							for (int r = 0; r < BF_R; r++)
-								acc[s][r][t] = dot8(wv[u][s][r], x0, x1, acc[s][r][t]);
-					}
-				}
-			}
-		} else {
-			for (int c = lane; c < K; c += 32)
-#pragma unroll
-				for (int s = 0; s < NS; s++)
-#pragma unroll
-					for (int r = 0; r < BF_R; r++) {
-						float w = bf16f(wr[s][r][c]);
-#pragma unroll
-						for (int t = 0; t < TT; t++)
-							if (t < ntok)
-								acc[s][r][t] = fmaf(w, __ldg(x + (size_t)t * a.ldx + c), acc[s][r][t]);
-					}
-		}
-	}
-#pragma unroll
-	for (int s = 0; s < NS; s++)
-#pragma unroll
-		for (int r = 0; r < BF_R; r++)
-#pragma unroll
-			for (int t = 0; t < TT; t++)
-				acc[s][r][t] = warp_sum(acc[s][r][t]);
-	if (lane == 0) {
-#pragma unroll
-		for (int r = 0; r < BF_R; r++) {
-			int row = r0 + r;
-			if (row >= a.rows)
-				break;
-			if (MODE == GV_PLAIN) {
-#pragma unroll
-				for (int t = 0; t < TT; t++)
-					if (t < ntok) {
-						float *o = &a.y[(size_t)t * a.ldy + row];
-						*o = a.acc ? *o + acc[0][r][0 + t] : acc[0][r][t];
-					}
-			} else if (MODE == GV_GU) {
-				a.y[(size_t)inst * a.ldy + row] = dsilu(acc[0][r][0]) * acc[NS - 1][r][0];
-			} else {
-				a.y[(size_t)inst * a.ldy + row] = acc[0][r][0];
-			}
-		}
-	}
-	if (MODE == GV_DOWN)
-		down_combine(a, blockIdx.x * BF_ROWS, min(a.rows, (int)(blockIdx.x + 1) * BF_ROWS));
-}
+#include "kernels/ek_gemv_bf16.cuh"   /* gv_args, the MoE combine, the BF16 kernel */
 
 /* ------------------------------------------------------------ NVFP4 */
 
@@ -262,18 +92,26 @@ static __device__ __forceinline__ void fp4_tile(float (&acc)[NT][4], uint4 cw, u
 	}
 }
 
-template <int NT, int MODE>
+template <int NT, int MODE, bool NORM>
 __global__ __launch_bounds__(GV_THREADS) void k_gemv_fp4(gv_args a, int kch)
 {
 	constexpr int NS = MODE == GV_GU ? 2 : 1;
 	constexpr int NC = 8 * NT;
 	extern __shared__ __align__(16) unsigned char smem[];
 	__shared__ int ex[16];
+	__shared__ float rinv[EK_GEMV_NORM_MAX_T];
 	__shared__ float shr[33];
-	pdl_start();
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, i4 = lane & 3;
 	int wr = warp / FP_KS, wk = warp % FP_KS, inst = blockIdx.y;
 	int rt = blockIdx.x * FP_RT + wr, nrt = (a.rows + 15) / 16, nkc = (a.cols + 63) / 64;
+	if (MODE == GV_PLAIN && rt < nrt) {           /* first tiles of this warp, before the wait */
+		int kc1 = min(nkc, kch / 64);
+#pragma unroll
+		for (int u = 0; u < UNROLL; u++)
+			if (wk + FP_KS * u < kc1)
+				prefetch_l2(a.w + ((size_t)rt * nkc + wk + FP_KS * u) * 576 + lane * 16);
+	}
+	pdl_start();
 	int K = a.cols, ncol = MODE == GV_PLAIN ? a.T : 1;
 	const uint8_t *W[NS];
 	float gsv[NS];
@@ -297,12 +135,25 @@ __global__ __launch_bounds__(GV_THREADS) void k_gemv_fp4(gv_args a, int kch)
 
 	for (int c = 0; c < ncol; c++) {
 		const float *xc = x + (size_t)c * a.ldx;
-		float m = 0.0f;
-		for (int i = threadIdx.x; i < K; i += blockDim.x)
-			m = fmaxf(m, fabsf(xc[i]));
+		float m = 0.0f, r = 0.0f;
+		if (NORM) {
+			r = rms_rinv(xc, K, a.eps, shr);
+			for (int i = threadIdx.x; i < K; i += blockDim.x) {
+				float v = rms_val(a.nw[i], xc[i], r);
+				m = fmaxf(m, fabsf(v));
+				if (a.xn && blockIdx.x == 0)
+					a.xn[(size_t)c * a.ldxn + i] = v;
+			}
+		} else {
+			for (int i = threadIdx.x; i < K; i += blockDim.x)
+				m = fmaxf(m, fabsf(xc[i]));
+		}
 		m = block_max(m, shr);
-		if (threadIdx.x == 0)
+		if (threadIdx.x == 0) {
 			ex[c] = act_exp(m);
+			if (NORM)
+				rinv[c] = r;
+		}
 	}
 
 	float acc[NS][NT][4];
@@ -326,7 +177,10 @@ __global__ __launch_bounds__(GV_THREADS) void k_gemv_fp4(gv_args a, int kch)
 			const float *xc = x + (size_t)c * a.ldx;
 			for (int i = threadIdx.x; i < kch; i += blockDim.x) {
 				int col = k0 + i;
-				xs[c * xrow + i] = __float2half_rn(col < K ? __fmul_rn(xc[col], sc) : 0.0f);
+				float v = 0.0f;
+				if (col < K)
+					v = NORM ? rms_val(a.nw[col], xc[col], rinv[c]) : xc[col];
+				xs[c * xrow + i] = __float2half_rn(__fmul_rn(v, sc));
 			}
 		}
 		__syncthreads();
@@ -412,17 +266,20 @@ int ek_gv_rows_per_block(int kind)
 	return kind == EK_BF16 ? BF_ROWS : FP_ROWS;
 }
 
-template <int TT, int MODE>
+#define NORM_SMEM (46 * 1024)       /* BF16 NORM: staged x of all tokens, fp32 */
+
+template <int TT, int MODE, bool NORM = false>
 static void launch_bf16(struct ek_dev *d, const gv_args &a, bool vec, int insts)
 {
 	dim3 grid((a.rows + BF_ROWS - 1) / BF_ROWS, insts);
+	size_t smem = NORM ? (size_t)a.T * a.cols * sizeof(float) : 0;
 	if (vec)
-		ek_launch(d, k_gemv_bf16<TT, true, MODE>, grid, dim3(GV_THREADS), 0, a);
+		ek_launch(d, k_gemv_bf16<TT, true, MODE, NORM>, grid, dim3(GV_THREADS), smem, a);
 	else
-		ek_launch(d, k_gemv_bf16<TT, false, MODE>, grid, dim3(GV_THREADS), 0, a);
+		ek_launch(d, k_gemv_bf16<TT, false, MODE, NORM>, grid, dim3(GV_THREADS), smem, a);
 }
 
-template <int NT, int MODE>
+template <int NT, int MODE, bool NORM = false>
 static void launch_fp4(struct ek_dev *d, const gv_args &a, int insts)
 {
 	int ncol = MODE == GV_PLAIN ? a.T : 1;
@@ -433,7 +290,7 @@ static void launch_fp4(struct ek_dev *d, const gv_args &a, int insts)
 	size_t smem = (((size_t)ncol * (kch + 8) * 2 + 15) & ~(size_t)15) +
 	              (size_t)FP_KS * FP_RT * (MODE == GV_GU ? 2 : 1) * 16 * 8 * NT * sizeof(float);
 	dim3 grid(((a.rows + 15) / 16 + FP_RT - 1) / FP_RT, insts);
-	ek_launch(d, k_gemv_fp4<NT, MODE>, grid, dim3(GV_THREADS), smem, a, kch);
+	ek_launch(d, k_gemv_fp4<NT, MODE, NORM>, grid, dim3(GV_THREADS), smem, a, kch);
 }
 
 static int check_w(struct ek_dev *d, const struct ek_w *W, const char *what)
@@ -453,11 +310,10 @@ static bool bf16_vec(const struct ek_w *W, const float *x, int ldx)
 	       ((uintptr_t)W->data & 15) == 0 && (W->n == 1 || W->stride % 16 == 0);
 }
 
-int ek_gv(struct ek_dev *d, int mode, const struct ek_w *A, const struct ek_w *B, const int *ids,
-          int k, const float *x, int ldx, float *y, int ldy, int T, int acc, const float *wts,
-          float scale, float *out, int ldo, int *cnt)
+static void gv_fill(gv_args &a, const struct ek_w *A, const struct ek_w *B, const int *ids, int k,
+                    const float *x, int ldx, float *y, int ldy, int T, int acc, const float *wts,
+                    float scale, float *out, int ldo, int *cnt)
 {
-	gv_args a = {};
 	a.w = (const uint8_t *)A->data;
 	a.stride = A->stride;
 	a.gs = A->gs;
@@ -482,6 +338,14 @@ int ek_gv(struct ek_dev *d, int mode, const struct ek_w *A, const struct ek_w *B
 	a.out = out;
 	a.ldo = ldo;
 	a.cnt = cnt;
+}
+
+int ek_gv(struct ek_dev *d, int mode, const struct ek_w *A, const struct ek_w *B, const int *ids,
+          int k, const float *x, int ldx, float *y, int ldy, int T, int acc, const float *wts,
+          float scale, float *out, int ldo, int *cnt)
+{
+	gv_args a = {};
+	gv_fill(a, A, B, ids, k, x, ldx, y, ldy, T, acc, wts, scale, out, ldo, cnt);
 	if (A->kind == EK_BF16) {
 		bool vec = bf16_vec(A, x, ldx) && (!B || bf16_vec(B, x, ldx));
 		if (mode == GV_GU)
@@ -521,6 +385,55 @@ extern "C" int ek_gemv(struct ek_dev *d, const struct ek_w *W, const float *x, i
 		return ek_fail(d, -EINVAL, "gemv: T %d (1..%d), ldx %d, ldy %d for [%d x %d]", T,
 		               EK_GEMV_MAX_T, ldx, ldy, W->rows, W->cols);
 	return ek_gv(d, GV_PLAIN, W, NULL, NULL, 0, x, ldx, y, ldy, T, acc, NULL, 0, NULL, 0, NULL);
+}
+
+/* The fused kernel when its staging fits (BF16: T · cols floats within
+ * NORM_SMEM), else ek_rmsnorm then ek_gemv: the same bits either way. */
+extern "C" int ek_gemv_norm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx,
+                            const float *nw, float eps, float *xn, int ldxn, float *y, int ldy,
+                            int T, int acc)
+{
+	int rc = check_w(d, W, "gemv+norm");
+	if (rc)
+		return rc;
+	if (T < 1 || T > EK_GEMV_NORM_MAX_T || ldx < W->cols || ldy < W->rows || !nw ||
+	    (xn && ldxn < W->cols))
+		return ek_fail(d, -EINVAL, "gemv+norm: T %d (1..%d), ldx %d, ldxn %d, ldy %d for [%d x %d]%s",
+		               T, EK_GEMV_NORM_MAX_T, ldx, ldxn, ldy, W->rows, W->cols,
+		               nw ? "" : ", no norm weights");
+	if (xn && (const float *)xn < x + (size_t)(T - 1) * ldx + W->cols &&
+	    (const float *)x < xn + (size_t)(T - 1) * ldxn + W->cols)
+		return ek_fail(d, -EINVAL, "gemv+norm: xn overlaps x (use ek_rmsnorm in place)");
+	if (W->kind == EK_BF16 && (size_t)T * W->cols * sizeof(float) > NORM_SMEM) {
+		float *t = xn;
+		int ldt = ldxn;
+		if (!t) {
+			if (!(t = (float *)ek_ws(d, (size_t)T * W->cols * sizeof(float))))
+				return -ENOMEM;
+			ldt = W->cols;
+		}
+		if ((rc = ek_rmsnorm(d, t, ldt, x, ldx, nw, T, W->cols, eps)))
+			return rc;
+		return ek_gemv(d, W, t, ldt, y, ldy, T, acc);
+	}
+	gv_args a = {};
+	gv_fill(a, W, NULL, NULL, 0, x, ldx, y, ldy, T, acc, NULL, 0, NULL, 0, NULL);
+	a.nw = nw;
+	a.eps = eps;
+	a.xn = xn;
+	a.ldxn = ldxn;
+	if (W->kind == EK_BF16) {
+		bool vec = W->cols % 8 == 0 && ((uintptr_t)W->data & 15) == 0;
+		if (T == 1)
+			launch_bf16<1, GV_PLAIN, true>(d, a, vec, 1);
+		else if (T == 2)
+			launch_bf16<2, GV_PLAIN, true>(d, a, vec, 1);
+		else
+			launch_bf16<4, GV_PLAIN, true>(d, a, vec, 1);
+	} else {
+		launch_fp4<1, GV_PLAIN, true>(d, a, 1);
+	}
+	return ek_launched(d, "gemv+norm");
 }
 
 /* ------------------------------------------------------------ repack */

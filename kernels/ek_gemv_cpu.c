@@ -160,3 +160,24 @@ int ek_gemm_cpu(const struct ek_w *W, const float *x, int ldx, float *y, int ldy
 {
 	return ek_matvec_cpu(W, 0, x, ldx, y, ldy, T, acc, 1);
 }
+
+/* The fused op's twin: per token, the RMSNorm twin's values (into xn, or a
+ * scratch row), then the GEMV twin on them — what ek_gemv_norm computes. */
+int ek_gemv_norm_cpu(const struct ek_w *W, const float *x, int ldx, const float *nw, float eps,
+                     float *xn, int ldxn, float *y, int ldy, int T, int acc)
+{
+	int K = W->cols;
+	if (T < 1 || T > EK_GEMV_NORM_MAX_T || ldx < K || ldy < W->rows || !nw || (xn && ldxn < K))
+		return -EINVAL;
+	float *row = malloc(sizeof(float) * (size_t)K);
+	if (!row)
+		return -ENOMEM;
+	int rc = 0;
+	for (int t = 0; t < T && !rc; t++) {
+		float *xr = xn ? xn + (size_t)t * ldxn : row;
+		ek_rmsnorm_cpu(xr, K, x + (size_t)t * ldx, ldx, nw, 1, K, eps);
+		rc = ek_matvec_cpu(W, 0, xr, K, y + (size_t)t * ldy, ldy, 1, acc, 0);
+	}
+	free(row);
+	return rc;
+}

@@ -16,21 +16,7 @@ static unsigned grid_for(struct ek_dev *d, size_t n, int threads)
 
 /* ---------------------------------------------------------- RMSNorm */
 
-__global__ __launch_bounds__(256) void k_rmsnorm(float *out, int ldo, const float *x, int ldx,
-                                                 const float *w, int n, float eps)
-{
-	__shared__ float sh[33];
-	pdl_start();
-	const float *xt = x + (size_t)blockIdx.x * ldx;
-	float *o = out + (size_t)blockIdx.x * ldo;
-	float ss = 0.0f;
-	for (int i = threadIdx.x; i < n; i += blockDim.x)
-		ss = fmaf(xt[i], xt[i], ss);
-	ss = block_sum(ss, sh);
-	float r = 1.0f / sqrtf(ss / (float)n + eps);
-	for (int i = threadIdx.x; i < n; i += blockDim.x)
-		o[i] = __fmul_rn(w[i], __fmul_rn(xt[i], r));
-}
+#include "kernels/ek_rmsnorm.cuh"     /* k_rmsnorm */
 
 extern "C" int ek_rmsnorm(struct ek_dev *d, float *out, int ldo, const float *x, int ldx,
                           const float *w, int T, int n, float eps)

@@ -1,9 +1,60 @@
 /* ek_rt.cu — the engine kernels' runtime: device context, memory, copies,
- * events, timing, CUDA graphs, copy bandwidth, deterministic fills.
+ * events, timing, CUDA graphs, programmatic dependent launch, copy
+ * bandwidth, deterministic fills.
  *
  * One ek_dev per engine: a non-blocking stream that every op uses, eight
  * event slots for staging-buffer reuse, two timing events, grow-only scratch
- * (device ws, pinned hbuf) that may not grow while a graph is captured. */
+ * (device ws, pinned hbuf) that may not grow while a graph is captured.
+ *
+ * Programmatic dependent launch (PDL). On by default where the device has
+ * it: compute capability >= 9.0, a probe launch with the attribute works at
+ * ek_open, and EK_PDL is not "0" (EK_PDL=0 turns it off; ek_set_pdl too).
+ * Every kernel is launched through ek_launch (ek_dev.cuh), which then sets
+ * cudaLaunchAttributeProgrammaticStreamSerialization: the kernel may be
+ * scheduled while its predecessor on the stream is still running, as soon
+ * as every block of the predecessor has executed griddepcontrol.launch_
+ * dependents (pdl_trigger) or exited.
+ *
+ *   THE RULE. A kernel launched through ek_launch executes pdl_wait() (or
+ *   pdl_start()) before its first read or write of any memory that another
+ *   kernel or copy of the stream writes or reads: activations, outputs, KV
+ *   caches, positions and tokens, work counters, scratch. Before it, only
+ *   arithmetic on its arguments, shared-memory setup, and prefetch_l2 hints
+ *   on weights (uploaded before any pass and never written during one; a
+ *   prefetch returns no data, so it cannot observe a stale value).
+ *   pdl_trigger may then be called anywhere: griddepcontrol.wait in the
+ *   dependent waits for the whole predecessor grid to complete and flush,
+ *   not for the trigger, so where a kernel triggers decides only when the
+ *   next one is scheduled, never what it reads. Because every kernel waits,
+ *   completion is transitive: kernel n + 2 waits for n + 1, which finished
+ *   only after n had. A kernel that does not follow the rule must not be
+ *   launched through ek_launch. Copies, memsets, events and other
+ *   libraries' kernels (cuBLAS) are ordered by the stream as usual (a
+ *   launch with the attribute after a non-kernel node gets a full
+ *   dependency), and they never carry the attribute themselves.
+ *
+ *   Kernels checked against it (each calls pdl_start() as its first
+ *   statement; tests/kernels/test_ek_pdl_rule.py checks every __global__ of
+ *   kernels/ek_*.cu for that): k_pdl_probe, k_fill_bf16, k_fill_bytes
+ *   (ek_rt.cu); k_gemv_bf16 (ek_gemv_bf16.cuh) and k_gemv_fp4, all modes
+ *   including the fused RMSNorm, and k_repack (ek_gemv.cu; the plain-mode
+ *   GEMVs prefetch their first weight lines into L2 before the wait);
+ *   k_gemm, k_to_bf16 (ek_gemm.cu); k_rmsnorm (ek_rmsnorm.cuh), k_swiglu,
+ *   k_add, k_embed, k_qk_rope_kv, k_route (ek_ops.cu);
+ *   k_moe_combine (ek_moe.cu); k_attn_split, k_attn_merge (ek_attn_split.cuh),
+ *   k_attn_prefill (ek_attn.cu).
+ *   The arrival counters of GV_DOWN and attention are touched only after
+ *   the wait, and every block of a grid is resident before its dependents
+ *   can launch, so the last-block-combines patterns cannot starve.
+ *
+ * Graphs: captured PDL launches become programmatic edges (kernel node to
+ * kernel node only, cudaGraphDependencyTypeProgrammatic; they need runtime
+ * and driver >= 12.3). ek_open probes a capture of two PDL launches
+ * (capture, instantiate, replay, result checked); if any step is refused,
+ * captures launch without the attribute (pdl_graph = 0) while direct
+ * launches keep it. A launch refused with the attribute is retried without
+ * it and PDL is turned off (only for captures when capturing): the op
+ * still runs, ek_pdl() and ek_pdl_status() say so. */
 #include "kernels/ek_dev.cuh"
 
 #include <errno.h>
@@ -91,7 +142,152 @@ void *ek_hbuf(struct ek_dev *d, size_t n)
 	return d->hbuf;
 }
 
+/* ------------------------------------------------------------ PDL */
+
+unsigned long long ek_launches_all;
+
+__global__ void k_pdl_probe(int *p, int v)
+{
+	pdl_start();
+	if (blockIdx.x == 0 && threadIdx.x == 0)
+		*p = *p * 4 + v;
+}
+
+void ek_pdl_refused(struct ek_dev *d, cudaError_t e)
+{
+	cudaGetLastError();
+	snprintf(d->pdl_why, sizeof d->pdl_why, "a launch with the PDL attribute was refused%s (%s)",
+	         d->capturing ? " during a capture" : "", cudaGetErrorString(e));
+	if (d->capturing)
+		d->pdl_graph = d->pdl_graph_ok = 0;
+	else
+		d->pdl = d->pdl_graph = d->pdl_ok = d->pdl_graph_ok = 0;
+}
+
+/* Two dependent probe launches (64 blocks each, so the second can overlap
+ * the first) directly, then as a captured graph; the value proves order. */
+static int pdl_try(struct ek_dev *d, int *p, int graph)
+{
+	int h = 0, rc;
+	cudaGraph_t g = NULL;
+	cudaGraphExec_t x = NULL;
+	if ((rc = ek_memset(d, p, 0, sizeof(int))))
+		return rc;
+	if (graph) {
+		if ((rc = ek_cuda(d, cudaStreamBeginCapture(d->st, cudaStreamCaptureModeThreadLocal),
+		                  "begin capture")))
+			return rc;
+		d->capturing = 1;
+	}
+	cudaError_t e1 = ek_launch(d, k_pdl_probe, dim3(64), dim3(32), 0, p, 1);
+	cudaError_t e2 = ek_launch(d, k_pdl_probe, dim3(64), dim3(32), 0, p, 2);
+	if (graph) {
+		d->capturing = 0;
+		cudaError_t e = cudaStreamEndCapture(d->st, &g);
+		rc = ek_cuda(d, e1 != cudaSuccess ? e1 : e2 != cudaSuccess ? e2 : e, "capture of PDL launches");
+		if (!rc)
+			rc = ek_cuda(d, cudaGraphInstantiate(&x, g, 0), "instantiate with PDL edges");
+		if (!rc)
+			rc = ek_cuda(d, cudaGraphLaunch(x, d->st), "graph launch with PDL edges");
+	} else {
+		rc = ek_cuda(d, e1 != cudaSuccess ? e1 : e2, "launch with the PDL attribute");
+	}
+	if (!rc)
+		rc = ek_cuda(d, cudaMemcpyAsync(&h, p, sizeof h, cudaMemcpyDeviceToHost, d->st), "copy");
+	if (!rc)
+		rc = ek_sync(d);
+	if (x)
+		cudaGraphExecDestroy(x);
+	if (g)
+		cudaGraphDestroy(g);
+	if (!rc && h != 6)
+		rc = ek_fail(d, -EIO, "PDL probe: got %d, not 6 (launches out of order)", h);
+	return rc;
+}
+
+static void pdl_probe(struct ek_dev *d)
+{
+	const char *env = getenv("EK_PDL");
+	int drv = 0, rt = 0;
+	d->pdl = d->pdl_graph = 0;
+	if (env && strcmp(env, "0") == 0) {
+		snprintf(d->pdl_why, sizeof d->pdl_why, "off (EK_PDL=0)");
+		return;
+	}
+	if (d->cc < 90) {
+		snprintf(d->pdl_why, sizeof d->pdl_why, "off (compute capability %d.%d < 9.0)",
+		         d->cc / 10, d->cc % 10);
+		return;
+	}
+	int *p = NULL;
+	if (ek_cuda(d, cudaMalloc(&p, sizeof(int)), "cudaMalloc")) {
+		snprintf(d->pdl_why, sizeof d->pdl_why, "off (%s)", d->err);
+		d->err[0] = 0;
+		return;
+	}
+	d->pdl = d->pdl_graph = 1;
+	d->pdl_why[0] = 0;
+	if (pdl_try(d, p, 0)) {
+		snprintf(d->pdl_why, sizeof d->pdl_why, "off (%s)", d->err);
+		d->pdl = d->pdl_graph = 0;
+	} else if (cudaDriverGetVersion(&drv) != cudaSuccess || cudaRuntimeGetVersion(&rt) != cudaSuccess ||
+	           drv < 12030 || rt < 12030) {
+		snprintf(d->pdl_why, sizeof d->pdl_why, "not in graphs (driver %d, runtime %d: need 12030)",
+		         drv, rt);
+		d->pdl_graph = 0;
+	} else if (pdl_try(d, p, 1)) {
+		snprintf(d->pdl_why, sizeof d->pdl_why, "not in graphs (%s)", d->err);
+		d->pdl_graph = 0;
+	}
+	cudaGetLastError();
+	cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+	if (cudaStreamIsCapturing(d->st, &cs) == cudaSuccess && cs != cudaStreamCaptureStatusNone) {
+		cudaGraph_t g = NULL;                     /* never leave the stream capturing */
+		cudaStreamEndCapture(d->st, &g);
+		if (g)
+			cudaGraphDestroy(g);
+	}
+	cudaGetLastError();
+	cudaFree(p);
+	d->err[0] = 0;
+	d->launches = 0;
+	d->pdl_ok = d->pdl;
+	d->pdl_graph_ok = d->pdl_graph;
+}
+
 extern "C" {
+
+int ek_pdl(const struct ek_dev *d)
+{
+	return d ? (d->pdl ? 1 + d->pdl_graph : 0) : 0;
+}
+
+const char *ek_pdl_status(const struct ek_dev *d)
+{
+	if (!d)
+		return "no device";
+	if (d->pdl)
+		return d->pdl_graph ? "on (launches and graphs)" : d->pdl_why;
+	return d->pdl_why[0] ? d->pdl_why : "off";
+}
+
+int ek_set_pdl(struct ek_dev *d, int mode)
+{
+	if (mode < 0 || mode > 2)
+		return ek_fail(d, -EINVAL, "ek_set_pdl: mode %d (0 off, 1 launches, 2 also graphs)", mode);
+	if ((mode >= 1 && !d->pdl_ok) || (mode == 2 && !d->pdl_graph_ok))
+		return ek_fail(d, -ENODEV, "PDL mode %d is not available: %s", mode, ek_pdl_status(d));
+	d->pdl = mode >= 1;
+	d->pdl_graph = mode == 2;
+	snprintf(d->pdl_why, sizeof d->pdl_why, "%s",
+	         mode == 2 ? "" : mode == 1 ? "not in graphs (ek_set_pdl)" : "off (ek_set_pdl)");
+	return 0;
+}
+
+unsigned long long ek_launches(const struct ek_dev *d)
+{
+	return d ? d->launches : __atomic_load_n(&ek_launches_all, __ATOMIC_RELAXED);
+}
 
 int ek_open(int index, struct ek_dev **out, char *msg, size_t msglen)
 {
@@ -137,10 +333,7 @@ int ek_open(int index, struct ek_dev **out, char *msg, size_t msglen)
 	if ((rc = ek_cuda(d, cudaEventCreate(&d->t0), "event")) ||
 	    (rc = ek_cuda(d, cudaEventCreate(&d->t1), "event")))
 		goto fail;
-	{
-		const char *pdl = getenv("EK_PDL");
-		d->pdl = pdl && pdl[0] == '1' && d->cc >= 90;
-	}
+	pdl_probe(d);
 	ek_blas_open(d);
 	*out = d;
 	return 0;
@@ -285,11 +478,15 @@ int ek_capture_begin(struct ek_dev *d)
 {
 	int rc = ek_cuda(d, cudaStreamBeginCapture(d->st, cudaStreamCaptureModeThreadLocal),
 	                 "begin capture");
-	if (!rc)
+	if (!rc) {
 		d->capturing = 1;
+		d->cap_pdl = d->pdl && d->pdl_graph;
+	}
 	return rc;
 }
 
+/* A capture that fails while it recorded PDL launches turns PDL off for
+ * later captures (the caller may capture again; direct launches keep it). */
 int ek_capture_end(struct ek_dev *d, struct ek_graph **out)
 {
 	struct ek_graph *g = (struct ek_graph *)calloc(1, sizeof *g);
@@ -300,6 +497,11 @@ int ek_capture_end(struct ek_dev *d, struct ek_graph **out)
 	if (!rc)
 		rc = ek_cuda(d, cudaGraphInstantiate(&g->x, g->g, 0), "graph instantiate");
 	if (rc) {
+		if (d->cap_pdl && d->pdl_graph) {
+			d->pdl_graph = d->pdl_graph_ok = 0;
+			snprintf(d->pdl_why, sizeof d->pdl_why, "not in graphs (a capture with PDL edges "
+			         "failed: %.400s)", d->err);
+		}
 		ek_graph_free(g);
 		return rc;
 	}

@@ -17,6 +17,19 @@
  * kernels. Since cols % 16 == 0 a module is a flat run of groups: packed
  * byte e/2 and scale e/16 of element e, whatever the row length.
  *
+ * Waiting: every wait of a job polls cudaEventQuery (kq_wait) and gives up
+ * with -ETIMEDOUT once the job's deadline (kq_job_opts.timeout_s) has passed:
+ * a kernel that never completes fails its job instead of blocking its thread
+ * forever; the context is then poisoned (kq_poisoned) and must be closed and
+ * reopened. Inputs in kq_host_alloc memory (kq_job_opts.pinned) are copied
+ * to the device straight from the caller's buffer; others go through a host
+ * memcpy into the pinned slots (counted in kq_host_copied).
+ *
+ * Errors are sorted for the caller's retry policy (kq_errno): -ENOMEM out of
+ * memory, -EBUSY busy/exclusive-process, -ENODEV nothing to retry (no device,
+ * driver, or kernel image), -ETIMEDOUT watchdog or launch timeout, -EIO the
+ * rest; -EIO and -ETIMEDOUT poison the context (sticky errors need a reset).
+ *
  * Context lifetime: kq_open makes the device's primary context current
  * (cudaSetDevice). The last kq_close of a device frees everything and, when
  * no one else in the process had the primary context active before our first
@@ -27,10 +40,12 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- messages ---------------------------------------------------------- */
 
@@ -45,12 +60,79 @@ int kq_fail(char *msg, size_t msglen, int code, const char *fmt, ...)
 	return code;
 }
 
-int kq_cuda_fail(char *msg, size_t msglen, const struct kq_ctx *k, const char *what,
+/* What the caller can do about e: see the top of the file. */
+static int kq_errno(cudaError_t e)
+{
+	switch (e) {
+	case cudaErrorMemoryAllocation:
+		return -ENOMEM;
+	case cudaErrorDevicesUnavailable:      /* exclusive-process mode, another owner */
+		return -EBUSY;
+	case cudaErrorLaunchTimeout:
+		return -ETIMEDOUT;
+	case cudaErrorNoDevice:
+	case cudaErrorInvalidDevice:
+	case cudaErrorInsufficientDriver:
+	case cudaErrorNoKernelImageForDevice:
+	case cudaErrorUnsupportedPtxVersion:
+	case cudaErrorSystemDriverMismatch:
+	case cudaErrorCompatNotSupportedOnDevice:
+	case cudaErrorStubLibrary:
+	case cudaErrorInitializationError:
+		return -ENODEV;
+	default:
+		return -EIO;
+	}
+}
+
+int kq_cuda_fail(char *msg, size_t msglen, struct kq_ctx *k, const char *what,
                  cudaError_t e)
 {
+	int code = kq_errno(e);
 	cudaGetLastError();                    /* clear a non-sticky error */
-	return kq_fail(msg, msglen, -EIO, "CUDA %s on device %d: %s", what, k ? k->dev : -1,
+	if (k && (code == -EIO || code == -ETIMEDOUT))
+		k->poisoned = 1;                   /* sticky errors stay until a reset */
+	return kq_fail(msg, msglen, code, "CUDA %s on device %d: %s", what, k ? k->dev : -1,
 	               cudaGetErrorString(e));
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Polls rather than cudaEventSynchronize so that a deadline can end the
+ * wait: spins for the first 50 us (a chunk's copy takes about that long),
+ * then yields for a millisecond, then sleeps 20 us doubling to 1 ms. */
+int kq_wait(struct kq_ctx *k, cudaEvent_t e, const char *what, char *msg, size_t msglen)
+{
+	double t0 = mono_s();
+	long sleep_ns = 20000;
+	for (;;) {
+		cudaError_t r = cudaEventQuery(e);
+		if (r == cudaSuccess)
+			return 0;
+		if (r != cudaErrorNotReady)
+			return kq_cuda_fail(msg, msglen, k, what, r);
+		if (k->deadline > 0 && (k->now ? k->now() : mono_s()) > k->deadline) {
+			k->poisoned = 1;
+			return kq_fail(msg, msglen, -ETIMEDOUT, "CUDA %s on device %d: not completed "
+			               "by the watchdog's deadline", what, k->dev);
+		}
+		double dt = mono_s() - t0;
+		if (dt < 50e-6)
+			continue;
+		if (dt < 1e-3) {
+			sched_yield();
+			continue;
+		}
+		struct timespec ts = {0, sleep_ns};
+		nanosleep(&ts, NULL);
+		if (sleep_ns < 1000000)
+			sleep_ns *= 2;
+	}
 }
 
 static size_t align256(size_t x)
@@ -96,7 +178,21 @@ static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	int opens;     /* open kq_ctx on this device */
 	int owned;     /* we brought the primary context up: the last close resets it */
+	size_t ctx_bytes;   /* what creating it took (NVML), 0 unknown */
+	int made;      /* a kq_open got the context up: there is something to reset */
 } reg[KQ_MAX_DEV];
+
+#ifdef KQ_EMUL_RUNTIME            /* tests/kernels/emul/cuda_runtime.h plays the driver */
+static int primary_active(int ord)
+{
+	return kq_emul_primary_active(ord);
+}
+
+static int dev_used_bytes(const cudaDeviceProp *p, int ord, unsigned long long *used)
+{
+	return kq_emul_dev_used(ord, used);
+}
+#else
 
 /* Whether device ord's primary context is active now, asked of the driver
  * directly (libcuda), which creates no context. 0 when it cannot tell. */
@@ -119,15 +215,99 @@ static int primary_active(int ord)
 	return active;
 }
 
+/* The device's used memory, asked of NVML (which needs no CUDA context), by
+ * PCI address since NVML and CUDA may number devices differently. 0 on
+ * success, -1 when NVML cannot tell. */
+static int dev_used_bytes(const cudaDeviceProp *p, int ord, unsigned long long *used)
+{
+	struct nvml_mem {
+		unsigned long long total, free, used;
+	} mem;
+	typedef int (*init_fn)(void);
+	typedef int (*byid_fn)(const char *, void **);
+	typedef int (*mem_fn)(void *, struct nvml_mem *);
+	void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return -1;
+	init_fn init = (init_fn)dlsym(h, "nvmlInit_v2");
+	init_fn shut = (init_fn)dlsym(h, "nvmlShutdown");
+	byid_fn byid = (byid_fn)dlsym(h, "nvmlDeviceGetHandleByPciBusId_v2");
+	mem_fn getmem = (mem_fn)dlsym(h, "nvmlDeviceGetMemoryInfo");
+	char bus[64];
+	void *dev = NULL;
+	int rc = -1;
+	snprintf(bus, sizeof bus, "%x:%x:%x.0", (unsigned)p->pciDomainID, (unsigned)p->pciBusID,
+	         (unsigned)p->pciDeviceID);
+	if (init && shut && byid && getmem && init() == 0) {
+		if (byid(bus, &dev) == 0 && getmem(dev, &mem) == 0) {
+			*used = mem.used;
+			rc = 0;
+		}
+		shut();
+	}
+	dlclose(h);
+	(void)ord;
+	return rc;
+}
+#endif
+
 const char *kq_name(const struct kq_ctx *k)
 {
 	return k ? k->name : "";
+}
+
+size_t kq_context_bytes(const struct kq_ctx *k)
+{
+	return k ? k->ctx_bytes : 0;
+}
+
+int kq_cc(const struct kq_ctx *k)
+{
+	return k ? k->cc : 0;
+}
+
+int kq_poisoned(const struct kq_ctx *k)
+{
+	return k ? k->poisoned : 0;
+}
+
+unsigned long long kq_host_copied(const struct kq_ctx *k)
+{
+	return k ? k->copied : 0;
+}
+
+int kq_host_alloc(struct kq_ctx *k, size_t bytes, void **out, char *msg, size_t msglen)
+{
+	void *p = NULL;
+	cudaError_t e = cudaSetDevice(k->dev);
+	if (e == cudaSuccess)
+		e = cudaMallocHost(&p, bytes ? bytes : 1);
+	if (e != cudaSuccess) {
+		int code = kq_errno(e);
+		cudaGetLastError();
+		return kq_fail(msg, msglen, code == -ENOMEM ? -ENOMEM : code,
+		               "CUDA cudaMallocHost of %zu bytes on device %d: %s", bytes, k->dev,
+		               cudaGetErrorString(e));
+	}
+	*out = p;
+	return 0;
+}
+
+void kq_host_free(struct kq_ctx *k, void *p)
+{
+	if (!k || !p)
+		return;
+	cudaSetDevice(k->dev);
+	cudaFreeHost(p);
+	cudaGetLastError();
 }
 
 void kq_close(struct kq_ctx *k)
 {
 	if (!k)
 		return;
+	if (!k->ctx_made)                      /* kq_open failed before the context: */
+		goto unregister;                   /* no CUDA call (it would create one) */
 	cudaSetDevice(k->dev);
 	for (int s = 0; s < 2; s++) {
 		if (k->st[s])
@@ -147,9 +327,13 @@ void kq_close(struct kq_ctx *k)
 	if (k->evx)
 		cudaEventDestroy(k->evx);
 	cudaGetLastError();
+unregister:
 	pthread_mutex_lock(&reg_mu);
-	if (k->dev < KQ_MAX_DEV && --reg[k->dev].opens == 0 && reg[k->dev].owned) {
+	if (k->dev < KQ_MAX_DEV && --reg[k->dev].opens == 0 && reg[k->dev].owned &&
+	    reg[k->dev].made) {
+		cudaSetDevice(k->dev);             /* fails after a sticky error: reset anyway */
 		cudaDeviceReset();                 /* destroys the primary context */
+		reg[k->dev].made = 0;
 		cudaGetLastError();
 	}
 	pthread_mutex_unlock(&reg_mu);
@@ -176,7 +360,8 @@ int kq_open(int index, size_t mem_limit, struct kq_ctx **out, char *msg, size_t 
 	struct kq_ctx *k = NULL;
 	cudaDeviceProp p;
 	cudaError_t e;
-	int n = 0, rc = 0;
+	unsigned long long used0 = 0, used1 = 0;
+	int n = 0, rc = 0, measure = 0;
 
 	if (!out)
 		return kq_fail(msg, msglen, -EINVAL, "kq_open: no output pointer");
@@ -203,23 +388,53 @@ int kq_open(int index, size_t mem_limit, struct kq_ctx **out, char *msg, size_t 
 	if (k->chunk > KQ_CHUNK_MAX)
 		k->chunk = KQ_CHUNK_MAX;
 
-	pthread_mutex_lock(&reg_mu);
-	if (reg[index].opens++ == 0)
-		reg[index].owned = !primary_active(index);
-	pthread_mutex_unlock(&reg_mu);
-
-	KQ_CK("cudaSetDevice", cudaSetDevice(index));
-	KQ_CK("cudaGetDeviceProperties", cudaGetDeviceProperties(&p, index));
+	/* Properties first: they need no context, and NVML's used memory before
+	 * and after creating it gives the context's own cost (--gpu-mem bounds
+	 * only the buffers below). The registry lock is held across creation so
+	 * that two threads opening at once measure one creation. */
+	e = cudaGetDeviceProperties(&p, index);
+	if (e != cudaSuccess) {
+		free(k);                           /* not registered yet */
+		rc = kq_errno(e);
+		cudaGetLastError();
+		return kq_fail(msg, msglen, rc, "CUDA cudaGetDeviceProperties on device %d: %s",
+		               index, cudaGetErrorString(e));
+	}
 	snprintf(k->name, sizeof k->name, "%s", p.name);
 	k->sms = p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
 	k->cc = p.major * 10 + p.minor;
-	e = kq_kernels_loadable();
+	pthread_mutex_lock(&reg_mu);
+	if (reg[index].opens++ == 0) {
+		reg[index].owned = !primary_active(index);
+		reg[index].ctx_bytes = 0;
+		measure = reg[index].owned && dev_used_bytes(&p, index, &used0) == 0;
+	}
+	int loading = 0;
+	e = cudaSetDevice(index);
+	if (e == cudaSuccess)
+		e = cudaFree(0);                   /* the context exists from here on */
+	k->ctx_made = e == cudaSuccess;
+	reg[index].made |= k->ctx_made;
+	if (e == cudaSuccess) {
+		loading = 1;
+		e = kq_kernels_loadable();         /* loads the module (lazy loading) */
+	}
+	if (measure && e == cudaSuccess && dev_used_bytes(&p, index, &used1) == 0 &&
+	    used1 > used0)
+		reg[index].ctx_bytes = (size_t)(used1 - used0);
+	k->ctx_bytes = reg[index].ctx_bytes;
+	pthread_mutex_unlock(&reg_mu);
 	if (e != cudaSuccess) {
+		rc = kq_errno(e);
 		cudaGetLastError();
-		rc = kq_fail(msg, msglen, -ENODEV,
-		             "%s (sm_%d) cannot run these kernels, built for gpu_arch %s (%s); "
-		             "reconfigure with -Dgpu_arch=%d", k->name, k->cc, KQ_GPU_ARCH,
-		             cudaGetErrorString(e), k->cc);
+		if (loading && rc != -ENOMEM && rc != -EBUSY)
+			rc = kq_fail(msg, msglen, -ENODEV,
+			             "%s (sm_%d) cannot run these kernels, built for gpu_arch %s (%s); "
+			             "reconfigure with -Dgpu_arch=%d", k->name, k->cc, KQ_GPU_ARCH,
+			             cudaGetErrorString(e), k->cc);
+		else
+			rc = kq_fail(msg, msglen, rc, "CUDA context on device %d (%s): %s", index,
+			             k->name, cudaGetErrorString(e));
 		goto fail;
 	}
 	for (int s = 0; s < 2; s++) {
@@ -236,7 +451,7 @@ int kq_open(int index, size_t mem_limit, struct kq_ctx **out, char *msg, size_t 
 	return 0;
 fail:
 	kq_close(k);
-	return -ENODEV;                        /* msg says why the device is unusable */
+	return rc < 0 ? rc : -EIO;             /* msg says why */
 }
 
 /* ---- buffers ----------------------------------------------------------- */
@@ -292,6 +507,27 @@ size_t kq_groups(const struct rq_qmod *m)
 
 /* ---- the job ----------------------------------------------------------- */
 
+/* kq_wait under the job's deadline, jumping to fail like KQ_CK. */
+#define KQ_WAIT(what, ev) do { \
+	rc = kq_wait(k, (ev), (what), msg, msglen); \
+	if (rc < 0) \
+		goto fail; \
+} while (0)
+
+/* Where chunk [g0, g0 + cg) of module i is copied to the device from: the
+ * caller's buffer when it is pinned, else slot s after a host memcpy (the
+ * caller waited for ev[s]). */
+static const uint8_t *upload_src(struct kq_ctx *k, unsigned pinned, const struct rq_qmod *m,
+                                 int i, size_t g0, size_t cg, int s)
+{
+	const uint8_t *src = (const uint8_t *)m[i].w + g0 * KQ_IN_G;
+	if (i < 32 && (pinned >> i & 1u))
+		return src;
+	memcpy(k->stage[s], src, cg * KQ_IN_G);
+	k->copied += cg * KQ_IN_G;
+	return k->stage[s];
+}
+
 struct kq_mod {            /* per module of a job */
 	size_t groups;         /* rows * cols / 16 */
 	uint8_t *din;          /* resident only: device [groups * 32] */
@@ -319,7 +555,8 @@ static void flush(struct kq_ctx *k, int s, struct kq_pend *p, const struct rq_qm
 /* Step 1: upload (to the resident copy, or to the slot's device buffer)
  * and absmax into damax[i]; step 2: the scale kernel; waits for hres. */
 static int step_absmax(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod *m, int n,
-                       struct kq_mod *mods, int resident, char *msg, size_t msglen)
+                       struct kq_mod *mods, int resident, unsigned pinned, char *msg,
+                       size_t msglen)
 {
 	int rc = 0;
 	unsigned c = 0;
@@ -334,9 +571,10 @@ static int step_absmax(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod 
 			slot_dev(k, s, &dst, &dpk, &dsc);
 			if (resident)
 				dst = mods[i].din + g0 * KQ_IN_G;
-			KQ_CK("event wait", cudaEventSynchronize(k->ev[s]));
-			memcpy(k->stage[s], (const uint8_t *)m[i].w + g0 * KQ_IN_G, cg * KQ_IN_G);
-			KQ_CK("copy to device", cudaMemcpyAsync(dst, k->stage[s], cg * KQ_IN_G,
+			if (i >= 32 || !(pinned >> i & 1u))   /* about to write stage[s] */
+				KQ_WAIT("event wait", k->ev[s]);
+			const uint8_t *src = upload_src(k, pinned, m, i, g0, cg, s);
+			KQ_CK("copy to device", cudaMemcpyAsync(dst, src, cg * KQ_IN_G,
 			                                        cudaMemcpyHostToDevice, k->st[s]));
 			KQ_CK("event record", cudaEventRecord(k->ev[s], k->st[s]));
 			kq_launch_absmax(k, dst, cg, k->damax + i, k->st[s]);
@@ -349,7 +587,42 @@ static int step_absmax(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod 
 	KQ_CK("scale kernel", cudaGetLastError());
 	KQ_CK("copy result", cudaMemcpyAsync(k->hres, k->dres, sizeof *k->hres,
 	                                     cudaMemcpyDeviceToHost, k->st[0]));
-	KQ_CK("scale kernel", cudaStreamSynchronize(k->st[0]));
+	KQ_CK("event record", cudaEventRecord(k->evx, k->st[0]));
+	KQ_WAIT("absmax/scale kernels", k->evx);
+	return 0;
+fail:
+	return rc;
+}
+
+/* Slot s's download of chunk [g0, g0 + cg) of module i: codes and scales
+ * from dpk/dsc into the slot's staging, then the slot's event; p records
+ * what flush() writes out once the event has passed. */
+static int download_chunk(struct kq_ctx *k, int s, const uint8_t *dpk, const uint8_t *dsc,
+                          size_t cg, int i, size_t g0, struct kq_pend *p, char *msg,
+                          size_t msglen)
+{
+	int rc = 0;
+	uint8_t *hpk = k->stage[s] + k->stage_groups * KQ_IN_G;
+	uint8_t *hsc = hpk + k->stage_groups * KQ_PK_G;
+	KQ_CK("copy to host", cudaMemcpyAsync(hpk, dpk, cg * KQ_PK_G, cudaMemcpyDeviceToHost,
+	                                      k->st[s]));
+	KQ_CK("copy to host", cudaMemcpyAsync(hsc, dsc, cg, cudaMemcpyDeviceToHost, k->st[s]));
+	KQ_CK("event record", cudaEventRecord(k->ev[s], k->st[s]));
+	*p = (struct kq_pend){.mod = i, .g0 = g0, .groups = cg};
+	return 0;
+fail:
+	return rc;
+}
+
+/* Both slots' last downloads: waited for and written out. */
+static int drain(struct kq_ctx *k, struct kq_pend pend[2], const struct rq_qmod *m, char *msg,
+                 size_t msglen)
+{
+	int rc = 0;
+	for (int s = 0; s < 2; s++) {
+		KQ_WAIT("copy to host", k->ev[s]);
+		flush(k, s, &pend[s], m);
+	}
 	return 0;
 fail:
 	return rc;
@@ -372,26 +645,14 @@ static int step_quant_resident(struct kq_ctx *k, enum rq_recipe r, float gs,
 		for (size_t g0 = 0; g0 < mods[i].groups; g0 += k->chunk, c++) {
 			int s = c & 1;
 			size_t cg = mods[i].groups - g0 < k->chunk ? mods[i].groups - g0 : k->chunk;
-			uint8_t *hpk = k->stage[s] + k->stage_groups * KQ_IN_G;
-			uint8_t *hsc = hpk + k->stage_groups * KQ_PK_G;
-			KQ_CK("copy to host", cudaEventSynchronize(k->ev[s]));
+			KQ_WAIT("copy to host", k->ev[s]);
 			flush(k, s, &pend[s], m);
-			KQ_CK("copy to host", cudaMemcpyAsync(hpk, mods[i].dpk + g0 * KQ_PK_G,
-			                                      cg * KQ_PK_G, cudaMemcpyDeviceToHost,
-			                                      k->st[s]));
-			KQ_CK("copy to host", cudaMemcpyAsync(hsc, mods[i].dsc + g0, cg,
-			                                      cudaMemcpyDeviceToHost, k->st[s]));
-			KQ_CK("event record", cudaEventRecord(k->ev[s], k->st[s]));
-			pend[s].mod = i;
-			pend[s].g0 = g0;
-			pend[s].groups = cg;
+			if ((rc = download_chunk(k, s, mods[i].dpk + g0 * KQ_PK_G, mods[i].dsc + g0, cg,
+			                         i, g0, &pend[s], msg, msglen)) < 0)
+				goto fail;
 		}
 	}
-	for (int s = 0; s < 2; s++) {
-		KQ_CK("copy to host", cudaEventSynchronize(k->ev[s]));
-		flush(k, s, &pend[s], m);
-	}
-	return 0;
+	return drain(k, pend, m, msg, msglen);
 fail:
 	return rc;
 }
@@ -399,7 +660,7 @@ fail:
 /* Step 3 for a streamed job: upload again, quantize, download, per chunk. */
 static int step_quant_stream(struct kq_ctx *k, enum rq_recipe r, float gs,
                              const struct rq_qmod *m, int n, struct kq_mod *mods,
-                             char *msg, size_t msglen)
+                             unsigned pinned, char *msg, size_t msglen)
 {
 	int rc = 0;
 	unsigned c = 0;
@@ -410,30 +671,18 @@ static int step_quant_stream(struct kq_ctx *k, enum rq_recipe r, float gs,
 			size_t cg = mods[i].groups - g0 < k->chunk ? mods[i].groups - g0 : k->chunk;
 			uint8_t *din, *dpk, *dsc;
 			slot_dev(k, s, &din, &dpk, &dsc);
-			uint8_t *hpk = k->stage[s] + k->stage_groups * KQ_IN_G;
-			uint8_t *hsc = hpk + k->stage_groups * KQ_PK_G;
-			KQ_CK("event wait", cudaEventSynchronize(k->ev[s]));
+			KQ_WAIT("event wait", k->ev[s]);
 			flush(k, s, &pend[s], m);
-			memcpy(k->stage[s], (const uint8_t *)m[i].w + g0 * KQ_IN_G, cg * KQ_IN_G);
-			KQ_CK("copy to device", cudaMemcpyAsync(din, k->stage[s], cg * KQ_IN_G,
+			const uint8_t *src = upload_src(k, pinned, m, i, g0, cg, s);
+			KQ_CK("copy to device", cudaMemcpyAsync(din, src, cg * KQ_IN_G,
 			                                        cudaMemcpyHostToDevice, k->st[s]));
 			kq_launch_quant(r, din, cg, gs, dpk, dsc, k->st[s]);
 			KQ_CK("quantize kernel", cudaGetLastError());
-			KQ_CK("copy to host", cudaMemcpyAsync(hpk, dpk, cg * KQ_PK_G,
-			                                      cudaMemcpyDeviceToHost, k->st[s]));
-			KQ_CK("copy to host", cudaMemcpyAsync(hsc, dsc, cg, cudaMemcpyDeviceToHost,
-			                                      k->st[s]));
-			KQ_CK("event record", cudaEventRecord(k->ev[s], k->st[s]));
-			pend[s].mod = i;
-			pend[s].g0 = g0;
-			pend[s].groups = cg;
+			if ((rc = download_chunk(k, s, dpk, dsc, cg, i, g0, &pend[s], msg, msglen)) < 0)
+				goto fail;
 		}
 	}
-	for (int s = 0; s < 2; s++) {
-		KQ_CK("copy to host", cudaEventSynchronize(k->ev[s]));
-		flush(k, s, &pend[s], m);
-	}
-	return 0;
+	return drain(k, pend, m, msg, msglen);
 fail:
 	return rc;
 }
@@ -441,12 +690,23 @@ fail:
 int kq_quantize_job(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod *m, int n,
                     float *gs, int *bad_module, char *msg, size_t msglen)
 {
+	return kq_quantize_job_opt(k, r, m, n, NULL, gs, bad_module, msg, msglen);
+}
+
+int kq_quantize_job_opt(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod *m, int n,
+                        const struct kq_job_opts *o, float *gs, int *bad_module, char *msg,
+                        size_t msglen)
+{
 	struct kq_mod *mods = NULL;
 	size_t resident_bytes = 0, max_groups = 0;
+	unsigned pinned = o ? o->pinned : 0;
 	int resident, rc = 0;
 
 	if (!k)
 		return kq_fail(msg, msglen, -ENODEV, "no CUDA context");
+	if (k->poisoned)
+		return kq_fail(msg, msglen, -EIO, "CUDA context on device %d is poisoned by an "
+		               "earlier failure; open a fresh one", k->dev);
 	if (n <= 0 || (unsigned)r >= RQ_RECIPE_COUNT || !m)
 		return kq_fail(msg, msglen, -EINVAL, "bad job (%d modules, recipe %d)", n, (int)r);
 	for (int i = 0; i < n; i++) {
@@ -470,6 +730,8 @@ int kq_quantize_job(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod *m,
 		if (mods[i].groups > max_groups)
 			max_groups = mods[i].groups;
 	}
+	k->now = o && o->now ? o->now : mono_s;
+	k->deadline = o && o->timeout_s > 0 ? k->now() + o->timeout_s : 0;
 	KQ_CK("cudaSetDevice", cudaSetDevice(k->dev));
 	resident = resident_bytes <= k->mem_limit;
 	rc = arena_need(k, resident ? resident_bytes : 2 * slot_bytes(k->chunk), msg, msglen);
@@ -493,7 +755,7 @@ int kq_quantize_job(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod *m,
 		}
 	}
 
-	rc = step_absmax(k, r, m, n, mods, resident, msg, msglen);
+	rc = step_absmax(k, r, m, n, mods, resident, pinned, msg, msglen);
 	if (rc < 0)
 		goto out;
 	if (k->hres->bad >= 0) {
@@ -506,7 +768,7 @@ int kq_quantize_job(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod *m,
 	if (resident)
 		rc = step_quant_resident(k, r, k->hres->gs, m, n, mods, msg, msglen);
 	else
-		rc = step_quant_stream(k, r, k->hres->gs, m, n, mods, msg, msglen);
+		rc = step_quant_stream(k, r, k->hres->gs, m, n, mods, pinned, msg, msglen);
 	if (rc < 0)
 		goto out;
 	if (gs)
@@ -514,11 +776,16 @@ int kq_quantize_job(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod *m,
 	goto out;
 fail:
 out:
-	if (rc == -EIO) {                      /* leave no copy in flight on our buffers */
-		cudaStreamSynchronize(k->st[0]);
-		cudaStreamSynchronize(k->st[1]);
+	if (rc < 0 && rc != -EDOM && rc != -EINVAL && !k->poisoned) {
+		/* leave no copy in flight on our buffers (under the same deadline:
+		 * a wait that times out here poisons the context instead) */
+		for (int s = 0; s < 2; s++) {
+			if (cudaEventRecord(k->ev[s], k->st[s]) == cudaSuccess)
+				kq_wait(k, k->ev[s], "cleanup", NULL, 0);
+		}
 		cudaGetLastError();
 	}
+	k->deadline = 0;
 	free(mods);
 	return rc;
 }

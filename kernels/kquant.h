@@ -3,7 +3,9 @@
  * Built from kquant.cu when CUDA is enabled, else from kquant_stub.c whose
  * functions return -ENODEV. Host pointers in, host pointers out: the context
  * owns bounded device buffers (mem_limit bytes) and streams larger modules
- * through them in row chunks. A context is used by one thread at a time. */
+ * through them in row chunks. A context is used by one thread at a time
+ * (kq_host_alloc/kq_host_free excepted). Waits poll against a watchdog
+ * deadline, so a hung kernel fails its job (-ETIMEDOUT) instead of blocking. */
 #ifndef RQ_KQUANT_H
 #define RQ_KQUANT_H
 
@@ -17,18 +19,67 @@ int kq_compiled(void);
 /* Number of usable devices (0 when none or no driver), never negative. */
 int kq_device_count(void);
 /* Opens device `index` with at most mem_limit bytes of device buffers
- * (0 = default, 1 GiB). -ENODEV without CUDA or device; msg (may be NULL)
- * gets a reason such as the CUDA error string. */
+ * (0 = default, 1 GiB). msg (may be NULL) gets a reason such as the CUDA
+ * error string. Errors, by what the caller should do about them:
+ *   -ENODEV  permanent: no CUDA, no such device, a driver too old, or a GPU
+ *            that cannot load these kernels (compute capability not built);
+ *   -ENOMEM  transient: the context or its buffers did not fit (another
+ *            process, e.g. vLLM, holds the GPU memory);
+ *   -EBUSY   transient: the device is busy or unavailable (exclusive-process
+ *            compute mode with another process on it);
+ *   -EIO     any other CUDA failure (retry later with a fresh context);
+ *   -EINVAL  a bad argument. */
 int kq_open(int index, size_t mem_limit, struct kq_ctx **out, char *msg, size_t msglen);
-/* Frees the buffers and releases the primary context. NULL is fine. */
+/* Frees the buffers and releases the primary context. NULL is fine. Waits
+ * for the context's queued work first: on a poisoned context (a hung
+ * kernel) this can block until that work ends, so call it from a thread
+ * that may wait. */
 void kq_close(struct kq_ctx *k);
 /* Device name for logs/status ("NVIDIA H200"), "" when none. */
 const char *kq_name(const struct kq_ctx *k);
+/* Device memory the CUDA context itself took when kq_open created it
+ * (driver, kernels, heaps; not counted by mem_limit), measured through NVML
+ * as the change in the device's used memory around context creation; 0 when
+ * unknown (no NVML, or the context already existed in this process). */
+size_t kq_context_bytes(const struct kq_ctx *k);
+/* Compute capability as 10 * major + minor (90 for an H200), 0 when none. */
+int kq_cc(const struct kq_ctx *k);
 
 /* Exactly rq_quantize_job() on the GPU: same results, same errors
- * (-EDOM + *bad_module, -EINVAL), plus -EIO on a CUDA failure (msg says which). */
+ * (-EDOM + *bad_module, -EINVAL), plus the device errors of kq_open
+ * (-ENOMEM, -EBUSY, -EIO, -ENODEV) and -ETIMEDOUT from the watchdog
+ * (kq_job_opts.timeout_s); msg says which call failed. */
 int kq_quantize_job(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod *m, int n,
                     float *gs, int *bad_module, char *msg, size_t msglen);
+
+/* How one job runs (kq_quantize_job_opt). Zeroed = kq_quantize_job. */
+struct kq_job_opts {
+	unsigned pinned;          /* bit i: m[i].w lies in kq_host_alloc memory of this
+	                             context: DMA straight from it, no host memcpy */
+	double timeout_s;         /* watchdog: the job fails with -ETIMEDOUT when its GPU work
+	                             has not completed this many seconds after it started
+	                             (polled with cudaEventQuery; the context is then poisoned);
+	                             <= 0: wait forever */
+	double (*now)(void);      /* monotonic seconds for the watchdog; NULL = CLOCK_MONOTONIC
+	                             (tests pass a fake clock) */
+};
+int kq_quantize_job_opt(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod *m, int n,
+                        const struct kq_job_opts *o, float *gs, int *bad_module, char *msg,
+                        size_t msglen);
+/* 1 when the context must not run another job: the watchdog fired or a
+ * sticky CUDA error (illegal address, launch failure) hit it. Close it
+ * (from a thread that may wait) and open a fresh one. */
+int kq_poisoned(const struct kq_ctx *k);
+/* Bytes the jobs so far copied with the host CPU into pinned staging (the
+ * inputs not in kq_host_alloc memory); for tests and status. */
+unsigned long long kq_host_copied(const struct kq_ctx *k);
+
+/* Page-locked host memory of k's context, for job inputs (kq_job_opts.pinned):
+ * the caller preads into it and the job DMAs from it. Thread-safe, also while
+ * another thread runs a job on k. Free every buffer with kq_host_free before
+ * kq_close (the context owns it). -ENOMEM with msg when it cannot be had. */
+int kq_host_alloc(struct kq_ctx *k, size_t bytes, void **out, char *msg, size_t msglen);
+void kq_host_free(struct kq_ctx *k, void *p);
 
 /* ---- additions for tests and `requantfs bench quant --device cuda` ---- */
 

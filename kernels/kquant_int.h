@@ -55,13 +55,23 @@ struct kq_ctx {
 	struct kq_res *hres;     /* pinned host copy of dres */
 	uint8_t *stage[2];       /* pinned host [stage_groups * 41] each: in, packed, scales */
 	size_t stage_groups;
+	size_t ctx_bytes;        /* device bytes the context took at kq_open (NVML), 0 unknown */
+	int poisoned;            /* watchdog fired or sticky error: never run another job */
+	int ctx_made;            /* kq_open got as far as a current context */
+	unsigned long long copied;   /* input bytes memcpy'd into stage[] by the host */
+	/* the running job's watchdog (kq_quantize_job_opt): */
+	double deadline;         /* now() seconds after which waiting fails; 0 = none */
+	double (*now)(void);     /* the job's clock */
 };
 
 /* kquant.cu */
 int kq_fail(char *msg, size_t msglen, int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-int kq_cuda_fail(char *msg, size_t msglen, const struct kq_ctx *k, const char *what,
+int kq_cuda_fail(char *msg, size_t msglen, struct kq_ctx *k, const char *what,
                  cudaError_t e);
+/* Waits (polling cudaEventQuery) until e completed, or fails with
+ * -ETIMEDOUT (and poisons k) once k->deadline has passed. */
+int kq_wait(struct kq_ctx *k, cudaEvent_t e, const char *what, char *msg, size_t msglen);
 size_t kq_groups(const struct rq_qmod *m);
 int kq_amax_need(struct kq_ctx *k, int n, char *msg, size_t msglen);
 /* kquant_kern.cu: launches on stream s (gs_batch: the legacy stream) */

@@ -56,3 +56,39 @@ int kq_bench(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod *m, int n,
 {
 	return no_cuda(msg, msglen);
 }
+
+size_t kq_context_bytes(const struct kq_ctx *k)
+{
+	return 0;
+}
+
+int kq_cc(const struct kq_ctx *k)
+{
+	return 0;
+}
+
+int kq_quantize_job_opt(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod *m, int n,
+                        const struct kq_job_opts *o, float *gs, int *bad_module, char *msg,
+                        size_t msglen)
+{
+	return no_cuda(msg, msglen);
+}
+
+int kq_poisoned(const struct kq_ctx *k)
+{
+	return 0;
+}
+
+unsigned long long kq_host_copied(const struct kq_ctx *k)
+{
+	return 0;
+}
+
+int kq_host_alloc(struct kq_ctx *k, size_t bytes, void **out, char *msg, size_t msglen)
+{
+	return no_cuda(msg, msglen);
+}
+
+void kq_host_free(struct kq_ctx *k, void *p)
+{
+}

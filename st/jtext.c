@@ -365,3 +365,33 @@ cJSON *jt_index_parse(char *text, size_t len, cJSON **weight_map)
 	*weight_map = wm;
 	return j;
 }
+
+int jt_cut_element(struct jt_buf *out, const char *s, size_t n, size_t arr, size_t k)
+{
+	size_t cnt;
+	if (jt_elements(s, n, arr, NULL, NULL, 0, &cnt) || k >= cnt)
+		return -EPROTO;
+	size_t *st = malloc(cnt * sizeof *st), *en = malloc(cnt * sizeof *en);
+	if (!st || !en) {
+		free(st);
+		free(en);
+		return -ENOMEM;
+	}
+	jt_elements(s, n, arr, st, en, cnt, &cnt);
+	size_t b, e;
+	if (k + 1 < cnt) {           /* element, comma, blanks up to the next one */
+		b = st[k];
+		e = st[k + 1];
+	} else if (k > 0) {          /* the last: comma and blanks after the previous one */
+		b = en[k - 1];
+		e = en[k];
+	} else {                     /* the only one */
+		b = st[k];
+		e = en[k];
+	}
+	free(st);
+	free(en);
+	jt_put(out, s, b);
+	jt_put(out, s + e, n - e);
+	return out->oom ? -ENOMEM : 0;
+}

@@ -26,6 +26,11 @@ struct jt_buf {
 	int oom;
 };
 void jt_put(struct jt_buf *b, const char *s, size_t n);
+/* Appends s[0, n) without element k of the array whose '[' is at s[arr],
+ * taking with it the comma and whitespace that follow it, or (the last
+ * element) that precede it; every other byte kept. -EPROTO (no such
+ * element), -ENOMEM. */
+int jt_cut_element(struct jt_buf *out, const char *s, size_t n, size_t arr, size_t k);
 void jt_puts(struct jt_buf *b, const char *s);
 void jt_printf(struct jt_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -10,7 +10,7 @@ failure).
     rqtap.MOUNTS.append(mnt)         # cleaned up at exit
     return rqtap.finish()            # prints "1..N", 0 or 1
 """
-import atexit, os, signal, subprocess, sys
+import atexit, os, shutil, signal, subprocess, sys
 
 RQ = None
 n = failed = 0
@@ -24,6 +24,14 @@ def init(binary):
     RQ = os.path.abspath(binary)
     atexit.register(cleanup)
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
+
+
+def no_venv(e):
+    """For a script whose .venv packages failed to import (ImportError e): a missing
+    venv fails loudly, never skips. One failing TAP line, then exit 1."""
+    print("not ok 1 - %s (python %s): run tools/setup to create .venv" % (e, sys.executable))
+    print("1..1")
+    sys.exit(1)
 
 
 def ok(cond, what, detail="", lines=30, stderr=False):
@@ -105,7 +113,9 @@ def unmount(mnt):
                 pass
 
 
-def cleanup():
+def cleanup(tmp=None):
+    """Continues the stopped daemons, unmounts every mount in MOUNTS (and forgets
+    them) and, given tmp, removes that directory."""
     for pid in STOPPED:
         try:
             os.kill(pid, signal.SIGCONT)
@@ -113,6 +123,9 @@ def cleanup():
             pass
     for mnt in reversed(MOUNTS):
         unmount(mnt)
+    MOUNTS.clear()
+    if tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def ensure_user(name):
@@ -130,26 +143,102 @@ def ensure_user(name):
         return None
 
 
+def no_fuse():
+    """Without /dev/fuse: the SKIP plan printed and its exit code; else None."""
+    if os.path.exists("/dev/fuse"):
+        return None
+    print("1..0 # SKIP /dev/fuse is missing (modprobe fuse)")
+    return 77
+
+
+def ckpt_dirs(prefix, mode=None):
+    """A new temp dir T["tmp"] (named prefix..., chmod mode if given) and the paths a
+    mount test works with in it: T["src"] (a mkckpt checkpoint), T["cal"] (its 07-22
+    twin), T["ref"] (what export makes of it)."""
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    if mode is not None:
+        os.chmod(tmp, mode)
+    return {"tmp": tmp, "src": os.path.join(tmp, "src"), "cal": os.path.join(tmp, "cal"),
+            "ref": os.path.join(tmp, "ref")}
+
+
+def make_ckpt(T, ref=False):
+    """mkckpt T["src"] with its twin T["cal"]; with ref, also its export T["ref"] (the
+    reference bytes). A TAP line each; whether all worked."""
+    rc, out = run("mkckpt", T["src"], "--calib-out", T["cal"])
+    if not ok(rc == 0, "mkckpt makes a checkpoint and its twin", out):
+        return False
+    if ref:
+        rc, out = run("export", T["src"], T["ref"], "--calib", T["cal"], "--quiet")
+        return ok(rc == 0, "export of the same checkpoint (the reference)", out)
+    return True
+
+
 def root_main(prefix, body):
     """The frame of a test that mounts as root: SKIP without root or
     /dev/fuse; a 0755 temp dir T["tmp"] with a mkckpt checkpoint T["src"] and
     its 07-22 twin T["cal"]; body(T) (return non-zero to stop); then every
     mount and the temp dir removed, also on failure. Returns the exit code."""
-    import shutil, tempfile
     if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
         print("1..0 # SKIP needs root and /dev/fuse (as CI has)")
         return 77
-    tmp = tempfile.mkdtemp(prefix=prefix)
-    os.chmod(tmp, 0o755)                     # other users may walk to SRC
-    T = {"tmp": tmp, "src": os.path.join(tmp, "src"), "cal": os.path.join(tmp, "cal")}
+    T = ckpt_dirs(prefix, 0o755)             # other users may walk to SRC
     try:
-        rc, out = run("mkckpt", T["src"], "--calib-out", T["cal"])
-        if not ok(rc == 0, "mkckpt makes a checkpoint and its twin", out) or body(T):
+        if not make_ckpt(T) or body(T):
             return 1
     finally:
-        cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
+        cleanup(T["tmp"])
     return finish()
+
+
+def st_header(path):
+    """A safetensors file's header: (the JSON dict, where the data starts)."""
+    import json, struct
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n)), 8 + n
+
+
+# safetensors' dtypes in its order (save_file writes the later ones first)
+ST_DTYPES = ["BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0",
+             "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16", "U16", "F16", "BF16", "I32", "U32", "F32",
+             "C64", "F64", "I64", "U64"]
+
+
+def st_order(names, dtype):
+    """names in the order save_file writes them: dtype(name) by ST_DTYPES, the last
+    first, then the names' bytes."""
+    return sorted(names, key=lambda k: (-ST_DTYPES.index(dtype(k)), k.encode()))
+
+
+def st_agrees(path, bytes_of=()):
+    """Whether the safetensors library reads path as st_tensors does: the same names,
+    dtypes and shapes, and the same bytes for the dtypes in bytes_of."""
+    from safetensors import safe_open
+    t, good = st_tensors(path), True
+    with safe_open(path, framework="numpy") as f:
+        good &= sorted(f.keys()) == sorted(t)
+        for k in f.keys():
+            sl = f.get_slice(k)
+            good &= sl.get_dtype() == t[k][0] and list(sl.get_shape()) == t[k][1]
+            if t[k][0] in bytes_of:
+                good &= f.get_tensor(k).tobytes() == t[k][2]
+    return good
+
+
+def st_tensors(path):
+    """A safetensors file's tensors: name -> (dtype, shape, bytes)."""
+    h, start = st_header(path)
+    out = {}
+    with open(path, "rb") as f:
+        for k, v in h.items():
+            if k == "__metadata__":
+                continue
+            b, e = v["data_offsets"]
+            f.seek(start + b)
+            out[k] = (v["dtype"], v["shape"], f.read(e - b))
+    return out
 
 
 def mount(src, mnt, cal, cache, *extra, env=None):

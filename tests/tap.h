@@ -3,8 +3,12 @@
 #ifndef RQ_TESTS_TAP_H
 #define RQ_TESTS_TAP_H
 
+#include <dirent.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 static int tap_n, tap_failed;
 
@@ -29,6 +33,64 @@ static int tap_n, tap_failed;
 	fflush(stdout); \
 	exit(0); \
 } while (0)
+
+/* xorshift64 (13, 7, 17): *state advanced and returned, test data that is
+ * the same on every run and machine; tap_xorshift: its bits 16..47. */
+static inline uint64_t tap_xorshift64(uint64_t *state)
+{
+	uint64_t x = *state;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return *state = x;
+}
+
+static inline uint32_t tap_xorshift(uint64_t *state)
+{
+	return (uint32_t)(tap_xorshift64(state) >> 16);
+}
+
+/* A whole file, NUL-terminated (malloc'd; the caller frees), its length in
+ * *len when len is not NULL; NULL if it cannot be opened or read. */
+static inline char *tap_slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *s = n >= 0 ? (char *)malloc((size_t)n + 1) : NULL;
+	if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+		free(s);
+		s = NULL;
+	}
+	fclose(f);
+	if (s) {
+		s[n] = 0;
+		if (len)
+			*len = (size_t)n;
+	}
+	return s;
+}
+
+/* Removes dir and everything under it (a test's temp dir), as far as it can. */
+static inline void tap_rmtree(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char p[4096];
+	while (d && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		int n = snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+		if (n > 0 && (size_t)n < sizeof p && unlink(p))
+			tap_rmtree(p);
+	}
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
 
 static inline int tap_done(void)
 {

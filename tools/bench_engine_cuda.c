@@ -11,15 +11,24 @@
  * Extrapolation to the full depth: the step is timed for L and L/2 layers,
  * t(L) = t0 + L·t_layer is solved for t0 and t_layer, and t(48) predicted
  * (layers of the stack are the sliding kind but the first, which is full;
- * the real model has 12 full layers, with fewer heads and longer KV reads). */
+ * the real model has 12 full layers, with fewer heads and longer KV reads).
+ *
+ * --decode-at P,P: instead, for each position P (prompt of P tokens), the
+ * device time of one decode step at P and, with --logits-out FILE, the
+ * logits of that step (vocab little-endian floats per position, in order):
+ * run under EK_PDL=0 and EK_PDL=1 they must be byte-identical. The kernels
+ * of one direct decode step are counted too (ek_launches).
+ * --op NAME[,NAME]: one op at a time (tools/bench_engine_ops.c). */
 #include "tools/bench.h"
 #include "tools/cli.h"
 #include "base/err.h"
 #include "engine/forward_cuda.h"
 #include "engine/model.h"
 #include "tools/bench_synth.h"
+#include "tools/bench_engine_ops.h"
 #include "kernels/ek.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +39,10 @@ static void usage(FILE *f)
 	fprintf(f,
 	"usage: requantfs bench engine --device cuda[:N] [--real-dims] [--layers N]\n"
 	"              [--experts E] [--model DIR] [--ctx N] [--kv bf16|f32|fp8] [--steps N]\n"
-	"              [--prefill N,N] [--batch N] [--gpu-mem SIZE] [--no-graph]\n\n"
+	"              [--prefill N,N|0] [--batch N] [--gpu-mem SIZE] [--no-graph]\n"
+	"              [--decode-at P,P [--logits-out FILE]]\n"
+	"       requantfs bench engine --device cuda[:N] --op NAME[,NAME] [--pos P] [--ctx N]\n"
+	"              [--reps N] [--json]    |    --list-ops\n\n"
 	"The CUDA engine on a stack of Laguna S 2.1-shaped layers with synthetic weights\n"
 	"(filled on the device: BF16 attention, dense and shared MLPs, NVFP4 routed experts),\n"
 	"or on the checkpoint in --model DIR. Prints the memory plan, the upload rate, the\n"
@@ -44,7 +56,17 @@ static void usage(FILE *f)
 	"  --steps N       decode steps timed (default 64)\n"
 	"  --prefill L,L   prompt lengths timed (default 1024,8192)\n"
 	"  --batch N       prompt tokens per batch (default 1024)\n"
-	"  --gpu-mem SIZE  plan against SIZE bytes instead of the free memory (e.g. 96G)\n");
+	"  --gpu-mem SIZE  plan against SIZE bytes instead of the free memory (e.g. 96G)\n"
+	"  --decode-at P,P decode step time (and kernels per step) at each position P after a\n"
+	"                  P-token prompt, instead of the prefill/extrapolation runs\n"
+	"  --logits-out F  with --decode-at: the logits of each timed step, raw float32\n"
+	"  --op NAME,...   per-op timing at Laguna S 2.1 shapes: us per call (graph of 8 calls,\n"
+	"                  median of --reps replays), GB/s of the bytes it must move, vs the\n"
+	"                  device copy of the same run; --pos/--ctx for attention ops\n"
+	"  --json          --op: one JSON object per op\n"
+	"  --list-ops      the op names\n"
+	"PDL is on where the device has it; EK_PDL=0 turns it off, EK_FUSE=0 unfuses the\n"
+	"RMSNorms from their GEMVs (both for comparisons).\n");
 }
 
 struct run {
@@ -57,6 +79,63 @@ struct run {
 };
 
 /* Prefills, then times decode at position `at`. */
+/* --decode-at: step time and logits at each position. */
+static int decode_at(const struct lg_model *m, const struct lgc_opts *o, int steps, const int *at,
+                     int nat, const char *logits_out, struct rq_err *err)
+{
+	struct lgc *g;
+	int V = m->cfg.vocab, maxp = 0, rc;
+	for (int i = 0; i < nat; i++)
+		maxp = at[i] > maxp ? at[i] : maxp;
+	if ((rc = lgc_create(m, o, &g, err)))
+		return rc;
+	FILE *lf = logits_out ? fopen(logits_out, "wb") : NULL;
+	if (logits_out && !lf) {
+		lgc_free(g);
+		return rq_errf(err, -errno, "%s: cannot create (%s)", logits_out, strerror(errno));
+	}
+	int *tok = malloc(sizeof(int) * (maxp + 1));
+	float *logits = malloc(sizeof(float) * V);
+	rc = !tok || !logits ? rq_errf(err, -ENOMEM, "out of memory") : 0;
+	for (int i = 0; !rc && i <= maxp; i++)
+		tok[i] = (int)((i * 7919ull + 13) % (unsigned)V);
+	const char *pdl = getenv("EK_PDL"), *fuse = getenv("EK_FUSE");
+	printf("PDL: %s; RMSNorm %s\n", pdl && !strcmp(pdl, "0") ? "off (EK_PDL=0)" :
+	       "on where the device has it (EK_PDL=0 turns it off)",
+	       fuse && !strcmp(fuse, "0") ? "unfused (EK_FUSE=0)" : "fused into the GEMVs");
+	for (int i = 0; !rc && i < nat; i++) {
+		double s = 0;
+		lgc_reset(g);
+		if (at[i] > 0)
+			rc = lgc_forward(g, tok, at[i], NULL, 0, err);
+		if (!rc && i == 0) {       /* one direct step (the graph is captured after two) */
+			unsigned long long l0 = ek_launches(NULL);
+			rc = lgc_forward(g, &tok[at[i]], 1, logits, 1, err);
+			if (!rc)
+				printf("kernels per decode step: %llu (a direct step, %d layers)\n",
+				       ek_launches(NULL) - l0, m->cfg.n_layers);
+			lgc_reset(g);
+			if (!rc && at[i] > 0)
+				rc = lgc_forward(g, tok, at[i], NULL, 0, err);
+		}
+		if (!rc)
+			rc = lgc_time_step(g, tok[at[i]], steps, &s, err);
+		if (!rc)                   /* the logits of the step at P (after the timing: same KV) */
+			rc = lgc_forward(g, &tok[at[i]], 1, logits, 1, err);
+		if (!rc && lf && fwrite(logits, sizeof(float), V, lf) != (size_t)V)
+			rc = rq_errf(err, -EIO, "%s: write failed", logits_out);
+		if (!rc)
+			printf("decode at position %d: %.3f ms/token, %.1f tokens/s (graph replay, device "
+			       "time)\n", at[i], s * 1e3, 1 / s);
+	}
+	if (lf && fclose(lf) && !rc)
+		rc = rq_errf(err, -EIO, "%s: write failed", logits_out);
+	free(tok);
+	free(logits);
+	lgc_free(g);
+	return rc;
+}
+
 static int measure(const struct lg_model *m, const struct lgc_opts *o, int steps, const int *plen,
                    int nplen, int at, int verbose, struct run *r, struct rq_err *err)
 {
@@ -132,10 +211,15 @@ int bench_engine_cuda(int argc, char **argv)
 		{"kv", required_argument, 0, 'k'}, {"steps", required_argument, 0, 's'},
 		{"prefill", required_argument, 0, 'p'}, {"batch", required_argument, 0, 'b'},
 		{"gpu-mem", required_argument, 0, 'g'}, {"no-graph", no_argument, 0, 'G'},
+		{"decode-at", required_argument, 0, 'A'}, {"logits-out", required_argument, 0, 'L'},
+		{"op", required_argument, 0, 'O'}, {"pos", required_argument, 0, 'P'},
+		{"reps", required_argument, 0, 'r'}, {"json", no_argument, 0, 'J'},
+		{"list-ops", no_argument, 0, 'N'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	struct lgc_opts o = {.max_ctx = 16384, .max_batch = 1024};
-	const char *model = NULL;
+	const char *model = NULL, *ops = NULL, *logits_out = NULL;
 	int layers = 4, experts = 256, steps = 64, plen[4] = {1024, 8192}, nplen = 2, c;
+	int at[8], nat = 0, pos = 128, reps = 20, json = 0, ctx_set = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
@@ -148,13 +232,31 @@ int bench_engine_cuda(int argc, char **argv)
 		case 'l': layers = atoi(optarg); break;
 		case 'e': experts = atoi(optarg); break;
 		case 'm': model = optarg; break;
-		case 'c': o.max_ctx = atoi(optarg); break;
+		case 'c': o.max_ctx = atoi(optarg); ctx_set = 1; break;
+		case 'O': ops = optarg; break;
+		case 'P': pos = atoi(optarg); break;
+		case 'r': reps = atoi(optarg); break;
+		case 'J': json = 1; break;
+		case 'L': logits_out = optarg; break;
+		case 'N': bench_engine_list_ops(stdout); return 0;
+		case 'A':
+			nat = 0;
+			for (char *s = optarg; *s && nat < 8;) {
+				at[nat++] = (int)strtol(s, &s, 10);
+				if (*s == ',')
+					s++;
+				else if (*s)
+					return cli_fail(2, "bench engine", "--decode-at: positions like 128,4096");
+			}
+			break;
 		case 'k': o.kv = optarg; break;
 		case 's': steps = atoi(optarg); break;
 		case 'b': o.max_batch = atoi(optarg); break;
 		case 'G': o.no_graph = 1; break;
 		case 'p': {
 			nplen = 0;
+			if (!strcmp(optarg, "0"))
+				break;
 			for (char *s = optarg; *s && nplen < 4;) {
 				plen[nplen++] = (int)strtol(s, &s, 10);
 				if (*s == ',')
@@ -182,6 +284,21 @@ int bench_engine_cuda(int argc, char **argv)
 			return cli_fail(2, "bench engine", "--prefill %d does not fit --ctx %d", plen[i], o.max_ctx);
 	if (!ek_compiled())
 		return cli_fail(1, "bench engine", "built without CUDA (reconfigure with -Dcuda=enabled)");
+	if (ops) {
+		struct rq_err e = {0};
+		if (reps < 1 || pos < 0)
+			return cli_fail(2, "bench engine", "--reps must be >= 1 and --pos >= 0");
+		int ctx = ctx_set ? o.max_ctx : (pos + 2 + 1023) / 1024 * 1024;
+		if (bench_engine_ops(o.device, ops, pos, ctx, reps, json, &e))
+			return cli_fail(1, "bench engine", "%s", e.msg);
+		return 0;
+	}
+	for (int i = 0; i < nat; i++)
+		if (at[i] < 0 || at[i] + 2 > o.max_ctx)
+			return cli_fail(2, "bench engine", "--decode-at %d does not fit --ctx %d", at[i],
+			                o.max_ctx);
+	if (logits_out && !nat)
+		return cli_fail(2, "bench engine", "--logits-out needs --decode-at");
 
 	struct rq_err err = {0};
 	struct lg_model *m = NULL;
@@ -198,9 +315,14 @@ int bench_engine_cuda(int argc, char **argv)
 	printf("bench engine --device cuda: %s, %d layers (%d experts, top-%d), context %d, KV %s\n",
 	       synth ? "synthetic Laguna S 2.1 shapes" : model, m->cfg.n_layers, m->cfg.n_experts,
 	       m->cfg.top_k, o.max_ctx, o.kv ? o.kv : "bf16");
+	if (nat) {
+		rc = decode_at(m, &o, steps, at, nat, logits_out, &err);
+		synth ? bench_synth_free(m) : lg_model_close(m);
+		return rc ? cli_fail(1, "bench engine", "%s", err.msg) : 0;
+	}
 	struct run r = {0}, r2 = {0};
-	int at = 1024 < o.max_ctx - 2 ? 1024 : o.max_ctx - 2;
-	rc = measure(m, &o, steps, plen, nplen, at, 1, &r, &err);
+	int at1 = 1024 < o.max_ctx - 2 ? 1024 : o.max_ctx - 2;
+	rc = measure(m, &o, steps, plen, nplen, at1, 1, &r, &err);
 	if (rc) {
 		synth ? bench_synth_free(m) : lg_model_close(m);
 		return cli_fail(1, "bench engine", "%s", err.msg);
@@ -218,7 +340,7 @@ int bench_engine_cuda(int argc, char **argv)
 		bench_laguna_config(cfg, sizeof cfg, layers / 2, experts);
 		rc = bench_synth_model(cfg, 1, &m2, &err);
 		if (!rc)
-			rc = measure(m2, &o, steps, plen, 0, at, 0, &r2, &err);
+			rc = measure(m2, &o, steps, plen, 0, at1, 0, &r2, &err);
 		bench_laguna_config(cfg, sizeof cfg, 48, experts);
 		if (!rc)
 			rc = bench_synth_model(cfg, 1, &m48, &err);

@@ -19,8 +19,12 @@
  *
  * The mount is the product itself (this executable's `mount`/`umount`);
  * "cold" means posix_fadvise(DONTNEED) on the files involved, not a global
- * cache drop. */
+ * cache drop.
+ *
+ * --scheme S|all: (a) only, for the data-free schemes on a --dense
+ * checkpoint (bench_mount_scheme.c). */
 #include "tools/bench.h"
+#include "tools/bench_mount_int.h"
 #include "tools/cli.h"
 
 #include <errno.h>
@@ -32,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -42,22 +47,8 @@
 #include "qdev/qdev.h"
 #include "st/st.h"
 
-#define CHUNK (1u << 20)
-
-struct bm {
-	char work[4096], src[4200], cal[4200], exp[4200], mnt[4200], cache[4200], log[4200];
-	char cache_pt[4200], cache_off[4200];
-	const char *device;
-	const char *pt;           /* --passthrough of the mounts made now */
-	int procs;                /* (d): loader processes at once */
-	int can_drop;             /* drop_caches works (root) */
-	int reps;
-	unsigned readahead;
-	uint8_t *buf;
-};
-
 /* Runs this executable with args; output goes to the bench log. */
-static int run_self(struct bm *b, char *const args[])
+int bm_run_self(struct bm *b, char *const args[])
 {
 	pid_t p = fork();
 	if (p < 0)
@@ -91,7 +82,7 @@ static int drop_one(const char *path, const struct stat *st, int flag, struct FT
 }
 
 /* Evicts every file under path from the page cache. */
-static void drop(const char *path)
+void bm_drop(const char *path)
 {
 	nftw(path, drop_one, 16, FTW_PHYS);
 }
@@ -106,7 +97,7 @@ static void drop_all(struct bm *b)
 	if (f)
 		fclose(f);
 	if (!b->can_drop)
-		drop(b->work);
+		bm_drop(b->work);
 }
 
 static int warm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
@@ -135,32 +126,41 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 	return 0;
 }
 
-static void rm_rf(const char *path)
+void bm_rm_rf(const char *path)
 {
 	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static int do_mount(struct bm *b)
+int bm_mount(struct bm *b)
 {
-	char ra[16];
+	char ra[16], th[16];
 	snprintf(ra, sizeof ra, "%u", b->readahead);
+	snprintf(th, sizeof th, "%d", b->threads);
 	mkdir(b->mnt, 0755);
-	char *args[] = {"requantfs", "mount", b->src, b->mnt, "--calib", b->cal, "--cache", b->cache,
-	                "--device", (char *)b->device, "--readahead", ra, "--log", b->log,
-	                "--passthrough", (char *)(b->pt ? b->pt : "auto"), NULL};
-	return run_self(b, args);
+	char *args[24] = {"requantfs", "mount", b->src, b->mnt, "--cache", b->cache,
+	                  "--device", (char *)b->device, "--readahead", ra, "--log", b->log,
+	                  "--passthrough", (char *)(b->pt ? b->pt : "auto")};
+	int n = 14;
+	args[n++] = b->scheme ? "--scheme" : "--calib";
+	args[n++] = b->scheme ? (char *)b->scheme : b->cal;
+	if (b->threads > 0) {
+		args[n++] = "--threads";
+		args[n++] = th;
+	}
+	args[n] = NULL;
+	return bm_run_self(b, args);
 }
 
-static void do_umount(struct bm *b)
+void bm_umount(struct bm *b)
 {
 	char *args[] = {"requantfs", "umount", b->mnt, NULL};
-	run_self(b, args);
+	bm_run_self(b, args);
 }
 
 static int do_warm(struct bm *b)
 {
 	char *args[] = {"requantfs", "warm", b->mnt, NULL};
-	return run_self(b, args);
+	return bm_run_self(b, args);
 }
 
 /* (d) one loader: every *.safetensors of dir in name order, mmap'd, each
@@ -244,7 +244,7 @@ static double lazy_many(struct bm *b, const char *dir, const struct rq_plan *p, 
 }
 
 /* Sequential read of a file with CHUNK reads: seconds, -1 on error. */
-static double read_seq(struct bm *b, const char *path, uint64_t *bytes)
+double bm_read_seq(struct bm *b, const char *path, uint64_t *bytes)
 {
 	int fd = open(path, O_RDONLY);
 	if (fd < 0)
@@ -335,30 +335,30 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	"usage: requantfs bench mount [--dir WORK] [--experts N] [--device D] [--reps N]\n"
-	"                             [--readahead KB] [--procs N] [--keep]\n\n"
+	"                             [--readahead KB] [--procs N] [--threads N] [--keep]\n"
+	"       requantfs bench mount --scheme S|all [--dir WORK] [--experts N] [--device D]\n"
+	"                             [--threads N] [--reps N] [--readahead KB] [--keep]\n\n"
 	"Makes a --real-dims checkpoint with mkckpt in WORK (reused if WORK/src exists),\n"
 	"then times reads through real mounts against export and native reads of the\n"
 	"exported files (ratios: >= 1 means the mount is as fast as the baseline).\n"
 	"  --dir WORK      work directory (default: a new one under $TMPDIR or /var/tmp,\n"
 	"                  removed at the end unless --keep)\n"
-	"  --experts N     routed experts per layer in the checkpoint (default 8)\n"
+	"  --experts N     routed experts per layer in the checkpoint (default 8; with\n"
+	"                  --scheme 32, mkckpt's --real-dims default)\n"
 	"  --device D      quantizer device for export and mount (default auto)\n"
 	"  --reps N        repetitions of the cheap measurements, best kept (default 3)\n"
 	"  --readahead KB  the mount's --readahead (default 8192)\n"
-	"  --procs N       (d): loader processes at once (default 4)\n");
+	"  --procs N       (d): loader processes at once (default 4)\n"
+	"  --threads N     CPU quantizer threads of export and mount (default: all)\n"
+	"  --scheme S      nvfp4a16, fp8-dynamic, w8a16, w4a16 or all: instead of the\n"
+	"                  above, (a) only, on a `mkckpt --real-dims --dense` checkpoint\n"
+	"                  (WORK/src-dense) mounted and exported with --scheme S, each\n"
+	"                  scheme against its own export; a table with the >= 0.9 bar\n");
 }
-
-/* What is measured on: the requantized shard with the most quantized bytes. */
-struct shard {
-	long i;                   /* plan file index */
-	const char *name, *srcpath;
-	uint64_t size, qbytes, qin;   /* bytes: the shard, its quantized part, all BF16 in */
-	char mpath[8400], epath[8400];
-};
 
 /* Figures, seconds (best of reps); [k]: 0 passthrough auto, 1 off. */
 struct res {
-	double t_exp, t_exp1, t_all, t_shard;
+	struct bm_cold a;
 	double nat_cold, nat_warm, nat_rand, nat_mm, nat_lazy;
 	uint64_t lazy_bytes;
 	double first[2], cold[2], bw[2], pc[2], rand[2], mm[2], lazy[2];
@@ -367,7 +367,7 @@ struct res {
 static const char *const modes[2] = {"auto", "off"};
 #define NRAND 256
 
-static void keep_min(double *best, double t)
+void bm_keep_min(double *best, double t)
 {
 	if (t > 0 && t < *best)
 		*best = t;
@@ -375,13 +375,14 @@ static void keep_min(double *best, double t)
 
 /* Options into b; -1 to go on, else the exit code. */
 static int parse_args(int argc, char **argv, struct bm *b, const char **dir, int *experts,
-                      int *keep)
+                      int *keep, const char **scheme)
 {
 	static const struct option lo[] = {
 		{"dir", required_argument, 0, 'd'}, {"experts", required_argument, 0, 'e'},
 		{"device", required_argument, 0, 'D'}, {"reps", required_argument, 0, 'r'},
 		{"readahead", required_argument, 0, 'a'}, {"keep", no_argument, 0, 'k'},
-		{"procs", required_argument, 0, 'P'},
+		{"procs", required_argument, 0, 'P'}, {"scheme", required_argument, 0, 'S'},
+		{"threads", required_argument, 0, 't'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	int c;
 	optind = 1;
@@ -396,12 +397,14 @@ static int parse_args(int argc, char **argv, struct bm *b, const char **dir, int
 		case 'a': b->readahead = (unsigned)atoi(optarg); break;
 		case 'k': *keep = 1; break;
 		case 'P': b->procs = atoi(optarg); break;
+		case 'S': *scheme = optarg; break;
+		case 't': b->threads = atoi(optarg); break;
 		default:
 			usage(stderr);
 			return cli_fail(2, "bench", "mount: unknown option '%s'", argv[optind - 1]);
 		}
 	}
-	if (*experts < 1 || b->reps < 1 || b->procs < 1 || b->procs > 64 || optind != argc) {
+	if (*experts < 0 || b->reps < 1 || b->procs < 1 || b->procs > 64 || optind != argc) {
 		usage(stderr);
 		return 2;
 	}
@@ -443,7 +446,7 @@ static int make_plan(struct bm *b, int experts, struct rq_plan **p)
 		                "--experts", ex, NULL};
 		fprintf(stderr, "bench mount: making a --real-dims checkpoint (%d experts) in %s\n",
 		        experts, b->src);
-		if (run_self(b, args))
+		if (bm_run_self(b, args))
 			return cli_fail(1, "bench", "mount: mkckpt failed (see %s)", b->log);
 	}
 	struct rq_plan_opts po = {.src = b->src, .calib = b->cal};
@@ -453,7 +456,7 @@ static int make_plan(struct bm *b, int experts, struct rq_plan **p)
 	return 0;
 }
 
-static int pick_shard(struct bm *b, const struct rq_plan *p, struct shard *sh)
+int bm_pick_shard(struct bm *b, const struct rq_plan *p, struct shard *sh)
 {
 	memset(sh, 0, sizeof *sh);
 	sh->i = -1;
@@ -481,8 +484,55 @@ static int pick_shard(struct bm *b, const struct rq_plan *p, struct shard *sh)
 
 /* (a): export of everything and of the shard alone vs cold reads through a
  * fresh mount with an empty cache (quantizing as it goes). */
-static int measure_cold(struct bm *b, struct rq_plan *p, struct rq_quantizer *q,
-                        const struct shard *sh, struct res *r)
+static double cpu_self(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+	       (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* The daemon of the mount just made: the last "(daemon pid N" in the log
+ * (what `mount` prints once it is ready), or -1. */
+static int daemon_pid(struct bm *b)
+{
+	char tail[65536];
+	int pid = -1, fd = open(b->log, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	off_t end = lseek(fd, 0, SEEK_END);
+	off_t from = end > (off_t)sizeof tail - 1 ? end - (off_t)sizeof tail + 1 : 0;
+	ssize_t n = pread(fd, tail, sizeof tail - 1, from);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	tail[n] = 0;
+	for (const char *c = tail; (c = strstr(c, "(daemon pid ")); c++)
+		pid = atoi(c + 12);
+	return pid > 0 ? pid : -1;
+}
+
+/* CPU seconds (user + system, all threads) process pid has used, or -1. */
+static double cpu_of(int pid)
+{
+	char path[64], st[1024];
+	snprintf(path, sizeof path, "/proc/%d/stat", pid);
+	int fd = pid > 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+	ssize_t n = fd >= 0 ? read(fd, st, sizeof st - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return -1;
+	st[n] = 0;
+	const char *c = strrchr(st, ')');
+	unsigned long ut, sy;
+	if (!c || sscanf(c, ") %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &sy) != 2)
+		return -1;
+	return (double)(ut + sy) / (double)sysconf(_SC_CLK_TCK);
+}
+
+int bm_measure_cold(struct bm *b, struct rq_plan *p, struct rq_quantizer *q,
+                    const struct shard *sh, struct bm_cold *r)
 {
 	struct rq_err err = {0};
 	char eshard[4300];
@@ -490,41 +540,49 @@ static int measure_cold(struct bm *b, struct rq_plan *p, struct rq_quantizer *q,
 	struct rq_plan one = *p;          /* the same plan restricted to that file */
 	one.files = &p->files[sh->i];
 	one.nfiles = 1;
-	r->t_exp = r->t_exp1 = r->t_all = r->t_shard = 1e30;
+	r->t_exp = r->t_exp1 = r->t_all = r->t_shard = r->c_exp = r->c_all = 1e30;
 	for (int k = 0; k < b->reps; k++) {
-		rm_rf(b->exp);
-		drop(b->src);
-		double t = bench_now();
+		bm_rm_rf(b->exp);
+		bm_drop(b->src);
+		double c = cpu_self(), t = bench_now();
 		if (rq_export(p, q, b->exp, NULL, NULL, &err))
 			return cli_fail(1, "bench", "mount: export: %s", err.msg);
-		keep_min(&r->t_exp, bench_now() - t);
-		rm_rf(eshard);
-		drop(b->src);
+		bm_keep_min(&r->t_exp, bench_now() - t);
+		bm_keep_min(&r->c_exp, cpu_self() - c);
+		bm_rm_rf(eshard);
+		bm_drop(b->src);
 		t = bench_now();
 		if (rq_export(&one, q, eshard, NULL, NULL, &err))
 			return cli_fail(1, "bench", "mount: export of %s: %s", sh->name, err.msg);
-		keep_min(&r->t_exp1, bench_now() - t);
-		rm_rf(eshard);
-		rm_rf(b->cache);
-		drop(b->src);
-		if (do_mount(b))
+		bm_keep_min(&r->t_exp1, bench_now() - t);
+		bm_rm_rf(eshard);
+		bm_rm_rf(b->cache);
+		bm_drop(b->src);
+		if (bm_mount(b))
 			return cli_fail(1, "bench", "mount: mount failed (see %s)", b->log);
+		int dpid = daemon_pid(b);
+		double cd = cpu_of(dpid);
+		c = cpu_self();
 		t = bench_now();
 		for (size_t i = 0; i < p->nfiles; i++) {
 			char fp[8400];
 			snprintf(fp, sizeof fp, "%s/%s", b->mnt, p->files[i].name);
-			if (read_seq(b, fp, NULL) < 0) {
-				do_umount(b);
+			if (bm_read_seq(b, fp, NULL) < 0) {
+				bm_umount(b);
 				return cli_fail(1, "bench", "mount: reading %s failed", fp);
 			}
 		}
-		keep_min(&r->t_all, bench_now() - t);
-		do_umount(b);
-		rm_rf(b->cache);
-		drop(b->src);
-		do_mount(b);
-		keep_min(&r->t_shard, read_seq(b, sh->mpath, NULL));
-		do_umount(b);
+		bm_keep_min(&r->t_all, bench_now() - t);
+		c = cpu_self() - c;
+		double cd1 = cpu_of(dpid);
+		if (cd >= 0 && cd1 >= 0)
+			bm_keep_min(&r->c_all, c + cd1 - cd);
+		bm_umount(b);
+		bm_rm_rf(b->cache);
+		bm_drop(b->src);
+		bm_mount(b);
+		bm_keep_min(&r->t_shard, bm_read_seq(b, sh->mpath, NULL));
+		bm_umount(b);
 	}
 	return 0;
 }
@@ -537,13 +595,13 @@ static int warm_caches(struct bm *b)
 	for (int k = 0; k < 2; k++) {
 		snprintf(b->cache, sizeof b->cache, "%s", caches[k]);
 		b->pt = modes[k];
-		rm_rf(b->cache);
-		if (do_mount(b) || do_warm(b)) {
-			do_umount(b);
+		bm_rm_rf(b->cache);
+		if (bm_mount(b) || do_warm(b)) {
+			bm_umount(b);
 			return cli_fail(1, "bench", "mount: warming the %s cache failed (see %s)",
 			                modes[k], b->log);
 		}
-		do_umount(b);
+		bm_umount(b);
 	}
 	return 0;
 }
@@ -554,12 +612,12 @@ static void measure_native(struct bm *b, const struct rq_plan *p, const struct s
 	r->nat_cold = r->nat_warm = r->nat_rand = r->nat_mm = r->nat_lazy = 1e30;
 	for (int k = 0; k < b->reps; k++) {
 		drop_all(b);
-		keep_min(&r->nat_cold, read_seq(b, sh->epath, NULL));
-		keep_min(&r->nat_warm, read_seq(b, sh->epath, NULL));
-		keep_min(&r->nat_rand, read_rand(b, sh->epath, sh->size, NRAND));
-		keep_min(&r->nat_mm, mmap_fault(sh->epath, sh->size));
+		bm_keep_min(&r->nat_cold, bm_read_seq(b, sh->epath, NULL));
+		bm_keep_min(&r->nat_warm, bm_read_seq(b, sh->epath, NULL));
+		bm_keep_min(&r->nat_rand, read_rand(b, sh->epath, sh->size, NRAND));
+		bm_keep_min(&r->nat_mm, mmap_fault(sh->epath, sh->size));
 		drop_all(b);
-		keep_min(&r->nat_lazy, lazy_many(b, b->exp, p, &r->lazy_bytes));
+		bm_keep_min(&r->nat_lazy, lazy_many(b, b->exp, p, &r->lazy_bytes));
 	}
 }
 
@@ -577,26 +635,26 @@ static void measure_mode(struct bm *b, int k, const struct rq_plan *p, const str
 		/* the first read after mounting: with passthrough it waits for the
 		 * materialized shard's verification (hashed whole) */
 		drop_all(b);
-		do_mount(b);
-		keep_min(&r->first[k], read_seq(b, sh->mpath, NULL));
+		bm_mount(b);
+		bm_keep_min(&r->first[k], bm_read_seq(b, sh->mpath, NULL));
 		do_warm(b);
 		drop_all(b);
-		keep_min(&r->cold[k], read_seq(b, sh->mpath, NULL));
-		keep_min(&r->pc[k], read_seq(b, sh->mpath, NULL));
-		keep_min(&r->rand[k], read_rand(b, sh->mpath, sh->size, NRAND));
+		bm_keep_min(&r->cold[k], bm_read_seq(b, sh->mpath, NULL));
+		bm_keep_min(&r->pc[k], bm_read_seq(b, sh->mpath, NULL));
+		bm_keep_min(&r->rand[k], read_rand(b, sh->mpath, sh->size, NRAND));
 		drop_all(b);
-		keep_min(&r->lazy[k], lazy_many(b, b->mnt, p, NULL));
-		do_umount(b);
+		bm_keep_min(&r->lazy[k], lazy_many(b, b->mnt, p, NULL));
+		bm_umount(b);
 		for (int what = 0; what < 2; what++) {   /* the mount's own page cache empty */
-			do_mount(b);
+			bm_mount(b);
 			do_warm(b);
 			warm(sh->srcpath);
 			warm(b->cache);
 			if (what == 0)
-				keep_min(&r->bw[k], read_seq(b, sh->mpath, NULL));
+				bm_keep_min(&r->bw[k], bm_read_seq(b, sh->mpath, NULL));
 			else
-				keep_min(&r->mm[k], mmap_fault(sh->mpath, sh->size));
-			do_umount(b);
+				bm_keep_min(&r->mm[k], mmap_fault(sh->mpath, sh->size));
+			bm_umount(b);
 		}
 	}
 }
@@ -605,8 +663,8 @@ static void print_results(const struct bm *b, const struct shard *sh, const stru
 {
 	double gb = sh->size / 1e9, rgb = (double)NRAND * CHUNK / 1e9, lgb = r->lazy_bytes / 1e9;
 	printf("  %-46s %14s %14s %6s   %s\n", "what", "mount", "baseline", "ratio", "target");
-	row("(a) cold: all files via mount vs export", r->t_all, r->t_exp, "s", 0, ">= 0.9");
-	row("(a) cold: the shard via mount vs its export", r->t_shard, r->t_exp1, "s", 0, ">= 0.9");
+	row("(a) cold: all files via mount vs export", r->a.t_all, r->a.t_exp, "s", 0, ">= 0.9");
+	row("(a) cold: the shard via mount vs its export", r->a.t_shard, r->a.t_exp1, "s", 0, ">= 0.9");
 	for (int k = 0; k < 2; k++) {
 		printf("  -- warm cache, --passthrough %s%s\n", modes[k],
 		       k ? " (the copy path)" : " (shards materialized by warm)");
@@ -637,24 +695,33 @@ static void print_results(const struct bm *b, const struct shard *sh, const stru
 int bench_mount(int argc, char **argv)
 {
 	struct bm b = {.device = "auto", .reps = 3, .readahead = 8192, .procs = 4};
-	const char *dir = NULL;
-	int experts = 8, keep = 0;
-	int rc = parse_args(argc, argv, &b, &dir, &experts, &keep);
+	const char *dir = NULL, *scheme = NULL;
+	int experts = 0, keep = 0;
+	int rc = parse_args(argc, argv, &b, &dir, &experts, &keep, &scheme);
 	if (rc >= 0)
 		return rc;
 	if ((rc = set_paths(&b, dir, &keep)) >= 0)
 		return rc;
 	if (!(b.buf = malloc(CHUNK)))
 		return cli_fail(1, "bench", "out of memory");
+	if (scheme) {
+		rc = bench_mount_scheme(&b, scheme, experts);
+		free(b.buf);
+		if (!keep)
+			bm_rm_rf(b.work);
+		return rc;
+	}
+	if (!experts)
+		experts = 8;
 	struct rq_plan *p = NULL;
 	struct rq_quantizer *q = NULL;
 	struct rq_err err = {0};
 	struct shard sh;
 	struct res r;
 	memset(&r, 0, sizeof r);
-	struct rq_quantizer_opts qo = {.device = b.device};
+	struct rq_quantizer_opts qo = {.device = b.device, .threads = b.threads};
 	rc = 1;
-	if (make_plan(&b, experts, &p) || pick_shard(&b, p, &sh))
+	if (make_plan(&b, experts, &p) || bm_pick_shard(&b, p, &sh))
 		goto out;
 	if (rq_quantizer_open(&qo, &q, &err)) {
 		cli_fail(1, "bench", "mount: %s", err.msg);
@@ -665,7 +732,7 @@ int bench_mount(int argc, char **argv)
 	       sh.qin / 1e9, p->njobs, rq_quantizer_device(q));
 	printf("  shard %s: %.1f MB, %.1f MB of it quantized\n\n", sh.name, sh.size / 1e6,
 	       sh.qbytes / 1e6);
-	if (measure_cold(&b, p, q, &sh, &r) || warm_caches(&b))
+	if (bm_measure_cold(&b, p, q, &sh, &r.a) || warm_caches(&b))
 		goto out;
 	measure_native(&b, p, &sh, &r);
 	measure_mode(&b, 0, p, &sh, &r);
@@ -677,6 +744,6 @@ out:
 	rq_plan_free(p);
 	free(b.buf);
 	if (!keep)
-		rm_rf(b.work);
+		bm_rm_rf(b.work);
 	return rc;
 }

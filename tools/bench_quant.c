@@ -8,6 +8,8 @@
 #include "tools/cli.h"
 #include "quant/quant.h"
 #include "quant/quant_int.h"
+#include "quant/scheme.h"
+#include "quant/scheme_int.h"
 #include "base/pool.h"
 
 #include <getopt.h>
@@ -21,7 +23,7 @@ static void usage(FILE *f)
 	fprintf(f,
 	        "usage: requantfs bench quant [--threads N] [--rows R --cols C] [--reps K]\n"
 	        "                             [--recipe fp32|bf16|fp32div|all] [--isa sse2|avx2|avx512]\n"
-	        "                             [--device cpu|cuda]\n\n"
+	        "                             [--device cpu|cuda] [--scheme S [--src T]]\n\n"
 	        "Quantizes random BF16 weights of realistic magnitude (default: the Laguna\n"
 	        "expert shapes 3072x1024 and 1024x3072) with the scalar oracle, the fast path\n"
 	        "on one thread and on N threads, and the whole job (absmax + quantize).\n"
@@ -33,7 +35,12 @@ static void usage(FILE *f)
 	        "  --reps K       timed repetitions, best kept (default 10)\n"
 	        "  --recipe V     recipe variant (default fp32; all = each in turn)\n"
 	        "  --isa NAME     force a fast-path variant (default: the best the CPU runs)\n"
-	        "  --device D     cpu (default) or cuda (the GPU quantizer's benchmark)\n");
+	        "  --device D     cpu (default) or cuda (the GPU quantizer's benchmark)\n"
+	        "  --scheme S     nvfp4 (default: the paths above), or nvfp4a16, fp8-dynamic,\n"
+	        "                 w8a16, w4a16: the whole rq_scheme_quantize job on 1 and N\n"
+	        "                 threads vs the scheme's scalar oracle (CPU only; recipe bf16)\n"
+	        "  --src T        with --scheme: source dtype bf16 (default), f16 or f32 (the\n"
+	        "                 same weights; not for nvfp4)\n");
 }
 
 static uint64_t rng_state = 0x8E3D2C1B0A998877ull;
@@ -182,6 +189,90 @@ static void free_run(struct shape_run *s)
 	free(s->ref_scales);
 }
 
+/* --scheme S (not nvfp4): the oracle once, then the whole job (absmax, scales, codes, all
+ * tensors of the module output) on one thread and on the pool, each checked byte for byte. */
+static int bench_scheme(struct shape_run *s, enum rq_scheme sc, enum rq_src_dtype src,
+                        struct rq_pool *pool, int reps)
+{
+	size_t n = s->rows * s->cols, es = src == RQ_SRC_F32 ? 4 : 2;
+	double bytes = (double)n * es;
+	char shape[48];
+	snprintf(shape, sizeof shape, "%zux%zu", s->rows, s->cols);
+	struct rq_stensor t[RQ_SCHEME_MAX_TENSORS];
+	int nt, bad = 0;
+	uint64_t sz;
+	if (rq_scheme_layout(sc, src, s->rows, s->cols, t, &nt, &sz) != 0)
+		return cli_fail(2, "bench quant", "--scheme %s cannot take %s from %s (columns per "
+		                "group: %u; nvfp4 takes bf16 only)", rq_scheme_name(sc),
+		                shape, src == RQ_SRC_BF16 ? "bf16" : src == RQ_SRC_F16 ? "f16" : "f32",
+		                rq_scheme_group(sc));
+	uint8_t *out = malloc(sz), *ref = malloc(sz), *w = malloc(n * es), *copy = malloc(n * es);
+	if (!out || !ref || !w || !copy) {
+		free(out);
+		free(ref);
+		free(w);
+		free(copy);
+		return cli_fail(1, "bench quant", "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {   /* the same weights, widened or rounded to src */
+		float v = rq_bf16_to_f32(s->w[i]);
+		if (src == RQ_SRC_F32) {
+			memcpy(w + 4 * i, &v, 4);
+		} else {
+			uint16_t h = src == RQ_SRC_F16 ? rq_f32_to_f16(v) : s->w[i];
+			memcpy(w + 2 * i, &h, 2);
+		}
+	}
+	memset(copy, 0, n * es);
+	memset(out, 0, sz);
+	enum rq_recipe r = rq_scheme_default_recipe(sc);
+	double mbw = bench_memcpy_bw(copy, w, (unsigned long long)n * es, reps);
+	row(shape, "memcpy", 1, bytes / mbw, bytes, mbw, "", "");
+	double t0 = bench_now();
+	int rc = rq_scheme_quantize_ref(sc, r, src, w, s->rows, s->cols, ref);
+	t0 = bench_now() - t0;
+	if (rc != 0) {
+		free(out);
+		free(ref);
+		free(w);
+		free(copy);
+		return cli_fail(1, "bench quant", "the %s oracle failed (%d)", rq_scheme_name(sc), rc);
+	}
+	row(shape, "ref (oracle)", 1, t0, bytes, mbw, "-", "");
+	int nthr = rq_pool_size(pool);
+	double t1 = 0;
+	for (int p = 0; p < (nthr > 1 ? 2 : 1); p++) {
+		struct rq_smod m = {w, src, s->rows, s->cols, out};
+		double best = 1e30;
+		memset(out, 0, sz);
+		for (int i = 0; i < reps; i++) {
+			double ts = bench_now();
+			if (rq_scheme_quantize(sc, r, &m, 1, NULL, p ? pool : NULL) != 0) {
+				free(out);
+				free(ref);
+				free(w);
+				free(copy);
+				return cli_fail(1, "bench quant", "rq_scheme_quantize failed");
+			}
+			ts = bench_now() - ts;
+			best = ts < best ? ts : best;
+		}
+		int ok = memcmp(out, ref, sz) == 0;
+		bad |= !ok;
+		char extra[64] = "";
+		if (p)
+			snprintf(extra, sizeof extra, "scaling %.2f of %dx", t1 / best / nthr, nthr);
+		else
+			t1 = best;
+		row(shape, "job (whole module)", p ? nthr : 1, best, bytes, mbw, ok ? "yes" : "NO", extra);
+	}
+	free(out);
+	free(ref);
+	free(w);
+	free(copy);
+	return bad;
+}
+
 int bench_quant(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -189,11 +280,14 @@ int bench_quant(int argc, char **argv)
 		{"cols", required_argument, NULL, 'c'},    {"reps", required_argument, NULL, 'k'},
 		{"recipe", required_argument, NULL, 'v'},  {"isa", required_argument, NULL, 'i'},
 		{"device", required_argument, NULL, 'd'},  {"help", no_argument, NULL, 'h'},
+		{"scheme", required_argument, NULL, 's'},  {"src", required_argument, NULL, 'S'},
 		{NULL, 0, NULL, 0},
 	};
 	long threads = rq_cpu_count(), rows = 0, cols = 0, reps = 10;
 	int all = 0, cuda = 0, isa = -1;
 	enum rq_recipe recipe = RQ_RECIPE_FP32;
+	enum rq_scheme scheme = RQ_SCHEME_NVFP4;
+	enum rq_src_dtype src = RQ_SRC_BF16;
 	char *end;
 	int o;
 	optind = 1;
@@ -230,6 +324,21 @@ int bench_quant(int argc, char **argv)
 			else if (strcmp(optarg, "cpu"))
 				return cli_fail(2, "bench quant", "unknown --device '%s' (cpu, cuda)", optarg);
 			break;
+		case 's':
+			if (rq_scheme_parse(optarg, &scheme) != 0)
+				return cli_fail(2, "bench quant", "unknown --scheme '%s' (nvfp4, nvfp4a16, "
+				                "fp8-dynamic, w8a16, w4a16)", optarg);
+			break;
+		case 'S':
+			if (!strcmp(optarg, "bf16"))
+				src = RQ_SRC_BF16;
+			else if (!strcmp(optarg, "f16"))
+				src = RQ_SRC_F16;
+			else if (!strcmp(optarg, "f32"))
+				src = RQ_SRC_F32;
+			else
+				return cli_fail(2, "bench quant", "unknown --src '%s' (bf16, f16, f32)", optarg);
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -240,6 +349,9 @@ int bench_quant(int argc, char **argv)
 	}
 	if (optind < argc)
 		return cli_fail(2, "bench quant", "unexpected argument '%s'", argv[optind]);
+	if (src != RQ_SRC_BF16 && scheme == RQ_SCHEME_NVFP4)
+		return cli_fail(2, "bench quant", "--src goes with --scheme nvfp4a16, fp8-dynamic, w8a16 "
+		                "or w4a16");
 	if ((rows > 0) != (cols > 0))
 		return cli_fail(2, "bench quant", "--rows and --cols go together");
 	if (cols % 16)
@@ -266,6 +378,37 @@ int bench_quant(int argc, char **argv)
 		return cli_fail(1, "bench quant", "cannot start %ld threads", threads);
 
 	int bad = 0;
+	if (scheme != RQ_SCHEME_NVFP4) {
+		if (cuda) {
+			rq_pool_destroy(pool);
+			return cli_fail(2, "bench quant", "--scheme %s runs on the CPU only (no --device "
+			                "cuda)", rq_scheme_name(scheme));
+		}
+		printf("requantfs bench quant: scheme %s (recipe %s), fast path %s, %ld thread%s (%d "
+		       "CPUs online), best of %ld\n"
+		       "GB/s = %s bytes in per second; memcpy copies the same buffer\n\n"
+		       "%-11s %-18s %7s %10s %8s %10s  %-5s\n",
+		       rq_scheme_name(scheme), rq_recipe_name(rq_scheme_default_recipe(scheme)),
+		       rq_quant_isa_name(rq_quant_isa()), threads, threads > 1 ? "s" : "",
+		       rq_cpu_count(), reps,
+		       src == RQ_SRC_BF16 ? "BF16" : src == RQ_SRC_F16 ? "F16" : "F32", "shape", "path", "threads", "ms", "GB/s", "vs memcpy",
+		       "exact");
+		for (int k = 0; k < nshapes && bad < 2; k++) {
+			struct shape_run s;
+			if (alloc_run(&s, shapes[k][0], shapes[k][1]) != 0) {
+				free_run(&s);
+				rq_pool_destroy(pool);
+				return cli_fail(1, "bench quant", "out of memory");
+			}
+			int rc = bench_scheme(&s, scheme, src, pool, (int)reps);
+			bad = rc > bad ? rc : bad;
+			free_run(&s);
+		}
+		rq_pool_destroy(pool);
+		if (bad == 1)
+			fprintf(stderr, "requantfs bench quant: SCHEME JOB DIFFERS FROM THE ORACLE\n");
+		return bad;
+	}
 	for (int v = 0; v < RQ_RECIPE_COUNT; v++) {
 		enum rq_recipe r = all ? (enum rq_recipe)v : recipe;
 		if (!cuda)

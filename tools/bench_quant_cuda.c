@@ -12,16 +12,31 @@
  * GB/s counts bytes read + written (BF16 in, codes and scales out); the D2D
  * baseline counts its read and its write. Every GPU result is checked against
  * rq_quantize_job byte for byte (exit 1 if one differs). Built in every
- * configuration: without CUDA, kq_open says so and this returns 1. */
+ * configuration: without CUDA, kq_open says so and this returns 1.
+ *
+ * With RQ_BENCH_QUANT_LIFECYCLE=IDLE_S in the environment it runs the
+ * quantizer device's life cycle instead (tools/gpu-check step lifecycle):
+ * the product's qdev quantizer (device RQ_BENCH_QUANT_DEVICE, default auto)
+ * with gpu_idle_s = IDLE_S: a job, nvidia-smi's process list, an idle wait
+ * past IDLE_S (the context must be released), nvidia-smi again, a second job
+ * (the context reacquired), nvidia-smi again; both jobs byte for byte against
+ * the CPU. One line "lifecycle-check NAME ok|FAIL ...|not run: why" per check;
+ * exit 1 on a FAIL. Under tools/gpu-hold (all but 256 MiB of the card taken)
+ * the same command shows the CPU fallback's bytes. */
 #include "tools/bench.h"
 #include "tools/cli.h"
 #include "kernels/kquant.h"
+#include "qdev/qdev.h"
 #include "quant/quant.h"
+#include "base/err.h"
 #include "base/pool.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define BENCH_BIG_BYTES (512ull << 20)    /* device-resident input well past L2 */
 
@@ -54,8 +69,156 @@ static int same(const struct rq_qmod *a, const struct outbuf *ref, float gs, flo
 	       memcmp(a->scales, ref->scales, e / 16) == 0;
 }
 
+/* What nvidia-smi says of this process: 1 listed (*mib its memory), 0 not
+ * listed while others are, -1 it lists no process at all (a PID namespace
+ * hides them, or none runs), -2 no nvidia-smi. */
+static int smi_lists_me(long *mib)
+{
+	FILE *p = popen("nvidia-smi --query-compute-apps=pid,used_memory "
+	                "--format=csv,noheader,nounits 2>/dev/null", "r");
+	char buf[256];
+	int any = 0, me = 0;
+	*mib = 0;
+	if (!p)
+		return -2;
+	while (fgets(buf, sizeof buf, p)) {
+		long pid, m;
+		if (sscanf(buf, "%ld , %ld", &pid, &m) == 2) {
+			any = 1;
+			if (pid == (long)getpid()) {
+				me = 1;
+				*mib = m;
+			}
+		}
+	}
+	int st = pclose(p);
+	if (st != 0 && !any)
+		return -2;
+	return me ? 1 : any ? 0 : -1;
+}
+
+static void sleep_s(double s)
+{
+	struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+/* One nvidia-smi check: want_listed 1 = the context must show, 0 = must not.
+ * An empty process list proves nothing until this process was once seen in
+ * it (*seen). Returns 1 on a FAIL. */
+static int smi_check(const char *name, int want_listed, int on_gpu, int *seen)
+{
+	long mib;
+	int s = smi_lists_me(&mib);
+	if (!on_gpu) {
+		printf("lifecycle-check %s not run: the job ran on the CPU\n", name);
+		return 0;
+	}
+	if (s == -2) {
+		printf("lifecycle-check %s not run: nvidia-smi not available\n", name);
+		return 0;
+	}
+	if (s == -1 && !*seen) {
+		printf("lifecycle-check %s not run: nvidia-smi lists no process at all (PID namespace?)\n",
+		       name);
+		return 0;
+	}
+	if (s == -1)
+		s = 0;
+	if (s == 1)
+		*seen = 1;
+	int ok = s == want_listed;
+	printf("lifecycle-check %s %s: nvidia-smi %s pid %ld (%ld MiB)\n", name, ok ? "ok" : "FAIL",
+	       s ? "lists" : "does not list", (long)getpid(), mib);
+	return !ok;
+}
+
+static int lifecycle(const uint16_t *w, size_t rows, size_t cols, enum rq_recipe r, double idle_s)
+{
+	const char *dev = getenv("RQ_BENCH_QUANT_DEVICE");
+	struct rq_quantizer_opts o = {.device = dev && *dev ? dev : "auto", .gpu_idle_s = idle_s};
+	struct rq_quantizer *q = NULL;
+	struct rq_pool *pool = NULL;
+	struct rq_err err = {0};
+	size_t e = rows * cols;
+	uint8_t *rp = malloc(e / 2), *rs = malloc(e / 16), *p = malloc(e / 2), *sc = malloc(e / 16);
+	float gs_ref = 0, gs = 0;
+	int bad = 0, badm = -1, seen = 0, gpu1 = 0, rc;
+
+	if (!rp || !rs || !p || !sc || idle_s <= 0) {
+		rc = cli_fail(1, "bench quant", idle_s <= 0 ? "RQ_BENCH_QUANT_LIFECYCLE: idle seconds > 0"
+		                                            : "out of memory");
+		goto out;
+	}
+	rq_pool_create(0, &pool);
+	struct rq_qmod ref = {w, rows, cols, rp, rs}, m = {w, rows, cols, p, sc};
+	if (rq_quantize_job(r, &ref, 1, &gs_ref, NULL, pool) < 0) {
+		rc = cli_fail(1, "bench quant", "the CPU refuses this tensor (NaN/Inf?)");
+		goto out;
+	}
+	rc = rq_quantizer_open(&o, &q, &err);
+	if (rc) {
+		rc = cli_fail(1, "bench quant", "lifecycle: %s", err.msg);
+		goto out;
+	}
+	const char *fb = rq_quantizer_fallback_reason(q);
+	printf("lifecycle: [%zu x %zu] recipe %s, --device %s, idle release after %.1f s\n"
+	       "lifecycle: opened on %s%s%s\n", rows, cols, rq_recipe_name(r), o.device, idle_s,
+	       rq_quantizer_device(q), fb ? "; fallback: " : "", fb ? fb : "");
+	for (int job = 1; job <= 2; job++) {
+		memset(p, 0, e / 2);
+		memset(sc, 0, e / 16);
+		double t = bench_now();
+		rc = rq_quantizer_run(q, r, &m, 1, &gs, &badm);
+		t = bench_now() - t;
+		const char *on = rq_quantizer_device(q);
+		int gpu = !strncmp(on, "cuda", 4);
+		int same = !rc && !memcmp(&gs, &gs_ref, 4) && !memcmp(p, rp, e / 2) &&
+		           !memcmp(sc, rs, e / 16);
+		printf("lifecycle-check job%d-bytes %s: job %d on %s in %.1f ms, %s the CPU's\n", job,
+		       same ? "ok" : "FAIL", job, on, t * 1e3, same ? "identical to" : "DIFFERENT from");
+		bad |= !same;
+		const char *fb2 = rq_quantizer_fallback_reason(q);
+		if (fb2 && (!fb || strcmp(fb, fb2)))
+			printf("lifecycle: fallback: %s\n", fb2);
+		fb = fb2;
+		if (job == 2 && gpu1 && !gpu) {
+			printf("lifecycle-check reacquired-after-job2 FAIL: job 1 ran on the GPU, job 2 on %s\n",
+			       on);
+			bad = 1;
+		} else {
+			bad |= smi_check(job == 1 ? "held-after-job1" : "reacquired-after-job2", 1, gpu, &seen);
+		}
+		if (job == 1)
+			gpu1 = gpu;
+		if (job == 1 && !gpu) {
+			printf("lifecycle-check released-when-idle not run: the job ran on the CPU\n");
+		} else if (job == 1) {
+			double wait = idle_s + 2.5;    /* the reaper looks once a second */
+			printf("lifecycle: idle for %.1f s\n", wait);
+			fflush(stdout);
+			sleep_s(wait);
+			bad |= smi_check("released-when-idle", 0, gpu, &seen);
+		}
+		fflush(stdout);
+	}
+	rc = 0;
+out:
+	rq_quantizer_close(q);
+	rq_pool_destroy(pool);
+	free(rp);
+	free(rs);
+	free(p);
+	free(sc);
+	return rc ? rc : bad;
+}
+
 int bench_quant_cuda(const uint16_t *w, size_t rows, size_t cols, enum rq_recipe r, int reps)
 {
+	const char *lc = getenv("RQ_BENCH_QUANT_LIFECYCLE");
+	if (lc && *lc)
+		return lifecycle(w, rows, cols, r, atof(lc));
 	char msg[512] = "";
 	struct kq_ctx *k = NULL;
 	struct rq_pool *pool = NULL;

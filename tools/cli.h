@@ -18,6 +18,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_mkckpt(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 /* Prints "requantfs <cmd>: <message>\n" to stderr; returns code. */
 int cli_fail(int code, const char *cmd, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -40,7 +40,9 @@ static void usage(FILE *f)
 	"prompt and overall: KL(A||B) of the next-token distributions (mean, p99, max, in\n"
 	"nats), top-1 agreement, and each model's perplexity on the stream.\n"
 	"Typical use: A = the BF16-expert source, B = the requantized mount. DIR_A and\n"
-	"DIR_B may also be hub repo ids ORG/NAME[@REV] in the local hub cache.\n",
+	"DIR_B may also be hub repo ids ORG/NAME[@REV] in the local hub cache. Both run\n"
+	"on the CPU engine, which reads each Linear as its headers say: BF16, NVFP4 or\n"
+	"NVFP4A16, FP8 (fp8-dynamic) or INT pack-quantized (w8a16, w4a16).\n",
 	sizeof default_prompts / sizeof default_prompts[0]);
 }
 

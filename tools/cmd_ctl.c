@@ -143,9 +143,24 @@ int cmd_status(int argc, char **argv)
 		printf("requantfs mount %s (daemon pid %.0f, up %.0f s)\n", str(j, "mountpoint"),
 		       num(j, "pid"), num(j, "uptime_s"));
 		printf("  source      %s\n", str(j, "src"));
-		printf("  recipe      %s v%.0f, dropped ignore rule %s\n", str(j, "recipe"),
-		       num(j, "recipe_version"), str(j, "dropped_rule"));
+		const char *sch = str(j, "scheme");    /* "" from a daemon before --scheme */
+		if (!sch[0] || !strcmp(sch, "nvfp4"))
+			printf("  scheme      Laguna fix (nvfp4, recipe %s v%.0f), dropped ignore rule %s\n",
+			       str(j, "recipe"), num(j, "recipe_version"), str(j, "dropped_rule"));
+		else
+			printf("  scheme      %s (llm-compressor model_free_ptq), recipe %s v%.0f\n", sch,
+			       str(j, "recipe"), num(j, "recipe_version"));
 		printf("  device      %s\n", str(j, "device"));
+		if (str(j, "device_reason")[0])        /* why it is the CPU now, or idle */
+			printf("              %s\n", str(j, "device_reason"));
+		if (num(j, "gpu_jobs") + num(j, "gpu_failures") > 0) {
+			char cb[32] = "unknown";
+			if (num(j, "gpu_context_bytes") > 0)
+				cli_human_bytes(num(j, "gpu_context_bytes"), cb, sizeof cb);
+			printf("              %.0f jobs on the GPU, %.0f on the CPU, %.0f GPU failures "
+			       "(%.0f watchdog); CUDA context %s beyond --gpu-mem\n", num(j, "gpu_jobs"),
+			       num(j, "cpu_jobs"), num(j, "gpu_failures"), num(j, "gpu_watchdog"), cb);
+		}
 		printf("  modules     %.0f / %.0f cached (%.0f ready)\n", num(j, "modules_cached"),
 		       num(j, "modules_total"), num(j, "modules_ready"));
 		printf("  jobs        %.0f / %.0f cached, %.0f in memory only, %.0f running, %.0f "

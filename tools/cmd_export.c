@@ -1,5 +1,8 @@
-/* cmd_export.c — `requantfs export SRC DST --calib CALIB [...]`. */
+/* cmd_export.c — `requantfs export SRC DST --calib CALIB [...]` (the Laguna
+ * fix) and `requantfs export SRC DST --scheme S [--targets T] [--ignore I]`
+ * (any checkpoint, a data-free compressed-tensors scheme). */
 #include "tools/cli.h"
+#include "tools/cli_scheme.h"
 #include "base/err.h"
 #include "fs/export.h"
 #include "fs/plan.h"
@@ -13,17 +16,34 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	"usage: requantfs export SRC DST --calib CALIB [--recipe fp32|bf16|fp32div]\n"
-	"                        [--drop-ignore RULE] [--device auto|cpu|cuda[:N]] [--threads N]\n\n"
+	"                        [--drop-ignore RULE] [--device auto|cpu|cuda[:N]] [--threads N]\n"
+	"       requantfs export SRC DST --scheme S [--targets T]... [--ignore I]... [...]\n\n"
 	"Writes the requantized checkpoint that `requantfs mount` presents as real files:\n"
 	"the modules under the dropped quantization_config.ignore rule become NVFP4, every\n"
 	"other file is copied byte for byte. DST must be new or empty; files appear under\n"
 	"their names only once all of them are complete.\n\n"
+	"With --scheme, SRC is any safetensors checkpoint and the modules are chosen as\n"
+	"llm-compressor's model_free_ptq chooses them: every `<m>.weight` whose module m is\n"
+	"targeted, not ignored, not a *norm and not quantized already (its weight BF16;\n"
+	"F16/F32 where the scheme takes them). config.json gains a quantization_config\n"
+	"(or a new group in an existing one); nothing is calibrated.\n\n"
 	"  SRC                the 2026-08-01 checkpoint (a directory, a hub snapshot, or\n"
 	"                     a hub repo id ORG/NAME[@REV] found in the local hub cache)\n"
 	"  --calib CALIB      the 2026-07-22 checkpoint directory (or repo id), or a file\n"
 	"                     from `requantfs calib extract` (input_global_scale of each module)\n"
 	"  --recipe V         fp32 (default, poolside's bytes), bf16, fp32div\n"
 	"  --drop-ignore RULE the ignore entry to drop (default: detected)\n"
+	"  --scheme S         a data-free scheme instead of the Laguna fix: nvfp4a16,\n"
+	"                     fp8-dynamic, w8a16, w4a16 (nvfp4: the Laguna fix itself)\n"
+	"  --targets T        a module to quantize: a name, re:PATTERN (Python re.match)\n"
+	"                     or Linear (every module; the default); repeat for more\n"
+	"  --ignore I         a module to leave alone, same forms; repeat for more\n"
+	"                     (default: lm_head, re:.*embed_tokens$, re:.*\\.gate$ - the\n"
+	"                     embedding and MoE routers, which vLLM cannot load quantized;\n"
+	"                     giving --ignore replaces the whole list, so --ignore lm_head\n"
+	"                     alone selects what model_free_ptq(ignore=[\"lm_head\"]) does)\n"
+	"                     --scheme takes no --calib (nothing to calibrate); its default\n"
+	"                     recipe is bf16 (llm-compressor on a BF16 model)\n"
 	"  --device D         auto (default: CUDA if present), cpu, cuda, cuda:N\n"
 	"  --threads N        CPU quantizer threads (default: all cores)\n"
 	"  --quiet            no progress bar\n");
@@ -40,24 +60,23 @@ static void on_progress(void *ctx, uint64_t jobs, uint64_t bytes)
 	cli_progress_set(pg->bar, jobs, bytes);
 }
 
-int cmd_export(int argc, char **argv)
+/* sc: the scheme options, freed by cmd_export. */
+static int export_main(int argc, char **argv, struct cli_scheme *sc)
 {
 	static const struct option opts[] = {
-		{"calib", required_argument, 0, 'c'}, {"recipe", required_argument, 0, 'r'},
-		{"drop-ignore", required_argument, 0, 'd'}, {"device", required_argument, 0, 'D'},
+		CLI_SCHEME_OPTIONS, {"device", required_argument, 0, 'D'},
 		{"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	struct rq_plan_opts po = {.recipe = RQ_RECIPE_FP32};
+	struct rq_plan_opts po = {0};
 	struct rq_quantizer_opts qo = {.device = "auto"};
-	int quiet = 0, c;
+	int quiet = 0, c, rc;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if ((rc = cli_scheme_option(sc, "export", c, optarg)) >= 0) {
+			if (rc)
+				return rc;
+			continue;
+		}
 		switch (c) {
-		case 'c': po.calib = optarg; break;
-		case 'r':
-			if (rq_recipe_parse(optarg, &po.recipe))
-				return cli_fail(2, "export", "--recipe %s: expected fp32, bf16 or fp32div", optarg);
-			break;
-		case 'd': po.drop_rule = optarg; break;
 		case 'D': qo.device = optarg; break;
 		case 't': qo.threads = atoi(optarg); break;
 		case 'q': quiet = 1; break;
@@ -69,20 +88,18 @@ int cmd_export(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (!po.calib)
-		return cli_fail(2, "export", "--calib is required: the 2026-07-22 checkpoint directory "
-		                "or a file from `requantfs calib extract`");
+	if ((rc = cli_scheme_check(sc, "export", "--calib is required: the 2026-07-22 checkpoint "
+	                           "directory or a file from `requantfs calib extract` (or choose "
+	                           "a data-free --scheme)")) >= 0)
+		return rc;
+	CLI_SCHEME_TO(&po, sc);
+	int laguna = po.scheme == RQ_SCHEME_NVFP4;
 	po.src = argv[optind];
 	const char *dst = argv[optind + 1];
-	int hc = cli_hub_args("export", &po.src, &po.calib);   /* ORG/NAME[@REV] ids */
-	if (hc >= 0)
-		return hc;
-	struct rq_err err = {0};
 	struct rq_plan *p;
-	if (rq_plan_build(&po, &p, &err))
-		return cli_fail(1, "export", "%s", err.msg);
-	for (size_t i = 0; i < p->nskipped; i++)
-		fprintf(stderr, "requantfs export: warning: %s\n", p->skipped[i]);
+	if ((rc = cli_scheme_plan("export", &po, &p)) >= 0)
+		return rc;
+	struct rq_err err = {0};
 	struct rq_quantizer *q;
 	if (rq_quantizer_open(&qo, &q, &err)) {
 		rq_plan_free(p);
@@ -93,12 +110,18 @@ int cmd_export(int argc, char **argv)
 	uint64_t qbytes = 0;
 	for (size_t j = 0; j < p->njobs; j++)
 		qbytes += p->jobs[j].in_size;
-	fprintf(stderr, "requantfs export: dropping ignore rule %s: %zu modules in %zu jobs "
-	        "(%.2f GB of BF16) on %s, recipe %s\n", p->dropped_rule, p->nmods, p->njobs,
-	        qbytes / 1e9, rq_quantizer_device(q), rq_recipe_name(p->recipe));
+	if (laguna)
+		fprintf(stderr, "requantfs export: dropping ignore rule %s: %zu modules in %zu jobs "
+		        "(%.2f GB of BF16) on %s, recipe %s\n", p->dropped_rule, p->nmods, p->njobs,
+		        qbytes / 1e9, rq_quantizer_device(q), rq_recipe_name(p->recipe));
+	else
+		fprintf(stderr, "requantfs export: scheme %s: %zu modules in %zu jobs (%.2f GB in) "
+		        "on %s, recipe %s, %zu ignore entries removed\n", rq_scheme_name(p->scheme),
+		        p->nmods, p->njobs, qbytes / 1e9, rq_quantizer_device(q),
+		        rq_recipe_name(p->recipe), p->ndropped);
 	struct prog pg = {.bar = quiet ? NULL : cli_progress_start("export", p->njobs,
 	                                                             p->total_size, 0)};
-	int rc = rq_export(p, q, dst, on_progress, &pg, &err);
+	rc = rq_export(p, q, dst, on_progress, &pg, &err);
 	cli_progress_end(pg.bar);
 	if (rc)
 		cli_fail(1, "export", "%s", err.msg);
@@ -108,4 +131,12 @@ int cmd_export(int argc, char **argv)
 	rq_quantizer_close(q);
 	rq_plan_free(p);
 	return rc ? 1 : 0;
+}
+
+int cmd_export(int argc, char **argv)
+{
+	struct cli_scheme sc = {0};
+	int rc = export_main(argc, argv, &sc);
+	cli_scheme_free(&sc);
+	return rc;
 }

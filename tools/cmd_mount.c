@@ -14,6 +14,7 @@
  * or systemd's (nofail, noauto, _netdev, x-*, ...) is dropped, and the rest
  * goes to libfuse (allow_other, noatime, ...). */
 #include "tools/cli.h"
+#include "tools/cli_scheme.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,7 +38,8 @@
 static void mount_usage(FILE *f)
 {
 	fprintf(f,
-	"usage: requantfs mount SRC MNT --calib CALIB [options]\n\n"
+	"usage: requantfs mount SRC MNT --calib CALIB [options]\n"
+	"       requantfs mount SRC MNT --scheme S [--targets T]... [--ignore I]... [options]\n\n"
 	"Presents SRC (a checkpoint directory, a hub snapshot, or a hub repo id\n"
 	"ORG/NAME[@REV] found in the local hub cache) at MNT as the requantized\n"
 	"checkpoint. Modules are quantized on first read and kept in the cache.\n\n"
@@ -47,13 +49,24 @@ static void mount_usage(FILE *f)
 	"  --device D             auto (default), cpu, cuda, cuda:N\n"
 	"  --recipe V             fp32 (default), bf16, fp32div\n"
 	"  --drop-ignore RULE     the ignore entry to drop (default: detect it)\n"
+	"  --scheme S             instead of the Laguna fix, present any safetensors\n"
+	"                         checkpoint quantized as llm-compressor's model_free_ptq\n"
+	"                         would: nvfp4a16, fp8-dynamic, w8a16, w4a16 (no --calib;\n"
+	"                         default recipe bf16)\n"
+	"  --targets T            with --scheme: a module to quantize (name, re:PATTERN or\n"
+	"                         Linear = every module, the default); repeat for more\n"
+	"  --ignore I             with --scheme: a module to leave alone; repeat for more\n"
+	"                         (default: lm_head, re:.*embed_tokens$, re:.*\\.gate$ - the\n"
+	"                         embedding and MoE routers, which vLLM cannot load\n"
+	"                         quantized; giving --ignore replaces the whole list)\n"
 	"  --foreground, -f       serve in this process, log to stderr\n"
 	"  --threads N            CPU quantizer threads (default: all)\n"
 	"  --workers N            quantization jobs in flight at once (default 2)\n"
 	"  --prefetch N           jobs to quantize ahead of a reader (default 4, 0 = off)\n"
 	"  --cache-max SIZE       cache size limit, e.g. 200G (default unlimited)\n"
 	"  --mem-max SIZE         outputs kept in memory when the cache is full (default 1G)\n"
-	"  --gpu-mem SIZE         GPU memory bound (default 1G)\n"
+	"  --gpu-mem SIZE         GPU buffer bound (default 1G); the CUDA context adds\n"
+	"                         about 0.3-0.6 GB on top (status: gpu_context_bytes)\n"
 	"  --gpu-idle SECONDS     release the GPU after this idle time (default 30)\n"
 	"  --readahead KB         kernel readahead of the mount (default 8192, 0 = leave)\n"
 	"  --passthrough MODE     auto (default): kernel passthrough for files that exist\n"
@@ -173,13 +186,12 @@ static int serve(const struct rq_mount_opts *o, struct report *r)
 
 /* ---- the command line ------------------------------------------------ */
 
-enum { O_CALIB = 256, O_CACHE, O_DEVICE, O_RECIPE, O_DROP, O_THREADS, O_WORKERS,
+enum { O_CACHE = 256, O_DEVICE, O_THREADS, O_WORKERS,
        O_PREFETCH, O_CACHEMAX, O_MEMMAX, O_GPUMEM, O_GPUIDLE, O_RA, O_FT, O_LOG, O_DEBUG, O_PT, O_LOGLEVEL };
 
 static const struct option mount_lo[] = {
-	{"calib", required_argument, 0, O_CALIB}, {"cache", required_argument, 0, O_CACHE},
-	{"device", required_argument, 0, O_DEVICE}, {"recipe", required_argument, 0, O_RECIPE},
-	{"drop-ignore", required_argument, 0, O_DROP}, {"foreground", no_argument, 0, 'f'},
+	CLI_SCHEME_OPTIONS, {"cache", required_argument, 0, O_CACHE},
+	{"device", required_argument, 0, O_DEVICE}, {"foreground", no_argument, 0, 'f'},
 	{"threads", required_argument, 0, O_THREADS},
 	{"workers", required_argument, 0, O_WORKERS},
 	{"prefetch", required_argument, 0, O_PREFETCH},
@@ -202,11 +214,13 @@ struct mount_args {
 	char *fuse_extra;     /* the -o words for libfuse, comma separated (owned) */
 	char *keep[64];       /* copies of KEY=VALUE values that o points into */
 	int nkeep;
+	struct cli_scheme sc;  /* --scheme, --recipe, --targets, ... (o points into it) */
 };
 
 static void args_free(struct mount_args *a)
 {
 	free(a->fuse_extra);
+	cli_scheme_free(&a->sc);
 	for (int i = 0; i < a->nkeep; i++)
 		free(a->keep[i]);
 }
@@ -272,22 +286,17 @@ static int number_option(int c, const char *arg, struct rq_mount_opts *o)
 static int word_option(int c, const char *arg, struct mount_args *a)
 {
 	enum rq_device_kind kind;
-	int index;
+	int index, rc = cli_scheme_option(&a->sc, "mount", c, arg);
+	if (rc >= 0)
+		return rc;
 	switch (c) {
-	case O_CALIB: a->o.calib = arg; break;
 	case O_CACHE: a->cache = arg; break;
-	case O_DROP: a->o.drop_rule = arg; break;
 	case O_LOG: a->log = arg; break;
 	case O_DEVICE:
 		if (rq_device_parse(arg, &kind, &index))
 			return cli_fail(2, "mount", "--device must be auto, cpu, cuda or cuda:N "
 			                "(got '%s')", arg);
 		a->o.device = arg;
-		break;
-	case O_RECIPE:
-		if (rq_recipe_parse(arg, &a->o.recipe))
-			return cli_fail(2, "mount", "--recipe must be fp32, bf16 or fp32div "
-			                "(got '%s')", arg);
 		break;
 	case O_PT:
 		if (!strcmp(arg, "auto"))
@@ -411,8 +420,9 @@ static int parse_args(int argc, char **argv, struct mount_args *a)
 			if ((rc = o_option(optarg, a)))
 				return rc;
 			break;
-		case O_CALIB: case O_CACHE: case O_DEVICE: case O_RECIPE: case O_DROP:
-		case O_LOG: case O_PT: case O_LOGLEVEL:
+		case CLI_O_SCHEME: case CLI_O_RECIPE: case CLI_O_TARGETS: case CLI_O_IGNORE:
+		case CLI_O_CALIB: case CLI_O_DROP: case O_CACHE: case O_DEVICE: case O_LOG: case O_PT:
+		case O_LOGLEVEL:
 			if ((rc = word_option(c, optarg, a)))
 				return rc;
 			break;
@@ -430,11 +440,12 @@ static int parse_args(int argc, char **argv, struct mount_args *a)
 		mount_usage(stderr);
 		return cli_fail(2, "mount", "needs SRC and MNT (got %d arguments)", argc - optind);
 	}
-	if (!a->o.calib)
-		return cli_fail(2, "mount", "--calib CALIB is required (the 07-22 checkpoint "
-		                "directory or a `requantfs calib extract` file; -o calib=CALIB in "
-		                "the fstab form)");
-	return -1;
+	rc = cli_scheme_check(&a->sc, "mount", "--calib CALIB is required (the 07-22 "
+	                           "checkpoint directory or a `requantfs calib extract` file; -o "
+	                           "calib=CALIB in the fstab form), or choose a data-free --scheme");
+	if (rc < 0)
+		CLI_SCHEME_TO(&a->o, &a->sc);
+	return rc;
 }
 
 /* ---- the daemon ------------------------------------------------------ */
@@ -554,7 +565,7 @@ int cmd_mount(int argc, char **argv)
 			        "directory ($XDG_STATE_HOME or ~/.local/state): the daemon's log is "
 			        "lost; pass --log FILE\n", _PATH_LOG);
 	}
-	if (!src || !mnt || !calib || !cdir || (a.log && !logp)) {
+	if (!src || !mnt || (o->calib && !calib) || !cdir || (a.log && !logp)) {
 		rc = cli_fail(1, "mount", "out of memory");
 		goto out;
 	}
@@ -577,184 +588,5 @@ out:
 	free(cdir);
 	free(logp);
 	args_free(&a);
-	return rc;
-}
-
-/* ---- umount ----------------------------------------------------------- */
-
-static void umount_usage(FILE *f)
-{
-	fprintf(f,
-	"usage: requantfs umount MNT [--timeout SECONDS]\n\n"
-	"Unmounts a requantfs mount and waits (up to --timeout, default 30) for its\n"
-	"daemon to exit. When files are still open under MNT it is detached instead:\n"
-	"MNT is free at once and the daemon exits when the last file is closed.\n"
-	"Also cleans up a dead mount whose daemon was killed.\n");
-}
-
-/* Finds MNT in /proc/self/mountinfo: *fstype and the daemon's pid (from
- * fsname requantfs@<pid>, 0 if unknown). 0 when found, -ENOENT if not. */
-static int find_mount(const char *mnt, char *fstype, size_t len, int *pid)
-{
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	if (!f)
-		return -errno;
-	char line[8192];
-	int found = -ENOENT;
-	while (fgets(line, sizeof line, f)) {
-		char mp[PATH_MAX], ty[256], srcname[PATH_MAX];
-		char *sep = strstr(line, " - ");
-		if (!sep || sscanf(line, "%*d %*d %*s %*s %4095s", mp) != 1 ||
-		    sscanf(sep + 3, "%255s %4095s", ty, srcname) != 2)
-			continue;
-		if (strcmp(mp, mnt))
-			continue;
-		snprintf(fstype, len, "%s", ty);
-		*pid = 0;
-		if (!strncmp(srcname, "requantfs@", 10))
-			*pid = atoi(srcname + 10);
-		found = 0;
-	}
-	fclose(f);
-	return found;
-}
-
-/* Gone, or a zombie nobody reaps (the daemon's parent exited long ago). */
-static int pid_gone(int pid)
-{
-	if (kill(pid, 0) && errno == ESRCH)
-		return 1;
-	char path[64], buf[512];
-	snprintf(path, sizeof path, "/proc/%d/stat", pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return 1;
-	size_t n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	char *rp = strrchr(buf, ')');
-	return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
-}
-
-static int run_fusermount(const char *mnt, int lazy)
-{
-	pid_t p = fork();
-	if (p < 0)
-		return -errno;
-	if (p == 0) {
-		if (lazy)
-			execlp("fusermount3", "fusermount3", "-u", "-z", "-q", mnt, (char *)NULL);
-		else
-			execlp("fusermount3", "fusermount3", "-u", "-q", mnt, (char *)NULL);
-		_exit(127);
-	}
-	int st;
-	if (waitpid(p, &st, 0) < 0)
-		return -errno;
-	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EBUSY;
-}
-
-int cmd_umount(int argc, char **argv)
-{
-	static const struct option lo[] = {{"timeout", required_argument, 0, 't'},
-	                                   {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	double timeout = 30;
-	int c;
-	char *end;
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		if (c == 'h') {
-			umount_usage(stdout);
-			return 0;
-		}
-		if (c == 't') {
-			errno = 0;
-			timeout = strtod(optarg, &end);
-			if (errno || end == optarg || *end || timeout < 0)
-				return cli_fail(2, "umount", "--timeout needs seconds (got '%s')", optarg);
-			continue;
-		}
-		umount_usage(stderr);
-		return cli_fail(2, "umount", "unknown or incomplete option '%s'", argv[optind - 1]);
-	}
-	if (argc - optind != 1) {
-		umount_usage(stderr);
-		return cli_fail(2, "umount", "needs MNT");
-	}
-	/* Not realpath(): a dead mount point cannot be resolved (ENOTCONN). */
-	char *mnt = NULL;
-	const char *a = argv[optind];
-	char cwd[PATH_MAX];
-	if (a[0] == '/' || !getcwd(cwd, sizeof cwd))
-		mnt = strdup(a);
-	else if (asprintf(&mnt, "%s/%s", cwd, a) < 0)
-		mnt = NULL;
-	if (!mnt)
-		return cli_fail(1, "umount", "out of memory");
-	size_t l = strlen(mnt);
-	while (l > 1 && mnt[l - 1] == '/')
-		mnt[--l] = 0;
-	char *rp = realpath(mnt, NULL);
-	if (rp) {
-		free(mnt);
-		mnt = rp;
-	}
-	char fstype[256];
-	int pid = 0, rc;
-	if (find_mount(mnt, fstype, sizeof fstype, &pid)) {
-		rc = cli_fail(1, "umount", "%s is not mounted", mnt);
-		goto out;
-	}
-	if (strcmp(fstype, "fuse.requantfs")) {
-		rc = cli_fail(1, "umount", "%s is a %s mount, not requantfs: use umount(8)", mnt,
-		              fstype);
-		goto out;
-	}
-	int busy = 0;
-	if (geteuid() == 0) {
-		if (umount2(mnt, 0)) {
-			if (errno != EBUSY) {
-				rc = cli_fail(1, "umount", "%s: %s", mnt, strerror(errno));
-				goto out;
-			}
-			busy = 1;
-			if (umount2(mnt, MNT_DETACH)) {
-				rc = cli_fail(1, "umount", "%s: %s", mnt, strerror(errno));
-				goto out;
-			}
-		}
-	} else if (run_fusermount(mnt, 0)) {
-		busy = 1;
-		if (run_fusermount(mnt, 1)) {
-			rc = cli_fail(1, "umount", "fusermount3 -u %s failed (see its message)", mnt);
-			goto out;
-		}
-	}
-	rc = 0;
-	if (busy) {
-		printf("requantfs: %s detached; files are still open under it, the daemon exits "
-		       "when the last one is closed\n", mnt);
-		goto out;
-	}
-	if (pid > 0) {
-		struct timespec t0, t;
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		for (;;) {
-			if (pid_gone(pid))
-				break;
-			clock_gettime(CLOCK_MONOTONIC, &t);
-			if ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) * 1e-9 > timeout) {
-				fprintf(stderr, "requantfs umount: %s unmounted, but daemon %d is still "
-				        "running after %.0f s\n", mnt, pid, timeout);
-				rc = 1;
-				goto out;
-			}
-			usleep(20000);
-		}
-	}
-	printf("requantfs: %s unmounted\n", mnt);
-out:
-	free(mnt);
 	return rc;
 }

@@ -46,14 +46,20 @@ def dequant_nvfp4(packed, scale, gs):
     return torch.from_numpy(w.astype(np.float32))
 
 
-def load_dir(d):
-    """All tensors of a checkpoint dir as float32, NVFP4 modules dequantized to <m>.weight."""
+def load_raw(d):
+    """Every tensor of a checkpoint dir's *.safetensors, as stored: name -> torch tensor."""
     raw = {}
     for f in sorted(os.listdir(d)):
         if f.endswith(".safetensors"):
             with safe_open(os.path.join(d, f), "pt") as sf:
                 for k in sf.keys():
                     raw[k] = sf.get_tensor(k)
+    return raw
+
+
+def load_dir(d):
+    """All tensors of a checkpoint dir as float32, NVFP4 modules dequantized to <m>.weight."""
+    raw = load_raw(d)
     out = {}
     for k, t in raw.items():
         if k.endswith(".weight_packed"):

@@ -20,6 +20,7 @@ static const struct {
 	{"warm", cmd_warm, "quantize every module of a mount now"},
 	{"status", cmd_status, "what a mount has cached, hits/misses, device, throughput"},
 	{"export", cmd_export, "write the requantized checkpoint as real files"},
+	{"plan", cmd_plan, "what mount/export would present: modules, sizes, cache cost"},
 	{"verify", cmd_verify, "compare tensors of two checkpoints byte for byte"},
 	{"calib", cmd_calib, "calib extract|fetch: save the calibration scales of a 07-22 checkpoint (local or over HTTP)"},
 	{"generate", cmd_generate, "run Laguna on a prompt from a model directory"},

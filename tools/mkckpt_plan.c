@@ -59,6 +59,22 @@ static float fan_in_std(size_t in)
 	return 1.0f / sqrtf((float)in);
 }
 
+/* A dense MLP's BF16 weights, named base + sub + proj: gate_proj and up_proj
+ * [d, h], down_proj [h, d]. */
+static int add_mlp(struct mk_plan *p, const char *base, const char *sub, size_t d, size_t h)
+{
+	static const char *proj[] = {"gate_proj", "up_proj", "down_proj"};
+	char n[128];
+	for (int j = 0; j < 3; j++) {
+		size_t rows = j < 2 ? d : h, cols = j < 2 ? h : d;
+		snprintf(n, sizeof n, "%s%s%s.weight", base, sub, proj[j]);
+		int rc = plan_add(p, n, ST_BF16, 2, rows, cols, MK_LINEAR, fan_in_std(cols), -1);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 /* The tensors of one form. nvfp4_all: the 07-22 twin. */
 int mk_plan_build(const struct mk_model *m, int nvfp4_all, struct mk_plan *p)
 {
@@ -97,13 +113,8 @@ int mk_plan_build(const struct mk_model *m, int nvfp4_all, struct mk_plan *p)
 		NAME("self_attn.k_norm.weight");
 		ADD(ST_BF16, 1, hd, 0, MK_NORM, 0.05f, -1);
 		if (l == 0) {
-			size_t D = (size_t)m->dense_w;
-			NAME("mlp.gate_proj.weight");
-			ADD(ST_BF16, 2, D, H, MK_LINEAR, fan_in_std(H), -1);
-			NAME("mlp.up_proj.weight");
-			ADD(ST_BF16, 2, D, H, MK_LINEAR, fan_in_std(H), -1);
-			NAME("mlp.down_proj.weight");
-			ADD(ST_BF16, 2, H, D, MK_LINEAR, fan_in_std(D), -1);
+			if ((rc = add_mlp(p, base, "mlp.", (size_t)m->dense_w, H)))
+				return rc;
 			continue;
 		}
 		size_t S = (size_t)m->shared_w, W = (size_t)m->expert_w;
@@ -111,12 +122,8 @@ int mk_plan_build(const struct mk_model *m, int nvfp4_all, struct mk_plan *p)
 		ADD(ST_BF16, 2, (uint64_t)m->experts, H, MK_LINEAR, fan_in_std(H), -1);
 		NAME("mlp.experts.e_score_correction_bias");
 		ADD(ST_F32, 1, (uint64_t)m->experts, 0, MK_BIAS, 0.01f, -1);
-		NAME("mlp.shared_expert.gate_proj.weight");
-		ADD(ST_BF16, 2, S, H, MK_LINEAR, fan_in_std(H), -1);
-		NAME("mlp.shared_expert.up_proj.weight");
-		ADD(ST_BF16, 2, S, H, MK_LINEAR, fan_in_std(H), -1);
-		NAME("mlp.shared_expert.down_proj.weight");
-		ADD(ST_BF16, 2, H, S, MK_LINEAR, fan_in_std(S), -1);
+		if ((rc = add_mlp(p, base, "mlp.shared_expert.", S, H)))
+			return rc;
 		int bf16 = !m->quantized || (!nvfp4_all && l >= m->bf16_a && l <= m->bf16_b);
 		int zero_layer = m->bf16_a + (m->bf16_b - m->bf16_a < 2 ? m->bf16_b - m->bf16_a : 2);
 		for (int e = 0; e < m->experts; e++) {

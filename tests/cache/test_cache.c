@@ -299,6 +299,51 @@ static void truncate_half(const char *p) { must(truncate(p, fsize(p) / 2) == 0, 
 static void truncate_tiny(const char *p) { must(truncate(p, 10) == 0, "truncate"); }
 static void append_byte(const char *p) { must(truncate(p, fsize(p) + 1) == 0, "truncate"); }
 
+/* lazy_sync (the mount's job entries): no fsync per put. A crash before
+ * writeback leaves a published name whose blocks are unwritten (zeros, as
+ * fallocate reserved them): the next process must see a corrupt entry, a
+ * miss, never bytes. */
+static void test_lazy_sync(void)
+{
+	char dir[PATH_MAX], p[PATH_MAX];
+	subdir("lazy", dir);
+	struct rq_cache_opts o = { .dir = dir, .lazy_sync = 1 };
+	struct rq_cache *c = NULL, *c2 = NULL;
+	struct rq_err e = { 0 };
+	must(rq_cache_open(&o, &c, &e) == 0, "open lazy");
+	struct rq_cache_key k = key("lazy", 0), k2 = key("lazy", 1);
+	uint8_t buf[8192], out[8192];
+	fill(buf, sizeof buf, 11);
+	TAP_OK(rq_cache_put(c, &k, buf, sizeof buf, &e) == 0 &&
+	       rq_cache_put(c, &k2, buf, sizeof buf, &e) == 0, "lazy_sync: puts succeed");
+	TAP_OK(count_named(dir, ".tmp.") == 0, "lazy_sync: no temp file left behind");
+	must(rq_cache_open(&o, &c2, &e) == 0, "open lazy again");
+	TAP_OK(rq_cache_get(c2, &k, sizeof buf, out, &e) == 0 && !memcmp(out, buf, sizeof buf),
+	       "lazy_sync: another process reads the entry");
+	rq_cache_close(c2);
+	/* what a crash before writeback leaves: the size, zeros for the data */
+	entry_path(dir, &k2, p);
+	struct stat st;
+	must(stat(p, &st) == 0, "stat entry");
+	int fd = open(p, O_WRONLY | O_TRUNC);
+	must(fd >= 0 && ftruncate(fd, st.st_size) == 0, "zero the entry");
+	close(fd);
+	c2 = NULL;
+	must(rq_cache_open(&o, &c2, &e) == 0, "open after the crash");
+	struct rq_cache_stats sx;
+	e.msg[0] = 0;
+	int r = rq_cache_get(c2, &k2, sizeof buf, out, &e);
+	rq_cache_get_stats(c2, &sx);
+	TAP_OK(r == -ENOENT && sx.corrupt == 1 && !exists(p),
+	       "lazy_sync: an entry whose data never reached the disk is a corrupt miss, removed "
+	       "(%d, %s)", r, e.msg);
+	TAP_OK(rq_cache_put(c2, &k2, buf, sizeof buf, &e) == 0 &&
+	       rq_cache_get(c2, &k2, sizeof buf, out, &e) == 0 && !memcmp(out, buf, sizeof buf),
+	       "lazy_sync: rebuilt and read back");
+	rq_cache_close(c2);
+	rq_cache_close(c);
+}
+
 static void test_corruption(void)
 {
 	char dir[PATH_MAX];
@@ -1371,6 +1416,7 @@ int main(void)
 	test_keys();
 	test_round_trip();
 	test_corruption();
+	test_lazy_sync();
 	test_processes();
 	test_threads();
 	test_lru();

@@ -8,31 +8,13 @@
 #include "base/err.h"
 #include "tools/mkckpt.h"
 #include "tests/tap.h"
+#include "tests/engine/tok_json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
-
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *s = malloc(n + 1);
-	if (s && fread(s, 1, n, f) != (size_t)n) {
-		free(s);
-		s = NULL;
-	}
-	fclose(f);
-	if (s)
-		s[n] = 0;
-	return s;
-}
 
 static uint64_t fnv64(const char *s)
 {
@@ -51,7 +33,7 @@ static void check_template(const cJSON *g)
 	char *cfg = NULL;
 	if (mkdtemp(dir) && !mk_write_tokenizer(dir, &vs, &err)) {
 		snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-		cfg = slurp(path);
+		cfg = tap_slurp(path, NULL);
 	}
 	cJSON *c = cfg ? cJSON_Parse(cfg) : NULL;
 	const char *tmpl = cJSON_GetStringValue(cJSON_GetObjectItem(c, "chat_template"));
@@ -61,40 +43,28 @@ static void check_template(const cJSON *g)
 	       "the shipped chat template is the one the golden data was rendered from (fnv64 %s); "
 	       "if it changed on purpose, rerun tools/gen_tok_golden.py %s", hash, err.msg);
 	snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-	char *jinja = slurp(path);
+	char *jinja = tap_slurp(path, NULL);
 	TAP_OK(tmpl && jinja && !strcmp(jinja, tmpl), "chat_template.jinja == tokenizer_config's template");
 	free(jinja);
 	cJSON_Delete(c);
 	free(cfg);
-	static const char *const files[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
-	                                    "special_tokens_map.json"};
-	for (size_t i = 0; i < 4; i++) {
-		snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-		unlink(path);
-	}
-	rmdir(dir);
+	tap_rmtree(dir);
 }
 
 int main(int argc, char **argv)
 {
 	if (argc < 2)
 		return printf("Bail out! usage: test_chat chat_golden.json\n"), 1;
-	char *text = slurp(argv[1]);
-	cJSON *g = text ? cJSON_Parse(text) : NULL, *c, *m;
+	char *text = tap_slurp(argv[1], NULL);
+	cJSON *g = text ? cJSON_Parse(text) : NULL, *c;
 	TAP_OK(g != NULL, "read %s", argv[1]);
 	if (!g)
 		return tap_done();
 	check_template(g);
 	cJSON_ArrayForEach(c, cJSON_GetObjectItem(g, "cases")) {
 		const cJSON *msgs = cJSON_GetObjectItem(c, "messages");
-		int n = cJSON_GetArraySize(msgs), i = 0;
 		struct chat_msg v[16];
-		cJSON_ArrayForEach(m, msgs) {
-			const cJSON *r = cJSON_GetObjectItem(m, "reasoning_content");
-			v[i].role = cJSON_GetStringValue(cJSON_GetObjectItem(m, "role"));
-			v[i].content = cJSON_GetStringValue(cJSON_GetObjectItem(m, "content"));
-			v[i++].reasoning = cJSON_IsString(r) ? r->valuestring : NULL;
-		}
+		int n = tj_chat_msgs(msgs, v);
 		const cJSON *et = cJSON_GetObjectItem(c, "enable_thinking");
 		int gen = cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt"));
 		int think = cJSON_IsNull(et) ? 1 : cJSON_IsTrue(et);   /* the template's default: on */

@@ -35,25 +35,6 @@
 
 static char tmpdir[] = "/tmp/rq-test-forward-XXXXXX";
 
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *b = malloc(n + 1);
-	if (b && fread(b, 1, n, f) != (size_t)n) {
-		free(b);
-		b = NULL;
-	}
-	if (b)
-		b[n] = 0;
-	fclose(f);
-	return b;
-}
-
 static int run(const char *cmd)
 {
 	int rc = system(cmd);
@@ -112,7 +93,7 @@ static int make_model_dir(const char *rq, const cJSON *spec, const char *dev_dir
 		return -1;
 	char path[1100];
 	snprintf(path, sizeof path, "%s/config.json", base);
-	char *text = slurp(path);
+	char *text = tap_slurp(path, NULL);
 	cJSON *cfg = text ? cJSON_Parse(text) : NULL;
 	free(text);
 	if (!cfg)
@@ -431,7 +412,7 @@ int main(int argc, char **argv)
 	}
 	check_refusals();
 	check_sampler();
-	char *text = slurp(argv[2]);
+	char *text = tap_slurp(argv[2], NULL);
 	cJSON *g = text ? cJSON_Parse(text) : NULL;
 	free(text);
 	TAP_OK(g != NULL, "golden file %s parses", argv[2]);

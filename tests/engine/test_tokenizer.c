@@ -8,6 +8,7 @@
 #include "base/err.h"
 #include "tools/mkckpt.h"
 #include "tests/tap.h"
+#include "tests/engine/tok_json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -15,28 +16,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *s = malloc(n + 1);
-	if (s && fread(s, 1, n, f) != (size_t)n) {
-		free(s);
-		s = NULL;
-	}
-	fclose(f);
-	if (s) {
-		s[n] = 0;
-		if (len)
-			*len = n;
-	}
-	return s;
-}
 
 static int spit(const char *path, const char *s)
 {
@@ -53,17 +32,6 @@ static uint64_t fnv64(const char *s, size_t n)
 	for (size_t i = 0; i < n; i++)
 		h = (h ^ (unsigned char)s[i]) * 0x100000001b3ULL;
 	return h;
-}
-
-static size_t unhex(const char *h, char *out)
-{
-	size_t n = 0;
-	unsigned v;
-	while (h[0] && h[1] && sscanf(h, "%2x", &v) == 1) {
-		out[n++] = (char)v;
-		h += 2;
-	}
-	return n;
 }
 
 static int ids_equal(const struct tok_ids *got, const cJSON *want)
@@ -129,7 +97,7 @@ static void golden(const struct tok *t, const cJSON *g)
 	int n_ok = 0, n = 0;
 	cJSON_ArrayForEach(c, cJSON_GetObjectItem(g, "cases")) {
 		const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(c, "name"));
-		size_t len = unhex(cJSON_GetStringValue(cJSON_GetObjectItem(c, "hex")), buf);
+		size_t len = tj_unhex(cJSON_GetStringValue(cJSON_GetObjectItem(c, "hex")), buf);
 		struct tok_ids plain = {0}, spec = {0};
 		int rc = tok_encode(t, buf, len, 0, &plain) | tok_encode(t, buf, len, TOK_ADD_SPECIAL, &spec);
 		int ok = !rc && ids_equal(&plain, cJSON_GetObjectItem(c, "ids")) &&
@@ -153,7 +121,7 @@ static void golden(const struct tok *t, const cJSON *g)
 			if (k < 128)
 				ids[k++] = it->valueint;
 		int skip = cJSON_IsTrue(cJSON_GetObjectItem(c, "skip_special"));
-		size_t len = unhex(cJSON_GetStringValue(cJSON_GetObjectItem(c, "hex")), buf);
+		size_t len = tj_unhex(cJSON_GetStringValue(cJSON_GetObjectItem(c, "hex")), buf);
 		TAP_OK(decode_both(t, ids, k, skip ? TOK_SKIP_SPECIAL : 0, buf, len),
 		       "decode of %zu ids (first %d, skip_special %d) == tokenizers", k, k ? ids[0] : -1, skip);
 	}
@@ -202,7 +170,7 @@ static void variants(const char *dir, const char *json, const struct tok *ref, c
 	const cJSON *c;
 	char buf[4096];
 	cJSON_ArrayForEach(c, cJSON_GetObjectItem(g, "cases")) {
-		size_t len = unhex(cJSON_GetStringValue(cJSON_GetObjectItem(c, "hex")), buf);
+		size_t len = tj_unhex(cJSON_GetStringValue(cJSON_GetObjectItem(c, "hex")), buf);
 		struct tok_ids a = {0}, b = {0};
 		if (same && (tok_encode(t, buf, len, 0, &a) || tok_encode(ref, buf, len, 0, &b) ||
 		             a.n != b.n || memcmp(a.v, b.v, a.n * sizeof *a.v)))
@@ -284,7 +252,7 @@ static void speed(const struct tok *t, const cJSON *g)
 	const cJSON *c;
 	while (n < cap)
 		cJSON_ArrayForEach(c, cJSON_GetObjectItem(g, "cases")) {
-			size_t len = unhex(cJSON_GetStringValue(cJSON_GetObjectItem(c, "hex")), buf);
+			size_t len = tj_unhex(cJSON_GetStringValue(cJSON_GetObjectItem(c, "hex")), buf);
 			memcpy(text + n, buf, len);
 			n += len;
 		}
@@ -304,7 +272,7 @@ int main(int argc, char **argv)
 {
 	if (argc < 2)
 		return printf("Bail out! usage: test_tokenizer tok_golden.json\n"), 1;
-	char *gtext = slurp(argv[1], NULL);
+	char *gtext = tap_slurp(argv[1], NULL);
 	cJSON *g = gtext ? cJSON_Parse(gtext) : NULL;
 	TAP_OK(g != NULL, "read %s", argv[1]);
 	if (!g)
@@ -316,7 +284,7 @@ int main(int argc, char **argv)
 	TAP_OK(mkdtemp(dir) && !mk_write_tokenizer(dir, &vs, &err), "mk_write_tokenizer: %d ids %s", vs, err.msg);
 	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
 	size_t jlen = 0;
-	char *json = slurp(path, &jlen), hash[32];
+	char *json = tap_slurp(path, &jlen), hash[32];
 	snprintf(hash, sizeof hash, "%016llx", json ? (unsigned long long)fnv64(json, jlen) : 0ULL);
 	TAP_OK(json && !strcmp(hash, cJSON_GetStringValue(cJSON_GetObjectItem(g, "tokenizer_json_fnv64"))),
 	       "tokenizer.json is the one the golden data was made from (fnv64 %s); if mkckpt's "
@@ -336,12 +304,6 @@ int main(int argc, char **argv)
 	free(json);
 	cJSON_Delete(g);
 	free(gtext);
-	static const char *const files[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
-	                                    "special_tokens_map.json"};
-	for (size_t i = 0; i < 4; i++) {
-		snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-		unlink(path);
-	}
-	rmdir(dir);
+	tap_rmtree(dir);
 	return tap_done();
 }

@@ -15,22 +15,12 @@
 #include "engine/tokenizer.h"
 #include "base/err.h"
 #include "tools/mkckpt.h"
+#include "tests/engine/tok_json.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static size_t unhex(const char *h, char *out)
-{
-	size_t n = 0;
-	unsigned v;
-	while (h[0] && h[1] && sscanf(h, "%2x", &v) == 1) {
-		out[n++] = (char)v;
-		h += 2;
-	}
-	return n;
-}
 
 static void put_hex(const char *s, size_t n)
 {
@@ -48,16 +38,11 @@ static int piece(void *ctx, size_t a, size_t b)
 
 static int do_chat(const char *line)
 {
-	cJSON *req = cJSON_Parse(line), *m;
+	cJSON *req = cJSON_Parse(line);
 	const cJSON *msgs = cJSON_GetObjectItem(req, "messages");
-	int n = cJSON_GetArraySize(msgs), i = 0;
+	int n = cJSON_GetArraySize(msgs);
 	struct chat_msg *v = calloc(n + 1, sizeof *v);
-	cJSON_ArrayForEach(m, msgs) {
-		const cJSON *r = cJSON_GetObjectItem(m, "reasoning_content");
-		v[i].role = cJSON_GetStringValue(cJSON_GetObjectItem(m, "role"));
-		v[i].content = cJSON_GetStringValue(cJSON_GetObjectItem(m, "content"));
-		v[i++].reasoning = cJSON_IsString(r) ? r->valuestring : NULL;
-	}
+	tj_chat_msgs(msgs, v);
 	const cJSON *et = cJSON_GetObjectItem(req, "enable_thinking");
 	char *out;
 	size_t len;
@@ -102,7 +87,7 @@ int main(int argc, char **argv)
 		line[strcspn(line, "\n")] = 0;
 		if (!strcmp(mode, "encode")) {
 			struct tok_ids ids = {0};
-			size_t n = unhex(line, buf);
+			size_t n = tj_unhex(line, buf);
 			tok_encode(t, buf, n, special ? TOK_ADD_SPECIAL : 0, &ids);
 			for (size_t i = 0; i < ids.n; i++)
 				printf(i ? " %d" : "%d", ids.v[i]);
@@ -135,7 +120,7 @@ int main(int argc, char **argv)
 			tok_stream_free(s);
 			tok_ids_free(&ids);
 		} else if (!strcmp(mode, "pretok")) {
-			size_t n = unhex(line, buf);
+			size_t n = tj_unhex(line, buf);
 			tok_pretokenize(buf, n, piece, buf);
 		} else if (!strcmp(mode, "chat"))
 			do_chat(line);

@@ -19,27 +19,18 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import rqtap  # noqa: E402
+from rqtap import ok  # noqa: E402
+
 try:
     import numpy as np
     from safetensors import TensorSpec, deserialize, safe_open, serialize
-except ImportError as e:  # a missing venv fails loudly, never skips
-    print("not ok 1 - %s (python %s): run tools/setup to create .venv" % (e, sys.executable))
-    print("1..1")
-    sys.exit(1)
+except ImportError as e:
+    rqtap.no_venv(e)
 
-N_TAP = 0
-FAILED = 0
 RULE = "re:^model\\.layers\\.4[0-7]\\.mlp\\.experts(\\..*)?$"
 PY_DTYPE = {"BF16": "bfloat16", "F32": "float32", "U8": "uint8", "F8_E4M3": "float8_e4m3fn"}
-
-
-def ok(cond, msg):
-    global N_TAP, FAILED
-    N_TAP += 1
-    print(("ok" if cond else "not ok") + " %d - %s" % (N_TAP, msg))
-    if not cond:
-        FAILED += 1
-    sys.stdout.flush()
 
 
 def run(exe, *args, check=True):
@@ -236,8 +227,7 @@ def main():
                for args in ([x, "--bf16-layers", "0-3"], [x, "--layers", "x"], [x, "--bogus"],
                             [], [x, "--top-k", "9"], [x, x])]
         ok(bad == [2] * 6, "usage errors exit 2 (%r)" % bad)
-    print("1..%d" % N_TAP)
-    return 1 if FAILED else 0
+    return rqtap.finish()
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
  * Linked into test_kquant_emul, which runs all of test_kquant.c's cases in
  * every build: this checks the pipeline (chunks, slots, streams, resident vs
  * streamed, fused jobs, refusals) on the CPU; the GPU run checks the real
- * kernels. */
+ * kernels. Also linked into test_qdev_emul (qdev/ on the emulated GPU, with
+ * the faults of kq_emul.h). */
 #include "kernels/kquant.cu"
 #include "kernels/kquant_bench.cu"
 #include "quant/recipe.h"
@@ -69,6 +70,8 @@ void kq_launch_quant(enum rq_recipe r, const uint8_t *din, size_t groups, float 
 			}
 			dsc[g] = (uint8_t)rq_quant_group((int)r, gs, w, pk);
 			memcpy(dpk + 8 * g, pk, 8);
+			if (kq_emul_g.f.corrupt)    /* read unlocked: set between jobs */
+				dpk[8 * g] ^= 1u;
 		}
 	});
 }
@@ -81,5 +84,25 @@ void kq_launch_gs_batch(enum rq_recipe r, const uint16_t *amax, size_t n, float 
 
 cudaError_t kq_kernels_loadable(void)
 {
-	return cudaSuccess;
+	std::lock_guard<std::mutex> l(kq_emul_g.mu);
+	return kq_emul_g.f.no_image ? cudaErrorNoKernelImageForDevice : cudaSuccess;
+}
+
+/* ---- kq_emul.h ---- */
+
+extern "C" void kq_emul_faults_set(const struct kq_emul_faults *f)
+{
+	std::lock_guard<std::mutex> l(kq_emul_g.mu);
+	kq_emul_g.f = *f;
+}
+
+extern "C" void kq_emul_hang(int on)
+{
+	kq_emul_g.hang.store(on);
+}
+
+extern "C" void kq_emul_stats_get(struct kq_emul_stats *s)
+{
+	std::lock_guard<std::mutex> l(kq_emul_g.mu);
+	*s = kq_emul_g.st;
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "quant/quant.h"
+#include "tests/tap.h"
 
 enum kq_dist {
 	KQ_DIST_NORMAL,     /* ~N(0, 0.02) like trained weights, per-row scale 2^[-6, 6] */
@@ -23,12 +24,7 @@ enum kq_dist {
 
 static inline uint64_t kq_rng(uint64_t *s)
 {
-	uint64_t x = *s;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	*s = x;
-	return x;
+	return tap_xorshift64(s);
 }
 
 /* uniform in [0, 1) */

@@ -4,6 +4,7 @@
  * Attention is checked on full and sliding (ring) caches, GQA, both gates
  * and the three cache types; RoPE on partial rotation with YaRN-like scale. */
 #include "tests/kernels/test_ek_util.h"
+#include "kernels/ek_attn_int.h"
 #include "quant/quant.h"
 
 #include <stdio.h>
@@ -166,9 +167,10 @@ static void test_rope(int kvtype)
 
 /* ---------------------------------------------------------- attention */
 
-static void test_attn(int kvtype, int window, int gate, int T, int pos, int cap)
+static void test_attn_shape(int kvtype, int nh, int nkv, int hd, int window, int gate, int T,
+                            int pos, int cap, int max_keys, double rtol)
 {
-	int nh = 6, nkv = 2, hd = 16, rep = nh / nkv, ldq = nh * hd + 1, ldo = nh * hd + 2;
+	int rep = nh / nkv, ldq = nh * hd + 1, ldo = nh * hd + 2;
 	int ldg = gate == 2 ? nh * hd : nh + 1;
 	float *q = tu_floats((size_t)T * ldq, -1.5f, 1.5f), *g = tu_floats((size_t)T * ldg, -3, 3);
 	size_t cb = ek_kv_bytes(kvtype, cap, nkv, hd), ne = (size_t)cap * nkv * hd;
@@ -188,8 +190,8 @@ static void test_attn(int kvtype, int window, int gate, int T, int pos, int cap)
 	}
 	float *out = tu_alloc(sizeof(float) * T * ldo), *got = tu_alloc(sizeof(float) * T * nh * hd);
 	double *ref = tu_alloc(sizeof(double) * T * nh * hd), *mag = tu_alloc(sizeof(double) * T * nh * hd);
-	ek_attn_cpu(out, ldo, q, ldq, g, ldg, gate, T, nh, nkv, hd, kc, vc, kvtype, cap, &pos, window,
-	            pos + T, NULL);
+	int rc = ek_attn_cpu(out, ldo, q, ldq, g, ldg, gate, T, nh, nkv, hd, kc, vc, kvtype, cap, &pos,
+	                     window, max_keys, NULL);
 	double *sc = tu_alloc(sizeof(double) * (pos + T + 1));
 	for (int t = 0; t < T; t++) {
 		int p = pos + t, lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
@@ -220,13 +222,88 @@ static void test_attn(int kvtype, int window, int gate, int T, int pos, int cap)
 			}
 		}
 	}
-	char what[160];
-	snprintf(what, sizeof what, "attention %s, %s, gate %d, T=%d at %d, ring %d",
-	         kvtype == EK_KV_F32 ? "f32" : kvtype == EK_KV_BF16 ? "bf16" : "fp8",
-	         window ? "sliding" : "full", gate, T, pos, cap);
-	tu_close(what, got, ref, mag, (size_t)T * nh * hd, 2e-6, 1e-7);
+	char what[200];
+	int lo = ek_at_lo(pos + T - 1, window), nch = ek_at_chunks(pos + T - lo);
+	int nsp = ek_at_nsplit(max_keys) < nch ? ek_at_nsplit(max_keys) : nch;
+	snprintf(what, sizeof what, "attention %s %d/%d heads hd %d, %s, gate %d, T=%d at %d, ring %d, "
+	         "max_keys %d (last token: %d chunks in %d splits)",
+	         kvtype == EK_KV_F32 ? "f32" : kvtype == EK_KV_BF16 ? "bf16" : "fp8", nh, nkv, hd,
+	         window ? "sliding" : "full", gate, T, pos, cap, max_keys, nch, nsp);
+	if (rc)
+		TAP_OK(0, "%s: rc %d", what, rc);
+	else
+		tu_close(what, got, ref, mag, (size_t)T * nh * hd, rtol, 1e-7);
 	free(q); free(g); free(kc); free(vc); free(kf); free(vf); free(out); free(got); free(ref);
 	free(mag); free(sc);
+}
+
+static void test_attn(int kvtype, int window, int gate, int T, int pos, int cap)
+{
+	test_attn_shape(kvtype, 6, 2, 16, window, gate, T, pos, cap, pos + T, 2e-6);
+}
+
+/* The decomposition both the kernel and the twin use (ek_attn_int.h): the
+ * splits of a token cover its chunks exactly once, none empty; query-head
+ * groups cover the heads, none empty, <= EK_AT_QG; and the block counts the
+ * kernel's header comment gives for Laguna S 2.1 on a 132-SM H200. */
+static void test_decomposition(void)
+{
+	int bad = 0, cases = 0;
+	for (int n = 1; n <= 5000; n += n < 200 ? 1 : 37)
+		for (int mk = 1; mk <= 20000; mk = mk * 3 + 1) {
+			int ns = ek_at_nsplit(mk), nch = ek_at_chunks(n), nsp = ns < nch ? ns : nch, next = 0;
+			bad += ns < 1 || ns > EK_AT_SPLITS || nch * EK_AT_CHUNK < n || (nch - 1) * EK_AT_CHUNK >= n;
+			for (int sp = 0; sp < nsp; sp++) {
+				int c0, c1;
+				ek_at_range(nch, nsp, sp, &c0, &c1);
+				bad += c0 != next || c1 <= c0;
+				next = c1;
+			}
+			bad += next != nch;
+			cases++;
+		}
+	TAP_OK(bad == 0, "splits cover every chunk once, none empty (%d (keys, max_keys) cases)", cases);
+	bad = 0;
+	for (int rep = 1; rep <= 128; rep++) {
+		int ng, per, covered = 0;
+		ek_at_groups(rep, &ng, &per);
+		for (int gi = 0; gi < ng; gi++) {
+			int nq = rep - gi * per < per ? rep - gi * per : per;
+			bad += nq < 1 || nq > EK_AT_QG;
+			covered += nq;
+		}
+		bad += covered != rep;
+	}
+	TAP_OK(bad == 0, "query-head groups cover 1..128 heads per kv head, 1..%d each", EK_AT_QG);
+	bad = 0;
+	for (int rep = 1; rep <= 128; rep++)
+		for (int cap = 1; cap <= 200; cap++)
+			for (int s0 = 0; s0 < cap; s0 += 1 + cap / 7)
+				for (int j = 0; j < EK_AT_CHUNK; j++) {
+					int sl = ek_at_slot(s0, j, cap);
+					bad += sl < 0 || sl >= cap || (j < cap && sl != (s0 + j) % cap);
+				}
+	TAP_OK(bad == 0, "ring slots: in bounds for every cap, (s0 + j) %% cap for j < cap");
+	/* blocks of one layer: groups x live splits x kv heads */
+	struct { int rep, window, max_keys, pos, blocks; const char *what; } L[] = {
+		{9, 512, 512, 128, 72, "sliding, position 128"},
+		{9, 512, 512, 600, 192, "sliding, position 600"},
+		{9, 512, 512, 100000, 192, "sliding, position 100000"},
+		{6, 0, 16384, 2047, 512, "full, position 2047"},
+		{6, 0, 16384, 2048, 528, "full, position 2048"},
+		{6, 0, 16384, 16383, 1024, "full, position 16383"},
+	};
+	for (size_t i = 0; i < sizeof L / sizeof L[0]; i++) {
+		int ng, per, lo = ek_at_lo(L[i].pos, L[i].window), nch = ek_at_chunks(L[i].pos - lo + 1);
+		int ns = ek_at_nsplit(L[i].max_keys), nsp = ns < nch ? ns : nch;
+		ek_at_groups(L[i].rep, &ng, &per);
+		int blocks = ng * nsp * 8;
+		TAP_OK(blocks == L[i].blocks, "Laguna S 2.1 %s: %d groups x %d splits x 8 kv heads = %d "
+		       "blocks (expected %d)", L[i].what, ng, nsp, blocks, L[i].blocks);
+	}
+	size_t wb = ek_attn_work_bytes(16, 72, 128, 1 << 20);
+	TAP_OK(wb == (size_t)16 * 72 * EK_AT_SPLITS * 130 * 4, "work for T=16, 72 heads, 1M keys: "
+	       "%.1f MB (bounded by %d splits)", wb / 1e6, EK_AT_SPLITS);
 }
 
 int main(void)
@@ -243,5 +320,20 @@ int main(void)
 	test_attn(EK_KV_F32, 16, 1, 1, 100, 16);
 	test_attn(EK_KV_F32, 16, 1, 5, 100, 20);
 	test_attn(EK_KV_BF16, 16, 2, 20, 7, 35);
+	/* the decode kernels' cut (chunks of 64, splits, merge) at Laguna's head
+	 * size: the twin, which computes it in fp32, against the double softmax */
+	test_decomposition();
+	for (int kv = EK_KV_F32; kv <= EK_KV_FP8; kv++) {
+		test_attn_shape(kv, 18, 2, 128, 512, 1, 1, 128, 512, 512, 2e-6);   /* ring, 3 chunks */
+		test_attn_shape(kv, 18, 2, 128, 512, 1, 1, 600, 512, 512, 2e-6);   /* ring wrapped */
+		test_attn_shape(kv, 18, 2, 128, 512, 2, 3, 1024, 514, 512, 2e-6);  /* small prefill */
+		test_attn_shape(kv, 12, 2, 128, 0, 1, 1, 2047, 2048, 2048, 2e-6);  /* 32 splits */
+		test_attn_shape(kv, 12, 2, 128, 0, 1, 1, 16383, 16384, 16384, 2e-6); /* 64 x 4 chunks */
+	}
+	test_attn_shape(EK_KV_BF16, 12, 2, 128, 0, 0, 2, 2100, 4096, 4096, 2e-6); /* 33 chunks, 64 splits */
+	test_attn_shape(EK_KV_F32, 10, 2, 64, 0, 1, 4, 1000, 1100, 100, 2e-6);  /* more keys than max_keys */
+	test_attn_shape(EK_KV_FP8, 4, 1, 8, 100, 1, 1, 300, 100, 100, 2e-6);    /* hd 8: 8-byte vectors */
+	test_attn_shape(EK_KV_F32, 4, 2, 256, 0, 2, 1, 700, 701, 701, 2e-6);    /* hd 256 */
+	test_attn_shape(EK_KV_BF16, 10, 2, 32, 40, 1, 16, 90, 60, 40, 2e-6);    /* T=16 on a small ring */
 	return tap_done();
 }

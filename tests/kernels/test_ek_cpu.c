@@ -15,6 +15,7 @@
 #include "tests/kernels/test_ek_util.h"
 #include "quant/quant.h"
 
+#include <errno.h>
 #include <stdio.h>
 
 /* ------------------------------------------------------------ scalars */
@@ -240,6 +241,92 @@ static void test_matvec(int kind, int rows, int cols, int T, int gemm)
 	tu_w_free(&t);
 }
 
+/* ------------------------------------------------ RMSNorm fused into GEMV */
+
+/* ek_gemv_norm_cpu against its unfused pair (ek_rmsnorm_cpu, ek_gemv_cpu):
+ * y and xn bit for bit, with and without xn, accumulating or not; and y
+ * against a double-precision product of the normalized x (the GEMV's
+ * tolerance). zero: x all zeros (1/rms = 1/sqrt(eps), y = 0). */
+static void test_gemv_norm(int kind, int rows, int cols, int T, int zero)
+{
+	struct tu_w t;
+	tu_w_make(&t, kind, rows, cols, 1, 0.05f);
+	int ldx = cols + 5, ldxn = cols + 2, ldy = rows + 3;
+	float eps = 1e-6f;
+	float *x = tu_floats((size_t)T * ldx, -3.0f, 3.0f), *nw = tu_floats(cols, 0.5f, 1.5f);
+	for (size_t i = 0; zero && i < (size_t)T * ldx; i++)
+		x[i] = 0;
+	float *xn_ref = tu_alloc(sizeof(float) * T * ldxn), *xn = tu_alloc(sizeof(float) * T * ldxn);
+	float *y_ref = tu_floats((size_t)T * ldy, -1.0f, 1.0f), *y = tu_alloc(sizeof(float) * T * ldy);
+	float *y2 = tu_alloc(sizeof(float) * T * ldy), *y0 = tu_alloc(sizeof(float) * T * ldy);
+	memcpy(y0, y_ref, sizeof(float) * T * ldy);
+	int bad = 0, rc = 0;
+	for (int acc = 0; acc < 2; acc++) {
+		memcpy(y_ref, y0, sizeof(float) * T * ldy);
+		memcpy(y, y0, sizeof(float) * T * ldy);
+		memcpy(y2, y0, sizeof(float) * T * ldy);
+		ek_rmsnorm_cpu(xn_ref, ldxn, x, ldx, nw, T, cols, eps);
+		rc |= ek_gemv_cpu(&t.w, xn_ref, ldxn, y_ref, ldy, T, acc);
+		rc |= ek_gemv_norm_cpu(&t.w, x, ldx, nw, eps, xn, ldxn, y, ldy, T, acc);
+		rc |= ek_gemv_norm_cpu(&t.w, x, ldx, nw, eps, NULL, 0, y2, ldy, T, acc);
+		for (int tt = 0; tt < T; tt++) {
+			bad += memcmp(y + (size_t)tt * ldy, y_ref + (size_t)tt * ldy, sizeof(float) * rows) != 0;
+			bad += memcmp(y2 + (size_t)tt * ldy, y_ref + (size_t)tt * ldy, sizeof(float) * rows) != 0;
+			bad += memcmp(xn + (size_t)tt * ldxn, xn_ref + (size_t)tt * ldxn, sizeof(float) * cols) != 0;
+		}
+	}
+	const char *k = kind == EK_BF16 ? "bf16" : "nvfp4";
+	TAP_OK(!rc && !bad, "gemv+norm %s %dx%d T=%d%s: y and xn bit-identical to rmsnorm + gemv "
+	       "twins (with and without xn, acc 0/1; %d rows differ)", k, rows, cols, T,
+	       zero ? " (x = 0)" : "", bad);
+	size_t n = (size_t)T * rows;
+	double *ref = tu_alloc(sizeof(double) * n), *mag = tu_alloc(sizeof(double) * n);
+	float *got = tu_alloc(sizeof(float) * n);
+	ref_matvec(&t, 0, xn_ref, ldxn, T, kind == EK_NVFP4 ? REF_F16 : REF_EXACT, ref, mag);
+	rc = ek_gemv_norm_cpu(&t.w, x, ldx, nw, eps, NULL, 0, y, ldy, T, 0);
+	for (int tt = 0; tt < T; tt++)
+		memcpy(got + (size_t)tt * rows, y + (size_t)tt * ldy, sizeof(float) * rows);
+	char what[160];
+	snprintf(what, sizeof what, "gemv+norm %s %dx%d T=%d%s: against a double product of the "
+	         "normalized x", k, rows, cols, T, zero ? " (x = 0)" : "");
+	tu_close(what, got, ref, mag, n, 2e-6 * sqrt((double)cols), 0);
+	if (zero) {
+		int nz = 0;
+		for (size_t i = 0; i < n; i++)
+			nz += got[i] != 0;
+		TAP_OK(!rc && nz == 0, "gemv+norm %s x = 0: y = 0 (%d nonzero)", k, nz);
+	}
+	free(ref);
+	free(mag);
+	free(got);
+	free(x);
+	free(nw);
+	free(xn_ref);
+	free(xn);
+	free(y_ref);
+	free(y);
+	free(y2);
+	free(y0);
+	tu_w_free(&t);
+}
+
+static void test_gemv_norm_args(void)
+{
+	struct tu_w t;
+	tu_w_make(&t, EK_BF16, 8, 32, 1, 0.05f);
+	float x[5 * 32] = {0}, nw[32], y[5 * 8], xn[5 * 32];
+	for (int i = 0; i < 32; i++)
+		nw[i] = 1;
+	int r1 = ek_gemv_norm_cpu(&t.w, x, 32, nw, 1e-6f, xn, 32, y, 8, EK_GEMV_NORM_MAX_T + 1, 0);
+	int r2 = ek_gemv_norm_cpu(&t.w, x, 32, NULL, 1e-6f, xn, 32, y, 8, 1, 0);
+	int r3 = ek_gemv_norm_cpu(&t.w, x, 31, nw, 1e-6f, xn, 32, y, 8, 1, 0);
+	int r4 = ek_gemv_norm_cpu(&t.w, x, 32, nw, 1e-6f, xn, 31, y, 8, 1, 0);
+	TAP_OK(r1 == -EINVAL && r2 == -EINVAL && r3 == -EINVAL && r4 == -EINVAL,
+	       "gemv+norm twin: T > %d, no norm weights, ldx or ldxn < cols: -EINVAL (%d %d %d %d)",
+	       EK_GEMV_NORM_MAX_T, r1, r2, r3, r4);
+	tu_w_free(&t);
+}
+
 /* ------------------------------------------------------------- router */
 
 static const float *sort_key;
@@ -380,6 +467,12 @@ int main(void)
 	test_matvec(EK_NVFP4, 32, 1024, 16, 0);
 	test_matvec(EK_BF16, 40, 256, 20, 1);
 	test_matvec(EK_NVFP4, 40, 320, 20, 1);
+	test_gemv_norm(EK_BF16, 37, 96, 1, 0);
+	test_gemv_norm(EK_BF16, 64, 3072, 3, 0);
+	test_gemv_norm(EK_NVFP4, 48, 3072, 1, 0);
+	test_gemv_norm(EK_NVFP4, 20, 48, 4, 0);
+	test_gemv_norm(EK_BF16, 16, 64, 2, 1);
+	test_gemv_norm_args();
 	test_route(256, 10, 1, 0.0f);
 	test_route(64, 8, 0, 30.0f);
 	test_route(8, 2, 1, 0.0f);

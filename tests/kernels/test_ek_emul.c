@@ -27,7 +27,13 @@
  *   - -ENOSPC past the context, -EINVAL for a bad token, reset;
  *   - decode steps after the capture replay the graph; a capture whose op
  *     or end fails (injected) fails that step, and no graph from it is ever
- *     launched: the decode goes on with the CPU engine's tokens and logits. */
+ *     launched: the decode goes on with the CPU engine's tokens and logits;
+ *   - PDL (on by default: the emulated device is compute capability 9.0) and
+ *     EK_PDL=0, RMSNorm fused into the GEMVs and EK_FUSE=0: the four give
+ *     the same tokens and bit-identical logits, EK_PDL=0 is honoured, and the
+ *     captured step has exactly 2 · layers + 1 kernels fewer when fused; a
+ *     capture with PDL edges whose end fails is captured again without them
+ *     (the step does not fail; PDL stays on for direct launches). */
 #include "engine/forward.h"
 #include "engine/forward_cuda.h"
 #include "engine/model.h"
@@ -35,6 +41,7 @@
 #include "kernels/ek.h"
 #include "base/err.h"
 #include "tests/tap.h"
+#include "tests/kernels/test_ek_decode.h"
 
 #include <errno.h>
 #include <math.h>
@@ -64,6 +71,9 @@
 static int emul_fail_op, emul_fail_end;
 static int emul_graphs, emul_runs, emul_tainted_runs;
 static int emul_last_ops;       /* ops of the last capture ended without a failure */
+static int emul_last_kernels;   /* ... of which kernels (not copies or memsets) */
+static unsigned long long emul_launches_all;   /* kernels run or recorded, every device */
+static struct ek_dev *emul_last_dev;           /* the device ek_open handed out last */
 
 typedef int (*emul_fn)(const void *args);
 
@@ -73,6 +83,10 @@ struct emul_node {
 };
 
 struct ek_dev {
+	int pdl;                   /* ek_pdl's mode: 2 (launches and graphs) unless EK_PDL=0 */
+	int cap_pdl;               /* the capture under way records PDL launches */
+	int kernels;               /* kernels enqueued during this capture */
+	unsigned long long launches;
 	int capturing;
 	int invalid;               /* the capture was invalidated (sync while capturing) */
 	int failed;                /* an op failed during this capture */
@@ -95,10 +109,19 @@ static void emul_nodes_free(struct emul_node *nodes, int n)
 
 /* Runs the op now, or records it when capturing (the injected fault fires
  * here, before the op is recorded). */
+static int r_copy(const void *p);
+static int r_set(const void *p);
+
 static int emul_op(struct ek_dev *d, emul_fn fn, const void *args, size_t bytes)
 {
+	int kernel = fn != r_copy && fn != r_set;
+	if (kernel) {
+		d->launches++;
+		emul_launches_all++;
+	}
 	if (!d->capturing)
 		return fn(args);
+	d->kernels += kernel;
 	if (emul_fail_op > 0 && ++d->ops == emul_fail_op) {
 		emul_fail_op = 0;
 		d->failed = 1;
@@ -147,7 +170,24 @@ int ek_open(int index, struct ek_dev **out, char *msg, size_t msglen)
 		return -ENODEV;
 	}
 	*out = calloc(1, sizeof **out);
-	return *out ? 0 : -ENOMEM;
+	if (!*out)
+		return -ENOMEM;
+	const char *e = getenv("EK_PDL");
+	(*out)->pdl = e && !strcmp(e, "0") ? 0 : 2;
+	emul_last_dev = *out;
+	return 0;
+}
+
+int ek_pdl(const struct ek_dev *d) { return d ? d->pdl : 0; }
+const char *ek_pdl_status(const struct ek_dev *d) { return d && d->pdl ? "on" : "off"; }
+unsigned long long ek_launches(const struct ek_dev *d) { return d ? d->launches : emul_launches_all; }
+
+int ek_set_pdl(struct ek_dev *d, int mode)
+{
+	if (mode < 0 || mode > 2)
+		return -EINVAL;
+	d->pdl = mode;
+	return 0;
 }
 
 void ek_close(struct ek_dev *d)
@@ -194,7 +234,8 @@ int ek_capture_begin(struct ek_dev *d)
 	if (d->capturing)
 		return -EINVAL;
 	d->capturing = 1;
-	d->invalid = d->failed = d->ops = 0;
+	d->cap_pdl = d->pdl == 2;
+	d->invalid = d->failed = d->ops = d->kernels = 0;
 	d->n = 0;
 	return 0;
 }
@@ -209,13 +250,17 @@ int ek_capture_end(struct ek_dev *d, struct ek_graph **out)
 	emul_fail_end = 0;
 	if (rc) {
 		emul_nodes_free(d->nodes, d->n);
+		if (d->cap_pdl && d->pdl == 2)   /* as ek_rt.cu: no PDL in later captures */
+			d->pdl = 1;
 	} else {
 		g->nodes = d->nodes;
 		g->n = d->n;
 		g->tainted = d->failed;
 		emul_graphs++;
-		if (!d->failed)
+		if (!d->failed) {
 			emul_last_ops = d->n;
+			emul_last_kernels = d->kernels;
+		}
 		*out = g;
 	}
 	d->nodes = NULL;
@@ -306,6 +351,30 @@ int ek_gemm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, flo
 	if (T < 1 || ldx < W->cols || ldy < W->rows)
 		return -EINVAL;
 	ENQUEUE(d, mv, *W, x, ldx, y, ldy, T, acc);
+}
+
+/* the fused op: the RMSNorm twin's values (into xn when given), then the
+ * product on them, as ek_gemv_norm computes them */
+RUNNER(mvnorm, (struct ek_w W; const float *x; int ldx; const float *nw; float eps; float *xn;
+       int ldxn; float *y; int ldy, T, acc;),
+       float *t = a->xn ? a->xn : malloc(sizeof(float) * (size_t)a->T * a->W.cols);
+       int ld = a->xn ? a->ldxn : a->W.cols;
+       if (!t)
+	       return -ENOMEM;
+       ek_rmsnorm_cpu(t, ld, a->x, a->ldx, a->nw, a->T, a->W.cols, a->eps);
+       exact_mv(&a->W, 0, t, ld, a->y, a->ldy, a->T, a->acc);
+       if (!a->xn)
+	       free(t);
+       return 0;)
+
+int ek_gemv_norm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx,
+                 const float *nw, float eps, float *xn, int ldxn, float *y, int ldy, int T,
+                 int acc)
+{
+	if (T < 1 || T > EK_GEMV_NORM_MAX_T || ldx < W->cols || ldy < W->rows || !nw ||
+	    (xn && ldxn < W->cols) || (xn && xn == x))
+		return -EINVAL;
+	ENQUEUE(d, mvnorm, *W, x, ldx, nw, eps, xn, ldxn, y, ldy, T, acc);
 }
 
 RUNNER(route, (const float *logits; int ldl; const float *bias; int E, k, norm; float softcap;
@@ -435,39 +504,14 @@ int ek_attn(struct ek_dev *d, float *out, int ldo, const float *q, int ldq, cons
 static int greedy(const struct lg_model *m, struct lg_state *s, struct lgc *g, const int *p,
                   int n, int *out, float *logits)
 {
-	struct rq_err err = {0};
-	int V = m->cfg.vocab;
-	int rc = s ? lg_forward(s, p, n, logits, 1, &err) : lgc_forward(g, p, n, logits, 1, &err);
-	for (int i = 0; i < NGEN && !rc; i++) {
-		out[i] = lg_argmax(logits + (size_t)i * V, V);
-		float *l = logits + (size_t)(i + 1) * V;
-		rc = s ? lg_forward(s, &out[i], 1, l, 1, &err) : lgc_forward(g, &out[i], 1, l, 1, &err);
-	}
-	if (rc)
-		printf("# %s: %s\n", s ? "cpu" : "emulated gpu", err.msg);
-	return rc;
-}
-
-static double worst_rel(const float *a, const float *b, int rows, int V)
-{
-	double w = 0;
-	for (int r = 0; r < rows; r++) {
-		double mx = 0, d = 0;
-		for (int i = 0; i < V; i++) {
-			mx = fmax(mx, fabs(b[(size_t)r * V + i]));
-			d = fmax(d, fabs(a[(size_t)r * V + i] - b[(size_t)r * V + i]));
-		}
-		w = fmax(w, d / fmax(mx, 1e-20));
-	}
-	return w;
+	return tu_greedy(s, g, m->cfg.vocab, p, n, NGEN, out, logits, "emulated gpu");
 }
 
 static void run_case(const struct lg_model *m, const char *name, int n, const char *kv, int gemv,
                      int batch, double tol)
 {
 	int V = m->cfg.vocab, p[64], tc[NGEN], tg[NGEN];
-	for (int i = 0; i < n; i++)
-		p[i] = (i * 37 + 11) % V;
+	tu_prompt(p, n, V);
 	float *lc = malloc(sizeof(float) * (NGEN + 1) * V), *lg = malloc(sizeof(float) * (NGEN + 1) * V);
 	struct lg_state *s = NULL;
 	struct lgc *g = NULL;
@@ -517,13 +561,16 @@ static void run_case(const struct lg_model *m, const char *name, int n, const ch
  * fails): that lgc_forward returns the error and leaves the position; the
  * step repeated and the rest of the decode give the CPU engine's tokens and
  * logits, and no graph from the failed capture is ever launched. */
-static void run_capture_fault(const struct lg_model *m, const char *name, int fail_op, double tol)
+static void run_capture_fault(const struct lg_model *m, const char *name, int fail_op, int pdl,
+                              double tol)
 {
+	/* with PDL, a failed end drops PDL edges and captures again: no failure */
+	int want_fails = pdl && !fail_op ? 0 : 1;
+	setenv("EK_PDL", pdl ? "1" : "0", 1);
 	if (fail_op < 0)
 		fail_op = emul_last_ops;
 	int V = m->cfg.vocab, n = 12, p[12], tc[NGEN], tg[NGEN];
-	for (int i = 0; i < n; i++)
-		p[i] = (i * 37 + 11) % V;
+	tu_prompt(p, n, V);
 	float *lc = malloc(sizeof(float) * (NGEN + 1) * V), *lg = malloc(sizeof(float) * (NGEN + 1) * V);
 	struct lg_state *s = NULL;
 	struct lgc *g = NULL;
@@ -534,6 +581,8 @@ static void run_capture_fault(const struct lg_model *m, const char *name, int fa
 		rc = greedy(m, s, NULL, p, n, tc, lc);
 	if (!rc && (rc = lgc_create(m, &o, &g, &err)))
 		printf("# lgc_create: %s\n", err.msg);
+	struct ek_dev *dev = emul_last_dev;
+	int pdl_before = rc ? -1 : ek_pdl(dev);
 	if (!rc)
 		rc = lgc_forward(g, p, n, lg, 1, &err);
 	emul_graphs = emul_runs = emul_tainted_runs = 0;
@@ -556,19 +605,81 @@ static void run_capture_fault(const struct lg_model *m, const char *name, int fa
 	while (!rc && same < NGEN && tg[same] == tc[same])
 		same++;
 	double w = rc ? 1 : worst_rel(lg, lc, NGEN + 1, V);
-	TAP_OK(!rc && fails == 1 && fail_kept_pos && !emul_fail_op && !emul_fail_end &&
-	       emul_tainted_runs == 0 && same == NGEN && w <= tol,
-	       "%s: capture failing at %s%.0d: the step fails (%d failure%s, position %s), then %d/%d "
+	int pdl_after = rc ? -1 : ek_pdl(dev);
+	int pdl_ok = pdl ? pdl_before == 2 && pdl_after == (fail_op ? 2 : 1)
+	                 : pdl_before == 0 && pdl_after == 0;
+	TAP_OK(!rc && fails == want_fails && fail_kept_pos && !emul_fail_op && !emul_fail_end &&
+	       emul_tainted_runs == 0 && same == NGEN && w <= tol && pdl_ok &&
+	       emul_runs == (want_fails ? 0 : NGEN - 2),
+	       "%s, PDL %s: capture failing at %s%.0d: %s (%d failure%s, position %s), then %d/%d "
 	       "greedy tokens == CPU engine, logits within %.0e x max (worst %.2e); graphs: %d "
-	       "instantiated, %d launched, %d launches of a graph from the failed capture", name,
-	       fail_op ? "op " : "its end", fail_op, fails, fails == 1 ? "" : "s",
-	       fail_kept_pos ? "kept" : "moved", same, NGEN, tol, w, emul_graphs, emul_runs,
-	       emul_tainted_runs);
+	       "instantiated, %d launched, %d launches of a graph from the failed capture; PDL mode "
+	       "%d -> %d", name, pdl ? "on" : "off (EK_PDL=0)", fail_op ? "op " : "its end", fail_op,
+	       want_fails ? "the step fails" : "captured again without PDL edges, the step succeeds",
+	       fails, fails == 1 ? "" : "s", fail_kept_pos ? "kept" : "moved", same, NGEN, tol, w,
+	       emul_graphs, emul_runs, emul_tainted_runs, pdl_before, pdl_after);
 	emul_fail_op = emul_fail_end = 0;
+	unsetenv("EK_PDL");
 	lgc_free(g);
 	lg_state_free(s);
 	free(lc);
 	free(lg);
+}
+
+/* One greedy decode (12-token prompt in batches of 3, so the prompt takes
+ * the fused path too) with EK_PDL / EK_FUSE as given: tokens, logits
+ * [NGEN + 1][V], the engine's PDL mode and the kernels of its captured
+ * step. */
+static int pf_run(const struct lg_model *m, const char *pdl, const char *fuse, int *tok,
+                  float *logits, int *mode, int *kernels)
+{
+	int V = m->cfg.vocab, n = 12, p[12];
+	struct lgc_opts o = tu_pf_setup(p, V, pdl, fuse, NGEN);
+	struct lgc *g = NULL;
+	struct rq_err err = {0};
+	emul_last_kernels = -1;
+	int rc = lgc_create(m, &o, &g, &err);
+	*mode = rc ? -1 : ek_pdl(emul_last_dev);
+	emul_runs = emul_tainted_runs = 0;
+	if (!rc)
+		rc = greedy(m, NULL, g, p, n, tok, logits);
+	*kernels = emul_last_kernels;
+	if (rc)
+		printf("# EK_PDL=%s EK_FUSE=%s: %s\n", pdl, fuse, err.msg);
+	lgc_free(g);
+	unsetenv("EK_PDL");
+	unsetenv("EK_FUSE");
+	return rc || emul_runs != NGEN - 2 || emul_tainted_runs;
+}
+
+/* PDL on/off and fused/unfused RMSNorm: same tokens, bit-identical logits
+ * (the emulation runs the same twins either way, so what this checks is
+ * forward_cuda's plumbing: xn stored by the fused GEMV for the group's other
+ * members and for the experts, the lm_head's norm, the batch split), the
+ * mode each engine reports, and the launches saved per decoded token. */
+static void run_pdl_fuse(const struct lg_model *m, const char *name)
+{
+	static const char *cfg[4][2] = {{"1", "1"}, {"0", "1"}, {"1", "0"}, {"0", "0"}};
+	int V = m->cfg.vocab, L = m->cfg.n_layers, tok[4][NGEN], mode[4], kern[4], rc = 0;
+	float *lg[4];
+	for (int i = 0; i < 4; i++) {
+		lg[i] = malloc(sizeof(float) * (NGEN + 1) * V);
+		rc |= !lg[i] || pf_run(m, cfg[i][0], cfg[i][1], tok[i], lg[i], &mode[i], &kern[i]);
+	}
+	int same = !rc;
+	for (int i = 1; i < 4 && same; i++)
+		same = !memcmp(tok[i], tok[0], sizeof tok[0]) &&
+		       !memcmp(lg[i], lg[0], sizeof(float) * (NGEN + 1) * V);
+	TAP_OK(same, "%s: PDL on/off x fused/unfused RMSNorm: %d greedy tokens identical, logits "
+	       "bit-identical in all four", name, NGEN);
+	TAP_OK(!rc && mode[0] == 2 && mode[1] == 0 && mode[2] == 2 && mode[3] == 0,
+	       "%s: PDL mode 2 by default, 0 with EK_PDL=0 (got %d %d %d %d)", name, mode[0], mode[1],
+	       mode[2], mode[3]);
+	TAP_OK(!rc && kern[2] - kern[0] == 2 * L + 1 && kern[3] == kern[2] && kern[1] == kern[0],
+	       "%s: kernels per decoded token (captured step): %d unfused, %d fused (%d layers: "
+	       "2 per layer + the final norm fewer)", name, kern[2], kern[0], L);
+	for (int i = 0; i < 4; i++)
+		free(lg[i]);
 }
 
 /* logits of the last n_out positions of a prompt split over batches */
@@ -608,45 +719,38 @@ static void run_tail(const struct lg_model *m, const char *name, double tol)
 static void check_model(const char *rq, const char *dir, const char *flags, const char *name,
                         double tol)
 {
-	char cmd[4096];
-	snprintf(cmd, sizeof cmd, "'%s' mkckpt '%s' %s >/dev/null", rq, dir, flags);
-	if (system(cmd)) {
-		TAP_OK(0, "%s: mkckpt failed (%s)", name, cmd);
+	struct lg_model *m = tu_model_make(rq, dir, flags, name);
+	if (!m)
 		return;
-	}
-	struct rq_err err = {0};
-	struct lg_model *m;
-	if (lg_model_open(dir, &m, &err)) {
-		TAP_OK(0, "%s: %s", name, err.msg);
-		return;
-	}
 	run_case(m, name, 12, "f32", 1, 256, tol);
 	run_case(m, name, 12, "f32", 1, 5, tol);
 	run_case(m, name, 40, "f32", 0, 256, tol);
 	run_case(m, name, 12, "bf16", 1, 5, 2e-2);
 	run_tail(m, name, tol);
-	run_capture_fault(m, name, 1, tol);
-	run_capture_fault(m, name, 5, tol);
-	run_capture_fault(m, name, -1, tol);
-	run_capture_fault(m, name, 0, tol);
+	run_capture_fault(m, name, 1, 0, tol);
+	run_capture_fault(m, name, 5, 0, tol);
+	run_capture_fault(m, name, -1, 0, tol);     /* the last op of the last capture */
+	run_capture_fault(m, name, 0, 0, tol);
+	run_capture_fault(m, name, 5, 1, tol);
+	run_capture_fault(m, name, 0, 1, tol);
+	run_pdl_fuse(m, name);
 	lg_model_close(m);
 }
+
+/* test_ek_emul_count.c: launch counts (not tests) */
+int emul_count_real_dims(void);
+int emul_count_dir(const char *dir);
 
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: test_ek_emul REQUANTFS\n");
+		fprintf(stderr, "usage: test_ek_emul REQUANTFS [--count-real-dims | --count DIR]\n");
 		return 2;
 	}
-	char tmp[] = "/tmp/rq-test-ek-emul-XXXXXX", dir[600], cmd[700];
-	if (!mkdtemp(tmp))
-		TAP_SKIP_ALL("cannot create a temporary directory");
-	snprintf(dir, sizeof dir, "%s/nvfp4", tmp);
-	check_model(argv[1], dir, "--layers 8 --bf16-layers 6-7", "tiny nvfp4", 1e-4);
-	snprintf(dir, sizeof dir, "%s/dense", tmp);
-	check_model(argv[1], dir, "--layers 6 --dense", "tiny bf16", 1e-4);
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-	if (system(cmd))
-		printf("# could not remove %s\n", tmp);
+	if (argc > 2 && !strcmp(argv[2], "--count-real-dims"))
+		return emul_count_real_dims();
+	if (argc > 3 && !strcmp(argv[2], "--count"))
+		return emul_count_dir(argv[3]);
+	tu_decode_models(argv[1], "/tmp/rq-test-ek-emul-XXXXXX", check_model, 1e-4);
 	return tap_done();
 }

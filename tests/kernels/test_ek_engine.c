@@ -25,6 +25,7 @@
 #include "kernels/ek.h"
 #include "base/err.h"
 #include "tests/tap.h"
+#include "tests/kernels/test_ek_decode.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -45,63 +46,26 @@ static int run_cpu(const struct lg_model *m, const int *p, int n, int *out, floa
 		printf("# cpu: %s\n", err.msg);
 		return -1;
 	}
-	int rc = lg_forward(s, p, n, logits, 1, &err);
-	for (int i = 0; i < NGEN && !rc; i++) {
-		out[i] = lg_argmax(logits + (size_t)i * V, V);
-		rc = lg_forward(s, &out[i], 1, logits + (size_t)(i + 1) * V, 1, &err);
-	}
-	if (rc)
-		printf("# cpu: %s\n", err.msg);
+	int rc = tu_greedy(s, NULL, V, p, n, NGEN, out, logits, "gpu");
 	lg_state_free(s);
 	return rc;
 }
 
 static int run_gpu(struct lgc *g, const int *p, int n, int *out, float *logits, int V)
 {
-	struct rq_err err = {0};
 	lgc_reset(g);
-	int rc = lgc_forward(g, p, n, logits, 1, &err);
-	for (int i = 0; i < NGEN && !rc; i++) {
-		out[i] = lg_argmax(logits + (size_t)i * V, V);
-		rc = lgc_forward(g, &out[i], 1, logits + (size_t)(i + 1) * V, 1, &err);
-	}
-	if (rc)
-		printf("# gpu: %s\n", err.msg);
-	return rc;
-}
-
-static double worst_rel(const float *a, const float *b, int rows, int V)
-{
-	double w = 0;
-	for (int r = 0; r < rows; r++) {
-		double mx = 0, d = 0;
-		for (int i = 0; i < V; i++) {
-			mx = fmax(mx, fabs(b[(size_t)r * V + i]));
-			d = fmax(d, fabs(a[(size_t)r * V + i] - b[(size_t)r * V + i]));
-		}
-		w = fmax(w, d / fmax(mx, 1e-20));
-	}
-	return w;
+	return tu_greedy(NULL, g, V, p, n, NGEN, out, logits, "gpu");
 }
 
 static void check_model(const char *rq, const char *dir, const char *flags, const char *name,
                         double tol)
 {
-	char cmd[4096];
-	snprintf(cmd, sizeof cmd, "'%s' mkckpt '%s' %s >/dev/null", rq, dir, flags);
-	if (system(cmd)) {
-		TAP_OK(0, "%s: mkckpt failed (%s)", name, cmd);
+	struct lg_model *m = tu_model_make(rq, dir, flags, name);
+	if (!m)
 		return;
-	}
 	struct rq_err err = {0};
-	struct lg_model *m;
-	if (lg_model_open(dir, &m, &err)) {
-		TAP_OK(0, "%s: %s", name, err.msg);
-		return;
-	}
 	int V = m->cfg.vocab, n = 12, p[40];
-	for (int i = 0; i < 40; i++)
-		p[i] = (i * 37 + 11) % V;
+	tu_prompt(p, 40, V);
 	int tc[NGEN], tg[NGEN], tg2[NGEN];
 	float *lc = malloc(sizeof(float) * (NGEN + 1) * V), *lg = malloc(sizeof(float) * (NGEN + 1) * V);
 	float *lg2 = malloc(sizeof(float) * (NGEN + 1) * V);
@@ -164,15 +128,6 @@ int main(int argc, char **argv)
 		TAP_SKIP_ALL("built without CUDA (reconfigure with -Dcuda=enabled)");
 	if (ek_device_count() == 0)
 		TAP_SKIP_ALL("no usable CUDA device (ek_device_count() == 0)");
-	char tmp[] = "/tmp/rq-test-ek-engine-XXXXXX", dir[600], cmd[700];
-	if (!mkdtemp(tmp))
-		TAP_SKIP_ALL("cannot create a temporary directory");
-	snprintf(dir, sizeof dir, "%s/nvfp4", tmp);
-	check_model(argv[1], dir, "--layers 8 --bf16-layers 6-7", "tiny nvfp4", 5e-3);
-	snprintf(dir, sizeof dir, "%s/dense", tmp);
-	check_model(argv[1], dir, "--layers 6 --dense", "tiny bf16", 1e-4);
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-	if (system(cmd))
-		printf("# could not remove %s\n", tmp);
+	tu_decode_models(argv[1], "/tmp/rq-test-ek-engine-XXXXXX", check_model, 5e-3);
 	return tap_done();
 }

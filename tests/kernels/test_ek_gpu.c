@@ -6,58 +6,25 @@
  *   integer work (fills, NVFP4 repack, router picks, embedding, add): exact;
  *   GEMV / GEMM: 1e-5 · Σ|w·x| (summation order, FMA, tensor-core sums);
  *   RMSNorm, SwiGLU, RoPE: 2e-6 relative + 1e-6 · |x| (libm vs CUDA ulps);
- *   attention: 2e-5 · Σ p·|v| (split merge order, exp ulps);
+ *   attention: 2e-5 · max|v| · gate (the twin cuts keys into the kernel's
+ *   chunks, splits and merge; differences: fmaf vs multiply-add, exp ulps);
  *   MoE: 2^-10 · magnitude for NVFP4 experts (a token's fp16 exponent may
  *   land on the other side of a power of two), 1e-5 for BF16 experts.
  * Also: counters left at zero (each stateful op run twice), a decode step
  * captured in a CUDA graph and replayed at a new position, copy bandwidth. */
-#include "tests/kernels/test_ek_util.h"
+#include "tests/kernels/test_ek_dev.h"
 
 #include <stdio.h>
 
-static struct ek_dev *D;
 /* When set, test_moe / test_attn use these work buffers as they are (sized
  * for the largest T, zeroed once): counters must survive calls of any T. */
 static void *shared_moe_work, *shared_attn_work;
-
-static void *up(const void *h, size_t n)
-{
-	void *d = ek_alloc(D, n);
-	if (!d || ek_h2d(D, d, h, n)) {
-		printf("# upload of %zu bytes: %s\n", n, ek_error(D));
-		exit(1);
-	}
-	return d;
-}
-
-static void down(void *h, const void *d, size_t n)
-{
-	if (ek_d2h(D, h, d, n) || ek_sync(D)) {
-		printf("# download: %s\n", ek_error(D));
-		exit(1);
-	}
-}
 
 static int ok_rc(int rc, const char *what)
 {
 	if (rc)
 		printf("# %s: rc %d: %s\n", what, rc, ek_error(D));
 	return rc == 0;
-}
-
-/* A host weight set's device copy (data and global scales). */
-static struct ek_w wdev(const struct tu_w *t)
-{
-	struct ek_w w = t->w;
-	w.data = up(t->data, t->w.stride * t->w.n);
-	w.gs = t->gs ? up(t->gs, sizeof(float) * t->w.n) : NULL;
-	return w;
-}
-
-static void wdev_free(struct ek_w *w)
-{
-	ek_free(D, (void *)w->data);
-	ek_free(D, (void *)w->gs);
 }
 
 /* mag[t][r] = Σ_c |W_e[r][c]·x[t][c]| */
@@ -342,10 +309,10 @@ static void test_rope(int kvtype, int pos)
 
 /* ------------------------------------------------------------ attention */
 
-static void test_attn(int kvtype, int nh, int nkv, int hd, int T, int pos, int window, int cap,
-                      int gate, int capture)
+static void test_attn_run(int kvtype, int nh, int nkv, int hd, int T, int pos, int window, int cap,
+                          int gate, int capture, int max_keys)
 {
-	int ldq = nh * hd, ldo = nh * hd, ldg = gate == 2 ? nh * hd : nh, max_keys = window ? window : cap;
+	int ldq = nh * hd, ldo = nh * hd, ldg = gate == 2 ? nh * hd : nh;
 	size_t ne = (size_t)cap * nkv * hd, cb = ek_kv_bytes(kvtype, cap, nkv, hd);
 	uint8_t *kc = tu_alloc(cb), *vc = tu_alloc(cb);
 	ek_fill_bytes_cpu(kc, cb, 0, 255, 11);
@@ -398,9 +365,10 @@ static void test_attn(int kvtype, int nh, int nkv, int hd, int T, int pos, int w
 	for (int i = 0; i < T * ldo; i++)
 		mag[i] = 2.0f * (gate ? 3.1f : 1.0f);   /* Σ p·|v| <= max|v|, times the gate */
 	char what[160];
-	snprintf(what, sizeof what, "attention %s %d/%d heads hd %d T=%d pos %d %s%s: GPU vs twin",
-	         kvtype == EK_KV_F32 ? "f32" : kvtype == EK_KV_BF16 ? "bf16" : "fp8", nh, nkv, hd, T, p2,
-	         window ? "sliding" : "full", capture ? " (graph replay)" : " (run twice)");
+	snprintf(what, sizeof what, "attention %s %d/%d heads hd %d T=%d pos %d %s, cap %d, max_keys "
+	         "%d%s: GPU vs twin", kvtype == EK_KV_F32 ? "f32" : kvtype == EK_KV_BF16 ? "bf16" : "fp8",
+	         nh, nkv, hd, T, p2, window ? "sliding" : "full", cap, max_keys,
+	         capture ? " (graph replay)" : " (run twice)");
 	if (ok)
 		tu_close_f(what, og, out, mag, (size_t)T * ldo, 2e-5, 0);
 	else
@@ -411,6 +379,18 @@ static void test_attn(int kvtype, int nh, int nkv, int hd, int T, int pos, int w
 	ek_free(D, dpos);
 	if (work != shared_attn_work)
 		ek_free(D, work);
+}
+
+static void test_attn(int kvtype, int nh, int nkv, int hd, int T, int pos, int window, int cap,
+                      int gate, int capture)
+{
+	test_attn_run(kvtype, nh, nkv, hd, T, pos, window, cap, gate, capture, window ? window : cap);
+}
+
+static void test_attn_mk(int kvtype, int nh, int nkv, int hd, int T, int pos, int window, int cap,
+                         int gate, int max_keys)
+{
+	test_attn_run(kvtype, nh, nkv, hd, T, pos, window, cap, gate, 0, max_keys);
 }
 
 /* One work buffer each for MoE and attention through a sequence of batch
@@ -473,10 +453,35 @@ int main(void)
 	test_rope(EK_KV_F32, 5);
 	test_rope(EK_KV_BF16, 30000);
 	test_rope(EK_KV_FP8, 1000);
-	test_attn(EK_KV_BF16, 72, 8, 128, 1, 4999, 0, 5000, 1, 0);     /* 10 splits */
+	/* RQ_TEST_QUICK=1 (compute-sanitizer runs): no 16K-key cases */
+	const char *qe = getenv("RQ_TEST_QUICK");
+	int quick = qe && qe[0] == '1';
+	if (quick)
+		printf("# RQ_TEST_QUICK=1: attention at 16K positions not run\n");
+	test_attn(EK_KV_BF16, 72, 8, 128, 1, 4999, 0, 5000, 1, 0);     /* 64 splits, uneven */
 	test_attn(EK_KV_F32, 48, 8, 128, 1, 700, 0, 2048, 0, 0);
 	test_attn(EK_KV_BF16, 72, 8, 128, 1, 9000, 512, 512, 1, 0);   /* ring */
 	test_attn(EK_KV_FP8, 6, 2, 16, 3, 40, 16, 18, 2, 0);
+	/* the decode kernels (splits + merge) at Laguna S 2.1's shapes, each KV
+	 * type: sliding rings (window 512; 72 heads = 3 groups of 3 per kv head)
+	 * at positions 128 (3 chunks), 600 (8, wrapped) and 1024 (T = 1 and a
+	 * T = 3 batch), full layers (48 heads = 2 groups of 3, max_keys 16K as
+	 * the engine passes it) at 2K (33 splits) and 16K (64 splits x 4 chunks) */
+	for (int kv = EK_KV_F32; kv <= EK_KV_FP8; kv++) {
+		test_attn(kv, 72, 8, 128, 1, 128, 512, 512, 1, 0);
+		test_attn(kv, 72, 8, 128, 1, 600, 512, 512, 1, 0);
+		test_attn(kv, 72, 8, 128, 1, 1024, 512, 512, 1, 0);
+		test_attn(kv, 72, 8, 128, 3, 1024, 512, 514, 1, 0);
+		test_attn_mk(kv, 48, 8, 128, 1, 2048, 0, 16384, 1, 16384);
+		if (!quick)
+			test_attn_mk(kv, 48, 8, 128, 1, 16383, 0, 16384, 1, 16384);
+	}
+	test_attn_mk(EK_KV_BF16, 48, 8, 128, 16, 2000, 0, 16384, 2, 16384); /* T = 16, split path */
+	test_attn(EK_KV_FP8, 40, 8, 128, 5, 3000, 0, 4096, 0, 0);    /* rep 5: groups of 3 and 2 */
+	test_attn(EK_KV_FP8, 4, 1, 8, 1, 300, 100, 100, 1, 0);      /* hd 8: 8-byte FP8 vectors */
+	test_attn(EK_KV_F32, 8, 2, 256, 2, 700, 0, 1024, 2, 0);     /* hd 256 */
+	test_attn(EK_KV_BF16, 32, 4, 64, 7, 63, 0, 70, 1, 0);       /* hd 64, chunk boundary */
+	test_attn_mk(EK_KV_F32, 12, 2, 32, 2, 1000, 0, 1100, 1, 100); /* keys > max_keys */
 	test_attn(EK_KV_BF16, 72, 8, 128, 40, 100, 0, 1024, 1, 0);    /* prefill kernel */
 	test_attn(EK_KV_BF16, 72, 8, 128, 64, 600, 512, 575, 1, 0);   /* prefill on a ring */
 	test_attn(EK_KV_F32, 6, 2, 16, 33, 0, 16, 48, 2, 0);

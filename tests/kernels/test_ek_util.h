@@ -17,11 +17,7 @@ static uint64_t tu_state = 0x9E3779B97F4A7C15ull;
 
 static inline uint64_t tu_next(void)
 {
-	uint64_t x = tu_state;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return tu_state = x;
+	return tap_xorshift64(&tu_state);
 }
 
 /* uniform in [lo, hi) */

@@ -24,20 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint32_t f2u(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
-}
-
-static float u2f(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
 /* Independent E2M1 oracle: nearest grid value by exact distances, ties to
  * the even index, input clamped to ±6. */
 static uint32_t e2m1_oracle(float q)
@@ -94,8 +80,8 @@ static void test_global_scale(void)
 		for (uint32_t b = 0; b <= 0x7F7F; b++) {
 			float a = rq_bf16_to_f32((uint16_t)b);
 			float want = gs_oracle(r, a);
-			if (f2u(rq_recipe_gs(r, rq_bf16f(b))) != f2u(want) ||
-			    f2u(rq_global_scale(r, a)) != f2u(want)) {
+			if (rq_f2u(rq_recipe_gs(r, rq_bf16f(b))) != rq_f2u(want) ||
+			    rq_f2u(rq_global_scale(r, a)) != rq_f2u(want)) {
 				if (!bad++)
 					first = b;
 			}
@@ -103,8 +89,8 @@ static void test_global_scale(void)
 		TAP_OK(bad == 0, "global scale %s: every finite BF16 amax (%ld differ, first %04X)",
 		       rq_recipe_name(r), bad, first);
 	}
-	TAP_OK(f2u(rq_recipe_gs(RQ_RECIPE_FP32, rq_bf16f(0x3C03))) == 0x48A42716 &&
-	       f2u(rq_recipe_gs(RQ_RECIPE_FP32DIV, rq_bf16f(0x3C03))) == 0x48A42715,
+	TAP_OK(rq_f2u(rq_recipe_gs(RQ_RECIPE_FP32, rq_bf16f(0x3C03))) == 0x48A42716 &&
+	       rq_f2u(rq_recipe_gs(RQ_RECIPE_FP32DIV, rq_bf16f(0x3C03))) == 0x48A42715,
 	       "amax 0x3C03 separates fp32 (48A42716) from fp32div (48A42715)");
 }
 
@@ -131,7 +117,7 @@ static void test_scale_rule(void)
 
 static long e4m3_check(uint32_t u, uint32_t *first)
 {
-	float s = u2f(u);
+	float s = rq_u2f(u);
 	if (!(s >= 0.0f && s <= 448.0f))
 		return 0;
 	if (rq_e4m3_code(s) != rq_f32_to_e4m3(s)) {
@@ -152,14 +138,14 @@ static void test_e4m3(void)
 		float pts[3] = {lo, (lo + hi) * 0.5f, hi};
 		for (int p = 0; p < 3; p++) {
 			for (int d = -8; d <= 8; d++, n++)
-				bad += e4m3_check(f2u(pts[p]) + (uint32_t)d, &first);
+				bad += e4m3_check(rq_f2u(pts[p]) + (uint32_t)d, &first);
 		}
 	}
 	TAP_OK(bad == 0, "E4M3 encoding: %ld values in [0, 448] (%ld differ, first %08X)", n, bad,
 	       first);
 	bad = 0;
 	for (uint32_t c = 1; c <= 0x7E; c++)
-		bad += f2u(rq_e4m3_val(c)) != f2u(rq_e4m3_to_f32((uint8_t)c));
+		bad += rq_f2u(rq_e4m3_val(c)) != rq_f2u(rq_e4m3_to_f32((uint8_t)c));
 	TAP_OK(bad == 0, "E4M3 values of codes 1..0x7E (%ld differ)", bad);
 }
 
@@ -172,17 +158,17 @@ static void test_e2m1(void)
 	for (size_t i = 0; i < sizeof th / sizeof th[0]; i++) {
 		for (int sg = 0; sg < 2; sg++) {
 			for (int d = -16; d <= 16; d++, n++) {
-				uint32_t u = f2u(th[i]) + (uint32_t)d;
-				if ((int)f2u(th[i]) + d < 0)
+				uint32_t u = rq_f2u(th[i]) + (uint32_t)d;
+				if ((int)rq_f2u(th[i]) + d < 0)
 					continue;
-				float q = u2f(u | (sg ? 0x80000000u : 0));
+				float q = rq_u2f(u | (sg ? 0x80000000u : 0));
 				if (rq_e2m1_code(q) != e2m1_oracle(q) && !bad++)
 					first = q;
 			}
 		}
 	}
 	for (uint32_t u = 0; u < 0x7F800000u; u += 4099, n += 2) {   /* both signs, up to FLT_MAX */
-		float q = u2f(u);
+		float q = rq_u2f(u);
 		if (rq_e2m1_code(q) != e2m1_oracle(q) && !bad++)
 			first = q;
 		if (rq_e2m1_code(-q) != e2m1_oracle(-q) && !bad++)
@@ -221,7 +207,7 @@ static void test_thresholds(void)
 	}
 	for (int i = 0; i < 300; i++, n++) {            /* arbitrary positive floats */
 		uint32_t u = (uint32_t)(kq_rng(&s) % 0x7F000000u) + 1;
-		bad += thr_check(u2f(u), &first);
+		bad += thr_check(rq_u2f(u), &first);
 	}
 	TAP_OK(bad == 0, "division-free E2M1 codes == RN(w / seff) codes: every finite BF16 w, "
 	       "%ld seff (%ld differ, first seff %a)", n, bad, first);
@@ -263,7 +249,7 @@ static void test_tensors(void)
 						pk2[g * 8 + j] = (uint8_t)(p2[j / 4] >> (8 * (j % 4)));
 				}
 				bad += memcmp(pk, pk2, ng * 8) != 0 || memcmp(sc, sc2, ng) != 0;
-				bad += f2u(gs_oracle(r, rq_bf16f(amax))) != f2u(gs);
+				bad += rq_f2u(gs_oracle(r, rq_bf16f(amax))) != rq_f2u(gs);
 			}
 			TAP_OK(bad == 0, "%s, %s weights: rq_quant_group and _div == rq_quantize_ref (%ld differ)",
 			       rq_recipe_name(r), kq_dist_name(d), bad);

@@ -12,6 +12,12 @@
  *     than the staging slots with the default limit
  *   - NaN/Inf refusal (-EDOM with the module index), bad shapes (-EINVAL)
  *   - two threads with a context each
+ *   - inputs in kq_host_alloc (pinned) memory: DMA'd straight, same bytes,
+ *     no host memcpy
+ *   - the watchdog: a deadline that passes fails the job with -ETIMEDOUT and
+ *     poisons the context; it closes and a fresh one works (the emulated
+ *     runtime hangs the kernel for it; on a GPU a 1 us deadline)
+ *   - kq_open's errors by kind (-EINVAL, -ENODEV; emulated: -ENOMEM, -EBUSY)
  *   - kq_close releases the primary context; reopening works
  * RQ_TEST_QUICK=1 keeps the small shapes only (for compute-sanitizer runs). */
 #include "kernels/kquant.h"
@@ -19,14 +25,18 @@
 #include "base/pool.h"
 #include "tests/kernels/kq_testdata.h"
 #include "tests/tap.h"
+#include "tests/kernels/test_cuda_ctx.h"
+#ifdef KQ_EMULATE
+#include "tests/kernels/emul/kq_emul.h"
+#endif
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 static struct rq_pool *pool;
+static const struct kq_job_opts *job_opts;   /* how job_same runs the GPU side */
 static int quick;              /* RQ_TEST_QUICK: small shapes only */
 
 static uint32_t f2u(float f)
@@ -160,7 +170,7 @@ static int job_same(struct kq_ctx *k, enum rq_recipe r, struct job *j, int *rc_o
 	int bc = -1, bg = -2;
 	char msg[256] = "";
 	int rc = rq_quantize_job(r, j->cpu, j->n, &gc, &bc, pool);
-	int rg = kq_quantize_job(k, r, j->gpu, j->n, &gg, &bg, msg, sizeof msg);
+	int rg = kq_quantize_job_opt(k, r, j->gpu, j->n, job_opts, &gg, &bg, msg, sizeof msg);
 	if (rc_out)
 		*rc_out = rg;
 	if (rc != rg) {
@@ -271,6 +281,7 @@ static void test_global_scales(struct kq_ctx *k)
 }
 
 static uint64_t seed = 0x6A09E667F3BCC909ull;
+#define KQ_TEST_NO_DEV 63          /* a device index no test machine has */
 
 /* Random single modules of several shapes and every distribution. */
 static void test_random(struct kq_ctx *k, const char *what)
@@ -419,25 +430,127 @@ static void test_threads(void)
 	       t[0].ok ? "ok" : t[0].why, t[1].ok ? "ok" : t[1].why);
 }
 
-/* ---- the primary context ---- */
+/* ---- pinned inputs, the watchdog, open errors ---- */
 
-/* 1 active, 0 inactive, -1 cannot tell (no libcuda). */
-static int primary_active(void)
+/* uploads: 1 resident, 2 streamed (uploaded again for step 3) */
+static void test_pinned(struct kq_ctx *k, const char *what, unsigned uploads)
 {
-	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (!h)
-		return -1;
-	int (*init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
-	int (*get)(int *, int) = (int (*)(int *, int))dlsym(h, "cuDeviceGet");
-	int (*state)(int, unsigned *, int *) =
-		(int (*)(int, unsigned *, int *))dlsym(h, "cuDevicePrimaryCtxGetState");
-	int dev = 0, active = -1;
-	unsigned flags = 0;
-	if (!init || !get || !state || init(0) || get(&dev, 0) || state(dev, &flags, &active))
-		active = -1;
-	dlclose(h);
-	return active;
+	size_t rows[2] = {300, 777}, cols[2] = {1024, 512};
+	struct job j;
+	char why[256], msg[256] = "";
+	void *p[2] = {NULL, NULL};
+	job_alloc(&j, 2, rows, cols);
+	int ok = 1;
+	for (int i = 0; i < 2 && ok; i++) {
+		kq_fill(j.w[i], rows[i], cols[i], (enum kq_dist)i, &seed);
+		ok = kq_host_alloc(k, rows[i] * cols[i] * 2, &p[i], msg, sizeof msg) == 0;
+		if (ok) {
+			memcpy(p[i], j.w[i], rows[i] * cols[i] * 2);
+			j.gpu[i].w = p[i];
+		}
+	}
+	unsigned long long c0 = kq_host_copied(k);
+	struct kq_job_opts o = {.pinned = 3u, .timeout_s = 60};
+	job_opts = &o;
+	ok = ok && job_same(k, RQ_RECIPE_FP32, &j, NULL, why, sizeof why);
+	job_opts = NULL;
+	unsigned long long c1 = kq_host_copied(k);
+	TAP_OK(ok && c1 == c0, "%s: pinned inputs (kq_host_alloc), DMA'd straight: %s, %llu "
+	       "bytes memcpy'd %s", what, ok ? why : msg, c1 - c0, msg);
+	job_opts = NULL;
+	ok = job_same(k, RQ_RECIPE_FP32, &j, NULL, why, sizeof why);
+	TAP_OK(ok && kq_host_copied(k) - c1 == uploads * (rows[0] * cols[0] + rows[1] * cols[1]) * 2,
+	       "%s: the same buffers not marked pinned are memcpy'd: %s", what, why);
+	for (int i = 0; i < 2; i++)
+		kq_host_free(k, p[i]);
+	j.gpu[0].w = j.w[0];
+	j.gpu[1].w = j.w[1];
+	job_free(&j);
 }
+
+static double far_clock_calls;
+static double far_clock(void)        /* the deadline is taken at 0, then time flies */
+{
+	return far_clock_calls++ ? 1e9 : 0;
+}
+
+static void test_watchdog(void)
+{
+	struct kq_ctx *k = NULL;
+	char msg[256] = "", why[256] = "";
+	int rc = kq_open(0, 0, &k, msg, sizeof msg);
+	if (rc) {
+		TAP_OK(0, "watchdog: kq_open: %s", msg);
+		return;
+	}
+	size_t rows[1] = {2048}, cols[1] = {8192};
+	struct job j;
+	job_alloc(&j, 1, rows, cols);
+	kq_fill(j.w[0], rows[0], cols[0], KQ_DIST_NORMAL, &seed);
+	struct kq_job_opts o = {.timeout_s = 1, .now = far_clock};
+	float gs = 0;
+	int bad = -1;
+	far_clock_calls = 0;
+#ifdef KQ_EMULATE
+	kq_emul_hang(1);
+#endif
+	rc = kq_quantize_job_opt(k, RQ_RECIPE_FP32, j.gpu, 1, &o, &gs, &bad, msg, sizeof msg);
+	int poisoned = kq_poisoned(k);
+	char msg2[256] = "";
+	int rc2 = kq_quantize_job(k, RQ_RECIPE_FP32, j.gpu, 1, &gs, &bad, msg2, sizeof msg2);
+#ifdef KQ_EMULATE
+	kq_emul_hang(0);
+#endif
+	if (rc == 0) {
+		printf("# the GPU finished before its first event query: watchdog not exercised\n");
+		TAP_OK(!poisoned, "watchdog: not fired, context healthy");
+	} else {
+		TAP_OK(rc == -ETIMEDOUT && poisoned && strstr(msg, "watchdog"), "watchdog: a passed "
+		       "deadline fails the job: %d %s", rc, msg);
+		TAP_OK(rc2 == -EIO && strstr(msg2, "poisoned"), "watchdog: the poisoned context "
+		       "refuses the next job: %d %s", rc2, msg2);
+	}
+	kq_close(k);                    /* waits for the (no longer) hung work */
+	k = NULL;
+	rc = kq_open(0, 0, &k, msg, sizeof msg);
+	TAP_OK(rc == 0 && job_same(k, RQ_RECIPE_FP32, &j, NULL, why, sizeof why),
+	       "watchdog: a fresh context after close: %s", rc ? msg : why);
+	kq_close(k);
+	job_free(&j);
+}
+
+static void test_open_errors(void)
+{
+	struct kq_ctx *k = NULL;
+	char msg[256] = "";
+	int rc = kq_open(0, 100, &k, msg, sizeof msg);
+	TAP_OK(rc == -EINVAL && !k, "kq_open with a 100-byte limit: -EINVAL: %s", msg);
+	rc = kq_open(KQ_TEST_NO_DEV, 0, &k, msg, sizeof msg);
+	TAP_OK(rc == -ENODEV && !k, "kq_open of a device that is not there: -ENODEV: %s", msg);
+#ifdef KQ_EMULATE
+	struct kq_emul_faults f = {.mem_others = (80ll << 30) - (100ll << 20)};
+	kq_emul_faults_set(&f);
+	rc = kq_open(0, 0, &k, msg, sizeof msg);
+	TAP_OK(rc == -ENOMEM && !k, "emulated: the card full but 100 MiB: -ENOMEM: %s", msg);
+	f = (struct kq_emul_faults){.busy = 1};
+	kq_emul_faults_set(&f);
+	rc = kq_open(0, 0, &k, msg, sizeof msg);
+	TAP_OK(rc == -EBUSY && !k, "emulated: exclusive-process, taken: -EBUSY: %s", msg);
+	f = (struct kq_emul_faults){.no_image = 1};
+	kq_emul_faults_set(&f);
+	rc = kq_open(0, 0, &k, msg, sizeof msg);
+	TAP_OK(rc == -ENODEV && !k && strstr(msg, "gpu_arch"), "emulated: no kernel image: "
+	       "-ENODEV: %s", msg);
+	f = (struct kq_emul_faults){0};
+	kq_emul_faults_set(&f);
+	rc = kq_open(0, 0, &k, msg, sizeof msg);
+	TAP_OK(rc == 0 && kq_context_bytes(k) == (size_t)KQ_EMUL_CONTEXT_BYTES,
+	       "emulated: the context's own memory measured (%zu bytes)", kq_context_bytes(k));
+	kq_close(k);
+#endif
+}
+
+/* ---- the primary context ---- */
 
 int main(void)
 {
@@ -487,9 +600,13 @@ int main(void)
 		       "resident pair of [2048, 4096] (2 x 16 MiB, 8 staging chunks each): %s", why);
 		job_free(&j);
 	}
+	test_pinned(k, "resident", 1);
+	test_pinned(ks, "streamed", 2);
 	kq_close(ks);
 	kq_close(k);
 	test_threads();
+	test_watchdog();
+	test_open_errors();
 
 	int after = primary_active();
 	if (before < 0) {

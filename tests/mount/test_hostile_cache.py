@@ -14,7 +14,7 @@ Usage: test_hostile_cache.py REQUANTFS
   perms      a group-writable cache directory is refused, with the reason
 Every command has a timeout, so a hang is a failure, not a stuck suite;
 every mount made here is unmounted (and its daemon killed) at exit."""
-import atexit, errno, os, shutil, signal, subprocess, sys, tempfile, time
+import atexit, errno, os, shutil, signal, subprocess, sys, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import rqtap  # noqa: E402  (tests/rqtap.py: TAP, run, mounts cleaned up at exit)
@@ -299,30 +299,21 @@ def c_perms(T):
 
 
 def main():
-    if not os.path.exists("/dev/fuse"):
-        print("1..0 # SKIP /dev/fuse is missing (modprobe fuse)")
+    if rqtap.no_fuse():
         return 77
     if os.geteuid() != 0:
         print("1..0 # SKIP needs root (drop_caches, a second mount on the cache)")
         return 77
-    tmp = tempfile.mkdtemp(prefix="rq-hostile-")
-    T = {"tmp": tmp, "src": os.path.join(tmp, "src"), "cal": os.path.join(tmp, "cal"),
-         "ref": os.path.join(tmp, "ref")}
+    T = rqtap.ckpt_dirs("rq-hostile-")
     try:
-        rc, out = run("mkckpt", T["src"], "--calib-out", T["cal"])
-        if not ok(rc == 0, "mkckpt makes a checkpoint and its twin", out):
-            return 1
-        rc, out = run("export", T["src"], T["ref"], "--calib", T["cal"], "--quiet")
-        if not ok(rc == 0, "export of the same checkpoint (the reference)", out):
+        if not rqtap.make_ckpt(T, ref=True):
             return 1
         T["shards"] = changed_shards(T["src"], T["ref"])
         cases = sys.argv[2:] or ["fifo", "rewrite", "truncate", "stuck", "perms"]
         for c in cases:
             globals()["c_" + c](T)
     finally:
-        rqtap.cleanup()
-        MOUNTS.clear()
-        shutil.rmtree(tmp, ignore_errors=True)
+        rqtap.cleanup(T["tmp"])
     return rqtap.finish()
 
 

@@ -52,9 +52,7 @@ def main():
     try:
         return body(tmp)
     finally:
-        rqtap.cleanup()
-        rqtap.MOUNTS.clear()
-        shutil.rmtree(tmp, ignore_errors=True)
+        rqtap.cleanup(tmp)
 
 
 def body(tmp):

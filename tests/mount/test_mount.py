@@ -7,7 +7,7 @@ Groups: basic hub concurrency prefetch safeopen faults bad (default: all).
 Needs root or a usable /dev/fuse + fusermount3; every mount made here is
 unmounted at exit, also on failure."""
 import atexit, errno, json, mmap, os, re, shutil, signal, struct, subprocess, sys
-import tempfile, time
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import rqtap  # noqa: E402  (tests/rqtap.py: TAP, run, mounts cleaned up at exit)
@@ -19,10 +19,14 @@ GROUPS = sys.argv[2:] or ["basic", "hub", "concurrency", "prefetch", "safeopen",
 TMPFS = []         # tmpfs mounts to clean up
 
 
-def cleanup():
+def cleanup(tmp=None):
+    """rqtap.cleanup, the tmpfs mounts too (before tmp, which holds them, is removed)."""
     rqtap.cleanup()
     for t in reversed(TMPFS):
         subprocess.run(["umount", "-l", t], capture_output=True)
+    TMPFS.clear()
+    if tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def mount(src, mnt, cal, cache, *extra, expect_ok=True):
@@ -563,18 +567,12 @@ def g_bad(T):
 
 
 def main():
-    if not os.path.exists("/dev/fuse"):
-        print("1..0 # SKIP /dev/fuse is missing (modprobe fuse)")
+    if rqtap.no_fuse():
         return 77
-    tmp = tempfile.mkdtemp(prefix="rq-mount-")
-    T = {"tmp": tmp, "src": os.path.join(tmp, "src"), "cal": os.path.join(tmp, "cal"),
-         "ref": os.path.join(tmp, "ref")}
+    T = rqtap.ckpt_dirs("rq-mount-")
+    tmp = T["tmp"]
     try:
-        rc, out = run("mkckpt", T["src"], "--calib-out", T["cal"])
-        if not ok(rc == 0, "mkckpt makes a checkpoint and its twin", out):
-            return 1
-        rc, out = run("export", T["src"], T["ref"], "--calib", T["cal"], "--quiet")
-        if not ok(rc == 0, "export of the same checkpoint (the reference)", out):
+        if not rqtap.make_ckpt(T, ref=True):
             return 1
         if "hub" in GROUPS:
             rc, out = run("mkckpt", os.path.join(tmp, "hubroot"), "--hub")
@@ -586,10 +584,7 @@ def main():
                 continue
             globals()["g_" + g](T)
     finally:
-        cleanup()
-        MOUNTS.clear()
-        TMPFS.clear()
-        shutil.rmtree(tmp, ignore_errors=True)
+        cleanup(tmp)
     return rqtap.finish()
 
 

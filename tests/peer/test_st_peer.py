@@ -24,26 +24,21 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import rqtap  # noqa: E402
+
 try:
     import numpy as np
     import safetensors
     from safetensors import TensorSpec, safe_open, serialize
-except ImportError as e:  # a missing venv fails loudly, never skips
-    print("not ok 1 - %s (python %s): run tools/setup to create .venv" % (e, sys.executable))
-    print("1..1")
-    sys.exit(1)
+except ImportError as e:
+    rqtap.no_venv(e)
 
-N_TAP = 0
-FAILED = 0
 
 
 def ok(cond, msg):
-    global N_TAP, FAILED
-    N_TAP += 1
-    print(("ok" if cond else "not ok") + " %d - %s" % (N_TAP, msg.replace("\n", " ")))
-    if not cond:
-        FAILED += 1
-    sys.stdout.flush()
+    """rqtap.ok on one line (names here may hold newlines)."""
+    return rqtap.ok(cond, msg.replace("\n", " "))
 
 
 # safetensors code -> (python binding name, bits); None = the binding cannot write it
@@ -439,8 +434,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="rq-st-peer-") as tmp:
         test_serializer(st_dump, tmp)
         test_parser(st_dump, tmp)
-    print("1..%d" % N_TAP)
-    return 1 if FAILED else 0
+    return rqtap.finish()
 
 
 if __name__ == "__main__":

@@ -153,10 +153,7 @@ static void test_refusals(void)
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 16);
+	return tap_xorshift(&rng);
 }
 
 static void test_dequant(void)

@@ -15,10 +15,7 @@ static uint64_t rng = 0x2545F4914F6CDD1Dull;
 
 static uint32_t rnd(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 16);
+	return tap_xorshift(&rng);
 }
 
 /* roughly N(0, 1): sum of uniforms */
