@@ -14,6 +14,7 @@
  *      silently skip (attention sinks, biases, ...) */
 #include "engine/model.h"
 #include "base/err.h"
+#include "base/grow.h"
 #include "st/st.h"
 #include "quant/quant.h"
 
@@ -115,12 +116,23 @@ static int cmp_str(const void *a, const void *b)
 }
 
 /* The shard file names: the index's weight_map values, else *.safetensors. */
+/* Appends a copy of name to v[cnt] (of cap). -ENOMEM. */
+static int push_name(char ***v, size_t *cnt, size_t *cap, const char *name)
+{
+	if (RQ_GROW(*v, *cnt, *cap, 64))
+		return -ENOMEM;
+	if (!((*v)[*cnt] = strdup(name)))
+		return -ENOMEM;
+	(*cnt)++;
+	return 0;
+}
+
 static int list_shards(const char *dir, char ***names, size_t *n, int *from_index,
                        struct rq_err *err)
 {
 	char **v = NULL;
 	size_t cnt = 0, cap = 0;
-	int rc;
+	int rc, oom = 0;
 	char *ipath = join(dir, "model.safetensors.index.json");
 	if (!ipath)
 		return rq_errf(err, -ENOMEM, "out of memory");
@@ -155,18 +167,8 @@ static int list_shards(const char *dir, char ***names, size_t *n, int *from_inde
 			int dup = 0;
 			for (size_t i = 0; i < cnt && !dup; i++)
 				dup = !strcmp(v[i], e->valuestring);
-			if (dup)
-				continue;
-			if (cnt == cap) {
-				cap = cap ? cap * 2 : 64;
-				char **nv = realloc(v, cap * sizeof *v);
-				if (!nv)
-					break;
-				v = nv;
-			}
-			v[cnt] = strdup(e->valuestring);
-			if (v[cnt])
-				cnt++;
+			if (!dup && push_name(&v, &cnt, &cap, e->valuestring))
+				oom = 1;
 		}
 		cJSON_Delete(root);
 	} else {
@@ -179,22 +181,19 @@ static int list_shards(const char *dir, char ***names, size_t *n, int *from_inde
 		struct dirent *de;
 		while ((de = readdir(d))) {
 			size_t l = strlen(de->d_name);
-			if (l <= 12 || strcmp(de->d_name + l - 12, ".safetensors"))
-				continue;
-			if (cnt == cap) {
-				cap = cap ? cap * 2 : 64;
-				char **nv = realloc(v, cap * sizeof *v);
-				if (!nv)
-					break;
-				v = nv;
-			}
-			v[cnt] = strdup(de->d_name);
-			if (v[cnt])
-				cnt++;
+			if (l > 12 && !strcmp(de->d_name + l - 12, ".safetensors") &&
+			    push_name(&v, &cnt, &cap, de->d_name))
+				oom = 1;
 		}
 		closedir(d);
 	}
 	free(ipath);
+	if (oom) {   /* never a silently shorter list */
+		for (size_t i = 0; i < cnt; i++)
+			free(v[i]);
+		free(v);
+		return rq_errf(err, -ENOMEM, "%s: out of memory listing the shards", dir);
+	}
 	if (cnt == 0) {
 		free(v);
 		return rq_errf(err, -ENOENT, "%s: no *.safetensors files", dir);
