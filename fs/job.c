@@ -60,15 +60,10 @@ static int check_job_srcs(const struct rq_plan *p, const struct rq_job *job, con
 	return rc;
 }
 
-static uint64_t weight_bytes(const struct rq_module *m)
-{
-	return m->rows * m->cols * (m->dtype == RQ_SRC_F32 ? 4 : 2);
-}
-
 static int read_weight(const struct rq_plan *p, const struct rq_module *m, int fd, void *w,
                        struct rq_err *err)
 {
-	uint64_t len = weight_bytes(m), got = 0;
+	uint64_t len = rq_mod_in_bytes(m), got = 0;
 	while (got < len) {
 		ssize_t r = pread(fd, (char *)w + got, len - got, m->w_off + got);
 		if (r <= 0)
@@ -123,10 +118,10 @@ int rq_job_run(struct rq_quantizer *q, const struct rq_plan *p, size_t j, const 
 	int rc = check_job_srcs(p, job, src_fds, err);     /* before reading */
 	for (int s = 0; s < job->nmod && !rc; s++) {
 		const struct rq_module *m = &p->mods[job->mod[s]];
-		w[s] = rq_quantizer_stage(q, weight_bytes(m));   /* pinned while the GPU is in use */
+		w[s] = rq_quantizer_stage(q, rq_mod_in_bytes(m));   /* pinned while the GPU is in use */
 		if (!w[s]) {
 			rc = rq_errf(err, -ENOMEM, "no memory for %s (%llu bytes)", m->name,
-			             (unsigned long long)weight_bytes(m));
+			             (unsigned long long)rq_mod_in_bytes(m));
 			break;
 		}
 		rc = read_weight(p, m, src_fds[m->src], w[s], err);
@@ -182,11 +177,6 @@ static int append(char **s, size_t *len, size_t *cap, const char *fmt, ...)
 	}
 }
 
-static const char *src_dtype_name(enum rq_src_dtype d)
-{
-	return d == RQ_SRC_F32 ? "F32" : d == RQ_SRC_F16 ? "F16" : "BF16";
-}
-
 int rq_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char **desc)
 {
 	const struct rq_job *jb = &p->jobs[j];
@@ -217,8 +207,8 @@ int rq_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char
 		if (!rc)
 			rc = append(&s, &len, &cap, "tensor %s.weight %s [%" PRIu64 ",%" PRIu64 "] at %"
 			            PRIu64 " len %" PRIu64 " slot %d at %" PRIu64 "\ncalib %08" PRIx32 "\n",
-			            md->name, src_dtype_name(md->dtype), md->rows, md->cols, md->w_off,
-			            weight_bytes(md), k, jb->mod_off[k], md->input_gs_bits);
+			            md->name, rq_src_name(md->dtype), md->rows, md->cols, md->w_off,
+			            rq_mod_in_bytes(md), k, jb->mod_off[k], md->input_gs_bits);
 	}
 	if (rc) {
 		free(s);

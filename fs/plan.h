@@ -148,6 +148,11 @@ static inline uint64_t rq_mod_scales_off(const struct rq_plan *p, const struct r
 {
 	return rq_mod_packed_off(p, m) + m->rows * m->cols / 2;
 }
+/* Bytes of a module's source weight in SRC. */
+static inline uint64_t rq_mod_in_bytes(const struct rq_module *m)
+{
+	return m->rows * m->cols * rq_src_size(m->dtype);
+}
 static inline uint64_t rq_mod_gs_off(const struct rq_plan *p, const struct rq_module *m)
 {
 	return rq_mod_scales_off(p, m) + m->rows * m->cols / 16;

@@ -339,7 +339,7 @@ static int add_job(struct rq_plan *p, const int *mods, int n)
 		j->mod[s] = mods[s];
 		j->mod_off[s] = off;
 		off += x->out_size;
-		j->in_size += x->rows * x->cols * (x->dtype == RQ_SRC_F32 ? 4 : 2);
+		j->in_size += rq_mod_in_bytes(x);
 	}
 	j->out_size = off;
 	p->njobs++;

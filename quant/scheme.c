@@ -174,7 +174,7 @@ int rq_scheme_layout(enum rq_scheme s, enum rq_src_dtype src, uint64_t rows, uin
 	if (src != RQ_SRC_BF16 && s == RQ_SCHEME_NVFP4)
 		return -ENOTSUP;   /* the Laguna fix takes BF16 only (SPEC.md §3) */
 	const char *sdt = src == RQ_SRC_BF16 ? "BF16" : src == RQ_SRC_F16 ? "F16" : "F32";
-	uint64_t ses = src == RQ_SRC_F32 ? 4 : 2;
+	uint64_t ses = rq_src_size(src);
 	switch (s) {
 	case RQ_SCHEME_NVFP4:
 	case RQ_SCHEME_NVFP4A16:
@@ -225,7 +225,7 @@ struct rows_ctx {
 static void rows_chunk(void *arg, size_t begin, size_t end, int worker)
 {
 	struct rows_ctx *c = arg;
-	size_t n = end - begin, b, es = c->t == RQ_SRC_F32 ? 4 : 2;
+	size_t n = end - begin, b, es = rq_src_size(c->t);
 	const uint8_t *w = c->w + es * begin * c->cols;
 	(void)worker;
 	if (c->s == RQ_SCHEME_FP8_DYNAMIC) {
@@ -280,7 +280,7 @@ struct nv_ctx {
 static void nv_chunk(void *arg, size_t begin, size_t end, int worker)
 {
 	struct nv_ctx *c = arg;
-	size_t es = c->t == RQ_SRC_F32 ? 4 : 2;
+	size_t es = rq_src_size(c->t);
 	(void)worker;
 	rq_nvfp4_rows_t(c->t, c->w + es * begin * c->cols, end - begin, c->cols, c->gs,
 	                c->packed + begin * (c->cols / 2), c->scales + begin * (c->cols / 16));
@@ -551,7 +551,7 @@ int rq_scheme_quantize_ref(enum rq_scheme s, enum rq_recipe r, enum rq_src_dtype
 	}
 	int bits = schemes[s].bits;
 	size_t group = bits ? RQ_INT_GROUP : cols, ng = cols / group;
-	size_t es = src == RQ_SRC_F32 ? 4 : 2;
+	size_t es = rq_src_size(src);
 	float q = bits == 8 ? 127.5f : bits == 4 ? 7.5f : 448.0f;
 	float eps = src == RQ_SRC_BF16 ? 0x1p-7f : src == RQ_SRC_F16 ? 0x1p-10f : 0x1p-23f;
 	float lo = bits ? -ldexpf(1.0f, bits - 1) : -448.0f, hi = bits ? -lo - 1.0f : 448.0f;

@@ -39,6 +39,15 @@ const char *rq_scheme_preset(enum rq_scheme s);
 const char *rq_scheme_format(enum rq_scheme s);
 
 enum rq_src_dtype { RQ_SRC_BF16, RQ_SRC_F16, RQ_SRC_F32 };  /* source weight element type */
+/* Bytes of one element, and its safetensors dtype name. */
+static inline size_t rq_src_size(enum rq_src_dtype t)
+{
+	return t == RQ_SRC_F32 ? 4 : 2;
+}
+static inline const char *rq_src_name(enum rq_src_dtype t)
+{
+	return t == RQ_SRC_F32 ? "F32" : t == RQ_SRC_F16 ? "F16" : "BF16";
+}
 
 struct rq_stensor {            /* one output tensor of a quantized module */
 	const char *suffix;        /* tensor name is <module>.<suffix>: "weight_packed", "weight",

@@ -194,7 +194,7 @@ static void free_run(struct shape_run *s)
 static int bench_scheme(struct shape_run *s, enum rq_scheme sc, enum rq_src_dtype src,
                         struct rq_pool *pool, int reps)
 {
-	size_t n = s->rows * s->cols, es = src == RQ_SRC_F32 ? 4 : 2;
+	size_t n = s->rows * s->cols, es = rq_src_size(src);
 	double bytes = (double)n * es;
 	char shape[48];
 	snprintf(shape, sizeof shape, "%zux%zu", s->rows, s->cols);

@@ -97,11 +97,6 @@ struct summary {
 	char device[128];
 };
 
-static uint64_t weight_bytes(const struct rq_module *m)
-{
-	return m->rows * m->cols * (m->dtype == RQ_SRC_F32 ? 4 : 2);
-}
-
 static int summarize(const struct rq_plan *p, struct summary *s)
 {
 	memset(s, 0, sizeof *s);
@@ -147,7 +142,7 @@ static int summarize(const struct rq_plan *p, struct summary *s)
 			s->nroles++;
 		}
 		s->roles[k].count++;
-		s->roles[k].in_bytes += weight_bytes(&p->mods[i]);
+		s->roles[k].in_bytes += rq_mod_in_bytes(&p->mods[i]);
 		s->roles[k].out_bytes += p->mods[i].out_size;
 	}
 	return 0;
