@@ -146,9 +146,7 @@ def body(tmp):
     rc, out = run("mkckpt", other, "--dense", "--layers", "2", "--experts", "4", "--seed", "2")
     ok(rc == 0, "mkckpt --seed 2 (the unrelated baseline)", out)
     rc, out = run("export", "--help")
-    if "--scheme" not in out:
-        print("1..0 # SKIP requantfs export has no --scheme yet (issue 12, plan-core)")
-        return 0
+    ok("--scheme" in out, "requantfs export takes --scheme", out)
     rc, out = run("compare", bf16, other)
     k = overall(out)
     if not ok(rc == 0 and k and k[0] > 0.3, f"compare BF16 vs unrelated weights: K0 = "
