@@ -20,6 +20,7 @@
 
 #include "base/err.h"
 #include "fs/mount_pt.h"
+#include "fs/mountinfo.h"
 #include "qdev/qdev.h"
 
 double rq_mnt_now(void)
@@ -426,19 +427,10 @@ static void set_readahead(struct rq_mount *m)
 {
 	if (!m->o.readahead_kb)
 		return;
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	if (!f)
+	struct rq_mountinfo mi;
+	if (rq_mountinfo_find(m->mnt, &mi))
 		return;
-	char line[4096], dev[64] = "";
-	while (fgets(line, sizeof line, f)) {
-		char mp[PATH_MAX], d[64];
-		/* id parent major:minor root mountpoint ... */
-		if (sscanf(line, "%*d %*d %63s %*s %4095s", d, mp) == 2 && !strcmp(mp, m->mnt))
-			snprintf(dev, sizeof dev, "%s", d);    /* last match = topmost */
-	}
-	fclose(f);
-	if (!*dev)
-		return;
+	const char *dev = mi.dev;
 	char path[128];
 	snprintf(path, sizeof path, "/sys/class/bdi/%s/read_ahead_kb", dev);
 	FILE *w = fopen(path, "we");

@@ -10,7 +10,7 @@ failure).
     rqtap.MOUNTS.append(mnt)         # cleaned up at exit
     return rqtap.finish()            # prints "1..N", 0 or 1
 """
-import atexit, os, shutil, signal, subprocess, sys
+import atexit, os, re, shutil, signal, subprocess, sys
 
 RQ = None
 n = failed = 0
@@ -64,13 +64,19 @@ def run(*args, timeout=TIMEOUT, env=None):
         return -999, f"TIMEOUT after {timeout}s: {' '.join(args)}\n{e.stdout}{e.stderr}"
 
 
+def unescape(field):
+    """A mountinfo field decoded: the kernel writes space, tab, newline and
+    backslash as \\040 \\011 \\012 \\134."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
+
+
 def _mountinfo(mnt):
-    """The last mountinfo line of mount point mnt, split, or None."""
+    """The last mountinfo line of mount point mnt, split and decoded, or None."""
     mnt = os.path.abspath(mnt)
     found = None
-    with open("/proc/self/mountinfo") as f:
+    with open("/proc/self/mountinfo", errors="surrogateescape", newline="\n") as f:
         for line in f:
-            a = line.split()
+            a = [unescape(x) for x in line.rstrip("\n").split(" ")]
             if a[4] == mnt:
                 found = a
     return found

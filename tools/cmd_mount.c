@@ -11,8 +11,9 @@
  * SRC MNT [-snv] -o OPTS`; main.c sends both here. In OPTS (from any -o)
  * every long option that takes a value may be spelled KEY=VALUE
  * (calib=...,cache=...,device=..., '_' for '-' too); what is only mount(8)'s
- * or systemd's (nofail, noauto, _netdev, x-*, ...) is dropped, and the rest
- * goes to libfuse (allow_other, noatime, ...). */
+ * or systemd's (nofail, noauto, _netdev, x-*, ...) is dropped, the FUSE
+ * options requantfs sets itself (fsname, subtype, max_read) are refused, and
+ * the rest goes to libfuse (allow_other, noatime, ...). */
 #include "tools/cli.h"
 #include "tools/cli_scheme.h"
 
@@ -347,8 +348,42 @@ static int mount8_word(const char *w)
 	return !strncmp(w, "x-", 2) || !strncmp(w, "comment=", 8);
 }
 
+/* FUSE options requantfs sets itself (fs/mount_run.c, build_fuse_opts):
+ * the mount's identity, which `umount` and `status` rely on, and its read
+ * size. A user's value would win over ours in libfuse, so it is refused;
+ * default_permissions is always on and only warned about. blkdev would make
+ * the mount a fuseblk one. Returns 1 when w was handled (*rc set). */
+static int own_option(const char *w, int *rc)
+{
+	static const struct {
+		const char *key, *why;
+	} own[] = {
+		{"fsname", "requantfs sets it to requantfs@PID, how `requantfs umount` finds the "
+		           "daemon"},
+		{"subtype", "requantfs sets it, so the mount shows as fuse.requantfs for `requantfs "
+		            "umount` and `status`"},
+		{"max_read", "requantfs sets it (1 MiB reads)"},
+		{"blkdev", "it would make the mount fuseblk, not fuse.requantfs"},
+	};
+	size_t kl = strcspn(w, "=");
+	for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+		if (strlen(own[i].key) == kl && !strncmp(w, own[i].key, kl)) {
+			*rc = cli_fail(2, "mount", "-o %s: not allowed: %s; remove it from -o (or from "
+			               "the fstab line)", w, own[i].why);
+			return 1;
+		}
+	if (!strcmp(w, "default_permissions")) {
+		fprintf(stderr, "requantfs mount: warning: -o default_permissions: always on; "
+		        "ignored\n");
+		*rc = 0;
+		return 1;
+	}
+	return 0;
+}
+
 /* One -o list: KEY=VALUE of a long option goes to it, mount(8)'s words are
- * dropped, the rest is kept for libfuse. 0, or 2 with the message printed. */
+ * dropped, requantfs's own FUSE options refused, the rest is kept for
+ * libfuse. 0, or 2 with the message printed. */
 static int o_option(const char *list, struct mount_args *a)
 {
 	char *copy = strdup(list);
@@ -385,7 +420,7 @@ static int o_option(const char *list, struct mount_args *a)
 			                               : word_option(lo->val, v, a);
 			continue;
 		}
-		if (mount8_word(w))
+		if (mount8_word(w) || own_option(w, &rc))
 			continue;
 		char *s = NULL;
 		if (asprintf(&s, "%s%s%s", a->fuse_extra ? a->fuse_extra : "",

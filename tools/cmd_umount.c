@@ -2,6 +2,7 @@
  * cmd_mount.c): asks the daemon to stop through fusermount3/umount and waits
  * for it to exit. */
 #include "tools/cli.h"
+#include "fs/mountinfo.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -28,31 +29,21 @@ static void umount_usage(FILE *f)
 	"Also cleans up a dead mount whose daemon was killed.\n");
 }
 
-/* Finds MNT in /proc/self/mountinfo: *fstype and the daemon's pid (from
- * fsname requantfs@<pid>, 0 if unknown). 0 when found, -ENOENT if not. */
+/* Finds MNT in /proc/self/mountinfo (its escapes decoded: a mount point
+ * may hold spaces, tabs, newlines, backslashes): *fstype and the daemon's
+ * pid (from fsname requantfs@<pid>, 0 if unknown). 0 when found, -ENOENT if
+ * not. */
 static int find_mount(const char *mnt, char *fstype, size_t len, int *pid)
 {
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	if (!f)
-		return -errno;
-	char line[8192];
-	int found = -ENOENT;
-	while (fgets(line, sizeof line, f)) {
-		char mp[PATH_MAX], ty[256], srcname[PATH_MAX];
-		char *sep = strstr(line, " - ");
-		if (!sep || sscanf(line, "%*d %*d %*s %*s %4095s", mp) != 1 ||
-		    sscanf(sep + 3, "%255s %4095s", ty, srcname) != 2)
-			continue;
-		if (strcmp(mp, mnt))
-			continue;
-		snprintf(fstype, len, "%s", ty);
-		*pid = 0;
-		if (!strncmp(srcname, "requantfs@", 10))
-			*pid = atoi(srcname + 10);
-		found = 0;
-	}
-	fclose(f);
-	return found;
+	struct rq_mountinfo mi;
+	int rc = rq_mountinfo_find(mnt, &mi);
+	if (rc)
+		return rc;
+	snprintf(fstype, len, "%s", mi.fstype);
+	*pid = 0;
+	if (!strncmp(mi.source, "requantfs@", 10))
+		*pid = atoi(mi.source + 10);
+	return 0;
 }
 
 /* Gone, or a zombie nobody reaps (the daemon's parent exited long ago). */
