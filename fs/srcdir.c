@@ -126,6 +126,22 @@ static int skip(struct rq_plan *p, const char *fmt, ...)
 	return 0;
 }
 
+/* An entry that cannot be followed, examined or read: skipped and logged
+ * when the checkpoint can do without it, else refused with what to do. */
+static int odd_entry(struct rq_plan *p, const char *path, const char *name, const char *what,
+                     int e, const char *todo, struct rq_err *err)
+{
+	char target[PATH_MAX] = "";
+	ssize_t n = readlink(path, target, sizeof target - 1);
+	target[n > 0 ? n : 0] = 0;
+	if (essential(name))
+		return rq_errf(err, e == ENOMEM ? -ENOMEM : -e, "SRC file %s is %s%s%s (%s): a "
+		               "checkpoint file cannot be left out; %s", path, what,
+		               *target ? " to " : "", target, strerror(e), todo ? todo : "fix it");
+	return skip(p, "SRC entry %s is %s%s%s (%s): not presented", path, what,
+	            *target ? " to " : "", target, strerror(e));
+}
+
 static const char *kind_of(mode_t m)
 {
 	return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" :
@@ -187,17 +203,21 @@ int rq_src_scan(struct rq_plan *p, const char *src, struct rq_err *err)
 		if (lstat(path, &ls) < 0) {
 			if (errno == ENOENT)
 				continue;   /* removed while listing */
-			rc = rq_errf(err, -errno, "SRC file %s: %s", path, strerror(errno));
-			break;
+			rc = odd_entry(p, path, de->d_name, "an entry that cannot be examined", errno,
+			               "give this user access to it", err);
+			continue;
 		}
 		char *real = NULL;
 		const char *why = NULL;
 		if (S_ISLNK(ls.st_mode)) {
 			real = realpath(path, NULL);
 			if (!real) {
-				rc = rq_errf(err, -errno, "SRC file %s: %s (a dangling hub symlink? "
-				             "re-download the snapshot)", path, strerror(errno));
-				break;
+				int e = errno;
+				rc = odd_entry(p, path, de->d_name, e == ENOENT ? "a dangling symlink" :
+				               e == ELOOP ? "a symlink loop" : "a symlink that cannot be "
+				               "followed", e, blobs[0] ? "re-download the snapshot" :
+				               "restore its target or remove the link", err);
+				continue;
 			}
 			if (!inside(real, dir) && !(blobs[0] && inside(real, blobs)))
 				why = "a symlink leading out of SRC";
@@ -229,6 +249,17 @@ int rq_src_scan(struct rq_plan *p, const char *src, struct rq_err *err)
 			free(real);
 			continue;
 		}
+		/* What the daemon cannot open it cannot present (a mode the owner
+		 * took away, an ACL, an LSM): skipped like the rest, unless needed. */
+		int fd = open(real, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0) {
+			int e = errno;
+			free(real);
+			rc = odd_entry(p, path, de->d_name, "a file that cannot be read", e,
+			               "give this user read access", err);
+			continue;
+		}
+		close(fd);
 		if (RQ_GROW(f, nf, cap, 64)) {
 			free(real);
 			rc = -ENOMEM;
