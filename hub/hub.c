@@ -19,6 +19,7 @@
 #include <curl/curl.h>
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@
 #define BACKOFF_MS 500             /* first wait; doubles each try */
 #define RETRY_AFTER_MAX_S 10       /* the most of a server's Retry-After we honour */
 #define TIMEOUT_S 10               /* huggingface_hub's HF_HUB_DOWNLOAD_TIMEOUT default */
+#define MIN_RATE (64 * 1024)       /* bytes/s a transfer may not stay under (the deadline) */
 
 struct rq_hub {
 	char *endpoint;                /* no trailing '/' */
@@ -37,7 +39,8 @@ struct rq_hub {
 	char *token_src;               /* "$HF_TOKEN" or the token file's path */
 	CURL *curl;                    /* one connection, reused */
 	struct curl_slist *hdrs;       /* Authorization (when a token), Accept */
-	long timeout_s;                /* connect and stall limit */
+	long timeout_s;                /* connect and stall limit; the deadline's base */
+	uint64_t min_rate;             /* bytes/s: the deadline's floor rate (> 0) */
 	struct rq_hub_stats st;
 	void (*progress)(void *ctx, const struct rq_hub_stats *s);
 	void *progress_ctx;
@@ -62,8 +65,12 @@ struct xfer {
 	char ebody[160];               /* the start of an error body */
 	size_t ebody_len;
 	uint64_t body;                 /* body bytes received of this response */
+	/* the deadline of one try (see deadline_ms) */
+	uint64_t expect;               /* bytes the deadline is for: the range, Content-Length
+	                                  of a whole file once known, else max */
+	struct timespec t0;            /* when the try began (CLOCK_MONOTONIC) */
 	/* why the transfer was aborted from a callback */
-	int ignored_range, too_big, overflow;
+	int ignored_range, too_big, overflow, late;
 };
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -165,6 +172,22 @@ int rq_hub_open(const char *endpoint, struct rq_hub **out, struct rq_err *err)
 		}
 		h->timeout_s = (long)v;
 	}
+	h->min_rate = MIN_RATE;
+	t = getenv("REQUANTFS_HUB_MIN_RATE");
+	if (t && *t) {
+		char *end;
+		double v = strtod(t, &end);
+		double mul = *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0
+		                                                                          : 1.0;
+		if (mul > 1)
+			end++;
+		if (*end || !(v * mul >= 1 && v * mul <= 1e12)) {
+			rc = rq_errf(err, -EINVAL, "REQUANTFS_HUB_MIN_RATE='%s' is not a rate in bytes per "
+			             "second from 1 to 1e12 (K, M, G: binary multiples)", t);
+			goto fail;
+		}
+		h->min_rate = (uint64_t)(v * mul);
+	}
 	rc = read_token(h, err);
 	if (rc)
 		goto fail;
@@ -263,6 +286,36 @@ int rq_hub_url(const struct rq_hub *h, const char *repo, const char *rev, const 
 	return rc;
 }
 
+/* The deadline of one try: HF_HUB_DOWNLOAD_TIMEOUT (connecting, the first
+ * byte, a redirect) plus the bytes asked for at the floor rate,
+ *     deadline_ms = 1000 * timeout_s + 1000 * expect / min_rate
+ * so that a server trickling just above the stall limit (1 B/s) cannot hold
+ * a request for days: the try is abandoned and retried like a stall. */
+static uint64_t deadline_ms(const struct rq_hub *h, uint64_t expect)
+{
+	double ms = 1000.0 * (double)h->timeout_s + 1000.0 * (double)expect / (double)h->min_rate;
+	return ms > 1e15 ? (uint64_t)1e15 : (uint64_t)ms;
+}
+
+static uint64_t elapsed_ms(const struct xfer *x)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)((t.tv_sec - x->t0.tv_sec) * 1000 + (t.tv_nsec - x->t0.tv_nsec) / 1000000);
+}
+
+/* libcurl calls this at least once a second, data or not. */
+static int on_progress(void *vx, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+	struct xfer *x = vx;
+	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+	if (elapsed_ms(x) < deadline_ms(x->h, x->expect))
+		return 0;
+	x->late = 1;
+	return 1;
+}
+
 static int header_is(const char *line, size_t n, const char *name, const char **val)
 {
 	size_t l = strlen(name);
@@ -306,6 +359,8 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *vx)
 			x->too_big = 1;
 			return 0;
 		}
+		if (!x->range && x->status == 200 && x->clen)
+			x->expect = x->clen;                /* the deadline of the size announced */
 	} else if (header_is(tmp, k, "content-range", &v)) {
 		unsigned long long a, b;
 		char total[32];
@@ -446,6 +501,13 @@ static void setup(struct rq_hub *h, const char *url, struct xfer *x, const char 
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, h->timeout_s);
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);   /* < 1 B/s for timeout_s: stalled */
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, h->timeout_s);
+	/* The deadline: on_progress keeps it (tightened once a whole file's
+	 * Content-Length is known); CURLOPT_TIMEOUT_MS backs it up. */
+	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(c, CURLOPT_XFERINFODATA, x);
+	uint64_t dl = deadline_ms(h, x->expect) + 1000;
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, dl > LONG_MAX ? LONG_MAX : (long)dl);
 	curl_easy_setopt(c, CURLOPT_RANGE, range);          /* kept on every redirect */
 	/* A range is of the identity encoding; a whole (JSON) file may come gzipped. */
 	curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, range ? NULL : "");
@@ -482,13 +544,23 @@ static int perform(struct rq_hub *h, const char *url, struct xfer *x, struct rq_
 		snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)x->off,
 		         (unsigned long long)(x->off + x->len - 1));
 	for (int attempt = 1;; attempt++) {
+		x->expect = x->range ? x->len : x->max;
 		setup(h, url, x, x->range ? range : NULL);
 		cerr[0] = 0;
 		curl_easy_setopt(h->curl, CURLOPT_ERRORBUFFER, cerr);
 		x->got = 0;
 		x->status = 0;
-		x->ignored_range = x->too_big = x->overflow = 0;
+		x->body = 0;
+		x->ignored_range = x->too_big = x->overflow = x->late = 0;
+		clock_gettime(CLOCK_MONOTONIC, &x->t0);
 		CURLcode cc = curl_easy_perform(h->curl);
+		uint64_t took = elapsed_ms(x), limit = deadline_ms(h, x->expect);
+		if (cc == CURLE_OPERATION_TIMEDOUT && took >= limit)
+			x->late = 1;                     /* the backstop fired first */
+		if (x->late && cc != CURLE_OK)
+			cc = CURLE_OPERATION_TIMEDOUT;   /* retried like a stall */
+		else
+			x->late = 0;
 		if (h->progress)
 			h->progress(h->progress_ctx, &h->st);
 		long st = x->status;
@@ -508,6 +580,15 @@ static int perform(struct rq_hub *h, const char *url, struct xfer *x, struct rq_
 			               "range %s", url, (unsigned long long)x->len, range);
 		int retry = 0;
 		if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && st >= 400)) {
+			if (x->late && attempt >= RQ_HUB_TRIES)
+				return rq_errf(err, -EIO, "%s: too slow: %llu of %llu%s bytes in %.1f s, "
+				               "past the deadline of %.1f s (HF_HUB_DOWNLOAD_TIMEOUT %ld s + "
+				               "the bytes at REQUANTFS_HUB_MIN_RATE %llu B/s) (%d tries); on a "
+				               "slow link lower REQUANTFS_HUB_MIN_RATE", url,
+				               (unsigned long long)x->body, (unsigned long long)x->expect,
+				               x->range || x->clen ? "" : " (at most)", took / 1000.0,
+				               limit / 1000.0, h->timeout_s,
+				               (unsigned long long)h->min_rate, attempt);
 			if (!retryable_curl(cc) || attempt >= RQ_HUB_TRIES)
 				return rq_errf(err, -EIO, "%s: %s (%d %s)%s", url, cerr[0] ? cerr :
 				               curl_easy_strerror(cc), attempt, attempt > 1 ? "tries" : "try",

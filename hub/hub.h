@@ -14,7 +14,14 @@
  * the host it was meant for (libcurl's rule; CURLOPT_UNRESTRICTED_AUTH is
  * never set). 429, 5xx, time-outs and dropped connections are retried with
  * exponential back-off (RQ_HUB_TRIES tries, waits 0.5 s, 1 s, 2 s, or the
- * server's Retry-After up to 10 s). A range request needs "206 Partial
+ * server's Retry-After up to 10 s). Time-outs: connecting, and a transfer
+ * stalled (< 1 B/s) for $HF_HUB_DOWNLOAD_TIMEOUT seconds (default 10); and
+ * every try has a deadline scaled to the bytes asked for (a range's length,
+ * a whole file's Content-Length, else its max):
+ *     deadline = HF_HUB_DOWNLOAD_TIMEOUT + bytes / $REQUANTFS_HUB_MIN_RATE
+ * (bytes per second, K/M/G suffixes, default 64K), so that a server that
+ * trickles just above the stall limit fails the try instead of holding the
+ * caller for days. A range request needs "206 Partial
  * Content" with exactly the Content-Range asked for: a 200 means the server
  * ignored Range, and the transfer is aborted when its headers end, before
  * the body is read. Messages name the URL (never the token) and the status.

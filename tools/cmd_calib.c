@@ -38,7 +38,9 @@ static void usage(FILE *f)
 	"huggingface_hub writes ($HF_TOKEN_PATH, $HF_HOME/token, ~/.cache/huggingface/token);\n"
 	"it is not sent on when the hub redirects to another host. Failed requests\n"
 	"(429, 5xx, time-outs) are retried %d times with back-off; HF_HUB_DOWNLOAD_TIMEOUT\n"
-	"(seconds, default 10) bounds connecting and a stalled transfer.\n", RQ_HUB_TRIES - 1);
+	"(seconds, default 10) bounds connecting and a stalled transfer, and each request\n"
+	"must end within HF_HUB_DOWNLOAD_TIMEOUT + its bytes / REQUANTFS_HUB_MIN_RATE\n"
+	"(bytes per second, K/M/G allowed, default 64K).\n", RQ_HUB_TRIES - 1);
 }
 
 static int do_extract(int argc, char **argv)

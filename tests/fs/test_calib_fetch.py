@@ -3,7 +3,8 @@
 serves mkckpt 07-22 twins in the hub's URL layout (/{repo}/resolve/{rev}/{file})
 with Range (206 + Content-Range), and can demand a Bearer token, redirect to
 another host name (a "CDN" that must not see the token), fail or stall a
-request once (retries), or ignore Range (200 + the whole body: refused).
+request once (retries), trickle a body just above the stall limit (the
+per-request deadline), or ignore Range (200 + the whole body: refused).
 The fetched file must equal `calib extract` of the same twin byte for byte,
 cost a tiny fraction of the twin's bytes, and be accepted by export.
 TAP output. Usage: test_calib_fetch.py REQUANTFS"""
@@ -33,6 +34,8 @@ class Hub:
             self.redirect = False      # resolve URLs answer 302 -> http://localhost:PORT/cdn/...
             self.fail_once = set()     # resolve paths answered 503 once
             self.stall_once = set()    # resolve paths that hang 3 s once
+            self.trickle = {}          # resolve path -> tries sent slowly (None: every try)
+            self.trickle_chunk, self.trickle_every = 64, 0.25   # 256 B/s: above 1 B/s
             for k, v in kw.items():
                 setattr(self, k, v)
             self.sent = 0              # body bytes written to the socket
@@ -48,7 +51,7 @@ def handler(hub):
         def log_message(self, *a):
             pass
 
-        def reply(self, code, body=b"", headers=()):
+        def reply(self, code, body=b"", headers=(), slow=False):
             with hub.lock:
                 hub.requests += 1
                 hub.statuses.append(code)
@@ -57,19 +60,23 @@ def handler(hub):
                 self.send_header(k, v)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.write(body)
+            self.write(body, slow)
 
-        def write(self, body):
-            for i in range(0, len(body), 65536):
+        def write(self, body, slow=False):
+            step = hub.trickle_chunk if slow else 65536
+            for i in range(0, len(body), step):
                 try:
-                    self.wfile.write(body[i:i + 65536])
+                    self.wfile.write(body[i:i + step])
+                    if slow:
+                        self.wfile.flush()
+                        time.sleep(hub.trickle_every)
                 except OSError:        # the client hung up (Range ignored: it must)
                     self.close_connection = True
                     return
                 with hub.lock:
-                    hub.sent += len(body[i:i + 65536])
+                    hub.sent += len(body[i:i + step])
 
-        def serve(self, rel):
+        def serve(self, rel, slow=False):
             path = os.path.join(hub.root, rel)
             if ".." in rel.split("/") or not os.path.isfile(path):
                 return self.reply(404, b"Entry not found", [("X-Error-Message", "Entry not found")])
@@ -77,12 +84,13 @@ def handler(hub):
             m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
             with open(path, "rb") as f:
                 if not m or hub.ignore_range:
-                    return self.reply(200, f.read())
+                    return self.reply(200, f.read(), slow=slow)
                 a, b = int(m[1]), min(int(m[2]), size - 1)
                 if a >= size:
                     return self.reply(416, b"", [("Content-Range", f"bytes */{size}")])
                 f.seek(a)
-                return self.reply(206, f.read(b - a + 1), [("Content-Range", f"bytes {a}-{b}/{size}")])
+                return self.reply(206, f.read(b - a + 1), [("Content-Range", f"bytes {a}-{b}/{size}")],
+                                  slow=slow)
 
         def do_GET(self):
             path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
@@ -104,6 +112,11 @@ def handler(hub):
                 stall = rel in hub.stall_once
                 hub.fail_once.discard(rel)
                 hub.stall_once.discard(rel)
+                slow = rel in hub.trickle
+                if slow and hub.trickle[rel] is not None:
+                    hub.trickle[rel] -= 1
+                    if hub.trickle[rel] <= 0:
+                        del hub.trickle[rel]
             if fail:
                 return self.reply(503, b"busy, try again")
             if stall:
@@ -113,7 +126,7 @@ def handler(hub):
             if hub.redirect:
                 port = self.server.server_address[1]
                 return self.reply(302, b"", [("Location", f"http://localhost:{port}/cdn/{rel}")])
-            return self.serve(rel)
+            return self.serve(rel, slow)
     return H
 
 
@@ -275,6 +288,32 @@ def main():
         dt = time.time() - t0
         ok(rc == 0 and read(got) == read(ref) and dt < 10,
            f"a stalled request times out (HF_HUB_DOWNLOAD_TIMEOUT=1) and is retried ({dt:.1f} s)", out)
+
+        # a server that trickles just above the stall limit (256 B/s > 1 B/s): each try has
+        # a deadline of HF_HUB_DOWNLOAD_TIMEOUT + bytes / REQUANTFS_HUB_MIN_RATE, then retries
+        slow_env = {"HF_HUB_DOWNLOAD_TIMEOUT": "1", "REQUANTFS_HUB_MIN_RATE": "1M"}
+        hub.reset(trickle={base + "model.safetensors.index.json": 1})
+        t0 = time.time()
+        rc, out = fetch("-o", got, "--endpoint", ep, env=slow_env)
+        dt = time.time() - t0
+        isize = os.path.getsize(os.path.join(twin, "model.safetensors.index.json"))
+        ok(rc == 0 and read(got) == read(ref) and dt < 15,
+           f"a whole file ({isize} bytes) trickled at 256 B/s overruns its deadline (1 s + "
+           f"{isize} B at 1 MiB/s), is retried and fetched ({dt:.1f} s; "
+           f"{isize / 256:.0f} s without a deadline)", out)
+        hub.reset(trickle={base + shard: None})
+        t0 = time.time()
+        rc, out = fetch("-o", got + "-slow", "--endpoint", ep, env=slow_env)
+        dt = time.time() - t0
+        print("# " + out.strip().replace("\n", "\n# "))
+        ok(rc == 1 and shard in out and "too slow" in out and "past the deadline" in out and
+           "4 tries" in out and "REQUANTFS_HUB_MIN_RATE" in out and dt < 30 and
+           not os.path.exists(got + "-slow"),
+           f"a shard's ranges trickled on every try: a clear error naming the file, the deadline "
+           f"and the setting, after 4 tries ({dt:.1f} s)", out)
+        rc, out = fetch("-o", got, "--endpoint", ep, env={"REQUANTFS_HUB_MIN_RATE": "fast"})
+        ok(rc == 1 and "REQUANTFS_HUB_MIN_RATE='fast'" in out, "a bad REQUANTFS_HUB_MIN_RATE is named",
+           out)
 
         # a server that ignores Range
         hub.reset(ignore_range=True)
