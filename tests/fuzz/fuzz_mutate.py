@@ -16,7 +16,11 @@ BAD_DTYPES = ["", "bf16", "F33", "BF16 ", "F8", "BFLOAT16", "I128", "\u0000", "F
 BAD_NAMES = ["../x", "/etc/passwd", "a/b", "", ".", "..", "config.json", "a\\b", "x" * 5000,
              "model.safetensors.index.json", "./model-00001-of-00008.safetensors",
              "model-00001-of-00008.safetensors/", "\u00e9\u4e2d", "nul\u0000byte", ".requantfs",
-             "model-00001-of-00008.safetensors\n"]
+             "model-00001-of-00008.safetensors\n",
+             # paths as users write them: space, tab, backslash, newline, non-ASCII
+             "model 00001 of 00008.safetensors", "model-00001-of-00008.safetensors ",
+             "tab\there.safetensors", "back\\slash.safetensors", "new\nline.safetensors",
+             "\u00e9\u6a21\u578b-00001.safetensors", "m\\040odel.safetensors"]
 
 
 class Obj(list):
