@@ -11,9 +11,10 @@ struct rq_err;
  * actually read (resolved; a hub repo dir becomes its refs/main snapshot) in
  * p->src_dir with its mode/owner. Only regular files are presented; a
  * symlink is followed only when its target stays inside SRC or, for a hub
- * snapshot, inside the same repo's blobs/ directory. Other entries are
- * skipped (p->skipped says why), except that a checkpoint file (config.json,
- * the index, *.safetensors) that would be skipped is refused. */
+ * snapshot, inside the same repo's blobs/ directory. Other entries (and a
+ * dangling link, a link loop, a file this process cannot open) are skipped
+ * (p->skipped says why), except that a checkpoint file (config.json, the
+ * index, *.safetensors) that would be skipped is refused. */
 int rq_src_scan(struct rq_plan *p, const char *src, struct rq_err *err);
 /* The SRC file called name, or NULL. */
 const struct rq_srcfile *rq_src_find(const struct rq_plan *p, const char *name);
