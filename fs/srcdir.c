@@ -131,11 +131,13 @@ static int skip(struct rq_plan *p, const char *fmt, ...)
 static int odd_entry(struct rq_plan *p, const char *path, const char *name, const char *what,
                      int e, const char *todo, struct rq_err *err)
 {
+	if (e == ENOMEM || e == EMFILE || e == ENFILE)   /* this process's trouble, not SRC's */
+		return rq_errf(err, -e, "SRC file %s: %s", path, strerror(e));
 	char target[PATH_MAX] = "";
 	ssize_t n = readlink(path, target, sizeof target - 1);
 	target[n > 0 ? n : 0] = 0;
 	if (essential(name))
-		return rq_errf(err, e == ENOMEM ? -ENOMEM : -e, "SRC file %s is %s%s%s (%s): a "
+		return rq_errf(err, -e, "SRC file %s is %s%s%s (%s): a "
 		               "checkpoint file cannot be left out; %s", path, what,
 		               *target ? " to " : "", target, strerror(e), todo ? todo : "fix it");
 	return skip(p, "SRC entry %s is %s%s%s (%s): not presented", path, what,
