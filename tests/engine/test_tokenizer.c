@@ -183,9 +183,12 @@ static void variants(const char *dir, const char *json, const struct tok *ref, c
 	t = NULL;
 
 	static const char *const breakers[][2] = {
-		{"\"MergedWithNext\"", "\"Isolated\""},
-		{"\\\\p{N}|", "\\\\p{N}{1,3}|"},
-		{"\"normalizer\":\tnull", "\"normalizer\":\t{\"type\": \"NFC\"}"},
+		{"\"MergedWithNext\"", "\"Contiguous\""},
+		{"\\\\p{N}|", "\\\\p{N}{1,4}|"},
+		{"\"normalizer\":\tnull", "\"normalizer\":\t{\"type\": \"NFKC\"}"},
+		{"\"normalizer\":\tnull", "\"normalizer\":\t{\"type\": \"Replace\", \"pattern\": "
+		 "{\"Regex\": \" \"}, \"content\": \"x\"}"},
+		{"\"decoder\":\t{", "\"decoder\":\t{\"type\": \"WordPiece\", \"x\": {"},
 		{"\"type\":\t\"BPE\"", "\"type\":\t\"WordPiece\""},
 		{"\"Ā\":", "\"not-a-byte\":"},
 	};
