@@ -117,10 +117,11 @@ static size_t char_symbols(struct enc *e, const unsigned char *s, size_t n)
 	int unk = 0;   /* an unk symbol is pending */
 	for (size_t i = 0; i < n;) {
 		uint32_t c;
+		char one[8];
 		size_t j = tok_utf8_next(s, n, i, &c), k;
-		memcpy(e->sym, s + i, j - i);
-		e->sym[j - i] = 0;
-		int id = tok_vocab_get(t, e->sym);
+		memcpy(one, s + i, j - i);
+		one[j - i] = 0;
+		int id = tok_vocab_get(t, one);
 		if (id >= 0) {
 			if (unk)
 				e->id[m++] = t->unk_id;
@@ -149,7 +150,7 @@ static size_t char_symbols(struct enc *e, const unsigned char *s, size_t n)
 static int bpe(struct enc *e, const unsigned char *s, size_t n)
 {
 	const struct tok *t = e->t;
-	if (n == 1 && t->byte_level)
+	if (n == 1 && t->byte_level && t->byte_id[s[0]] >= 0)
 		return push_id(e->out, t->byte_id[s[0]]);
 	if (enc_reserve(e, 4 * n))
 		return -ENOMEM;
@@ -165,9 +166,19 @@ static int bpe(struct enc *e, const unsigned char *s, size_t n)
 		if (id >= 0)
 			return push_id(e->out, id);
 	}
-	if (t->byte_level) {
-		for (size_t i = 0; i < n; i++)
+	size_t i = 0;
+	while (t->byte_level && i < n && t->byte_id[s[i]] >= 0)
+		i++;
+	if (t->byte_level && i == n) {
+		for (i = 0; i < n; i++)
 			e->id[i] = t->byte_id[s[i]];
+	} else if (t->byte_level) {
+		/* a byte whose symbol the vocabulary lacks: the model sees the
+		 * symbols as characters, unknown ones as for any BPE */
+		size_t m = 0;
+		for (i = 0; i < n; i++)
+			m += tok_byte_symbol(s[i], e->sym + m);
+		n = char_symbols(e, (const unsigned char *)e->sym, m);
 	} else
 		n = char_symbols(e, s, n);
 	if (!n)

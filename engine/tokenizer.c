@@ -329,8 +329,8 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 			t->n_ids = a->id + 1;
 		strmap_put(&t->added_map, a->content, a->id);
 		t->special[a->id] = a->special;
-		t->dec_str[a->id] = a->content;
-		/* a normalized token is matched in normalized text, as its normalized content */
+		/* a normalized token is matched in normalized text, as its normalized
+		 * content, and decodes as that too (AddedVocabulary keeps it so) */
 		struct tbuf m = {0};
 		if (tbuf_put(&m, "", 0) || (a->normalized ? tok_normalize(t, a->content, a->len, &m)
 		                                            : tbuf_put(&m, a->content, a->len))) {
@@ -339,6 +339,7 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 		}
 		a->match = m.s;
 		a->mlen = m.n;
+		t->dec_str[a->id] = a->match;
 		if (!a->mlen)
 			return rq_errf(err, -EPROTO, "%s: added_tokens[%d]: content normalizes to nothing",
 				       path, i - 1);
@@ -358,9 +359,7 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 		}
 		memset(s, 0, sizeof s);
 		tok_put_utf8(s, byte_char[b]);
-		if ((t->byte_id[b] = strmap_get(&t->vocab, s)) < 0 && t->byte_level)
-			return rq_errf(err, -EPROTO, "%s: model.vocab lacks the byte-level symbol of byte "
-				       "0x%02x (\"%s\")", path, b, s);
+		t->byte_id[b] = strmap_get(&t->vocab, s);   /* -1: unknown, as any character */
 	}
 	t->unk_id = -1;
 	if (cJSON_IsString(unk) && (t->unk_id = strmap_get(&t->vocab, unk->valuestring)) < 0)

@@ -188,9 +188,9 @@ static void variants(const char *dir, const char *json, const struct tok *ref, c
 		{"\"normalizer\":\tnull", "\"normalizer\":\t{\"type\": \"NFKC\"}"},
 		{"\"normalizer\":\tnull", "\"normalizer\":\t{\"type\": \"Replace\", \"pattern\": "
 		 "{\"Regex\": \" \"}, \"content\": \"x\"}"},
-		{"\"decoder\":\t{", "\"decoder\":\t{\"type\": \"WordPiece\", \"x\": {"},
+		{"\"decoder\":\t{\n\t\t\"type\":\t\"ByteLevel\"", "\"decoder\":\t{\"type\": \"WordPiece\""},
 		{"\"type\":\t\"BPE\"", "\"type\":\t\"WordPiece\""},
-		{"\"Ā\":", "\"not-a-byte\":"},
+		{"\"dropout\":\tnull", "\"dropout\":\t0.1"},
 	};
 	for (size_t i = 0; i < sizeof breakers / sizeof breakers[0]; i++) {
 		char *b = replace(json, breakers[i][0], breakers[i][1]);
