@@ -490,3 +490,9 @@ int tok_is_special(const struct tok *t, int id)
 	return id >= 0 && id < t->n_ids && t->special[id];
 }
 
+int tok_prefix_ids(const struct tok *t, int32_t *ids, int n_max)
+{
+	for (int i = 0; i < t->n_pre && i < n_max; i++)
+		ids[i] = t->pre[i];
+	return t->n_pre;
+}
