@@ -18,6 +18,7 @@ int tok_is_ws(uint32_t c);       /* White_Space, = Oniguruma's \s and Rust's is_
 int tok_is_letter(uint32_t c);   /* \p{L} */
 int tok_is_number(uint32_t c);   /* \p{N} */
 int tok_is_word(uint32_t c);     /* Rust regex \w: Alphabetic, M, Nd, Pc, Join_Control */
+int tok_is_numeric(uint32_t c);  /* Rust char::is_numeric (the Digits pre-tokenizer) */
 
 /* A growable byte string, NUL-terminated when s is not NULL. */
 struct tbuf {

@@ -204,9 +204,9 @@ static int find(const struct tok_pre *pt, const unsigned char *s, size_t p, size
 	case TP_DIGITS:   /* char::is_numeric, one at a time or in runs */
 		for (; p < n; p = q) {
 			q = tok_utf8_next(s, n, p, &c);
-			if (tok_is_number(c)) {
+			if (tok_is_numeric(c)) {
 				*ms = p;
-				*me = pt->individual ? q : run_of(s, q, n, tok_is_number);
+				*me = pt->individual ? q : run_of(s, q, n, tok_is_numeric);
 				return 1;
 			}
 		}

@@ -159,7 +159,7 @@ static unsigned uc_class(uint32_t c)
 		if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')
 			return UC_L | UC_WORD;
 		if (c >= '0' && c <= '9')
-			return UC_N | UC_WORD;
+			return UC_N | UC_NUMERIC | UC_WORD;
 		return c == '_' ? UC_WORD : 0;
 	}
 	size_t lo = 0, hi = sizeof uc_ranges / sizeof uc_ranges[0];
@@ -167,10 +167,10 @@ static unsigned uc_class(uint32_t c)
 		size_t mid = (lo + hi) / 2;
 		if (c < uc_ranges[mid][0])
 			hi = mid;
-		else if (c > uc_ranges[mid][1] >> 3)
+		else if (c > uc_ranges[mid][1] >> 4)
 			lo = mid + 1;
 		else
-			return uc_ranges[mid][1] & 7;
+			return uc_ranges[mid][1] & 15;
 	}
 	return 0;
 }
@@ -178,6 +178,7 @@ static unsigned uc_class(uint32_t c)
 int tok_is_letter(uint32_t c) { return (uc_class(c) & UC_L) != 0; }
 int tok_is_number(uint32_t c) { return (uc_class(c) & UC_N) != 0; }
 int tok_is_word(uint32_t c) { return (uc_class(c) & UC_WORD) != 0; }
+int tok_is_numeric(uint32_t c) { return (uc_class(c) & UC_NUMERIC) != 0; }
 
 int tok_is_ws(uint32_t c)
 {

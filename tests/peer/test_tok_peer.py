@@ -69,6 +69,8 @@ FRAGMENTS = [
     "def f(x):\n    return x**2  # sq\n", "for (int i = 0; i < n; i++) {\n\t}", "1234567", "3.14159",
     "1,000,000", "0x1F", "x = [1, 22, 333, 4444]", "    ", "\t\t", " \n ", "\n\n\n\n",
     "don't", "I'LL", "we've", "it's", "\u0661\u0662\u0663",
+    # digits Rust's char::is_numeric knows but Oniguruma's \p{N} does not (Unicode 16)
+    "\U00011de0\U00011de5", "a\U00016ff4b", "x1\U00011de9",
 ]
 
 
