@@ -8,8 +8,8 @@
  * decoder are one pass. Every other decoder (SentencePiece style: Replace,
  * ByteFallback, Fuse, Strip, Metaspace, in the file's order) runs as the
  * library's decode_chain over the list of token strings. Its streaming
- * decoder re-decodes the ids so far and returns what is new, holding back a
- * trailing run of <0xNN> byte tokens, which only the next token resolves. */
+ * decoder decodes a short sliding window of ids (chain_emit), holding back
+ * a trailing run of <0xNN> byte tokens, which only the next token resolves. */
 #include "base/grow.h"
 #include "engine/tok_int.h"
 #include "engine/tokenizer.h"
@@ -253,7 +253,8 @@ struct tok_stream {
 	struct tbuf pend;   /* ByteLevel: bytes of an incomplete UTF-8 sequence, at most 3 */
 	struct tbuf out;    /* the text returned by the last call */
 	struct tok_ids ids; /* other decoders: the kept ids so far */
-	size_t emitted;     /* other decoders: bytes of their decode returned so far */
+	size_t p, r;        /* other decoders: window start, end of what was returned */
+	size_t emitted;     /* other decoders: bytes returned so far */
 };
 
 struct tok_stream *tok_stream_new(const struct tok *t, int flags)
@@ -281,31 +282,51 @@ static int stream_emit(struct tok_stream *s, int final, const char **text, size_
 	return 0;
 }
 
-/* Other decoders: decode ids[0..n) (all of them when final, else without a
- * trailing byte-token run) and return the part past what was returned. */
+/* Other decoders, as tokenizers' DecodeStream: decode the window
+ * ids[p..end) and return what it adds to the decode of ids[p..r), the part
+ * returned last time; then slide the window to [r..end). A window starts
+ * with the same token in both decodes, so a Strip / Metaspace rule for the
+ * first token treats both alike, and it never starts inside a byte run
+ * (end is held back before a trailing run unless final). Should the window
+ * decode ever not extend the earlier one, the whole text is decoded
+ * instead; either way the pieces add up to tok_decode of all the ids. */
 static int chain_emit(struct tok_stream *s, int final, const char **text, size_t *len)
 {
 	const struct tok *t = s->t;
-	size_t n = s->ids.n;
+	size_t end = s->ids.n;
 	unsigned char b;
 	int fallback = 0;
 	for (int k = 0; k < t->n_dec; k++)
 		fallback |= t->dec[k].kind == TD_BYTEFALLBACK;
-	while (!final && fallback && n && byte_token(t->dec_str[s->ids.v[n - 1]],
-	                                              strlen(t->dec_str[s->ids.v[n - 1]]), &b))
-		n--;
-	struct tbuf all = {0};
-	int rc = tbuf_put(&all, "", 0) || chain_decode(t, s->ids.v, n, 0, &all) ? -ENOMEM : 0;
+	while (!final && fallback && end > s->r && byte_token(t->dec_str[s->ids.v[end - 1]],
+	                                                        strlen(t->dec_str[s->ids.v[end - 1]]), &b))
+		end--;
 	s->out.n = 0;
-	if (!rc && tbuf_put(&s->out, "", 0))
-		rc = -ENOMEM;
-	if (!rc && all.n > s->emitted) {
-		rc = tbuf_put(&s->out, all.s + s->emitted, all.n - s->emitted);
-		s->emitted = all.n;
+	if (tbuf_put(&s->out, "", 0))
+		return -ENOMEM;
+	*text = s->out.s;
+	*len = 0;
+	if (end <= s->r)
+		return 0;
+	struct tbuf win = {0}, pre = {0};
+	int rc = tbuf_put(&win, "", 0) || tbuf_put(&pre, "", 0) ||
+	         chain_decode(t, s->ids.v + s->p, end - s->p, 0, &win) ||
+	         chain_decode(t, s->ids.v + s->p, s->r - s->p, 0, &pre) ? -ENOMEM : 0;
+	if (!rc && win.n >= pre.n && !memcmp(win.s, pre.s, pre.n))
+		rc = tbuf_put(&s->out, win.s + pre.n, win.n - pre.n);
+	else if (!rc) {
+		win.n = 0;
+		rc = chain_decode(t, s->ids.v, end, 0, &win);
+		if (!rc && win.n > s->emitted)
+			rc = tbuf_put(&s->out, win.s + s->emitted, win.n - s->emitted);
 	}
-	free(all.s);
+	free(win.s);
+	free(pre.s);
 	if (rc)
 		return -ENOMEM;
+	s->emitted += s->out.n;
+	s->p = s->r;
+	s->r = end;
 	*text = s->out.s;
 	*len = s->out.n;
 	return 0;
