@@ -188,6 +188,8 @@ café naïve résumé Ångström e\u0301 🙂🚀 👨\u200d👩\u200d👧 \tTab
 
 LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+NEWLINES_RE = r"(?:\r?\n)+(?!\r?\n)"
+GPT2_RE = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 QWEN2_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -314,6 +316,22 @@ def main():
             path = os.path.join(d, name + ".json")
             bytelevel_family(name).save(path)
             check_tokenizer(tok_tool, path, name + " (trained here)", fam, rng)
+        # the same vocabulary under other pre-tokenizer arrangements: each Split
+        # behavior (line-break runs, then GPT-2's regex as a Split), and
+        # add_prefix_space after another splitter (it applies to every piece)
+        base = bytelevel_family("qwen2")
+        arrangements = [("Split line breaks %s + Split GPT-2 regex" % b, pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(NEWLINES_RE), behavior=b),
+            pre_tokenizers.Split(Regex(GPT2_RE), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]))
+            for b in ("isolated", "merged_with_previous", "merged_with_next", "removed")]
+        arrangements.append(("Digits runs + ByteLevel add_prefix_space", pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=False), pre_tokenizers.ByteLevel(add_prefix_space=True)])))
+        for label, pt in arrangements:
+            base.pre_tokenizer = pt
+            path = os.path.join(d, "arrangement.json")
+            base.save(path)
+            compare_encode(tok_tool, path, fam[: len(fam) // 2], label)
         for name in ("metaspace", "metaspace-always", "prepend", "unk"):
             path = os.path.join(d, name + ".json")
             sp_family(name).save(path)
