@@ -173,7 +173,7 @@ static void variants(const char *dir, const char *json, const struct tok *ref, c
 		size_t len = tj_unhex(cJSON_GetStringValue(cJSON_GetObjectItem(c, "hex")), buf);
 		struct tok_ids a = {0}, b = {0};
 		if (same && (tok_encode(t, buf, len, 0, &a) || tok_encode(ref, buf, len, 0, &b) ||
-		             a.n != b.n || memcmp(a.v, b.v, a.n * sizeof *a.v)))
+		             a.n != b.n || (a.n && memcmp(a.v, b.v, a.n * sizeof *a.v))))
 			same = 0;
 		tok_ids_free(&a);
 		tok_ids_free(&b);
@@ -188,7 +188,7 @@ static void variants(const char *dir, const char *json, const struct tok *ref, c
 		{"\"normalizer\":\tnull", "\"normalizer\":\t{\"type\": \"NFKC\"}"},
 		{"\"normalizer\":\tnull", "\"normalizer\":\t{\"type\": \"Replace\", \"pattern\": "
 		 "{\"Regex\": \" \"}, \"content\": \"x\"}"},
-		{"\"decoder\":\t{\n\t\t\"type\":\t\"ByteLevel\"", "\"decoder\":\t{\"type\": \"WordPiece\""},
+		{"\"decoder\":", "\"decoder\": {\"type\": \"WordPiece\"}, \"old_decoder\":"},
 		{"\"type\":\t\"BPE\"", "\"type\":\t\"WordPiece\""},
 		{"\"dropout\":\tnull", "\"dropout\":\t0.1"},
 	};
