@@ -97,6 +97,24 @@ static int cps_put(struct cps *b, uint32_t c)
 
 #define RAW_BYTE 0x80000000u
 
+/* Stable sort of v[0..n) by combining class (all non-zero, below 256). */
+static int sort_run(uint32_t *v, size_t n)
+{
+	size_t start[257] = {0};
+	uint32_t *tmp = malloc(n * sizeof *tmp);
+	if (!tmp)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		start[ccc(v[i]) + 1]++;
+	for (int k = 1; k <= 256; k++)
+		start[k] += start[k - 1];
+	for (size_t i = 0; i < n; i++)
+		tmp[start[ccc(v[i])]++] = v[i];
+	memcpy(v, tmp, n * sizeof *v);
+	free(tmp);
+	return 0;
+}
+
 int tok_nfc(const char *text, size_t n, struct tbuf *out)
 {
 	const unsigned char *s = (const unsigned char *)text;
@@ -120,16 +138,15 @@ int tok_nfc(const char *text, size_t n, struct tbuf *out)
 			rc = cps_put(&b, c);
 		i = j;
 	}
-	/* canonical ordering: insertion sort, stable, inside runs of non-starters */
-	for (size_t i = 1; i < b.n && !rc; i++) {
-		uint32_t c = b.v[i];
-		unsigned k = ccc(c);
+	/* canonical ordering: a stable sort by class of each run of non-starters
+	 * (counting sort, so that a long run of marks stays linear) */
+	for (size_t i = 0; i < b.n && !rc;) {
 		size_t j = i;
-		while (k && j > 0 && ccc(b.v[j - 1]) > k) {
-			b.v[j] = b.v[j - 1];
-			j--;
-		}
-		b.v[j] = c;
+		while (j < b.n && ccc(b.v[j]))
+			j++;
+		if (j - i > 1)
+			rc = sort_run(b.v + i, j - i);
+		i = j > i ? j : i + 1;
 	}
 	/* canonical composition */
 	size_t m = 0, sp = 0;
