@@ -1,5 +1,5 @@
-/* tok_encode.c — encoding (added tokens, pre-tokenizer, BPE merges),
- * decoding and the streaming decoder. See tokenizer.c for the steps. */
+/* tok_encode.c — encoding: added tokens, normalizers, pre-tokenizer, BPE
+ * merges, post-processor ids. See tokenizer.c for the steps. */
 #include "base/grow.h"
 #include "engine/tok_int.h"
 #include "engine/tokenizer.h"
@@ -15,7 +15,6 @@ struct hent {
 /* Per-call scratch for the merge loop, grown as pieces get longer. */
 struct enc {
 	const struct tok *t;
-	const unsigned char *s;     /* the whole text */
 	struct tok_ids *out;
 	int32_t *id, *prev, *next;  /* [cap] symbols of the piece being merged */
 	struct hent *heap;          /* [2 * cap] candidate merges */
@@ -108,27 +107,84 @@ static struct hent hpop(struct enc *e)
 	return top;
 }
 
-/* BPE on one pre-token s[a..b) (BPE::merge_word without dropout). */
-static int bpe(struct enc *e, size_t a, size_t b)
+/* The initial symbols of a piece that is not byte-level: each character's
+ * vocabulary id, else its <0xNN> byte tokens (byte_fallback), else unk_token
+ * (consecutive ones fused when fuse_unk), else nothing (BPE::merge_word). */
+static size_t char_symbols(struct enc *e, const unsigned char *s, size_t n)
 {
 	const struct tok *t = e->t;
-	size_t n = b - a;
-	if (n == 1)
-		return push_id(e->out, t->byte_id[e->s[a]]);
-	if (enc_reserve(e, n))
+	size_t m = 0;
+	int unk = 0;   /* an unk symbol is pending */
+	for (size_t i = 0; i < n;) {
+		uint32_t c;
+		char one[8];
+		size_t j = tok_utf8_next(s, n, i, &c), k;
+		memcpy(one, s + i, j - i);
+		one[j - i] = 0;
+		int id = tok_vocab_get(t, one);
+		if (id >= 0) {
+			if (unk)
+				e->id[m++] = t->unk_id;
+			unk = 0;
+			e->id[m++] = id;
+		} else {
+			for (k = i; t->byte_fallback && k < j && t->byte_tok[s[k]] >= 0; k++)
+				;
+			if (t->byte_fallback && k == j) {
+				for (k = i; k < j; k++)
+					e->id[m++] = t->byte_tok[s[k]];
+			} else if (t->unk_id >= 0) {
+				if (unk && !t->fuse_unk)
+					e->id[m++] = t->unk_id;
+				unk = 1;
+			}
+		}
+		i = j;
+	}
+	if (unk)
+		e->id[m++] = t->unk_id;
+	return m;
+}
+
+/* BPE on one pre-token (BPE::merge_word without dropout). */
+static int bpe(struct enc *e, const unsigned char *s, size_t n)
+{
+	const struct tok *t = e->t;
+	if (n == 1 && t->byte_level && t->byte_id[s[0]] >= 0)
+		return push_id(e->out, t->byte_id[s[0]]);
+	if (enc_reserve(e, 4 * n))
 		return -ENOMEM;
 	if (t->ignore_merges) {
 		size_t m = 0;
-		for (size_t i = a; i < b; i++)
-			m += tok_byte_symbol(e->s[i], e->sym + m);
+		if (t->byte_level)
+			for (size_t i = 0; i < n; i++)
+				m += tok_byte_symbol(s[i], e->sym + m);
+		else
+			memcpy(e->sym, s, m = n);
 		e->sym[m] = 0;
 		int id = tok_vocab_get(t, e->sym);
 		if (id >= 0)
 			return push_id(e->out, id);
 	}
+	size_t i = 0;
+	while (t->byte_level && i < n && t->byte_id[s[i]] >= 0)
+		i++;
+	if (t->byte_level && i == n) {
+		for (i = 0; i < n; i++)
+			e->id[i] = t->byte_id[s[i]];
+	} else if (t->byte_level) {
+		/* a byte whose symbol the vocabulary lacks: the model sees the
+		 * symbols as characters, unknown ones as for any BPE */
+		size_t m = 0;
+		for (i = 0; i < n; i++)
+			m += tok_byte_symbol(s[i], e->sym + m);
+		n = char_symbols(e, (const unsigned char *)e->sym, m);
+	} else
+		n = char_symbols(e, s, n);
+	if (!n)
+		return 0;
 	e->nheap = 0;
 	for (size_t i = 0; i < n; i++) {
-		e->id[i] = t->byte_id[e->s[a + i]];
 		e->prev[i] = (int32_t)i - 1;
 		e->next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
 	}
@@ -156,21 +212,9 @@ static int bpe(struct enc *e, size_t a, size_t b)
 	return 0;
 }
 
-static int on_piece(void *ctx, size_t start, size_t end)
+static int on_piece(void *ctx, const char *p, size_t len)
 {
-	struct enc *e = ctx;
-	return bpe(e, start, end);
-}
-
-/* Text between added tokens: pre-tokenize, then BPE each piece. The pieces
- * come relative to s + a, so shift the base pointer for the callback. */
-static int encode_gap(struct enc *e, size_t a, size_t b)
-{
-	const unsigned char *base = e->s;
-	e->s = base + a;
-	int rc = tok_pretokenize((const char *)e->s, b - a, on_piece, e);
-	e->s = base;
-	return rc;
+	return bpe(ctx, (const unsigned char *)p, len);
 }
 
 /* ---- added tokens (AddedVocabulary::find_matches) ----
@@ -226,7 +270,7 @@ static const struct added *find_added(const struct tok *t, const unsigned char *
 			continue;
 		for (; *c >= 0; c++) {
 			const struct added *ad = &t->added[*c];
-			if (ad->normalized == norm && ad->len <= end - p && !memcmp(s + p, ad->content, ad->len)) {
+			if (ad->normalized == norm && ad->mlen <= end - p && !memcmp(s + p, ad->match, ad->mlen)) {
 				*at = p;
 				return ad;
 			}
@@ -235,17 +279,41 @@ static const struct added *find_added(const struct tok *t, const unsigned char *
 	return NULL;
 }
 
-/* One pass over s[a..b): tokens of the first pass (norm 0) split the text,
- * the gaps go to the second pass (norm 1), whose gaps go to encode_gap. */
-static int split_added(struct enc *e, size_t a, size_t b, int norm)
+static int split_added(struct enc *e, const unsigned char *s, size_t a, size_t b, int norm, int first);
+
+/* A gap of the first pass: normalized, then the second pass over it. */
+static int normalize_gap(struct enc *e, const unsigned char *s, size_t n, int first)
+{
+	if (!e->t->n_norm)
+		return split_added(e, s, 0, n, 1, first);
+	struct tbuf nb = {0};
+	int rc = tbuf_put(&nb, "", 0) || tok_normalize(e->t, (const char *)s, n, &nb) ? -ENOMEM : 0;
+	if (!rc)
+		rc = split_added(e, (const unsigned char *)nb.s, 0, nb.n, 1, first);
+	free(nb.s);
+	return rc;
+}
+
+/* A gap: to the second pass (norm 0), or pre-tokenized and merged (norm 1). */
+static int gap(struct enc *e, const unsigned char *s, size_t a, size_t b, int norm, int first)
+{
+	if (!norm)
+		return normalize_gap(e, s + a, b - a, first && a == 0);
+	return tok_pre_run(e->t, (const char *)s + a, b - a, first && a == 0, on_piece, e);
+}
+
+/* One pass over s[a..b): tokens of the first pass (norm 0, raw text) split
+ * it; each gap is normalized and goes to the second pass (norm 1, the
+ * normalized tokens), whose gaps are pre-tokenized. first: s[a] is at
+ * offset 0 of the input. */
+static int split_added(struct enc *e, const unsigned char *s, size_t a, size_t b, int norm, int first)
 {
 	const struct tok *t = e->t;
-	const unsigned char *s = e->s;
 	size_t done = a, p = a, at;
 	const struct added *ad;
 	int rc;
 	while (p < b && (ad = find_added(t, s, p, b, norm, &at))) {
-		size_t start = at, stop = at + ad->len;
+		size_t start = at, stop = at + ad->mlen;
 		p = stop;   /* the automaton resumes after the match even if it is rejected */
 		if (ad->single_word && ((start > a && ends_with_word(s, a, start)) ||
 		                        (stop < b && starts_with_word(s, stop, b))))
@@ -257,29 +325,24 @@ static int split_added(struct enc *e, size_t a, size_t b, int norm)
 		}
 		if (ad->rstrip)
 			stop = ws_end_after(s, stop, b);
-		if (done < start) {
-			rc = norm ? encode_gap(e, done, start) : split_added(e, done, start, 1);
-			if (rc)
-				return rc;
-		}
+		if (done < start && (rc = gap(e, s, done, start, norm, first)))
+			return rc;
 		if ((rc = push_id(e->out, ad->id)))
 			return rc;
 		done = stop;
 	}
-	if (done < b)
-		return norm ? encode_gap(e, done, b) : split_added(e, done, b, 1);
-	return 0;
+	return done < b ? gap(e, s, done, b, norm, first) : 0;
 }
 
 int tok_encode(const struct tok *t, const char *text, size_t len, int flags, struct tok_ids *out)
 {
-	struct enc e = {.t = t, .s = (const unsigned char *)text, .out = out};
+	struct enc e = {.t = t, .out = out};
 	int rc = 0;
 	if (flags & TOK_ADD_SPECIAL)
 		for (int i = 0; i < t->n_pre && !rc; i++)
 			rc = push_id(out, t->pre[i]);
 	if (!rc && len)
-		rc = split_added(&e, 0, len, 0);
+		rc = split_added(&e, (const unsigned char *)text, 0, len, 0, 1);
 	if (flags & TOK_ADD_SPECIAL)
 		for (int i = 0; i < t->n_post && !rc; i++)
 			rc = push_id(out, t->post[i]);
@@ -289,96 +352,4 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int flags, str
 	free(e.heap);
 	free(e.sym);
 	return rc;
-}
-
-/* ---- decoding ---- */
-
-int tok_token_bytes(const struct tok *t, int id, const char **bytes, size_t *len)
-{
-	if (id < 0 || id >= t->n_ids || !t->tok_bytes[id])
-		return -EINVAL;
-	*bytes = t->tok_bytes[id];
-	*len = t->tok_len[id];
-	return 0;
-}
-
-static int keep(const struct tok *t, int32_t id, int flags)
-{
-	return id >= 0 && id < t->n_ids && t->tok_bytes[id] && !((flags & TOK_SKIP_SPECIAL) && t->special[id]);
-}
-
-int tok_decode(const struct tok *t, const int32_t *ids, size_t n, int flags, char **out, size_t *out_len)
-{
-	struct tbuf raw = {0}, txt = {0};
-	int rc = tbuf_put(&raw, "", 0);
-	for (size_t i = 0; i < n && !rc; i++)
-		if (keep(t, ids[i], flags))
-			rc = tbuf_put(&raw, t->tok_bytes[ids[i]], t->tok_len[ids[i]]);
-	if (!rc && (tbuf_put(&txt, "", 0) || tok_utf8_lossy((unsigned char *)raw.s, raw.n, 1, &txt) == (size_t)-1))
-		rc = -ENOMEM;
-	free(raw.s);
-	if (rc) {
-		free(txt.s);
-		return rc;
-	}
-	*out = txt.s;
-	*out_len = txt.n;
-	return 0;
-}
-
-struct tok_stream {
-	const struct tok *t;
-	int flags;
-	struct tbuf pend;   /* bytes of an incomplete UTF-8 sequence, at most 3 */
-	struct tbuf out;    /* the text returned by the last call */
-};
-
-struct tok_stream *tok_stream_new(const struct tok *t, int flags)
-{
-	struct tok_stream *s = calloc(1, sizeof *s);
-	if (s) {
-		s->t = t;
-		s->flags = flags;
-	}
-	return s;
-}
-
-static int stream_emit(struct tok_stream *s, int final, const char **text, size_t *len)
-{
-	s->out.n = 0;
-	if (tbuf_put(&s->out, "", 0))
-		return -ENOMEM;
-	size_t used = tok_utf8_lossy((unsigned char *)s->pend.s, s->pend.n, final, &s->out);
-	if (used == (size_t)-1)
-		return -ENOMEM;
-	memmove(s->pend.s, s->pend.s + used, s->pend.n - used);
-	s->pend.n -= used;
-	*text = s->out.s;
-	*len = s->out.n;
-	return 0;
-}
-
-int tok_stream_push(struct tok_stream *s, int32_t id, const char **text, size_t *len)
-{
-	if (tbuf_put(&s->pend, "", 0))
-		return -ENOMEM;
-	if (keep(s->t, id, s->flags) && tbuf_put(&s->pend, s->t->tok_bytes[id], s->t->tok_len[id]))
-		return -ENOMEM;
-	return stream_emit(s, 0, text, len);
-}
-
-int tok_stream_flush(struct tok_stream *s, const char **text, size_t *len)
-{
-	if (tbuf_put(&s->pend, "", 0))
-		return -ENOMEM;
-	return stream_emit(s, 1, text, len);
-}
-
-void tok_stream_free(struct tok_stream *s)
-{
-	if (!s)
-		return;
-	free(s->pend.s);
-	free(s->out.s);
-	free(s);
 }

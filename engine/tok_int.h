@@ -18,6 +18,7 @@ int tok_is_ws(uint32_t c);       /* White_Space, = Oniguruma's \s and Rust's is_
 int tok_is_letter(uint32_t c);   /* \p{L} */
 int tok_is_number(uint32_t c);   /* \p{N} */
 int tok_is_word(uint32_t c);     /* Rust regex \w: Alphabetic, M, Nd, Pc, Join_Control */
+int tok_is_numeric(uint32_t c);  /* Rust char::is_numeric (the Digits pre-tokenizer) */
 
 /* A growable byte string, NUL-terminated when s is not NULL. */
 struct tbuf {
@@ -50,14 +51,49 @@ struct mergemap {              /* (left id, right id) -> (rank, merged id) */
 struct added {
 	char *content;         /* NUL-terminated bytes, len of them */
 	size_t len;
+	char *match;           /* what is matched: content, normalized when `normalized` */
+	size_t mlen;
 	int32_t id;
 	unsigned char single_word, lstrip, rstrip, normalized, special;
+};
+
+/* The pipeline steps tokenizer.json declares, read once by tok_pipe.c. */
+enum { TN_NFC = 1, TN_PREPEND, TN_REPLACE };   /* normalizers */
+struct tok_norm {
+	int kind;
+	char *a, *b;           /* Prepend: a; Replace: a -> b (String patterns) */
+	size_t alen, blen;
+};
+
+/* Regexes recognized by their exact string (tok_split.c runs them natively). */
+enum { RE_NEWLINES = 1, RE_CL100K_N1, RE_CL100K_N3, RE_GPT2 };
+enum { SB_ISOLATED = 1, SB_MERGED_NEXT, SB_MERGED_PREV, SB_REMOVED };
+enum { TP_SPLIT = 1, TP_DIGITS, TP_BYTELEVEL, TP_METASPACE };   /* pre-tokenizers */
+enum { PS_ALWAYS = 1, PS_FIRST, PS_NEVER };                     /* Metaspace prepend_scheme */
+struct tok_pre {
+	int kind;
+	int re, behavior;      /* Split */
+	int individual;        /* Digits */
+	int prefix_space, use_regex;   /* ByteLevel */
+	int prepend, split;    /* Metaspace */
+	char rep[8];           /* Metaspace replacement, UTF-8, NUL-terminated */
+	size_t replen;
+};
+
+enum { TD_BYTELEVEL = 1, TD_METASPACE, TD_REPLACE, TD_BYTEFALLBACK, TD_FUSE, TD_STRIP };
+struct tok_dec {
+	int kind;
+	char *a, *b;           /* Replace a -> b; Metaspace / Strip: a = the character */
+	size_t alen, blen;
+	int start;             /* Strip: characters cut from the start */
+	int prepend;           /* Metaspace: prepend_scheme */
 };
 
 struct tok {
 	int n_ids;             /* one past the largest id */
 	char **tok_str;        /* [n_ids] vocabulary string (GPT-2 alphabet), NULL = hole */
-	char **tok_bytes;      /* [n_ids] what the id decodes to, NULL = hole */
+	char **tok_bytes;      /* [n_ids] what the id decodes to on its own, NULL = hole */
+	const char **dec_str;  /* [n_ids] the token string decoders see (added content first) */
 	uint32_t *tok_len;     /* [n_ids] length of tok_bytes */
 	unsigned char *special;/* [n_ids] 1 = added token flagged special */
 	struct strmap vocab;   /* model vocabulary */
@@ -70,7 +106,43 @@ struct tok {
 	int32_t pre[8], post[8]; /* post-processor ids before / after the sequence */
 	int n_pre, n_post;
 	int ignore_merges;
+	int byte_fallback, fuse_unk;
+	int32_t unk_id;        /* -1: no unk_token (unknown characters are dropped) */
+	int32_t byte_tok[256]; /* byte_fallback: id of "<0xNN>", -1 = missing */
+	struct tok_norm norm[8];
+	int n_norm;
+	struct tok_pre pt[8];  /* pre-tokenizer steps, in order */
+	int n_pt;
+	int byte_level;        /* a ByteLevel pre-tokenizer ends pt: the model sees GPT-2 symbols */
+	struct tok_dec dec[8];
+	int n_dec;             /* 0 with dec_none: no decoder (tokens joined by " ") */
+	int dec_none;
 };
+
+/* tok_pipe.c: reads normalizer, pre_tokenizer, decoder, post_processor into t;
+ * 0 or -EPROTO / -ENOMEM with the JSON field named in err. */
+struct rq_err;
+struct cJSON;
+int tok_pipe_load(struct tok *t, const struct cJSON *root, const char *path, struct rq_err *err);
+void tok_pipe_free(struct tok *t);
+
+/* tok_norm.c: applies t's normalizers to s[0..n), appending to out. 0 or -ENOMEM. */
+int tok_normalize(const struct tok *t, const char *s, size_t n, struct tbuf *out);
+/* NFC of s[0..n) appended to out. 0 or -ENOMEM. */
+int tok_nfc(const char *s, size_t n, struct tbuf *out);
+
+/* tok_decode.c: what token string s decodes to on its own (not first in
+ * the text) under a decoder other than ByteLevel; malloc'd, NULL = ENOMEM. */
+char *tok_dec_piece(const struct tok *t, const char *s, uint32_t *len);
+
+/* tok_split.c: end of the match of regex re (RE_*) that starts at s[p],
+ * inside s[p..b) (p < b). The tiling regexes match at every position. */
+size_t tok_re_match(int re, const unsigned char *s, size_t p, size_t b);
+/* tok_split.c: runs t's pre-tokenizer steps on s[0..n) (first: it starts at
+ * offset 0 of the original text) and calls fn with each final piece (bytes,
+ * not necessarily inside s). Returns the first non-zero fn result, or -ENOMEM. */
+int tok_pre_run(const struct tok *t, const char *s, size_t n, int first,
+                int (*fn)(void *ctx, const char *p, size_t len), void *ctx);
 
 /* Writes code point c as UTF-8 (1 to 4 bytes); returns the length. */
 size_t tok_put_utf8(char *o, uint32_t c);

@@ -159,7 +159,7 @@ static unsigned uc_class(uint32_t c)
 		if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')
 			return UC_L | UC_WORD;
 		if (c >= '0' && c <= '9')
-			return UC_N | UC_WORD;
+			return UC_N | UC_NUMERIC | UC_WORD;
 		return c == '_' ? UC_WORD : 0;
 	}
 	size_t lo = 0, hi = sizeof uc_ranges / sizeof uc_ranges[0];
@@ -167,10 +167,10 @@ static unsigned uc_class(uint32_t c)
 		size_t mid = (lo + hi) / 2;
 		if (c < uc_ranges[mid][0])
 			hi = mid;
-		else if (c > uc_ranges[mid][1] >> 3)
+		else if (c > uc_ranges[mid][1] >> 4)
 			lo = mid + 1;
 		else
-			return uc_ranges[mid][1] & 7;
+			return uc_ranges[mid][1] & 15;
 	}
 	return 0;
 }
@@ -178,6 +178,7 @@ static unsigned uc_class(uint32_t c)
 int tok_is_letter(uint32_t c) { return (uc_class(c) & UC_L) != 0; }
 int tok_is_number(uint32_t c) { return (uc_class(c) & UC_N) != 0; }
 int tok_is_word(uint32_t c) { return (uc_class(c) & UC_WORD) != 0; }
+int tok_is_numeric(uint32_t c) { return (uc_class(c) & UC_NUMERIC) != 0; }
 
 int tok_is_ws(uint32_t c)
 {
@@ -187,104 +188,13 @@ int tok_is_ws(uint32_t c)
 	       c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-/* ---- the pre-tokenizer ---- */
-
-/* LAGUNA_RE = (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
- *             ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-
-static int fold_is(uint32_t c, char lower)
-{
-	/* (?i) in Oniguruma uses Unicode case folding: U+017F LONG S folds to s */
-	return c == (uint32_t)lower || c == (uint32_t)(lower - 32) || (lower == 's' && c == 0x17F);
-}
-
-static int is_other(uint32_t c)  /* [^\s\p{L}\p{N}] */
-{
-	return !tok_is_ws(c) && !(uc_class(c) & (UC_L | UC_N));
-}
-
-/* End of the regex match that starts at p inside piece [p, b). */
-static size_t match_at(const unsigned char *s, size_t p, size_t b)
-{
-	uint32_t c0, c1 = TOK_BAD_CP, c2 = TOK_BAD_CP;
-	size_t q = tok_utf8_next(s, b, p, &c0), r = q, e;
-	if (q < b)
-		r = tok_utf8_next(s, b, q, &c1);
-
-	/* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
-	if (c0 == '\'' && q < b) {
-		if (fold_is(c1, 's') || fold_is(c1, 't') || fold_is(c1, 'm') || fold_is(c1, 'd'))
-			return r;
-		if (r < b) {
-			e = tok_utf8_next(s, b, r, &c2);
-			if ((fold_is(c1, 'r') && fold_is(c2, 'e')) || (fold_is(c1, 'v') && fold_is(c2, 'e')) ||
-			    (fold_is(c1, 'l') && fold_is(c2, 'l')))
-				return e;
-		}
-	}
-	/* [^\r\n\p{L}\p{N}]?\p{L}+ */
-	e = 0;
-	if (tok_is_letter(c0))
-		e = q;
-	else if (c0 != '\r' && c0 != '\n' && !tok_is_number(c0) && q < b && tok_is_letter(c1))
-		e = r;
-	if (e) {
-		while (e < b) {
-			uint32_t c;
-			size_t n = tok_utf8_next(s, b, e, &c);
-			if (!tok_is_letter(c))
-				break;
-			e = n;
-		}
-		return e;
-	}
-	/* \p{N} */
-	if (tok_is_number(c0))
-		return q;
-	/*  ?[^\s\p{L}\p{N}]+[\r\n]* */
-	e = 0;
-	if (c0 == ' ' && q < b && is_other(c1))
-		e = r;
-	else if (is_other(c0))
-		e = q;
-	if (e) {
-		while (e < b) {
-			uint32_t c;
-			size_t n = tok_utf8_next(s, b, e, &c);
-			if (!is_other(c))
-				break;
-			e = n;
-		}
-		while (e < b && (s[e] == '\r' || s[e] == '\n'))
-			e++;
-		return e;
-	}
-	/* c0 is white space: \s*[\r\n]+ | \s+(?!\S) | \s+ */
-	size_t run_end = p, last_start = p, after_rn = 0;
-	int ncp = 0;
-	while (run_end < b) {
-		uint32_t c;
-		size_t n = tok_utf8_next(s, b, run_end, &c);
-		if (!tok_is_ws(c))
-			break;
-		if (c == '\r' || c == '\n')
-			after_rn = n;
-		last_start = run_end;
-		run_end = n;
-		ncp++;
-	}
-	if (after_rn)
-		return after_rn;
-	if (run_end < b && ncp >= 2)
-		return last_start;
-	return run_end;
-}
+/* ---- Laguna's pre-tokenizer (the regexes themselves are in tok_split.c) ---- */
 
 static int split_piece(const unsigned char *s, size_t a, size_t b,
                        int (*fn)(void *, size_t, size_t), void *ctx)
 {
 	while (a < b) {
-		size_t e = match_at(s, a, b);
+		size_t e = tok_re_match(RE_CL100K_N1, s, a, b);
 		int rc = fn(ctx, a, e);
 		if (rc)
 			return rc;

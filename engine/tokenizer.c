@@ -1,16 +1,20 @@
-/* tokenizer.c — byte-level BPE from tokenizer.json: load, encode, decode.
+/* tokenizer.c — BPE from tokenizer.json: loading the model (vocab, merges,
+ * added tokens) and the lookups; the pipeline around it is read by
+ * tok_pipe.c, run by tok_norm.c / tok_split.c / tok_encode.c, decoded by
+ * tok_decode.c.
  *
  * Encoding follows `tokenizers` step by step:
- *   1. added tokens: leftmost-longest match of the tokens not flagged
- *      `normalized` over the text, then of the `normalized` ones over the
- *      gaps (no normalizer here, so both see the raw text), with the
- *      single_word / lstrip / rstrip rules of AddedVocabulary::find_matches;
- *   2. each gap: Laguna's pre-tokenizer (tok_text.c);
- *   3. each piece: its bytes as GPT-2 alphabet symbols, merged lowest rank
- *      first, leftmost first among equal ranks (BPE::merge_word);
- *   4. the post-processor's special ids around the whole (TOK_ADD_SPECIAL).
- * Decoding is the ByteLevel decoder: a token whose characters all belong to
- * the GPT-2 alphabet becomes those bytes, any other token its own UTF-8. */
+ *   1. added tokens not flagged `normalized`: leftmost-longest match over the
+ *      raw text, with the single_word / lstrip / rstrip rules of
+ *      AddedVocabulary::find_matches;
+ *   2. each gap between them: the normalizers (tok_norm.c), then the
+ *      `normalized` added tokens (their content normalized too) over it;
+ *   3. each remaining gap: the pre-tokenizer steps (tok_split.c);
+ *   4. each piece: its characters (GPT-2 byte symbols after ByteLevel) as
+ *      vocabulary ids, unknown ones as <0xNN> byte tokens (byte_fallback) or
+ *      unk_token, then merged lowest rank first, leftmost first among equal
+ *      ranks (BPE::merge_word);
+ *   5. the post-processor's special ids around the whole (TOK_ADD_SPECIAL). */
 #include "engine/tokenizer.h"
 #include "engine/tok_int.h"
 #include "base/err.h"
@@ -168,10 +172,13 @@ size_t tok_byte_symbol(unsigned char b, char out[4])
 	return tok_put_utf8(out, byte_char[b]);
 }
 
-/* What a token decodes to (ByteLevel decoder): its characters mapped back to
- * bytes when all of them are in the alphabet, else its own UTF-8. */
-static char *token_bytes(const char *tokstr, uint32_t *len)
+/* What a token decodes to on its own. ByteLevel decoder: its characters
+ * mapped back to bytes when all of them are in the alphabet, else its own
+ * UTF-8; other decoders: tok_dec_piece. */
+static char *token_bytes(const struct tok *t, const char *tokstr, uint32_t *len)
 {
+	if (t->n_dec != 1 || t->dec[0].kind != TD_BYTELEVEL)
+		return tok_dec_piece(t, tokstr, len);
 	size_t n = strlen(tokstr), o = 0;
 	char *out = malloc(n + 1);
 	if (!out)
@@ -194,76 +201,9 @@ static char *token_bytes(const char *tokstr, uint32_t *len)
 
 /* ---- loading ---- */
 
-static const char RE_NEWLINES[] = "(?:\\r?\\n)+(?!\\r?\\n)";
-static const char RE_LAGUNA[] =
-	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
-	"|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-static int is_str(const cJSON *o, const char *k, const char *want)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-	return cJSON_IsString(v) && !strcmp(v->valuestring, want);
-}
-
 static int flag(const cJSON *o, const char *k)
 {
 	return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, k));
-}
-
-static int check_split(const cJSON *p, const char *re, const char *behavior)
-{
-	const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
-	return is_str(p, "type", "Split") && is_str(pat, "Regex", re) &&
-	       is_str(p, "behavior", behavior) && !flag(p, "invert");
-}
-
-static int check_pretok(const cJSON *pt)
-{
-	const cJSON *seq = cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers");
-	if (!is_str(pt, "type", "Sequence") || cJSON_GetArraySize(seq) != 3)
-		return 0;
-	const cJSON *bl = cJSON_GetArrayItem(seq, 2);
-	return check_split(cJSON_GetArrayItem(seq, 0), RE_NEWLINES, "MergedWithNext") &&
-	       check_split(cJSON_GetArrayItem(seq, 1), RE_LAGUNA, "Isolated") &&
-	       is_str(bl, "type", "ByteLevel") && !flag(bl, "add_prefix_space") && !flag(bl, "use_regex");
-}
-
-/* One post-processor: TemplateProcessing's "single" template, ByteLevel
- * (offsets only) or a Sequence of them. */
-static int load_post(struct tok *t, const cJSON *pp)
-{
-	if (!pp || cJSON_IsNull(pp) || is_str(pp, "type", "ByteLevel"))
-		return 0;
-	if (is_str(pp, "type", "Sequence")) {
-		const cJSON *it;
-		cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(pp, "processors"))
-			if (load_post(t, it))
-				return -1;
-		return 0;
-	}
-	if (!is_str(pp, "type", "TemplateProcessing"))
-		return -1;
-	const cJSON *specials = cJSON_GetObjectItemCaseSensitive(pp, "special_tokens"), *it;
-	int seen_seq = 0;
-	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(pp, "single")) {
-		const cJSON *sp = cJSON_GetObjectItemCaseSensitive(it, "SpecialToken");
-		if (cJSON_GetObjectItemCaseSensitive(it, "Sequence")) {
-			seen_seq = 1;
-			continue;
-		}
-		const cJSON *name = cJSON_GetObjectItemCaseSensitive(sp, "id");
-		if (!cJSON_IsString(name))
-			return -1;
-		const cJSON *def = cJSON_GetObjectItemCaseSensitive(specials, name->valuestring), *id;
-		cJSON_ArrayForEach(id, cJSON_GetObjectItemCaseSensitive(def, "ids")) {
-			int32_t *dst = seen_seq ? t->post : t->pre;
-			int *n = seen_seq ? &t->n_post : &t->n_pre;
-			if (!cJSON_IsNumber(id) || *n >= 8)
-				return -1;
-			dst[(*n)++] = (int32_t)id->valueint;
-		}
-	}
-	return 0;
 }
 
 static int load_model(struct tok *t, const cJSON *model, const char *path, struct rq_err *err)
@@ -273,13 +213,19 @@ static int load_model(struct tok *t, const cJSON *model, const char *path, struc
 	const cJSON *cs = cJSON_GetObjectItemCaseSensitive(model, "continuing_subword_prefix");
 	const cJSON *ew = cJSON_GetObjectItemCaseSensitive(model, "end_of_word_suffix");
 	const cJSON *dr = cJSON_GetObjectItemCaseSensitive(model, "dropout");
-	if (!is_str(model, "type", "BPE") || !cJSON_IsObject(vocab) || !cJSON_IsArray(merges))
-		return rq_errf(err, -EPROTO, "%s: model is not a BPE with vocab and merges", path);
-	if ((cJSON_IsString(cs) && cs->valuestring[0]) || (cJSON_IsString(ew) && ew->valuestring[0]) ||
-	    (dr && !cJSON_IsNull(dr)) || flag(model, "byte_fallback"))
-		return rq_errf(err, -EPROTO, "%s: model: subword prefix/suffix, dropout or byte_fallback "
-			       "is not supported", path);
+	const cJSON *ty = cJSON_GetObjectItemCaseSensitive(model, "type");
+	if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "BPE") || !cJSON_IsObject(vocab) || !cJSON_IsArray(merges))
+		return rq_errf(err, -EPROTO, "%s: model: type \"%s\" is not supported (only BPE, with vocab and "
+			       "merges)", path, cJSON_IsString(ty) ? ty->valuestring : "?");
+	if ((cJSON_IsString(cs) && cs->valuestring[0]) || (cJSON_IsString(ew) && ew->valuestring[0]))
+		return rq_errf(err, -EPROTO, "%s: model.%s: a subword prefix/suffix is not supported", path,
+			       cJSON_IsString(cs) && cs->valuestring[0] ? "continuing_subword_prefix"
+			                                                : "end_of_word_suffix");
+	if (dr && !cJSON_IsNull(dr))
+		return rq_errf(err, -EPROTO, "%s: model.dropout: must be null (BPE dropout is random)", path);
 	t->ignore_merges = flag(model, "ignore_merges");
+	t->byte_fallback = flag(model, "byte_fallback");
+	t->fuse_unk = flag(model, "fuse_unk");
 	cJSON_ArrayForEach(it, vocab) {
 		if (!cJSON_IsNumber(it) || it->valueint < 0 || it->valueint >= (1 << 24))
 			return rq_errf(err, -EPROTO, "%s: model.vocab[\"%s\"]: bad id", path, it->string);
@@ -317,8 +263,8 @@ static int cmp_added_len(const void *x, const void *y, void *ctx)
 {
 	const struct added *ad = ctx;
 	int32_t i = *(const int32_t *)x, j = *(const int32_t *)y;
-	if (ad[i].len != ad[j].len)
-		return ad[i].len < ad[j].len ? 1 : -1;
+	if (ad[i].mlen != ad[j].mlen)
+		return ad[i].mlen < ad[j].mlen ? 1 : -1;
 	return (i > j) - (i < j);
 }
 
@@ -326,20 +272,12 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 {
 	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
 	const cJSON *addl = cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), *it;
-	const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
-	const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
+	const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
 	int rc = load_model(t, model, path, err);
+	if (!rc)
+		rc = tok_pipe_load(t, root, path, err);
 	if (rc)
 		return rc;
-	if (norm && !cJSON_IsNull(norm))
-		return rq_errf(err, -EPROTO, "%s: normalizer: only null is supported", path);
-	if (!check_pretok(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer")))
-		return rq_errf(err, -EPROTO, "%s: pre_tokenizer: not Laguna's Sequence[Split newline runs "
-			       "MergedWithNext, Split cl100k/single-digit Isolated, ByteLevel]", path);
-	if (!is_str(dec, "type", "ByteLevel"))
-		return rq_errf(err, -EPROTO, "%s: decoder: only ByteLevel is supported", path);
-	if (load_post(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor")))
-		return rq_errf(err, -EPROTO, "%s: post_processor: unsupported form", path);
 
 	/* the model vocabulary */
 	size_t nv = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(model, "vocab"));
@@ -347,10 +285,11 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 	size_t cap = t->n_ids + t->n_added;   /* added tokens may get ids past the vocab */
 	t->tok_str = calloc(cap, sizeof *t->tok_str);
 	t->tok_bytes = calloc(cap, sizeof *t->tok_bytes);
+	t->dec_str = calloc(cap, sizeof *t->dec_str);
 	t->tok_len = calloc(cap, sizeof *t->tok_len);
 	t->special = calloc(cap, 1);
 	t->added = calloc(t->n_added + 1, sizeof *t->added);
-	if (!t->tok_str || !t->tok_bytes || !t->tok_len || !t->special || !t->added ||
+	if (!t->tok_str || !t->tok_bytes || !t->dec_str || !t->tok_len || !t->special || !t->added ||
 	    strmap_init(&t->vocab, nv) || strmap_init(&t->added_map, t->n_added))
 		return -ENOMEM;
 	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(model, "vocab")) {
@@ -390,21 +329,42 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 			t->n_ids = a->id + 1;
 		strmap_put(&t->added_map, a->content, a->id);
 		t->special[a->id] = a->special;
-		free(t->tok_bytes[a->id]);
-		if (!(t->tok_bytes[a->id] = token_bytes(a->content, &t->tok_len[a->id])))
+		/* a normalized token is matched in normalized text, as its normalized
+		 * content, and decodes as that too (AddedVocabulary keeps it so) */
+		struct tbuf m = {0};
+		if (tbuf_put(&m, "", 0) || (a->normalized ? tok_normalize(t, a->content, a->len, &m)
+		                                            : tbuf_put(&m, a->content, a->len))) {
+			free(m.s);
+			return -ENOMEM;
+		}
+		a->match = m.s;
+		a->mlen = m.n;
+		t->dec_str[a->id] = a->match;
+		if (!a->mlen)
+			return rq_errf(err, -EPROTO, "%s: added_tokens[%d]: content normalizes to nothing",
+				       path, i - 1);
+	}
+	for (int id = 0; id < t->n_ids; id++) {
+		if (!t->dec_str[id])
+			t->dec_str[id] = t->tok_str[id];
+		if (t->dec_str[id] && !(t->tok_bytes[id] = token_bytes(t, t->dec_str[id], &t->tok_len[id])))
 			return -ENOMEM;
 	}
-	for (int id = 0; id < t->n_ids; id++)
-		if (t->tok_str[id] && !t->tok_bytes[id] &&
-		    !(t->tok_bytes[id] = token_bytes(t->tok_str[id], &t->tok_len[id])))
-			return -ENOMEM;
 	for (int b = 0; b < 256; b++) {
-		char s[4] = {0};
+		char s[8] = {0};
+		t->byte_tok[b] = -1;
+		if (t->byte_fallback) {
+			snprintf(s, sizeof s, "<0x%02X>", b);
+			t->byte_tok[b] = strmap_get(&t->vocab, s);
+		}
+		memset(s, 0, sizeof s);
 		tok_put_utf8(s, byte_char[b]);
-		if ((t->byte_id[b] = strmap_get(&t->vocab, s)) < 0)
-			return rq_errf(err, -EPROTO, "%s: model.vocab lacks the byte-level symbol of byte "
-				       "0x%02x (\"%s\")", path, b, s);
+		t->byte_id[b] = strmap_get(&t->vocab, s);   /* -1: unknown, as any character */
 	}
+	t->unk_id = -1;
+	if (cJSON_IsString(unk) && (t->unk_id = strmap_get(&t->vocab, unk->valuestring)) < 0)
+		return rq_errf(err, -EPROTO, "%s: model.unk_token \"%s\" is not in model.vocab", path,
+			       unk->valuestring);
 
 	const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
 	if (mergemap_init(&t->merges, cJSON_GetArraySize(merges)))
@@ -430,14 +390,14 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 	for (int b = 0; b < 256; b++) {
 		int n = 0;
 		for (i = 0; i < t->n_added; i++)
-			n += (unsigned char)t->added[i].content[0] == b;
+			n += (unsigned char)t->added[i].match[0] == b;
 		if (!n)
 			continue;
 		if (!(t->first[b] = malloc((n + 1) * sizeof(int32_t))))
 			return -ENOMEM;
 		n = 0;
 		for (i = 0; i < t->n_added; i++)
-			if ((unsigned char)t->added[i].content[0] == b)
+			if ((unsigned char)t->added[i].match[0] == b)
 				t->first[b][n++] = i;
 		qsort_r(t->first[b], n, sizeof(int32_t), cmp_added_len, t->added);
 		t->first[b][n] = -1;
@@ -491,8 +451,12 @@ void tok_free(struct tok *t)
 		free(t->tok_str[i]);
 		free(t->tok_bytes[i]);
 	}
-	for (int i = 0; i < t->n_added && t->added; i++)
+	for (int i = 0; i < t->n_added && t->added; i++) {
 		free(t->added[i].content);
+		free(t->added[i].match);
+	}
+	free(t->dec_str);
+	tok_pipe_free(t);
 	for (int b = 0; b < 256; b++)
 		free(t->first[b]);
 	free(t->tok_str);
@@ -526,3 +490,9 @@ int tok_is_special(const struct tok *t, int id)
 	return id >= 0 && id < t->n_ids && t->special[id];
 }
 
+int tok_prefix_ids(const struct tok *t, int32_t *ids, int n_max)
+{
+	for (int i = 0; i < t->n_pre && i < n_max; i++)
+		ids[i] = t->pre[i];
+	return t->n_pre;
+}

@@ -1,17 +1,18 @@
-/* tokenizer.h — byte-level BPE read from a Hugging Face tokenizer.json.
+/* tokenizer.h — BPE tokenizers read from a Hugging Face tokenizer.json.
  *
- * Encodes exactly as the `tokenizers` library does for Laguna's tokenizer:
- * added tokens are matched first (leftmost-longest, honouring their
- * single_word / lstrip / rstrip / normalized flags), the rest is split by
- * Laguna's pre-tokenizer (newline runs MergedWithNext, then the cl100k-style
- * regex with single-digit numbers, both hand-written here), mapped to the
- * GPT-2 byte alphabet and merged by rank. Decoding follows the ByteLevel
- * decoder, invalid UTF-8 replaced by U+FFFD as Rust's from_utf8_lossy does.
- *
- * Any other pre-tokenizer, normalizer or model in the file is refused with
- * -EPROTO naming the field, rather than silently tokenized differently.
- * Input bytes that are not valid UTF-8 are tokenized byte by byte as
- * "other" characters (the library cannot be given such input at all). */
+ * Encodes and decodes exactly as the `tokenizers` library does for the
+ * pipelines the common decoder families declare: byte-level BPE with the
+ * GPT-2, Llama-3 or Qwen2 (= Laguna) pre-tokenizer regexes, Digits and
+ * add_prefix_space (GPT-2, SmolLM2, Llama-3, Qwen2/3, Laguna), and
+ * SentencePiece-style BPE (Llama-2, Mistral: Metaspace or the
+ * Prepend/Replace normalizers, byte_fallback <0xNN> tokens, unk_token, the
+ * Replace/ByteFallback/Fuse/Strip or Metaspace decoders); NFC; added tokens
+ * with their single_word / lstrip / rstrip / normalized / special flags;
+ * TemplateProcessing post-processors (BOS). engine/tok_pipe.c lists what is
+ * read; any other normalizer, pre-tokenizer, regex, model option or decoder
+ * is refused with -EPROTO naming the JSON field, never tokenized
+ * differently. Input bytes that are not valid UTF-8 are tokenized byte by
+ * byte as "other" characters (the library cannot be given such input). */
 #ifndef RQ_ENGINE_TOKENIZER_H
 #define RQ_ENGINE_TOKENIZER_H
 
@@ -32,6 +33,9 @@ int tok_vocab_size(const struct tok *t);
 int tok_id(const struct tok *t, const char *token);
 /* 1 when id is an added token flagged special (skipped by TOK_SKIP_SPECIAL). */
 int tok_is_special(const struct tok *t, int id);
+/* The ids TOK_ADD_SPECIAL puts before the text (the post-processor's
+ * template, e.g. Llama's BOS): their count, the first *n_max of them in ids. */
+int tok_prefix_ids(const struct tok *t, int32_t *ids, int n_max);
 
 /* A growable id array; zero-initialise, release with tok_ids_free. */
 struct tok_ids {
@@ -41,7 +45,7 @@ struct tok_ids {
 void tok_ids_free(struct tok_ids *ids);
 
 enum {
-	TOK_ADD_SPECIAL = 1,     /* encode: apply the post-processor (Laguna: leading 〈|EOS|〉) */
+	TOK_ADD_SPECIAL = 1,     /* encode: apply the post-processor (Laguna: leading 〈|EOS|〉, Llama: BOS) */
 	TOK_SKIP_SPECIAL = 2,    /* decode: drop added tokens flagged special */
 };
 

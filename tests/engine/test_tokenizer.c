@@ -173,7 +173,7 @@ static void variants(const char *dir, const char *json, const struct tok *ref, c
 		size_t len = tj_unhex(cJSON_GetStringValue(cJSON_GetObjectItem(c, "hex")), buf);
 		struct tok_ids a = {0}, b = {0};
 		if (same && (tok_encode(t, buf, len, 0, &a) || tok_encode(ref, buf, len, 0, &b) ||
-		             a.n != b.n || memcmp(a.v, b.v, a.n * sizeof *a.v)))
+		             a.n != b.n || (a.n && memcmp(a.v, b.v, a.n * sizeof *a.v))))
 			same = 0;
 		tok_ids_free(&a);
 		tok_ids_free(&b);
@@ -183,11 +183,14 @@ static void variants(const char *dir, const char *json, const struct tok *ref, c
 	t = NULL;
 
 	static const char *const breakers[][2] = {
-		{"\"MergedWithNext\"", "\"Isolated\""},
-		{"\\\\p{N}|", "\\\\p{N}{1,3}|"},
-		{"\"normalizer\":\tnull", "\"normalizer\":\t{\"type\": \"NFC\"}"},
+		{"\"MergedWithNext\"", "\"Contiguous\""},
+		{"\\\\p{N}|", "\\\\p{N}{1,4}|"},
+		{"\"normalizer\":\tnull", "\"normalizer\":\t{\"type\": \"NFKC\"}"},
+		{"\"normalizer\":\tnull", "\"normalizer\":\t{\"type\": \"Replace\", \"pattern\": "
+		 "{\"Regex\": \" \"}, \"content\": \"x\"}"},
+		{"\"decoder\":", "\"decoder\": {\"type\": \"WordPiece\"}, \"old_decoder\":"},
 		{"\"type\":\t\"BPE\"", "\"type\":\t\"WordPiece\""},
-		{"\"Ā\":", "\"not-a-byte\":"},
+		{"\"dropout\":\tnull", "\"dropout\":\t0.1"},
 	};
 	for (size_t i = 0; i < sizeof breakers / sizeof breakers[0]; i++) {
 		char *b = replace(json, breakers[i][0], breakers[i][1]);
@@ -215,6 +218,9 @@ static void misc(const struct tok *t, const cJSON *g)
 	       tok_id(t, "<think>") == 18 && tok_id(t, "</think>") == 19 && tok_id(t, "<assistant>") == 23 &&
 	       tok_id(t, "</assistant>") == 24 && tok_id(t, "<user>") == -1,
 	       "Laguna's ids: bos/eos 2, pad 9, <think> 18, </think> 19, <assistant> 23, </assistant> 24");
+	int32_t pre[4] = {-1, -1, -1, -1};
+	TAP_OK(tok_prefix_ids(t, pre, 4) == 1 && pre[0] == 2 && pre[1] == -1,
+	       "the post-processor puts one id before the text: 2 (got %d)", pre[0]);
 	TAP_OK(tok_is_special(t, 2) && tok_is_special(t, 24) && !tok_is_special(t, 18) &&
 	       !tok_is_special(t, 23) && !tok_is_special(t, 500) && !tok_is_special(t, -1),
 	       "special flags: 2 and 24 special, 18 and 23 not");
@@ -243,6 +249,73 @@ static void misc(const struct tok *t, const cJSON *g)
 	if (ok)
 		free(out);
 	tok_ids_free(&ids);
+}
+
+/* A hand-made SentencePiece-style tokenizer.json (Llama-2's pipeline) whose
+ * ids follow by hand from the rules: Prepend/Replace normalizers, byte
+ * fallback, fused unk, BOS template, the Replace/ByteFallback/Fuse/Strip
+ * decoder. The peer test checks the same shapes against tokenizers itself. */
+static const char SP_JSON[] =
+	"{\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true},"
+	" {\"id\": 1, \"content\": \"<s>\", \"special\": true}, {\"id\": 2, \"content\": \"</s>\", \"special\": true}],"
+	" \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\u2581\"},"
+	"  {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\u2581\"}]},"
+	" \"pre_tokenizer\": null,"
+	" \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\"}},"
+	"  {\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [1]}}},"
+	" \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\": {\"String\": \"\u2581\"},"
+	"  \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"},"
+	"  {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}]},"
+	" \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": \"<unk>\", \"fuse_unk\": true,"
+	"  \"byte_fallback\": true, \"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2, \"\u2581\": 3, \"h\": 4,"
+	"  \"i\": 5, \"\u2581h\": 6, \"\u2581hi\": 7, \"<0xC3>\": 8, \"<0xA9>\": 9}, \"merges\": [\"\u2581 h\", \"\u2581h i\"]}}";
+
+static void sentencepiece(const char *dir)
+{
+	char path[4200];
+	struct rq_err err = {0};
+	struct tok *t = NULL;
+	snprintf(path, sizeof path, "%s/sp.json", dir);
+	spit(path, SP_JSON);
+	int rc = tok_load(path, &t, &err);
+	TAP_OK(rc == 0, "SentencePiece-style tokenizer.json loads: %s", rc ? err.msg : "ok");
+	if (rc)
+		return;
+	static const struct {
+		const char *text;
+		int flags;
+		int32_t ids[6];
+		size_t n;
+		const char *back;   /* decode of ids, skipping specials */
+	} cases[] = {
+		{"hi hi", 0, {7, 7}, 2, "hi hi"},
+		{"hi hi", TOK_ADD_SPECIAL, {1, 7, 7}, 3, "hi hi"},
+		{"h\xc3\xa9", 0, {6, 8, 9}, 3, "h\xc3\xa9"},                 /* byte fallback */
+		{"<s>hi", 0, {1, 7}, 2, "hi"},                               /* Prepend per gap */
+		{"zz hi", 0, {3, 0, 7}, 3, " hi"},    /* fused unk; skipped as special: "▁" "▁hi" */
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct tok_ids ids = {0};
+		int ok = !tok_encode(t, cases[i].text, strlen(cases[i].text), cases[i].flags, &ids) &&
+		         ids.n == cases[i].n && !memcmp(ids.v, cases[i].ids, ids.n * sizeof *ids.v);
+		TAP_OK(ok, "SentencePiece-style encode \"%s\" (flags %d)", cases[i].text, cases[i].flags);
+		if (!ok)
+			show_ids("ours", &ids);
+		TAP_OK(decode_both(t, cases[i].ids, cases[i].n, TOK_SKIP_SPECIAL, cases[i].back, strlen(cases[i].back)),
+		       "SentencePiece-style decode (and streamed) -> \"%s\"", cases[i].back);
+		tok_ids_free(&ids);
+	}
+	int32_t bad[] = {6, 8};   /* a byte run that never completes: one U+FFFD per byte */
+	TAP_OK(decode_both(t, bad, 2, 0, "h\xef\xbf\xbd", 4), "unfinished byte-fallback run decodes to U+FFFD");
+	tok_free(t);
+	t = NULL;
+	char *v = replace(SP_JSON, "\"unk_token\": \"<unk>\"", "\"unk_token\": \"<nope>\"");
+	spit(path, v);
+	free(v);
+	TAP_OK(tok_load(path, &t, &err) == -EPROTO && strstr(err.msg, "unk_token"), "refuses an unk_token "
+	       "outside the vocab: %s", err.msg);
+	tok_free(t);
+	unlink(path);
 }
 
 static void speed(const struct tok *t, const cJSON *g)
@@ -298,6 +371,7 @@ int main(int argc, char **argv)
 		misc(t, g);
 		if (json)
 			variants(dir, json, t, g);
+		sentencepiece(dir);
 		speed(t, g);
 	}
 	tok_free(t);

@@ -8,6 +8,18 @@ of the tokenizer.json: added tokens with lstrip / rstrip / single_word /
 normalized flags and extra tokens outside the vocab plus a duplicated merge,
 and ignore_merges.
 
+Then the same comparison for every family shape the engine runs, each a
+tokenizer trained here with the `tokenizers` library itself (BpeTrainer on
+a corpus) in the pipeline that family's tokenizer.json declares: GPT-2
+(ByteLevel regex, with and without add_prefix_space), SmolLM2 (Digits +
+ByteLevel), Llama-3 (Split \p{N}{1,3} + ByteLevel, ignore_merges,
+TemplateProcessing with BOS), Qwen2 (NFC + Split \p{N} + ByteLevel),
+SentencePiece-style (Metaspace pre-tokenizer + byte_fallback; the
+Prepend/Replace normalizer form with the Replace/ByteFallback/Fuse/Strip
+decoder; unk_token with fuse_unk instead of byte fallback), each with added
+special and non-special tokens. And SmolLM2-135M-Instruct's real
+tokenizer.json (.models/, made by tools/setup-model; missing is a failure).
+
 usage: test_tok_peer.py PATH/TO/tok_tool     (RQ_TOK_SEED=n picks the seed)
 Prints TAP.
 """
@@ -18,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 
-from tokenizers import Tokenizer
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 N_TEXTS = int(os.environ.get("RQ_TOK_N", "3000"))
 SEED = int(os.environ.get("RQ_TOK_SEED", "20260801"))
@@ -47,6 +59,18 @@ FRAGMENTS = [
     "<", ">", "</", "<think>", "</think>", "<think", "think>", "<assistant>", "</assistant>",
     "<tool_call>", "</tool_call>", "<user>", "〈|EOS|〉", "〈|PAD|〉", "〈|EOS|", "|〉", "〈", "〉",
     "〈|SPECIAL_8|〉", "<thinking>", "hello world", "ab", "ab ", " ab", "xab", "aby",
+    # the families' own specials and SentencePiece forms
+    "<s>", "</s>", "<unk>", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|begin_of_text|>",
+    "<tool>", " <tool> ", "\u2581", "\u2581\u2581", " \u2581x", "<0x41>", "<0xE6>",
+    # NFC: decomposed, reordered and Hangul jamo sequences, compatibility-looking forms
+    "A\u030a", "\u212b", "\u1100\u1161\u11a8", "\u1100\u1161", "\uac00\u11a8", "o\u0323\u0302",
+    "o\u0302\u0323", "\u1e9b\u0323", "\u0915\u093c", "\u00e9\u0301", "\u0301\u0301",
+    # code and numbers
+    "def f(x):\n    return x**2  # sq\n", "for (int i = 0; i < n; i++) {\n\t}", "1234567", "3.14159",
+    "1,000,000", "0x1F", "x = [1, 22, 333, 4444]", "    ", "\t\t", " \n ", "\n\n\n\n",
+    "don't", "I'LL", "we've", "it's", "\u0661\u0662\u0663",
+    # digits Rust's char::is_numeric knows but Oniguruma's \p{N} does not (Unicode 16)
+    "\U00011de0\U00011de5", "a\U00016ff4b", "x1\U00011de9",
 ]
 
 
@@ -104,13 +128,13 @@ def compare_encode(tok_tool, tjson, texts, label):
 def compare_decode(tok_tool, tjson, tk, rng, label):
     vs = tk.get_vocab_size()
     seqs = []
-    for _ in range(600):
-        n = rng.randrange(0, 16)
+    for k in range(700):
+        n = rng.randrange(0, 16) if k < 600 else rng.randrange(50, 400)   # long ones: the streaming window
         seq = []
         for _ in range(n):
             r = rng.random()
-            seq.append(rng.randrange(70, 326) if r < 0.5 else rng.randrange(0, 70) if r < 0.65
-                       else rng.randrange(0, vs))
+            seq.append(rng.randrange(70, 326) if r < 0.4 else rng.randrange(0, 70) if r < 0.55
+                       else rng.randrange(max(0, vs - 300), vs) if r < 0.75 else rng.randrange(0, vs))
         seqs.append(seq)
     for skip in (False, True):
         ours = tool(tok_tool, "decode", [" ".join(map(str, s)) for s in seqs], tjson,
@@ -121,7 +145,7 @@ def compare_decode(tok_tool, tjson, tk, rng, label):
             full, streamed = (o.split(" ") + [""])[:2]
             if full != ref or streamed != ref:
                 bad.append("%s: ours %s / streamed %s, tokenizers %s" % (s, full, streamed, ref))
-        ok(not bad, "%s: decode and streamed decode of %d random id sequences (skip_special=%s)"
+        ok(not bad, "%s: decode and streamed decode of %d random id sequences, 100 of them long (skip_special=%s)"
            % (label, len(seqs), skip), bad[:5])
 
 
@@ -155,6 +179,116 @@ def variant_ignore_merges(tj):
     return json.dumps(d, ensure_ascii=False)
 
 
+CORPUS_EXTRA = """The quick brown fox jumps over the lazy dog. It's 12:45 and we've got 3,000 items.
+def main(argv):
+    return sum(int(x) ** 2 for x in argv if x.isdigit())  # 42
+日本語のテキストと中文文本，한국어 문장도 있습니다. Привет, мир! Γειά σου κόσμε. שלום עולם. مرحبا بالعالم.
+café naïve résumé Ångström e\u0301 🙂🚀 👨\u200d👩\u200d👧 \tTabs\tand  double  spaces\n\n\nnewlines
+"""
+
+LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+NEWLINES_RE = r"(?:\r?\n)+(?!\r?\n)"
+GPT2_RE = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+QWEN2_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def corpus():
+    try:
+        gpl = open("/usr/share/common-licenses/GPL-3", encoding="utf-8").read()
+    except OSError:
+        gpl = ""
+    return [gpl[i:i + 2000] for i in range(0, len(gpl), 2000)] + [CORPUS_EXTRA] * 20
+
+
+def added(tk, specials, plain):
+    tk.add_special_tokens(specials)
+    from tokenizers import AddedToken
+    tk.add_tokens([AddedToken(c, normalized=True, special=False) for c in plain])
+
+
+def bytelevel_family(name):
+    tk = Tokenizer(models.BPE(ignore_merges=(name == "llama3")))
+    if name == "qwen2":
+        tk.normalizer = normalizers.NFC()
+    if name.startswith("gpt2"):
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=name.endswith("prefix"), use_regex=True)
+    elif name == "smollm2":
+        tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                    pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    else:
+        tk.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_RE if name == "llama3" else QWEN2_RE), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tk.decoder = decoders.ByteLevel()
+    specials = {"llama3": ["<|begin_of_text|>", "<|end_of_text|>"],
+                "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]}.get(name, ["<|endoftext|>"])
+    tr = trainers.BpeTrainer(vocab_size=1200, special_tokens=specials, show_progress=False,
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tk.train_from_iterator(corpus(), tr)
+    added(tk, [], ["<tool>", "hello world"])
+    if name == "llama3":
+        tk.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A $B",
+                                          special_tokens=[("<|begin_of_text|>", tk.token_to_id("<|begin_of_text|>"))])])
+    else:
+        tk.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tk
+
+
+def sp_family(name):
+    """SentencePiece-style BPE: "metaspace" (Metaspace pre-tokenizer, decoder
+    Metaspace... as converted with legacy=False), "prepend" (Llama-2's
+    normalizer Prepend+Replace, decoder Replace/ByteFallback/Fuse/Strip),
+    "unk" (prepend form, unk_token + fuse_unk instead of byte fallback),
+    "metaspace-always" (prepend_scheme always, split, decoder Metaspace)."""
+    fallback = name != "unk"
+    tk = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=fallback, fuse_unk=True))
+    if name == "metaspace":
+        tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+    elif name == "metaspace-always":
+        tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    else:
+        tk.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tk.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                    decoders.Strip(" ", 1, 0)])
+    if name == "metaspace-always":
+        tk.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    tr = trainers.BpeTrainer(vocab_size=900, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False,
+                             limit_alphabet=120)
+    # the "prepend" form has no pre-tokenizer: train on short lines so words stay small
+    tk.train_from_iterator([l for c in corpus() for l in c.split("\n")], tr)
+    d = json.loads(tk.to_str())
+    vocab = d["model"]["vocab"]
+    if fallback:
+        nid = max(vocab.values()) + 1
+        for b in range(256):
+            vocab["<0x%02X>" % b] = nid
+            nid += 1
+    bos = vocab["<s>"]
+    d["post_processor"] = {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}}],
+                           "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                    {"Sequence": {"id": "A", "type_id": 0}},
+                                    {"Sequence": {"id": "B", "type_id": 1}}],
+                           "special_tokens": {"<s>": {"id": "<s>", "ids": [bos], "tokens": ["<s>"]}}}
+    tk = Tokenizer.from_str(json.dumps(d, ensure_ascii=False))
+    added(tk, [], ["<tool>", "hello world"])
+    return tk
+
+
+def family_texts(rng, n):
+    return [random_text(rng) for _ in range(n)] + [CORPUS_EXTRA] + [f for f in FRAGMENTS]
+
+
+def check_tokenizer(tok_tool, path, label, texts, rng):
+    tk = compare_encode(tok_tool, path, texts, label)
+    compare_decode(tok_tool, path, tk, rng, label)
+
+
 def main():
     if len(sys.argv) != 2:
         print("1..0 # SKIP usage: test_tok_peer.py PATH/TO/tok_tool")
@@ -177,6 +311,38 @@ def main():
             vtk = compare_encode(tok_tool, vpath, texts[: N_TEXTS // 2], name)
             if name.startswith("added"):
                 compare_decode(tok_tool, vpath, vtk, rng, name)
+        fam = family_texts(rng, N_TEXTS // 3)
+        for name in ("gpt2", "gpt2-prefix", "smollm2", "llama3", "qwen2"):
+            path = os.path.join(d, name + ".json")
+            bytelevel_family(name).save(path)
+            check_tokenizer(tok_tool, path, name + " (trained here)", fam, rng)
+        # the same vocabulary under other pre-tokenizer arrangements: each Split
+        # behavior (line-break runs, then GPT-2's regex as a Split), and
+        # add_prefix_space after another splitter (it applies to every piece)
+        base = bytelevel_family("qwen2")
+        arrangements = [("Split line breaks %s + Split GPT-2 regex" % b, pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(NEWLINES_RE), behavior=b),
+            pre_tokenizers.Split(Regex(GPT2_RE), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]))
+            for b in ("isolated", "merged_with_previous", "merged_with_next", "removed")]
+        arrangements.append(("Digits runs + ByteLevel add_prefix_space", pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=False), pre_tokenizers.ByteLevel(add_prefix_space=True)])))
+        for label, pt in arrangements:
+            base.pre_tokenizer = pt
+            path = os.path.join(d, "arrangement.json")
+            base.save(path)
+            compare_encode(tok_tool, path, fam[: len(fam) // 2], label)
+        for name in ("metaspace", "metaspace-always", "prepend", "unk"):
+            path = os.path.join(d, name + ".json")
+            sp_family(name).save(path)
+            check_tokenizer(tok_tool, path, "sentencepiece-style " + name + " (trained here)", fam, rng)
+    root = os.environ.get("RQ_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
+    real = os.path.join(os.environ.get("RQ_SMOLLM2_DIR", os.path.join(root, ".models", "SmolLM2-135M-Instruct")),
+                        "tokenizer.json")
+    if os.path.exists(real):
+        check_tokenizer(tok_tool, real, "SmolLM2-135M-Instruct's tokenizer.json", fam, rng)
+    else:
+        ok(False, "SmolLM2-135M-Instruct's tokenizer.json at %s: missing (tools/setup-model makes it)" % real)
     print("1..%d" % n_test)
     return 1 if n_failed else 0
 
