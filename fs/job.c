@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 static int64_t ns_of(struct timespec t)
 {
@@ -219,5 +220,65 @@ int rq_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char
 		*desc = s;
 	else
 		free(s);
+	return 0;
+}
+
+int rq_file_key(const struct rq_plan *p, size_t i, struct rq_cache_key *key)
+{
+	const struct rq_vfile *f = &p->files[i];
+	const struct rq_srcfile *sf = &p->srcs[f->src];
+	XXH3_state_t *mem = XXH3_createState();
+	if (!mem)
+		return -ENOMEM;
+	XXH3_128bits_reset(mem);
+	size_t njobs = 0;
+	for (size_t k = 0; k < f->nseg; k++) {
+		if (f->seg[k].kind == RQ_SEG_MEM) {
+			XXH3_128bits_update(mem, &f->seg[k].off, sizeof f->seg[k].off);
+			XXH3_128bits_update(mem, f->seg[k].mem, f->seg[k].len);
+		}
+		njobs += f->seg[k].kind == RQ_SEG_JOB;
+	}
+	XXH128_hash_t mh = XXH3_128bits_digest(mem);
+	XXH3_freeState(mem);
+	size_t cap = 512 + njobs * 40 + strlen(f->name);
+	char *s = malloc(cap);
+	if (!s)
+		return -ENOMEM;
+	/* A hub blob is content-addressed: its sha256 names the bytes (a chmod
+	 * of the blob keeps the file); a plain SRC file is its identity. */
+	int n = snprintf(s, cap, "requantfs file 1\nname %s size %" PRIu64 "\n", f->name, f->size);
+	if (sf->blob_sha256[0])
+		n += snprintf(s + n, cap - (size_t)n, "src sha256:%s\n", sf->blob_sha256);
+	else
+		n += snprintf(s + n, cap - (size_t)n, "src dev=%ju ino=%ju size=%" PRIu64 " mtime_ns=%"
+		              PRId64 " ctime_ns=%" PRId64 "\n", (uintmax_t)sf->dev, (uintmax_t)sf->ino,
+		              sf->size, sf->mtime_ns, sf->ctime_ns);
+	n += snprintf(s + n, cap - (size_t)n, "mem %016" PRIx64 "%016" PRIx64 "\n", mh.high64,
+	              mh.low64);
+	/* each job once, in the order of its first segment */
+	uint8_t *seen = calloc(p->njobs ? p->njobs : 1, 1);
+	if (!seen) {
+		free(s);
+		return -ENOMEM;
+	}
+	for (size_t k = 0; k < f->nseg; k++) {
+		const struct rq_seg *g = &f->seg[k];
+		if (g->kind != RQ_SEG_JOB || seen[g->job])
+			continue;
+		seen[g->job] = 1;
+		struct rq_cache_key jk;
+		if (rq_job_key(p, (size_t)g->job, &jk, NULL)) {
+			free(seen);
+			free(s);
+			return -ENOMEM;
+		}
+		char hex[33];
+		rq_cache_key_hex(&jk, hex);
+		n += snprintf(s + n, cap - (size_t)n, "job %s\n", hex);
+	}
+	free(seen);
+	rq_cache_key_of(s, (size_t)n, key);
+	free(s);
 	return 0;
 }

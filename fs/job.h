@@ -18,6 +18,13 @@ struct rq_cache_key;
  * -ENOMEM. The mount and export key the same job the same way. */
 int rq_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char **desc);
 
+/* The cache key of virtual file i stored whole (the mount's materialized
+ * shard, rq_cache_file_*): XXH3-128 of its name and size, its SRC file's
+ * identity (a hub blob's sha256, else dev, inode, size, mtime, ctime), the
+ * bytes the plan holds for it, and the keys of its jobs in the order they
+ * first appear. The mount and export key a file the same way. 0 or -ENOMEM. */
+int rq_file_key(const struct rq_plan *p, size_t i, struct rq_cache_key *key);
+
 /* Runs job j: checks that each SRC file it reads is still the plan's
  * (inode, size, mtime, ctime of the fd and of the path), reads its BF16
  * weights (fds indexed like plan->srcs; their pages dropped after), quantizes,

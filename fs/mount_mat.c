@@ -40,7 +40,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "fs/job.h"
 
 #include "base/err.h"
 #include "fs/mount_pt.h"
@@ -59,48 +59,6 @@ static unsigned test_pause_ms(void)
 }
 
 /* ---- setup -------------------------------------------------------------- */
-
-static int mat_key(const struct rq_mount *m, long i, struct rq_cache_key *key)
-{
-	const struct rq_plan *p = m->plan;
-	const struct rq_vfile *f = &p->files[i];
-	const struct rq_srcfile *sf = &p->srcs[f->src];
-	const struct mfile *mf = &m->files[i];
-	XXH3_state_t *mem = XXH3_createState();
-	if (!mem)
-		return -ENOMEM;
-	XXH3_128bits_reset(mem);
-	for (size_t k = 0; k < f->nseg; k++)
-		if (f->seg[k].kind == RQ_SEG_MEM) {
-			XXH3_128bits_update(mem, &f->seg[k].off, sizeof f->seg[k].off);
-			XXH3_128bits_update(mem, f->seg[k].mem, f->seg[k].len);
-		}
-	XXH128_hash_t mh = XXH3_128bits_digest(mem);
-	XXH3_freeState(mem);
-	size_t cap = 512 + (size_t)mf->njobs * 40 + strlen(f->name);
-	char *s = malloc(cap);
-	if (!s)
-		return -ENOMEM;
-	/* A hub blob is content-addressed: its sha256 names the bytes (a chmod
-	 * of the blob keeps the file); a plain SRC file is its identity. */
-	int n = snprintf(s, cap, "requantfs file 1\nname %s size %" PRIu64 "\n", f->name, f->size);
-	if (sf->blob_sha256[0])
-		n += snprintf(s + n, cap - (size_t)n, "src sha256:%s\n", sf->blob_sha256);
-	else
-		n += snprintf(s + n, cap - (size_t)n, "src dev=%ju ino=%ju size=%" PRIu64 " mtime_ns=%"
-		              PRId64 " ctime_ns=%" PRId64 "\n", (uintmax_t)sf->dev, (uintmax_t)sf->ino,
-		              sf->size, sf->mtime_ns, sf->ctime_ns);
-	n += snprintf(s + n, cap - (size_t)n, "mem %016" PRIx64 "%016" PRIx64 "\n", mh.high64,
-	              mh.low64);
-	for (int k = 0; k < mf->njobs; k++) {
-		char hex[33];
-		rq_cache_key_hex(&m->jobs[mf->jobs[k]].key, hex);
-		n += snprintf(s + n, cap - (size_t)n, "job %s\n", hex);
-	}
-	rq_cache_key_of(s, (size_t)n, key);
-	free(s);
-	return 0;
-}
 
 int rq_mnt_files_init(struct rq_mount *m, struct rq_err *err)
 {
@@ -131,7 +89,7 @@ int rq_mnt_files_init(struct rq_mount *m, struct rq_err *err)
 			if (J->nvf < 2 && (J->nvf == 0 || J->vf[0] != (int)i))
 				J->vf[J->nvf++] = (int)i;
 		}
-		if (mf->njobs && mat_key(m, (long)i, &mf->mat_key))
+		if (mf->njobs && rq_file_key(p, i, &mf->mat_key))
 			return rq_errf(err, -ENOMEM, "out of memory");
 	}
 	return 0;

@@ -46,8 +46,9 @@ static const struct ent *lookup(const struct list *l, const char *name)
 static int compare_tensor(struct rq_ckpt *a, const struct ent *x, struct rq_ckpt *b,
                           const struct ent *y, uint64_t *ndiff, struct rq_err *err)
 {
-	static const uint64_t chunk = 16 << 20;
+	/* buffers sized to the tensor (most are small), at most 16 MiB */
 	uint64_t len = x->t->end - x->t->begin, n = 0;
+	uint64_t chunk = len < (16 << 20) ? (len ? len : 1) : (16 << 20);
 	uint8_t *p = malloc(chunk), *q = malloc(chunk);
 	int rc = p && q ? 0 : -ENOMEM;
 	for (uint64_t off = 0; off < len && !rc; off += chunk) {

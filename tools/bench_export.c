@@ -8,6 +8,8 @@
 #include "fs/plan.h"
 #include "qdev/qdev.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +25,10 @@ static void usage(FILE *f)
 	"(default: a new directory under /var/tmp), then times, from a warm page cache:\n"
 	"  cp -r SRC          the baseline: copying the same bytes\n"
 	"  requantfs export   the same files with the BF16 experts requantized\n"
-	"and prints both throughputs and their ratio.\n");
+	"  export --link      only the files that differ written, the others linked to SRC\n"
+	"and prints the throughputs, bytes written and ratios; then reads every file of the\n"
+	"--link export and of the full export (warm page cache, best of 3, alternating) and\n"
+	"prints their read throughputs and ratio (links must read at native speed).\n");
 }
 
 static int sh(const char *fmt, const char *a, const char *b)
@@ -31,6 +36,35 @@ static int sh(const char *fmt, const char *a, const char *b)
 	char cmd[16384];
 	snprintf(cmd, sizeof cmd, fmt, a, b);
 	return system(cmd);
+}
+
+/* Bytes/s of reading every file of dir (links followed) in 8 MiB reads. */
+static double read_dir_bw(const char *dir, uint64_t *total)
+{
+	static char buf[8 << 20];
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	uint64_t bytes = 0;
+	double t0 = bench_now();
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		char path[2048];
+		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		ssize_t r;
+		while ((r = read(fd, buf, sizeof buf)) > 0)
+			bytes += (uint64_t)r;
+		close(fd);
+	}
+	double t = bench_now() - t0;
+	closedir(d);
+	*total = bytes;
+	return t > 0 ? bytes / t : 0;
 }
 
 int bench_export(int argc, char **argv)
@@ -64,7 +98,8 @@ int bench_export(int argc, char **argv)
 	if (n <= 0)
 		return cli_fail(1, "bench export", "cannot find my own executable");
 	self[n] = 0;
-	char src[1100], cal[1100], cpdst[1100], dst[1100], cmd[6000];
+	char src[1100], cal[1100], cpdst[1100], dst[1100], lnk[1100], cmd[6000];
+	snprintf(lnk, sizeof lnk, "%s/export-link", work);
 	snprintf(src, sizeof src, "%s/src", work);
 	snprintf(cal, sizeof cal, "%s/calib", work);
 	snprintf(cpdst, sizeof cpdst, "%s/cp", work);
@@ -79,6 +114,7 @@ int bench_export(int argc, char **argv)
 			return cli_fail(1, "bench export", "mkckpt failed");
 	}
 	sh("rm -rf '%s' '%s'", cpdst, dst);
+	sh("rm -rf '%s'%s", lnk, "");
 	sh("cat '%s'/* > /dev/null%s", src, "");         /* warm page cache for both */
 
 	struct rq_err err = {0};
@@ -108,6 +144,16 @@ int bench_export(int argc, char **argv)
 	t0 = bench_now();
 	rc = rq_export(p, q, dst, NULL, NULL, &err);
 	double t_ex = bench_now() - t0;
+	struct rq_export_opts lo = {.link = RQ_LINK_SYMLINK};
+	struct rq_export_stats ls = {0};
+	double t_ln = 0;
+	if (!rc) {
+		sh("sync%s%s", "", "");
+		t0 = bench_now();
+		rc = rq_export(p, q, lnk, &lo, &ls, &err);
+		sh("sync%s%s", "", "");
+		t_ln = bench_now() - t0;
+	}
 	if (rc) {
 		cli_fail(1, "bench export", "%s", err.msg);
 	} else {
@@ -117,11 +163,26 @@ int bench_export(int argc, char **argv)
 		       src_bytes / t_cp / 1e9);
 		printf("  %-28s %8.2f s  %8.2f GB/s of SRC  (%.2f GB/s BF16 quantized)\n",
 		       "requantfs export", t_ex, src_bytes / t_ex / 1e9, qin / t_ex / 1e9);
-		printf("  export / cp throughput ratio: %.2f\n", t_cp / t_ex);
+		printf("  %-28s %8.2f s  %8.2f GB written, %.2f GB linked (full export: %.2f GB)\n",
+		       "requantfs export --link", t_ln, ls.bytes_written / 1e9, ls.bytes_linked / 1e9,
+		       (ls.bytes_written + ls.bytes_linked) / 1e9);
+		printf("  export / cp throughput ratio: %.2f; export --link / cp time ratio: %.2f\n",
+		       t_cp / t_ex, t_ln / t_cp);
+		double bl = 0, bf = 0;
+		uint64_t nl = 0, nf = 0;
+		for (int r = 0; r < 3; r++) {
+			double a = read_dir_bw(lnk, &nl), b = read_dir_bw(dst, &nf);
+			bl = a > bl ? a : bl;
+			bf = b > bf ? b : bf;
+		}
+		printf("  reads, warm page cache: --link export %.2f GB/s, full export %.2f GB/s "
+		       "(%.2f GB each): ratio %.3f%s\n", bl / 1e9, bf / 1e9, nf / 1e9, bf ? bl / bf : 0,
+		       nl == nf ? "" : "  (BYTE COUNTS DIFFER)");
 	}
 	rq_quantizer_close(q);
 	rq_plan_free(p);
 	sh("rm -rf '%s' '%s'", cpdst, dst);
+	sh("rm -rf '%s'%s", lnk, "");
 	if (!keep)
 		sh("rm -rf '%s'%s", work, "");
 	return rc ? 1 : 0;

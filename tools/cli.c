@@ -201,3 +201,12 @@ void cli_progress_end(struct cli_progress *p)
 	pthread_mutex_destroy(&p->mu);
 	free(p);
 }
+
+char *cli_default_cache(void)
+{
+	const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+	char *s = NULL;
+	if (x && *x)
+		return asprintf(&s, "%s/requantfs", x) < 0 ? NULL : s;
+	return asprintf(&s, "%s/.cache/requantfs", h && *h ? h : "/tmp") < 0 ? NULL : s;
+}

@@ -35,6 +35,10 @@ int cli_parse_size(const char *s, unsigned long long *out);
  * why ("requantfs <cmd>: ...") and returns the exit code, 1. */
 int cli_hub_args(const char *cmd, const char **model, const char **calib);
 
+/* The default cache directory, malloc'd: $XDG_CACHE_HOME/requantfs, else
+ * ~/.cache/requantfs (/tmp/.cache/requantfs without HOME). */
+char *cli_default_cache(void);
+
 /* "1.5 GiB", "512 B". */
 void cli_human_bytes(double bytes, char *buf, size_t len);
 

@@ -6,11 +6,14 @@
 #include "base/err.h"
 #include "fs/export.h"
 #include "fs/plan.h"
+#include "cache/cache.h"
 #include "qdev/qdev.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void usage(FILE *f)
 {
@@ -44,6 +47,17 @@ static void usage(FILE *f)
 	"                     alone selects what model_free_ptq(ignore=[\"lm_head\"]) does)\n"
 	"                     --scheme takes no --calib (nothing to calibrate); its default\n"
 	"                     recipe is bf16 (llm-compressor on a BF16 model)\n"
+	"  --link[=symbolic|hard]  write only what differs from SRC (the rewritten shards,\n"
+	"                     config.json, the index); every file identical to SRC becomes\n"
+	"                     a link to it (symbolic: relative when SRC and DST share a\n"
+	"                     parent directory, else absolute; a hub snapshot's files link\n"
+	"                     to its blobs; hard: same file system only). DST keeps a\n"
+	"                     manifest (" EXPORT_MANIFEST ") so `requantfs verify DST` can\n"
+	"                     say which links no longer show the bytes exported\n"
+	"  --cache DIR        take requantized shards (and job outputs) already in this\n"
+	"                     cache, verified, instead of quantizing again: a warmed mount's\n"
+	"                     (default: the mount's default cache, when it exists)\n"
+	"  --no-cache         quantize everything, read no cache\n"
 	"  --device D         auto (default: CUDA if present), cpu, cuda, cuda:N\n"
 	"  --threads N        CPU quantizer threads (default: all cores)\n"
 	"  --quiet            no progress bar\n");
@@ -60,16 +74,44 @@ static void on_progress(void *ctx, uint64_t jobs, uint64_t bytes)
 	cli_progress_set(pg->bar, jobs, bytes);
 }
 
+/* The cache export reads from: dir, else the default one when it exists
+ * (a default cache that cannot be opened is only a warning: export then
+ * quantizes). 0, or 1 after printing why an explicit --cache is refused. */
+static int open_cache(const char *dir, struct rq_cache **out)
+{
+	char *def = dir ? NULL : cli_default_cache();
+	struct stat st;
+	if (!dir && (!def || stat(def, &st) < 0)) {
+		free(def);
+		return 0;
+	}
+	struct rq_cache_opts co = {.dir = dir ? dir : def};
+	struct rq_err err = {0};
+	int rc = rq_cache_open(&co, out, &err);
+	if (rc && dir) {
+		free(def);
+		return cli_fail(1, "export", "--cache %s: %s", dir, err.msg);
+	}
+	if (rc)
+		fprintf(stderr, "requantfs export: not reading the default cache (%s); quantizing "
+		        "everything\n", err.msg);
+	free(def);
+	return 0;
+}
+
 /* sc: the scheme options, freed by cmd_export. */
 static int export_main(int argc, char **argv, struct cli_scheme *sc)
 {
 	static const struct option opts[] = {
 		CLI_SCHEME_OPTIONS, {"device", required_argument, 0, 'D'},
 		{"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"link", optional_argument, 0, 'L'}, {"cache", required_argument, 0, 'C'},
+		{"no-cache", no_argument, 0, 'N'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	struct rq_plan_opts po = {0};
 	struct rq_quantizer_opts qo = {.device = "auto"};
-	int quiet = 0, c, rc;
+	struct rq_export_opts eo = {0};
+	const char *cache_dir = NULL;
+	int quiet = 0, no_cache = 0, c, rc;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		if ((rc = cli_scheme_option(sc, "export", c, optarg)) >= 0) {
 			if (rc)
@@ -80,6 +122,17 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 		case 'D': qo.device = optarg; break;
 		case 't': qo.threads = atoi(optarg); break;
 		case 'q': quiet = 1; break;
+		case 'L':
+			if (!optarg || !strcmp(optarg, "symbolic") || !strcmp(optarg, "sym"))
+				eo.link = RQ_LINK_SYMLINK;
+			else if (!strcmp(optarg, "hard"))
+				eo.link = RQ_LINK_HARD;
+			else
+				return cli_fail(2, "export", "--link=%s: expected --link, --link=symbolic or "
+				                "--link=hard", optarg);
+			break;
+		case 'C': cache_dir = optarg; break;
+		case 'N': no_cache = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -99,9 +152,19 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 	struct rq_plan *p;
 	if ((rc = cli_scheme_plan("export", &po, &p)) >= 0)
 		return rc;
+	if (no_cache && cache_dir) {
+		rq_plan_free(p);
+		return cli_fail(2, "export", "--cache and --no-cache: pick one");
+	}
 	struct rq_err err = {0};
+	struct rq_cache *cache = NULL;
+	if (!no_cache && open_cache(cache_dir, &cache)) {
+		rq_plan_free(p);
+		return 1;
+	}
 	struct rq_quantizer *q;
 	if (rq_quantizer_open(&qo, &q, &err)) {
+		rq_cache_close(cache);
 		rq_plan_free(p);
 		return cli_fail(1, "export", "%s", err.msg);
 	}
@@ -121,13 +184,25 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 		        rq_recipe_name(p->recipe), p->ndropped);
 	struct prog pg = {.bar = quiet ? NULL : cli_progress_start("export", p->njobs,
 	                                                             p->total_size, 0)};
-	rc = rq_export(p, q, dst, on_progress, &pg, &err);
+	struct rq_export_stats st;
+	eo.cache = cache;
+	eo.progress = on_progress;
+	eo.ctx = &pg;
+	rc = rq_export(p, q, dst, &eo, &st, &err);
 	cli_progress_end(pg.bar);
-	if (rc)
+	if (rc) {
 		cli_fail(1, "export", "%s", err.msg);
-	else
-		fprintf(stderr, "requantfs export: wrote %zu files (%.2f GB) to %s\n", p->nfiles,
-		        p->total_size / 1e9, dst);
+	} else {
+		char w[32], l[32];
+		cli_human_bytes((double)st.bytes_written, w, sizeof w);
+		cli_human_bytes((double)st.bytes_linked, l, sizeof l);
+		fprintf(stderr, "requantfs export: wrote %zu files (%s)", st.files_written, w);
+		if (eo.link)
+			fprintf(stderr, ", linked %zu files (%s) to SRC", st.files_linked, l);
+		fprintf(stderr, " in %s; %zu jobs quantized, %zu jobs and %zu files taken from the "
+		        "cache\n", dst, st.jobs_run, st.jobs_from_cache, st.files_from_cache);
+	}
+	rq_cache_close(cache);
 	rq_quantizer_close(q);
 	rq_plan_free(p);
 	return rc ? 1 : 0;

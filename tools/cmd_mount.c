@@ -110,15 +110,6 @@ static char *abs_path(const char *p)
 	return s;
 }
 
-static char *default_cache(void)
-{
-	const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-	char *s = NULL;
-	if (x && *x)
-		return asprintf(&s, "%s/requantfs", x) < 0 ? NULL : s;
-	return asprintf(&s, "%s/.cache/requantfs", h && *h ? h : "/tmp") < 0 ? NULL : s;
-}
-
 static int parse_int(const char *s, long lo, long hi, long *out)
 {
 	char *end;
@@ -591,7 +582,7 @@ int cmd_mount(int argc, char **argv)
 		return rc;
 	}
 	char *src = abs_path(src_arg), *mnt = abs_path(argv[optind + 1]);
-	char *calib = abs_path(o->calib), *cdir = a.cache ? abs_path(a.cache) : default_cache();
+	char *calib = abs_path(o->calib), *cdir = a.cache ? abs_path(a.cache) : cli_default_cache();
 	char *logp = a.log ? abs_path(a.log) : NULL;
 	if (!a.log && !a.fg && !have_syslog()) {
 		logp = state_log();

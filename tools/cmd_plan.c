@@ -238,6 +238,17 @@ static void json_item(size_t i, const char *key, const char *val)
 	print_json_string(val);
 }
 
+/* Bytes of the files that differ from SRC (changed = 1: what `export --link`
+ * writes) or are identical to it (0: what it links). */
+static unsigned long long link_bytes(const struct rq_plan *p, int changed)
+{
+	unsigned long long b = 0;
+	for (size_t i = 0; i < p->nfiles; i++)
+		if (!p->files[i].changed == !changed)
+			b += p->files[i].size;
+	return b;
+}
+
 static void print_json(const struct rq_plan *p, const struct summary *s, const char *src)
 {
 	const struct rq_job *lj = p->njobs ? &p->jobs[s->largest_job] : NULL;
@@ -247,12 +258,14 @@ static void print_json(const struct rq_plan *p, const struct summary *s, const c
 	       "\"modules\": %zu, \"jobs\": %zu,\n \"source_bytes\": %llu, \"presented_bytes\": %llu, "
 	       "\"cache_job_bytes\": %llu, \"cache_materialized_bytes\": %llu, "
 	       "\"unchanged_bytes\": %llu, \"memory_bytes\": %llu, \"quantized_bytes\": %llu, "
-	       "\"largest_job_bytes\": %llu, \"largest_job_module\": ",
+	       "\"largest_job_bytes\": %llu, \"link_written_bytes\": %llu, "
+	       "\"link_linked_bytes\": %llu, \"largest_job_module\": ",
 	       rq_scheme_name(p->scheme), rq_recipe_name(p->recipe), p->nfiles, s->changed_files,
 	       p->nmods, p->njobs, (unsigned long long)s->source, (unsigned long long)s->presented,
 	       (unsigned long long)s->cache_jobs, (unsigned long long)s->cache_files,
 	       (unsigned long long)s->unchanged, (unsigned long long)s->mem,
-	       (unsigned long long)s->job_bytes, (unsigned long long)s->largest_mem);
+	       (unsigned long long)s->job_bytes, (unsigned long long)s->largest_mem,
+	       link_bytes(p, 1), link_bytes(p, 0));
 	if (lj)
 		print_json_string(p->mods[lj->mod[0]].name);
 	else
@@ -318,6 +331,8 @@ static void print_table(const struct rq_plan *p, const struct summary *s, const 
 	LINE("unchanged (served from SRC):", s->unchanged);
 	LINE("rewritten headers/config/index:", s->mem);
 	LINE("quantized tensor bytes:", s->job_bytes);
+	LINE("export --link writes:", link_bytes(p, 1));
+	LINE("export --link links to SRC:", link_bytes(p, 0));
 	if (p->njobs) {
 		const struct rq_job *lj = &p->jobs[s->largest_job];
 		gb(s->largest_mem, a, sizeof a);

@@ -1,16 +1,19 @@
 /* cmd_verify.c — `requantfs verify DIR --against REF [--tensors REGEX] [--source SRC]`. */
 #include "tools/cli.h"
 #include "base/err.h"
+#include "fs/export.h"
 #include "fs/verify.h"
 #include "quant/quant.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <string.h>
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-	"usage: requantfs verify DIR --against REF [--tensors REGEX] [--source SRC] [--quiet]\n\n"
+	"usage: requantfs verify DIR --against REF [--tensors REGEX] [--source SRC] [--quiet]\n"
+	"       requantfs verify DIR          (DIR made by `requantfs export --link`)\n\n"
 	"Compares, byte for byte, every tensor present in both checkpoints and prints,\n"
 	"per tensor, 'equal' or how many bytes differ. Where DIR (or --source) holds a\n"
 	"module as a BF16 weight and REF holds it as NVFP4, it quantizes it with each\n"
@@ -23,8 +26,12 @@ static void usage(FILE *f)
 	"  --tensors REGEX  only tensors whose name contains a match (POSIX ERE)\n"
 	"  --source SRC     BF16 checkpoint for the recipe diagnosis of modules that differ\n"
 	"  --quiet          print only differences and the summary\n"
+	"When DIR was made by `export --link`, its links are checked first against the\n"
+	"manifest the export left: each file SRC changed (or removed) since is named,\n"
+	"and verify fails; without --against that is all it checks.\n"
 	"Exit status: 0 when every compared tensor is equal and every diagnosed module is\n"
-	"reproduced by some variant, 1 otherwise.\n");
+	"reproduced by some variant (and every link still shows what was exported), 1\n"
+	"otherwise.\n");
 }
 
 struct out {
@@ -62,6 +69,36 @@ static void on_result(void *ctx, const struct rq_vresult *r)
 		       r->name, (unsigned long long)r->best_ndiff);
 }
 
+static void on_bad_link(void *ctx, const char *name, const char *why)
+{
+	printf("CHANGED %s: %s\n", name, why);
+}
+
+/* The links of an `export --link` DIR: 0 all good (or not a linked export),
+ * 1 some changed, -1 an error (printed), -2 a usage error (printed). must: DIR has to be a linked export
+ * (verify DIR without --against). */
+static int check_links(const char *dir, int must)
+{
+	struct rq_err err = {0};
+	size_t n = 0, bad = 0;
+	int rc = rq_export_check_links(dir, on_bad_link, NULL, &n, &bad, &err);
+	if (rc == -ENOENT) {
+		if (!must)
+			return 0;
+		usage(stderr);
+		cli_fail(2, "verify", "%s has no %s (it was not made by `export --link`): give "
+		         "--against REF", dir, EXPORT_MANIFEST);
+		return -2;
+	}
+	if (rc) {
+		cli_fail(1, "verify", "%s", err.msg);
+		return -1;
+	}
+	printf("links: %zu of %zu linked files still show the bytes exported%s\n", n - bad, n,
+	       bad ? "; export again from SRC as it is now" : "");
+	return bad ? 1 : 0;
+}
+
 int cmd_verify(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -81,11 +118,14 @@ int cmd_verify(int argc, char **argv)
 		default: usage(stderr); return 2;
 		}
 	}
-	if (argc - optind != 1 || !ref) {
+	if (argc - optind != 1) {
 		usage(stderr);
 		return 2;
 	}
 	const char *dir = argv[optind];
+	int links = check_links(dir, !ref);
+	if (links < 0 || !ref)
+		return links < 0 ? -links : links;
 	if ((c = cli_hub_args("verify", &dir, NULL)) >= 0 ||      /* ORG/NAME[@REV] ids */
 	    (c = cli_hub_args("verify", &ref, NULL)) >= 0 ||
 	    (c = cli_hub_args("verify", &source, NULL)) >= 0)
@@ -108,5 +148,5 @@ int cmd_verify(int argc, char **argv)
 	if (!s.compared && !s.modules)
 		return cli_fail(1, "verify", "no tensor in common between %s and %s%s%s",
 		                dir, ref, regex ? " matching " : "", regex ? regex : "");
-	return s.differ || s.modules_reproduced < s.modules ? 1 : 0;
+	return s.differ || s.modules_reproduced < s.modules || links ? 1 : 0;
 }
