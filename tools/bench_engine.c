@@ -69,8 +69,54 @@ static void rm_rf(const char *dir)
 		waitpid(pid, NULL, 0);
 }
 
+/* The all-threads memory read baseline: every thread sums its slices of a
+ * buffer far larger than the caches, as a decode step streams the weights. */
+struct rd_ctx {
+	const uint64_t *buf;
+	size_t words_per_chunk;
+	uint64_t sink[64];
+};
+
+static void read_chunks(void *ctx, size_t begin, size_t end, int worker)
+{
+	struct rd_ctx *c = ctx;
+	uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+	for (size_t k = begin; k < end; k++) {
+		const uint64_t *p = c->buf + k * c->words_per_chunk;
+		for (size_t i = 0; i < c->words_per_chunk; i += 4) {
+			a0 += p[i];
+			a1 += p[i + 1];
+			a2 += p[i + 2];
+			a3 += p[i + 3];
+		}
+	}
+	c->sink[worker & 63] += a0 + a1 + a2 + a3;
+}
+
+/* Bytes/s of reading `bytes` with every thread of pool, best of reps; 0 when
+ * the buffer cannot be had. */
+static double read_bw_all(struct rq_pool *pool, size_t bytes, int reps)
+{
+	size_t chunk = 1u << 20, n = bytes / chunk;
+	uint64_t *buf = malloc(n * chunk);
+	if (!buf)
+		return 0;
+	memset(buf, 1, n * chunk);
+	struct rd_ctx c = {.buf = buf, .words_per_chunk = chunk / 8};
+	double best = 0;
+	for (int r = 0; r < reps; r++) {
+		double t = bench_now();
+		rq_pool_for(pool, n, 1, read_chunks, &c);
+		t = bench_now() - t;
+		if (t > 0 && n * chunk / t > best)
+			best = n * chunk / t;
+	}
+	free(buf);
+	return best;
+}
+
 static int bench_one(const char *label, const char *dir, struct rq_pool *pool, int np, int nd,
-                     double memcpy_bw)
+                     double memcpy_bw, double read_bw)
 {
 	struct rq_err err = {0};
 	struct lg_model *m = NULL;
@@ -116,7 +162,8 @@ static int bench_one(const char *label, const char *dir, struct rq_pool *pool, i
 	       c->n_layers, c->hidden, c->n_experts, c->top_k, m->n_nvfp4, m->n_bf16);
 	printf("%-10s prefill %4d tokens: %9.1f tok/s\n", "", np, np / (t1 - t0));
 	printf("%-10s decode  %4d tokens: %9.2f tok/s, %.1f MB of weights/token = %.2f GB/s "
-	       "(%.2f x memcpy)\n", "", nd, dec, tb / 1e6, gbs / 1e9, gbs / memcpy_bw);
+	       "(%.2f x memcpy, %.2f x all-threads read)\n", "", nd, dec, tb / 1e6, gbs / 1e9,
+	       gbs / memcpy_bw, gbs / read_bw);
 	rc = 0;
 out:
 	free(tok);
@@ -180,11 +227,12 @@ int bench_engine(int argc, char **argv)
 	double bw = bench_memcpy_bw(dst, src, mb, 3);
 	free(src);
 	free(dst);
-	printf("engine (CPU, %d threads); memcpy baseline %.2f GB/s (one thread, 256 MiB)\n",
-	       rq_pool_size(pool), bw / 1e9);
+	double rbw = read_bw_all(pool, 512u << 20, 3);
+	printf("engine (CPU, %d threads); baselines: memcpy %.2f GB/s (one thread, 256 MiB), "
+	       "read %.2f GB/s (all threads, 512 MiB)\n", rq_pool_size(pool), bw / 1e9, rbw / 1e9);
 	int rc = 0;
 	if (model) {
-		rc = bench_one("model", model, pool, np, nd > 0 ? nd : 8, bw);
+		rc = bench_one("model", model, pool, np, nd > 0 ? nd : 32, bw, rbw);
 		rq_pool_destroy(pool);
 		return rc;
 	}
@@ -202,7 +250,7 @@ int bench_engine(int argc, char **argv)
 		} else {
 			printf("%-10s checkpoint made in %.1f s\n", pass ? "real-dims" : "tiny", bench_now() - t);
 			rc = bench_one(pass ? "real-dims" : "tiny", ck, pool, np,
-			               nd > 0 ? nd : pass ? 8 : 32, bw);
+			               nd > 0 ? nd : pass ? 8 : 32, bw, rbw);
 		}
 		rm_rf(dir);
 	}

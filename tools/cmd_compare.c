@@ -14,6 +14,8 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
+#include "tools/compare_schemes.h"
+#include "tools/compare_text.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -33,7 +35,9 @@ static const char *const default_prompts[] = {
 static void usage(FILE *f)
 {
 	fprintf(f,
-	"usage: requantfs compare DIR_A DIR_B [--prompts FILE] [-n N] [--threads N]\n\n"
+	"usage: requantfs compare DIR_A DIR_B [--prompts FILE] [-n N] [--threads N]\n"
+	"       requantfs compare DIR_A DIR_B --text FILE [--tokens N] [--threads N]\n"
+	"       requantfs compare SRC --schemes all|S[,S...] --text FILE [--tokens N]\n\n"
 	"Runs both models on the same token streams: each prompt (one per line of FILE,\n"
 	"or %zu built-in ones) encoded with A's tokenizer, then continued greedily by A\n"
 	"for N tokens (default 32). Both read each stream teacher-forced; printed per\n"
@@ -42,7 +46,16 @@ static void usage(FILE *f)
 	"Typical use: A = the BF16-expert source, B = the requantized mount. DIR_A and\n"
 	"DIR_B may also be hub repo ids ORG/NAME[@REV] in the local hub cache. Both run\n"
 	"on the CPU engine, which reads each Linear as its headers say: BF16, NVFP4 or\n"
-	"NVFP4A16, FP8 (fp8-dynamic) or INT pack-quantized (w8a16, w4a16).\n",
+	"NVFP4A16, FP8 (fp8-dynamic) or INT pack-quantized (w8a16, w4a16).\n\n"
+	"--text FILE: quality on real text instead. One window, the first N tokens of\n"
+	"FILE (--tokens, default 2048) as transformers' tokenizer(text) encodes it; prints\n"
+	"'ppl A <x> B <y>' (each model's perplexity on the window) and, per position,\n"
+	"KL(A||B) (A the reference) and top-1 agreement.\n"
+	"--schemes: SRC alone, mounted once per scheme (nvfp4a16, fp8-dynamic, w8a16,\n"
+	"w4a16; all = every one) in a temporary directory with a temporary cache, both\n"
+	"removed after; prints one table: scheme, bytes the mount presents, bytes its\n"
+	"cache holds, ppl, KL mean and p99, top-1 against SRC. Needs --text.\n"
+	"Progress goes to stderr when it is a terminal.\n",
 	sizeof default_prompts / sizeof default_prompts[0]);
 }
 
@@ -180,13 +193,76 @@ out:
 	return rc;
 }
 
+/* --text (two models) and --schemes (one SRC, one temporary mount per scheme). */
+static int compare_text_mode(char **dirs, const char *schemes, const char *text, int ntok,
+                             int threads)
+{
+	const char *da = dirs[0], *db = schemes ? NULL : dirs[1];
+	const char **list = NULL;
+	int nlist = 0, hc;
+	if (schemes && cs_parse(schemes, &list, &nlist))
+		return cli_fail(2, "compare", "--schemes: expected all or a comma list of nvfp4a16, "
+		                "fp8-dynamic, w8a16, w4a16; got '%s'", schemes);
+	if ((hc = cli_hub_args("compare", &da, NULL)) >= 0 ||
+	    (db && (hc = cli_hub_args("compare", &db, NULL)) >= 0))
+		return hc;
+	struct rq_err err = {0};
+	struct lg_model *a = NULL, *b = NULL;
+	struct tok *tk = NULL;
+	struct rq_pool *pool = NULL;
+	int *tok = NULL, n = 0, rc = 1;
+	float *ref = NULL;
+	if (lg_model_open(da, &a, &err) || (db && lg_model_open(db, &b, &err)) ||
+	    tok_load(da, &tk, &err) || ct_window(text, tk, ntok, &tok, &n, &err)) {
+		cli_fail(1, "compare", "%s", err.msg);
+		goto out;
+	}
+	if (b && a->cfg.vocab != b->cfg.vocab) {
+		cli_fail(1, "compare", "vocabularies differ: %s has %d tokens, %s %d", da, a->cfg.vocab, db,
+		         b->cfg.vocab);
+		goto out;
+	}
+	if (rq_pool_create(threads, &pool)) {
+		cli_fail(1, "compare", "cannot start threads");
+		goto out;
+	}
+	if (schemes) {
+		if (cs_run(da, a, list, nlist, pool, tok, n, text, &err)) {
+			cli_fail(1, "compare", "%s", err.msg);
+			goto out;
+		}
+		rc = 0;
+		goto out;
+	}
+	struct ct_result r;
+	if (ct_reference(a, pool, tok, n, &ref, &err) || ct_score(b, pool, ref, tok, n, "B", &r, &err)) {
+		cli_fail(1, "compare", "%s", err.msg);
+		goto out;
+	}
+	printf("A = %s\nB = %s\ntext = %s, %d tokens (%d predicted), %d threads\n", da, db, text, n,
+	       r.positions, rq_pool_size(pool));
+	printf("ppl A %.4f B %.4f\n", r.ppl_a, r.ppl_b);
+	printf("KL(A||B) mean %.3e p99 %.3e max %.3e nats  top-1 %.2f%%\n", r.kl_mean, r.kl_p99,
+	       r.kl_max, 100 * r.top1);
+	rc = 0;
+out:
+	free(ref);
+	free(tok);
+	rq_pool_destroy(pool);
+	tok_free(tk);
+	lg_model_close(a);
+	lg_model_close(b);
+	return rc;
+}
+
 int cmd_compare(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{"prompts", required_argument, 0, 'p'}, {"threads", required_argument, 0, 't'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	const char *pfile = NULL;
-	int ngen = 32, threads = 0, c;
+		{"text", required_argument, 0, 'x'}, {"tokens", required_argument, 0, 'k'},
+		{"schemes", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	const char *pfile = NULL, *text = NULL, *schemes = NULL;
+	int ngen = 32, threads = 0, ntok = 2048, c;
 	char *end;
 	while ((c = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -201,9 +277,27 @@ int cmd_compare(int argc, char **argv)
 			if (*end || end == optarg || threads < 1)
 				return cli_fail(2, "compare", "--threads: expected a count >= 1, got '%s'", optarg);
 			break;
+		case 'x': text = optarg; break;
+		case 's': schemes = optarg; break;
+		case 'k':
+			ntok = (int)strtol(optarg, &end, 10);
+			if (*end || end == optarg || ntok < 2 || ntok > 1 << 20)
+				return cli_fail(2, "compare", "--tokens: expected a count >= 2, got '%s'", optarg);
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
+	}
+	if (schemes && !text)
+		return cli_fail(2, "compare", "--schemes needs --text FILE (the text to measure on)");
+	if (schemes || text) {
+		if (pfile)
+			return cli_fail(2, "compare", "--prompts and --text are two different modes: pick one");
+		if (argc - optind != (schemes ? 1 : 2)) {
+			usage(stderr);
+			return 2;
+		}
+		return compare_text_mode(argv + optind, schemes, text, ntok, threads);
 	}
 	if (argc - optind != 2) {
 		usage(stderr);
