@@ -13,7 +13,10 @@ opens pass through; kill -9 during materialization, remount: correct bytes,
 no half file used; a flipped byte in a materialized shard is detected and
 the shard rebuilt; SRC rewritten under passthrough opens (what the kernel
 allows, see README); umount with passthrough opens and mappings in flight;
---passthrough on refused without CAP_SYS_ADMIN."""
+--passthrough on refused without CAP_SYS_ADMIN (as the user rqsec, made here
+with useradd and removed at exit, running a copy of the binary in the
+test's 0755 temp dir: the checkout may be out of its reach).
+RQ_TEST_GROUPS=user,off (names of the g_* functions) runs only those."""
 import atexit, errno, json, mmap, os, pwd, random, shutil, signal, stat, struct, subprocess
 import sys, tempfile, time
 
@@ -346,14 +349,24 @@ def g_off(T):
     rc, out = mount(src, mnt, cal, cache, "--passthrough", "on")
     ok(rc == 0 and status(mnt)["passthrough"] is True, "--passthrough on as root", out)
     run("umount", mnt)
-    # --passthrough on without CAP_SYS_ADMIN: refused with the reason
+
+
+def g_user(T):
+    """--passthrough on without CAP_SYS_ADMIN (the user rqsec, running its own
+    copy of the binary: the checkout may be out of its reach): refused, says why."""
+    src, cal, tmp = T["src"], T["cal"], T["tmp"]
     uid = rqtap.ensure_user(USER)
+    if not ok(uid is not None, f"the unprivileged user {USER} exists (useradd)"):
+        return
+    exe = rqtap.user_binary(USER, tmp)
+    if exe is None:
+        return
     um, uc = os.path.join(tmp, "m-user"), os.path.join(tmp, "c-user")
     os.makedirs(um)
     os.makedirs(uc)
     os.chown(um, uid, -1)
     os.chown(uc, uid, -1)
-    p = subprocess.run(["runuser", "-u", USER, "--", RQ, "mount", src, um, "--calib", cal,
+    p = subprocess.run(["runuser", "-u", USER, "--", exe, "mount", src, um, "--calib", cal,
                         "--cache", uc, "--passthrough", "on"], capture_output=True, text=True,
                        timeout=60)
     MOUNTS.append(um)
@@ -397,8 +410,12 @@ def body(T):
     rc, out = run("export", T["src"], T["ref"], "--calib", T["cal"], "--quiet")
     if not ok(rc == 0, "export (the reference)", out):
         return 1
-    for g in (g_basic, g_held, g_kill, g_flip, g_src, g_umount, g_rewrite, g_off):
+    for g in rqtap.selected((g_basic, g_held, g_kill, g_flip, g_src, g_umount, g_rewrite, g_off,
+                             g_user)):
         g(T)
+    rqtap.cleanup()                         # the mounts first: then the user may go
+    left = rqtap.remove_users()
+    ok(not left, f"the user {USER} is removed again (if this test made it)", left)
     return 0
 
 
