@@ -107,6 +107,10 @@ def g_basic(T):
        st["files_pending"] == len(ch), "status: identical files pass through, requantized "
        "shards pending", {k: st.get(k) for k in ("passthrough", "passthrough_why",
                                                  "files_passthrough", "files_pending")})
+    rc, out = run("status", mnt)
+    ok(rc == 0 and f"{len(ch)} requantized shards pending" in out and
+       f"{len(ch)} pending: waiting for their jobs" in out and "about to be" not in out,
+       "`requantfs status` before any read: the pending shards wait for their jobs", out)
     r0, o0 = reads(mnt), st["opens_passthrough"]
     for f in same:
         read(os.path.join(mnt, f))
@@ -115,6 +119,13 @@ def g_basic(T):
        "files identical to SRC: opens reach the daemon, their reads do not (passthrough)",
        (r0, st["reads"], o0, st["opens_passthrough"]))
     tree_views(mnt, ref, "passthrough, before warm")
+    rc, out = run("status", mnt)       # every job cached: queued (or, later, materialized)
+    soon = (f"{len(ch)} pending: every job cached, about to be materialized" in out and
+            "waiting for their jobs" not in out)
+    print("# status right after the reads: " + ("about to be materialized" if soon else "already materialized"))
+    ok(rc == 0 and (soon or f"0 requantized shards pending, {len(ch)} materialized" in out),
+       "`requantfs status` right after reading every file: the shards are about to be "
+       "materialized, and it says so", out)
     rc, out = run("warm", mnt)
     st = status(mnt)
     ok(rc == 0 and st["files_pending"] == 0 and st["files_materialized"] == len(ch) and
