@@ -28,6 +28,23 @@ static void umount_usage(FILE *f)
 	"Also cleans up a dead mount whose daemon was killed.\n");
 }
 
+/* mountinfo writes a space, tab, newline and backslash in a path as \040,
+ * \011, \012 and \134: decodes them in place. */
+static void unescape_octal(char *s)
+{
+	char *w = s;
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
+		    s[3] >= '0' && s[3] <= '7') {
+			*w++ = (char)((s[1] - '0') << 6 | (s[2] - '0') << 3 | (s[3] - '0'));
+			s += 3;
+		} else {
+			*w++ = *s;
+		}
+	}
+	*w = 0;
+}
+
 /* Finds MNT in /proc/self/mountinfo: *fstype and the daemon's pid (from
  * fsname requantfs@<pid>, 0 if unknown). 0 when found, -ENOENT if not. */
 static int find_mount(const char *mnt, char *fstype, size_t len, int *pid)
@@ -43,6 +60,7 @@ static int find_mount(const char *mnt, char *fstype, size_t len, int *pid)
 		if (!sep || sscanf(line, "%*d %*d %*s %*s %4095s", mp) != 1 ||
 		    sscanf(sep + 3, "%255s %4095s", ty, srcname) != 2)
 			continue;
+		unescape_octal(mp);
 		if (strcmp(mp, mnt))
 			continue;
 		snprintf(fstype, len, "%s", ty);
