@@ -10,7 +10,7 @@ failure).
     rqtap.MOUNTS.append(mnt)         # cleaned up at exit
     return rqtap.finish()            # prints "1..N", 0 or 1
 """
-import atexit, os, shutil, signal, subprocess, sys
+import atexit, os, shutil, signal, subprocess, sys, time
 
 RQ = None
 n = failed = 0
@@ -168,7 +168,12 @@ def remove_users():
             pwd.getpwnam(name)
         except KeyError:
             continue
-        p = subprocess.run(["userdel", name], capture_output=True, text=True, errors="replace")
+        for _ in range(50):          # a killed daemon of the user may take a moment to go
+            p = subprocess.run(["userdel", name], capture_output=True, text=True,
+                               errors="replace")
+            if p.returncode != 8:      # 8: the user is logged in (has processes)
+                break
+            time.sleep(0.1)
         if p.returncode != 0:
             left.append(f"{name}: userdel exit {p.returncode}: {p.stderr.strip()}")
     return left
