@@ -310,20 +310,32 @@ static char *status_json(struct rq_mount *m)
 	          atomic_load(&m->st.read_bytes), atomic_load(&m->st.parked),
 	          atomic_load(&m->st.parked_hit));
 	/* How files are served: passthrough (identical to SRC, or materialized),
-	 * pending (a requantized shard not materialized yet), copy (the rest). */
+	 * pending (a requantized shard not materialized yet), copy (the rest).
+	 * A pending shard is queued or being written (every job cached: it
+	 * passes through soon), waits for jobs not cached yet, or is stuck
+	 * (every job cached, yet not queued: its materialization failed or was
+	 * postponed, the log says why). */
 	int pt_on = m->pt && rq_pt_enabled(m->pt);
 	uint64_t f_pt = 0, f_pend = 0, f_copy = 0, f_mat = 0, mat_q = 0;
+	uint64_t f_pend_jobs = 0, f_pend_stuck = 0;
 	pthread_mutex_lock(&m->lock);
 	for (size_t i = 0; i < p->nfiles; i++) {
 		const struct mfile *mf = &m->files[i];
 		f_mat += mf->mat == MAT_READY;
 		mat_q += mf->mat == MAT_QUEUED;
-		if (pt_on && !mf->pt_err && (!p->files[i].changed || mf->mat == MAT_READY))
+		if (pt_on && !mf->pt_err && (!p->files[i].changed || mf->mat == MAT_READY)) {
 			f_pt++;
-		else if (pt_on && mf->njobs && !mf->pt_err)
+		} else if (pt_on && mf->njobs && !mf->pt_err) {
 			f_pend++;
-		else
+			if (mf->mat == MAT_NONE) {
+				int all = 1;
+				for (int q = 0; q < mf->njobs && all; q++)
+					all = m->jobs[mf->jobs[q]].disk == 1;
+				*(all ? &f_pend_stuck : &f_pend_jobs) += 1;
+			}
+		} else {
 			f_copy++;
+		}
 	}
 	mat_q += (uint64_t)m->mat_busy;
 	pthread_mutex_unlock(&m->lock);
@@ -331,7 +343,9 @@ static char *status_json(struct rq_mount *m)
 	sb_jstr(&b, pt_on ? "" : m->pt ? rq_pt_why(m->pt) : m->pt_note);
 	sb_printf(&b, ",\n  \"files_passthrough\": %" PRIu64 ",\n  \"files_pending\": %" PRIu64
 	          ",\n  \"files_copy\": %" PRIu64 ",\n  \"files_materialized\": %" PRIu64
-	          ",\n  \"files_materializing\": %" PRIu64 ",\n", f_pt, f_pend, f_copy, f_mat, mat_q);
+	          ",\n  \"files_materializing\": %" PRIu64 ",\n  \"files_pending_jobs\": %" PRIu64
+	          ",\n  \"files_pending_stuck\": %" PRIu64 ",\n", f_pt, f_pend, f_copy, f_mat, mat_q,
+	          f_pend_jobs, f_pend_stuck);
 	sb_printf(&b, "  \"opens_passthrough\": %llu,\n  \"opens_copy\": %llu,\n"
 	          "  \"mat_written\": %llu,\n  \"mat_verified\": %llu,\n  \"mat_failed\": %llu,\n"
 	          "  \"mat_bytes\": %llu,\n  \"cache_files\": %" PRIu64 ",\n"

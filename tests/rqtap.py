@@ -10,7 +10,7 @@ failure).
     rqtap.MOUNTS.append(mnt)         # cleaned up at exit
     return rqtap.finish()            # prints "1..N", 0 or 1
 """
-import atexit, os, re, shutil, signal, subprocess, sys
+import atexit, os, re, shutil, signal, subprocess, sys, time
 
 RQ = None
 n = failed = 0
@@ -22,6 +22,7 @@ TIMEOUT = 120      # seconds for any single command
 def init(binary):
     global RQ
     RQ = os.path.abspath(binary)
+    atexit.register(_remove_users_at_exit)     # runs after cleanup (atexit is LIFO)
     atexit.register(cleanup)
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
 
@@ -35,8 +36,8 @@ def no_venv(e):
 
 
 def ok(cond, what, detail="", lines=30, stderr=False):
-    """One TAP line; on failure the detail as '#' lines (and the line on
-    stderr too when asked: meson's --print-errorlogs shows stderr)."""
+    """One TAP line; on failure the detail as '#' lines (and both on stderr
+    too when asked: meson's --print-errorlogs shows stderr)."""
     global n, failed
     n += 1
     print(("ok" if cond else "not ok") + f" {n} - {what}", flush=True)
@@ -46,6 +47,8 @@ def ok(cond, what, detail="", lines=30, stderr=False):
             print(f"not ok {n} - {what}", file=sys.stderr)
         for line in str(detail).splitlines()[:lines]:
             print("#   " + line, flush=True)
+            if stderr:
+                print("#   " + line, file=sys.stderr, flush=True)
     return cond
 
 
@@ -134,19 +137,119 @@ def cleanup(tmp=None):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+USER_MARK = "requantfs tests (removed at exit)"   # the GECOS of the users made here
+MADE_USERS = []    # users made here (or left by a crashed run): removed at exit
+
+
 def ensure_user(name):
     """A real unprivileged system user called name (made with useradd when
-    missing): its uid, or None when it cannot be made."""
+    missing, with no home and no login shell): its uid, or None when it
+    cannot be made. Users made here -- and those a crashed run left, known by
+    their GECOS (USER_MARK) -- are removed at exit (remove_users)."""
     import pwd
     try:
-        return pwd.getpwnam(name).pw_uid
+        pw = pwd.getpwnam(name)
+        if pw.pw_gecos == USER_MARK and name not in MADE_USERS:
+            MADE_USERS.append(name)
+        return pw.pw_uid
     except KeyError:
         subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
-                        "/usr/sbin/nologin", name], capture_output=True)
+                        "/usr/sbin/nologin", "--comment", USER_MARK, name], capture_output=True)
     try:
-        return pwd.getpwnam(name).pw_uid
+        uid = pwd.getpwnam(name).pw_uid
     except KeyError:
         return None
+    MADE_USERS.append(name)
+    return uid
+
+
+def remove_users():
+    """Removes the users ensure_user made (after their mounts are gone: call
+    cleanup first). Returns what could not be removed, with userdel's words."""
+    import pwd
+    left = []
+    while MADE_USERS:
+        name = MADE_USERS.pop()
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        for _ in range(50):          # a killed daemon of the user may take a moment to go
+            p = subprocess.run(["userdel", name], capture_output=True, text=True,
+                               errors="replace")
+            if p.returncode != 8:      # 8: the user is logged in (has processes)
+                break
+            time.sleep(0.1)
+        if p.returncode != 0:
+            left.append(f"{name}: userdel exit {p.returncode}: {p.stderr.strip()}")
+    return left
+
+
+def _remove_users_at_exit():
+    for why in remove_users():
+        print(f"# could not remove a test user: {why}", file=sys.stderr, flush=True)
+
+
+def user_can(user, *test_args):
+    """Whether `test TEST_ARGS` succeeds as user (e.g. "-x", path)."""
+    return subprocess.run(["runuser", "-u", user, "--", "test", *test_args],
+                          capture_output=True, timeout=30).returncode == 0
+
+
+def blocked_at(user, path):
+    """Why user cannot reach path: the first directory on the way that it
+    cannot traverse, with its mode and owner (or "" when none is found)."""
+    import grp, pwd
+    d = "/"
+    for part in os.path.abspath(path).split("/")[1:-1]:
+        d = os.path.join(d, part)
+        if not user_can(user, "-x", d):
+            st = os.stat(d)
+            return (f"{d} is mode {stat_mode(st)} owned by {pwd.getpwuid(st.st_uid).pw_name}:"
+                    f"{grp.getgrgid(st.st_gid).gr_name}, which {user} cannot traverse")
+    return ""
+
+
+def stat_mode(st):
+    return "%04o" % (st.st_mode & 0o7777)
+
+
+def user_binary(user, tmp):
+    """The requantfs binary as the unprivileged user may run it: a copy in
+    tmp/user-bin (0755), since the checkout itself may sit where other users
+    cannot walk (a clone under /root, mode 0700 on Debian). tmp must be
+    reachable by user. Prints a failing TAP line naming what blocks it and
+    returns None when user still cannot execute the copy."""
+    d = os.path.join(tmp, "user-bin")
+    os.makedirs(d, exist_ok=True)
+    os.chmod(d, 0o755)
+    exe = os.path.join(d, "requantfs")
+    if not os.path.exists(exe):
+        shutil.copy2(RQ, exe)
+        os.chmod(exe, 0o755)
+    if user_can(user, "-x", exe):
+        return exe
+    why = blocked_at(user, exe) or "runuser -u %s -- test -x %s fails" % (user, exe)
+    ok(False, f"user {user} can run the copy of requantfs at {exe}",
+       f"{why}; the temp directory must be reachable by other users: set TMPDIR to "
+       f"a directory every user can traverse (the default /tmp is)", stderr=True)
+    return None
+
+
+def selected(groups):
+    """The test groups (functions g_*) to run: all of groups, or those named in
+    RQ_TEST_GROUPS (comma-separated, without the g_ prefix), in that order.
+    An unknown name is a usage error (exit 2)."""
+    want = os.environ.get("RQ_TEST_GROUPS", "")
+    if not want:
+        return list(groups)
+    byname = {g.__name__[2:]: g for g in groups}
+    bad = [w for w in want.split(",") if w not in byname]
+    if bad:
+        print(f"RQ_TEST_GROUPS names unknown groups {bad}; known: {sorted(byname)}",
+              file=sys.stderr)
+        sys.exit(2)
+    return [byname[w] for w in want.split(",")]
 
 
 def no_fuse():

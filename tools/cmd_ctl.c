@@ -109,6 +109,31 @@ static const char *str(const cJSON *j, const char *k)
 
 /* ---- status ------------------------------------------------------------ */
 
+/* How the files are served, with passthrough on: the pending requantized
+ * shards split by what they wait for, so that a status taken right after a
+ * full read (every job cached, the shards queued to be materialized) does
+ * not read like a failure. */
+static void print_files(const cJSON *j)
+{
+	double pend = num(j, "files_pending"), jobs = num(j, "files_pending_jobs");
+	double stuck = num(j, "files_pending_stuck"), soon = pend - jobs - stuck;
+	printf("  files       %.0f pass through, %.0f copy path, %.0f requantized "
+	       "shards pending, %.0f materialized\n", num(j, "files_passthrough"),
+	       num(j, "files_copy"), pend, num(j, "files_materialized"));
+	if (soon > 0)
+		printf("              %.0f pending: every job cached, about to be materialized (written "
+		       "whole into the cache once reads pause; new opens then pass through; `requantfs "
+		       "warm` waits for it)\n", soon);
+	if (jobs > 0)
+		printf("              %.0f pending: waiting for their jobs (quantized when read, or run "
+		       "`requantfs warm`); read meanwhile through the copy path\n", jobs);
+	if (stuck > 0)
+		printf("              %.0f pending: every job cached but not materialized (the mount's "
+		       "log says why); read through the copy path\n", stuck);
+	printf("  opens       %.0f passthrough, %.0f copy path\n", num(j, "opens_passthrough"),
+	       num(j, "opens_copy"));
+}
+
 int cmd_status(int argc, char **argv)
 {
 	static const struct option lo[] = {{"json", no_argument, 0, 'j'},
@@ -180,11 +205,7 @@ int cmd_status(int argc, char **argv)
 		printf("  reads       %.0f (%s), %.0f parked on jobs; %s of outputs held in memory\n",
 		       num(j, "reads"), b, num(j, "parked_reads"), d);
 		if (flag(j, "passthrough"))
-			printf("  files       %.0f pass through, %.0f pending (requantized, not yet "
-			       "materialized), %.0f copy path; %.0f shards materialized; opens: %.0f "
-			       "passthrough, %.0f copy\n", num(j, "files_passthrough"),
-			       num(j, "files_pending"), num(j, "files_copy"), num(j, "files_materialized"),
-			       num(j, "opens_passthrough"), num(j, "opens_copy"));
+			print_files(j);
 		else
 			printf("  files       %.0f, all on the copy path: passthrough off (%s)\n",
 			       num(j, "files"), str(j, "passthrough_why"));

@@ -1,6 +1,7 @@
 /* cmd_generate.c — `requantfs generate MODEL_DIR --prompt TEXT ...`: run
  * Laguna on a prompt and stream the continuation to stdout; speeds on stderr. */
 #include "tools/cli.h"
+#include "tools/utf8_stream.h"
 #include "base/err.h"
 #include "base/pool.h"
 #include "engine/backend.h"
@@ -199,6 +200,21 @@ static int open_backend(const struct gen_opts *o, const struct lg_model *m, stru
 	return 0;
 }
 
+/* Writes a token's bytes to stdout as well-formed UTF-8 (u holds a character
+ * split over tokens until its last byte; ill-formed bytes print U+FFFD). */
+static int put_piece(struct utf8_stream *u, const char *piece, size_t plen)
+{
+	char buf[256], *out = plen <= 80 ? buf : malloc(UTF8_STREAM_OUT_MAX(plen));
+	if (!out)
+		return -ENOMEM;
+	size_t n = utf8_stream_push(u, piece, plen, out);
+	fwrite(out, 1, n, stdout);
+	fflush(stdout);
+	if (out != buf)
+		free(out);
+	return 0;
+}
+
 /* Prompt, then up to n sampled tokens streamed to stdout; *made counts them,
  * t[0..2] the clock at the start, after the prompt and at the end. */
 static int run(struct lg_backend *b, const struct lg_model *m, const struct tok *tk,
@@ -221,21 +237,27 @@ static int run(struct lg_backend *b, const struct lg_model *m, const struct tok 
 	t[1] = now();
 	const char *piece;
 	size_t plen;
+	struct utf8_stream u8 = {0};
+	char tail[3];
 	*made = 0;
 	while (*made < n) {
 		int id = lg_sample(smp, logits);
 		(*made)++;
 		if (is_eos(m, id))
 			break;
-		if (!tok_stream_push(ts, id, &piece, &plen) && plen) {
-			fwrite(piece, 1, plen, stdout);
-			fflush(stdout);
+		if (!tok_stream_push(ts, id, &piece, &plen) && plen &&
+		    (rc = put_piece(&u8, piece, plen))) {
+			rq_errf(err, rc, "out of memory");
+			goto out;
 		}
 		if (*made < n && (rc = b->forward(b, &id, 1, logits, 1, err)))
 			goto out;
 	}
-	if (!tok_stream_flush(ts, &piece, &plen) && plen)
-		fwrite(piece, 1, plen, stdout);
+	if (!tok_stream_flush(ts, &piece, &plen) && plen && (rc = put_piece(&u8, piece, plen))) {
+		rq_errf(err, rc, "out of memory");
+		goto out;
+	}
+	fwrite(tail, 1, utf8_stream_end(&u8, tail), stdout);
 	printf("\n");
 	fflush(stdout);
 	t[2] = now();

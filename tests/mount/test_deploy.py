@@ -5,7 +5,9 @@ TAP output.
 Usage: test_deploy.py REQUANTFS
 
 With real unprivileged users made here (useradd: rqsec mounts, rqsec2 is
-"another user", e.g. vLLM in a container):
+"another user", e.g. vLLM in a container; both removed at exit, checked),
+rqsec running a copy of the binary in the test's 0755 temp dir (the checkout
+may be out of its reach, e.g. a clone under Debian's 0700 /root):
   - non-root through the setuid fusermount3: refusals that say what to do
     (/dev/fuse not usable, fusermount3 missing -- simulated by binding
     /dev/null over it in a private mount namespace -- and fusermount3's own
@@ -23,7 +25,8 @@ With real unprivileged users made here (useradd: rqsec mounts, rqsec2 is
   - SIGTERM and SIGINT to `mount --foreground` while reads are in flight:
     exit 0, nothing left mounted;
   - --log-level, and the per-job log line (device, seconds, MB/s).
-Changes to the system, all undone at exit (also on failure): /dev/fuse's mode
+Changes to the system, all undone at exit (also on failure): the users rqsec
+and rqsec2 (useradd; userdel at exit, unless they existed before), /dev/fuse's mode
 (0666 for the user's mounts, 0600 for the refusal), /etc/fuse.conf
 (user_allow_other added), a /usr/local/sbin/requantfs link (mount(8) clears
 PATH, so mount.fuse3's shell finds `requantfs` only on its default path).
@@ -88,6 +91,14 @@ def mkdir_for(path, uid, gid, mode=0o755):
     return path
 
 
+def user_exists(name):
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
 def set_fuse_mode(mode):
     os.chmod("/dev/fuse", mode)
 
@@ -95,12 +106,12 @@ def set_fuse_mode(mode):
 def g_nonroot(T):
     """Refusals, then mount/read/warm/status/umount as the user."""
     tmp, src, cal, ref = T["tmp"], T["src"], T["cal"], T["ref"]
-    uid, gid = T["uid"], T["gid"]
+    uid, gid, urq = T["uid"], T["gid"], T["urq"]
     mnt = mkdir_for(os.path.join(tmp, "u-mnt"), uid, gid)
     cache = mkdir_for(os.path.join(tmp, "u-cache"), uid, gid, 0o700)
     state = mkdir_for(os.path.join(tmp, "u-state"), uid, gid, 0o700)
     MOUNTS.append(mnt)
-    args = [RQ, "mount", src, mnt, "--calib", cal, "--cache", cache]
+    args = [urq, "mount", src, mnt, "--calib", cal, "--cache", cache]
     env = ["env", f"XDG_STATE_HOME={state}"]
 
     set_fuse_mode(0o600)
@@ -111,7 +122,7 @@ def g_nonroot(T):
 
     sticky = mkdir_for(os.path.join(tmp, "u-sticky"), 0, 0, 0o1777)
     MOUNTS.append(sticky)
-    rc, out = as_user(USER, RQ, "mount", src, sticky, "--calib", cal, "--cache", cache)
+    rc, out = as_user(USER, urq, "mount", src, sticky, "--calib", cal, "--cache", cache)
     ok(rc == 1 and "fusermount3" in out and "refused" in out and "mount point you own" in out
        and not mounted(sticky), "non-root, sticky mount point owned by root: fusermount3's "
        "refusal, and what to do", out)
@@ -138,7 +149,7 @@ def g_nonroot(T):
     ok(not bad, f"the user reads all {len(names)} files, each equal to export's (root)", bad)
     rc, out = as_user(USER2, "cat", os.path.join(mnt, "config.json"))
     ok(rc != 0 and "Permission denied" in out, "without allow_other: another user -> EACCES", out)
-    rc, out = as_user(USER, RQ, "warm", mnt)
+    rc, out = as_user(USER, urq, "warm", mnt)
     ok(rc == 0 and "ready" in out, "warm as the user", out)
     rc, out = as_user(USER, "cat", os.path.join(mnt, ".requantfs", "status"))
     try:
@@ -148,7 +159,7 @@ def g_nonroot(T):
     ok(rc == 0 and st.get("passthrough") is False and
        "CAP_SYS_ADMIN" in st.get("passthrough_why", ""),
        "status: passthrough off, because of CAP_SYS_ADMIN (the copy path)", out[:600])
-    rc, out = as_user(USER, RQ, "status", mnt)
+    rc, out = as_user(USER, urq, "status", mnt)
     ok(rc == 0 and "passthrough off" in out and "CAP_SYS_ADMIN" in out,
        "`requantfs status` as the user says so", out)
     log = open(logf).read() if os.path.exists(logf) else ""
@@ -156,7 +167,7 @@ def g_nonroot(T):
                                     r"[0-9.]+ s, [0-9.]+ MB, \d+ MB/s", log),
        "the log file has the mount and one line per job (device, seconds, MB/s)", log[-1500:])
     pid = daemon_pid(mnt)
-    rc, out = as_user(USER, RQ, "umount", mnt)
+    rc, out = as_user(USER, urq, "umount", mnt)
     ok(rc == 0 and wait_gone(pid, mnt), "umount as the user: unmounted, daemon gone", out)
 
     # allow_other as the user: refused without user_allow_other, then allowed
@@ -174,7 +185,7 @@ def g_nonroot(T):
         rc, out = as_user(USER2, "cat", os.path.join(mnt, ".requantfs", "status"))
         ok(rc != 0, "allow_other: /.requantfs stays the mounting user's", out)
         pid = daemon_pid(mnt)
-        rc, out = as_user(USER, RQ, "umount", mnt)
+        rc, out = as_user(USER, urq, "umount", mnt)
         ok(rc == 0 and wait_gone(pid, mnt), "umount", out)
     RESTORE.pop()()        # /etc/fuse.conf back now (and checked)
     ok(read("/etc/fuse.conf") == T["fuse_conf"], "/etc/fuse.conf restored byte for byte")
@@ -351,7 +362,7 @@ def main():
                 f.write(fuse_conf)
     RESTORE.append(restore_conf)
     tmp = tempfile.mkdtemp(prefix="rq-deploy-")
-    os.chmod(tmp, 0o755)                     # the users may walk to SRC
+    os.chmod(tmp, 0o755)                     # the users may walk to SRC and bin/
     T = {"tmp": tmp, "src": os.path.join(tmp, "src"), "cal": os.path.join(tmp, "cal"),
          "ref": os.path.join(tmp, "ref"), "uid": uid, "gid": pwd.getpwnam(USER).pw_gid,
          "fuse_conf": fuse_conf}
@@ -360,6 +371,9 @@ def main():
         if not ok(rc == 0, "mkckpt makes a checkpoint and its twin", out):
             return 1
         subprocess.run(["chmod", "-R", "a+rX", T["src"], T["cal"]], check=True)
+        T["urq"] = rqtap.user_binary(USER, tmp)   # the checkout may be out of their reach
+        if T["urq"] is None:
+            return 1
         rc, out = run("export", T["src"], T["ref"], "--calib", T["cal"], "--quiet")
         if not ok(rc == 0, "export (as root): the reference bytes", out):
             return 1
@@ -372,6 +386,10 @@ def main():
         rqtap.cleanup()
         restore_all()
         shutil.rmtree(tmp, ignore_errors=True)
+    made = list(rqtap.MADE_USERS)
+    left = rqtap.remove_users()
+    ok(not left and not [u for u in made if user_exists(u)],
+       f"the users this test made ({', '.join(made) or 'none'}) are removed", left)
     ok(stat.S_IMODE(os.stat("/dev/fuse").st_mode) == fuse_mode and
        (fuse_conf is None or read("/etc/fuse.conf") == fuse_conf) and
        not (os.path.islink(LINK) and os.path.realpath(LINK) == RQ),

@@ -13,7 +13,10 @@ opens pass through; kill -9 during materialization, remount: correct bytes,
 no half file used; a flipped byte in a materialized shard is detected and
 the shard rebuilt; SRC rewritten under passthrough opens (what the kernel
 allows, see README); umount with passthrough opens and mappings in flight;
---passthrough on refused without CAP_SYS_ADMIN."""
+--passthrough on refused without CAP_SYS_ADMIN (as the user rqsec, made here
+with useradd and removed at exit, running a copy of the binary in the
+test's 0755 temp dir: the checkout may be out of its reach).
+RQ_TEST_GROUPS=user,off (names of the g_* functions) runs only those."""
 import atexit, errno, json, mmap, os, pwd, random, shutil, signal, stat, struct, subprocess
 import sys, tempfile, time
 
@@ -104,6 +107,10 @@ def g_basic(T):
        st["files_pending"] == len(ch), "status: identical files pass through, requantized "
        "shards pending", {k: st.get(k) for k in ("passthrough", "passthrough_why",
                                                  "files_passthrough", "files_pending")})
+    rc, out = run("status", mnt)
+    ok(rc == 0 and f"{len(ch)} requantized shards pending" in out and
+       f"{len(ch)} pending: waiting for their jobs" in out and "about to be" not in out,
+       "`requantfs status` before any read: the pending shards wait for their jobs", out)
     r0, o0 = reads(mnt), st["opens_passthrough"]
     for f in same:
         read(os.path.join(mnt, f))
@@ -112,6 +119,13 @@ def g_basic(T):
        "files identical to SRC: opens reach the daemon, their reads do not (passthrough)",
        (r0, st["reads"], o0, st["opens_passthrough"]))
     tree_views(mnt, ref, "passthrough, before warm")
+    rc, out = run("status", mnt)       # every job cached: queued (or, later, materialized)
+    soon = (f"{len(ch)} pending: every job cached, about to be materialized" in out and
+            "waiting for their jobs" not in out)
+    print("# status right after the reads: " + ("about to be materialized" if soon else "already materialized"))
+    ok(rc == 0 and (soon or f"0 requantized shards pending, {len(ch)} materialized" in out),
+       "`requantfs status` right after reading every file: the shards are about to be "
+       "materialized, and it says so", out)
     rc, out = run("warm", mnt)
     st = status(mnt)
     ok(rc == 0 and st["files_pending"] == 0 and st["files_materialized"] == len(ch) and
@@ -346,14 +360,24 @@ def g_off(T):
     rc, out = mount(src, mnt, cal, cache, "--passthrough", "on")
     ok(rc == 0 and status(mnt)["passthrough"] is True, "--passthrough on as root", out)
     run("umount", mnt)
-    # --passthrough on without CAP_SYS_ADMIN: refused with the reason
+
+
+def g_user(T):
+    """--passthrough on without CAP_SYS_ADMIN (the user rqsec, running its own
+    copy of the binary: the checkout may be out of its reach): refused, says why."""
+    src, cal, tmp = T["src"], T["cal"], T["tmp"]
     uid = rqtap.ensure_user(USER)
+    if not ok(uid is not None, f"the unprivileged user {USER} exists (useradd)"):
+        return
+    exe = rqtap.user_binary(USER, tmp)
+    if exe is None:
+        return
     um, uc = os.path.join(tmp, "m-user"), os.path.join(tmp, "c-user")
     os.makedirs(um)
     os.makedirs(uc)
     os.chown(um, uid, -1)
     os.chown(uc, uid, -1)
-    p = subprocess.run(["runuser", "-u", USER, "--", RQ, "mount", src, um, "--calib", cal,
+    p = subprocess.run(["runuser", "-u", USER, "--", exe, "mount", src, um, "--calib", cal,
                         "--cache", uc, "--passthrough", "on"], capture_output=True, text=True,
                        timeout=60)
     MOUNTS.append(um)
@@ -397,8 +421,12 @@ def body(T):
     rc, out = run("export", T["src"], T["ref"], "--calib", T["cal"], "--quiet")
     if not ok(rc == 0, "export (the reference)", out):
         return 1
-    for g in (g_basic, g_held, g_kill, g_flip, g_src, g_umount, g_rewrite, g_off):
+    for g in rqtap.selected((g_basic, g_held, g_kill, g_flip, g_src, g_umount, g_rewrite, g_off,
+                             g_user)):
         g(T)
+    rqtap.cleanup()                         # the mounts first: then the user may go
+    left = rqtap.remove_users()
+    ok(not left, f"the user {USER} is removed again (if this test made it)", left)
     return 0
 
 

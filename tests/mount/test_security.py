@@ -4,7 +4,8 @@ any local user read any file through SRC symlinks). TAP output.
 
 Usage: test_security.py REQUANTFS
 
-Reproduces, with a real unprivileged user made here (useradd), on a root
+Reproduces, with a real unprivileged user made here (useradd rqsec, removed
+at exit; it runs only cat, head and ls, on the mount), on a root
 mount with default options and with -o allow_other:
   - SRC/notes.txt -> /etc/shadow, SRC/secret.txt mode 0600: never readable
     by the other user (absent / EACCES), while the mount's owner reads what
@@ -283,6 +284,9 @@ def body(T):
     g_leak(T)
     g_refuse(T)
     g_ctime(T)
+    rqtap.cleanup()                         # the mounts first: then the user may go
+    left = rqtap.remove_users()
+    ok(not left, f"the user {USER} is removed again (if this test made it)", left)
     return 0
 
 
