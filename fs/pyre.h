@@ -1,0 +1,54 @@
+/* pyre.h — Python `re` patterns (str patterns, Python 3.11 syntax) run by
+ * PCRE2 with bounded work.
+ *
+ * A pattern is translated to PCRE2 syntax where the two differ (\Z -> \z,
+ * \v -> \x0b, \xhh/\uhhhh/\Uhhhhhhhh/octal -> \x{...}, \s -> Python's
+ * str.isspace set, {,n} -> {0,n}, a '[' inside a class is literal, the u
+ * flag dropped) and compiled with PCRE2_UTF|PCRE2_UCP so that \d \w \b and
+ * case folding are Unicode-aware as Python's are; '.' excludes only "\n" and
+ * '$' matches at the end or before a final "\n", as in Python. Constructs
+ * whose meaning differs and that are not translated are refused with the
+ * pattern named: the flags a, L and x, \N{...}, a non-ASCII group name,
+ * "(*" verbs, PCRE2-only groups such as (?| (?R) (?& (?P>; so is anything
+ * Python refuses that we notice (bad escapes, global flags not at the start).
+ *
+ * Matching is bounded: PCRE2's match limit (backtracking steps), depth limit
+ * and heap limit below. Hitting one is an error (-ERANGE) naming the pattern
+ * and the subject, never an answer: a pattern that backtracks
+ * catastrophically, e.g. (a|aa)*$ or (x+x+)+y, makes the mount or plan fail
+ * fast instead of spinning a core, and never silently matches or not.
+ * A subject that is not valid UTF-8 is an error too (-EILSEQ): Python never
+ * sees such a name.
+ *
+ * A compiled pattern is immutable: any number of threads may match with it. */
+#ifndef RQ_FS_PYRE_H
+#define RQ_FS_PYRE_H
+
+struct rq_err;
+struct rq_pyre;
+
+#define RQ_PYRE_MATCH_LIMIT 1000000u   /* PCRE2 match() steps per subject */
+#define RQ_PYRE_DEPTH_LIMIT 10000u     /* nested backtracking points */
+#define RQ_PYRE_HEAP_LIMIT_KIB 65536u  /* backtracking frames, KiB */
+
+enum rq_pyre_mode {
+	RQ_PYRE_MATCH,    /* re.match: anchored at the start of the subject */
+	RQ_PYRE_SEARCH,   /* re.search: a match anywhere */
+};
+
+/* Compiles pat. `shown` (NULL: pat) is how errors name it, e.g. the
+ * config.json entry "re:PAT" as written. */
+int rq_pyre_compile(struct rq_pyre **out, const char *pat, enum rq_pyre_mode mode,
+                    const char *shown, struct rq_err *err);
+
+/* 1 if subject matches, 0 if not, -ERANGE when a limit was hit, -EILSEQ for
+ * a subject that is not UTF-8, -ENOMEM; errors name the pattern and subject. */
+int rq_pyre_exec(const struct rq_pyre *re, const char *subject, struct rq_err *err);
+
+void rq_pyre_free(struct rq_pyre *re);
+
+/* The PCRE2 pattern pat translates to (for tests and messages), in a new
+ * string; -EINVAL with the reason in err for what is refused. */
+int rq_pyre_translate(const char *pat, char **out, struct rq_err *err);
+
+#endif
