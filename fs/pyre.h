@@ -2,9 +2,10 @@
  * PCRE2 with bounded work.
  *
  * A pattern is translated to PCRE2 syntax where the two differ (\Z -> \z,
- * \v -> \x0b, \xhh/\uhhhh/\Uhhhhhhhh/octal -> \x{...}, \s -> Python's
- * str.isspace set, {,n} -> {0,n}, a '[' inside a class is literal, the u
- * flag dropped) and compiled with PCRE2_UTF|PCRE2_UCP so that \d \w \b and
+ * \v -> \x0b, \xhh/\uhhhh/\Uhhhhhhhh/octal -> \x{...}, \s and \S ->
+ * Python's str.isspace set, {,n} -> {0,n}, a '[' inside a class is
+ * literal, (?i)'s i/I/U+0130/U+0131 as Python folds them, the u flag
+ * dropped; pyre_tr.c lists it all) and compiled with PCRE2_UTF|PCRE2_UCP so that \d \w \b and
  * case folding are Unicode-aware as Python's are; '.' excludes only "\n" and
  * '$' matches at the end or before a final "\n", as in Python. Constructs
  * whose meaning differs and that are not translated are refused with the
@@ -47,8 +48,9 @@ int rq_pyre_exec(const struct rq_pyre *re, const char *subject, struct rq_err *e
 
 void rq_pyre_free(struct rq_pyre *re);
 
-/* The PCRE2 pattern pat translates to (for tests and messages), in a new
- * string; -EINVAL with the reason in err for what is refused. */
-int rq_pyre_translate(const char *pat, char **out, struct rq_err *err);
+/* The PCRE2 pattern pat translates to, in a new string (pyre_tr.c);
+ * -EINVAL with the reason in err, naming `shown` (NULL: pat), for what is
+ * refused. */
+int rq_pyre_translate(const char *pat, const char *shown, char **out, struct rq_err *err);
 
 #endif
