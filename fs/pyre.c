@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <pcre2.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,14 +73,36 @@ fail:
 	return rc;
 }
 
+/* One match data per thread, kept (it holds PCRE2's backtracking frames,
+ * 20 KiB and up): a plan matches each rule against every module name. */
+static pthread_key_t md_key;
+static pthread_once_t md_once = PTHREAD_ONCE_INIT;
+static int md_key_ok;
+
+static void md_free(void *md)
+{
+	pcre2_match_data_free(md);
+}
+
+static void md_init(void)
+{
+	md_key_ok = pthread_key_create(&md_key, md_free) == 0;
+}
+
 int rq_pyre_exec(const struct rq_pyre *re, const char *subject, struct rq_err *err)
 {
-	pcre2_match_data *md = pcre2_match_data_create(1, NULL);
-	if (!md)
+	pthread_once(&md_once, md_init);
+	pcre2_match_data *md = md_key_ok ? pthread_getspecific(md_key) : NULL;
+	if (!md && !(md = pcre2_match_data_create(1, NULL)))
 		return -ENOMEM;
 	size_t n = strlen(subject);
 	int rc = pcre2_match(re->code, (PCRE2_SPTR)subject, n, 0, 0, md, re->mctx);
 	size_t bad = rc < 0 ? (size_t)pcre2_get_startchar(md) : 0;   /* the bad UTF-8 byte */
+	/* kept unless it grew on a failure (frames up to the heap limit) */
+	if (rc >= PCRE2_ERROR_NOMATCH && md_key_ok && !pthread_setspecific(md_key, md))
+		md = NULL;
+	else if (md_key_ok)
+		pthread_setspecific(md_key, NULL);
 	pcre2_match_data_free(md);
 	if (rc >= 0)
 		return 1;

@@ -429,6 +429,9 @@ static int flags(struct tr *t)
 	}
 	if (t->i >= t->n)
 		return refuse(t, "an unterminated flag group");
+	for (size_t k = 0; k < noff; k++)
+		if (strchr(on, off[k]))
+			return refuse(t, "the flag '%c' turned on and off (Python refuses it)", off[k]);
 	char end = t->pat[t->i++];
 	if (end == ')') {
 		if (neg)
