@@ -32,7 +32,7 @@ static int match(const char *entry, const char *name)
 static double now(void)
 {
 	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);   /* CPU time: the bound holds on a loaded machine */
 	return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
@@ -99,14 +99,14 @@ static void test_rules(void)
 		double dt = now() - t0;
 		TAP_OK(m == -2 && strstr(e.msg, bad[i]) && strstr(e.msg, "aaaaaaaa") &&
 		       strstr(e.msg, "limit") && dt < 1.0,
-		       "%s on 1000 a's: a limit error naming entry and module in %.3f s (%s)", bad[i],
+		       "%s on 1000 a's: a limit error naming entry and module in %.3f s CPU (%s)", bad[i],
 		       dt, m == -2 ? "error" : m == 1 ? "matched" : m == 0 ? "no match" : "refused");
 	}
 	memset(name, 'x', 60);
 	strcpy(name + 60, "!y");
 	double t0 = now();
 	int m = match_e("re:(x+x+)+y", name, &e);
-	TAP_OK(m == -2 && now() - t0 < 1.0, "(x+x+)+y on 60 x's: a limit error within 1 s");
+	TAP_OK(m == -2 && now() - t0 < 1.0, "(x+x+)+y on 60 x's: a limit error within 1 s CPU");
 	TAP_OK(match("re:(a|aa)*$", "aaaa") == 1, "the same pattern on a short name answers");
 }
 

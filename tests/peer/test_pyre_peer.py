@@ -267,7 +267,7 @@ def pathological():
         hit = [j for j in range(len(names)) if res.get(i, "")[j:j + 1] == "E"]
         ok(comp.get(i, ("",))[0] == "ok" and hit and ms.get(i, 1e9) < 1000 and
            all(p in e[j] and names[j][:40] in e[j] and "limit" in e[j] for j in hit),
-           f"{p}: gave up within 1 s ({ms.get(i, -1):.0f} ms for the slowest name) on "
+           f"{p}: gave up within 1 s ({ms.get(i, -1):.0f} ms CPU for the slowest name) on "
            f"{len(hit)} of {len(names)} long names, the error naming entry and name",
            f"{comp.get(i)} {res.get(i)} {e}")
     ok(wall < 30, f"all {len(pats)} pathological patterns x {len(names)} names in {wall:.1f} s")
