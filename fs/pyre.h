@@ -4,14 +4,20 @@
  * A pattern is translated to PCRE2 syntax where the two differ (\Z -> \z,
  * \v -> \x0b, \xhh/\uhhhh/\Uhhhhhhhh/octal -> \x{...}, \s and \S ->
  * Python's str.isspace set, {,n} -> {0,n}, a '[' inside a class is
- * literal, (?i)'s i/I/U+0130/U+0131 as Python folds them, the u flag
- * dropped; pyre_tr.c lists it all) and compiled with PCRE2_UTF|PCRE2_UCP so that \d \w \b and
- * case folding are Unicode-aware as Python's are; '.' excludes only "\n" and
- * '$' matches at the end or before a final "\n", as in Python. Constructs
- * whose meaning differs and that are not translated are refused with the
- * pattern named: the flags a, L and x, \N{...}, a non-ASCII group name,
- * "(*" verbs, PCRE2-only groups such as (?| (?R) (?& (?P>; so is anything
- * Python refuses that we notice (bad escapes, global flags not at the start).
+ * literal, the (?i) letters Python folds together and PCRE2 does not, the
+ * u flag dropped; pyre_tr.c lists it all) and compiled with
+ * PCRE2_UTF|PCRE2_UCP so that \d \w \b and case folding are Unicode-aware
+ * as Python's are; '.' excludes only "\n" and '$' matches at the end or
+ * before a final "\n", as in Python. Constructs whose meaning differs and
+ * that are not translated are refused with the pattern named: the flags a,
+ * L and x, \N{...}, a non-ASCII group name, "(*" verbs, PCRE2-only syntax
+ * such as (?| (?R) (?& (?P> \K; so is what Python refuses that we notice
+ * (bad escapes, global flags not at the start, a back-reference to an open
+ * group). Known leniency: a look-behind whose alternatives differ in width,
+ * and (?P=name) inside that group, are accepted.
+ *
+ * Any number of threads may match with one compiled pattern: it is
+ * immutable (the match data is per thread).
  *
  * Matching is bounded: PCRE2's match limit (backtracking steps), depth limit
  * and heap limit below. Hitting one is an error (-ERANGE) naming the pattern
@@ -19,9 +25,7 @@
  * catastrophically, e.g. (a|aa)*$ or (x+x+)+y, makes the mount or plan fail
  * fast instead of spinning a core, and never silently matches or not.
  * A subject that is not valid UTF-8 is an error too (-EILSEQ): Python never
- * sees such a name.
- *
- * A compiled pattern is immutable: any number of threads may match with it. */
+ * sees such a name. */
 #ifndef RQ_FS_PYRE_H
 #define RQ_FS_PYRE_H
 

@@ -108,9 +108,11 @@ def module_names():
     odd = ["", "lm_head\n", "lm_head ", " lm_head", "LM_HEAD", "Lm_Head", "lm_head\n\n",
            "lm_head\r", "lm_head\t", "model.layers.\u0663.mlp.gate", "model.layers.३.mlp.gate",
            "model.layers.\u2460.mlp.gate", "model.layers.\u00b2", "modèle.couches.0.é",
-           "\u6a21\u578b.\u5c42.0.\u95e8", "model.layers.0.mlp.gate\n", "model.layers.0.mlp.gate\n\n",
+           "\u6a21\u578b.\u5c42.0.\u95e8", "model.layers.0.mlp.gate\n",
+           "model.layers.0.mlp.gate\n\n",
            "a\nb", "model.layers.0.mlp.gate\r\n", "x\x85", "x\u2028y", "x\x1c", "model.🙂.gate",
-           "model.🙂", "e\u0301", "e\u0301.gate", "ſ", "\u212a", "K", "ß", "SS", "ẞ", "model..layers",
+           "model.🙂", "e\u0301", "e\u0301.gate", "ſ", "\u212a", "K", "ß", "SS", "ẞ",
+           "model..layers",
            "model.layers.-1.mlp", "{", "}", "{1}", "x{1}", "a{1,2", "]a", "]", "a", "[", "\\",
            "#", "a|b", "|", "model.layers.0.mlp.gate ", "model layers", "model\tlayers",
            "\x00x"[1:], "xx", "xxx", "xxy", "model.layers.0.mlp.experts.0.gate_proj.weight",
@@ -331,12 +333,13 @@ def end_to_end(tmp):
     write_ckpt(src2, mods)
     cfgp = os.path.join(src2, "config.json")
     cfg = json.load(open(cfgp))
+    group = {"targets": ["re:nothing$"], "format": "float-quantized",
+             "weights": {"num_bits": 8, "type": "float", "strategy": "channel",
+                         "symmetric": True, "dynamic": False}}
     cfg["quantization_config"] = {
         "quant_method": "compressed-tensors", "format": "float-quantized",
         "quantization_status": "compressed", "ignore": ["lm_head", r"re:(.+.+)+y$"],
-        "config_groups": {"group_0": {"targets": ["re:nothing$"], "weights": {
-            "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True,
-            "dynamic": False}}}}
+        "config_groups": {"group_0": group}}
     json.dump(cfg, open(cfgp, "w"))
     t0 = time.time()
     rc, out = run("plan", src2, "--scheme", "nvfp4a16", timeout=60)
