@@ -13,8 +13,8 @@
  * L and x, \N{...}, a non-ASCII group name, "(*" verbs, PCRE2-only syntax
  * such as (?| (?R) (?& (?P> \K; so is what Python refuses that we notice
  * (bad escapes, global flags not at the start, a back-reference to an open
- * group). Known leniency: a look-behind whose alternatives differ in width,
- * and (?P=name) inside that group, are accepted.
+ * group). Known leniency: a look-behind whose alternatives differ in width
+ * is accepted (PCRE2 takes it; Python refuses it).
  *
  * Any number of threads may match with one compiled pattern: it is
  * immutable (the match data is per thread).

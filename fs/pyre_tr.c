@@ -38,6 +38,7 @@ struct tr {
 	int open[MAX_DEPTH];            /* [depth] group number (0: not capturing) */
 	unsigned char saved[MAX_DEPTH]; /* [depth] icase outside that group */
 	unsigned char closed[100];      /* [g] group g closed (back-references 1..99) */
+	char names[100][33];            /* [g] group g's name ("" none; PCRE2: <= 32) */
 	struct rq_err *err;
 	const char *shown;
 };
@@ -364,21 +365,31 @@ static int klass(struct tr *t)
 	return 0;
 }
 
-/* A group name (Python: an identifier; PCRE2 10.42: ASCII only) up to `end`. */
-static int group_name(struct tr *t, char end)
+/* A group name (Python: an identifier; PCRE2 10.42: ASCII only) up to `end`;
+ * its start in *s. */
+static int group_name(struct tr *t, char end, size_t *s)
 {
-	size_t s = t->i;
+	*s = t->i;
 	while (t->i < t->n && t->pat[t->i] != end) {
 		char c = t->pat[t->i];
-		if (!(is_alpha(c) || c == '_' || (is_digit(c) && t->i > s)))
+		if (!(is_alpha(c) || c == '_' || (is_digit(c) && t->i > *s)))
 			return refuse(t, "a group name that is not an ASCII identifier");
 		t->i++;
 	}
-	if (t->i >= t->n || t->i == s)
+	if (t->i >= t->n || t->i == *s)
 		return refuse(t, "a missing or unterminated group name");
-	put(t, t->pat + s, t->i - s);
+	put(t, t->pat + *s, t->i - *s);
 	put(t, &end, 1);
 	t->i++;
+	return 0;
+}
+
+/* The closed group named pat[s, s + len), or 0. */
+static int closed_named(const struct tr *t, size_t s, size_t len)
+{
+	for (int g = 1; g < (int)(sizeof t->closed) && g <= t->ngroups; g++)
+		if (t->closed[g] && strlen(t->names[g]) == len && !memcmp(t->names[g], t->pat + s, len))
+			return g;
 	return 0;
 }
 
@@ -485,16 +496,26 @@ static int group(struct tr *t)
 		t->i += 4;
 		return open_group(t, 0);
 	}
+	size_t ns;
 	if (c == 'P' && left > 3 && p[3] == '<') {
 		puts_(t, "(?P<");
 		t->i += 4;
-		int rc = group_name(t, '>');
-		return rc ? rc : open_group(t, 1);
+		int rc = group_name(t, '>', &ns);
+		if (!rc)
+			rc = open_group(t, 1);
+		size_t len = t->i - 1 - ns;
+		if (!rc && t->ngroups < (int)(sizeof t->closed) && len < sizeof t->names[0])
+			memcpy(t->names[t->ngroups], t->pat + ns, len);
+		return rc;
 	}
 	if (c == 'P' && left > 3 && p[3] == '=') {
 		puts_(t, "(?P=");
 		t->i += 4;
-		return group_name(t, ')');
+		int rc = group_name(t, ')', &ns);
+		if (!rc && !closed_named(t, ns, t->i - 1 - ns))
+			return refuse(t, "(?P=%.*s) refers to a group that is open or not defined (Python "
+			              "refuses it)", (int)(t->i - 1 - ns), t->pat + ns);
+		return rc;
 	}
 	if (c == '#') {                      /* a comment: dropped */
 		const char *e = memchr(p, ')', left);
@@ -517,7 +538,7 @@ static int group(struct tr *t)
 		}
 		puts_(t, "(?(<");
 		t->i = s;
-		int rc = group_name(t, ')');
+		int rc = group_name(t, ')', &s);
 		if (rc)
 			return rc;
 		t->on--;                         /* "name)" -> "name>)" */

@@ -239,7 +239,8 @@ def refusals():
             r"re:(?P=nope)", r"re:(?<name>a)", r"re:(?|a)", r"re:(?R)", r"re:(?P>n)", "re:)",
             r"re:\x4", r"re:\u12", r"re:\U00110000", r"re:\777", r"re:(?-i)a", r"re:a++*",
             r"re:(?i-i:a)", r"re:x{2,1}", r"re:(?P<a>a)(?P<a>b)", r"re:[a-\d]", r"re:(?<!a+)b",
-            r"re:(?(2)a|b)(x)", r"re:(?'n'a)", r"re:\k<n>", r"re:\g<1>", r"re:^*", r"re:(?#x"]
+            r"re:(?(2)a|b)(x)", r"re:(?'n'a)", r"re:\k<n>", r"re:\g<1>", r"re:^*", r"re:(?#x",
+            r"re:(?P<a>x(?P=a))", r"re:(?P=a)(?P<a>x)"]
     out, why = tool("rules", pats, ["a"])
     if not ok(out is not None, "Python-invalid: pyre_tool ran", why):
         return
