@@ -116,7 +116,6 @@ static int fused_name(const char *m, char *out, size_t cap)
 	return snprintf(out, cap, "%.*s.%s", (int)(dot - m), m, to) < (int)cap;
 }
 
-
 static int strings_of(const cJSON *arr, struct strv *out)
 {
 	const cJSON *c;
