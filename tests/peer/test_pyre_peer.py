@@ -58,6 +58,7 @@ LLMC = ["lm_head", "re:.*lm_head", r"re:.*embed_tokens$", r"re:.*\.gate$", "re:.
         "re:.*shared_expert.*", "re:.*embed.*", "re:lm_head$", r"re:.*\.eh_proj$",
         r"re:.*mlp\.gate$", "re:.*attn.*", "re:.*attention.*", r"re:.*\.0\..*",
         r"re:model\.layers\.\d+\.mlp\.experts\.\d+\.(gate_proj|up_proj|down_proj)$",
+        "re:.*visual.*", "re:^mtp.*", "re:.*norm.*", "embed_tokens",
         "model.embed_tokens", "model.norm", "model.layers.0.mlp.gate",
         "model.layers.0.self_attn.q_proj"]
 # Python syntax PCRE2 spells differently or that POSIX ERE answered wrongly
