@@ -210,7 +210,12 @@ static int pick_rule(const struct rq_plan_opts *o, const struct rq_rules *rules,
 	for (size_t k = 0; k < rules->n; k++) {
 		size_t bf16_role_nvfp4 = 0, nvfp4 = 0;
 		for (size_t i = 0; i < nc; i++) {
-			if (!rq_rule_match(rules, k, c[i].name))
+			int m = rq_rule_match(rules, k, c[i].name, err);
+			if (m < 0) {
+				free(roles);
+				return m;
+			}
+			if (!m)
 				continue;
 			if (c[i].nvfp4)
 				nvfp4++;
@@ -243,12 +248,19 @@ static int choose_modules(struct rq_plan *p, const struct rq_rules *rules, size_
 	if (!p->mods)
 		return -ENOMEM;
 	for (size_t i = 0; i < nc; i++) {
-		if (!c[i].w || c[i].nvfp4 || !rq_rule_match(rules, rule, c[i].name))
+		if (!c[i].w || c[i].nvfp4)
 			continue;
-		int other = 0;
-		for (size_t k = 0; k < rules->n && !other; k++)
-			other = k != rule && rq_rule_match(rules, k, c[i].name);
-		if (other)
+		int hit = rq_rule_match(rules, rule, c[i].name, err);
+		for (size_t k = 0; k < rules->n && hit == 1; k++)
+			if (k != rule) {
+				int other = rq_rule_match(rules, k, c[i].name, err);
+				hit = other < 0 ? other : !other;
+			}
+		if (hit < 0) {
+			rq_err_prefix(err, "%s/config.json: quantization_config.ignore", p->src_dir);
+			return hit;
+		}
+		if (!hit)
 			continue;
 		const struct st_tensor *w = c[i].w;
 		if (w->dtype != ST_BF16)

@@ -112,22 +112,30 @@ static int weight_module(const char *n, char **buf, size_t *cap)
 	return 1;
 }
 
-static int any_match(const struct rq_rules *r, const char *module)
+/* 1 if an entry of r matches module, 0 if none, or a pattern's error. */
+static int any_match(const struct rq_rules *r, const char *module, struct rq_err *err)
 {
-	for (size_t k = 0; k < r->n; k++)
-		if (rq_rule_match(r, k, module))
-			return 1;
-	return 0;
+	long k;
+	int rc = rq_rules_first(r, module, &k, err);
+	return rc < 0 ? rc : k >= 0;
 }
 
-/* compressed-tensors match_quantizable_tensors, for a module's .weight. */
-static int selected(const struct sel *s, const char *module)
+/* compressed-tensors match_quantizable_tensors, for a module's .weight:
+ * 1 or 0, or a pattern's error (a limit hit refuses the plan). */
+static int selected(const struct sel *s, const char *module, struct rq_err *err)
 {
 	if (ends_with(module, "norm"))
 		return 0;
-	if (!s->all_linear && !any_match(&s->targets, module))
-		return 0;
-	return !any_match(&s->ignore, module);
+	int m = s->all_linear ? 1 : any_match(&s->targets, module, err);
+	if (m <= 0) {
+		if (m < 0)
+			rq_err_prefix(err, "--targets");
+		return m;
+	}
+	m = any_match(&s->ignore, module, err);
+	if (m < 0)
+		rq_err_prefix(err, "--ignore");
+	return m < 0 ? m : !m;
 }
 
 /* Quantized already (compressed-tensors writes a weight_scale for every
@@ -276,7 +284,9 @@ static int choose(struct rq_plan *p, const struct rq_plan_opts *o, const struct 
 	int rc = 0;
 	for (size_t i = 0; i < s->nall && rc >= 0; i++) {
 		rc = weight_module(s->all[i].name, &mod, &cap);
-		if (rc <= 0 || !selected(s, mod) || quantized_in_src(s, mod))
+		if (rc > 0)
+			rc = selected(s, mod, err);
+		if (rc <= 0 || quantized_in_src(s, mod))
 			continue;
 		rc = take_module(p, o->scheme, &s->all[i], mod, err);
 		if (rc)
@@ -427,9 +437,17 @@ static int choose_drops(struct rq_plan *p, const struct sel *s, const struct rq_
 	int rc = 0;
 	for (size_t k = 0; k < ign->n && !rc; k++) {
 		const char *newly = NULL;
-		for (size_t i = 0; i < p->nmods && !newly; i++)
-			if (rq_rule_match(ign, k, p->mods[i].name))
+		for (size_t i = 0; i < p->nmods && !newly && !rc; i++) {
+			int m = rq_rule_match(ign, k, p->mods[i].name, err);
+			if (m < 0) {
+				rc = m;
+				rq_err_prefix(err, "%s: quantization_config.ignore", cfg_path);
+			} else if (m) {
 				newly = p->mods[i].name;
+			}
+		}
+		if (rc)
+			break;
 		if (!newly)
 			continue;
 		for (size_t i = 0; i < s->nall && !rc; i++) {
@@ -442,8 +460,16 @@ static int choose_drops(struct rq_plan *p, const struct sel *s, const struct rq_
 				break;
 			}
 			if (!w || ends_with(mod, "norm") || find_mod(p, mod, strlen(mod), "", "") >= 0 ||
-			    quantized_in_src(s, mod) || !rq_rule_match(ign, k, mod))
+			    quantized_in_src(s, mod))
 				continue;
+			int m = rq_rule_match(ign, k, mod, err);
+			if (m <= 0) {
+				if (m < 0) {
+					rc = m;
+					rq_err_prefix(err, "%s: quantization_config.ignore", cfg_path);
+				}
+				continue;
+			}
 			rc = rq_errf(err, -EINVAL, "%s: quantization_config.ignore entry '%s' matches "
 			             "%s, which --scheme %s quantizes, and %s, which it leaves as it is; "
 			             "vLLM could not load either way: add '%s' to --ignore, or "

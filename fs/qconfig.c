@@ -116,15 +116,6 @@ static int fused_name(const char *m, char *out, size_t cap)
 	return snprintf(out, cap, "%.*s.%s", (int)(dot - m), m, to) < (int)cap;
 }
 
-/* Index of the first entry of r matching name, or -1. */
-static long first_match(const struct rq_rules *r, const char *name)
-{
-	for (size_t k = 0; k < r->n; k++)
-		if (rq_rule_match(r, k, name) == 1)
-			return (long)k;
-	return -1;
-}
-
 static int strings_of(const cJSON *arr, struct strv *out)
 {
 	const cJSON *c;
@@ -242,12 +233,16 @@ static int read_existing(const cJSON *qc, const struct rq_qconfig_edit *e, struc
 	return 0;
 }
 
-/* 1 if name matches a dropped entry that is one of the new targets. */
-static int matched_by_used(const struct rq_rules *drop, const char *used, const char *name)
+/* 1 if name matches a dropped entry that is one of the new targets, 0 if
+ * not, or a pattern's error. */
+static int matched_by_used(const struct rq_rules *drop, const char *used, const char *name,
+                           struct rq_err *err)
 {
-	for (size_t k = 0; k < drop->n; k++)
-		if (used[k] && rq_rule_match(drop, k, name) == 1)
-			return 1;
+	for (size_t k = 0; k < drop->n; k++) {
+		int m = used[k] ? rq_rule_match(drop, k, name, err) : 0;
+		if (m)
+			return m;
+	}
 	return 0;
 }
 
@@ -269,7 +264,11 @@ static int choose_targets(const struct rq_qconfig_edit *e, const struct existing
 	int have_drop = x->drop.n &&
 	                !rq_rules_init(&drop, (const char *const *)x->drop.v, x->drop.n, &ignored);
 	for (size_t i = 0; i < e->nmodules; i++) {
-		long k = have_drop ? first_match(&drop, e->modules[i]) : -1;
+		long k = -1;
+		if (have_drop && (rc = rq_rules_first(&drop, e->modules[i], &k, err))) {
+			rq_err_prefix(err, "config.json: quantization_config.ignore");
+			goto out;
+		}
 		if (k >= 0)
 			used[k] = 1;
 		else
@@ -293,9 +292,12 @@ static int choose_targets(const struct rq_qconfig_edit *e, const struct existing
 			rc = strv_push(t, e->modules[i]);
 	for (size_t i = 0; !rc && i < e->nmodules; i++) {
 		char f[1100];
-		if (fused_name(e->modules[i], f, sizeof f) &&
-		    !(have_drop && matched_by_used(&drop, used, f)))
-			rc = strv_push(t, f);
+		if (!fused_name(e->modules[i], f, sizeof f))
+			continue;
+		int m = have_drop ? matched_by_used(&drop, used, f, err) : 0;
+		if (m < 0)
+			rq_err_prefix(err, "config.json: quantization_config.ignore");
+		rc = m < 0 ? m : m ? 0 : strv_push(t, f);
 	}
 	if (rc)
 		goto out;
@@ -303,7 +305,11 @@ static int choose_targets(const struct rq_qconfig_edit *e, const struct existing
 		const char *m = i < e->nmodules ? e->modules[i] : t->v[i - e->nmodules];
 		if (i >= e->nmodules && !strncmp(m, "re:", 3))
 			continue;            /* a dropped rule: its modules were checked above */
-		long k = first_match(&keep, m);
+		long k;
+		if ((rc = rq_rules_first(&keep, m, &k, err))) {
+			rq_err_prefix(err, "config.json: quantization_config.ignore");
+			goto out;
+		}
 		if (k >= 0) {
 			rc = rq_errf(err, -EPROTO, "config.json: %s would still be excluded by "
 			             "quantization_config.ignore entry \"%s\" (vLLM would load it as "
@@ -311,7 +317,11 @@ static int choose_targets(const struct rq_qconfig_edit *e, const struct existing
 			             m, keep.text[k], m);
 			goto out;
 		}
-		if ((k = first_match(&old, m)) >= 0) {
+		if ((rc = rq_rules_first(&old, m, &k, err))) {
+			rq_err_prefix(err, "config.json: the targets of config_groups");
+			goto out;
+		}
+		if (k >= 0) {
 			rc = rq_errf(err, -EPROTO, "config.json: %s is already targeted by "
 			             "config_groups.%s (\"%s\"), which vLLM would apply instead of the new "
 			             "group; cannot add a group for it safely", m, x->old_group.v[k],

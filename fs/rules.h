@@ -1,28 +1,37 @@
 /* rules.h — quantization_config.ignore entries and --targets/--ignore,
  * matched like vLLM and compressed-tensors: "re:PAT" matches a module name
  * when Python's re.match(PAT, name) does (anchored at the start only); any
- * other entry must equal the name exactly. PAT is translated to POSIX ERE (\d \w \s and (?:
- * are rewritten); a pattern using other Python-only syntax is refused. */
+ * other entry must equal the name exactly. PAT is Python re syntax run by
+ * PCRE2 with bounded work (fs/pyre.h: what is translated, what is refused
+ * with the entry named). Each pattern is compiled once, at init.
+ *
+ * Decision: a pattern that hits PCRE2's match, depth or heap limit on some
+ * module name is an error (-ERANGE, naming the entry and the module) that
+ * refuses the plan, and so the mount or export; it is never taken as a
+ * match or a non-match. */
 #ifndef RQ_FS_RULES_H
 #define RQ_FS_RULES_H
 
-#include <regex.h>
 #include <stddef.h>
 
 struct rq_err;
+struct rq_pyre;
 
 struct rq_rules {
 	size_t n;
-	char **text;       /* [n] the entries as written in config.json */
-	regex_t *re;       /* [n] compiled for "re:" entries */
-	int *is_re;        /* [n] */
+	char **text;            /* [n] the entries as written in config.json */
+	struct rq_pyre **re;    /* [n] compiled for "re:" entries, else NULL */
 };
 
 int rq_rules_init(struct rq_rules *r, const char *const *entries, size_t n, struct rq_err *err);
 void rq_rules_free(struct rq_rules *r);
-int rq_rule_match(const struct rq_rules *r, size_t k, const char *module);
 
-/* Compiles one Python-style pattern with re.match semantics. */
-int rq_regex_compile(regex_t *re, const char *pat, int anchor_start, struct rq_err *err);
+/* 1 if entry k matches module, 0 if not; a negative errno (limit hit,
+ * module not UTF-8) with err naming the entry and the module. */
+int rq_rule_match(const struct rq_rules *r, size_t k, const char *module, struct rq_err *err);
+
+/* The index of the first entry matching module in *k (-1: none); 0 or the
+ * error of rq_rule_match. */
+int rq_rules_first(const struct rq_rules *r, const char *module, long *k, struct rq_err *err);
 
 #endif

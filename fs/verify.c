@@ -2,12 +2,11 @@
 #include "base/grow.h"
 #include "fs/verify.h"
 #include "fs/ckpt.h"
-#include "fs/rules.h"
+#include "fs/pyre.h"
 #include "base/err.h"
 #include "quant/quant.h"
 
 #include <errno.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +83,18 @@ static int ends_with(const char *s, const char *suf)
 {
 	size_t a = strlen(s), b = strlen(suf);
 	return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* 1 if --tensors (re.search) selects name or is not given, 0 if not, or
+ * the pattern's error (a limit hit fails the verify). */
+static int wanted(const struct rq_pyre *re, const char *name, struct rq_err *err)
+{
+	if (!re)
+		return 1;
+	int rc = rq_pyre_exec(re, name, err);
+	if (rc < 0)
+		rq_err_prefix(err, "--tensors");
+	return rc;
 }
 
 /* One job (a module or a gate/up pair) of BF16 weights from `src` against
@@ -167,15 +178,13 @@ int rq_verify(const char *dir, const char *ref, const char *source, const char *
 {
 	struct rq_ckpt *a = NULL, *b = NULL, *s = NULL;
 	struct list la = {0}, lb = {0}, ls = {0};
-	regex_t re;
-	int have_re = 0, rc;
+	struct rq_pyre *re = NULL;
+	int rc;
 	memset(sum, 0, sizeof *sum);
 	sum->variants_all = (1u << RQ_RECIPE_COUNT) - 1;
-	if (regex) {
-		rc = rq_regex_compile(&re, regex, 0, err);
-		if (rc)
-			return rc;
-		have_re = 1;
+	if (regex && (rc = rq_pyre_compile(&re, regex, RQ_PYRE_SEARCH, NULL, err))) {
+		rq_err_prefix(err, "--tensors");
+		return rc;
 	}
 	rc = rq_ckpt_open(dir, &a, err);
 	if (!rc)
@@ -198,8 +207,9 @@ int rq_verify(const char *dir, const char *ref, const char *source, const char *
 		qsort(ls.e, ls.n, sizeof *ls.e, cmp_ent);
 	for (size_t i = 0; i < la.n && !rc; i++) {
 		const struct ent *x = &la.e[i];
-		if (have_re && regexec(&re, x->name, 0, NULL, 0))
+		if ((rc = wanted(re, x->name, err)) <= 0)
 			continue;
+		rc = 0;
 		const struct ent *y = lookup(&lb, x->name);
 		if (!y) {
 			sum->only_dir++;
@@ -220,9 +230,13 @@ int rq_verify(const char *dir, const char *ref, const char *source, const char *
 			sum->equal++;
 		fn(ctx, &r);
 	}
-	for (size_t i = 0; i < lb.n; i++)
-		if ((!have_re || !regexec(&re, lb.e[i].name, 0, NULL, 0)) && !lookup(&la, lb.e[i].name))
+	for (size_t i = 0; i < lb.n && !rc; i++) {
+		int w = wanted(re, lb.e[i].name, err);
+		if (w < 0)
+			rc = w;
+		else if (w && !lookup(&la, lb.e[i].name))
 			sum->only_ref++;
+	}
 	/* recipe diagnosis: modules BF16 in dir (or source) and NVFP4 in ref */
 	for (int pass = 0; pass < 2 && !rc; pass++) {
 		struct rq_ckpt *src = pass == 0 ? a : s;
@@ -235,8 +249,11 @@ int rq_verify(const char *dir, const char *ref, const char *source, const char *
 				continue;
 			char mod[2][1024], w[1100];
 			snprintf(mod[0], sizeof mod[0], "%.*s", (int)(strlen(n) - 14), n);
-			if (have_re && regexec(&re, n, 0, NULL, 0))
+			int wn = wanted(re, n, err);
+			if (wn <= 0) {
+				rc = wn;
 				continue;
+			}
 			snprintf(w, sizeof w, "%s.weight", mod[0]);
 			if (!lookup(sl, w) || (pass == 1 && lookup(&la, w)))
 				continue;
@@ -262,8 +279,7 @@ int rq_verify(const char *dir, const char *ref, const char *source, const char *
 	if (!sum->modules)
 		sum->variants_all = 0;
 out:
-	if (have_re)
-		regfree(&re);
+	rq_pyre_free(re);
 	free(la.e);
 	free(lb.e);
 	free(ls.e);

@@ -33,7 +33,8 @@ typedef void (*rq_verify_fn)(void *ctx, const struct rq_vresult *r);
 /* dir and ref are checkpoint directories (or safetensors files). source, if
  * not NULL, is a BF16 checkpoint used for recipe diagnosis of modules that
  * are BF16 there and NVFP4 in ref (dir itself is used when it has them).
- * regex (POSIX ERE, searched anywhere in the name) limits the tensors. */
+ * regex (Python re syntax as Python's re.search: a match anywhere in the
+ * name; fs/pyre.h, bounded) limits the tensors. */
 int rq_verify(const char *dir, const char *ref, const char *source, const char *regex,
               rq_verify_fn fn, void *ctx, struct rq_vsummary *sum, struct rq_err *err);
 

@@ -23,7 +23,7 @@ static void usage(FILE *f)
 	"  requantfs verify SRC-0801 --against LAGUNA-0722 --tensors 'layers\\.40\\.'\n\n"
 	"DIR, REF and SRC are directories or hub repo ids ORG/NAME[@REV] in the local\n"
 	"hub cache.\n"
-	"  --tensors REGEX  only tensors whose name contains a match (POSIX ERE)\n"
+	"  --tensors REGEX  only tensors whose name contains a match (Python re.search)\n"
 	"  --source SRC     BF16 checkpoint for the recipe diagnosis of modules that differ\n"
 	"  --quiet          print only differences and the summary\n"
 	"When DIR was made by `export --link`, its links are checked first against the\n"

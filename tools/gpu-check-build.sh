@@ -9,7 +9,7 @@
 missing_pc() {
 	local m=()
 	command -v "${PKG_CONFIG:-pkg-config}" >/dev/null || { echo pkg-config; return; }
-	for p in fuse3 libcjson libxxhash libcurl; do
+	for p in fuse3 libcjson libxxhash libcurl libpcre2-8; do
 		"${PKG_CONFIG:-pkg-config}" --exists "$p" || m+=("$p")
 	done
 	echo "${m[@]:-}"

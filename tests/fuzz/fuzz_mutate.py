@@ -244,7 +244,16 @@ def config_targeted(root, rng):
                               "re:^model\\.layers\\.[0-3]\\.mlp\\.experts(\\..*)?$",
                               "re:^model\\.layers\\.2\\.mlp\\.experts\\..*$", "re:a{99999}",
                               "re:(a*)*$", "re:\\", "re:[", "re:" + "(" * 500 + ")" * 500,
-                              "lm_head", 5, None, "re:\\d\\w\\s(?:x)", "re:(?P<n>x)"])
+                              "lm_head", 5, None, "re:\\d\\w\\s(?:x)", "re:(?P<n>x)",
+                              # catastrophic backtracking on module names: each must
+                              # fail the plan fast, naming config.json (PCRE2 limits)
+                              "re:(.+.+)+y$", "re:(\\w+\\.?)+\\.$", "re:(a|aa)*$",
+                              "re:(x+x+)+y", "re:(.{1,200}){1,200}y$", "re:(.*.*)*\\d$",
+                              "re:(model|m\\w+)*(\\.\\w+)*x$",
+                              # Python syntax PCRE2 spells differently, or refused
+                              "re:(?i)MODEL\\.LAYERS\\.[2-3]\\.MLP\\.EXPERTS(\\..*)?$",
+                              "re:[\\S]+", "re:\\N{DIGIT ONE}", "re:(*LIMIT_MATCH=1)a",
+                              "re:(?x)a b", "re:model\\.layers\\.\u0663"])
             if op in (1, 2) or not ign:
                 ign.insert(rng.randrange(len(ign) + 1), pat)
             else:
