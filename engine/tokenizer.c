@@ -14,6 +14,7 @@
 #include "engine/tokenizer.h"
 #include "engine/tok_int.h"
 #include "base/err.h"
+#include "st/jcheck.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -465,7 +466,7 @@ int tok_load(const char *path, struct tok **out, struct rq_err *err)
 		free(text);
 		return rq_errf(err, text ? -EIO : -ENOMEM, "%s: cannot read", file);
 	}
-	cJSON *root = cJSON_ParseWithLength(text, size);
+	cJSON *root = jc_parse(text, size, file, err);
 	free(text);
 	if (!root)
 		return rq_errf(err, -EPROTO, "%s: not valid JSON", file);

@@ -1,5 +1,7 @@
 /* jtext.c — JSON spans and a Python-compatible writer. */
 #include "st/jtext.h"
+#include "st/jcheck.h"
+#include "base/err.h"
 
 #include <errno.h>
 #include <math.h>
@@ -353,13 +355,18 @@ void jt_dump_python(struct jt_buf *b, const cJSON *v, int depth)
 	}
 }
 
-cJSON *jt_index_parse(char *text, size_t len, cJSON **weight_map)
+cJSON *jt_index_parse(char *text, size_t len, const char *file, cJSON **weight_map,
+                      struct rq_err *err)
 {
-	cJSON *j = cJSON_ParseWithLength(text, len);
+	cJSON *j = jc_parse(text, len, file, err);
 	free(text);
-	cJSON *wm = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
+	if (!j)
+		return NULL;
+	cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map");
 	if (!cJSON_IsObject(wm)) {
 		cJSON_Delete(j);
+		rq_errf(err, -EPROTO, "%s is not a safetensors index: it has no \"weight_map\" object",
+		        file);
 		return NULL;
 	}
 	*weight_map = wm;

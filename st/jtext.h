@@ -42,9 +42,13 @@ void jt_py_float(char out[32], double d);
  * (use it for floats that must keep their ".0"). */
 void jt_dump_python(struct jt_buf *b, const cJSON *v, int depth);
 
-/* A model.safetensors.index.json: parses text (len bytes; freed here) and
+struct rq_err;
+/* A model.safetensors.index.json: checks text (len bytes; freed here) with
+ * jc_check (st/jcheck.h: strict JSON, no duplicate keys), parses it and
  * returns the document with *weight_map its "weight_map" object, or NULL
- * (nothing to free) when it is not JSON or has no such object. */
-cJSON *jt_index_parse(char *text, size_t len, cJSON **weight_map);
+ * (nothing to free) with err naming file and the reason: not strict JSON
+ * (-EPROTO), no "weight_map" object (-EPROTO), out of memory (-ENOMEM). */
+cJSON *jt_index_parse(char *text, size_t len, const char *file, cJSON **weight_map,
+                      struct rq_err *err);
 
 #endif

@@ -14,6 +14,7 @@
 #include "base/grow.h"
 #include "st/st.h"
 #include "st/st_internal.h"
+#include "st/jcheck.h"
 
 #include "base/err.h"
 
@@ -337,6 +338,14 @@ static int parse_object(struct pstate *ps, const char *path, struct rq_err *err)
 			if (seen_meta++)
 				return st_jfail(j, "duplicate field \"__metadata__\"");
 			rc = parse_metadata(j, ps->h);
+			/* its raw text is copied into headers we present: a key twice
+			 * (serde keeps the last, cJSON the first) or a \u0000 would
+			 * mean different things to different readers */
+			if (!rc && ps->h->metadata) {
+				char what[600];
+				snprintf(what, sizeof what, "%s: __metadata__", path);
+				rc = jc_check(ps->h->metadata, strlen(ps->h->metadata), what, err);
+			}
 		} else {
 			rc = add_tensor(ps, key, klen, path, err);
 		}
