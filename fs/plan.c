@@ -255,6 +255,15 @@ static int choose_modules(struct rq_plan *p, const struct rq_rules *rules, size_
 			return rq_errf(err, -EPROTO, "SRC shard %s: %s.weight is %s; only BF16 weights "
 			               "can be requantized", p->srcs[c[i].src].name, c[i].name,
 			               st_dtype_name(w->dtype));
+		if (!w->shape[0] || !w->shape[1])   /* 0 % 16 == 0: say what is wrong */
+			return rq_errf(err, -EPROTO, "SRC shard %s: %s.weight is [%llu, %llu], zero-sized: "
+			               "it has no elements to requantize", p->srcs[c[i].src].name, c[i].name,
+			               (unsigned long long)w->shape[0], (unsigned long long)w->shape[1]);
+		if (w->shape[0] > (1ull << 31) || w->shape[1] > (1ull << 31))
+			return rq_errf(err, -EPROTO, "SRC shard %s: %s.weight is [%llu, %llu]; NVFP4 "
+			               "requantization takes at most 2^31 rows and columns",
+			               p->srcs[c[i].src].name, c[i].name, (unsigned long long)w->shape[0],
+			               (unsigned long long)w->shape[1]);
 		if (w->shape[1] % 16)
 			return rq_errf(err, -EPROTO, "SRC shard %s: %s.weight has %llu input columns, not a "
 			               "multiple of 16 (the NVFP4 group size)", p->srcs[c[i].src].name,
