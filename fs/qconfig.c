@@ -501,7 +501,10 @@ out:
 static int self_check(const cJSON *doc, const char *text, size_t len, const cJSON *want,
                       struct rq_err *err)
 {
-	cJSON *got = cJSON_ParseWithLength(text, len);
+	/* strict, as every reader of the presented file will be */
+	cJSON *got = jc_parse(text, len, "config.json (as presented)", err);
+	if (!got)
+		return err ? err->code : -EPROTO;
 	int ok = cJSON_IsObject(got) && want;
 	const cJSON *m;
 	int n_in = 0, n_out = cJSON_GetArraySize(got);

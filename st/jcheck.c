@@ -56,17 +56,33 @@ static const char *where(const struct jc *c, char *buf, size_t len)
 	return buf;
 }
 
+/* (memcpy, not snprintf: this runs for every member of a 100 MB header) */
+static void path_add(struct jc *c, const char *s, size_t n)
+{
+	size_t room = sizeof c->path - 1 - c->plen;
+	if (n > room)
+		n = room;
+	memcpy(c->path + c->plen, s, n);
+	c->plen += n;
+	c->path[c->plen] = 0;
+}
+
 static void path_push(struct jc *c, const char *k, size_t klen, long idx, size_t *save)
 {
 	*save = c->plen;
-	size_t room = sizeof c->path - c->plen;
-	int n;
-	if (idx >= 0)
-		n = snprintf(c->path + c->plen, room, "[%ld]", idx);
-	else
-		n = snprintf(c->path + c->plen, room, "%s%.*s", c->plen ? "." : "", (int)klen, k);
-	if (n > 0)
-		c->plen += (size_t)n < room ? (size_t)n : room - 1;
+	if (idx >= 0) {
+		char b[24], *e = b + sizeof b, *q = e;
+		*--q = ']';
+		do
+			*--q = (char)('0' + idx % 10);
+		while ((idx /= 10) > 0);
+		*--q = '[';
+		path_add(c, q, (size_t)(e - q));
+	} else {
+		if (c->plen)
+			path_add(c, ".", 1);
+		path_add(c, k, klen);
+	}
 }
 
 static void path_pop(struct jc *c, size_t save)

@@ -11,8 +11,10 @@
 size_t jt_ws(const char *s, size_t n, size_t i);
 /* One past the end of the JSON value that starts at s[i], or 0 if malformed. */
 size_t jt_value_end(const char *s, size_t n, size_t i);
-/* In the object whose '{' is at s[obj], finds member `key` (compared as
- * written); *val gets the index of its value. -ENOENT / -EPROTO. */
+/* In the object whose '{' is at s[obj], finds the first member `key`
+ * (compared after decoding escapes, as cJSON and Python compare; text that
+ * passed jc_check has no key twice); *val gets the index of its value.
+ * -ENOENT / -EPROTO. */
 int jt_member(const char *s, size_t n, size_t obj, const char *key, size_t *val);
 /* Spans [start[k], end[k]) of the elements of the array whose '[' is at
  * s[arr]; at most cap. *count = number of elements. -EPROTO if malformed. */

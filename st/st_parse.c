@@ -338,14 +338,6 @@ static int parse_object(struct pstate *ps, const char *path, struct rq_err *err)
 			if (seen_meta++)
 				return st_jfail(j, "duplicate field \"__metadata__\"");
 			rc = parse_metadata(j, ps->h);
-			/* its raw text is copied into headers we present: a key twice
-			 * (serde keeps the last, cJSON the first) or a \u0000 would
-			 * mean different things to different readers */
-			if (!rc && ps->h->metadata) {
-				char what[600];
-				snprintf(what, sizeof what, "%s: __metadata__", path);
-				rc = jc_check(ps->h->metadata, strlen(ps->h->metadata), what, err);
-			}
 		} else {
 			rc = add_tensor(ps, key, klen, path, err);
 		}
@@ -413,6 +405,16 @@ int st_parse_mem(const uint8_t *buf, size_t len, uint64_t file_size, const char 
 	rc = index_tensors(hi, path, err);
 	if (!rc)
 		rc = validate(h, path, err);
+	/* Last, the rules on which every JSON reader agrees (st/jcheck.h): a key
+	 * twice anywhere - in __metadata__, whose raw text we copy into the
+	 * headers we present (serde keeps the last, cJSON the first), or in a
+	 * tensor entry's extra fields - and \u0000 in __metadata__. After the
+	 * checks above, so a repeated tensor name keeps its own message. */
+	if (!rc) {
+		char what[600];
+		snprintf(what, sizeof what, "%s (header)", path);
+		rc = jc_check((const char *)json, n, what, err);
+	}
 	if (rc)
 		goto fail;
 	*out = h;

@@ -9,6 +9,7 @@
  * by "ok " or "no ", that a peer test (test_jcheck_peer.py) wrote from what
  * Python's json decides; each must get the same answer here. */
 #include "st/jcheck.h"
+#include "st/jtext.h"
 #include "st/st.h"
 #include "base/err.h"
 #include "base/esc.h"
@@ -110,6 +111,25 @@ static void grammar(void)
 	cJSON_Delete(j);
 }
 
+/* The text tools find a key as cJSON does: after decoding escapes (else an
+ * escaped "quantization\u005fconfig" would be edited by one and read by
+ * the other). */
+static void text_keys(void)
+{
+	const char *s = "{\"a\": 1, \"quantization\\u005fconfig\": {\"ig\\/n\\u00e9\\ud83d\\ude00\": 7}}";
+	size_t n = strlen(s), qc = 0, v = 0;
+	cJSON *j = cJSON_Parse(s);
+	TAP_OK(cJSON_GetObjectItemCaseSensitive(j, "quantization_config") != NULL,
+	       "cJSON finds the escaped key");
+	cJSON_Delete(j);
+	int rc = jt_member(s, n, 0, "quantization_config", &qc);
+	TAP_OK(rc == 0 && s[qc] == '{', "jt_member finds it too (rc %d)", rc);
+	rc = jt_member(s, n, qc, "ig/n\xc3\xa9\xf0\x9f\x98\x80", &v);
+	TAP_OK(rc == 0 && s[v] == '7', "jt_member decodes \\/, \\u00e9 and a surrogate pair (rc %d)", rc);
+	TAP_OK(jt_member(s, n, 0, "quantization_confi", &v) == -ENOENT &&
+	       jt_member(s, n, 0, "quantization_configx", &v) == -ENOENT, "prefixes do not match");
+}
+
 /* A duplicate key in a safetensors header's __metadata__ (copied into the
  * headers we present) is refused, naming the file and the key. */
 static void st_metadata(void)
@@ -125,8 +145,24 @@ static void st_metadata(void)
 	struct st_header *h = NULL;
 	struct rq_err e = {0};
 	int rc = st_parse_mem(b, len, len, "s.safetensors", &h, &e);
-	TAP_OK(rc == -EPROTO && strstr(e.msg, "s.safetensors") && strstr(e.msg, "__metadata__") &&
+	TAP_OK(rc == -EPROTO && strstr(e.msg, "s.safetensors (header)") && strstr(e.msg, "at __metadata__") &&
 	       strstr(e.msg, "\"format\" appears twice"), "st: duplicate __metadata__ key: %s", e.msg);
+	st_header_free(h);
+	/* a repeated extra field of a tensor entry (ignored by every reader, but
+	 * a key twice all the same) */
+	const char *j3 = "{\"t\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [0, 2], "
+	                 "\"x\": 1, \"x\": 2}}";
+	n = strlen(j3);
+	len = 8 + n + 2;
+	b = realloc(b, len);
+	for (int i = 0; i < 8; i++)
+		b[i] = (uint8_t)((uint64_t)n >> (8 * i));
+	memcpy(b + 8, j3, n);
+	b[8 + n] = b[9 + n] = 7;
+	h = NULL;
+	rc = st_parse_mem(b, len, len, "s.safetensors", &h, &e);
+	TAP_OK(rc == -EPROTO && strstr(e.msg, "\"x\" appears twice in the object at t"),
+	       "st: a tensor entry's extra field twice: %s", e.msg);
 	st_header_free(h);
 	/* and a tensor name with ESC and a newline is escaped in messages */
 	const char *j2 = "{\"bad\\u001b[2J\\nname\": {\"dtype\": \"U8\", \"shape\": [3], "
@@ -214,6 +250,7 @@ static void peer(const char *file)
 int main(int argc, char **argv)
 {
 	grammar();
+	text_keys();
 	st_metadata();
 	escaping();
 	if (argc > 1)
