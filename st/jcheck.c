@@ -38,6 +38,7 @@ struct jc {
 	const char *file;
 	struct rq_err *err;
 	int rc;            /* nonzero: err already written (not a grammar failure) */
+	int keys_only;     /* jc_check_keys: duplicates only, no value rules */
 };
 
 /* A failure that is not plain grammar: the message is written now. */
@@ -98,7 +99,7 @@ static int string_at(struct jc *c, size_t *len, const char *what)
 	size_t at = (size_t)(j->p - j->start);
 	if (st_jstring(j, c->arena + c->used, len))
 		return -1;
-	if (memchr(c->arena + c->used, 0, *len))
+	if (!c->keys_only && memchr(c->arena + c->used, 0, *len))
 		return refuse(c, rq_errf(c->err, -EPROTO, "%s: %s at byte %zu (in %s) holds \\u0000, "
 		                         "which C strings (cJSON) would cut short; remove it", c->file,
 		                         what, at, where(c, (char[400]){0}, 400)));
@@ -171,7 +172,7 @@ static int number(struct jc *c)
 			j->p++;
 	}
 	size_t len = (size_t)(j->p - s), neg = s[0] == '-';
-	if (!is_float && len - neg <= 15)
+	if (c->keys_only || (!is_float && len - neg <= 15))
 		return 0;          /* below 10^15 < 2^53: exact */
 	char stack[64], *tmp = len < sizeof stack ? stack : malloc(len + 1);
 	if (!tmp)
@@ -287,7 +288,8 @@ static int value(struct jc *c)
 	}
 }
 
-int jc_check(const char *text, size_t len, const char *file, struct rq_err *err)
+static int check(const char *text, size_t len, const char *file, int keys_only,
+                 struct rq_err *err)
 {
 	const uint8_t *s = (const uint8_t *)text;
 	if (!file)
@@ -299,7 +301,8 @@ int jc_check(const char *text, size_t len, const char *file, struct rq_err *err)
 	if (len >= 3 && s[0] == 0xEF && s[1] == 0xBB && s[2] == 0xBF)
 		return rq_errf(err, -EPROTO, "%s: begins with a UTF-8 byte-order mark, which neither "
 		               "cJSON nor Python's json.loads takes; remove it", file);
-	struct jc c = {.j = {s, s, s + len, JC_MAX_DEPTH + 1, NULL, 0}, .file = file, .err = err};
+	struct jc c = {.j = {s, s, s + len, JC_MAX_DEPTH + 1, NULL, 0}, .file = file, .err = err,
+	               .keys_only = keys_only};
 	if (!(c.arena = malloc(len + 1)))
 		return rq_errf(err, -ENOMEM, "%s: out of memory checking the JSON", file);
 	int rc = value(&c);
@@ -333,6 +336,16 @@ int jc_check(const char *text, size_t len, const char *file, struct rq_err *err)
 	return rq_errf(err, -EPROTO, "%s: not strict JSON: %s at byte %zu (line %zu, column %zu%s%s)",
 	               file, c.j.why ? c.j.why : "syntax error", c.j.at, line, col,
 	               c.plen ? ", in " : "", c.plen ? c.path : "");
+}
+
+int jc_check(const char *text, size_t len, const char *file, struct rq_err *err)
+{
+	return check(text, len, file, 0, err);
+}
+
+int jc_check_keys(const char *text, size_t len, const char *file, struct rq_err *err)
+{
+	return check(text, len, file, 1, err);
 }
 
 cJSON *jc_parse(const char *text, size_t len, const char *file, struct rq_err *err)

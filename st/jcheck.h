@@ -36,6 +36,11 @@ struct rq_err;
  * -ENOMEM. */
 int jc_check(const char *text, size_t len, const char *file, struct rq_err *err);
 
+/* Only the duplicate-key rule (and the grammar), for text that no cJSON
+ * reads but that other readers do: a safetensors header, whose extra fields
+ * serde ignores whatever their values. */
+int jc_check_keys(const char *text, size_t len, const char *file, struct rq_err *err);
+
 /* jc_check, then cJSON_ParseWithLength: the document, or NULL with err
  * written (-EPROTO / -ENOMEM in err->code). text is not freed. */
 cJSON *jc_parse(const char *text, size_t len, const char *file, struct rq_err *err);

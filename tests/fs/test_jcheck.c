@@ -103,6 +103,12 @@ static void grammar(void)
 	check("{\"\\n\": 1, \"\\n\": 2}", &e);
 	TAP_OK(!strchr(e.msg, '\n') && strstr(e.msg, "\"\\n\" appears twice"), "duplicate key \\n escaped: %s", e.msg);
 
+	/* jc_check_keys (safetensors headers): duplicates only */
+	const char *big = "{\"t\": {\"x\": 123456789012345678901234567890, \"m\": \"\\u0000\"}}";
+	TAP_OK(jc_check_keys(big, strlen(big), "h", &e) == 0, "jc_check_keys ignores values no cJSON reads");
+	TAP_OK(jc_check_keys("{\"t\": {\"x\": 1, \"x\": 1}}", 24, "h", &e) == -EPROTO &&
+	       strstr(e.msg, "\"x\" appears twice"), "jc_check_keys refuses a key twice: %s", e.msg);
+
 	/* jc_parse gives the tree on success, NULL with the message otherwise */
 	cJSON *j = jc_parse("{\"a\": 1, \"a\": 2}", 16, "x.json", &e);
 	TAP_OK(!j && e.code == -EPROTO && strstr(e.msg, "x.json"), "jc_parse refuses: %s", e.msg);
