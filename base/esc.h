@@ -14,6 +14,7 @@
 #ifndef RQ_BASE_ESC_H
 #define RQ_BASE_ESC_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 /* Escapes at most n bytes of s (stops early at a NUL) into out (size cap >=
@@ -24,6 +25,12 @@ char *rq_esc(char *out, size_t cap, const char *s);
 
 /* 1 when s[0, n) holds nothing rq_esc would change. */
 int rq_esc_clean(const char *s, size_t n);
+
+/* vsnprintf into buf[cap] (cap >= 4), except that every %s argument is
+ * escaped with rq_esc_n (its precision counting input bytes); the format's
+ * own text is copied as is. A result that does not fit ends in "...". What
+ * rq_errf and the mount's log use. */
+void rq_vfmt_esc(char *buf, size_t cap, const char *fmt, va_list ap);
 
 /* For a message argument: RQ_ESC(name) is the escaped copy in a buffer that
  * lives until the end of the enclosing block. */
