@@ -201,6 +201,35 @@ def class8(tmp):
        "a [32, 0] weight under --scheme w4a16 (group 128): zero-sized, not a group-size fault",
        out)
 
+    # the Laguna fix: layer 1's down_proj left in BF16 by an ignore rule, zero-sized
+    lag = os.path.join(tmp, "laguna-zero")
+    os.makedirs(lag)
+    cfg = {"architectures": ["LagunaForCausalLM"], "model_type": "laguna",
+           "quantization_config": {"quant_method": "compressed-tensors",
+                                   "format": "nvfp4-pack-quantized",
+                                   "config_groups": {"group_0": {"targets": ["Linear"]}},
+                                   "ignore": ["lm_head", "re:^model\\.layers\\.1\\.mlp\\..*$"]}}
+    with open(os.path.join(lag, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    p0 = "model.layers.0.mlp.down_proj."
+    size = {"BF16": 2, "U8": 1, "F8_E4M3": 1, "F32": 4}
+    ts = {p0 + "weight_packed": ("U8", [32, 16]), p0 + "weight_scale": ("F8_E4M3", [32, 2]),
+          p0 + "weight_global_scale": ("F32", [1]), p0 + "input_global_scale": ("F32", [1]),
+          "model.layers.1.mlp.down_proj.weight": ("BF16", [0, 32])}
+    h, off = {}, 0
+    for k, (dt, sh) in ts.items():
+        n = size[dt] * (sh[0] * (sh[1] if len(sh) > 1 else 1))
+        h[k] = {"dtype": dt, "shape": sh, "data_offsets": [off, off + n]}
+        off += n
+    write_st(os.path.join(lag, "model.safetensors"), json.dumps(h).encode(), off)
+    cal = os.path.join(tmp, "cal.safetensors")
+    ch = {f"model.layers.{i}.mlp.down_proj.input_global_scale":
+          {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]} for i in (0, 1)}
+    write_st(cal, json.dumps(ch).encode(), 8)
+    rc, out = run("plan", lag, "--calib", cal)
+    ok(rc == 1 and "zero-sized" in out and "model.layers.1.mlp.down_proj.weight" in out
+       and "laid out" not in out, "the Laguna fix: a [0, 32] BF16 weight is called zero-sized", out)
+
     ref, env = hub_repo(tmp, "fifo")
     os.mkfifo(ref)
     rc, out = plan("org/fifo", env=env)
