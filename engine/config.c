@@ -568,7 +568,7 @@ int lg_config_parse(const char *json, const char *path, struct lg_config *out,
 	int rc;
 	cJSON *root = jc_parse(json, strlen(json), path, err);
 	if (!root || !cJSON_IsObject(root)) {
-		rc = rq_errf(err, -EINVAL, "%s: not a JSON object", path);
+		rc = root || !err ? rq_errf(err, -EINVAL, "%s: not a JSON object", path) : err->code;
 		goto out;
 	}
 	const char *mt = get_str(root, "model_type");
@@ -622,7 +622,7 @@ int lg_gen_parse(const char *json, const struct lg_config *cfg, struct lg_gen_de
 	cJSON *root = jc_parse(json, strlen(json), path, err);
 	if (!root || !cJSON_IsObject(root)) {
 		cJSON_Delete(root);
-		return rq_errf(err, -EINVAL, "%s: not a JSON object", path);
+		return root || !err ? rq_errf(err, -EINVAL, "%s: not a JSON object", path) : err->code;
 	}
 	double d = 0;
 	long v = 0;

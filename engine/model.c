@@ -145,7 +145,7 @@ static int list_shards(const char *dir, char ***names, size_t *n, int *from_inde
 		const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
 		if (!cJSON_IsObject(wm)) {
 			cJSON_Delete(root);
-			rc = rq_errf(err, -EPROTO, "%s: no \"weight_map\" object", ipath);
+			rc = root || !err ? rq_errf(err, -EPROTO, "%s: no \"weight_map\" object", ipath) : err->code;
 			free(ipath);
 			return rc;
 		}

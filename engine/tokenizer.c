@@ -469,7 +469,7 @@ int tok_load(const char *path, struct tok **out, struct rq_err *err)
 	cJSON *root = jc_parse(text, size, file, err);
 	free(text);
 	if (!root)
-		return rq_errf(err, -EPROTO, "%s: not valid JSON", file);
+		return err ? err->code : -EPROTO;   /* jc_parse said why */
 	pthread_once(&alphabet_once, init_alphabet);
 	struct tok *t = calloc(1, sizeof *t);
 	int rc = t ? build(t, root, file, err) : -ENOMEM;

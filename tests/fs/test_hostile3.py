@@ -143,6 +143,38 @@ def class1(tmp):
                                     '"format" appears twice'])
 
 
+def engine_files(tmp):
+    """generate (the engine reads the checkpoint itself) refuses a key twice
+    in each JSON file it reads, naming the file and the key."""
+    base = os.path.join(tmp, "mk")
+    rc, out = run("mkckpt", base, "--layers", "2", "--experts", "2", "--bf16-layers", "1-1")
+    if not ok(rc == 0, "mkckpt of a small checkpoint with its tokenizer", out):
+        return
+    gen = ("generate", "-n", "2", "--prompt", "hi", "--temperature", "0", "--threads", "1",
+           "--device", "cpu")
+    rc, out = run(gen[0], base, *gen[1:])
+    ok(rc == 0, "control: generate runs on it", out)
+    cases = [("config.json", "num_hidden_layers", "99"),
+             ("generation_config.json", "top_k", "1"),
+             ("tokenizer.json", "model", "{}"),
+             ("model.safetensors.index.json", "metadata", "{}")]
+    for f, key, val in cases:
+        d = os.path.join(tmp, "mk-" + f)
+        os.makedirs(d)
+        for g in os.listdir(base):
+            if g != f:
+                os.link(os.path.join(base, g), os.path.join(d, g))
+        with open(os.path.join(base, f), "rb") as fh:
+            text = fh.read()
+        # the key written again, last: Python's json would read this value
+        i = text.rindex(b"}")
+        with open(os.path.join(d, f), "wb") as fh:
+            fh.write(text[:i].rstrip() + b',\n  "%s": %s\n}\n' % (key.encode(), val.encode()))
+        rc, out = run(gen[0], d, *gen[1:])
+        ok(rc == 1 and f in out and '"%s" appears twice' % key in out,
+           f"generate refuses {f} with \"{key}\" twice, naming both", out)
+
+
 def hub_repo(tmp, name):
     """HF_HUB_CACHE with models--org--NAME/{refs,snapshots/<hash>} (a good
     snapshot) and the environment that points at it."""
@@ -251,6 +283,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="rq-hostile3-")
     try:
         class1(tmp)
+        engine_files(tmp)
         class6(tmp)
         class8(tmp)
     finally:
