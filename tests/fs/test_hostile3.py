@@ -175,6 +175,53 @@ def engine_files(tmp):
            f"generate refuses {f} with \"{key}\" twice, naming both", out)
 
 
+def hub_answers(tmp):
+    """calib fetch reads the index as the hub sends it: a key twice is refused
+    with the URL and the key named; the hub's X-Error-Message is printed with
+    its control bytes escaped."""
+    import http.server
+    import threading
+    index = (b'{"metadata": {"total_size": 8}, "weight_map": {\n'
+             b'  "model.layers.0.mlp.down_proj.input_global_scale": "a.safetensors",\n'
+             b'  "model.layers.0.mlp.down_proj.input_global_scale": "b.safetensors"}}\n')
+
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            if self.path.startswith("/org/dup/resolve/main/model.safetensors.index.json"):
+                code, body, hdr = 200, index, []
+            else:
+                code, body = 404, b"Entry not found"
+                hdr = [("X-Error-Message", "Entry \x1b[31mnot found\x1b[0m\rFAKE")]
+            self.send_response(code)
+            for k, v in hdr:
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
+    env["HF_ENDPOINT"] = f"http://127.0.0.1:{srv.server_address[1]}"
+    env["HF_HOME"] = os.path.join(tmp, "hf-empty")        # no token file
+    try:
+        rc, out = run("calib", "fetch", "org/dup@main", "-o", os.path.join(tmp, "c1"), env=env)
+        ok(rc == 1 and "model.safetensors.index.json" in out and
+           '"model.layers.0.mlp.down_proj.input_global_scale" appears twice' in out,
+           "calib fetch refuses the hub's index with a key twice, naming URL and key", out)
+        rc, out = run("calib", "fetch", "org/gone@main", "-o", os.path.join(tmp, "c2"), env=env)
+        ok(rc == 1 and "\x1b" not in out and "\r" not in out and "\\x1b[31mnot found" in out,
+           "the hub's X-Error-Message comes out escaped", repr(out))
+    finally:
+        srv.shutdown()
+
+
 def hub_repo(tmp, name):
     """HF_HUB_CACHE with models--org--NAME/{refs,snapshots/<hash>} (a good
     snapshot) and the environment that points at it."""
@@ -284,6 +331,7 @@ def main():
     try:
         class1(tmp)
         engine_files(tmp)
+        hub_answers(tmp)
         class6(tmp)
         class8(tmp)
     finally:
