@@ -7,6 +7,7 @@
  * or refused the way vLLM reads them. Every refusal names the key. */
 #include "engine/model.h"
 #include "base/err.h"
+#include "st/jcheck.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -565,9 +566,9 @@ int lg_config_parse(const char *json, const char *path, struct lg_config *out,
 	enum lg_attn_type *types = NULL;
 	int *heads = NULL, *moe = NULL, used[2];
 	int rc;
-	cJSON *root = cJSON_Parse(json);
+	cJSON *root = jc_parse(json, strlen(json), path, err);
 	if (!root || !cJSON_IsObject(root)) {
-		rc = rq_errf(err, -EINVAL, "%s: not a JSON object", path);
+		rc = root || !err ? rq_errf(err, -EINVAL, "%s: not a JSON object", path) : err->code;
 		goto out;
 	}
 	const char *mt = get_str(root, "model_type");
@@ -618,10 +619,10 @@ int lg_gen_parse(const char *json, const struct lg_config *cfg, struct lg_gen_de
 		*out = g;
 		return 0;
 	}
-	cJSON *root = cJSON_Parse(json);
+	cJSON *root = jc_parse(json, strlen(json), path, err);
 	if (!root || !cJSON_IsObject(root)) {
 		cJSON_Delete(root);
-		return rq_errf(err, -EINVAL, "%s: not a JSON object", path);
+		return root || !err ? rq_errf(err, -EINVAL, "%s: not a JSON object", path) : err->code;
 	}
 	double d = 0;
 	long v = 0;

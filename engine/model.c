@@ -16,6 +16,7 @@
 #include "base/err.h"
 #include "base/grow.h"
 #include "st/st.h"
+#include "st/jcheck.h"
 #include "quant/quant.h"
 
 #include <cjson/cJSON.h>
@@ -139,12 +140,12 @@ static int list_shards(const char *dir, char ***names, size_t *n, int *from_inde
 	char *text = read_text(ipath, &rc);
 	*from_index = text != NULL;
 	if (text) {
-		cJSON *root = cJSON_Parse(text), *e;
+		cJSON *root = jc_parse(text, strlen(text), ipath, err), *e;
 		free(text);
 		const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
 		if (!cJSON_IsObject(wm)) {
 			cJSON_Delete(root);
-			rc = rq_errf(err, -EPROTO, "%s: no \"weight_map\" object", ipath);
+			rc = root || !err ? rq_errf(err, -EPROTO, "%s: no \"weight_map\" object", ipath) : err->code;
 			free(ipath);
 			return rc;
 		}

@@ -18,6 +18,7 @@
 #include "engine/tokenizer.h"
 #include "engine/tok_int.h"
 #include "base/err.h"
+#include "st/jcheck.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -425,10 +426,10 @@ int tok_load(const char *path, struct tok **out, struct rq_err *err)
 		free(text);
 		return rq_errf(err, text ? -EIO : -ENOMEM, "%s: cannot read", file);
 	}
-	cJSON *root = cJSON_ParseWithLength(text, size);
+	cJSON *root = jc_parse(text, size, file, err);
 	free(text);
 	if (!root)
-		return rq_errf(err, -EPROTO, "%s: not valid JSON", file);
+		return err ? err->code : -EPROTO;   /* jc_parse said why */
 	pthread_once(&alphabet_once, init_alphabet);
 	struct tok *t = calloc(1, sizeof *t);
 	int rc = t ? build(t, root, file, err) : -ENOMEM;

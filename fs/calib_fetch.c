@@ -106,9 +106,9 @@ static int read_index(struct fetch *f, struct rq_err *err)
 	if (rc)
 		return rc;
 	url_of(f, iname, url, sizeof url);
-	cJSON *wm, *j = jt_index_parse(text, len, &wm);
+	cJSON *wm, *j = jt_index_parse(text, len, url, &wm, err);   /* the hub's answer, strict */
 	if (!j)
-		return rq_errf(err, -EPROTO, "%s: not a safetensors index (no weight_map object)", url);
+		return err ? err->code : -EPROTO;
 	for (cJSON *e = wm->child; e && !rc; e = e->next) {
 		if (!is_scale(e->string))
 			continue;

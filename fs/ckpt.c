@@ -66,9 +66,9 @@ static int load_index(struct rq_ckpt *c, const char *ipath, struct rq_err *err)
 	int rc = rq_read_whole(ipath, &text, &len);
 	if (rc)
 		return rq_errf(err, rc, "%s: cannot read: %s", ipath, strerror(-rc));
-	cJSON *wm, *j = jt_index_parse(text, len, &wm);
+	cJSON *wm, *j = jt_index_parse(text, len, ipath, &wm, err);
 	if (!j)
-		return rq_errf(err, -EPROTO, "%s: not a safetensors index (no weight_map object)", ipath);
+		return err ? err->code : -EPROTO;
 	size_t n = 0;
 	for (cJSON *e = wm->child; e; e = e->next)
 		n++;

@@ -204,6 +204,30 @@ static int by_prefix(const char *snaps, const char *spec, const char *p, char **
 	return 0;
 }
 
+/* 1 when ref is (or links to) a regular file, 0 when there is nothing
+ * there, else -EPROTO / the errno with err naming what is there instead. */
+static int ref_kind(const char *spec, const char *ref, struct rq_err *err)
+{
+	struct stat st, lst;
+	if (stat(ref, &st) == 0) {
+		if (S_ISREG(st.st_mode))
+			return 1;
+		const char *what = S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
+		                 : S_ISSOCK(st.st_mode) ? "a socket" : S_ISCHR(st.st_mode) ? "a character "
+		                 "device" : S_ISBLK(st.st_mode) ? "a block device" : "not a regular file";
+		return rq_errf(err, -EPROTO, "%s: %s is %s, not a file holding a commit hash (a damaged "
+		               "hub cache? remove it, or name the revision by its hash)", spec, ref, what);
+	}
+	int e = errno;
+	if (lstat(ref, &lst) == 0 && S_ISLNK(lst.st_mode))
+		return rq_errf(err, -EPROTO, "%s: %s is a symbolic link that cannot be followed (%s); "
+		               "huggingface_hub writes refs as plain files: remove it", spec, ref,
+		               strerror(e));
+	if (e == ENOENT || e == ENOTDIR)
+		return 0;
+	return rq_errf(err, -e, "%s: %s: %s", spec, ref, strerror(e));
+}
+
 static int is_dir(const char *p)
 {
 	struct stat st;
@@ -240,17 +264,26 @@ int rq_hub_resolve(const char *spec, char **snapshot_dir, struct rq_err *err)
 		             "no %s there): %s", spec, cache, from, strrchr(repo, '/') + 1, hint);
 		goto out;
 	}
-	/* 1. refs/<rev>: a branch or tag */
-	rc = rq_read_whole(ref, &commit, &clen);
-	if (rc && rc != -ENOENT && rc != -ENOTDIR && rc != -EINVAL) {
-		rc = rq_errf(err, rc, "%s: %s: %s", spec, ref, strerror(-rc));
+	/* 1. refs/<rev>: a branch or tag. What is there but is no regular file
+	 * (a directory, a FIFO, ...) is refused as what it is, not taken for
+	 * "no such ref"; a FIFO is never opened. */
+	if ((rc = ref_kind(spec, ref, err)) < 0)
+		goto out;
+	rc = rc ? rq_read_whole(ref, &commit, &clen) : -ENOENT;
+	if (rc && rc != -ENOENT && rc != -ENOTDIR) {
+		rc = rq_errf(err, rc, "%s: cannot read %s: %s", spec, ref, strerror(-rc));
 		goto out;
 	}
 	if (!rc) {
-		commit[strcspn(commit, " \t\r\n")] = 0;
+		size_t used = strcspn(commit, " \t\r\n");
+		commit[used] = 0;
+		/* never its contents in the message: a refs file may be a link to a
+		 * file that is not the user's to see */
 		if (!is_hex(commit, 40, 40)) {
-			rc = rq_errf(err, -EPROTO, "%s: %s holds '%.60s', not a commit hash (a damaged hub "
-			             "cache?)", spec, ref, commit);
+			rc = rq_errf(err, -EPROTO, "%s: %s holds %zu bytes that are not a commit hash "
+			             "(huggingface_hub writes 40 hex digits there; the contents are not "
+			             "shown): a damaged hub cache? Remove it or download the revision "
+			             "again", spec, ref, clen);
 			goto out;
 		}
 		if (!(snap = fmt("%s/snapshots/%s", repo, commit))) {

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/esc.h"
 #include "fs/mount_pt.h"
 #include "fs/mountinfo.h"
 #include "qdev/qdev.h"
@@ -45,7 +46,7 @@ static void log_line(struct rq_mount *m, enum rq_log_level level, const char *fm
 	if (!rq_mount_log_on(m, level))
 		return;
 	char line[1536];
-	vsnprintf(line, sizeof line, fmt, ap);
+	rq_vfmt_esc(line, sizeof line, fmt, ap);   /* names from input escaped (issue 17) */
 	if (!m->logf && !m->o.log_stderr) {
 		/* NOTICE, not INFO, for the default level: what it always was */
 		static const int prio[] = {LOG_NOTICE, LOG_ERR, LOG_WARNING, LOG_NOTICE, LOG_DEBUG};

@@ -43,6 +43,7 @@
 #include "fs/rules.h"
 #include "fs/ckpt.h"
 #include "st/jtext.h"
+#include "st/jcheck.h"
 #include "base/err.h"
 
 #include <cjson/cJSON.h>
@@ -190,12 +191,11 @@ static int pick_rule(const struct rq_plan_opts *o, const struct rq_rules *rules,
 				*rule = k;
 				return 0;
 			}
-		char list[2048] = "";
-		for (size_t k = 0; k < rules->n; k++)
-			snprintf(list + strlen(list), sizeof list - strlen(list), "\n  %s", rules->text[k]);
-		return rq_errf(err, -EINVAL, "--drop-ignore '%s' is not an entry of "
-		               "quantization_config.ignore in SRC config.json; the entries are:%s",
-		               o->drop_rule, list);
+		rq_errf(err, -EINVAL, "--drop-ignore '%s' is not an entry of "
+		        "quantization_config.ignore in SRC config.json; the entries are:", o->drop_rule);
+		for (size_t k = 0; k < rules->n; k++)   /* one line each, the entries escaped */
+			rq_err_append(err, "\n  %s", rules->text[k]);
+		return -EINVAL;
 	}
 	/* roles stored as NVFP4 somewhere */
 	char **roles = malloc((nc ? nc : 1) * sizeof *roles);
@@ -234,11 +234,11 @@ static int pick_rule(const struct rq_plan_opts *o, const struct rq_rules *rules,
 		return rq_errf(err, -ENOENT, "no entry of quantization_config.ignore in SRC config.json "
 		               "leaves in BF16 modules that are NVFP4 in other layers; nothing to "
 		               "requantize (name the rule with --drop-ignore if you know it)");
-	char list[2048] = "";
+	rq_errf(err, -EINVAL, "%zu ignore entries could be the one to drop; choose with "
+	        "--drop-ignore RULE:", nf);
 	for (size_t i = 0; i < nf; i++)
-		snprintf(list + strlen(list), sizeof list - strlen(list), "\n  %s", rules->text[found[i]]);
-	return rq_errf(err, -EINVAL, "%zu ignore entries could be the one to drop; choose with "
-	               "--drop-ignore RULE:%s", nf, list);
+		rq_err_append(err, "\n  %s", rules->text[found[i]]);
+	return -EINVAL;
 }
 
 static int choose_modules(struct rq_plan *p, const struct rq_rules *rules, size_t rule,
@@ -267,6 +267,15 @@ static int choose_modules(struct rq_plan *p, const struct rq_rules *rules, size_
 			return rq_errf(err, -EPROTO, "SRC shard %s: %s.weight is %s; only BF16 weights "
 			               "can be requantized", p->srcs[c[i].src].name, c[i].name,
 			               st_dtype_name(w->dtype));
+		if (!w->shape[0] || !w->shape[1])   /* 0 % 16 == 0: say what is wrong */
+			return rq_errf(err, -EPROTO, "SRC shard %s: %s.weight is [%llu, %llu], zero-sized: "
+			               "it has no elements to requantize", p->srcs[c[i].src].name, c[i].name,
+			               (unsigned long long)w->shape[0], (unsigned long long)w->shape[1]);
+		if (w->shape[0] > (1ull << 31) || w->shape[1] > (1ull << 31))
+			return rq_errf(err, -EPROTO, "SRC shard %s: %s.weight is [%llu, %llu]; NVFP4 "
+			               "requantization takes at most 2^31 rows and columns",
+			               p->srcs[c[i].src].name, c[i].name, (unsigned long long)w->shape[0],
+			               (unsigned long long)w->shape[1]);
 		if (w->shape[1] % 16)
 			return rq_errf(err, -EPROTO, "SRC shard %s: %s.weight has %llu input columns, not a "
 			               "multiple of 16 (the NVFP4 group size)", p->srcs[c[i].src].name,
@@ -370,9 +379,9 @@ static int check_index(const struct rq_plan *p, struct rq_err *err)
 	int rc = rq_read_whole(path, &text, &len);
 	if (rc)
 		return rq_errf(err, rc, "SRC %s: %s", path, strerror(-rc));
-	cJSON *wm, *j = jt_index_parse(text, len, &wm);
+	cJSON *wm, *j = jt_index_parse(text, len, path, &wm, err);
 	if (!j)
-		return rq_errf(err, -EPROTO, "SRC %s is not a safetensors index (no weight_map)", path);
+		return err ? err->code : -EPROTO;
 	for (cJSON *e = wm->child; e && !rc; e = e->next) {
 		const char *v = cJSON_IsString(e) ? e->valuestring : NULL;
 		if (!v || !*v || strchr(v, '/') || !strcmp(v, ".") || !strcmp(v, "..")) {
@@ -477,12 +486,12 @@ static int read_config(const struct rq_plan *p, const char *src, struct build *b
 	if (rc)
 		return rq_errf(err, rc, "SRC %s has no readable config.json (%s); is it a checkpoint "
 		               "directory?", src, strerror(-rc));
-	b->cfg = cJSON_ParseWithLength(b->config, b->config_len);
-	const cJSON *qc = b->cfg ? cJSON_GetObjectItemCaseSensitive(b->cfg, "quantization_config")
-	                         : NULL;
-	const cJSON *ign = qc ? cJSON_GetObjectItemCaseSensitive(qc, "ignore") : NULL;
+	/* strict: the config we present must mean to Python what it means to us */
+	b->cfg = jc_parse(b->config, b->config_len, b->path, err);
 	if (!b->cfg)
-		return rq_errf(err, -EPROTO, "%s is not valid JSON", b->path);
+		return err ? err->code : -EPROTO;
+	const cJSON *qc = cJSON_GetObjectItemCaseSensitive(b->cfg, "quantization_config");
+	const cJSON *ign = qc ? cJSON_GetObjectItemCaseSensitive(qc, "ignore") : NULL;
 	if (!laguna) {         /* a data-free scheme: a quantization_config is optional */
 		b->has_qc = qc != NULL;
 		return cJSON_IsArray(ign) ? read_rules(b, ign, err) : 0;

@@ -226,9 +226,9 @@ static int rewrite_index(struct rq_plan *p, struct rq_vfile *f, const uint64_t *
 	int rc = rq_read_whole(p->srcs[f->src].path, &text, &len);
 	if (rc)
 		return rq_errf(err, rc, "SRC %s: %s", f->name, strerror(-rc));
-	cJSON *wm, *j = jt_index_parse(text, len, &wm);
+	cJSON *wm, *j = jt_index_parse(text, len, p->srcs[f->src].path, &wm, err);
 	if (!j)
-		return rq_errf(err, -EPROTO, "SRC %s has no weight_map object", f->name);
+		return err ? err->code : -EPROTO;
 	/* cJSON objects are lists: index the weight_map once (sorted by key), so
 	 * the real Laguna index (126k entries, 6k modules) costs milliseconds,
 	 * not a lookup and a delete scanning the list per module. */

@@ -235,6 +235,16 @@ static int take_module(struct rq_plan *p, enum rq_scheme sc, const struct tref *
 		               shard, w->name, w->ndim, sn, module);
 	struct rq_module m = {.src = r->src, .rows = w->shape[0], .cols = w->shape[1], .dtype = dt,
 	                      .job = -1};
+	/* rq_scheme_layout answers -EINVAL for each of these: give the true reason */
+	if (!m.rows || !m.cols)
+		return rq_errf(err, -EPROTO, "SRC shard %s: %s is [%llu, %llu], zero-sized: it has no "
+		               "elements to quantize (add '%s' to --ignore, or fix the checkpoint)",
+		               shard, w->name, (unsigned long long)m.rows, (unsigned long long)m.cols,
+		               module);
+	if (m.rows > (1ull << 31) || m.cols > (1ull << 31))
+		return rq_errf(err, -EPROTO, "SRC shard %s: %s is [%llu, %llu]; --scheme %s quantizes "
+		               "weights of at most 2^31 rows and columns (add '%s' to --ignore)", shard,
+		               w->name, (unsigned long long)m.rows, (unsigned long long)m.cols, sn, module);
 	int rc = rq_scheme_layout(sc, dt, m.rows, m.cols, m.t, &m.nt, &m.out_size);
 	if (rc == -EINVAL)
 		return rq_errf(err, -EPROTO, "SRC shard %s: %s is [%llu, %llu]; --scheme %s needs the "

@@ -57,6 +57,7 @@
 #include "fs/qconfig_int.h"
 #include "fs/rules.h"
 #include "base/err.h"
+#include "st/jcheck.h"
 #include "base/grow.h"
 
 #include <errno.h>
@@ -510,7 +511,10 @@ out:
 static int self_check(const cJSON *doc, const char *text, size_t len, const cJSON *want,
                       struct rq_err *err)
 {
-	cJSON *got = cJSON_ParseWithLength(text, len);
+	/* strict, as every reader of the presented file will be */
+	cJSON *got = jc_parse(text, len, "config.json (as presented)", err);
+	if (!got)
+		return err ? err->code : -EPROTO;
 	int ok = cJSON_IsObject(got) && want;
 	const cJSON *m;
 	int n_in = 0, n_out = cJSON_GetArraySize(got);
@@ -536,7 +540,9 @@ int rq_qconfig_rewrite(const char *cfg, size_t len, const struct rq_qconfig_edit
 		return rq_errf(err, -EINVAL, "config.json: scheme %s has no compressed-tensors preset "
 		               "here (the Laguna fix edits config.json itself)",
 		               rq_scheme_name(e->scheme));
-	cJSON *doc = cJSON_ParseWithLength(cfg, len);
+	cJSON *doc = jc_parse(cfg, len, "config.json", err);
+	if (!doc)
+		return err ? err->code : -EPROTO;
 	if (!cJSON_IsObject(doc)) {
 		cJSON_Delete(doc);
 		return rq_errf(err, -EPROTO, "config.json: not a JSON object; check the checkpoint's "

@@ -122,9 +122,11 @@ static int diagnose(struct rq_ckpt *src, const struct list *sl, struct rq_ckpt *
 				rc = load(ref, re, dst[k], err);
 		}
 		uint64_t rows = we->t->shape[0], cols = we->t->shape[1];
-		if (!rc && (we->t->dtype != ST_BF16 || we->t->ndim != 2 || cols % 16))
-			rc = rq_errf(err, -EPROTO, "%s.weight is not a 2-D BF16 weight with a multiple of "
-			             "16 columns", mods[s]);
+		if (!rc && (we->t->dtype != ST_BF16 || we->t->ndim != 2 || !rows || !cols || cols % 16))
+			rc = rq_errf(err, -EPROTO, "%s.weight %s; only 2-D BF16 weights with a multiple of 16 "
+			             "columns are requantized", mods[s], we->t->dtype != ST_BF16
+			             ? "is not BF16" : we->t->ndim != 2 ? "is not 2-D" : !rows || !cols
+			             ? "is zero-sized" : "has a number of columns that is not a multiple of 16");
 		op[s] = malloc(rows * cols / 2 + 1);
 		os[s] = malloc(rows * cols / 16 + 1);
 		if (!rc && (!op[s] || !os[s]))

@@ -1,5 +1,7 @@
 /* jtext.c — JSON spans and a Python-compatible writer. */
 #include "st/jtext.h"
+#include "st/jcheck.h"
+#include "base/err.h"
 
 #include <errno.h>
 #include <math.h>
@@ -60,6 +62,76 @@ size_t jt_value_end(const char *s, size_t n, size_t i)
 	return i > b ? i : 0;
 }
 
+static int hex4(const char *s, uint32_t *v)
+{
+	*v = 0;
+	for (int i = 0; i < 4; i++) {
+		char c = s[i];
+		int h = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+		      : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+		if (h < 0)
+			return -1;
+		*v = *v << 4 | (uint32_t)h;
+	}
+	return 0;
+}
+
+/* Whether the JSON string s[b, e) (quotes excluded) decodes to key: the key
+ * is compared as every JSON reader sees it, so "quantization\u005fconfig"
+ * is found as quantization_config, exactly as cJSON finds it. */
+static int key_is(const char *s, size_t b, size_t e, const char *key, size_t klen)
+{
+	size_t k = 0;
+	while (b < e) {
+		unsigned char u[4];
+		size_t un = 1;
+		if (s[b] != '\\') {
+			u[0] = (unsigned char)s[b++];
+		} else if (b + 1 < e && s[b + 1] != 'u') {
+			const char *from = "\\\"/bfnrt", *to = "\\\"/\b\f\n\r\t";
+			const char *p = strchr(from, s[b + 1]);
+			if (!p || !s[b + 1])
+				return 0;
+			u[0] = (unsigned char)to[p - from];
+			b += 2;
+		} else {
+			uint32_t cp, lo;
+			if (b + 6 > e || hex4(s + b + 2, &cp))
+				return 0;
+			b += 6;
+			if (cp >= 0xD800 && cp <= 0xDBFF) {
+				if (b + 6 > e || s[b] != '\\' || s[b + 1] != 'u' || hex4(s + b + 2, &lo) ||
+				    lo < 0xDC00 || lo > 0xDFFF)
+					return 0;
+				cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+				b += 6;
+			}
+			if (cp < 0x80) {
+				u[0] = (unsigned char)cp;
+			} else if (cp < 0x800) {
+				u[0] = (unsigned char)(0xC0 | cp >> 6);
+				u[1] = (unsigned char)(0x80 | (cp & 0x3F));
+				un = 2;
+			} else if (cp < 0x10000) {
+				u[0] = (unsigned char)(0xE0 | cp >> 12);
+				u[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+				u[2] = (unsigned char)(0x80 | (cp & 0x3F));
+				un = 3;
+			} else {
+				u[0] = (unsigned char)(0xF0 | cp >> 18);
+				u[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
+				u[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+				u[3] = (unsigned char)(0x80 | (cp & 0x3F));
+				un = 4;
+			}
+		}
+		if (k + un > klen || memcmp(key + k, u, un))
+			return 0;
+		k += un;
+	}
+	return k == klen;
+}
+
 int jt_member(const char *s, size_t n, size_t obj, const char *key, size_t *val)
 {
 	size_t i = jt_ws(s, n, obj);
@@ -73,7 +145,7 @@ int jt_member(const char *s, size_t n, size_t obj, const char *key, size_t *val)
 		size_t ke = string_end(s, n, i);
 		if (!ke)
 			return -EPROTO;
-		int match = ke - i - 2 == klen && !memcmp(s + i + 1, key, klen);
+		int match = key_is(s, i + 1, ke - 1, key, klen);
 		i = jt_ws(s, n, ke);
 		if (i >= n || s[i] != ':')
 			return -EPROTO;
@@ -353,13 +425,18 @@ void jt_dump_python(struct jt_buf *b, const cJSON *v, int depth)
 	}
 }
 
-cJSON *jt_index_parse(char *text, size_t len, cJSON **weight_map)
+cJSON *jt_index_parse(char *text, size_t len, const char *file, cJSON **weight_map,
+                      struct rq_err *err)
 {
-	cJSON *j = cJSON_ParseWithLength(text, len);
+	cJSON *j = jc_parse(text, len, file, err);
 	free(text);
-	cJSON *wm = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
+	if (!j)
+		return NULL;
+	cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map");
 	if (!cJSON_IsObject(wm)) {
 		cJSON_Delete(j);
+		rq_errf(err, -EPROTO, "%s is not a safetensors index: it has no \"weight_map\" object",
+		        file);
 		return NULL;
 	}
 	*weight_map = wm;

@@ -11,8 +11,10 @@
 size_t jt_ws(const char *s, size_t n, size_t i);
 /* One past the end of the JSON value that starts at s[i], or 0 if malformed. */
 size_t jt_value_end(const char *s, size_t n, size_t i);
-/* In the object whose '{' is at s[obj], finds member `key` (compared as
- * written); *val gets the index of its value. -ENOENT / -EPROTO. */
+/* In the object whose '{' is at s[obj], finds the first member `key`
+ * (compared after decoding escapes, as cJSON and Python compare; text that
+ * passed jc_check has no key twice); *val gets the index of its value.
+ * -ENOENT / -EPROTO. */
 int jt_member(const char *s, size_t n, size_t obj, const char *key, size_t *val);
 /* Spans [start[k], end[k]) of the elements of the array whose '[' is at
  * s[arr]; at most cap. *count = number of elements. -EPROTO if malformed. */
@@ -42,9 +44,13 @@ void jt_py_float(char out[32], double d);
  * (use it for floats that must keep their ".0"). */
 void jt_dump_python(struct jt_buf *b, const cJSON *v, int depth);
 
-/* A model.safetensors.index.json: parses text (len bytes; freed here) and
+struct rq_err;
+/* A model.safetensors.index.json: checks text (len bytes; freed here) with
+ * jc_check (st/jcheck.h: strict JSON, no duplicate keys), parses it and
  * returns the document with *weight_map its "weight_map" object, or NULL
- * (nothing to free) when it is not JSON or has no such object. */
-cJSON *jt_index_parse(char *text, size_t len, cJSON **weight_map);
+ * (nothing to free) with err naming file and the reason: not strict JSON
+ * (-EPROTO), no "weight_map" object (-EPROTO), out of memory (-ENOMEM). */
+cJSON *jt_index_parse(char *text, size_t len, const char *file, cJSON **weight_map,
+                      struct rq_err *err);
 
 #endif

@@ -14,6 +14,7 @@
 #include "base/grow.h"
 #include "st/st.h"
 #include "st/st_internal.h"
+#include "st/jcheck.h"
 
 #include "base/err.h"
 
@@ -404,6 +405,17 @@ int st_parse_mem(const uint8_t *buf, size_t len, uint64_t file_size, const char 
 	rc = index_tensors(hi, path, err);
 	if (!rc)
 		rc = validate(h, path, err);
+	/* Last, no key twice anywhere (st/jcheck.h): in __metadata__, whose raw
+	 * text we copy into the headers we present (serde keeps the last, cJSON
+	 * the first), or among a tensor entry's extra fields. Only that rule:
+	 * values of extra fields are ignored by every reader, and the grammar was
+	 * checked above. After the checks above, so a repeated tensor name keeps
+	 * its own message. */
+	if (!rc) {
+		char what[600];
+		snprintf(what, sizeof what, "%s (header)", path);
+		rc = jc_check_keys((const char *)json, n, what, err);
+	}
 	if (rc)
 		goto fail;
 	*out = h;

@@ -129,6 +129,62 @@ def json_generic(root, rng):
     return root, f"swap values {list(path)} and {j}"
 
 
+def _variant(v, rng):
+    """a value of v's kind that means something else: the copy a hostile file
+    would repeat a key with"""
+    if isinstance(v, Raw):
+        return interesting(rng)
+    if isinstance(v, str):
+        return rng.choice([v + "x", "re:.*", "lm_head", "model-00002-of-00008.safetensors",
+                           "mlx", "F32", ""])
+    if isinstance(v, bool) or v is None:
+        return rng.choice([True, False, None, 0])
+    if isinstance(v, (int, float)):
+        return rng.choice([v * 2, v + 1, 0, -v])
+    if isinstance(v, Obj):
+        return Obj(v[:-1]) if len(v) > 1 else Obj(list(v) + [("x", 1)])
+    if isinstance(v, list):
+        return rng.choice([v[:-1], v + ["re:.*"], v[::-1], []]) if v else ["re:.*"]
+    return interesting(rng)
+
+
+def dup_key(root, rng, prefer=()):
+    """a key of some object written twice with different values (issue 17):
+    cJSON reads the first, Python's json the last, so every reader must refuse
+    the file. prefer: paths of keys (tuples of names) tried first, e.g.
+    ("quantization_config",) or ("weight_map", None) for any key under it."""
+    objs = [(p, v) for p, v in nodes(root) if isinstance(v, Obj) and v and not isinstance(v, Raw)]
+    if not objs:
+        return json_generic(root, rng)
+    path, o = rng.choice(objs)
+    for want in prefer:
+        if rng.random() < 0.5:
+            continue
+        cur, ok = root, isinstance(root, Obj)
+        for name in want[:-1]:
+            i = _field(cur, name) if ok else None
+            ok = i is not None and isinstance(cur[i][1], Obj)
+            cur = cur[i][1] if ok else cur
+        if ok and cur and (want[-1] is None or _field(cur, want[-1]) is not None):
+            o = cur
+            break
+    i = rng.randrange(len(o))
+    if prefer and rng.random() < 0.7:
+        for want in prefer:
+            j = _field(o, want[-1]) if want[-1] is not None else None
+            if j is not None:
+                i = j
+                break
+    k, v = o[i]
+    others = [x for _, x in o if x != v]
+    nv = _variant(v, rng) if rng.random() < 0.7 else rng.choice(others + [interesting(rng)])
+    if nv == v and type(nv) == type(v):
+        nv = [v]
+    at = i + 1 if rng.random() < 0.5 else i      # the new value read last or first
+    o.insert(at, (k, nv))
+    return root, f"key {k[:40]!r} twice (value {dump(nv)[:40]} {'after' if at > i else 'before'})"
+
+
 def _entries(root):
     return [i for i, (k, v) in enumerate(root) if k != "__metadata__" and isinstance(v, Obj)]
 
@@ -148,7 +204,10 @@ def header_targeted(root, rng):
         return json_generic(root, rng)
     ti = rng.choice(ents)
     name, e = root[ti]
-    op = rng.randrange(10)
+    op = rng.randrange(11)
+    if op == 10:
+        return dup_key(root, rng, prefer=[("__metadata__", None), (name, "dtype"),
+                                          (name, "shape"), (name, "data_offsets")])
     fi = _field(e, "dtype")
     if op == 0 and fi is not None:
         d = rng.choice(DTYPES + BAD_DTYPES)
@@ -202,7 +261,9 @@ def index_targeted(root, rng):
     if wmi is None or not isinstance(root[wmi][1], Obj) or not root[wmi][1]:
         return json_generic(root, rng)
     wm = root[wmi][1]
-    op = rng.randrange(6)
+    op = rng.randrange(7)
+    if op == 6:
+        return dup_key(root, rng, prefer=[("weight_map", None), ("metadata", "total_size")])
     i = rng.randrange(len(wm))
     k, v = wm[i]
     if op <= 2:
@@ -229,6 +290,11 @@ def config_targeted(root, rng):
     if not isinstance(root, Obj):
         return json_generic(root, rng)
     top = [i for i, (k, _) in enumerate(root)]
+    if rng.random() < 0.1:
+        return dup_key(root, rng, prefer=[("quantization_config",),
+                                          ("quantization_config", "ignore"),
+                                          ("quantization_config", "config_groups"),
+                                          ("num_hidden_layers",), ("hidden_size",)])
     qi = _field(root, "quantization_config")
     if qi is not None and isinstance(root[qi][1], Obj) and rng.random() < 0.35:
         q = root[qi][1]

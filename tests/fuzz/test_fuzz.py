@@ -168,6 +168,16 @@ def json_has_dup(b):
         return False
 
 
+def has_dup(f, b):
+    """a key written twice in JSON file f (contents b), or in the header of
+    safetensors file f: cJSON and Python read it differently (issue 17), so
+    every command must refuse it"""
+    if f.endswith(".json"):
+        return json_has_dup(b)
+    sp = fm.st_split(bytearray(b))
+    return bool(sp) and json_has_dup(sp[1])
+
+
 def st_view(b):
     """{name: (dtype, shape, bytes)} and the metadata as safetensors reads the
     file, or None if it refuses; 'dup' for repeated names (we refuse those)"""
@@ -489,6 +499,9 @@ def one_case(k, T, stats, failures):
     same = all(sv[f] == T["views"][f] and not (f.endswith(".json") and json_has_dup(contents[f]))
                for f in mutated if f != "cal.safetensors") and calv == T["calview"]
     results = {}
+    dup_in = [f for f in mutated if has_dup(f, contents[f])]
+    dup_fail = (f"accepted {', '.join(dup_in)} with a key written twice (cJSON reads the "
+                "first, Python's json the last)", "wrong")
 
     dst = os.path.join(cd, "dst")
     rc, out, hung = run([RQ, "export", src, dst, "--calib", cal, "--quiet", "--threads", "1"], env)
@@ -506,6 +519,8 @@ def one_case(k, T, stats, failures):
         fail, cls = "export failed but left files under their names in DST", "wrong"
     elif not fail and same:
         cls = "refused an input that reads as the original"
+    if not fail and rc == 0 and dup_in:
+        fail, cls = dup_fail
     results["export"] = (fail, cls, out)
     exp_rc = rc
 
@@ -521,6 +536,8 @@ def one_case(k, T, stats, failures):
             cls = "success (no reference)"
     elif not fail and same:
         cls = "refused an input that reads as the original"
+    if not fail and rc == 0 and [f for f in dup_in if f != "cal.safetensors"]:
+        fail, cls = dup_fail
     results["generate"] = (fail, cls, out)
 
     if T["fuse"] and (k % MOUNT_EVERY == 0 or ONLY):
