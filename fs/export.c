@@ -14,6 +14,7 @@
 #include "fs/job.h"
 #include "cache/cache.h"
 #include "base/err.h"
+#include "st/jcheck.h"
 
 #include <cjson/cJSON.h>
 
@@ -481,8 +482,10 @@ int rq_export_check_links(const char *dst, void (*fn)(void *ctx, const char *nam
 		return rq_errf(err, -EPROTO, "%s: cannot be read", path);
 	}
 	text[n] = 0;
-	cJSON *root = cJSON_Parse(text);
+	cJSON *root = jc_parse(text, (size_t)n, path, err);
 	free(text);
+	if (!root)
+		return -EPROTO;
 	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "linked"), *o;
 	if (!cJSON_IsArray(arr)) {
 		cJSON_Delete(root);
