@@ -1,7 +1,8 @@
-/* test_chat — chat_render against jinja2 renderings of the template that
- * mk_write_tokenizer ships (tests/data/chat_golden.json, made by
- * tools/gen_tok_golden.py and checked there against transformers'
- * apply_chat_template), byte for byte.
+/* test_chat — chat_render (the Jinja interpreter running the template that
+ * mk_write_tokenizer ships) against jinja2 renderings of that template
+ * (tests/data/chat_golden.json, made by tools/gen_tok_golden.py and checked
+ * there against transformers' apply_chat_template), byte for byte; and
+ * chat_template_load's choices and refusals.
  *
  * usage: test_chat tests/data/chat_golden.json */
 #include "engine/chat.h"
@@ -24,9 +25,11 @@ static uint64_t fnv64(const char *s)
 	return h;
 }
 
-/* The template mkckpt ships, from a freshly written tokenizer_config.json. */
-static void check_template(const cJSON *g)
+/* The template mkckpt ships, from a freshly written tokenizer_config.json;
+ * loaded with chat_template_load (NULL when that fails). */
+static struct chat_template *check_template(const cJSON *g)
 {
+	struct chat_template *ct = NULL;
 	char dir[] = "/tmp/rq-chat-XXXXXX", path[4200];
 	struct rq_err err = {0};
 	int vs;
@@ -45,9 +48,65 @@ static void check_template(const cJSON *g)
 	snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
 	char *jinja = tap_slurp(path, NULL);
 	TAP_OK(tmpl && jinja && !strcmp(jinja, tmpl), "chat_template.jinja == tokenizer_config's template");
+	TAP_OK(chat_template_load(dir, &ct, &err) == 0, "chat_template_load %s %s", dir, err.msg);
 	free(jinja);
 	cJSON_Delete(c);
 	free(cfg);
+	tap_rmtree(dir);
+	return ct;
+}
+
+static void write_file(const char *dir, const char *name, const char *text)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	if (f) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
+/* Where the template comes from: chat_template.jinja first, else
+ * tokenizer_config.json (a string or the "default" of a list), with the
+ * special tokens as strings or {"content": ...}; none is -ENOENT. */
+static void check_load(void)
+{
+	char dir[] = "/tmp/rq-chatload-XXXXXX";
+	struct rq_err err = {0};
+	struct chat_template *ct = NULL;
+	struct chat_msg m[] = {{"user", "hi", NULL}};
+	char *out = NULL;
+	size_t len;
+	if (!mkdtemp(dir))
+		return;
+	TAP_OK(chat_template_load(dir, &ct, &err) == -ENOENT && strstr(err.msg, "no chat template"),
+	       "a directory without a template: -ENOENT, %s", err.msg);
+	write_file(dir, "tokenizer_config.json", "{\"bos_token\": {\"content\": \"<s>\"}, \"eos_token\": \"</s>\", "
+		   "\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"}, "
+		   "{\"name\": \"default\", \"template\": \"{{ bos_token }}{{ messages[0].content }}{{ eos_token }}\"}]}");
+	int rc = chat_template_load(dir, &ct, &err);
+	rc = rc ? rc : chat_render(ct, m, 1, 1, 1, &out, &len, &err);
+	TAP_OK(!rc && !strcmp(out, "<s>hi</s>"), "tokenizer_config.json: the default of a template list, "
+	       "special tokens as objects or strings: %s", rc ? err.msg : out);
+	free(out);
+	chat_template_free(ct);
+	ct = NULL;
+	write_file(dir, "chat_template.jinja", "[{{ messages | length }}{{ undefined_thing }}]\n");
+	out = NULL;
+	rc = chat_template_load(dir, &ct, &err);
+	rc = rc ? rc : chat_render(ct, m, 1, 1, 1, &out, &len, &err);
+	TAP_OK(!rc && !strcmp(out, "[1]"), "chat_template.jinja wins over tokenizer_config.json; one "
+	       "trailing newline dropped: %s", rc ? err.msg : out);
+	free(out);
+	chat_template_free(ct);
+	ct = NULL;
+	write_file(dir, "chat_template.jinja", "{% for m in messages %}{{ m.content }");
+	rc = chat_template_load(dir, &ct, &err);
+	rc = rc ? rc : chat_render(ct, m, 1, 1, 1, &out, &len, &err);
+	TAP_OK(rc == -EINVAL && strstr(err.msg, "chat_template.jinja") && strstr(err.msg, "line 1 col"),
+	       "a broken template fails naming the file and position: %s", err.msg);
+	chat_template_free(ct);
 	tap_rmtree(dir);
 }
 
@@ -60,7 +119,8 @@ int main(int argc, char **argv)
 	TAP_OK(g != NULL, "read %s", argv[1]);
 	if (!g)
 		return tap_done();
-	check_template(g);
+	struct chat_template *ct = check_template(g);
+	check_load();
 	cJSON_ArrayForEach(c, cJSON_GetObjectItem(g, "cases")) {
 		const cJSON *msgs = cJSON_GetObjectItem(c, "messages");
 		struct chat_msg v[16];
@@ -72,7 +132,7 @@ int main(int argc, char **argv)
 		char *out = NULL;
 		size_t len = 0;
 		struct rq_err err = {0};
-		int rc = chat_render(v, n, gen, think, &out, &len, &err);
+		int rc = ct ? chat_render(ct, v, n, gen, think, &out, &len, &err) : -ENOENT;
 		int ok = !rc && len == strlen(want) && !memcmp(out, want, len);
 		TAP_OK(ok, "%s (generation prompt %d, thinking %s) == jinja2, %zu bytes",
 		       cJSON_GetStringValue(cJSON_GetObjectItem(c, "name")), gen,
@@ -85,10 +145,12 @@ int main(int argc, char **argv)
 	char *out;
 	size_t len;
 	struct rq_err err = {0};
-	TAP_OK(chat_render(bad, 2, 1, 1, &out, &len, &err) == -EINVAL && strstr(err.msg, "robot"),
-	       "unknown role refused: %s", err.msg);
+	TAP_OK(ct && chat_render(ct, bad, 2, 1, 1, &out, &len, &err) == -EINVAL && strstr(err.msg, "robot"),
+	       "unknown role refused (the template's raise_exception): %s", err.msg);
 	struct chat_msg nul[] = {{"user", NULL, NULL}};
-	TAP_OK(chat_render(nul, 1, 1, 1, &out, &len, &err) == -EINVAL, "NULL content refused: %s", err.msg);
+	TAP_OK(ct && chat_render(ct, nul, 1, 1, 1, &out, &len, &err) == -EINVAL, "NULL content refused: %s",
+	       err.msg);
+	chat_template_free(ct);
 	cJSON_Delete(g);
 	free(text);
 	return tap_done();
