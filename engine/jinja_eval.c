@@ -26,10 +26,12 @@ struct jctx {
 	struct jbuf *out;
 	int ctl;                 /* 1 break, 2 continue: unwinding to the loop */
 	int depth;               /* macro calls in progress */
+	long steps;              /* statements run, bounded by MAX_STEPS */
 };
 
 #define MAX_DEPTH 64
 #define MAX_OUT (256u << 20)
+#define MAX_STEPS 1000000L
 
 struct jstate *jctx_state(struct jctx *c) { return c->st; }
 
@@ -587,6 +589,8 @@ static void exec_for(struct jctx *c, const struct js *s)
 		items = ja_alloc(c->st, sizeof *items);
 		for (size_t i = 0; i < all->n; i++) {
 			struct jframe f = {.parent = outer};
+			if (++c->steps > MAX_STEPS)
+				jfail(c->st, s->pos, -EINVAL, "the template ran more than %ld statements", MAX_STEPS);
 			c->frame = &f;
 			bind(c, s, all->v[i]);
 			if (jv_truthy(eval(c, s->cond)))
@@ -596,6 +600,8 @@ static void exec_for(struct jctx *c, const struct js *s)
 	}
 	for (size_t i = 0; i < items->n; i++) {
 		struct jframe f = {.parent = outer};
+		if (++c->steps > MAX_STEPS)
+			jfail(c->st, s->pos, -EINVAL, "the template ran more than %ld statements", MAX_STEPS);
 		c->frame = &f;
 		struct jv loop = jv_dict(c->st);
 		struct jdict *d = loop.u.d;
@@ -629,6 +635,8 @@ static void exec_for(struct jctx *c, const struct js *s)
 static void exec(struct jctx *c, const struct js *s)
 {
 	for (; s && !c->ctl; s = s->next) {
+		if (++c->steps > MAX_STEPS)
+			jfail(c->st, s->pos, -EINVAL, "the template ran more than %ld statements", MAX_STEPS);
 		switch (s->kind) {
 		case JS_TEXT:
 			jb_put(c->st, c->out, s->text, s->n);

@@ -21,6 +21,7 @@ struct rq_err;
 struct jchunk;
 struct jstate {
 	struct jchunk *chunks;   /* arena: every allocation of this render */
+	size_t arena_bytes;      /* their total, bounded */
 	jmp_buf fail;            /* jfail lands here */
 	struct rq_err *err;
 	int code;                /* the error jfail raised */

@@ -22,7 +22,17 @@ struct parser {
 	struct jstate *st;
 	const struct jtok *t;
 	size_t i, n;
+	int depth;               /* nesting of expressions and blocks, bounded */
 };
+
+#define MAX_NEST 200
+
+/* Enters one level of nesting (the C stack is finite; templates are shallow). */
+static void enter(struct parser *P)
+{
+	if (++P->depth > MAX_NEST)
+		jfail(P->st, P->t[P->i].pos, -EINVAL, "expressions or blocks nested deeper than %d", MAX_NEST);
+}
 
 static const struct jtok *cur(struct parser *P) { return &P->t[P->i]; }
 
@@ -324,6 +334,7 @@ static struct jx *unary(struct parser *P, int with_filter)
 {
 	const struct jtok *t = cur(P);
 	struct jx *x;
+	enter(P);
 	if (is_op(t, "-") || is_op(t, "+")) {
 		P->i++;
 		x = node(P, t->p[0] == '-' ? JX_NEG : JX_POS, t->pos);
@@ -332,6 +343,7 @@ static struct jx *unary(struct parser *P, int with_filter)
 		x = primary(P);
 	}
 	x = postfix(P, x);
+	P->depth--;
 	return with_filter ? filters(P, x) : x;
 }
 
@@ -421,7 +433,9 @@ static struct jx *not_expr(struct parser *P)
 	if (is_name(cur(P), "not")) {
 		struct jx *x = node(P, JX_NOT, cur(P)->pos);
 		P->i++;
+		enter(P);
 		x->a = not_expr(P);
+		P->depth--;
 		return x;
 	}
 	return compare(P);
@@ -455,6 +469,7 @@ static struct jx *expr_nocond(struct parser *P)
 
 static struct jx *expr(struct parser *P)
 {
+	enter(P);
 	struct jx *x = expr_nocond(P);
 	while (is_name(cur(P), "if")) {
 		struct jx *y = node(P, JX_COND, cur(P)->pos);
@@ -467,6 +482,7 @@ static struct jx *expr(struct parser *P)
 		}
 		x = y;
 	}
+	P->depth--;
 	return x;
 }
 
@@ -693,7 +709,9 @@ static struct js *body(struct parser *P, const char *ends, const char *opener, s
 			    is_name(name, "endset") || is_name(name, "endgeneration")))
 				jfail(P->st, name->pos, -EINVAL, "unexpected {%% %.*s %%}%s%s", (int)name->n,
 				      name->p, opener ? " inside {% " : "", opener ? opener : "");
+			enter(P);
 			s = block(P);
+			P->depth--;
 		} else {
 			expected(P, "text or a tag");
 		}

@@ -18,6 +18,7 @@ struct jchunk {
 };
 
 #define CHUNK (64u << 10)
+#define ARENA_MAX (1024u << 20)   /* bytes one render may use */
 
 void *ja_alloc(struct jstate *st, size_t n)
 {
@@ -25,6 +26,9 @@ void *ja_alloc(struct jstate *st, size_t n)
 	struct jchunk *c = st->chunks;
 	if (!c || c->cap - c->used < n) {
 		size_t cap = n > CHUNK ? n : CHUNK;
+		if (st->arena_bytes + cap > ARENA_MAX)
+			jfail(st, (size_t)-1, -EINVAL, "rendering needs more than %u MiB", ARENA_MAX >> 20);
+		st->arena_bytes += cap;
 		c = malloc(sizeof *c + cap);
 		if (!c)
 			jfail(st, (size_t)-1, -ENOMEM, "out of memory");
@@ -349,8 +353,10 @@ static void str_repr(struct jstate *st, struct jbuf *b, const char *s, size_t n)
 	jb_put(st, b, &q, 1);
 }
 
-void jv_repr(struct jstate *st, struct jbuf *b, struct jv v)
+static void repr(struct jstate *st, struct jbuf *b, struct jv v, int depth)
 {
+	if (depth > 500)
+		jfail(st, (size_t)-1, -EINVAL, "a value nested deeper than 500 lists or dicts");
 	switch (v.kind) {
 	case JV_STR: return str_repr(st, b, v.u.s.p, v.u.s.n);
 	case JV_LIST:
@@ -358,7 +364,7 @@ void jv_repr(struct jstate *st, struct jbuf *b, struct jv v)
 		for (size_t i = 0; i < v.u.l->n; i++) {
 			if (i)
 				jb_puts(st, b, ", ");
-			jv_repr(st, b, v.u.l->v[i]);
+			repr(st, b, v.u.l->v[i], depth + 1);
 		}
 		jb_puts(st, b, v.tuple ? (v.u.l->n == 1 ? ",)" : ")") : "]");
 		return;
@@ -369,15 +375,22 @@ void jv_repr(struct jstate *st, struct jbuf *b, struct jv v)
 		for (size_t i = 0; i < v.u.d->n; i++) {
 			if (i)
 				jb_puts(st, b, ", ");
-			jv_repr(st, b, v.u.d->k[i]);
+			repr(st, b, v.u.d->k[i], depth + 1);
 			jb_puts(st, b, ": ");
-			jv_repr(st, b, v.u.d->v[i]);
+			repr(st, b, v.u.d->v[i], depth + 1);
 		}
 		jb_puts(st, b, "}");
 		return;
+	case JV_UNDEF:
+		return jb_puts(st, b, "Undefined");
 	default:
 		return jv_tostr(st, b, v);
 	}
+}
+
+void jv_repr(struct jstate *st, struct jbuf *b, struct jv v)
+{
+	repr(st, b, v, 0);
 }
 
 void jv_tostr(struct jstate *st, struct jbuf *b, struct jv v)
