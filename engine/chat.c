@@ -17,6 +17,7 @@ static const char *const special_names[] = {"bos_token", "eos_token", "unk_token
 struct chat_template {
 	char *text;                  /* the Jinja source */
 	char *special[N_SPECIAL];    /* special_names' values, or NULL */
+	cJSON *extra;                /* chat_template_set_var's variables: an object, or NULL */
 	char source[4200];           /* the file it came from, for messages */
 };
 
@@ -27,7 +28,16 @@ void chat_template_free(struct chat_template *t)
 	free(t->text);
 	for (int i = 0; i < N_SPECIAL; i++)
 		free(t->special[i]);
+	cJSON_Delete(t->extra);
 	free(t);
+}
+
+int chat_template_set_var(struct chat_template *t, const char *name, const char *value)
+{
+	if (!t->extra && !(t->extra = cJSON_CreateObject()))
+		return -ENOMEM;
+	cJSON_DeleteItemFromObjectCaseSensitive(t->extra, name);
+	return cJSON_AddStringToObject(t->extra, name, value) ? 0 : -ENOMEM;
 }
 
 /* The whole file, NUL-terminated, or NULL with errno set. */
@@ -158,6 +168,15 @@ static cJSON *variables(const struct chat_template *t, const struct chat_msg *ms
 	for (int i = 0; i < N_SPECIAL && !bad; i++)
 		if (t->special[i])
 			bad = !cJSON_AddStringToObject(v, special_names[i], t->special[i]);
+	const cJSON *e;
+	cJSON_ArrayForEach(e, t->extra) {
+		cJSON *c = bad ? NULL : cJSON_Duplicate(e, 1);
+		bad = bad || !c;
+		if (c) {
+			cJSON_DeleteItemFromObjectCaseSensitive(v, e->string);
+			cJSON_AddItemToObject(v, e->string, c);
+		}
+	}
 	if (bad) {
 		cJSON_Delete(v);
 		return NULL;

@@ -12,6 +12,7 @@
  *   tools, documents       none
  *   bos_token, eos_token, unk_token, pad_token   as tokenizer_config.json
  *                          sets them (absent ones are undefined)
+ *   anything set with chat_template_set_var
  *
  * Laguna's template (tools/mkckpt_tokenizer.c) starts with its bos 〈|EOS|〉:
  * such renderings are encoded without TOK_ADD_SPECIAL. */
@@ -37,6 +38,9 @@ int chat_template_load(const char *model_dir, struct chat_template **out, struct
 int chat_template_new(const char *text, const char *bos, const char *eos, struct chat_template **out,
                       struct rq_err *err);
 void chat_template_free(struct chat_template *t);
+/* Sets one more string variable for the template (e.g. date_string), or
+ * replaces it. 0 or -ENOMEM. */
+int chat_template_set_var(struct chat_template *t, const char *name, const char *value);
 
 /* Renders msgs into a malloc'd NUL-terminated string. 0; -EINVAL when a
  * message has no role or content, or the template cannot render the

@@ -2,9 +2,13 @@
  * mk_write_tokenizer ships) against jinja2 renderings of that template
  * (tests/data/chat_golden.json, made by tools/gen_tok_golden.py and checked
  * there against transformers' apply_chat_template), byte for byte; and
- * chat_template_load's choices and refusals.
+ * chat_template_load's choices and refusals; and chat_render against
+ * transformers' apply_chat_template itself (tests/data/chat_template_golden.json,
+ * made by tools/gen_chat_golden.py) on SmolLM2's own template (.models/, from
+ * tools/setup: missing is a failure), Laguna's and tests/data/chat_templates/.
  *
- * usage: test_chat tests/data/chat_golden.json */
+ * usage: test_chat tests/data/chat_golden.json tests/data/chat_template_golden.json
+ * (RQ_SOURCE_ROOT: the source tree, for .models/ and tests/data/chat_templates/) */
 #include "engine/chat.h"
 #include "base/err.h"
 #include "tools/mkckpt.h"
@@ -110,10 +114,62 @@ static void check_load(void)
 	tap_rmtree(dir);
 }
 
+/* chat_render == apply_chat_template on every case of the transformers golden file. */
+static void check_transformers(const char *path, struct chat_template *laguna)
+{
+	const char *root = getenv("RQ_SOURCE_ROOT") ? getenv("RQ_SOURCE_ROOT") : ".";
+	char *text = tap_slurp(path, NULL), smol_dir[4200], file[4400];
+	cJSON *g = text ? cJSON_Parse(text) : NULL, *c;
+	struct rq_err err = {0};
+	struct chat_template *smol = NULL;
+	TAP_OK(g != NULL, "read %s", path);
+	snprintf(smol_dir, sizeof smol_dir, "%s/.models/SmolLM2-135M-Instruct", root);
+	TAP_OK(chat_template_load(smol_dir, &smol, &err) == 0, "SmolLM2's own template loads: %s%s", err.msg,
+	       err.code ? " (run tools/setup: tools/setup-model makes .models/)" : "");
+	int n = 0, same = 0;
+	cJSON_ArrayForEach(c, cJSON_GetObjectItem(g, "cases")) {
+		const char *model = cJSON_GetStringValue(cJSON_GetObjectItem(c, "model"));
+		const char *tname = cJSON_GetStringValue(cJSON_GetObjectItem(c, "template"));
+		const char *want = cJSON_GetStringValue(cJSON_GetObjectItem(c, "rendered"));
+		struct chat_template *own = !strcmp(model, "laguna") ? laguna : smol, *t = own;
+		if (tname) {   /* a test template with the model's bos/eos */
+			snprintf(file, sizeof file, "%s/tests/data/chat_templates/%s", root, tname);
+			char *body = tap_slurp(file, NULL);
+			t = NULL;
+			if (body)
+				chat_template_new(body, "<|im_start|>", "<|im_end|>", &t, &err);
+			free(body);
+		}
+		struct chat_msg v[16];
+		int k = tj_chat_msgs(cJSON_GetObjectItem(c, "messages"), v);
+		char *out = NULL;
+		size_t len = 0;
+		int rc = -ENOENT;
+		if (t && !chat_template_set_var(t, "date_string", "26 Jul 2024"))
+			rc = chat_render(t, v, (size_t)k, cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt")),
+					 cJSON_IsTrue(cJSON_GetObjectItem(c, "enable_thinking")), &out, &len, &err);
+		int ok = want ? !rc && len == strlen(want) && !memcmp(out, want, len) : rc == -EINVAL;
+		n++;
+		same += ok;
+		if (!ok)
+			printf("#   %s %s case %d:\n#   ours:         %s\n#   transformers: %s\n", model,
+			       tname ? tname : "(own)", n, out ? out : err.msg, want ? want : "(refused)");
+		free(out);
+		if (t != own)
+			chat_template_free(t);
+	}
+	TAP_OK(n > 0 && same == n, "%d of %d conversations render as transformers %s's apply_chat_template "
+	       "renders them (SmolLM2, Laguna, tests/data/chat_templates)", same, n,
+	       cJSON_GetStringValue(cJSON_GetObjectItem(g, "transformers")));
+	chat_template_free(smol);
+	cJSON_Delete(g);
+	free(text);
+}
+
 int main(int argc, char **argv)
 {
-	if (argc < 2)
-		return printf("Bail out! usage: test_chat chat_golden.json\n"), 1;
+	if (argc < 3)
+		return printf("Bail out! usage: test_chat chat_golden.json chat_template_golden.json\n"), 1;
 	char *text = tap_slurp(argv[1], NULL);
 	cJSON *g = text ? cJSON_Parse(text) : NULL, *c;
 	TAP_OK(g != NULL, "read %s", argv[1]);
@@ -121,6 +177,7 @@ int main(int argc, char **argv)
 		return tap_done();
 	struct chat_template *ct = check_template(g);
 	check_load();
+	check_transformers(argv[2], ct);
 	cJSON_ArrayForEach(c, cJSON_GetObjectItem(g, "cases")) {
 		const cJSON *msgs = cJSON_GetObjectItem(c, "messages");
 		struct chat_msg v[16];
