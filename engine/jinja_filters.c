@@ -294,6 +294,40 @@ static struct jv do_map(struct jctx *c, size_t pos, struct jv seq, struct jv *ar
 	return out;
 }
 
+int jv_order(struct jctx *c, size_t pos, struct jv a, struct jv b);
+
+/* Sort key as jinja's sort/dictsort use it: strings lower-cased unless case_sensitive. */
+static struct jv sort_key(struct jstate *st, struct jv v, int cs)
+{
+	return v.kind == JV_STR && !cs ? jcase(st, v, 0) : v;
+}
+
+/* A stable sort of l (by attr, case-folded strings unless cs), as Python's sorted(). */
+static struct jv sorted(struct jctx *c, size_t pos, struct jlist *l, struct jv attr, int cs, int rev, int by_value)
+{
+	struct jstate *st = jctx_state(c);
+	size_t n = l->n;
+	struct jv out = jv_list(st), *keys = ja_alloc(st, (n + 1) * sizeof *keys);
+	for (size_t i = 0; i < n; i++) {
+		struct jv v = l->v[i];
+		if (by_value >= 0)
+			v = v.u.l->v[by_value];   /* dictsort: a (key, value) pair */
+		else if (attr.kind != JV_NONE)
+			v = attr_path(c, pos, v, attr);
+		keys[i] = sort_key(st, v, cs);
+		jl_push(st, out.u.l, l->v[i]);
+	}
+	for (size_t i = 1; i < n; i++)   /* insertion sort: stable */
+		for (size_t j = i; j > 0; j--) {
+			int r = jv_order(c, pos, keys[j - 1], keys[j]);
+			if (rev ? r >= 0 : r <= 0)
+				break;
+			struct jv t = keys[j]; keys[j] = keys[j - 1]; keys[j - 1] = t;
+			t = out.u.l->v[j]; out.u.l->v[j] = out.u.l->v[j - 1]; out.u.l->v[j - 1] = t;
+		}
+	return out;
+}
+
 static struct jv to_int(struct jv v, struct jv def)
 {
 	if (v.kind == JV_INT)
@@ -438,6 +472,24 @@ int jb_filter(struct jctx *c, size_t pos, const char *name, struct jv self, stru
 	if (IS("select") || IS("reject") || IS("selectattr") || IS("rejectattr")) {
 		*out = do_select(c, pos, self, args, nargs, IS("selectattr") || IS("rejectattr"),
 				 IS("select") || IS("selectattr"));
+		return 0;
+	}
+	if (IS("sort")) {
+		struct jlist *l = items_of(c, pos, self);
+		*out = sorted(c, pos, l, ARG(2, "attribute", jv_none()), jv_truthy(ARG(1, "case_sensitive", jv_bool(0))),
+			      jv_truthy(ARG(0, "reverse", jv_bool(0))), -1);
+		return 0;
+	}
+	if (IS("dictsort")) {
+		if (self.kind != JV_DICT || self.u.d->ns)
+			jfail(st, pos, -EINVAL, "dictsort needs a mapping, not %s", jv_type(self));
+		struct jv pairs, by = ARG(1, "by", jv_cstr("key"));
+		jb_filter(c, pos, "items", self, NULL, 0, NULL, NULL, 0, &pairs);
+		int value = by.kind == JV_STR && by.u.s.n == 5 && !memcmp(by.u.s.p, "value", 5);
+		if (!value && !(by.kind == JV_STR && by.u.s.n == 3 && !memcmp(by.u.s.p, "key", 3)))
+			jfail(st, pos, -EINVAL, "dictsort: by must be 'key' or 'value'");
+		*out = sorted(c, pos, pairs.u.l, jv_none(), jv_truthy(ARG(0, "case_sensitive", jv_bool(0))),
+			      jv_truthy(ARG(2, "reverse", jv_bool(0))), value);
 		return 0;
 	}
 	if (IS("map")) {

@@ -59,6 +59,11 @@ static const char *const golden[][2] = {
 	 "line1\nline2\nline3"},
 	{"{{ \"\\u00e9\\x41\\t\\'\" }}",
 	 "\303\251A\t'"},
+	{"{{ {'b': 1, 'A': 2, 'a': 0}|dictsort }}{{ {'b': 1, 'a': 0}|dictsort(by='value', reverse=true) }}",
+	 "[('A', 2), ('a', 0), ('b', 1)][('b', 1), ('a', 0)]"},
+	{"{{ ['b', 'A', 'c']|sort }}{{ [3, 1, 2]|sort(reverse=true) }}"
+	 "{{ messages|sort(attribute='role')|map(attribute='role')|join(',') }}",
+	 "['A', 'b', 'c'][3, 2, 1]assistant,user"},
 };
 
 /* {template, words the error must contain} */
