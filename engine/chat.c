@@ -32,12 +32,28 @@ void chat_template_free(struct chat_template *t)
 	free(t);
 }
 
+static int set_item(struct chat_template *t, const char *name, cJSON *item)
+{
+	if (!item || (!t->extra && !(t->extra = cJSON_CreateObject()))) {
+		cJSON_Delete(item);
+		return -ENOMEM;
+	}
+	cJSON_DeleteItemFromObjectCaseSensitive(t->extra, name);
+	return cJSON_AddItemToObject(t->extra, name, item) ? 0 : -ENOMEM;
+}
+
 int chat_template_set_var(struct chat_template *t, const char *name, const char *value)
 {
-	if (!t->extra && !(t->extra = cJSON_CreateObject()))
-		return -ENOMEM;
-	cJSON_DeleteItemFromObjectCaseSensitive(t->extra, name);
-	return cJSON_AddStringToObject(t->extra, name, value) ? 0 : -ENOMEM;
+	return set_item(t, name, cJSON_CreateString(value));
+}
+
+int chat_template_set_json(struct chat_template *t, const char *name, const char *json, struct rq_err *err)
+{
+	cJSON *v = cJSON_Parse(json);
+	if (!v)
+		return rq_errf(err, -EINVAL, "chat template variable %s: not valid JSON", name);
+	int rc = set_item(t, name, v);
+	return rc ? rq_errf(err, rc, "chat template: out of memory") : 0;
 }
 
 /* The whole file, NUL-terminated, or NULL with errno set. */
@@ -161,6 +177,13 @@ static cJSON *variables(const struct chat_template *t, const struct chat_msg *ms
 		      !cJSON_AddStringToObject(m, "content", msgs[i].content);
 		if (!bad && msgs[i].reasoning)
 			bad = !cJSON_AddStringToObject(m, "reasoning_content", msgs[i].reasoning);
+		cJSON *more = bad || !msgs[i].fields ? NULL : cJSON_Parse(msgs[i].fields), *f;
+		while (more && (f = more->child)) {   /* moved over, in their order */
+			cJSON_DetachItemViaPointer(more, f);
+			cJSON_DeleteItemFromObjectCaseSensitive(m, f->string);
+			cJSON_AddItemToObject(m, f->string, f);
+		}
+		cJSON_Delete(more);
 	}
 	bad = bad || !cJSON_AddBoolToObject(v, "add_generation_prompt", gen) ||
 	      !cJSON_AddBoolToObject(v, "enable_thinking", think) || !cJSON_AddNullToObject(v, "tools") ||
@@ -188,9 +211,15 @@ int chat_render(const struct chat_template *t, const struct chat_msg *msgs, size
                 int add_generation_prompt, int enable_thinking, char **out, size_t *out_len,
                 struct rq_err *err)
 {
-	for (size_t k = 0; k < n; k++)
+	for (size_t k = 0; k < n; k++) {
 		if (!msgs[k].role || !msgs[k].content)
 			return rq_errf(err, -EINVAL, "chat message %zu: role and content are required", k);
+		cJSON *f = msgs[k].fields ? cJSON_Parse(msgs[k].fields) : NULL;
+		int ok = !msgs[k].fields || cJSON_IsObject(f);
+		cJSON_Delete(f);
+		if (!ok)
+			return rq_errf(err, -EINVAL, "chat message %zu: its fields are not a JSON object", k);
+	}
 	cJSON *v = variables(t, msgs, n, add_generation_prompt, enable_thinking);
 	if (!v)
 		return rq_errf(err, -ENOMEM, "chat: out of memory");

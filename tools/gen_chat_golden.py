@@ -6,8 +6,9 @@ engine/chat.c's chat_render with it, byte for byte).
 Templates: SmolLM2-135M-Instruct's own (.models/, from tools/setup), Laguna's
 (what mkckpt ships, written by tok_tool), and tests/data/chat_templates/*.jinja
 applied with SmolLM2's tokenizer (its bos/eos tokens). Conversations: the
-messages chat_render can carry (role, content, reasoning_content), with the
-generation prompt and thinking on and off.
+messages chat_render can carry (role, content, reasoning_content and any
+other fields, e.g. tool_calls, as JSON), with the
+generation prompt and thinking on and off, tool calls and tool schemas.
 
 Needs transformers (no torch): e.g. a venv with `pip install transformers`.
 usage: gen_chat_golden.py BUILD_DIR     (BUILD_DIR/tests/engine/tok_tool)
@@ -41,6 +42,30 @@ CONVERSATIONS = [
      {"role": "assistant", "content": "21 °C, clear."}],
     [{"role": "user", "content": "line one\r\nline two\n"}, {"role": "assistant", "content": ""},
      {"role": "user", "content": ""}],
+    [{"role": "system", "content": "Use the tools."}, {"role": "user", "content": "Weather in Zürich, 2 days?"},
+     {"role": "assistant", "content": "", "tool_calls": [
+         {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Zürich", "days": 2}}}]},
+     {"role": "tool", "name": "get_weather", "content": "{\"temp\": 21}"},
+     {"role": "assistant", "content": "21 °C."}],
+    [{"role": "user", "content": "Both, please."},
+     {"role": "assistant", "content": "Looking.", "reasoning_content": "Two calls.", "tool_calls": [
+         {"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}},
+         {"type": "function", "function": {"name": "search", "arguments": {"q": "Oslo \"fjords\"", "weight": 0.5}}}]},
+     {"role": "tool", "content": "cold"}, {"role": "tool", "content": "pretty"}],
+]
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Weather for a city — in °C",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "e.g. \"Paris\""},
+            "days": {"type": "integer", "minimum": 1},
+            "unit": {"type": ["string", "null"], "default": None, "enum": ["C", "F"]}},
+            "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "search", "description": "Search the web\nfor pages",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"},
+                                                         "weight": {"type": "number", "default": 0.5}}}}},
 ]
 
 
@@ -61,18 +86,18 @@ def main():
         for model, tname, tok in sources:
             template = open(os.path.join(tdir, tname), encoding="utf-8").read() if tname else None
             for msgs in CONVERSATIONS:
-                for gen in (True, False):
-                    for think in (True, False):
-                        try:
-                            text = tok.apply_chat_template(msgs, chat_template=template, tokenize=False,
-                                                           add_generation_prompt=gen, enable_thinking=think,
-                                                           date_string="26 Jul 2024")
-                        except Exception as e:   # the template refuses: chat_render must fail too
-                            text = None
-                            print("refused: %s %s %s" % (model, tname, e), file=sys.stderr)
-                        cases.append({"model": model, "template": tname, "messages": msgs,
-                                      "add_generation_prompt": gen, "enable_thinking": think,
-                                      "rendered": text})
+                for gen, think, tools in ((True, True, None), (True, False, None), (False, True, None),
+                                          (False, False, None), (True, True, TOOLS), (False, False, TOOLS)):
+                    try:
+                        text = tok.apply_chat_template(msgs, chat_template=template, tokenize=False,
+                                                       add_generation_prompt=gen, enable_thinking=think,
+                                                       tools=tools, date_string="26 Jul 2024")
+                    except Exception as e:   # the template refuses: chat_render must fail too
+                        text = None
+                        print("refused: %s %s %s" % (model, tname, e), file=sys.stderr)
+                    cases.append({"model": model, "template": tname, "messages": msgs,
+                                  "add_generation_prompt": gen, "enable_thinking": think,
+                                  "tools": tools, "rendered": text})
     with open(OUT, "w", encoding="utf-8") as f:
         json.dump({"transformers": transformers.__version__, "note": "made by tools/gen_chat_golden.py",
                    "cases": cases}, f, ensure_ascii=False, indent=1)

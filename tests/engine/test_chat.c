@@ -79,7 +79,7 @@ static void check_load(void)
 	char dir[] = "/tmp/rq-chatload-XXXXXX";
 	struct rq_err err = {0};
 	struct chat_template *ct = NULL;
-	struct chat_msg m[] = {{"user", "hi", NULL}};
+	struct chat_msg m[] = {{"user", "hi", NULL, NULL}};
 	char *out = NULL;
 	size_t len;
 	if (!mkdtemp(dir))
@@ -114,6 +114,23 @@ static void check_load(void)
 	tap_rmtree(dir);
 }
 
+/* The golden messages as chat_msg: role, content, reasoning_content, and
+ * every other field as JSON (fields[i] is malloc'd, or NULL). */
+static int golden_msgs(const cJSON *msgs, struct chat_msg *v, char **fields)
+{
+	int i = tj_chat_msgs(msgs, v);
+	for (int k = 0; k < i; k++) {
+		cJSON *m = cJSON_Duplicate(cJSON_GetArrayItem(msgs, k), 1);
+		cJSON_DeleteItemFromObjectCaseSensitive(m, "role");
+		cJSON_DeleteItemFromObjectCaseSensitive(m, "content");
+		cJSON_DeleteItemFromObjectCaseSensitive(m, "reasoning_content");
+		fields[k] = m && m->child ? cJSON_PrintUnformatted(m) : NULL;
+		v[k].fields = fields[k];
+		cJSON_Delete(m);
+	}
+	return i;
+}
+
 /* chat_render == apply_chat_template on every case of the transformers golden file. */
 static void check_transformers(const char *path, struct chat_template *laguna)
 {
@@ -140,12 +157,14 @@ static void check_transformers(const char *path, struct chat_template *laguna)
 				chat_template_new(body, "<|im_start|>", "<|im_end|>", &t, &err);
 			free(body);
 		}
-		struct chat_msg v[16];
-		int k = tj_chat_msgs(cJSON_GetObjectItem(c, "messages"), v);
-		char *out = NULL;
+		struct chat_msg v[16] = {{0}};
+		char *fields[16] = {0};
+		int k = golden_msgs(cJSON_GetObjectItem(c, "messages"), v, fields);
+		char *out = NULL, *tools = cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "tools"));
 		size_t len = 0;
 		int rc = -ENOENT;
-		if (t && !chat_template_set_var(t, "date_string", "26 Jul 2024"))
+		if (t && !chat_template_set_var(t, "date_string", "26 Jul 2024") &&
+		    !chat_template_set_json(t, "tools", tools ? tools : "null", &err))
 			rc = chat_render(t, v, (size_t)k, cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt")),
 					 cJSON_IsTrue(cJSON_GetObjectItem(c, "enable_thinking")), &out, &len, &err);
 		int ok = want ? !rc && len == strlen(want) && !memcmp(out, want, len) : rc == -EINVAL;
@@ -155,11 +174,15 @@ static void check_transformers(const char *path, struct chat_template *laguna)
 			printf("#   %s %s case %d:\n#   ours:         %s\n#   transformers: %s\n", model,
 			       tname ? tname : "(own)", n, out ? out : err.msg, want ? want : "(refused)");
 		free(out);
+		free(tools);
+		for (int i = 0; i < k; i++)
+			free(fields[i]);
 		if (t != own)
 			chat_template_free(t);
 	}
-	TAP_OK(n > 0 && same == n, "%d of %d conversations render as transformers %s's apply_chat_template "
-	       "renders them (SmolLM2, Laguna, tests/data/chat_templates)", same, n,
+	TAP_OK(n > 0 && same == n, "%d of %d conversations (tool calls and tool schemas too) render as "
+	       "transformers %s's apply_chat_template renders them (SmolLM2, Laguna, tests/data/chat_templates)",
+	       same, n,
 	       cJSON_GetStringValue(cJSON_GetObjectItem(g, "transformers")));
 	chat_template_free(smol);
 	cJSON_Delete(g);
@@ -198,15 +221,18 @@ int main(int argc, char **argv)
 			printf("#   ours:   %s\n#   jinja2: %s\n", out ? out : err.msg, want);
 		free(out);
 	}
-	struct chat_msg bad[] = {{"user", "hi", NULL}, {"robot", "beep", NULL}};
+	struct chat_msg bad[] = {{"user", "hi", NULL, NULL}, {"robot", "beep", NULL, NULL}};
 	char *out;
 	size_t len;
 	struct rq_err err = {0};
 	TAP_OK(ct && chat_render(ct, bad, 2, 1, 1, &out, &len, &err) == -EINVAL && strstr(err.msg, "robot"),
 	       "unknown role refused (the template's raise_exception): %s", err.msg);
-	struct chat_msg nul[] = {{"user", NULL, NULL}};
+	struct chat_msg nul[] = {{"user", NULL, NULL, NULL}};
 	TAP_OK(ct && chat_render(ct, nul, 1, 1, 1, &out, &len, &err) == -EINVAL, "NULL content refused: %s",
 	       err.msg);
+	struct chat_msg badf[] = {{"user", "hi", NULL, "[1]"}};
+	TAP_OK(ct && chat_render(ct, badf, 1, 1, 1, &out, &len, &err) == -EINVAL && strstr(err.msg, "JSON object"),
+	       "message fields that are not a JSON object refused: %s", err.msg);
 	chat_template_free(ct);
 	cJSON_Delete(g);
 	free(text);
