@@ -627,6 +627,7 @@ static void exec_for(struct jctx *c, const struct js *s)
 			jd_set(c->st, d, jv_cstr("previtem"), items->v[k - 1]);
 		if (k < n - 1)
 			jd_set(c->st, d, jv_cstr("nextitem"), items->v[k + 1]);
+		jd_set(c->st, d, jv_cstr("cycle"), method(c, loop, "cycle"));
 		assign(c, "loop", loop);
 		bind(c, s, items->v[i]);
 		exec(c, s->body);

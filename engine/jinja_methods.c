@@ -244,6 +244,12 @@ int jb_method(struct jctx *c, size_t pos, const struct jmethod *meth, struct jv 
 		*out = str_method(st, pos, m, self, args, nargs, kwn, kwv, nkw, &found);
 		return found ? 0 : -ENOENT;
 	}
+	if (self.kind == JV_DICT && !strcmp(m, "cycle") && jd_getc(self.u.d, "index0")) {   /* loop.cycle */
+		if (nargs < 1)
+			jfail(st, pos, -EINVAL, "loop.cycle needs at least one value");
+		*out = args[jd_getc(self.u.d, "index0")->u.i % nargs];
+		return 0;
+	}
 	if (self.kind == JV_DICT) {
 		struct jdict *d = self.u.d;
 		if (!strcmp(m, "get")) {

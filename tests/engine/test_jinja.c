@@ -64,6 +64,11 @@ static const char *const golden[][2] = {
 	{"{{ ['b', 'A', 'c']|sort }}{{ [3, 1, 2]|sort(reverse=true) }}"
 	 "{{ messages|sort(attribute='role')|map(attribute='role')|join(',') }}",
 	 "['A', 'b', 'c'][3, 2, 1]assistant,user"},
+	{"{% for m in messages %}{{ loop.cycle('odd', 'even') }}{{ loop.previtem is defined }}"
+	 "{{ loop.nextitem is defined }}{% endfor %}",
+	 "oddFalseTrueevenTrueFalse"},
+	{"{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}\n{% endfor %}",
+	 "[Hi][ ok ]"},
 };
 
 /* {template, words the error must contain} */
