@@ -11,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const special_names[] = {"bos_token", "eos_token", "unk_token", "pad_token"};
-#define N_SPECIAL 4
+/* transformers' SPECIAL_TOKENS_ATTRIBUTES: apply_chat_template passes the set ones */
+static const char *const special_names[] = {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+	"cls_token", "mask_token"};
+#define N_SPECIAL 7
 
 struct chat_template {
 	char *text;                  /* the Jinja source */

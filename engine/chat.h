@@ -10,8 +10,9 @@
  *   add_generation_prompt  bool
  *   enable_thinking        bool
  *   tools, documents       none, unless set with chat_template_set_json
- *   bos_token, eos_token, unk_token, pad_token   as tokenizer_config.json
- *                          sets them (absent ones are undefined)
+ *   bos_token, eos_token, unk_token, sep_token, pad_token, cls_token,
+ *   mask_token             as tokenizer_config.json sets them (absent ones
+ *                          are undefined)
  *   anything set with chat_template_set_var or chat_template_set_json
  *
  * Laguna's template (tools/mkckpt_tokenizer.c) starts with its bos 〈|EOS|〉:
