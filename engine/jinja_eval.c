@@ -351,15 +351,12 @@ static int order(struct jctx *c, const struct jx *x, const char *op, struct jv a
 	return op[0] == '<' ? (op[1] ? r <= 0 : r < 0) : (op[1] ? r >= 0 : r > 0);
 }
 
-/* -1, 0, 1 as Python orders a and b (numbers, strings, lists); else fails. */
-int jv_order(struct jctx *c, size_t pos, struct jv a, struct jv b);
 int jv_order(struct jctx *c, size_t pos, struct jv a, struct jv b)
 {
 	struct jx x = {.pos = pos};
 	return order(c, &x, "<", a, b) ? -1 : order(c, &x, "<", b, a) ? 1 : 0;
 }
 
-int jv_contains(struct jctx *c, size_t pos, struct jv hay, struct jv needle);
 int jv_contains(struct jctx *c, size_t pos, struct jv hay, struct jv needle)
 {
 	switch (hay.kind) {

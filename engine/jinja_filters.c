@@ -9,9 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Argument `idx` (positional) or `name` (keyword), else def. */
-struct jv jarg(struct jv *args, int nargs, const char **kwn, struct jv *kwv, int nkw, int idx,
-               const char *name, struct jv def);
 struct jv jarg(struct jv *args, int nargs, const char **kwn, struct jv *kwv, int nkw, int idx,
                const char *name, struct jv def)
 {
@@ -25,8 +22,6 @@ struct jv jarg(struct jv *args, int nargs, const char **kwn, struct jv *kwv, int
 
 #define ARG(i, n, d) jarg(args, nargs, kwn, kwv, nkw, i, n, d)
 
-int jv_contains(struct jctx *c, size_t pos, struct jv hay, struct jv needle);
-
 static struct jv sv(struct jbuf *b)
 {
 	return (struct jv){.kind = JV_STR, .u.s = {b->s ? b->s : "", b->n}};
@@ -38,8 +33,6 @@ static void need(struct jctx *c, size_t pos, struct jv v)
 		jfail(jctx_state(c), pos, -EINVAL, "%s", v.u.s.p);
 }
 
-/* Python's str.strip family: which = 1 left, 2 right, 3 both; chars NULL: white space. */
-struct jv jstrip(struct jstate *st, struct jv s, struct jv chars, int which);
 struct jv jstrip(struct jstate *st, struct jv s, struct jv chars, int which)
 {
 	(void)st;
@@ -103,9 +96,7 @@ static int cased(uint32_t c)
 	return case1(c, 0) != c || case1(c, 1) != c;
 }
 
-struct jv jcase(struct jstate *st, struct jv s, int mode);
-/* mode 0 lower, 1 upper, 2 capitalize (str.capitalize), 3 str.title,
- * 4 jinja's title filter (a word starts after white space, -, (, {, [ or <). */
+/* Mode 4, jinja's title filter: a word starts after white space, -, (, {, [ or <. */
 struct jv jcase(struct jstate *st, struct jv s, int mode)
 {
 	struct jbuf b = {0};
@@ -136,7 +127,6 @@ struct jv jcase(struct jstate *st, struct jv s, int mode)
 	return sv(&b);
 }
 
-struct jv jreplace(struct jstate *st, struct jv s, struct jv old, struct jv new, int64_t count);
 struct jv jreplace(struct jstate *st, struct jv s, struct jv old, struct jv new, int64_t count)
 {
 	struct jbuf b = {0};
@@ -293,8 +283,6 @@ static struct jv do_map(struct jctx *c, size_t pos, struct jv seq, struct jv *ar
 	}
 	return out;
 }
-
-int jv_order(struct jctx *c, size_t pos, struct jv a, struct jv b);
 
 /* Sort key as jinja's sort/dictsort use it: strings lower-cased unless case_sensitive. */
 static struct jv sort_key(struct jstate *st, struct jv v, int cs)

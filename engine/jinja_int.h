@@ -204,7 +204,21 @@ int jb_call_global(struct jctx *c, size_t pos, const char *fn, struct jv *args, 
                    const char **kwn, struct jv *kwv, int nkw, struct jv *out);
 int jb_is_global(const char *name);
 struct jstate *jctx_state(struct jctx *c);
-/* Applies a filter or test from inside another builtin (map, select). */
+/* obj.name as jinja2's sandboxed getattr resolves it (jinja_eval.c). */
 struct jv jctx_getattr(struct jctx *c, size_t pos, struct jv obj, const char *name);
+/* Python's `needle in hay`, and -1/0/1 ordering (numbers, strings, lists); both fail on other types. */
+int jv_contains(struct jctx *c, size_t pos, struct jv hay, struct jv needle);
+int jv_order(struct jctx *c, size_t pos, struct jv a, struct jv b);
+
+/* Shared by filters and methods (jinja_filters.c). */
+/* Argument idx (positional) or name (keyword), else def. */
+struct jv jarg(struct jv *args, int nargs, const char **kwn, struct jv *kwv, int nkw, int idx,
+               const char *name, struct jv def);
+/* str.strip/lstrip/rstrip: which 1 left, 2 right, 3 both; chars not a string: white space. */
+struct jv jstrip(struct jstate *st, struct jv s, struct jv chars, int which);
+/* mode 0 lower, 1 upper, 2 capitalize, 3 str.title, 4 jinja's title filter. */
+struct jv jcase(struct jstate *st, struct jv s, int mode);
+/* str.replace(old, new, count) (count < 0: all). */
+struct jv jreplace(struct jstate *st, struct jv s, struct jv old, struct jv new, int64_t count);
 
 #endif

@@ -9,12 +9,6 @@
 #include <string.h>
 #include <time.h>
 
-struct jv jarg(struct jv *args, int nargs, const char **kwn, struct jv *kwv, int nkw, int idx,
-               const char *name, struct jv def);
-struct jv jstrip(struct jstate *st, struct jv s, struct jv chars, int which);
-struct jv jcase(struct jstate *st, struct jv s, int mode);
-struct jv jreplace(struct jstate *st, struct jv s, struct jv old, struct jv new, int64_t count);
-
 #define ARG(i, n, d) jarg(args, nargs, kwn, kwv, nkw, i, n, d)
 
 static const char *const str_methods[] = {
