@@ -362,8 +362,6 @@ int jb_filter(struct jctx *c, size_t pos, const char *name, struct jv self, stru
 	if (IS("tojson")) {
 		struct jv ea = ARG(0, "ensure_ascii", jv_bool(0)), ind = ARG(1, "indent", jv_none()),
 			  sep = ARG(2, "separators", jv_none()), sk = ARG(3, "sort_keys", jv_bool(0));
-		if (jv_truthy(ea))
-			jfail(st, pos, -EINVAL, "tojson(ensure_ascii=true) is not supported");
 		if (ind.kind != JV_NONE && ind.kind != JV_INT)
 			jfail(st, pos, -EINVAL, "tojson: indent must be an integer");
 		const char *isep = NULL, *ksep = NULL;
@@ -374,7 +372,8 @@ int jb_filter(struct jctx *c, size_t pos, const char *name, struct jv self, stru
 		} else if (sep.kind != JV_NONE) {
 			jfail(st, pos, -EINVAL, "tojson: separators must be a pair of strings");
 		}
-		if (jv_tojson(st, &b, self, ind.kind == JV_INT ? (int)ind.u.i : -1, isep, ksep, jv_truthy(sk)))
+		if (jv_tojson(st, &b, self, ind.kind == JV_INT ? (int)ind.u.i : -1, isep, ksep, jv_truthy(sk),
+			       jv_truthy(ea)))
 			jfail(st, pos, -EINVAL, "Object of type %s is not JSON serializable", jv_type(self));
 		*out = sv(&b);
 		return 0;

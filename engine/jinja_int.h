@@ -114,11 +114,11 @@ void jv_tostr(struct jstate *st, struct jbuf *b, struct jv v);
 struct jv jv_strof(struct jstate *st, struct jv v);
 /* repr(v), appended to b. */
 void jv_repr(struct jstate *st, struct jbuf *b, struct jv v);
-/* json.dumps(v, ensure_ascii=False, indent=indent (<0: None), separators=
- * (isep, ksep) (NULL: Python's defaults), sort_keys). 0 or -EINVAL when v
- * holds something JSON cannot (undefined, a macro, ...). */
+/* json.dumps(v, ensure_ascii, indent=indent (<0: None), separators=(isep,
+ * ksep) (NULL: Python's defaults), sort_keys). 0 or -EINVAL when v holds
+ * something JSON cannot (undefined, a macro, ...). */
 int jv_tojson(struct jstate *st, struct jbuf *b, struct jv v, int indent, const char *isep,
-              const char *ksep, int sort_keys);
+              const char *ksep, int sort_keys, int ensure_ascii);
 /* Python's str.isspace() for one code point. */
 int jpy_space(uint32_t c);
 /* The code point at s[*i] (UTF-8; a bad byte stands for itself), advancing *i. */

@@ -1,6 +1,6 @@
 /* jinja_value.c — the arena, the jump out, and the values of the Jinja
  * interpreter: Python's truthiness, ==, str(), repr() and json.dumps as
- * transformers' tojson calls it (ensure_ascii=False). */
+ * transformers' tojson calls it (ensure_ascii=False unless asked). */
 #include "engine/jinja_int.h"
 #include "base/err.h"
 
@@ -423,12 +423,24 @@ struct jv jv_strof(struct jstate *st, struct jv v)
 	return r;
 }
 
-static void json_str(struct jstate *st, struct jbuf *b, const char *s, size_t n)
+/* A JSON string; ascii: non-ASCII as \uXXXX (surrogate pairs past U+FFFF). */
+static void json_str(struct jstate *st, struct jbuf *b, const char *s, size_t n, int ascii)
 {
 	jb_puts(st, b, "\"");
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
-		char e[8];
+		char e[16];
+		if (ascii && c >= 0x80) {
+			uint32_t u = jutf8_next(s, n, &i);
+			i--;
+			if (u >= 0x10000)
+				snprintf(e, sizeof e, "\\u%04x\\u%04x", 0xD800 + ((u - 0x10000) >> 10),
+					 0xDC00 + ((u - 0x10000) & 0x3FF));
+			else
+				snprintf(e, sizeof e, "\\u%04x", u);
+			jb_puts(st, b, e);
+			continue;
+		}
 		const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" :
 			c == '\r' ? "\\r" : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
 		if (!esc && c < 0x20) {
@@ -452,6 +464,7 @@ static void json_nl(struct jstate *st, struct jbuf *b, int indent, int depth)
 
 struct jsonfmt {
 	int indent;               /* <0: one line */
+	int ascii;                /* ensure_ascii */
 	const char *isep, *ksep;  /* item and key separators */
 	int sort;
 };
@@ -470,7 +483,7 @@ static int tojson(struct jstate *st, struct jbuf *b, struct jv v, const struct j
 		else
 			jv_tostr(st, b, v);
 		return 0;
-	case JV_STR: json_str(st, b, v.u.s.p, v.u.s.n); return 0;
+	case JV_STR: json_str(st, b, v.u.s.p, v.u.s.n, f->ascii); return 0;
 	case JV_LIST:
 		jb_puts(st, b, "[");
 		for (size_t i = 0; i < v.u.l->n; i++) {
@@ -510,7 +523,7 @@ static int tojson(struct jstate *st, struct jbuf *b, struct jv v, const struct j
 				jb_puts(st, b, f->isep);
 			if (f->indent >= 0)
 				json_nl(st, b, f->indent, depth + 1);
-			json_str(st, b, v.u.d->k[ord[i]].u.s.p, v.u.d->k[ord[i]].u.s.n);
+			json_str(st, b, v.u.d->k[ord[i]].u.s.p, v.u.d->k[ord[i]].u.s.n, f->ascii);
 			jb_puts(st, b, f->ksep);
 			if (tojson(st, b, v.u.d->v[ord[i]], f, depth + 1))
 				return -EINVAL;
@@ -526,9 +539,10 @@ static int tojson(struct jstate *st, struct jbuf *b, struct jv v, const struct j
 }
 
 int jv_tojson(struct jstate *st, struct jbuf *b, struct jv v, int indent, const char *isep,
-              const char *ksep, int sort_keys)
+              const char *ksep, int sort_keys, int ensure_ascii)
 {
-	struct jsonfmt f = {indent, isep ? isep : indent >= 0 ? "," : ", ", ksep ? ksep : ": ", sort_keys};
+	struct jsonfmt f = {indent, ensure_ascii, isep ? isep : indent >= 0 ? "," : ", ", ksep ? ksep : ": ",
+			    sort_keys};
 	return tojson(st, b, v, &f, 0);
 }
 

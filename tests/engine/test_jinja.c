@@ -69,6 +69,8 @@ static const char *const golden[][2] = {
 	 "oddFalseTrueevenTrueFalse"},
 	{"{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}\n{% endfor %}",
 	 "[Hi][ ok ]"},
+	{"{{ {'k': '\303\251\360\237\230\200\"x', '\303\251': [1, '\303\274']}|tojson(ensure_ascii=true) }} {{ {'a': 1}|tojson(separators=(',', ':')) }}",
+	 "{\"k\": \"\\u00e9\\ud83d\\ude00\\\"x\", \"\\u00e9\": [1, \"\\u00fc\"]} {\"a\":1}"},
 };
 
 /* {template, words the error must contain} */
