@@ -1,102 +1,233 @@
-/* chat.c — poolside_v1 prompt rendering; the format is written out in chat.h.
- * The Jinja template it mirrors is CHAT_TEMPLATE in tools/mkckpt_tokenizer.c;
- * tests/engine/test_chat.c and tests/peer/test_chat_peer.py compare the two. */
+/* chat.c — loads a model's chat template and renders conversations with it
+ * through the Jinja interpreter (engine/jinja.h); what the template sees is
+ * written in chat.h. */
 #include "engine/chat.h"
-#include "engine/tok_int.h"
+#include "engine/jinja.h"
 #include "base/err.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-const char chat_default_system[] =
-	"You are a helpful, conversationally-fluent assistant made by Poolside. "
-	"You are here to be helpful to users through natural language conversations.";
+/* transformers' SPECIAL_TOKENS_ATTRIBUTES: apply_chat_template passes the set ones */
+static const char *const special_names[] = {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+	"cls_token", "mask_token"};
+#define N_SPECIAL 7
 
-/* Python's str.isspace(): bidirectional class WS, B or S, or category Zs. */
-static int py_space(uint32_t c)
+struct chat_template {
+	char *text;                  /* the Jinja source */
+	char *special[N_SPECIAL];    /* special_names' values, or NULL */
+	cJSON *extra;                /* chat_template_set_var's variables: an object, or NULL */
+	char source[4200];           /* the file it came from, for messages */
+};
+
+void chat_template_free(struct chat_template *t)
 {
-	return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-	       c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-	       c == 0x202F || c == 0x205F || c == 0x3000;
+	if (!t)
+		return;
+	free(t->text);
+	for (int i = 0; i < N_SPECIAL; i++)
+		free(t->special[i]);
+	cJSON_Delete(t->extra);
+	free(t);
 }
 
-/* Length of s once str.rstrip() has removed its trailing white space. */
-static size_t rstrip_len(const char *s)
+static int set_item(struct chat_template *t, const char *name, cJSON *item)
 {
-	const unsigned char *u = (const unsigned char *)s;
-	size_t n = strlen(s);
-	while (n > 0) {
-		uint32_t c;
-		size_t p = tok_utf8_prev(u, 0, n, &c);
-		if (!py_space(c))
-			break;
-		n = p;
+	if (!item || (!t->extra && !(t->extra = cJSON_CreateObject()))) {
+		cJSON_Delete(item);
+		return -ENOMEM;
 	}
-	return n;
+	cJSON_DeleteItemFromObjectCaseSensitive(t->extra, name);
+	return cJSON_AddItemToObject(t->extra, name, item) ? 0 : -ENOMEM;
 }
 
-static int starts(const char *s, const char *prefix)
+int chat_template_set_var(struct chat_template *t, const char *name, const char *value)
 {
-	return !strncmp(s, prefix, strlen(prefix));
+	return set_item(t, name, cJSON_CreateString(value));
 }
 
-static int put(struct tbuf *b, const char *s)
+int chat_template_set_json(struct chat_template *t, const char *name, const char *json, struct rq_err *err)
 {
-	return tbuf_put(b, s, strlen(s));
+	cJSON *v = cJSON_Parse(json);
+	if (!v)
+		return rq_errf(err, -EINVAL, "chat template variable %s: not valid JSON", name);
+	int rc = set_item(t, name, v);
+	return rc ? rq_errf(err, rc, "chat template: out of memory") : 0;
 }
 
-static int put3(struct tbuf *b, const char *open, const char *body, const char *close)
+/* The whole file, NUL-terminated, or NULL with errno set. */
+static char *slurp(const char *path)
 {
-	return put(b, open) || put(b, body) || put(b, close);
-}
-
-int chat_render(const struct chat_msg *msgs, size_t n, int add_generation_prompt,
-                int enable_thinking, char **out, size_t *out_len, struct rq_err *err)
-{
-	struct tbuf b = {0};
-	size_t i = 0;
-	for (size_t k = 0; k < n; k++)
-		if (!msgs[k].role || !msgs[k].content)
-			return rq_errf(err, -EINVAL, "chat message %zu: role and content are required", k);
-	int bad = put(&b, "\xe3\x80\x88|EOS|\xe3\x80\x89");   /* 〈|EOS|〉 */
-	const char *sys = chat_default_system;
-	size_t sys_len = strlen(sys);
-	if (n > 0 && !strcmp(msgs[0].role, "system")) {
-		sys = msgs[0].content;
-		sys_len = rstrip_len(sys);
-		i = 1;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	char *s = NULL;
+	long size = -1;
+	if (!fseek(f, 0, SEEK_END) && (size = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
+	    (s = malloc((size_t)size + 1)) && fread(s, 1, (size_t)size, f) == (size_t)size)
+		s[size] = 0;
+	else if (s) {
+		free(s);
+		s = NULL;
+		errno = EIO;
 	}
-	if (sys_len || enable_thinking)
-		bad = bad || put(&b, "<system>") || tbuf_put(&b, sys, sys_len) || put(&b, "</system>\n");
-	for (; i < n && !bad; i++) {
-		const struct chat_msg *m = &msgs[i];
-		if (!strcmp(m->role, "user"))
-			bad = put3(&b, "<user>", m->content, "</user>\n");
-		else if (!strcmp(m->role, "system"))
-			bad = put3(&b, "<system>", m->content, "</system>\n");
-		else if (!strcmp(m->role, "tool"))
-			bad = put3(&b, "<tool_response>", m->content, "</tool_response>\n");
-		else if (!strcmp(m->role, "assistant")) {
-			bad = put(&b, "<assistant>");
-			if (m->reasoning)
-				bad = bad || put3(&b, "<think>", m->reasoning, "</think>");
-			else if (!starts(m->content, "<think>") && !starts(m->content, "</think>"))
-				bad = bad || put(&b, "</think>");
-			bad = bad || put3(&b, "", m->content, "</assistant>\n");
-		} else {
-			free(b.s);
-			return rq_errf(err, -EINVAL, "chat message %zu: unknown role \"%s\" (system, user, "
-				       "assistant or tool)", i, m->role);
+	fclose(f);
+	return s;
+}
+
+/* A special token as tokenizer_config.json writes it: "text" or {"content": "text", ...}. */
+static const char *token_text(const cJSON *j)
+{
+	if (cJSON_IsString(j))
+		return j->valuestring;
+	return cJSON_GetStringValue(cJSON_GetObjectItem(j, "content"));
+}
+
+/* tokenizer_config.json's chat_template: the string, or the "default" entry of a list. */
+static int config_template(const cJSON *cfg, const char *path, const char **out, struct rq_err *err)
+{
+	const cJSON *t = cJSON_GetObjectItem(cfg, "chat_template"), *e;
+	*out = NULL;
+	if (!t || cJSON_IsNull(t))
+		return 0;
+	if (cJSON_IsString(t)) {
+		*out = t->valuestring;
+		return 0;
+	}
+	if (!cJSON_IsArray(t))
+		return rq_errf(err, -EPROTO, "%s: \"chat_template\" is neither a string nor a list of "
+			       "{name, template}", path);
+	cJSON_ArrayForEach(e, t)
+		if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(e, "name")) ?: "", "default"))
+			*out = cJSON_GetStringValue(cJSON_GetObjectItem(e, "template"));
+	if (!*out)
+		return rq_errf(err, -EPROTO, "%s: \"chat_template\" is a list without a \"default\" template", path);
+	return 0;
+}
+
+int chat_template_new(const char *text, const char *bos, const char *eos, struct chat_template **out,
+                      struct rq_err *err)
+{
+	struct chat_template *t = calloc(1, sizeof *t);
+	if (!t || !(t->text = strdup(text)) || (bos && !(t->special[0] = strdup(bos))) ||
+	    (eos && !(t->special[1] = strdup(eos)))) {
+		chat_template_free(t);
+		return rq_errf(err, -ENOMEM, "chat template: out of memory");
+	}
+	snprintf(t->source, sizeof t->source, "chat template");
+	*out = t;
+	return 0;
+}
+
+int chat_template_load(const char *model_dir, struct chat_template **out, struct rq_err *err)
+{
+	char jinja[4200], cfgpath[4200];
+	snprintf(jinja, sizeof jinja, "%s/chat_template.jinja", model_dir);
+	snprintf(cfgpath, sizeof cfgpath, "%s/tokenizer_config.json", model_dir);
+	char *text = slurp(jinja), *cfgtext = slurp(cfgpath);
+	cJSON *cfg = cfgtext ? cJSON_Parse(cfgtext) : NULL;
+	const char *from_cfg = NULL, *src = text ? jinja : cfgpath;
+	struct chat_template *t = NULL;
+	int rc = 0;
+	if (cfgtext && !cfg) {
+		rc = rq_errf(err, -EPROTO, "%s: not valid JSON", cfgpath);
+		goto out;
+	}
+	if (cfg && (rc = config_template(cfg, cfgpath, &from_cfg, err)))
+		goto out;
+	if (!text && !from_cfg) {
+		rc = rq_errf(err, -ENOENT, "%s has no chat template (neither chat_template.jinja nor "
+			     "\"chat_template\" in tokenizer_config.json): give a plain --prompt without --chat",
+			     model_dir);
+		goto out;
+	}
+	if ((rc = chat_template_new(text ? text : from_cfg, NULL, NULL, &t, err)))
+		goto out;
+	snprintf(t->source, sizeof t->source, "%s", src);
+	for (int i = 0; i < N_SPECIAL && cfg; i++) {
+		const char *s = token_text(cJSON_GetObjectItem(cfg, special_names[i]));
+		if (s && !(t->special[i] = strdup(s))) {
+			rc = rq_errf(err, -ENOMEM, "chat template: out of memory");
+			goto out;
 		}
 	}
-	if (add_generation_prompt && !bad)
-		bad = put(&b, enable_thinking ? "<assistant><think>" : "<assistant></think>");
-	if (bad) {
-		free(b.s);
-		return rq_errf(err, -ENOMEM, "chat: out of memory");
+	*out = t;
+	t = NULL;
+out:
+	chat_template_free(t);
+	cJSON_Delete(cfg);
+	free(cfgtext);
+	free(text);
+	return rc;
+}
+
+/* The variables the template sees (chat.h), as a JSON object. */
+static cJSON *variables(const struct chat_template *t, const struct chat_msg *msgs, size_t n, int gen,
+                        int think)
+{
+	cJSON *v = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(v, "messages");
+	int bad = !v || !list;
+	for (size_t i = 0; i < n && !bad; i++) {
+		cJSON *m = cJSON_CreateObject();
+		bad = !m || !cJSON_AddItemToArray(list, m);
+		if (!bad && msgs[i].reasoning)   /* transformers' aliases: thinking first, reasoning_content last */
+			bad = !cJSON_AddStringToObject(m, "thinking", msgs[i].reasoning);
+		bad = bad || !cJSON_AddStringToObject(m, "role", msgs[i].role) ||
+		      !cJSON_AddStringToObject(m, "content", msgs[i].content);
+		if (!bad && msgs[i].reasoning)
+			bad = !cJSON_AddStringToObject(m, "reasoning_content", msgs[i].reasoning);
+		cJSON *more = bad || !msgs[i].fields ? NULL : cJSON_Parse(msgs[i].fields), *f;
+		while (more && (f = more->child)) {   /* moved over, in their order */
+			cJSON_DetachItemViaPointer(more, f);
+			cJSON_DeleteItemFromObjectCaseSensitive(m, f->string);
+			cJSON_AddItemToObject(m, f->string, f);
+		}
+		cJSON_Delete(more);
 	}
-	*out = b.s;
-	*out_len = b.n;
-	return 0;
+	bad = bad || !cJSON_AddBoolToObject(v, "add_generation_prompt", gen) ||
+	      !cJSON_AddBoolToObject(v, "enable_thinking", think) || !cJSON_AddNullToObject(v, "tools") ||
+	      !cJSON_AddNullToObject(v, "documents");
+	for (int i = 0; i < N_SPECIAL && !bad; i++)
+		if (t->special[i])
+			bad = !cJSON_AddStringToObject(v, special_names[i], t->special[i]);
+	const cJSON *e;
+	cJSON_ArrayForEach(e, t->extra) {
+		cJSON *c = bad ? NULL : cJSON_Duplicate(e, 1);
+		bad = bad || !c;
+		if (c) {
+			cJSON_DeleteItemFromObjectCaseSensitive(v, e->string);
+			cJSON_AddItemToObject(v, e->string, c);
+		}
+	}
+	if (bad) {
+		cJSON_Delete(v);
+		return NULL;
+	}
+	return v;
+}
+
+int chat_render(const struct chat_template *t, const struct chat_msg *msgs, size_t n,
+                int add_generation_prompt, int enable_thinking, char **out, size_t *out_len,
+                struct rq_err *err)
+{
+	for (size_t k = 0; k < n; k++) {
+		if (!msgs[k].role || !msgs[k].content)
+			return rq_errf(err, -EINVAL, "chat message %zu: role and content are required", k);
+		cJSON *f = msgs[k].fields ? cJSON_Parse(msgs[k].fields) : NULL;
+		int ok = !msgs[k].fields || cJSON_IsObject(f);
+		cJSON_Delete(f);
+		if (!ok)
+			return rq_errf(err, -EINVAL, "chat message %zu: its fields are not a JSON object", k);
+	}
+	cJSON *v = variables(t, msgs, n, add_generation_prompt, enable_thinking);
+	if (!v)
+		return rq_errf(err, -ENOMEM, "chat: out of memory");
+	int rc = jinja_render(t->text, strlen(t->text), v, out, out_len, err);
+	cJSON_Delete(v);
+	if (rc && err)
+		rq_err_prefix(err, "%s", t->source);
+	return rc;
 }

@@ -31,9 +31,10 @@ static void usage(FILE *f)
 	"CUDA engine takes BF16, NVFP4 and NVFP4A16 only and refuses the others naming\n"
 	"the module (--device auto then runs on the CPU and says why).\n\n"
 	"  --prompt TEXT     the prompt (raw text, or the user message with --chat)\n"
-	"  --chat            wrap TEXT in the poolside_v1 chat format with a generation prompt\n"
-	"  --system S        system message (with --chat; default: the model's default prompt)\n"
-	"  --no-think        chat generation prompt without thinking (<assistant></think>)\n"
+	"  --chat            render TEXT as a user message with the model's own chat template\n"
+	"                    (chat_template.jinja or tokenizer_config.json) and a generation prompt\n"
+	"  --system S        system message (with --chat; default: the template's own)\n"
+	"  --no-think        enable_thinking=false for the template (Laguna: <assistant></think>)\n"
 	"  -n N              tokens to generate at most (default 256); stops at an EOS token\n"
 	"  --temperature T   0 = greedy; default from generation_config.json\n"
 	"  --top-k K         0 = off; default from generation_config.json\n"
@@ -165,11 +166,16 @@ static int encode_prompt(const struct gen_opts *o, const struct tok *tk, struct 
 		if (o->system)
 			msgs[k++] = (struct chat_msg){.role = "system", .content = o->system};
 		msgs[k++] = (struct chat_msg){.role = "user", .content = o->prompt};
-		int rc = chat_render(msgs, k, 1, o->think, text, &in_len, err);
+		struct chat_template *ct;
+		int rc = chat_template_load(o->dir, &ct, err);
+		if (rc)
+			return rc;
+		rc = chat_render(ct, msgs, k, 1, o->think, text, &in_len, err);
+		chat_template_free(ct);
 		if (rc)
 			return rc;
 		in = *text;
-		flags = 0;   /* the rendered text starts with its own BOS */
+		flags = 0;   /* as apply_chat_template: the template writes any BOS itself */
 	}
 	if (tok_encode(tk, in, in_len, flags, ids) || ids->n == 0)
 		return rq_errf(err, -EINVAL, "could not tokenize the prompt");

@@ -32,6 +32,7 @@ static inline int tj_chat_msgs(const cJSON *msgs, struct chat_msg *v)
 		const cJSON *r = cJSON_GetObjectItem(m, "reasoning_content");
 		v[i].role = cJSON_GetStringValue(cJSON_GetObjectItem(m, "role"));
 		v[i].content = cJSON_GetStringValue(cJSON_GetObjectItem(m, "content"));
+		v[i].fields = NULL;
 		v[i++].reasoning = cJSON_IsString(r) ? r->valuestring : NULL;
 	}
 	return i;

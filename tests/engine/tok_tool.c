@@ -9,13 +9,15 @@
  *   tok_tool pretok                  each stdin line: hex text -> hex pieces
  *   tok_tool chat                    each stdin line: {"messages": [...],
  *                                    "add_generation_prompt": b, "enable_thinking": b}
- *                                    -> hex of chat_render, or "error"
+ *                                    -> hex of chat_render with the template
+ *                                       mkckpt ships (Laguna's), or "error"
  * FLAGS: "special" = TOK_ADD_SPECIAL / TOK_SKIP_SPECIAL. */
 #include "engine/chat.h"
 #include "engine/tokenizer.h"
 #include "base/err.h"
 #include "tools/mkckpt.h"
 #include "tests/engine/tok_json.h"
+#include "tests/tap.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -36,8 +38,23 @@ static int piece(void *ctx, size_t a, size_t b)
 	return 0;
 }
 
+/* Laguna's template, as mk_write_tokenizer writes it (loaded once). */
+static struct chat_template *laguna_template(void)
+{
+	static struct chat_template *ct;
+	char dir[] = "/tmp/rq-toktool-XXXXXX";
+	int vs;
+	if (!ct && mkdtemp(dir)) {
+		if (mk_write_tokenizer(dir, &vs, NULL) || chat_template_load(dir, &ct, NULL))
+			ct = NULL;
+		tap_rmtree(dir);
+	}
+	return ct;
+}
+
 static int do_chat(const char *line)
 {
+	struct chat_template *ct = laguna_template();
 	cJSON *req = cJSON_Parse(line);
 	const cJSON *msgs = cJSON_GetObjectItem(req, "messages");
 	int n = cJSON_GetArraySize(msgs);
@@ -47,7 +64,7 @@ static int do_chat(const char *line)
 	char *out;
 	size_t len;
 	struct rq_err err = {0};
-	if (chat_render(v, n, cJSON_IsTrue(cJSON_GetObjectItem(req, "add_generation_prompt")),
+	if (!ct || chat_render(ct, v, n, cJSON_IsTrue(cJSON_GetObjectItem(req, "add_generation_prompt")),
 	                et ? cJSON_IsTrue(et) : 1, &out, &len, &err))
 		printf("error");
 	else {
