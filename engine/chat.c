@@ -4,6 +4,7 @@
 #include "engine/chat.h"
 #include "engine/jinja.h"
 #include "base/err.h"
+#include "st/jcheck.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -128,12 +129,12 @@ int chat_template_load(const char *model_dir, struct chat_template **out, struct
 	snprintf(jinja, sizeof jinja, "%s/chat_template.jinja", model_dir);
 	snprintf(cfgpath, sizeof cfgpath, "%s/tokenizer_config.json", model_dir);
 	char *text = slurp(jinja), *cfgtext = slurp(cfgpath);
-	cJSON *cfg = cfgtext ? cJSON_Parse(cfgtext) : NULL;
+	cJSON *cfg = cfgtext ? jc_parse(cfgtext, strlen(cfgtext), cfgpath, err) : NULL;
 	const char *from_cfg = NULL, *src = text ? jinja : cfgpath;
 	struct chat_template *t = NULL;
 	int rc = 0;
 	if (cfgtext && !cfg) {
-		rc = rq_errf(err, -EPROTO, "%s: not valid JSON", cfgpath);
+		rc = err->code ? err->code : -EPROTO;   /* jc_parse said what and where */
 		goto out;
 	}
 	if (cfg && (rc = config_template(cfg, cfgpath, &from_cfg, err)))
