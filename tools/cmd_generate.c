@@ -21,10 +21,12 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	"usage: requantfs generate MODEL_DIR --prompt TEXT [--chat] [--system S] [--no-think]\n"
-	"                 [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+	"                 [-n N | --max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
 	"                 [--threads N] [--device cpu|cuda|auto] [--kv bf16|f32|fp8]\n\n"
-	"Runs Laguna from MODEL_DIR (the mount, the source checkpoint or an export) on\n"
-	"TEXT and streams the continuation to stdout; prompt and decode tokens/s go to\n"
+	"Runs the model in MODEL_DIR (a mount, a source checkpoint or an export; llama,\n"
+	"mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe or laguna, as config.json\n"
+	"says) on TEXT and streams the continuation to stdout, stopping at an EOS token of\n"
+	"generation_config.json (else config.json); prompt and decode tokens/s go to\n"
 	"stderr. MODEL_DIR may also be a hub repo id ORG/NAME[@REV] in the local hub\n"
 	"cache. Each Linear is read as its headers say: BF16, NVFP4 or NVFP4A16, FP8\n"
 	"(fp8-dynamic) or INT pack-quantized (w8a16, w4a16) on the CPU engine; the\n"
@@ -35,7 +37,7 @@ static void usage(FILE *f)
 	"                    (chat_template.jinja or tokenizer_config.json) and a generation prompt\n"
 	"  --system S        system message (with --chat; default: the template's own)\n"
 	"  --no-think        enable_thinking=false for the template (Laguna: <assistant></think>)\n"
-	"  -n N              tokens to generate at most (default 256); stops at an EOS token\n"
+	"  -n, --max-tokens N  tokens to generate at most (default 256); stops at an EOS token\n"
 	"  --temperature T   0 = greedy; default from generation_config.json\n"
 	"  --top-k K         0 = off; default from generation_config.json\n"
 	"  --top-p P         1 = off; default from generation_config.json\n"
@@ -90,7 +92,8 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 		{"temperature", required_argument, 0, 'T'}, {"top-k", required_argument, 0, 'k'},
 		{"top-p", required_argument, 0, 'P'}, {"seed", required_argument, 0, 'S'},
 		{"threads", required_argument, 0, 't'}, {"device", required_argument, 0, 'd'},
-		{"kv", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"kv", required_argument, 0, 'K'}, {"max-tokens", required_argument, 0, 'n'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *device = "auto";
 	double v;
 	int c;
