@@ -19,7 +19,7 @@ fi
 D="$T/demo dir's"
 mkdir -p "$D"
 # as a user runs it: without meson's MALLOC_PERTURB_ (it fills every large buffer: 10x slower)
-env -u MALLOC_PERTURB_ DEMO_NO_SETUP=1 DEMO_RQ="$RQ" DEMO_DIR="$D/out" timeout 300 bash "$SRC/tools/demo" >"$T/out.txt" 2>&1
+env -u MALLOC_PERTURB_ DEMO_NO_SETUP=1 DEMO_RQ="$RQ" DEMO_DIR="$D/out" timeout 540 bash "$SRC/tools/demo" >"$T/out.txt" 2>&1
 rc=$?
 ok $rc "tools/demo in a directory named with a space and a ' exits 0" "$(tail -30 "$T/out.txt")"
 grep -q '^demo: done' "$T/out.txt"
@@ -55,7 +55,10 @@ want = [[rq, "mkckpt", d + "/src", "--calib-out", d + "/calib"],
         [rq, "mount", d + "/src", d + "/mnt", "--calib", d + "/calib", "--cache", d + "/cache"],
         [rq, "verify", d + "/mnt", "--against", d + "/calib", "--tensors",
          "layers\\.4[0-7]\\.mlp\\.experts", "--quiet"],
-        [rq, "generate", d + "/mnt", "--prompt", "def fibonacci(n):", "-n", "24", "--seed", "1"]]
+        [rq, "generate", d + "/real-mnt", "--chat", "--prompt", "What is the capital of France?",
+         "--temperature", "0", "--max-tokens", "32"],
+        [rq, "compare", ".models/SmolLM2-135M-Instruct", d + "/real-mnt", "--text",
+         "/usr/share/common-licenses/GPL-3", "--tokens", "512"]]
 got = [shlex.split(l) for l in lines]
 miss = [w for w in want if w not in got]
 print("\n".join(map(repr, miss)))
@@ -67,8 +70,13 @@ ok $? "everything printed (generate's text included) is valid UTF-8" "$(cat "$T/
 grep -q 'about to be materialized\|0 requantized shards pending' "$T/out.txt"
 ok $? "status after the full read says the shards are about to be materialized" \
 	"$(sed -n '/what the mount did/,/SRC/p' "$T/out.txt")"
-! mountpoint -q "$D/out/mnt"
+sed -n '/ask it, through the mount/,/^== /p' "$T/out.txt" | grep -q 'Paris'
+ok $? "the real model answers from its NVFP4 mount: Paris" "$(sed -n '/ask it, through the mount/,/^== /p' "$T/out.txt")"
+grep -Eq '^ppl A [0-9.]+ B [0-9.]+$' "$T/out.txt"
+ok $? "compare prints the perplexity of the source and of the mount" "$(grep -A3 '^ppl' "$T/out.txt")"
+! mountpoint -q "$D/out/mnt" && ! mountpoint -q "$D/out/real-mnt"
 ok $? "nothing left mounted"
 mountpoint -q "$D/out/mnt" && fusermount3 -u -z "$D/out/mnt"
+mountpoint -q "$D/out/real-mnt" && fusermount3 -u -z "$D/out/real-mnt"
 echo "1..$n"
 [ "$failed" -eq 0 ]
