@@ -304,7 +304,29 @@ static int refuse_kind(const struct lg_linear *l, int layer, const char *what, i
 		snprintf(where, sizeof where, "model.layers.%d.mlp.experts.%d.%s", layer, e, what);
 	return rq_errf(err, -ENOTSUP, "CUDA engine: %s has %s weights, which run on the CPU engine: "
 	               "pass --device cpu (or serve the checkpoint with vLLM)", where,
-	               l->kind == LG_W_FP8 ? "FP8 (float-quantized)" : "INT (pack-quantized)");
+	               l->kind == LG_W_FP8 ? "FP8 (float-quantized)" : l->kind == LG_W_INT
+	               ? "INT (pack-quantized)" : l->kind == LG_W_F16 ? "F16" : "F32");
+}
+
+/* What the CUDA kernels compute is Laguna's block: q/k norms, sigmoid
+ * router, no biases, no shared-expert gate. Another family's switches run
+ * on the CPU engine; refused here by name, before any device work. */
+static int check_family(const struct lg_model *m, struct rq_err *err)
+{
+	const struct lg_config *c = &m->cfg;
+	const struct lg_arch *a = c->arch;
+	const char *what = !a->qk_norm ? "attention without q/k norms"
+	                 : c->qkv_bias || c->o_bias ? "attention biases (attention_bias / qkv_bias)"
+	                 : c->mlp_bias ? "MLP biases (mlp_bias)"
+	                 : a->router != LG_ROUTER_SIGMOID ? "the softmax top-k router"
+	                 : a->shared_gate && c->shared_inter > 0 ? "the shared-expert sigmoid gate" : NULL;
+	for (int t = 0; !what && t < 2; t++)
+		if (c->rope[t].exact_ctx)
+			what = "rope_type dynamic";
+	if (!what)
+		return 0;
+	return rq_errf(err, -ENOTSUP, "CUDA engine: model_type %s needs %s, which the CUDA kernels do "
+	               "not compute yet: pass --device cpu", a->model_type, what);
 }
 
 static int check_kinds(const struct lg_model *m, struct rq_err *err)
@@ -343,7 +365,9 @@ static int check_kinds(const struct lg_model *m, struct rq_err *err)
 
 int lgc_layout(struct lgc *g, int dry, struct rq_err *err)
 {
-	int krc = check_kinds(g->m, err);
+	int krc = check_family(g->m, err);
+	if (!krc)
+		krc = check_kinds(g->m, err);
 	if (krc)
 		return krc;
 	const struct lg_model *m = g->m;

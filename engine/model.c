@@ -1,4 +1,4 @@
-/* model.c — open a Laguna checkpoint directory: map the shards, bind tensors.
+/* model.c — open a decoder checkpoint directory: map the shards, bind tensors.
  *
  * Steps of lg_model_open(), each failing with a message that names the file
  * or tensor:
@@ -17,6 +17,7 @@
 #include "base/grow.h"
 #include "st/st.h"
 #include "quant/quant.h"
+#include "engine/ops.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -57,6 +58,8 @@ size_t lg_linear_bytes(const struct lg_linear *l)
 	if (l->kind == LG_W_INT)
 		return (size_t)l->rows * l->words * 4 + sc +
 		       (l->qzero ? ((size_t)l->rows * l->bits + 31) / 32 * l->groups * 4 : 0);
+	if (l->kind == LG_W_F32)
+		return n * 4;
 	return l->kind == LG_W_NVFP4 ? n / 2 + n / 16 + 4 : l->kind == LG_W_FP8 ? n + sc : n * 2;
 }
 
@@ -464,9 +467,19 @@ static int bind_linear(struct loader *L, const char *mod, int rows, int cols, st
 	struct tref *r = find(L, name);
 	if (r && tensor(L, r)->dtype == ST_F8_E4M3)
 		return bind_fp8(L, mod, out);
+	if (r && (tensor(L, r)->dtype == ST_F16 || tensor(L, r)->dtype == ST_F32)) {
+		enum st_dtype dt = tensor(L, r)->dtype;
+		const struct tref *w = need(L, name, dt, 2, rows, cols, &rc);
+		if (!w)
+			return rc;
+		out->kind = dt == ST_F16 ? LG_W_F16 : LG_W_F32;
+		out->w8 = data(L, w);   /* read with memcpy: no alignment assumed */
+		L->m->n_bf16++;
+		return 0;
+	}
 	if (r && tensor(L, r)->dtype != ST_BF16)
 		return rq_errf(L->err, -ENOTSUP, "%s: tensor %s is %s; this engine reads Linear weights as "
-		               "BF16, F8_E4M3 (float-quantized) or compressed-tensors NVFP4/INT "
+		               "BF16, F16, F32, F8_E4M3 (float-quantized) or compressed-tensors NVFP4/INT "
 		               "weight_packed only", L->m->files[r->file].path, name,
 		               st_dtype_name(tensor(L, r)->dtype));
 	const struct tref *w = need(L, name, ST_BF16, 2, rows, cols, &rc);
@@ -487,7 +500,7 @@ static int bind_vec(struct loader *L, const char *name, int n, float **out)
 		return rq_errf(L->err, -EPROTO, "%s/config.json describes tensor %s, which no shard "
 		               "holds", L->m->dir, name);
 	enum st_dtype dt = tensor(L, r)->dtype;
-	if (dt != ST_BF16 && dt != ST_F32)
+	if (dt != ST_BF16 && dt != ST_F32 && dt != ST_F16)
 		dt = ST_BF16;   /* let need() report the mismatch */
 	if (!need(L, name, dt, 1, n, 0, &rc))
 		return rc;
@@ -498,6 +511,10 @@ static int bind_vec(struct loader *L, const char *name, int n, float **out)
 	for (int i = 0; i < n; i++) {
 		if (dt == ST_F32) {
 			memcpy(&v[i], p + 4 * (size_t)i, 4);
+		} else if (dt == ST_F16) {
+			uint16_t h;
+			memcpy(&h, p + 2 * (size_t)i, 2);
+			v[i] = lg_f16_to_f32(h);
 		} else {
 			uint16_t b;
 			memcpy(&b, p + 2 * (size_t)i, 2);
@@ -508,40 +525,70 @@ static int bind_vec(struct loader *L, const char *name, int n, float **out)
 	return 0;
 }
 
+/* <mod>.bias [rows] widened into an array the model owns. */
+static int bind_bias(struct loader *L, const char *mod, struct lg_linear *out)
+{
+	char name[256];
+	float *b = NULL;
+	snprintf(name, sizeof name, "%s.bias", mod);
+	struct lg_model *m = L->m;
+	if (RQ_GROW(m->owned, m->n_owned, m->cap_owned, 16))
+		return rq_errf(L->err, -ENOMEM, "out of memory");
+	int rc = bind_vec(L, name, out->rows, &b);
+	if (rc)
+		return rc;
+	m->owned[m->n_owned++] = b;
+	out->bias = b;
+	return 0;
+}
+
+/* A Linear and, when the config says it has one, its bias. */
+static int bind_lin(struct loader *L, const char *mod, int rows, int cols, int bias,
+                    struct lg_linear *out)
+{
+	int rc = bind_linear(L, mod, rows, cols, out);
+	return rc ? rc : bias ? bind_bias(L, mod, out) : 0;
+}
+
 static int bind_layer(struct loader *L, int i, struct lg_layer *ly)
 {
 	const struct lg_config *c = &L->m->cfg;
 	char mod[256], name[256];
 	int rc, hd = c->head_dim, nq = ly->n_heads * hd, nkv = c->n_kv_heads * hd;
 #define P(...) (snprintf(mod, sizeof mod, __VA_ARGS__), mod)
+	const struct lg_arch *A = c->arch;
 	if ((rc = bind_vec(L, P("model.layers.%d.input_layernorm.weight", i), c->hidden, &ly->attn_norm)) ||
 	    (rc = bind_vec(L, P("model.layers.%d.post_attention_layernorm.weight", i), c->hidden,
 	                   &ly->mlp_norm)) ||
-	    (rc = bind_vec(L, P("model.layers.%d.self_attn.q_norm.weight", i), hd, &ly->q_norm)) ||
-	    (rc = bind_vec(L, P("model.layers.%d.self_attn.k_norm.weight", i), hd, &ly->k_norm)) ||
-	    (rc = bind_linear(L, P("model.layers.%d.self_attn.q_proj", i), nq, c->hidden, &ly->q)) ||
-	    (rc = bind_linear(L, P("model.layers.%d.self_attn.k_proj", i), nkv, c->hidden, &ly->k)) ||
-	    (rc = bind_linear(L, P("model.layers.%d.self_attn.v_proj", i), nkv, c->hidden, &ly->v)) ||
-	    (rc = bind_linear(L, P("model.layers.%d.self_attn.o_proj", i), c->hidden, nq, &ly->o)))
+	    (rc = bind_lin(L, P("model.layers.%d.self_attn.q_proj", i), nq, c->hidden, c->qkv_bias, &ly->q)) ||
+	    (rc = bind_lin(L, P("model.layers.%d.self_attn.k_proj", i), nkv, c->hidden, c->qkv_bias, &ly->k)) ||
+	    (rc = bind_lin(L, P("model.layers.%d.self_attn.v_proj", i), nkv, c->hidden, c->qkv_bias, &ly->v)) ||
+	    (rc = bind_lin(L, P("model.layers.%d.self_attn.o_proj", i), c->hidden, nq, c->o_bias, &ly->o)))
+		return rc;
+	if (A->qk_norm &&
+	    ((rc = bind_vec(L, P("model.layers.%d.self_attn.q_norm.weight", i), hd, &ly->q_norm)) ||
+	     (rc = bind_vec(L, P("model.layers.%d.self_attn.k_norm.weight", i), hd, &ly->k_norm))))
 		return rc;
 	if (c->gate != LG_GATE_NONE &&
 	    (rc = bind_linear(L, P("model.layers.%d.self_attn.g_proj", i),
 	                      c->gate == LG_GATE_PER_HEAD ? ly->n_heads : nq, c->hidden, &ly->g)))
 		return rc;
 	if (!ly->moe) {
-		if ((rc = bind_linear(L, P("model.layers.%d.mlp.gate_proj", i), c->inter, c->hidden, &ly->gate)) ||
-		    (rc = bind_linear(L, P("model.layers.%d.mlp.up_proj", i), c->inter, c->hidden, &ly->up)) ||
-		    (rc = bind_linear(L, P("model.layers.%d.mlp.down_proj", i), c->hidden, c->inter, &ly->down)))
+		int mb = c->mlp_bias;
+		if ((rc = bind_lin(L, P("model.layers.%d.mlp.gate_proj", i), c->inter, c->hidden, mb, &ly->gate)) ||
+		    (rc = bind_lin(L, P("model.layers.%d.mlp.up_proj", i), c->inter, c->hidden, mb, &ly->up)) ||
+		    (rc = bind_lin(L, P("model.layers.%d.mlp.down_proj", i), c->hidden, c->inter, mb, &ly->down)))
 			return rc;
 		return 0;
 	}
 	int E = c->n_experts;
-	if ((rc = bind_linear(L, P("model.layers.%d.mlp.gate", i), E, c->hidden, &ly->router)))
+	const char *blk = A->moe_block;
+	if ((rc = bind_linear(L, P("model.layers.%d.%s.gate", i, blk), E, c->hidden, &ly->router)))
 		return rc;
 	snprintf(name, sizeof name, "model.layers.%d.mlp.experts.e_score_correction_bias", i);
 	if (!find(L, name))
 		snprintf(name, sizeof name, "model.layers.%d.mlp.gate.e_score_correction_bias", i);
-	if (find(L, name)) {
+	if (A->router == LG_ROUTER_SIGMOID && find(L, name)) {
 		if ((rc = bind_vec(L, name, E, &ly->bias)))
 			return rc;
 	} else if (!(ly->bias = calloc(E, sizeof *ly->bias))) {
@@ -553,12 +600,12 @@ static int bind_layer(struct loader *L, int i, struct lg_layer *ly)
 	if (!ly->eg || !ly->eu || !ly->ed)
 		return rq_errf(L->err, -ENOMEM, "out of memory");
 	for (int e = 0; e < E; e++)
-		if ((rc = bind_linear(L, P("model.layers.%d.mlp.experts.%d.gate_proj", i, e), c->moe_inter,
-		                      c->hidden, &ly->eg[e])) ||
-		    (rc = bind_linear(L, P("model.layers.%d.mlp.experts.%d.up_proj", i, e), c->moe_inter,
-		                      c->hidden, &ly->eu[e])) ||
-		    (rc = bind_linear(L, P("model.layers.%d.mlp.experts.%d.down_proj", i, e), c->hidden,
-		                      c->moe_inter, &ly->ed[e])))
+		if ((rc = bind_linear(L, P("model.layers.%d.%s.experts.%d.%s", i, blk, e, A->expert[0]),
+		                      c->moe_inter, c->hidden, &ly->eg[e])) ||
+		    (rc = bind_linear(L, P("model.layers.%d.%s.experts.%d.%s", i, blk, e, A->expert[1]),
+		                      c->moe_inter, c->hidden, &ly->eu[e])) ||
+		    (rc = bind_linear(L, P("model.layers.%d.%s.experts.%d.%s", i, blk, e, A->expert[2]),
+		                      c->hidden, c->moe_inter, &ly->ed[e])))
 			return rc;
 	if (c->shared_inter > 0) {
 		/* vLLM and the checkpoints say shared_expert; transformers shared_experts */
@@ -572,6 +619,9 @@ static int bind_layer(struct loader *L, int i, struct lg_layer *ly)
 		                      c->hidden, &ly->su)) ||
 		    (rc = bind_linear(L, P("model.layers.%d.mlp.%s.down_proj", i, sn), c->hidden,
 		                      c->shared_inter, &ly->sd)))
+			return rc;
+		if (A->shared_gate &&
+		    (rc = bind_linear(L, P("model.layers.%d.mlp.shared_expert_gate", i), 1, c->hidden, &ly->sgate)))
 			return rc;
 	}
 #undef P
@@ -640,7 +690,8 @@ double lg_model_token_bytes(const struct lg_model *m)
 		}
 		b += lg_linear_bytes(&l->router);
 		if (c->shared_inter > 0)
-			b += lg_linear_bytes(&l->sg) + lg_linear_bytes(&l->su) + lg_linear_bytes(&l->sd);
+			b += lg_linear_bytes(&l->sg) + lg_linear_bytes(&l->su) + lg_linear_bytes(&l->sd) +
+			     (c->arch->shared_gate ? lg_linear_bytes(&l->sgate) : 0);
 		double ex = 0;
 		for (int e = 0; e < c->n_experts; e++)
 			ex += lg_linear_bytes(&l->eg[e]) + lg_linear_bytes(&l->eu[e]) + lg_linear_bytes(&l->ed[e]);
@@ -675,6 +726,9 @@ void lg_model_close(struct lg_model *m)
 		free(f->path);
 	}
 	free(m->files);
+	for (size_t i = 0; i < m->n_owned; i++)
+		free(m->owned[i]);
+	free(m->owned);
 	free(m->final_norm);
 	free(m->dir);
 	free(m);

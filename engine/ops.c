@@ -144,7 +144,7 @@ static void dequant_nvfp4(const uint8_t *packed, const uint8_t *scales, float gs
 }
 
 /* IEEE binary16 → binary32, exact (subnormals, inf, NaN kept). */
-static float f16_to_f32(uint16_t h)
+float lg_f16_to_f32(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023, u;
 	if (e == 31) {
@@ -171,7 +171,7 @@ static float qscale_at(const struct lg_linear *W, size_t k)
 	}
 	uint16_t b;
 	memcpy(&b, W->qscale + 2 * k, 2);
-	return W->sdtype == LG_S_BF16 ? rq_bf16_to_f32(b) : f16_to_f32(b);
+	return W->sdtype == LG_S_BF16 ? rq_bf16_to_f32(b) : lg_f16_to_f32(b);
 }
 
 /* The unsigned field of element i of a pack-quantized bit stream (bits per
@@ -256,6 +256,16 @@ void lg_linear_row(const struct lg_linear *W, int r, float *out)
 	case LG_W_INT:
 		dequant_int(W, r, out);
 		return;
+	case LG_W_F16:
+		for (int c = 0; c < W->cols; c++) {
+			uint16_t h;
+			memcpy(&h, W->w8 + ((size_t)r * W->cols + c) * 2, 2);
+			out[c] = lg_f16_to_f32(h);
+		}
+		return;
+	case LG_W_F32:
+		memcpy(out, W->w8 + (size_t)r * W->cols * 4, (size_t)W->cols * 4);
+		return;
 	}
 }
 
@@ -266,6 +276,12 @@ struct mm_ctx {
 	float *scratch;
 	size_t stride;
 };
+
+/* y + bias[r] when the Linear has a bias (transformers adds it after the product). */
+static inline float add_bias(const struct lg_linear *W, int r, float y)
+{
+	return W->bias ? y + W->bias[r] : y;
+}
 
 static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 {
@@ -283,7 +299,7 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 			for (; i < end; i++, r++)
 				for (int t = 0; t < m->T; t++)
 					m->y[(size_t)t * m->ldy + r] =
-					    dot_bf16(m->W->w + (size_t)r * K, m->x + (size_t)t * m->ldx, K);
+					    add_bias(m->W, r, dot_bf16(m->W->w + (size_t)r * K, m->x + (size_t)t * m->ldx, K));
 			continue;
 		}
 		if (end - i >= 4) {
@@ -295,6 +311,8 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 			}
 			for (int t = 0; t < m->T; t++) {
 				dot4(w[0], w[1], w[2], w[3], m->x + (size_t)t * m->ldx, K, out);
+				for (int j = 0; m->W->bias && j < 4; j++)
+					out[j] += m->W->bias[r + j];
 				memcpy(m->y + (size_t)t * m->ldy + r, out, sizeof out);
 			}
 			i += 4;
@@ -302,7 +320,7 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 		}
 		lg_linear_row(m->W, r, row);
 		for (int t = 0; t < m->T; t++)
-			m->y[(size_t)t * m->ldy + r] = lg_dot(row, m->x + (size_t)t * m->ldx, K);
+			m->y[(size_t)t * m->ldy + r] = add_bias(m->W, r, lg_dot(row, m->x + (size_t)t * m->ldx, K));
 		i++;
 	}
 }
@@ -338,4 +356,40 @@ void lg_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 float lg_softplus(float x)
 {
 	return x > 20.0f ? x : log1pf(expf(x));
+}
+
+void lg_route_softmax(const float *logits, int ldl, int E, int k, int norm, int *ids, float *wts,
+                      int T)
+{
+	for (int t = 0; t < T; t++) {
+		const float *l = logits + (size_t)t * ldl;
+		float mx = -INFINITY, sum = 0;
+		for (int e = 0; e < E; e++)
+			mx = l[e] > mx ? l[e] : mx;
+		float p[E];
+		for (int e = 0; e < E; e++) {
+			p[e] = expf(l[e] - mx);
+			sum += p[e];
+		}
+		for (int e = 0; e < E; e++)
+			p[e] /= sum;
+		/* top-k by probability, ties to the lower index (torch.topk on the CPU) */
+		int *id = ids + (size_t)t * k;
+		float *w = wts + (size_t)t * k, tot = 0;
+		for (int j = 0; j < k; j++) {
+			int best = -1;
+			for (int e = 0; e < E; e++) {
+				int taken = 0;
+				for (int q = 0; q < j && !taken; q++)
+					taken = id[q] == e;
+				if (!taken && (best < 0 || p[e] > p[best]))
+					best = e;
+			}
+			id[j] = best;
+			w[j] = p[best];
+			tot += p[best];
+		}
+		for (int j = 0; norm && j < k; j++)
+			w[j] /= tot;
+	}
 }

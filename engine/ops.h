@@ -8,6 +8,7 @@
 #define RQ_ENGINE_OPS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "engine/model.h"
 
 struct rq_pool;
@@ -41,5 +42,14 @@ void lg_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 /* torch: x > 20 ? x : log1p(e^x). SwiGLU, the router and the embedding are
  * the kernels' CPU twins (kernels/ek.h), which compute the same bits. */
 float lg_softplus(float x);
+
+/* IEEE binary16 → binary32, exact. */
+float lg_f16_to_f32(uint16_t h);
+
+/* transformers' softmax router (Mixtral, Qwen MoE): p = softmax(logits[t])
+ * in binary32, the k largest (ties to the lower index) into ids[t·k..] best
+ * first with their p into wts, divided by their sum when norm. */
+void lg_route_softmax(const float *logits, int ldl, int E, int k, int norm, int *ids, float *wts,
+                      int T);
 
 #endif
