@@ -308,18 +308,22 @@ static int refuse_kind(const struct lg_linear *l, int layer, const char *what, i
 	               ? "INT (pack-quantized)" : l->kind == LG_W_F16 ? "F16" : "F32");
 }
 
-/* What the CUDA kernels compute is Laguna's block: q/k norms, sigmoid
- * router, no biases, no shared-expert gate. Another family's switches run
- * on the CPU engine; refused here by name, before any device work. */
+/* The CUDA kernels compute attention with or without q/k norms, the
+ * sigmoid router, no biases, no shared-expert gate: llama, mistral, qwen3
+ * (attention_bias false) and laguna. Another family's switches run on the
+ * CPU engine; refused here by name, before any device work. */
 static int check_family(const struct lg_model *m, struct rq_err *err)
 {
 	const struct lg_config *c = &m->cfg;
 	const struct lg_arch *a = c->arch;
-	const char *what = !a->qk_norm ? "attention without q/k norms"
-	                 : c->qkv_bias || c->o_bias ? "attention biases (attention_bias / qkv_bias)"
+	int moe = 0;
+	for (int i = 0; i < c->n_layers; i++)
+		moe |= m->layers[i].moe;
+	const char *what = c->qkv_bias || c->o_bias ? "attention biases (attention_bias / qkv_bias)"
 	                 : c->mlp_bias ? "MLP biases (mlp_bias)"
-	                 : a->router != LG_ROUTER_SIGMOID ? "the softmax top-k router"
-	                 : a->shared_gate && c->shared_inter > 0 ? "the shared-expert sigmoid gate" : NULL;
+	                 : moe && a->router != LG_ROUTER_SIGMOID ? "the softmax top-k router"
+	                 : moe && a->shared_gate && c->shared_inter > 0 ? "the shared-expert sigmoid gate"
+	                 : NULL;
 	for (int t = 0; !what && t < 2; t++)
 		if (c->rope[t].exact_ctx)
 			what = "rope_type dynamic";
@@ -409,7 +413,8 @@ int lgc_layout(struct lgc *g, int dry, struct rq_err *err)
 		D->moe = L->moe;
 		if (!(D->attn_norm = put_floats(&u, L->attn_norm, H)) ||
 		    !(D->mlp_norm = put_floats(&u, L->mlp_norm, H)) ||
-		    !(D->q_norm = put_floats(&u, L->q_norm, hd)) || !(D->k_norm = put_floats(&u, L->k_norm, hd)))
+		    (L->q_norm && !(D->q_norm = put_floats(&u, L->q_norm, hd))) ||
+		    (L->k_norm && !(D->k_norm = put_floats(&u, L->k_norm, hd))))
 			goto out;
 		const struct lg_linear *att[4] = {&L->q, &L->k, &L->v, &L->g};
 		if (group(&u, att, c->gate != LG_GATE_NONE ? 4 : 3, &D->qkvg))

@@ -246,7 +246,7 @@ size_t ek_kv_bytes(int kvtype, int cap, int nkv, int hd);
 
 /* For tokens t < T at positions p = *pos + t, in place:
  *   q[t·ldq + h·hd ..] (h < nh), k[t·ldk + h·hd ..] (h < nkv): RMSNorm over hd
- *   with weights qn / kn, then rotate-half RoPE on the first rot dims:
+ *   with weights qn / kn (both NULL: no norm), then rotate-half RoPE on the first rot dims:
  *   (a, b) = (x_i, x_{i+rot/2}) → (a·c - b·s, b·c + a·s), c, s = cos, sin(p·inv_freq[i])
  *   · attn_scale (fp32 product p·inv_freq like the CPU engine);
  *   then kc/vc[h][p % cap][:] = k and v[t·ldv + h·hd ..], stored as kvtype. */

@@ -118,8 +118,8 @@ __global__ void k_qk_rope_kv(float *q, int ldq, float *k, int ldk, const float *
 	float xv = i < hd ? x[i] : 0.0f;
 	float ss = block_sum(__fmul_rn(xv, xv), sh);
 	float r = 1.0f / sqrtf(ss / (float)hd + eps);
-	if (i < hd)
-		xs[i] = __fmul_rn(w[i], __fmul_rn(xv, r));
+	if (i < hd)   /* no norm weights (llama, mistral): RoPE only */
+		xs[i] = w ? __fmul_rn(w[i], __fmul_rn(xv, r)) : xv;
 	__syncthreads();
 	if (i >= hd)
 		return;

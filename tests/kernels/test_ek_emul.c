@@ -737,6 +737,51 @@ static void check_model(const char *rq, const char *dir, const char *flags, cons
 	lg_model_close(m);
 }
 
+/* issue 18: the other families' tiny models (tests/data/tiny/<family>): the
+ * CUDA engine runs the ones whose switches its kernels compute (no q/k norm:
+ * llama, mistral; q/k norm: qwen3) like the CPU engine, and refuses the
+ * others (biases, the softmax router, the shared-expert gate) by name. A
+ * family directory that is missing fails. */
+static void check_families(const char *tiny)
+{
+	static const char *const fam[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
+	                                  "qwen3_moe"};
+	for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+		char dir[1024], name[64];
+		snprintf(dir, sizeof dir, "%s/%s", tiny, fam[i]);
+		snprintf(name, sizeof name, "tiny %s", fam[i]);
+		struct lg_model *m = NULL;
+		struct rq_err err = {0};
+		if (lg_model_open(dir, &m, &err)) {
+			TAP_OK(0, "%s: the CPU engine opens %s: %s", name, dir, err.msg);
+			continue;
+		}
+		const struct lg_config *c = &m->cfg;
+		int moe = 0;
+		for (int l = 0; l < c->n_layers; l++)
+			moe |= m->layers[l].moe;
+		int refused = c->qkv_bias || c->o_bias || c->mlp_bias ||
+		              (moe && c->arch->router != LG_ROUTER_SIGMOID);
+		struct lgc *g = NULL;
+		struct lgc_opts o = {.max_ctx = 64, .kv = "f32"};
+		int rc = lgc_create(m, &o, &g, &err);
+		if (refused) {
+			TAP_OK(rc == -ENOTSUP && strstr(err.msg, c->arch->model_type) && strstr(err.msg, "--device cpu"),
+			       "%s: the CUDA engine refuses it by name, before any device work (%s)", name,
+			       rc ? err.msg : "accepted");
+		} else {
+			lgc_free(g);
+			TAP_OK(rc == 0, "%s: the CUDA engine opens it%s%s", name, rc ? ": " : "", rc ? err.msg : "");
+			if (!rc) {
+				run_case(m, name, 12, "f32", 1, 256, 1e-4);
+				run_case(m, name, 40, "f32", 0, 256, 1e-4);
+				run_tail(m, name, 1e-4);
+			}
+		}
+		lg_model_close(m);
+	}
+}
+
 /* test_ek_emul_count.c: launch counts (not tests) */
 int emul_count_real_dims(void);
 int emul_count_dir(const char *dir);
@@ -744,13 +789,18 @@ int emul_count_dir(const char *dir);
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: test_ek_emul REQUANTFS [--count-real-dims | --count DIR]\n");
+		fprintf(stderr, "usage: test_ek_emul REQUANTFS [--count-real-dims | --count DIR | "
+		        "--families TINY_DIR]\n");
 		return 2;
 	}
 	if (argc > 2 && !strcmp(argv[2], "--count-real-dims"))
 		return emul_count_real_dims();
 	if (argc > 3 && !strcmp(argv[2], "--count"))
 		return emul_count_dir(argv[3]);
+	if (argc > 3 && !strcmp(argv[2], "--families")) {
+		check_families(argv[3]);
+		return tap_done();
+	}
 	tu_decode_models(argv[1], "/tmp/rq-test-ek-emul-XXXXXX", check_model, 1e-4);
 	return tap_done();
 }

@@ -248,7 +248,8 @@ static void test_small_ops(void)
 	ek_free(D, dx); ek_free(D, dw); ek_free(D, dout); ek_free(D, dtab); ek_free(D, dtok);
 }
 
-static void test_rope(int kvtype, int pos)
+/* norm 0: no q/k norm weights (NULL: llama, mistral), RoPE only */
+static void test_rope(int kvtype, int pos, int norm)
 {
 	int T = 3, nh = 72, nkv = 8, hd = 128, rot = 64, cap = 600, ldq = nh * hd, ldk = nkv * hd;
 	float *q = tu_floats((size_t)T * ldq, -2, 2), *k = tu_floats((size_t)T * ldk, -2, 2);
@@ -265,17 +266,19 @@ static void test_rope(int kvtype, int pos)
 	void *dkc = ek_alloc(D, cb), *dvc = ek_alloc(D, cb);
 	ek_memset(D, dkc, 0, cb);
 	ek_memset(D, dvc, 0, cb);
-	int ok = ok_rc(ek_qk_rope_kv(D, dq, ldq, dk, ldk, dv, ldk, T, nh, nkv, hd, dqn, dkn, 1e-6f, dinv,
+	int ok = ok_rc(ek_qk_rope_kv(D, dq, ldq, dk, ldk, dv, ldk, T, nh, nkv, hd, norm ? dqn : NULL,
+	                             norm ? dkn : NULL, 1e-6f, dinv,
 	                             rot, 1.4852f, dpos, dkc, dvc, kvtype, cap), "qk_rope_kv");
 	float *qg = tu_alloc(sizeof(float) * T * ldq), *kgf = tu_alloc(sizeof(float) * T * ldk);
 	down(qg, dq, sizeof(float) * T * ldq);
 	down(kgf, dk, sizeof(float) * T * ldk);
 	down(kg, dkc, cb);
 	down(vg, dvc, cb);
-	ek_qk_rope_kv_cpu(q, ldq, k, ldk, v, ldk, T, nh, nkv, hd, qn, kn, 1e-6f, inv, rot, 1.4852f, &pos,
+	ek_qk_rope_kv_cpu(q, ldq, k, ldk, v, ldk, T, nh, nkv, hd, norm ? qn : NULL, norm ? kn : NULL,
+	                  1e-6f, inv, rot, 1.4852f, &pos,
 	                  kc, vc, kvtype, cap);
 	char what[128];
-	snprintf(what, sizeof what, "qk-norm + rope at %d (q): GPU vs twin", pos);
+	snprintf(what, sizeof what, "%s at %d (q): GPU vs twin", norm ? "qk-norm + rope" : "rope (no norm)", pos);
 	float *mq = tu_alloc(sizeof(float) * T * ldq);
 	for (int i = 0; i < T * ldq; i++)
 		mq[i] = 2.0f;                  /* |x| after the norm is O(1): absolute tolerance */
@@ -450,9 +453,10 @@ int main(void)
 	test_moe(EK_NVFP4, 256, 128, 16, 4, 40);
 	test_moe(EK_BF16, 256, 128, 8, 2, 33);
 	test_small_ops();
-	test_rope(EK_KV_F32, 5);
-	test_rope(EK_KV_BF16, 30000);
-	test_rope(EK_KV_FP8, 1000);
+	test_rope(EK_KV_F32, 5, 1);
+	test_rope(EK_KV_BF16, 30000, 1);
+	test_rope(EK_KV_FP8, 1000, 1);
+	test_rope(EK_KV_F32, 77, 0);   /* llama, mistral: no q/k norm */
 	/* RQ_TEST_QUICK=1 (compute-sanitizer runs): no 16K-key cases */
 	const char *qe = getenv("RQ_TEST_QUICK");
 	int quick = qe && qe[0] == '1';
