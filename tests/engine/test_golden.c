@@ -182,9 +182,14 @@ static void check_prompt(const struct lg_model *m, struct rq_pool *pool, const s
 	}
 	TAP_OK(same && ng == N_GREEDY, "%s: prompt %d: %d greedy tokens identical to transformers'%s",
 	       tag, pi, N_GREEDY, first_diff < 0 ? "" : " (first difference below)");
-	if (first_diff >= 0)
-		printf("#   token %d: engine %d, transformers %d\n", first_diff, got[first_diff],
-		       greedy[first_diff]);
+	if (first_diff >= 0) {
+		size_t nm_ = 0;
+		snprintf(nm, sizeof nm, "p%d.greedy_margin", pi);
+		const float *margin = gt(g, nm, ST_F32, &nm_, NULL);
+		printf("#   token %d: engine %d, transformers %d (transformers' top-2 margin there %g)\n",
+		       first_diff, got[first_diff], greedy[first_diff],
+		       margin && (size_t)first_diff < nm_ ? margin[first_diff] : NAN);
+	}
 	free(last);
 	lg_state_free(s);
 	free(lg);
@@ -243,19 +248,34 @@ static void check_ppl(const struct lg_model *m, struct rq_pool *pool, const stru
 	free(tok);
 }
 
-/* The directory a variant runs on: the model itself (bf16) or its export. */
+/* The directory a variant runs on: the model itself (bf16) or its export,
+ * made with the arguments the golden file was made with (__metadata__
+ * export_args: a JSON list, the scheme first, then e.g. --ignore ...). */
 static int variant_dir(const char *rq, const char *src, const char *model, const char *variant,
-                       char *out, size_t len, char *log, size_t loglen)
+                       const struct golden *g, char *out, size_t len, char *log, size_t loglen)
 {
 	if (!strcmp(variant, "bf16")) {
 		snprintf(out, len, "%s", src);
 		return 0;
 	}
 	snprintf(out, len, "%s/%s-%s", tmpdir, model, variant);
-	char cmd[8192], logf[2100];
+	char cmd[8192], logf[2100], extra[4096] = "";
+	cJSON *meta = g->h->metadata ? cJSON_Parse(g->h->metadata) : NULL;
+	const cJSON *ea = cJSON_GetObjectItemCaseSensitive(meta, "export_args");
+	cJSON *list = cJSON_IsString(ea) ? cJSON_Parse(ea->valuestring) : NULL, *e;
+	int i = 0;
+	cJSON_ArrayForEach(e, list) {
+		if (cJSON_IsString(e) && !(i++ == 0 && !strcmp(e->valuestring, variant)) &&
+		    !strchr(e->valuestring, '\'')) {
+			size_t o = strlen(extra);
+			snprintf(extra + o, sizeof extra - o, " '%s'", e->valuestring);
+		}
+	}
+	cJSON_Delete(list);
+	cJSON_Delete(meta);
 	snprintf(logf, sizeof logf, "%s.log", out);
-	snprintf(cmd, sizeof cmd, "'%s' export '%s' '%s' --scheme %s > '%s' 2>&1", rq, src, out, variant,
-	         logf);
+	snprintf(cmd, sizeof cmd, "'%s' export '%s' '%s' --scheme %s%s > '%s' 2>&1", rq, src, out, variant,
+	         extra, logf);
 	int rc = system(cmd);
 	log[0] = 0;
 	FILE *f = fopen(logf, "r");
@@ -293,7 +313,7 @@ static void check_model(const char *rq, const char *golden_dir, const char *dir,
 			continue;
 		}
 		double t0 = now();
-		if (variant_dir(rq, dir, model, VARIANTS[v], vdir, sizeof vdir, log, sizeof log)) {
+		if (variant_dir(rq, dir, model, VARIANTS[v], &g, vdir, sizeof vdir, log, sizeof log)) {
 			TAP_OK(0, "%s: requantfs export --scheme %s failed: %s", tag, VARIANTS[v], log);
 			golden_close(&g);
 			continue;
