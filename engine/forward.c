@@ -348,11 +348,12 @@ static void moe(struct lg_state *s, const struct lg_layer *L, int T)
 
 	/* routing. sigmoid: scores, top-k by score + correction bias (the bias
 	 * only picks; ties to the lower index): the kernels' twin, the same rule
-	 * the CUDA engine runs. softmax: transformers' top-k router. */
+	 * the CUDA engine runs. softmax: transformers' top-k router (the twin of
+	 * ek_route_softmax). */
 	if (c->arch->router == LG_ROUTER_SIGMOID)
 		ek_route_cpu(s->rl, E, L->bias, E, K, c->norm_topk, c->router_softcap, s->tsel, s->tw, T);
 	else
-		lg_route_softmax(s->rl, E, E, K, c->norm_topk, s->tsel, s->tw, T);
+		ek_route_softmax_cpu(s->rl, E, E, K, c->norm_topk, s->tsel, s->tw, T);
 	memset(s->cnt, 0, (E + 1) * sizeof *s->cnt);
 	for (int i = 0; i < T * K; i++)
 		s->cnt[s->tsel[i] + 1]++;

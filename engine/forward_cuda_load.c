@@ -188,6 +188,24 @@ static int one(struct upl *u, const struct lg_linear *l, struct ek_w *w)
 	return 0;
 }
 
+/* The biases of members mem[i] (output columns off[i]..) as one device
+ * vector of width floats, zeros for members without one. */
+static float *put_bias(struct upl *u, const struct lg_linear *const *mem, const int *off, int n,
+                       int width)
+{
+	float *h = calloc(width, sizeof *h);
+	if (!h) {
+		fail(u, -ENOMEM, "bias staging");
+		return NULL;
+	}
+	for (int i = 0; i < n; i++)
+		if (mem[i]->bias)
+			memcpy(h + off[i], mem[i]->bias, sizeof(float) * mem[i]->rows);
+	float *p = put_floats(u, h, width);
+	free(h);
+	return p;
+}
+
 /* Members read the same input: fused into one BF16 matrix when all are BF16. */
 static int group(struct upl *u, const struct lg_linear *const *mem, int n, struct lgc_group *gr)
 {
@@ -277,7 +295,7 @@ size_t lgc_act_bytes(const struct lg_model *m, int B, int max_ctx)
 	maxc = I > maxc ? I : maxc;
 	size_t b = 0;
 	b += al(2 * B * H * 4) + al(B * qkvg * 4) + al(B * qd * 4) + al(B * 2 * I * 4);
-	b += al(B * (I > S ? I : S) * 4) + al(B * (E + 2 * S) * 4) + 2 * al(B * K * 4);
+	b += al(B * (I > S ? I : S) * 4) + al(B * (E + 2 * S + 1) * 4) + 2 * al(B * K * 4);
 	b += al((size_t)LGC_LOGIT_ROWS * c->vocab * 4) + al((1 + (size_t)B) * 4);
 	if (c->n_experts > 0)
 		b += al(ek_moe_work_bytes(B, (int)K, c->moe_inter, c->hidden));
@@ -308,29 +326,22 @@ static int refuse_kind(const struct lg_linear *l, int layer, const char *what, i
 	               ? "INT (pack-quantized)" : l->kind == LG_W_F16 ? "F16" : "F32");
 }
 
-/* The CUDA kernels compute attention with or without q/k norms, the
- * sigmoid router, no biases, no shared-expert gate: llama, mistral, qwen3
- * (attention_bias false) and laguna. Another family's switches run on the
- * CPU engine; refused here by name, before any device work. */
+/* The CUDA kernels compute every family's block (q/k norms or none,
+ * biases, the sigmoid or softmax router, the shared-expert gate); what they
+ * do not follow (rope_type dynamic past max_position_embeddings) runs on the
+ * CPU engine, refused here by name before any device work. */
 static int check_family(const struct lg_model *m, struct rq_err *err)
 {
 	const struct lg_config *c = &m->cfg;
 	const struct lg_arch *a = c->arch;
-	int moe = 0;
-	for (int i = 0; i < c->n_layers; i++)
-		moe |= m->layers[i].moe;
-	const char *what = c->qkv_bias || c->o_bias ? "attention biases (attention_bias / qkv_bias)"
-	                 : c->mlp_bias ? "MLP biases (mlp_bias)"
-	                 : moe && a->router != LG_ROUTER_SIGMOID ? "the softmax top-k router"
-	                 : moe && a->shared_gate && c->shared_inter > 0 ? "the shared-expert sigmoid gate"
-	                 : NULL;
+	const char *what = NULL;
 	for (int t = 0; !what && t < 2; t++)
 		if (c->rope[t].exact_ctx)
 			what = "rope_type dynamic";
 	if (!what)
 		return 0;
-	return rq_errf(err, -ENOTSUP, "CUDA engine: model_type %s needs %s, which the CUDA kernels do "
-	               "not compute yet: pass --device cpu", a->model_type, what);
+	return rq_errf(err, -ENOTSUP, "CUDA engine: model_type %s uses %s, which the CUDA engine does "
+	               "not follow: pass --device cpu", a->model_type, what);
 }
 
 static int check_kinds(const struct lg_model *m, struct rq_err *err)
@@ -425,14 +436,28 @@ int lgc_layout(struct lgc *g, int dry, struct rq_err *err)
 		D->go = D->vo + L->v.rows;
 		if (one(&u, &L->o, &D->o))
 			goto out;
+		/* biases: one vector per group, zeros where a member has none */
+		const struct lg_linear *qkv[3] = {&L->q, &L->k, &L->v};
+		int qoff[3] = {D->qo, D->ko, D->vo};
+		if ((L->q.bias && !(D->qkvg_b = put_bias(&u, qkv, qoff, 3, D->qkvg.width))) ||
+		    (L->o.bias && !(D->o_b = put_floats(&u, L->o.bias, H))))
+			goto out;
+		D->sgo = -1;
 		if (!L->moe) {
 			const struct lg_linear *gu[2] = {&L->gate, &L->up};
 			if (group(&u, gu, 2, &D->gu) || one(&u, &L->down, &D->down))
 				goto out;
-		} else {
-			const struct lg_linear *rsu[3] = {&L->router, &L->sg, &L->su};
-			if (group(&u, rsu, c->shared_inter > 0 ? 3 : 1, &D->rsu))
+			int goff[2] = {D->gu.off[0], D->gu.off[0] + L->gate.rows};
+			if ((L->gate.bias && !(D->gu_b = put_bias(&u, gu, goff, 2, D->gu.width))) ||
+			    (L->down.bias && !(D->down_b = put_floats(&u, L->down.bias, H))))
 				goto out;
+		} else {
+			const struct lg_linear *rsu[4] = {&L->router, &L->sg, &L->su, &L->sgate};
+			int sgate = c->shared_inter > 0 && c->arch->shared_gate;
+			if (group(&u, rsu, c->shared_inter > 0 ? 3 + sgate : 1, &D->rsu))
+				goto out;
+			if (sgate)
+				D->sgo = c->n_experts + 2 * c->shared_inter;
 			if (c->shared_inter > 0 && one(&u, &L->sd, &D->sd))
 				goto out;
 			if (!(D->bias = put_floats(&u, L->bias, c->n_experts)) ||

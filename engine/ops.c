@@ -357,39 +357,3 @@ float lg_softplus(float x)
 {
 	return x > 20.0f ? x : log1pf(expf(x));
 }
-
-void lg_route_softmax(const float *logits, int ldl, int E, int k, int norm, int *ids, float *wts,
-                      int T)
-{
-	for (int t = 0; t < T; t++) {
-		const float *l = logits + (size_t)t * ldl;
-		float mx = -INFINITY, sum = 0;
-		for (int e = 0; e < E; e++)
-			mx = l[e] > mx ? l[e] : mx;
-		float p[E];
-		for (int e = 0; e < E; e++) {
-			p[e] = expf(l[e] - mx);
-			sum += p[e];
-		}
-		for (int e = 0; e < E; e++)
-			p[e] /= sum;
-		/* top-k by probability, ties to the lower index (torch.topk on the CPU) */
-		int *id = ids + (size_t)t * k;
-		float *w = wts + (size_t)t * k, tot = 0;
-		for (int j = 0; j < k; j++) {
-			int best = -1;
-			for (int e = 0; e < E; e++) {
-				int taken = 0;
-				for (int q = 0; q < j && !taken; q++)
-					taken = id[q] == e;
-				if (!taken && (best < 0 || p[e] > p[best]))
-					best = e;
-			}
-			id[j] = best;
-			w[j] = p[best];
-			tot += p[best];
-		}
-		for (int j = 0; norm && j < k; j++)
-			w[j] /= tot;
-	}
-}

@@ -46,10 +46,4 @@ float lg_softplus(float x);
 /* IEEE binary16 → binary32, exact. */
 float lg_f16_to_f32(uint16_t h);
 
-/* transformers' softmax router (Mixtral, Qwen MoE): p = softmax(logits[t])
- * in binary32, the k largest (ties to the lower index) into ids[t·k..] best
- * first with their p into wts, divided by their sum when norm. */
-void lg_route_softmax(const float *logits, int ldl, int E, int k, int norm, int *ids, float *wts,
-                      int T);
-
 #endif

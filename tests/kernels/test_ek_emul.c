@@ -389,6 +389,32 @@ int ek_route(struct ek_dev *d, const float *logits, int ldl, const float *bias, 
 	ENQUEUE(d, route, logits, ldl, bias, E, k, norm, softcap, ids, wts, T);
 }
 
+RUNNER(route_sm, (const float *logits; int ldl; int E, k, norm; int *ids; float *wts; int T;),
+       ek_route_softmax_cpu(a->logits, a->ldl, a->E, a->k, a->norm, a->ids, a->wts, a->T);
+       return 0;)
+
+int ek_route_softmax(struct ek_dev *d, const float *logits, int ldl, int E, int k, int norm,
+                     int *ids, float *wts, int T)
+{
+	ENQUEUE(d, route_sm, logits, ldl, E, k, norm, ids, wts, T);
+}
+
+RUNNER(bias, (float *y; int ldy; const float *b; int T, n;),
+       ek_bias_cpu(a->y, a->ldy, a->b, a->T, a->n); return 0;)
+
+int ek_bias(struct ek_dev *d, float *y, int ldy, const float *b, int T, int n)
+{
+	ENQUEUE(d, bias, y, ldy, b, T, n);
+}
+
+RUNNER(sigscale, (float *h; int ldh; const float *g; int ldg, T, n;),
+       ek_sigmoid_scale_cpu(a->h, a->ldh, a->g, a->ldg, a->T, a->n); return 0;)
+
+int ek_sigmoid_scale(struct ek_dev *d, float *h, int ldh, const float *g, int ldg, int T, int n)
+{
+	ENQUEUE(d, sigscale, h, ldh, g, ldg, T, n);
+}
+
 static int moe_now(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
                    const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
                    float *out, int ldo, int T, int acc)
@@ -737,11 +763,12 @@ static void check_model(const char *rq, const char *dir, const char *flags, cons
 	lg_model_close(m);
 }
 
-/* issue 18: the other families' tiny models (tests/data/tiny/<family>): the
- * CUDA engine runs the ones whose switches its kernels compute (no q/k norm:
- * llama, mistral; q/k norm: qwen3) like the CPU engine, and refuses the
- * others (biases, the softmax router, the shared-expert gate) by name. A
- * family directory that is missing fails. */
+/* issue 18: the other families' tiny models (tests/data/tiny/<family>):
+ * the CUDA engine's host code runs each like the CPU engine (no q/k norm,
+ * biases on q|k|v, o, gate|up, down, the softmax router, the shared-expert
+ * gate as a fourth member of router|shared), or refuses by name what it
+ * does not follow (rope_type dynamic). A family directory that is missing
+ * fails. */
 static void check_families(const char *tiny)
 {
 	static const char *const fam[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
@@ -757,11 +784,7 @@ static void check_families(const char *tiny)
 			continue;
 		}
 		const struct lg_config *c = &m->cfg;
-		int moe = 0;
-		for (int l = 0; l < c->n_layers; l++)
-			moe |= m->layers[l].moe;
-		int refused = c->qkv_bias || c->o_bias || c->mlp_bias ||
-		              (moe && c->arch->router != LG_ROUTER_SIGMOID);
+		int refused = c->rope[LG_FULL].exact_ctx || c->rope[LG_SLIDING].exact_ctx;
 		struct lgc *g = NULL;
 		struct lgc_opts o = {.max_ctx = 64, .kv = "f32"};
 		int rc = lgc_create(m, &o, &g, &err);
