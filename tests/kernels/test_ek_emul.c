@@ -780,7 +780,8 @@ static void check_families(const char *tiny)
 		struct lg_model *m = NULL;
 		struct rq_err err = {0};
 		if (lg_model_open(dir, &m, &err)) {
-			TAP_OK(0, "%s: the CPU engine opens %s: %s", name, dir, err.msg);
+			TAP_OK(0, "%s: the CPU engine opens %s: %s (the tiny models are committed under "
+			       "tests/data/tiny, made by tools/gen_tiny_models.py)", name, dir, err.msg);
 			continue;
 		}
 		const struct lg_config *c = &m->cfg;
