@@ -65,6 +65,9 @@ struct lg_linear {
 	const uint8_t *scales;     /* NVFP4: [rows][cols/16] E4M3FN group scales */
 	float global_scale;        /* NVFP4: weight_global_scale (large, ≈ 2688/amax);
 	                              w = e2m1(code) · e4m3(scale) / global_scale */
+	const float *gs_div;       /* NVFP4: [2][256] e4m3(b) / global_scale and
+	                              (1.5 · e4m3(b)) / global_scale for every scale byte b, made
+	                              once at load (owned by the model), or NULL: divide per group */
 	const uint8_t *w8;         /* FP8: [rows][cols] E4M3FN bytes; F16/F32: [rows][cols] values; (0x7F/0xFF are NaN and stay NaN,
 	                              as in every consumer; a compressed-tensors checkpoint has none) */
 	const uint8_t *qw;         /* INT: weight_packed, [rows][words] little-endian int32; a row is one

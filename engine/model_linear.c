@@ -159,10 +159,19 @@ static int bind_nvfp4(struct loader *L, const char *mod, struct lg_linear *out)
 	if (!isfinite(gs) || !(gs > 0))
 		return rq_errf(L->err, -EPROTO, "%s: tensor %s = %g is not a positive finite scale",
 		               L->m->files[g->file].path, name, gs);
+	struct lg_model *m = L->m;
+	float *div = malloc(512 * sizeof *div);
+	if (!div || RQ_GROW(m->owned, m->n_owned, m->cap_owned, 16)) {
+		free(div);
+		return rq_errf(L->err, -ENOMEM, "out of memory");
+	}
+	lg_nvfp4_div_table(gs, div);
+	m->owned[m->n_owned++] = div;
 	out->kind = LG_W_NVFP4;
 	out->packed = ld_data(L, p);
 	out->scales = ld_data(L, s);
 	out->global_scale = gs;
+	out->gs_div = div;
 	L->m->n_nvfp4++;
 	return 0;
 }

@@ -43,6 +43,11 @@ void lg_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
  * the kernels' CPU twins (kernels/ek.h), which compute the same bits. */
 float lg_softplus(float x);
 
+/* out[b] = e4m3(b) / gs and out[256 + b] = (1.5 · e4m3(b)) / gs for every
+ * byte b: the two divisions an NVFP4 group of scale b needs (struct
+ * lg_linear gs_div), the same operations, so the same bits. */
+void lg_nvfp4_div_table(float gs, float *out);
+
 /* IEEE binary16 → binary32, exact. */
 float lg_f16_to_f32(uint16_t h);
 
