@@ -250,7 +250,9 @@ static void check_ppl(const struct lg_model *m, struct rq_pool *pool, const stru
 
 /* The directory a variant runs on: the model itself (bf16) or its export,
  * made with the arguments the golden file was made with (__metadata__
- * export_args: a JSON list, the scheme first, then e.g. --ignore ...). */
+ * export_args: a JSON list of the arguments after DST, "--scheme S" first;
+ * absent: --scheme S alone). An export_args whose scheme is not the
+ * variant's fails. */
 static int variant_dir(const char *rq, const char *src, const char *model, const char *variant,
                        const struct golden *g, char *out, size_t len, char *log, size_t loglen)
 {
@@ -259,23 +261,33 @@ static int variant_dir(const char *rq, const char *src, const char *model, const
 		return 0;
 	}
 	snprintf(out, len, "%s/%s-%s", tmpdir, model, variant);
-	char cmd[8192], logf[2100], extra[4096] = "";
+	char cmd[8192], logf[2100], args[4096] = "";
 	cJSON *meta = g->h->metadata ? cJSON_Parse(g->h->metadata) : NULL;
 	const cJSON *ea = cJSON_GetObjectItemCaseSensitive(meta, "export_args");
 	cJSON *list = cJSON_IsString(ea) ? cJSON_Parse(ea->valuestring) : NULL, *e;
-	int i = 0;
+	int n = 0, scheme_ok = !list, prev_scheme = 0;
 	cJSON_ArrayForEach(e, list) {
-		if (cJSON_IsString(e) && !(i++ == 0 && !strcmp(e->valuestring, variant)) &&
-		    !strchr(e->valuestring, '\'')) {
-			size_t o = strlen(extra);
-			snprintf(extra + o, sizeof extra - o, " '%s'", e->valuestring);
+		if (!cJSON_IsString(e) || strchr(e->valuestring, '\'')) {
+			scheme_ok = 0;
+			break;
 		}
+		if (prev_scheme)
+			scheme_ok = !strcmp(e->valuestring, variant);
+		prev_scheme = !strcmp(e->valuestring, "--scheme");
+		size_t o = strlen(args);
+		snprintf(args + o, sizeof args - o, " '%s'", e->valuestring);
+		n++;
 	}
 	cJSON_Delete(list);
 	cJSON_Delete(meta);
+	if (!scheme_ok) {
+		snprintf(log, loglen, "the golden file's export_args do not say --scheme %s", variant);
+		return -EINVAL;
+	}
+	if (!n)
+		snprintf(args, sizeof args, " --scheme %s", variant);
 	snprintf(logf, sizeof logf, "%s.log", out);
-	snprintf(cmd, sizeof cmd, "'%s' export '%s' '%s' --scheme %s%s > '%s' 2>&1", rq, src, out, variant,
-	         extra, logf);
+	snprintf(cmd, sizeof cmd, "'%s' export '%s' '%s'%s > '%s' 2>&1", rq, src, out, args, logf);
 	int rc = system(cmd);
 	log[0] = 0;
 	FILE *f = fopen(logf, "r");
