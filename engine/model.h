@@ -223,9 +223,10 @@ void lg_model_close(struct lg_model *m);
 double lg_model_token_bytes(const struct lg_model *m);
 
 /* Parses config.json text into cfg and the per-layer plan (layer types,
- * heads, dense/MoE), applying the same defaults as transformers' LagunaConfig
- * and vLLM's loader, refusing unknown features. types/heads/moe are
- * malloc'd arrays of n_layers. Exposed for tests. */
+ * heads, dense/MoE) of the family its model_type names (absent: laguna),
+ * applying the defaults of that family's transformers config class (and,
+ * for Laguna, vLLM's loader), refusing unknown features with the key named.
+ * types/heads/moe are malloc'd arrays of n_layers. Exposed for tests. */
 int lg_config_parse(const char *json, const char *path, struct lg_config *cfg,
                     enum lg_attn_type **types, int **heads, int **moe, struct rq_err *err);
 

@@ -36,7 +36,7 @@ float lg_dot(const float *a, const float *b, int n);
 /* out[i] += s · x[i] */
 void lg_axpy(float *out, float s, const float *x, int n);
 
-/* transformers' LagunaRMSNorm in float32: w · (x · rsqrt(mean(x²) + eps)). */
+/* transformers' <Family>RMSNorm in float32: w · (x · rsqrt(mean(x²) + eps)). */
 void lg_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 
 /* torch: x > 20 ? x : log1p(e^x). SwiGLU, the router and the embedding are
