@@ -372,9 +372,12 @@ static int check_kinds(const struct lg_model *m, struct rq_err *err)
 				return rc;
 	}
 	if (m->embed_q.kind != LG_W_BF16)   /* ek_embed reads a BF16 table */
-		return rq_errf(err, -ENOTSUP, "CUDA engine: model.embed_tokens is quantized; a quantized "
-		               "embedding runs on the CPU engine: pass --device cpu (or keep the "
-		               "embedding BF16: ignore it when quantizing)");
+		return m->embed_q.kind == LG_W_F16 || m->embed_q.kind == LG_W_F32
+		    ? rq_errf(err, -ENOTSUP, "CUDA engine: model.embed_tokens is %s, not BF16; it runs on "
+		              "the CPU engine: pass --device cpu", m->embed_q.kind == LG_W_F16 ? "F16" : "F32")
+		    : rq_errf(err, -ENOTSUP, "CUDA engine: model.embed_tokens is quantized; a quantized "
+		              "embedding runs on the CPU engine: pass --device cpu (or keep the "
+		              "embedding BF16: ignore it when quantizing)");
 	return 0;
 }
 
