@@ -1,4 +1,4 @@
-/* backend.h — one seam in front of the two Laguna engines (as calm does):
+/* backend.h — one seam in front of the two engines (as calm does):
  * the CPU reference (forward.h) and the CUDA path (forward_cuda.h) behind
  * the same four operations, chosen once by lg_backend_open.
  *

@@ -1,11 +1,14 @@
-/* config.c — config.json and generation_config.json of a Laguna checkpoint.
+/* config.c — config.json (the family dispatch, Laguna's reader) and
+ * generation_config.json. The other families' readers are arch.c.
  *
+ * Laguna:
  * The defaults are transformers' LagunaConfig's; the keys only vLLM knows
  * (mlp_only_layers, decoder_sparse_step, flat rope_parameters with
  * swa_rope_parameters, top-level partial_rotary_factor, norm_topk_prob,
  * moe_router_score_func, qkv_bias, swa_attention_sink_enabled) are honoured
  * or refused the way vLLM reads them. Every refusal names the key. */
 #include "engine/model.h"
+#include "engine/cfg_int.h"
 #include "base/err.h"
 #include "st/jcheck.h"
 
@@ -15,179 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- small JSON readers: 0, or -EINVAL naming the key ---- */
-
-static const cJSON *key(const cJSON *o, const char *k)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-	return v && !cJSON_IsNull(v) ? v : NULL;
-}
-
-static int get_num(const cJSON *o, const char *k, int required, double def, double *out,
-                   const char *path, struct rq_err *err)
-{
-	const cJSON *v = key(o, k);
-	if (!v) {
-		if (required)
-			return rq_errf(err, -EINVAL, "%s: \"%s\" is missing", path, k);
-		*out = def;
-		return 0;
-	}
-	if (!cJSON_IsNumber(v))
-		return rq_errf(err, -EINVAL, "%s: \"%s\" is not a number", path, k);
-	*out = v->valuedouble;
-	return 0;
-}
-
-static int get_int(const cJSON *o, const char *k, int required, long def, long lo, long hi,
-                   long *out, const char *path, struct rq_err *err)
-{
-	double d = 0;
-	int rc = get_num(o, k, required, (double)def, &d, path, err);
-	if (rc)
-		return rc;
-	if (d != floor(d) || d < lo || d > hi)
-		return rq_errf(err, -EINVAL, "%s: \"%s\" = %g is not an integer in [%ld, %ld]",
-		               path, k, d, lo, hi);
-	*out = (long)d;
-	return 0;
-}
-
-static int get_bool(const cJSON *o, const char *k, int def, int *out, const char *path,
-                    struct rq_err *err)
-{
-	const cJSON *v = key(o, k);
-	if (!v) {
-		*out = def;
-		return 0;
-	}
-	if (!cJSON_IsBool(v))
-		return rq_errf(err, -EINVAL, "%s: \"%s\" is not true/false", path, k);
-	*out = cJSON_IsTrue(v);
-	return 0;
-}
-
-static const char *get_str(const cJSON *o, const char *k)
-{
-	const cJSON *v = key(o, k);
-	return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-/* ---- RoPE: transformers' rope init functions, in the same float32 steps ---- */
-
-static double yarn_mscale(double scale, double mscale)
-{
-	return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
-}
-
-static double yarn_correction_dim(double rot, int dim, double base, double max_pos)
-{
-	return (dim * log(max_pos / (rot * 2 * M_PI))) / (2 * log(base));
-}
-
-/* p: this layer type's rope dict; top: the rope_parameters object transformers
- * reads `truncate` from (the whole nested dict for the nested form). */
-static int rope_init(struct lg_rope *r, const cJSON *p, const cJSON *top, const cJSON *root,
-                     int head_dim, long max_pos, const char *what, const char *path,
-                     struct rq_err *err)
-{
-	double theta = 0, prf = 0, d = 0;
-	int rc;
-	memset(r, 0, sizeof *r);
-	const char *type = get_str(p, "rope_type");
-	if (!type)
-		type = get_str(p, "type");
-	if (!type)
-		type = "default";
-	if (strcmp(type, "default") && strcmp(type, "yarn"))
-		return rq_errf(err, -ENOTSUP, "%s: %s rope_type \"%s\" is not supported (default, yarn)",
-		               path, what, type);
-	snprintf(r->type, sizeof r->type, "%s", type);
-	/* rope_theta / partial_rotary_factor: the per-type value, else the
-	 * top-level one (transformers' standardize_rope_params setdefault). */
-	if ((rc = get_num(root, "rope_theta", 0, 10000.0, &d, path, err)) ||
-	    (rc = get_num(p, "rope_theta", 0, d, &theta, path, err)))
-		return rc;
-	if ((rc = get_num(root, "partial_rotary_factor", 0, 1.0, &d, path, err)) ||
-	    (rc = get_num(p, "partial_rotary_factor", 0, d, &prf, path, err)))
-		return rc;
-	if (!(theta > 1) || !(prf > 0 && prf <= 1))
-		return rq_errf(err, -EINVAL, "%s: %s rope_theta %g / partial_rotary_factor %g out of range",
-		               path, what, theta, prf);
-	int dim = (int)(head_dim * prf);
-	if (dim < 2 || dim % 2 || dim / 2 > LG_ROPE_MAX)
-		return rq_errf(err, -EINVAL, "%s: %s rotary dim %d (head_dim %d x %g) must be even and <= %d",
-		               path, what, dim, head_dim, prf, 2 * LG_ROPE_MAX);
-	r->rot_dim = dim;
-	r->theta = theta;
-	r->attn_scale = 1.0f;
-	int half = dim / 2;
-	/* pos_freqs = base ** (arange(0, dim, 2, float32) / dim), in float32 */
-	float pos_freq[LG_ROPE_MAX];
-	for (int i = 0; i < half; i++) {
-		float e = (float)(2 * i) / (float)dim;
-		pos_freq[i] = (float)pow(theta, (double)e);
-	}
-	if (!strcmp(type, "default")) {
-		for (int i = 0; i < half; i++)
-			r->inv_freq[i] = 1.0f / pos_freq[i];
-		return 0;
-	}
-	/* YaRN (_compute_yarn_parameters) */
-	double factor = 0, attn_factor = 0, mscale = 0, mscale_all = 0, beta_fast = 0, beta_slow = 0;
-	double omax = 0;
-	if ((rc = get_num(p, "factor", 1, 0, &factor, path, err)) ||
-	    (rc = get_num(p, "mscale", 0, 0, &mscale, path, err)) ||
-	    (rc = get_num(p, "mscale_all_dim", 0, 0, &mscale_all, path, err)) ||
-	    (rc = get_num(p, "beta_fast", 0, 0, &beta_fast, path, err)) ||
-	    (rc = get_num(p, "beta_slow", 0, 0, &beta_slow, path, err)) ||
-	    (rc = get_num(p, "original_max_position_embeddings", 0, (double)max_pos, &omax, path, err)))
-		return rc;
-	if (!(factor > 0) || !(omax > 0))
-		return rq_errf(err, -EINVAL, "%s: %s yarn factor %g / original_max_position_embeddings %g",
-		               path, what, factor, omax);
-	if (key(p, "attention_factor")) {
-		if ((rc = get_num(p, "attention_factor", 1, 0, &attn_factor, path, err)))
-			return rc;
-	} else if (mscale != 0 && mscale_all != 0) {
-		attn_factor = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all);
-	} else {
-		attn_factor = yarn_mscale(factor, 1);
-	}
-	if (beta_fast == 0)
-		beta_fast = 32;
-	if (beta_slow == 0)
-		beta_slow = 1;
-	int truncate = 1;
-	if ((rc = get_bool(top, "truncate", 1, &truncate, path, err)))
-		return rc;
-	double low = yarn_correction_dim(beta_fast, dim, theta, omax);
-	double high = yarn_correction_dim(beta_slow, dim, theta, omax);
-	if (truncate) {
-		low = floor(low);
-		high = ceil(high);
-	}
-	if (low < 0)
-		low = 0;
-	if (high > dim - 1)
-		high = dim - 1;
-	if (low == high)
-		high += 0.001;
-	float span = (float)(high - low), flo = (float)low, ffac = (float)factor;
-	for (int i = 0; i < half; i++) {
-		float ramp = ((float)i - flo) / span;
-		ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
-		float extrap_factor = 1.0f - ramp;
-		float extrap = 1.0f / pos_freq[i];
-		float interp = 1.0f / (ffac * pos_freq[i]);
-		float a = interp * (1.0f - extrap_factor);
-		float b = extrap * extrap_factor;
-		r->inv_freq[i] = a + b;
-	}
-	r->attn_scale = (float)attn_factor;
-	return 0;
-}
 
 /* ---- quantization_config: compressed-tensors weight schemes, no transforms ----
  *
@@ -207,12 +37,12 @@ static int check_weights(const cJSON *w, const char *fmt, const char *gname, con
                          struct rq_err *err)
 {
 	double bits = 0, gsz = 0;
-	const char *type = get_str(w, "type");
-	const char *strat = get_str(w, "strategy");
+	const char *type = cfg_str(w, "type");
+	const char *strat = cfg_str(w, "strategy");
 	int rc;
-	if ((rc = get_num(w, "num_bits", 0, 0, &bits, path, err)))
+	if ((rc = cfg_num(w, "num_bits", 0, 0, &bits, path, err)))
 		return rc;
-	const cJSON *gj = key(w, "group_size");
+	const cJSON *gj = cfg_key(w, "group_size");
 	if (gj && cJSON_IsNumber(gj))
 		gsz = gj->valuedouble;
 	if (!strcmp(fmt, "nvfp4-pack-quantized")) {
@@ -240,17 +70,17 @@ static int check_weights(const cJSON *w, const char *fmt, const char *gname, con
 	return 0;
 }
 
-static int check_quant(const cJSON *q, const char *path, struct rq_err *err)
+int cfg_check_quant(const cJSON *q, const char *path, struct rq_err *err)
 {
 	if (!q)
 		return 0;
-	const char *qm = get_str(q, "quant_method");
+	const char *qm = cfg_str(q, "quant_method");
 	if (qm && strcmp(qm, "compressed-tensors"))
 		return rq_errf(err, -ENOTSUP, "%s: quantization_config.quant_method \"%s\" is not supported "
 		               "(compressed-tensors only)", path, qm);
 	static const char *const refused[] = {"transform_config", "transforms", "rotations"};
 	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-		const cJSON *t = key(q, refused[i]);
+		const cJSON *t = cfg_key(q, refused[i]);
 		/* compressed-tensors writes "transform_config": {} when there is none */
 		if (t && !((cJSON_IsObject(t) || cJSON_IsArray(t)) && !cJSON_GetArraySize(t)) &&
 		    !cJSON_IsFalse(t))
@@ -259,13 +89,13 @@ static int check_quant(const cJSON *q, const char *path, struct rq_err *err)
 	}
 	static const char *const formats[] = {"nvfp4-pack-quantized", "float-quantized",
 	                                      "naive-quantized", "pack-quantized"};
-	const char *top_fmt = get_str(q, "format");
+	const char *top_fmt = cfg_str(q, "format");
 	if (top_fmt && !strcmp(top_fmt, "mixed-precision"))
 		top_fmt = NULL;
-	const cJSON *groups = key(q, "config_groups"), *g;
+	const cJSON *groups = cfg_key(q, "config_groups"), *g;
 	cJSON_ArrayForEach(g, groups) {
 		const char *gname = g->string ? g->string : "?";
-		const char *fmt = get_str(g, "format");
+		const char *fmt = cfg_str(g, "format");
 		if (!fmt)
 			fmt = top_fmt ? top_fmt : "nvfp4-pack-quantized";
 		int known = 0;
@@ -276,39 +106,10 @@ static int check_quant(const cJSON *q, const char *path, struct rq_err *err)
 			               "(this engine reads nvfp4-pack-quantized, float-quantized and "
 			               "pack-quantized; other formats and architectures: serve with vLLM)",
 			               path, gname, fmt);
-		const cJSON *w = key(g, "weights");
+		const cJSON *w = cfg_key(g, "weights");
 		int rc;
 		if (w && cJSON_IsObject(w) && (rc = check_weights(w, fmt, gname, path, err)))
 			return rc;
-	}
-	return 0;
-}
-
-static int refuse_true(const cJSON *root, const char *k, const char *path, struct rq_err *err)
-{
-	int v = 0, rc = get_bool(root, k, 0, &v, path, err);
-	if (rc)
-		return rc;
-	return v ? rq_errf(err, -ENOTSUP, "%s: \"%s\": true is not supported by this engine", path, k) : 0;
-}
-
-static int parse_eos(const cJSON *o, int *eos, int *n, const char *path, struct rq_err *err)
-{
-	const cJSON *v = key(o, "eos_token_id"), *e;
-	if (!v)
-		return 0;
-	*n = 0;
-	if (cJSON_IsNumber(v)) {
-		eos[(*n)++] = (int)v->valuedouble;
-		return 0;
-	}
-	if (!cJSON_IsArray(v))
-		return rq_errf(err, -EINVAL, "%s: \"eos_token_id\" is neither a number nor a list", path);
-	cJSON_ArrayForEach(e, v) {
-		if (!cJSON_IsNumber(e))
-			return rq_errf(err, -EINVAL, "%s: \"eos_token_id\" holds a non-number", path);
-		if (*n < 8)
-			eos[(*n)++] = (int)e->valuedouble;
 	}
 	return 0;
 }
@@ -319,13 +120,13 @@ static int mlp_plan(const cJSON *root, int n, int n_experts, int *moe, const cha
                     struct rq_err *err)
 {
 	long step;
-	int rc = get_int(root, "decoder_sparse_step", 0, 1, 0, 1 << 20, &step, path, err);
+	int rc = cfg_int(root, "decoder_sparse_step", 0, 1, 0, 1 << 20, &step, path, err);
 	if (rc)
 		return rc;
 	if (step != 1)
 		return rq_errf(err, -ENOTSUP, "%s: \"decoder_sparse_step\" = %ld is not supported (1 only)",
 		               path, step);
-	const cJSON *types = key(root, "mlp_layer_types"), *only = key(root, "mlp_only_layers"), *e;
+	const cJSON *types = cfg_key(root, "mlp_layer_types"), *only = cfg_key(root, "mlp_only_layers"), *e;
 	for (int i = 0; i < n; i++)
 		moe[i] = i != 0;     /* LagunaConfig's default: first layer dense */
 	if (types) {
@@ -380,7 +181,7 @@ static int parse_sizes(const cJSON *root, struct lg_config *cp, const char *path
 	double d = 0;
 	int rc;
 	#define INT(k, req, def, lo, hi, dst) \
-	do { if ((rc = get_int(root, k, req, def, lo, hi, &v, path, err))) return rc; dst = (int)v; } while (0)
+	do { if ((rc = cfg_int(root, k, req, def, lo, hi, &v, path, err))) return rc; dst = (int)v; } while (0)
 	INT("hidden_size", 1, 0, 1, 1 << 20, c.hidden);
 	INT("num_hidden_layers", 1, 0, 1, 4096, c.n_layers);
 	INT("vocab_size", 1, 0, 1, 1 << 26, c.vocab);
@@ -396,25 +197,25 @@ static int parse_sizes(const cJSON *root, struct lg_config *cp, const char *path
 	INT("bos_token_id", 0, -1, -1, 1 << 26, c.bos);
 	INT("pad_token_id", 0, -1, -1, 1 << 26, c.pad);
 #undef INT
-	if ((rc = get_int(root, "max_position_embeddings", 0, 131072, 1, 1L << 40, &v, path, err)))
+	if ((rc = cfg_int(root, "max_position_embeddings", 0, 131072, 1, 1L << 40, &v, path, err)))
 		return rc;
 	c.max_pos = v;
-	if ((rc = get_num(root, "rms_norm_eps", 0, 1e-6, &d, path, err)))
+	if ((rc = cfg_num(root, "rms_norm_eps", 0, 1e-6, &d, path, err)))
 		return rc;
 	c.eps = (float)d;
-	if ((rc = get_num(root, "moe_routed_scaling_factor", 0, 1.0, &d, path, err)))
+	if ((rc = cfg_num(root, "moe_routed_scaling_factor", 0, 1.0, &d, path, err)))
 		return rc;
 	c.routed_scale = (float)d;
-	if ((rc = get_num(root, "moe_router_logit_softcapping", 0, 0.0, &d, path, err)))
+	if ((rc = cfg_num(root, "moe_router_logit_softcapping", 0, 0.0, &d, path, err)))
 		return rc;
 	if (d < 0)
 		return rq_errf(err, -EINVAL, "%s: moe_router_logit_softcapping %g < 0", path, d);
 	c.router_softcap = (float)d;
-	if ((rc = get_bool(root, "norm_topk_prob", 1, &c.norm_topk, path, err)) ||
-	    (rc = get_bool(root, "tie_word_embeddings", 0, &c.tie_embeddings, path, err)))
+	if ((rc = cfg_bool(root, "norm_topk_prob", 1, &c.norm_topk, path, err)) ||
+	    (rc = cfg_bool(root, "tie_word_embeddings", 0, &c.tie_embeddings, path, err)))
 		return rc;
 	c.n_eos = 0;
-	if ((rc = parse_eos(root, c.eos, &c.n_eos, path, err)))
+	if ((rc = cfg_eos(root, c.eos, &c.n_eos, path, err)))
 		return rc;
 	*cp = c;
 	return 0;
@@ -424,27 +225,27 @@ static int parse_sizes(const cJSON *root, struct lg_config *cp, const char *path
 static int refuse_features(const cJSON *root, const char *path, struct rq_err *err)
 {
 	int rc, b = 0;
-	const char *act = get_str(root, "hidden_act");
+	const char *act = cfg_str(root, "hidden_act");
 	if (act && strcmp(act, "silu"))
 		return rq_errf(err, -ENOTSUP, "%s: hidden_act \"%s\" is not supported (silu only)", path, act);
-	if ((rc = refuse_true(root, "attention_bias", path, err)) ||
-	    (rc = refuse_true(root, "qkv_bias", path, err)) ||
-	    (rc = refuse_true(root, "swa_attention_sink_enabled", path, err)) ||
-	    (rc = refuse_true(root, "moe_apply_router_weight_on_input", path, err)))
+	if ((rc = cfg_refuse_true(root, "attention_bias", path, err)) ||
+	    (rc = cfg_refuse_true(root, "qkv_bias", path, err)) ||
+	    (rc = cfg_refuse_true(root, "swa_attention_sink_enabled", path, err)) ||
+	    (rc = cfg_refuse_true(root, "moe_apply_router_weight_on_input", path, err)))
 		return rc;
-	const char *sf = get_str(root, "moe_router_score_func");
+	const char *sf = cfg_str(root, "moe_router_score_func");
 	if (sf && strcmp(sf, "sigmoid")) {
 		return rq_errf(err, -ENOTSUP, "%s: moe_router_score_func \"%s\" is not supported (sigmoid only; "
 		               "transformers has no other)", path, sf);
 	}
-	if ((rc = get_bool(root, "moe_router_use_sigmoid", 1, &b, path, err)))
+	if ((rc = cfg_bool(root, "moe_router_use_sigmoid", 1, &b, path, err)))
 		return rc;
 	if (!b)
 		return rq_errf(err, -ENOTSUP, "%s: moe_router_use_sigmoid false is not supported", path);
-	if (key(root, "rope_scaling"))
+	if (cfg_key(root, "rope_scaling"))
 		return rq_errf(err, -ENOTSUP, "%s: legacy \"rope_scaling\" is not supported (use rope_parameters)",
 		               path);
-	if ((rc = check_quant(key(root, "quantization_config"), path, err)))
+	if ((rc = cfg_check_quant(cfg_key(root, "quantization_config"), path, err)))
 		return rc;
 	return 0;
 }
@@ -453,7 +254,7 @@ static int refuse_features(const cJSON *root, const char *path, struct rq_err *e
  * one per channel, false none. */
 static int parse_gate(const cJSON *root, struct lg_config *c, const char *path, struct rq_err *err)
 {
-	const cJSON *gt = key(root, "gating");
+	const cJSON *gt = cfg_key(root, "gating");
 	if (!gt || cJSON_IsTrue(gt) || (cJSON_IsString(gt) && !strcmp(gt->valuestring, "per-head")))
 		c->gate = LG_GATE_PER_HEAD;
 	else if (cJSON_IsString(gt) && !strcmp(gt->valuestring, "per-element"))
@@ -473,7 +274,7 @@ static int layer_plan(const cJSON *root, struct lg_config *c, enum lg_attn_type 
                       int *heads, int *moe, int used[2], const char *path, struct rq_err *err)
 {
 	int n = c->n_layers, rc;
-	const cJSON *lt = key(root, "layer_types"), *e;
+	const cJSON *lt = cfg_key(root, "layer_types"), *e;
 	if (lt && (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n))
 		return rq_errf(err, -EINVAL, "%s: \"layer_types\" must list %d layers", path, n);
 	int i = 0;
@@ -491,7 +292,7 @@ static int layer_plan(const cJSON *root, struct lg_config *c, enum lg_attn_type 
 		used[types[i]] = 1;
 		i++;
 	}
-	const cJSON *hl = key(root, "num_attention_heads_per_layer");
+	const cJSON *hl = cfg_key(root, "num_attention_heads_per_layer");
 	if (hl && (!cJSON_IsArray(hl) || cJSON_GetArraySize(hl) != n))
 		return rq_errf(err, -EINVAL, "%s: \"num_attention_heads_per_layer\" must list %d layers", path, n);
 	for (i = 0; i < n; i++)
@@ -525,10 +326,10 @@ static int rope_plan(const cJSON *root, struct lg_config *c, const int used[2], 
                      struct rq_err *err)
 {
 	int rc = 0;
-	const cJSON *rp = key(root, "rope_parameters");
+	const cJSON *rp = cfg_key(root, "rope_parameters");
 	if (rp && !cJSON_IsObject(rp))
 		return rq_errf(err, -EINVAL, "%s: \"rope_parameters\" is not an object", path);
-	int nested = rp && (key(rp, "full_attention") || key(rp, "sliding_attention"));
+	int nested = rp && (cfg_key(rp, "full_attention") || cfg_key(rp, "sliding_attention"));
 	static const char *const tname[2] = {"full_attention", "sliding_attention"};
 	cJSON *empty = cJSON_CreateObject();
 	for (int t = 0; t < 2; t++) {
@@ -536,24 +337,39 @@ static int rope_plan(const cJSON *root, struct lg_config *c, const int used[2], 
 			continue;
 		const cJSON *p, *top;
 		if (nested) {
-			p = key(rp, tname[t]);
+			p = cfg_key(rp, tname[t]);
 			top = rp;
 			if (!p) {
 				cJSON_Delete(empty);
 				return rq_errf(err, -EINVAL, "%s: rope_parameters has no \"%s\" entry", path, tname[t]);
 			}
 		} else {
-			const cJSON *swa = key(root, "swa_rope_parameters");
+			const cJSON *swa = cfg_key(root, "swa_rope_parameters");
 			p = t == LG_SLIDING && swa ? swa : rp ? rp : empty;
 			top = p;
 		}
-		rc = rope_init(&c->rope[t], p, top, root, c->head_dim, c->max_pos, tname[t], path, err);
+		rc = lg_rope_init(&c->rope[t], p, top, root, c->head_dim, c->max_pos, 10000.0, tname[t],
+		                  path, err);
 		if (rc) {
 			cJSON_Delete(empty);
 			return rc;
 		}
 	}
 	cJSON_Delete(empty);
+	return 0;
+}
+
+int lg_laguna_parse(const cJSON *root, const struct lg_arch *a, const char *path,
+                    struct lg_config *c, enum lg_attn_type *types, int *heads, int *moe,
+                    struct rq_err *err)
+{
+	int used[2], rc;
+	(void)a;
+	if ((rc = parse_sizes(root, c, path, err)) || (rc = refuse_features(root, path, err)) ||
+	    (rc = parse_gate(root, c, path, err)) ||
+	    (rc = layer_plan(root, c, types, heads, moe, used, path, err)) ||
+	    (rc = rope_plan(root, c, used, path, err)))
+		return rc;
 	return 0;
 }
 
@@ -564,22 +380,25 @@ int lg_config_parse(const char *json, const char *path, struct lg_config *out,
 	struct lg_config c;
 	memset(&c, 0, sizeof c);
 	enum lg_attn_type *types = NULL;
-	int *heads = NULL, *moe = NULL, used[2];
+	int *heads = NULL, *moe = NULL;
+	long n = 0;
 	int rc;
 	cJSON *root = jc_parse(json, strlen(json), path, err);
 	if (!root || !cJSON_IsObject(root)) {
 		rc = root || !err ? rq_errf(err, -EINVAL, "%s: not a JSON object", path) : err->code;
 		goto out;
 	}
-	const char *mt = get_str(root, "model_type");
-	if (mt && strcmp(mt, "laguna")) {
-		rc = rq_errf(err, -ENOTSUP, "%s: model_type \"%s\" is not laguna", path, mt);
+	/* the family: model_type alone (absent: laguna, as the first Laguna
+	 * checkpoints had none) */
+	const char *mt = cfg_str(root, "model_type");
+	const struct lg_arch *a = lg_arch_find(mt ? mt : "laguna");
+	if (!a) {
+		rc = rq_errf(err, -ENOTSUP, "%s: model_type \"%s\" is not supported (this engine runs %s)",
+		             path, mt, lg_arch_list());
 		goto out;
 	}
-	if ((rc = parse_sizes(root, &c, path, err)) || (rc = refuse_features(root, path, err)) ||
-	    (rc = parse_gate(root, &c, path, err)))
+	if ((rc = cfg_int(root, "num_hidden_layers", 1, 0, 1, 4096, &n, path, err)))
 		goto out;
-	int n = c.n_layers;
 	types = calloc(n, sizeof *types);
 	heads = calloc(n, sizeof *heads);
 	moe = calloc(n, sizeof *moe);
@@ -587,8 +406,7 @@ int lg_config_parse(const char *json, const char *path, struct lg_config *out,
 		rc = rq_errf(err, -ENOMEM, "out of memory");
 		goto out;
 	}
-	if ((rc = layer_plan(root, &c, types, heads, moe, used, path, err)) ||
-	    (rc = rope_plan(root, &c, used, path, err)))
+	if ((rc = lg_arch_parse(root, a, path, &c, types, heads, moe, err)))
 		goto out;
 	*out = c;
 	*types_out = types;
@@ -626,22 +444,22 @@ int lg_gen_parse(const char *json, const struct lg_config *cfg, struct lg_gen_de
 	}
 	double d = 0;
 	long v = 0;
-	if ((rc = get_bool(root, "do_sample", 0, &g.do_sample, path, err)))
+	if ((rc = cfg_bool(root, "do_sample", 0, &g.do_sample, path, err)))
 		goto out;
-	if ((rc = get_num(root, "temperature", 0, 1.0, &d, path, err)))
+	if ((rc = cfg_num(root, "temperature", 0, 1.0, &d, path, err)))
 		goto out;
 	g.temperature = (float)d;
-	if ((rc = get_int(root, "top_k", 0, 50, 0, 1 << 26, &v, path, err)))
+	if ((rc = cfg_int(root, "top_k", 0, 50, 0, 1 << 26, &v, path, err)))
 		goto out;
 	g.top_k = (int)v;
-	if ((rc = get_num(root, "top_p", 0, 1.0, &d, path, err)))
+	if ((rc = cfg_num(root, "top_p", 0, 1.0, &d, path, err)))
 		goto out;
 	g.top_p = (float)d;
-	if ((rc = parse_eos(root, g.eos, &g.n_eos, path, err)))
+	if ((rc = cfg_eos(root, g.eos, &g.n_eos, path, err)))
 		goto out;
 	/* A generation_config that sets sampling parameters without do_sample
 	 * is a serving default (vLLM applies them): sample. */
-	if (!key(root, "do_sample") && (key(root, "temperature") || key(root, "top_k") || key(root, "top_p")))
+	if (!cfg_key(root, "do_sample") && (cfg_key(root, "temperature") || cfg_key(root, "top_k") || cfg_key(root, "top_p")))
 		g.do_sample = 1;
 	if (g.temperature < 0 || g.top_p <= 0 || g.top_p > 1) {
 		rc = rq_errf(err, -EINVAL, "%s: temperature %g / top_p %g out of range", path,
@@ -653,3 +471,4 @@ out:
 	cJSON_Delete(root);
 	return rc;
 }
+

@@ -1,15 +1,19 @@
-/* forward.c — Laguna, one batch of tokens through every layer, top to bottom.
+/* forward.c — every family, one batch of tokens through every layer, top to
+ * bottom. What differs between families is data read at load (model.h:
+ * struct lg_arch and the config's flags), never a test of the family's name:
  *
  *   x = embed(tokens)
  *   for each layer:
  *       h = RMSNorm(x)
- *       q, k, v, g = h·Wq, h·Wk, h·Wv, h·Wg
- *       q, k = RMSNorm per head (q_norm, k_norm), then RoPE of the layer type
+ *       q, k, v [, g] = h·Wq (+bq), h·Wk (+bk), h·Wv (+bv) [, h·Wg]  (biases: qwen2, ...)
+ *       [q, k = RMSNorm per head (q_norm, k_norm)]       (arch->qk_norm: laguna, qwen3)
+ *       q, k = RoPE of the layer type
  *       a = softmax(q·kᵀ/sqrt(head_dim), causal [+ window]) · v     (GQA)
- *       x = x + (a ⊙ softplus(g)) · Wo
+ *       x = x + (a [⊙ softplus(g)]) · Wo (+bo)           (output gate: laguna)
  *       h = RMSNorm(x)
- *       x = x + dense SwiGLU(h)                         (dense layers)
- *         | x + scale · Σ_topk w_e · SwiGLU_e(h) + SwiGLU_shared(h)   (MoE)
+ *       x = x + dense SwiGLU(h)                          (dense layers)
+ *         | x + scale · Σ_topk w_e · SwiGLU_e(h) + [σ(h·Wsg) ·] SwiGLU_shared(h)   (MoE)
+ *             w_e: sigmoid + bias pick (laguna) | softmax top-k [renormalised]
  *   logits = RMSNorm(x) · lm_head
  *
  * Buffers are [token][feature], row stride fixed per buffer (see struct).
@@ -56,6 +60,7 @@ struct lg_state {
 	float *ys;                 /* [B][hidden] shared-expert output */
 	float *h1, *h2;            /* [B][fd] SwiGLU gate / up (dense and shared MLP) */
 	float *rl;                 /* [B][n_experts] router logits, then sigmoid scores */
+	float *sgl;                /* [B] shared-expert gate logits (arch->shared_gate) */
 	int *tsel;                 /* [B·top_k] experts picked per token, best first */
 	float *tw;                 /* [B·top_k] their routing weights */
 	int *cnt;                  /* [n_experts + 1] slots per expert, then their first slot */
@@ -127,6 +132,7 @@ int lg_state_create(const struct lg_model *m, int max_ctx, int max_batch, struct
 	s->h1 = zalloc(s, (size_t)B * s->fd, sizeof(float), &fail);
 	s->h2 = zalloc(s, (size_t)B * s->fd, sizeof(float), &fail);
 	s->rl = zalloc(s, (size_t)B * E, sizeof(float), &fail);
+	s->sgl = zalloc(s, B, sizeof(float), &fail);
 	s->tsel = zalloc(s, BK, sizeof(int), &fail);
 	s->tw = zalloc(s, BK, sizeof(float), &fail);
 	s->cnt = zalloc(s, (size_t)E + 1, sizeof(int), &fail);
@@ -164,7 +170,7 @@ void lg_state_free(struct lg_state *s)
 		free(s->vc[i]);
 	}
 	void *bufs[] = {s->kc, s->vc, s->cap, s->x, s->xn, s->q, s->att, s->g, s->k, s->v, s->y, s->ys,
-	                s->h1, s->h2, s->rl, s->tsel, s->tw, s->cnt, s->slot_tok, s->slot_w, s->xe, s->ge, s->ue, s->de,
+	                s->h1, s->h2, s->rl, s->sgl, s->tsel, s->tw, s->cnt, s->slot_tok, s->slot_w, s->xe, s->ge, s->ue, s->de,
 	                s->mm, s->cosb, s->sinb, s->scores, s->scratch};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		free(bufs[i]);
@@ -267,7 +273,7 @@ static void attention(struct lg_state *s, int li, int T)
 		s->mm[n++] = mm(&L->g, s->xn, H, s->g, s->qd, T);
 	matmul(s, n);
 
-	/* QK-norm per head, RoPE, and the batch's keys/values into the cache */
+	/* QK-norm per head (when the family has it), RoPE, and the batch's keys/values into the cache */
 	const struct lg_rope *r = &c->rope[L->type];
 	int cap = s->cap[li];
 	for (int t = 0; t < T; t++) {
@@ -275,13 +281,15 @@ static void attention(struct lg_state *s, int li, int T)
 		const float *sn = s->sinb + ((size_t)L->type * s->B + t) * LG_ROPE_MAX;
 		for (int h = 0; h < nh; h++) {
 			float *q = s->q + (size_t)t * s->qd + (size_t)h * hd;
-			lg_rmsnorm(q, q, L->q_norm, hd, c->eps);
+			if (L->q_norm)
+				lg_rmsnorm(q, q, L->q_norm, hd, c->eps);
 			rope(q, cs, sn, r->rot_dim);
 		}
 		int slot = (s->pos + t) % cap;
 		for (int h = 0; h < nkv; h++) {
 			float *k = s->k + (size_t)t * s->kvd + (size_t)h * hd;
-			lg_rmsnorm(k, k, L->k_norm, hd, c->eps);
+			if (L->k_norm)
+				lg_rmsnorm(k, k, L->k_norm, hd, c->eps);
 			rope(k, cs, sn, r->rot_dim);
 		}
 		memcpy(s->kc[li] + (size_t)slot * s->kvd, s->k + (size_t)t * s->kvd, s->kvd * sizeof(float));
@@ -329,16 +337,23 @@ static void moe(struct lg_state *s, const struct lg_layer *L, int T)
 	int H = c->hidden, E = c->n_experts, K = c->top_k, I = c->moe_inter, S = c->shared_inter;
 	int n = 0;
 	s->mm[n++] = mm(&L->router, s->xn, H, s->rl, E, T);
+	int sgate = S > 0 && c->arch->shared_gate;
 	if (S > 0) {
 		s->mm[n++] = mm(&L->sg, s->xn, H, s->h1, s->fd, T);
 		s->mm[n++] = mm(&L->su, s->xn, H, s->h2, s->fd, T);
 	}
+	if (sgate)
+		s->mm[n++] = mm(&L->sgate, s->xn, H, s->sgl, 1, T);
 	matmul(s, n);
 
-	/* routing: sigmoid scores, top-k by score + correction bias (the bias
-	 * only picks; ties to the lower index): the kernels' twin, the same
-	 * rule the CUDA engine runs */
-	ek_route_cpu(s->rl, E, L->bias, E, K, c->norm_topk, c->router_softcap, s->tsel, s->tw, T);
+	/* routing. sigmoid: scores, top-k by score + correction bias (the bias
+	 * only picks; ties to the lower index): the kernels' twin, the same rule
+	 * the CUDA engine runs. softmax: transformers' top-k router (the twin of
+	 * ek_route_softmax). */
+	if (c->arch->router == LG_ROUTER_SIGMOID)
+		ek_route_cpu(s->rl, E, L->bias, E, K, c->norm_topk, c->router_softcap, s->tsel, s->tw, T);
+	else
+		ek_route_softmax_cpu(s->rl, E, E, K, c->norm_topk, s->tsel, s->tw, T);
 	memset(s->cnt, 0, (E + 1) * sizeof *s->cnt);
 	for (int i = 0; i < T * K; i++)
 		s->cnt[s->tsel[i] + 1]++;
@@ -378,6 +393,11 @@ static void moe(struct lg_state *s, const struct lg_layer *L, int T)
 	if (S > 0)
 		s->mm[n++] = mm(&L->sd, s->h1, s->fd, s->ys, H, T);
 	matmul(s, n);
+	for (int t = 0; sgate && t < T; t++) {   /* σ(gate · h) · shared (qwen2_moe) */
+		float g = 1.0f / (1.0f + expf(-s->sgl[t]));
+		for (int i = 0; i < H; i++)
+			s->ys[(size_t)t * H + i] *= g;
+	}
 
 	/* y = scale · Σ_e (w · down_e) in expert order + shared (transformers' order) */
 	memset(s->y, 0, (size_t)T * H * sizeof(float));
@@ -454,6 +474,11 @@ int lg_forward(struct lg_state *s, const int *tokens, int n, float *logits, int 
 	if ((long)s->pos + n > s->max_ctx)
 		return rq_errf(err, -ENOSPC, "the sequence would reach %ld tokens; the context holds %d",
 		               (long)s->pos + n, s->max_ctx);
+	for (int t = 0; t < 2; t++)
+		if (c->rope[t].exact_ctx && (long)s->pos + n > c->rope[t].exact_ctx)
+			return rq_errf(err, -ENOSPC, "the sequence would reach %ld tokens; rope_type dynamic "
+			               "changes its frequencies past max_position_embeddings (%ld), which "
+			               "this engine does not follow", (long)s->pos + n, c->rope[t].exact_ctx);
 	for (int done = 0; done < n;) {
 		int T = n - done < s->B ? n - done : s->B;
 		/* logits wanted from this batch: positions in the last n_out of all n */

@@ -1,4 +1,4 @@
-/* forward.h — the Laguna forward pass on the CPU (the reference).
+/* forward.h — the forward pass of every family on the CPU (the reference).
  *
  * A state is one sequence: its KV cache (full-attention layers keep every
  * position; sliding layers keep a ring of sliding_window + max_batch - 1
@@ -10,7 +10,7 @@
  *
  * Numerics: binary32 throughout (activations, accumulation, softmax, KV
  * cache); BF16 weights widened exactly, NVFP4 weights dequantized exactly.
- * This is transformers' LagunaForCausalLM run in float32 on the same
+ * This is transformers' <Family>ForCausalLM run in float32 on the same
  * weights, up to summation order. */
 #ifndef RQ_ENGINE_FORWARD_H
 #define RQ_ENGINE_FORWARD_H

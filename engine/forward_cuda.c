@@ -1,18 +1,21 @@
-/* forward_cuda.c — the Laguna forward pass on CUDA (forward_cuda.h).
+/* forward_cuda.c — the forward pass of every family on CUDA (forward_cuda.h);
+ * the family's switches are data of the layer (biases, no q/k norm, router
+ * kind, shared-expert gate), as on the CPU (forward.c).
  *
  * One batch of T tokens, every op queued on the device's stream:
  *   x = embed(tokens)                                   ek_embed
  *   per layer:
  *     xn = RMSNorm(x)                                   ek_rmsnorm
- *     [q|k|v|g] = xn · Wqkvg                            one fused GEMV/GEMM
+ *     [q|k|v|g] = xn · Wqkvg (+ q|k|v bias)             one fused GEMV/GEMM (+ ek_bias)
  *     q, k = RMSNorm per head, RoPE; k, v → cache       ek_qk_rope_kv
  *     a = softmax(q·kᵀ/√d) v ⊙ softplus(g)              ek_attn
- *     x += a · Wo                                       GEMV/GEMM, accumulate
+ *     x += a · Wo (+ bias)                              GEMV/GEMM, accumulate
  *     xn = RMSNorm(x)
  *     dense: [g|u] = xn · Wgu; x += SwiGLU · Wdown
- *     MoE:   [router|sg|su] = xn · Wrsu; ids, w = route(router)   (ids stay on the device)
+ *     MoE:   [router|sg|su|sgate] = xn · Wrsu; ids, w = route(router)   (sigmoid or
+ *            softmax router; ids stay on the device)
  *            x += scale · Σ w · expert(xn)              ek_moe
- *            x += SwiGLU(sg, su) · Wsd
+ *            x += ([σ(sgate) ·] SwiGLU(sg, su)) · Wsd
  *   logits = RMSNorm(x) · lm_head                       last n_out tokens, 16 rows a call
  * T <= 16 uses the GEMV kernels, larger T the GEMM kernels. For T <= 4
  * (EK_GEMV_NORM_MAX_T) each RMSNorm is fused into the GEMV that reads it
@@ -252,31 +255,38 @@ static int layer(struct lgc *g, int li, int T, int fuse)
 	int H = c->hidden, hd = c->head_dim, nkv = c->n_kv_heads, W = L->qkvg.width, rc;
 	int sliding = L->type == LG_SLIDING, window = sliding ? c->sliding_window : 0;
 	if ((rc = norm_group(g, &L->qkvg, g->x, L->attn_norm, g->qkvg, T, fuse)) ||
+	    (L->qkvg_b && (rc = ek_bias(g->d, g->qkvg, W, L->qkvg_b, T, W))) ||
 	    (rc = ek_qk_rope_kv(g->d, g->qkvg + L->qo, W, g->qkvg + L->ko, W, g->qkvg + L->vo, W, T,
 	                        L->nh, nkv, hd, L->q_norm, L->k_norm, c->eps, g->inv_freq[L->type],
 	                        r->rot_dim, r->attn_scale, g->dstep, L->kc, L->vc, g->kv_type, L->cap)) ||
 	    (rc = ek_attn(g->d, g->att, g->qd, g->qkvg + L->qo, W, g->qkvg + L->go, W, (int)c->gate, T,
 	                  L->nh, nkv, hd, L->kc, L->vc, g->kv_type, L->cap, g->dstep, window,
 	                  sliding && window < g->o.max_ctx ? window : g->o.max_ctx, g->attn_work)) ||
-	    (rc = linear(g, &L->o, g->att, g->qd, g->x, H, T, 1)))
+	    (rc = linear(g, &L->o, g->att, g->qd, g->x, H, T, 1)) ||
+	    (L->o_b && (rc = ek_bias(g->d, g->x, H, L->o_b, T, H))))
 		return rc;
 	if (!L->moe) {
 		int I = c->inter;
 		if ((rc = norm_group(g, &L->gu, g->x, L->mlp_norm, g->gu, T, fuse)) ||
-		    (rc = ek_swiglu(g->d, g->h, I, g->gu, L->gu.width, g->gu + I, L->gu.width, T, I)))
+		    (L->gu_b && (rc = ek_bias(g->d, g->gu, L->gu.width, L->gu_b, T, L->gu.width))) ||
+		    (rc = ek_swiglu(g->d, g->h, I, g->gu, L->gu.width, g->gu + I, L->gu.width, T, I)) ||
+		    (rc = linear(g, &L->down, g->h, I, g->x, H, T, 1)))
 			return rc;
-		return linear(g, &L->down, g->h, I, g->x, H, T, 1);
+		return L->down_b ? ek_bias(g->d, g->x, H, L->down_b, T, H) : 0;
 	}
 	int E = c->n_experts, S = c->shared_inter, RW = L->rsu.width;
 	if ((rc = norm_group(g, &L->rsu, g->x, L->mlp_norm, g->rsu, T, fuse)) ||
-	    (rc = ek_route(g->d, g->rsu, RW, L->bias, E, c->top_k, c->norm_topk, c->router_softcap,
-	                   g->ids, g->wts, T)) ||
+	    (rc = c->arch->router == LG_ROUTER_SIGMOID
+	          ? ek_route(g->d, g->rsu, RW, L->bias, E, c->top_k, c->norm_topk, c->router_softcap,
+	                     g->ids, g->wts, T)
+	          : ek_route_softmax(g->d, g->rsu, RW, E, c->top_k, c->norm_topk, g->ids, g->wts, T)) ||
 	    (rc = ek_moe(g->d, &L->eg, &L->eu, &L->ed, g->ids, g->wts, c->top_k, c->routed_scale,
 	                 g->xn, H, g->x, H, T, 1, g->moe_work)))
 		return rc;
 	if (S <= 0)
 		return 0;
-	if ((rc = ek_swiglu(g->d, g->h, S, g->rsu + E, RW, g->rsu + E + S, RW, T, S)))
+	if ((rc = ek_swiglu(g->d, g->h, S, g->rsu + E, RW, g->rsu + E + S, RW, T, S)) ||
+	    (L->sgo >= 0 && (rc = ek_sigmoid_scale(g->d, g->h, S, g->rsu + L->sgo, RW, T, S))))
 		return rc;
 	return linear(g, &L->sd, g->h, S, g->x, H, T, 1);
 }

@@ -1,4 +1,4 @@
-/* forward_cuda.h — the Laguna forward pass on a CUDA device.
+/* forward_cuda.h — the forward pass of every family on a CUDA device.
  *
  * Same contract as forward.h (lg_forward): one sequence, tokens fed at the
  * next positions, logits of the last n_out tokens. The model's weights are

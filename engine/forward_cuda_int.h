@@ -30,9 +30,13 @@ struct lgc_layer {
 	struct ek_w o;
 	struct lgc_group gu;       /* dense: gate | up */
 	struct ek_w down;
-	struct lgc_group rsu;      /* MoE: router | shared gate | shared up */
+	struct lgc_group rsu;      /* MoE: router | shared gate | shared up [| shared_expert_gate] */
 	struct ek_w sd;            /* shared down */
 	float *bias;               /* device [n_experts] selection bias */
+	float *qkvg_b;             /* device [qkvg.width] q|k|v biases (0 for g), NULL: none */
+	float *o_b, *down_b;       /* device [hidden] o_proj / dense down_proj bias, or NULL */
+	float *gu_b;               /* device [gu.width] dense gate|up biases, or NULL */
+	int sgo;                   /* MoE: column of the shared-expert gate logit in rsu, -1: none */
 	struct ek_w eg, eu, ed;    /* routed expert sets (n = n_experts) */
 	void *kc, *vc;             /* KV cache [nkv][cap][hd] of kv_type */
 	int cap;                   /* positions in the cache (ring for sliding layers) */

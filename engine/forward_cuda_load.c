@@ -188,6 +188,24 @@ static int one(struct upl *u, const struct lg_linear *l, struct ek_w *w)
 	return 0;
 }
 
+/* The biases of members mem[i] (output columns off[i]..) as one device
+ * vector of width floats, zeros for members without one. */
+static float *put_bias(struct upl *u, const struct lg_linear *const *mem, const int *off, int n,
+                       int width)
+{
+	float *h = calloc(width, sizeof *h);
+	if (!h) {
+		fail(u, -ENOMEM, "bias staging");
+		return NULL;
+	}
+	for (int i = 0; i < n; i++)
+		if (mem[i]->bias)
+			memcpy(h + off[i], mem[i]->bias, sizeof(float) * mem[i]->rows);
+	float *p = put_floats(u, h, width);
+	free(h);
+	return p;
+}
+
 /* Members read the same input: fused into one BF16 matrix when all are BF16. */
 static int group(struct upl *u, const struct lg_linear *const *mem, int n, struct lgc_group *gr)
 {
@@ -277,7 +295,7 @@ size_t lgc_act_bytes(const struct lg_model *m, int B, int max_ctx)
 	maxc = I > maxc ? I : maxc;
 	size_t b = 0;
 	b += al(2 * B * H * 4) + al(B * qkvg * 4) + al(B * qd * 4) + al(B * 2 * I * 4);
-	b += al(B * (I > S ? I : S) * 4) + al(B * (E + 2 * S) * 4) + 2 * al(B * K * 4);
+	b += al(B * (I > S ? I : S) * 4) + al(B * (E + 2 * S + 1) * 4) + 2 * al(B * K * 4);
 	b += al((size_t)LGC_LOGIT_ROWS * c->vocab * 4) + al((1 + (size_t)B) * 4);
 	if (c->n_experts > 0)
 		b += al(ek_moe_work_bytes(B, (int)K, c->moe_inter, c->hidden));
@@ -304,7 +322,26 @@ static int refuse_kind(const struct lg_linear *l, int layer, const char *what, i
 		snprintf(where, sizeof where, "model.layers.%d.mlp.experts.%d.%s", layer, e, what);
 	return rq_errf(err, -ENOTSUP, "CUDA engine: %s has %s weights, which run on the CPU engine: "
 	               "pass --device cpu (or serve the checkpoint with vLLM)", where,
-	               l->kind == LG_W_FP8 ? "FP8 (float-quantized)" : "INT (pack-quantized)");
+	               l->kind == LG_W_FP8 ? "FP8 (float-quantized)" : l->kind == LG_W_INT
+	               ? "INT (pack-quantized)" : l->kind == LG_W_F16 ? "F16" : "F32");
+}
+
+/* The CUDA kernels compute every family's block (q/k norms or none,
+ * biases, the sigmoid or softmax router, the shared-expert gate); what they
+ * do not follow (rope_type dynamic past max_position_embeddings) runs on the
+ * CPU engine, refused here by name before any device work. */
+static int check_family(const struct lg_model *m, struct rq_err *err)
+{
+	const struct lg_config *c = &m->cfg;
+	const struct lg_arch *a = c->arch;
+	const char *what = NULL;
+	for (int t = 0; !what && t < 2; t++)
+		if (c->rope[t].exact_ctx)
+			what = "rope_type dynamic";
+	if (!what)
+		return 0;
+	return rq_errf(err, -ENOTSUP, "CUDA engine: model_type %s uses %s, which the CUDA engine does "
+	               "not follow: pass --device cpu", a->model_type, what);
 }
 
 static int check_kinds(const struct lg_model *m, struct rq_err *err)
@@ -335,15 +372,20 @@ static int check_kinds(const struct lg_model *m, struct rq_err *err)
 				return rc;
 	}
 	if (m->embed_q.kind != LG_W_BF16)   /* ek_embed reads a BF16 table */
-		return rq_errf(err, -ENOTSUP, "CUDA engine: model.embed_tokens is quantized; a quantized "
-		               "embedding runs on the CPU engine: pass --device cpu (or keep the "
-		               "embedding BF16: ignore it when quantizing)");
+		return m->embed_q.kind == LG_W_F16 || m->embed_q.kind == LG_W_F32
+		    ? rq_errf(err, -ENOTSUP, "CUDA engine: model.embed_tokens is %s, not BF16; it runs on "
+		              "the CPU engine: pass --device cpu", m->embed_q.kind == LG_W_F16 ? "F16" : "F32")
+		    : rq_errf(err, -ENOTSUP, "CUDA engine: model.embed_tokens is quantized; a quantized "
+		              "embedding runs on the CPU engine: pass --device cpu (or keep the "
+		              "embedding BF16: ignore it when quantizing)");
 	return 0;
 }
 
 int lgc_layout(struct lgc *g, int dry, struct rq_err *err)
 {
-	int krc = check_kinds(g->m, err);
+	int krc = check_family(g->m, err);
+	if (!krc)
+		krc = check_kinds(g->m, err);
 	if (krc)
 		return krc;
 	const struct lg_model *m = g->m;
@@ -385,7 +427,8 @@ int lgc_layout(struct lgc *g, int dry, struct rq_err *err)
 		D->moe = L->moe;
 		if (!(D->attn_norm = put_floats(&u, L->attn_norm, H)) ||
 		    !(D->mlp_norm = put_floats(&u, L->mlp_norm, H)) ||
-		    !(D->q_norm = put_floats(&u, L->q_norm, hd)) || !(D->k_norm = put_floats(&u, L->k_norm, hd)))
+		    (L->q_norm && !(D->q_norm = put_floats(&u, L->q_norm, hd))) ||
+		    (L->k_norm && !(D->k_norm = put_floats(&u, L->k_norm, hd))))
 			goto out;
 		const struct lg_linear *att[4] = {&L->q, &L->k, &L->v, &L->g};
 		if (group(&u, att, c->gate != LG_GATE_NONE ? 4 : 3, &D->qkvg))
@@ -396,14 +439,28 @@ int lgc_layout(struct lgc *g, int dry, struct rq_err *err)
 		D->go = D->vo + L->v.rows;
 		if (one(&u, &L->o, &D->o))
 			goto out;
+		/* biases: one vector per group, zeros where a member has none */
+		const struct lg_linear *qkv[3] = {&L->q, &L->k, &L->v};
+		int qoff[3] = {D->qo, D->ko, D->vo};
+		if ((L->q.bias && !(D->qkvg_b = put_bias(&u, qkv, qoff, 3, D->qkvg.width))) ||
+		    (L->o.bias && !(D->o_b = put_floats(&u, L->o.bias, H))))
+			goto out;
+		D->sgo = -1;
 		if (!L->moe) {
 			const struct lg_linear *gu[2] = {&L->gate, &L->up};
 			if (group(&u, gu, 2, &D->gu) || one(&u, &L->down, &D->down))
 				goto out;
-		} else {
-			const struct lg_linear *rsu[3] = {&L->router, &L->sg, &L->su};
-			if (group(&u, rsu, c->shared_inter > 0 ? 3 : 1, &D->rsu))
+			int goff[2] = {D->gu.off[0], D->gu.off[0] + L->gate.rows};
+			if ((L->gate.bias && !(D->gu_b = put_bias(&u, gu, goff, 2, D->gu.width))) ||
+			    (L->down.bias && !(D->down_b = put_floats(&u, L->down.bias, H))))
 				goto out;
+		} else {
+			const struct lg_linear *rsu[4] = {&L->router, &L->sg, &L->su, &L->sgate};
+			int sgate = c->shared_inter > 0 && c->arch->shared_gate;
+			if (group(&u, rsu, c->shared_inter > 0 ? 3 + sgate : 1, &D->rsu))
+				goto out;
+			if (sgate)
+				D->sgo = c->n_experts + 2 * c->shared_inter;
 			if (c->shared_inter > 0 && one(&u, &L->sd, &D->sd))
 				goto out;
 			if (!(D->bias = put_floats(&u, L->bias, c->n_experts)) ||

@@ -1,4 +1,5 @@
-/* model.c — open a Laguna checkpoint directory: map the shards, bind tensors.
+/* model.c — open a decoder checkpoint directory: map the shards, bind the
+ * tensors of the family's layers (one Linear at a time: model_linear.c).
  *
  * Steps of lg_model_open(), each failing with a message that names the file
  * or tensor:
@@ -9,15 +10,15 @@
  *   3. each shard: header parsed and validated by st/st.h, file mmap'd
  *   4. one sorted name index over all shards (a name twice is an error)
  *   5. every tensor the forward pass needs bound with dtype and shape checks,
- *      each Linear in the form its tensors say (BF16, NVFP4, FP8, INT: model.h)
+ *      each Linear in the form its tensors say (BF16, F16, F32, NVFP4, FP8, INT:
+ *      model.h), names from the family's row (arch.c)
  *   6. any tensor left unbound is refused: it means a feature we would
  *      silently skip (attention sinks, biases, ...) */
-#include "engine/model.h"
+#include "engine/model_int.h"
 #include "base/err.h"
 #include "base/grow.h"
 #include "st/st.h"
 #include "st/jcheck.h"
-#include "quant/quant.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -30,36 +31,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-struct lg_file {
-	char *path;
-	const uint8_t *map;        /* whole file, PROT_READ */
-	size_t size;
-	struct st_header *h;
-};
-
-struct tref {
-	const char *name;          /* points into the header */
-	int file, idx;
-	int used;
-};
-
-struct loader {
-	struct lg_model *m;
-	struct tref *t;            /* sorted by name */
-	size_t n;
-	struct rq_err *err;
-};
-
-size_t lg_linear_bytes(const struct lg_linear *l)
-{
-	size_t n = (size_t)l->rows * l->cols;
-	size_t sc = (size_t)l->srows * l->groups * (l->sdtype == LG_S_F32 ? 4 : 2);
-	if (l->kind == LG_W_INT)
-		return (size_t)l->rows * l->words * 4 + sc +
-		       (l->qzero ? ((size_t)l->rows * l->bits + 31) / 32 * l->groups * 4 : 0);
-	return l->kind == LG_W_NVFP4 ? n / 2 + n / 16 + 4 : l->kind == LG_W_FP8 ? n + sc : n * 2;
-}
 
 static char *read_text(const char *path, int *rc)
 {
@@ -225,325 +196,46 @@ static int map_file(struct lg_file *f, struct rq_err *err)
 	return 0;
 }
 
-static int cmp_tref(const void *a, const void *b)
-{
-	return strcmp(((const struct tref *)a)->name, ((const struct tref *)b)->name);
-}
-
-static struct tref *find(struct loader *L, const char *name)
-{
-	struct tref key = {.name = name};
-	return bsearch(&key, L->t, L->n, sizeof key, cmp_tref);
-}
-
-static const struct st_tensor *tensor(struct loader *L, const struct tref *r)
-{
-	return &L->m->files[r->file].h->t[r->idx];
-}
-
-static const uint8_t *data(struct loader *L, const struct tref *r)
-{
-	const struct lg_file *f = &L->m->files[r->file];
-	return f->map + f->h->data_start + f->h->t[r->idx].begin;
-}
-
-static void fmt_shape(const struct st_tensor *t, char *buf, size_t len)
-{
-	size_t o = snprintf(buf, len, "[");
-	for (int i = 0; i < t->ndim && o < len; i++)
-		o += snprintf(buf + o, len - o, "%s%llu", i ? ", " : "", (unsigned long long)t->shape[i]);
-	if (o < len)
-		snprintf(buf + o, len - o, "]");
-}
-
-/* Looks up name and checks dtype and shape (ndim dims; ndim 1 with d0 == 1
- * also accepts a scalar). NULL with an error when absent or different. */
-static const struct tref *need(struct loader *L, const char *name, enum st_dtype dt, int ndim,
-                               uint64_t d0, uint64_t d1, int *rc)
-{
-	struct tref *r = find(L, name);
-	if (!r) {
-		*rc = rq_errf(L->err, -EPROTO, "%s/config.json describes tensor %s, which no shard holds",
-		              L->m->dir, name);
-		return NULL;
-	}
-	const struct st_tensor *t = tensor(L, r);
-	int scalar_ok = ndim == 1 && d0 == 1 && t->ndim == 0;
-	if (t->dtype != dt || (!scalar_ok && (t->ndim != ndim || t->shape[0] != d0 ||
-	                                      (ndim > 1 && t->shape[1] != d1)))) {
-		char got[96];
-		fmt_shape(t, got, sizeof got);
-		*rc = ndim > 1
-		    ? rq_errf(L->err, -EPROTO, "%s: tensor %s is %s %s, expected %s [%llu, %llu]",
-		              L->m->files[r->file].path, name, st_dtype_name(t->dtype), got,
-		              st_dtype_name(dt), (unsigned long long)d0, (unsigned long long)d1)
-		    : rq_errf(L->err, -EPROTO, "%s: tensor %s is %s %s, expected %s [%llu]",
-		              L->m->files[r->file].path, name, st_dtype_name(t->dtype), got,
-		              st_dtype_name(dt), (unsigned long long)d0);
-		return NULL;
-	}
-	if (dt == ST_BF16 && ((uintptr_t)data(L, r) & 1)) {
-		*rc = rq_errf(L->err, -EPROTO, "%s: tensor %s is not 2-byte aligned",
-		              L->m->files[r->file].path, name);
-		return NULL;
-	}
-	r->used = 1;
-	return r;
-}
-
-/* <mod>.weight_scale of an FP8 or INT Linear: BF16, F16 or F32 (as the
- * checkpoint has it), [rows, G] with G dividing cols (G = 1: per channel), or
- * [1] / a scalar (per tensor). */
-static int bind_qscale(struct loader *L, const char *mod, struct lg_linear *out)
-{
-	char name[256];
-	snprintf(name, sizeof name, "%s.weight_scale", mod);
-	struct tref *r = find(L, name);
-	if (!r)
-		return rq_errf(L->err, -EPROTO, "%s: module %s has no %s (a quantized Linear needs its "
-		               "scales)", L->m->dir, mod, name);
-	const struct st_tensor *t = tensor(L, r);
-	const char *path = L->m->files[r->file].path;
-	char got[96];
-	fmt_shape(t, got, sizeof got);
-	switch (t->dtype) {
-	case ST_BF16: out->sdtype = LG_S_BF16; break;
-	case ST_F16: out->sdtype = LG_S_F16; break;
-	case ST_F32: out->sdtype = LG_S_F32; break;
-	default:
-		return rq_errf(L->err, -EPROTO, "%s: tensor %s is %s %s; a weight_scale must be BF16, F16 "
-		               "or F32", path, name, st_dtype_name(t->dtype), got);
-	}
-	if (t->ndim == 0 || (t->ndim == 1 && t->shape[0] == 1)) {
-		out->srows = out->groups = 1;
-	} else if (t->ndim == 2 && t->shape[0] == (uint64_t)out->rows && t->shape[1] >= 1 &&
-	           t->shape[1] <= (uint64_t)out->cols && out->cols % t->shape[1] == 0) {
-		out->srows = out->rows;
-		out->groups = (int)t->shape[1];
-	} else {
-		return rq_errf(L->err, -EPROTO, "%s: tensor %s is %s %s, expected [%d, G] with G dividing "
-		               "%d (per channel or per group), or [1] (per tensor); block scales are not "
-		               "supported", path, name, st_dtype_name(t->dtype), got, out->rows, out->cols);
-	}
-	out->qscale = data(L, r);
-	r->used = 1;
-	return 0;
-}
-
-/* NVFP4: weight_packed U8 [rows, cols/2], weight_scale F8_E4M3 [rows, cols/16],
- * weight_global_scale F32 [1]. */
-static int bind_nvfp4(struct loader *L, const char *mod, struct lg_linear *out)
-{
-	char name[256];
-	int rc = 0, rows = out->rows, cols = out->cols;
-	if (cols % 16)
-		return rq_errf(L->err, -EPROTO, "%s: NVFP4 module %s has %d input columns, not a "
-		               "multiple of 16", L->m->dir, mod, cols);
-	snprintf(name, sizeof name, "%s.weight_packed", mod);
-	const struct tref *p = need(L, name, ST_U8, 2, rows, cols / 2, &rc);
-	if (!p)
-		return rc;
-	snprintf(name, sizeof name, "%s.weight_scale", mod);
-	const struct tref *s = need(L, name, ST_F8_E4M3, 2, rows, cols / 16, &rc);
-	if (!s)
-		return rc;
-	snprintf(name, sizeof name, "%s.weight_global_scale", mod);
-	const struct tref *g = need(L, name, ST_F32, 1, 1, 0, &rc);
-	if (!g)
-		return rc;
-	float gs;
-	memcpy(&gs, data(L, g), 4);
-	if (!isfinite(gs) || !(gs > 0))
-		return rq_errf(L->err, -EPROTO, "%s: tensor %s = %g is not a positive finite scale",
-		               L->m->files[g->file].path, name, gs);
-	out->kind = LG_W_NVFP4;
-	out->packed = data(L, p);
-	out->scales = data(L, s);
-	out->global_scale = gs;
-	L->m->n_nvfp4++;
-	return 0;
-}
-
-/* The bit width b in 1..8 that packs cols columns into `words` int32 words
- * per row (ceil(cols·b/32) == words), 0 when none or more than one does
- * (possible only when cols < 32). */
-static int int_bits(int cols, uint64_t words)
-{
-	int found = 0;
-	for (int b = 1; b <= 8; b++)
-		if (((uint64_t)cols * b + 31) / 32 == words)
-			found = found ? -1 : b;
-	return found > 0 ? found : 0;
-}
-
-/* INT (pack-quantized): weight_packed I32 [rows, ceil(cols·bits/32)],
- * weight_shape I64 [2] = [rows, cols], weight_scale (bind_qscale), and when
- * asymmetric weight_zero_point I32 [ceil(rows·bits/32), groups]. */
-static int bind_int(struct loader *L, const char *mod, struct tref *p, struct lg_linear *out)
-{
-	char name[256], got[96];
-	int rc = 0, rows = out->rows, cols = out->cols;
-	const struct st_tensor *t = tensor(L, p);
-	const char *path = L->m->files[p->file].path;
-	fmt_shape(t, got, sizeof got);
-	int bits = t->ndim == 2 && t->shape[0] == (uint64_t)rows ? int_bits(cols, t->shape[1]) : 0;
-	if (!bits)
-		return rq_errf(L->err, -EPROTO, "%s: tensor %s.weight_packed is I32 %s; a pack-quantized "
-		               "[%d, %d] Linear needs [%d, ceil(%d·bits/32)] with one bit width 1..8",
-		               path, mod, got, rows, cols, rows, cols);
-	p->used = 1;
-	snprintf(name, sizeof name, "%s.weight_shape", mod);
-	const struct tref *sh = need(L, name, ST_I64, 1, 2, 0, &rc);
-	if (!sh)
-		return rc;
-	int64_t dims[2];
-	memcpy(dims, data(L, sh), sizeof dims);
-	if (dims[0] != rows || dims[1] != cols)
-		return rq_errf(L->err, -EPROTO, "%s: tensor %s = [%lld, %lld], but config.json makes %s "
-		               "[%d, %d]", L->m->files[sh->file].path, name, (long long)dims[0],
-		               (long long)dims[1], mod, rows, cols);
-	if ((rc = bind_qscale(L, mod, out)))
-		return rc;
-	/* asymmetric: zero points packed down the rows; per tensor (srows 1) has no such form */
-	snprintf(name, sizeof name, "%s.weight_zero_point", mod);
-	const struct tref *z = find(L, name) ? need(L, name, ST_I32, 2, out->srows == rows ?
-	                       ((uint64_t)rows * bits + 31) / 32 : 0, out->groups, &rc) : NULL;
-	if (rc)
-		return rc;
-	out->qzero = z ? data(L, z) : NULL;
-	out->kind = LG_W_INT;
-	out->qw = data(L, p);
-	out->bits = bits;
-	out->words = (int)t->shape[1];
-	L->m->n_int++;
-	return 0;
-}
-
-/* FP8 (float-quantized): weight F8_E4M3 [rows, cols] and weight_scale. */
-static int bind_fp8(struct loader *L, const char *mod, struct lg_linear *out)
-{
-	char name[256];
-	int rc = 0;
-	snprintf(name, sizeof name, "%s.weight", mod);
-	const struct tref *w = need(L, name, ST_F8_E4M3, 2, out->rows, out->cols, &rc);
-	if (!w)
-		return rc;
-	if ((rc = bind_qscale(L, mod, out)))
-		return rc;
-	out->kind = LG_W_FP8;
-	out->w8 = data(L, w);
-	L->m->n_fp8++;
-	return 0;
-}
-
-/* A Linear [rows, cols] in whichever form its tensors say: weight_packed U8
- * (NVFP4) or I32 (INT), weight F8_E4M3 (FP8) or BF16. */
-static int bind_linear(struct loader *L, const char *mod, int rows, int cols, struct lg_linear *out)
-{
-	char name[256];
-	int rc = 0;
-	memset(out, 0, sizeof *out);
-	out->rows = rows;
-	out->cols = cols;
-	snprintf(name, sizeof name, "%s.weight_packed", mod);
-	struct tref *p = find(L, name);
-	if (p) {
-		enum st_dtype dt = tensor(L, p)->dtype;
-		snprintf(name, sizeof name, "%s.weight", mod);
-		if (find(L, name))
-			return rq_errf(L->err, -EPROTO, "%s: module %s has both weight and weight_packed",
-			               L->m->dir, mod);
-		if (dt == ST_U8)
-			return bind_nvfp4(L, mod, out);
-		if (dt == ST_I32)
-			return bind_int(L, mod, p, out);
-		return rq_errf(L->err, -ENOTSUP, "%s: tensor %s.weight_packed is %s; this engine reads "
-		               "U8 (nvfp4-pack-quantized) or I32 (pack-quantized)",
-		               L->m->files[p->file].path, mod, st_dtype_name(dt));
-	}
-	snprintf(name, sizeof name, "%s.weight", mod);
-	struct tref *r = find(L, name);
-	if (r && tensor(L, r)->dtype == ST_F8_E4M3)
-		return bind_fp8(L, mod, out);
-	if (r && tensor(L, r)->dtype != ST_BF16)
-		return rq_errf(L->err, -ENOTSUP, "%s: tensor %s is %s; this engine reads Linear weights as "
-		               "BF16, F8_E4M3 (float-quantized) or compressed-tensors NVFP4/INT "
-		               "weight_packed only", L->m->files[r->file].path, name,
-		               st_dtype_name(tensor(L, r)->dtype));
-	const struct tref *w = need(L, name, ST_BF16, 2, rows, cols, &rc);
-	if (!w)
-		return rc;
-	out->kind = LG_W_BF16;
-	out->w = (const uint16_t *)data(L, w);
-	L->m->n_bf16++;
-	return 0;
-}
-
-/* A vector of n values (BF16, F16 or F32) widened into a new float array. */
-static int bind_vec(struct loader *L, const char *name, int n, float **out)
-{
-	struct tref *r = find(L, name);
-	int rc = 0;
-	if (!r)
-		return rq_errf(L->err, -EPROTO, "%s/config.json describes tensor %s, which no shard "
-		               "holds", L->m->dir, name);
-	enum st_dtype dt = tensor(L, r)->dtype;
-	if (dt != ST_BF16 && dt != ST_F32)
-		dt = ST_BF16;   /* let need() report the mismatch */
-	if (!need(L, name, dt, 1, n, 0, &rc))
-		return rc;
-	float *v = malloc((size_t)n * sizeof *v);
-	if (!v)
-		return rq_errf(L->err, -ENOMEM, "out of memory");
-	const uint8_t *p = data(L, r);
-	for (int i = 0; i < n; i++) {
-		if (dt == ST_F32) {
-			memcpy(&v[i], p + 4 * (size_t)i, 4);
-		} else {
-			uint16_t b;
-			memcpy(&b, p + 2 * (size_t)i, 2);
-			v[i] = rq_bf16_to_f32(b);
-		}
-	}
-	*out = v;
-	return 0;
-}
-
 static int bind_layer(struct loader *L, int i, struct lg_layer *ly)
 {
 	const struct lg_config *c = &L->m->cfg;
 	char mod[256], name[256];
 	int rc, hd = c->head_dim, nq = ly->n_heads * hd, nkv = c->n_kv_heads * hd;
 #define P(...) (snprintf(mod, sizeof mod, __VA_ARGS__), mod)
-	if ((rc = bind_vec(L, P("model.layers.%d.input_layernorm.weight", i), c->hidden, &ly->attn_norm)) ||
-	    (rc = bind_vec(L, P("model.layers.%d.post_attention_layernorm.weight", i), c->hidden,
+	const struct lg_arch *A = c->arch;
+	if ((rc = ld_vec(L, P("model.layers.%d.input_layernorm.weight", i), c->hidden, &ly->attn_norm)) ||
+	    (rc = ld_vec(L, P("model.layers.%d.post_attention_layernorm.weight", i), c->hidden,
 	                   &ly->mlp_norm)) ||
-	    (rc = bind_vec(L, P("model.layers.%d.self_attn.q_norm.weight", i), hd, &ly->q_norm)) ||
-	    (rc = bind_vec(L, P("model.layers.%d.self_attn.k_norm.weight", i), hd, &ly->k_norm)) ||
-	    (rc = bind_linear(L, P("model.layers.%d.self_attn.q_proj", i), nq, c->hidden, &ly->q)) ||
-	    (rc = bind_linear(L, P("model.layers.%d.self_attn.k_proj", i), nkv, c->hidden, &ly->k)) ||
-	    (rc = bind_linear(L, P("model.layers.%d.self_attn.v_proj", i), nkv, c->hidden, &ly->v)) ||
-	    (rc = bind_linear(L, P("model.layers.%d.self_attn.o_proj", i), c->hidden, nq, &ly->o)))
+	    (rc = ld_lin(L, P("model.layers.%d.self_attn.q_proj", i), nq, c->hidden, c->qkv_bias, &ly->q)) ||
+	    (rc = ld_lin(L, P("model.layers.%d.self_attn.k_proj", i), nkv, c->hidden, c->qkv_bias, &ly->k)) ||
+	    (rc = ld_lin(L, P("model.layers.%d.self_attn.v_proj", i), nkv, c->hidden, c->qkv_bias, &ly->v)) ||
+	    (rc = ld_lin(L, P("model.layers.%d.self_attn.o_proj", i), c->hidden, nq, c->o_bias, &ly->o)))
+		return rc;
+	if (A->qk_norm &&
+	    ((rc = ld_vec(L, P("model.layers.%d.self_attn.q_norm.weight", i), hd, &ly->q_norm)) ||
+	     (rc = ld_vec(L, P("model.layers.%d.self_attn.k_norm.weight", i), hd, &ly->k_norm))))
 		return rc;
 	if (c->gate != LG_GATE_NONE &&
-	    (rc = bind_linear(L, P("model.layers.%d.self_attn.g_proj", i),
+	    (rc = ld_linear(L, P("model.layers.%d.self_attn.g_proj", i),
 	                      c->gate == LG_GATE_PER_HEAD ? ly->n_heads : nq, c->hidden, &ly->g)))
 		return rc;
 	if (!ly->moe) {
-		if ((rc = bind_linear(L, P("model.layers.%d.mlp.gate_proj", i), c->inter, c->hidden, &ly->gate)) ||
-		    (rc = bind_linear(L, P("model.layers.%d.mlp.up_proj", i), c->inter, c->hidden, &ly->up)) ||
-		    (rc = bind_linear(L, P("model.layers.%d.mlp.down_proj", i), c->hidden, c->inter, &ly->down)))
+		int mb = c->mlp_bias;
+		if ((rc = ld_lin(L, P("model.layers.%d.mlp.gate_proj", i), c->inter, c->hidden, mb, &ly->gate)) ||
+		    (rc = ld_lin(L, P("model.layers.%d.mlp.up_proj", i), c->inter, c->hidden, mb, &ly->up)) ||
+		    (rc = ld_lin(L, P("model.layers.%d.mlp.down_proj", i), c->hidden, c->inter, mb, &ly->down)))
 			return rc;
 		return 0;
 	}
 	int E = c->n_experts;
-	if ((rc = bind_linear(L, P("model.layers.%d.mlp.gate", i), E, c->hidden, &ly->router)))
+	const char *blk = A->moe_block;
+	if ((rc = ld_linear(L, P("model.layers.%d.%s.gate", i, blk), E, c->hidden, &ly->router)))
 		return rc;
 	snprintf(name, sizeof name, "model.layers.%d.mlp.experts.e_score_correction_bias", i);
-	if (!find(L, name))
+	if (!ld_find(L, name))
 		snprintf(name, sizeof name, "model.layers.%d.mlp.gate.e_score_correction_bias", i);
-	if (find(L, name)) {
-		if ((rc = bind_vec(L, name, E, &ly->bias)))
+	if (A->router == LG_ROUTER_SIGMOID && ld_find(L, name)) {
+		if ((rc = ld_vec(L, name, E, &ly->bias)))
 			return rc;
 	} else if (!(ly->bias = calloc(E, sizeof *ly->bias))) {
 		return rq_errf(L->err, -ENOMEM, "out of memory");
@@ -554,25 +246,28 @@ static int bind_layer(struct loader *L, int i, struct lg_layer *ly)
 	if (!ly->eg || !ly->eu || !ly->ed)
 		return rq_errf(L->err, -ENOMEM, "out of memory");
 	for (int e = 0; e < E; e++)
-		if ((rc = bind_linear(L, P("model.layers.%d.mlp.experts.%d.gate_proj", i, e), c->moe_inter,
-		                      c->hidden, &ly->eg[e])) ||
-		    (rc = bind_linear(L, P("model.layers.%d.mlp.experts.%d.up_proj", i, e), c->moe_inter,
-		                      c->hidden, &ly->eu[e])) ||
-		    (rc = bind_linear(L, P("model.layers.%d.mlp.experts.%d.down_proj", i, e), c->hidden,
-		                      c->moe_inter, &ly->ed[e])))
+		if ((rc = ld_linear(L, P("model.layers.%d.%s.experts.%d.%s", i, blk, e, A->expert[0]),
+		                      c->moe_inter, c->hidden, &ly->eg[e])) ||
+		    (rc = ld_linear(L, P("model.layers.%d.%s.experts.%d.%s", i, blk, e, A->expert[1]),
+		                      c->moe_inter, c->hidden, &ly->eu[e])) ||
+		    (rc = ld_linear(L, P("model.layers.%d.%s.experts.%d.%s", i, blk, e, A->expert[2]),
+		                      c->hidden, c->moe_inter, &ly->ed[e])))
 			return rc;
 	if (c->shared_inter > 0) {
 		/* vLLM and the checkpoints say shared_expert; transformers shared_experts */
 		const char *sn = "shared_expert";
 		snprintf(name, sizeof name, "model.layers.%d.mlp.shared_experts.gate_proj.weight", i);
-		if (find(L, name))
+		if (ld_find(L, name))
 			sn = "shared_experts";
-		if ((rc = bind_linear(L, P("model.layers.%d.mlp.%s.gate_proj", i, sn), c->shared_inter,
+		if ((rc = ld_linear(L, P("model.layers.%d.mlp.%s.gate_proj", i, sn), c->shared_inter,
 		                      c->hidden, &ly->sg)) ||
-		    (rc = bind_linear(L, P("model.layers.%d.mlp.%s.up_proj", i, sn), c->shared_inter,
+		    (rc = ld_linear(L, P("model.layers.%d.mlp.%s.up_proj", i, sn), c->shared_inter,
 		                      c->hidden, &ly->su)) ||
-		    (rc = bind_linear(L, P("model.layers.%d.mlp.%s.down_proj", i, sn), c->hidden,
+		    (rc = ld_linear(L, P("model.layers.%d.mlp.%s.down_proj", i, sn), c->hidden,
 		                      c->shared_inter, &ly->sd)))
+			return rc;
+		if (A->shared_gate &&
+		    (rc = ld_linear(L, P("model.layers.%d.mlp.shared_expert_gate", i), 1, c->hidden, &ly->sgate)))
 			return rc;
 	}
 #undef P
@@ -600,18 +295,18 @@ static int bind_all(struct loader *L)
 	/* the embedding in any form a Linear may take: model_free_ptq quantizes
 	 * it too unless it is ignored (it is not counted among the Linears) */
 	int counts[4] = {m->n_bf16, m->n_nvfp4, m->n_fp8, m->n_int};
-	if ((rc = bind_linear(L, "model.embed_tokens", c->vocab, c->hidden, &m->embed_q)))
+	if ((rc = ld_linear(L, "model.embed_tokens", c->vocab, c->hidden, &m->embed_q)))
 		return rc;
 	m->n_bf16 = counts[0], m->n_nvfp4 = counts[1], m->n_fp8 = counts[2], m->n_int = counts[3];
 	m->embed = m->embed_q.kind == LG_W_BF16 ? m->embed_q.w : NULL;
-	if ((rc = bind_vec(L, "model.norm.weight", c->hidden, &m->final_norm)))
+	if ((rc = ld_vec(L, "model.norm.weight", c->hidden, &m->final_norm)))
 		return rc;
 	if (c->tie_embeddings) {
 		m->lm_head = m->embed_q;
-		struct tref *lh = find(L, "lm_head.weight");
+		struct tref *lh = ld_find(L, "lm_head.weight");
 		if (lh)
 			lh->used = 1;   /* transformers ties it to the embedding */
-	} else if ((rc = bind_linear(L, "lm_head", c->vocab, c->hidden, &m->lm_head))) {
+	} else if ((rc = ld_linear(L, "lm_head", c->vocab, c->hidden, &m->lm_head))) {
 		return rc;
 	}
 	for (int i = 0; i < c->n_layers; i++)
@@ -641,7 +336,8 @@ double lg_model_token_bytes(const struct lg_model *m)
 		}
 		b += lg_linear_bytes(&l->router);
 		if (c->shared_inter > 0)
-			b += lg_linear_bytes(&l->sg) + lg_linear_bytes(&l->su) + lg_linear_bytes(&l->sd);
+			b += lg_linear_bytes(&l->sg) + lg_linear_bytes(&l->su) + lg_linear_bytes(&l->sd) +
+			     (c->arch->shared_gate ? lg_linear_bytes(&l->sgate) : 0);
 		double ex = 0;
 		for (int e = 0; e < c->n_experts; e++)
 			ex += lg_linear_bytes(&l->eg[e]) + lg_linear_bytes(&l->eu[e]) + lg_linear_bytes(&l->ed[e]);
@@ -676,6 +372,9 @@ void lg_model_close(struct lg_model *m)
 		free(f->path);
 	}
 	free(m->files);
+	for (size_t i = 0; i < m->n_owned; i++)
+		free(m->owned[i]);
+	free(m->owned);
 	free(m->final_norm);
 	free(m->dir);
 	free(m);
@@ -767,7 +466,7 @@ int lg_model_open(const char *dir, struct lg_model **out, struct rq_err *err)
 	for (size_t i = 0; i < m->n_files; i++)
 		for (size_t j = 0; j < m->files[i].h->n; j++)
 			L.t[L.n++] = (struct tref){.name = m->files[i].h->t[j].name, .file = (int)i, .idx = (int)j};
-	qsort(L.t, L.n, sizeof *L.t, cmp_tref);
+	qsort(L.t, L.n, sizeof *L.t, ld_cmp_tref);
 	for (size_t i = 1; i < L.n; i++)
 		if (!strcmp(L.t[i].name, L.t[i - 1].name)) {
 			rc = rq_errf(err, -EPROTO, "%s: tensor %s is in both %s and %s", dir, L.t[i].name,

@@ -1,4 +1,9 @@
-/* model.h — a Laguna checkpoint directory, mapped and bound by name.
+/* model.h — a decoder checkpoint directory, mapped and bound by name.
+ *
+ * Families (config.json's model_type, never the directory's name): laguna,
+ * llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe. What differs
+ * between them is data chosen once at load (struct lg_arch, arch.c): tensor
+ * names, router kind, biases, q/k norms, sliding-window rule, defaults.
  *
  * lg_model_open() reads config.json (every size comes from it), parses the
  * header of every *.safetensors file in the directory (fs/st.h), maps each
@@ -32,12 +37,14 @@ enum lg_wkind {
 	                      e.g. FP8_DYNAMIC: per output channel) */
 	LG_W_INT = 3,      /* <m>.weight_packed I32 + weight_scale + weight_shape I64 [2]
 	                      (+ weight_zero_point when asymmetric) (pack-quantized, W4A16/W8A16) */
+	LG_W_F16 = 4,      /* <m>.weight F16 [rows, cols] (w8 points at it) */
+	LG_W_F32 = 5,      /* <m>.weight F32 [rows, cols] (w8 points at it) */
 };
 
 /* dtype of an FP8/INT weight_scale (and of nothing else): as the checkpoint has it */
 enum lg_sdtype { LG_S_BF16 = 0, LG_S_F16 = 1, LG_S_F32 = 2 };
 
-/* A bias-free Linear: y[rows] = W[rows][cols] · x[cols]. Pointers are into
+/* A Linear: y[rows] = W[rows][cols] · x[cols] (+ bias[rows]). Pointers are into
  * the mapped files (no alignment assumed past what the kind reads with memcpy).
  *
  * Dequantization, row by row, in binary32 (ops.c lg_linear_row):
@@ -58,7 +65,10 @@ struct lg_linear {
 	const uint8_t *scales;     /* NVFP4: [rows][cols/16] E4M3FN group scales */
 	float global_scale;        /* NVFP4: weight_global_scale (large, ≈ 2688/amax);
 	                              w = e2m1(code) · e4m3(scale) / global_scale */
-	const uint8_t *w8;         /* FP8: [rows][cols] E4M3FN bytes (0x7F/0xFF are NaN and stay NaN,
+	const float *gs_div;       /* NVFP4: [2][256] e4m3(b) / global_scale and
+	                              (1.5 · e4m3(b)) / global_scale for every scale byte b, made
+	                              once at load (owned by the model), or NULL: divide per group */
+	const uint8_t *w8;         /* FP8: [rows][cols] E4M3FN bytes; F16/F32: [rows][cols] values; (0x7F/0xFF are NaN and stay NaN,
 	                              as in every consumer; a compressed-tensors checkpoint has none) */
 	const uint8_t *qw;         /* INT: weight_packed, [rows][words] little-endian int32; a row is one
 	                              bit stream, column c in bits [c·bits, c·bits + bits) (word
@@ -74,6 +84,7 @@ struct lg_linear {
 	int srows;                 /* FP8, INT: rows (per channel / per group) or 1 (per tensor) */
 	int groups;                /* FP8, INT: scale columns; cols % groups == 0, one per
 	                              cols/groups consecutive columns (1: per channel) */
+	const float *bias;         /* <m>.bias [rows] widened to binary32 (owned by the model), or NULL */
 };
 
 /* Bytes of weights one full pass over the Linear reads. */
@@ -84,18 +95,41 @@ enum lg_attn_type { LG_FULL = 0, LG_SLIDING = 1 };
 #define LG_ROPE_MAX 128            /* most rotary frequencies (rot_dim / 2) */
 
 /* Rotary embedding of one layer type, computed like transformers'
- * rope init functions ('default', 'yarn'). */
+ * rope init functions ('default', 'linear', 'dynamic', 'llama3', 'yarn'). */
 struct lg_rope {
 	int rot_dim;               /* rotated dims: int(head_dim · partial_rotary_factor), even */
 	float attn_scale;          /* multiplies cos and sin (YaRN attention_factor; 1 for default) */
 	float inv_freq[LG_ROPE_MAX]; /* [rot_dim/2] radians per position */
-	char type[16];             /* "default" or "yarn" */
+	char type[16];             /* "default", "linear", "dynamic", "llama3" or "yarn" */
 	double theta;              /* rope_theta */
+	long exact_ctx;            /* dynamic: positions up to which the frequencies above are
+	                              transformers' (max_position_embeddings); 0 = unlimited */
+};
+
+/* How a MoE layer picks its experts. */
+enum lg_router {
+	LG_ROUTER_SIGMOID = 0,     /* Laguna: sigmoid scores, top-k by score + correction bias */
+	LG_ROUTER_SOFTMAX = 1,     /* Mixtral / Qwen MoE: softmax over all experts in binary32, top-k,
+	                              renormalised when norm_topk */
+};
+
+/* A family: what config.json's model_type selects, once, at load. */
+struct lg_arch {
+	const char *model_type;    /* "laguna", "llama", ... */
+	int qk_norm;               /* self_attn.{q,k}_norm: RMSNorm per head before RoPE */
+	enum lg_router router;
+	const char *moe_block;     /* module of a MoE layer: "mlp" or "block_sparse_moe" */
+	const char *expert[3];     /* routed expert Linears: gate, up, down ("w1", "w3", "w2") */
+	int shared_gate;           /* shared expert scaled by sigmoid(shared_expert_gate · x) */
 };
 
 enum lg_gate { LG_GATE_NONE = 0, LG_GATE_PER_HEAD = 1, LG_GATE_PER_ELEMENT = 2 };
 
 struct lg_config {
+	const struct lg_arch *arch; /* the family (static table, arch.c) */
+	int qkv_bias;              /* q/k/v_proj carry a bias (attention_bias, qkv_bias) */
+	int o_bias;                /* o_proj carries a bias (attention_bias) */
+	int mlp_bias;              /* dense MLP gate/up/down carry a bias (llama's mlp_bias) */
 	int hidden;                /* hidden_size */
 	int n_layers;              /* num_hidden_layers */
 	int vocab;                 /* vocab_size */
@@ -128,7 +162,7 @@ struct lg_layer {
 	int moe;                   /* 1: sparse MoE block, 0: dense MLP */
 	float *attn_norm;          /* input_layernorm [hidden] (widened to f32, owned) */
 	float *mlp_norm;           /* post_attention_layernorm [hidden] */
-	float *q_norm, *k_norm;    /* self_attn.{q,k}_norm [head_dim] */
+	float *q_norm, *k_norm;    /* self_attn.{q,k}_norm [head_dim] (NULL without arch->qk_norm) */
 	struct lg_linear q;        /* [n_heads·head_dim, hidden] */
 	struct lg_linear k, v;     /* [n_kv_heads·head_dim, hidden] */
 	struct lg_linear g;        /* [n_heads, hidden] per-head, [n_heads·head_dim, hidden] per-element */
@@ -143,6 +177,7 @@ struct lg_layer {
 	struct lg_linear *ed;      /* experts.E.down_proj [hidden, moe_inter] */
 	struct lg_linear sg, su;   /* shared_expert.{gate,up}_proj [shared_inter, hidden] */
 	struct lg_linear sd;       /* shared_expert.down_proj [hidden, shared_inter] */
+	struct lg_linear sgate;    /* shared_expert_gate [1, hidden] (arch->shared_gate) */
 };
 
 /* Sampling defaults from generation_config.json (transformers' defaults
@@ -173,6 +208,8 @@ struct lg_model {
 	int n_fp8, n_int;
 	size_t n_files;
 	struct lg_file *files;     /* the mapped *.safetensors */
+	float **owned;             /* [n_owned] biases widened at load, freed with the model */
+	size_t n_owned, cap_owned;
 };
 
 /* Opens MODEL_DIR. -ENOENT/-EIO (files), -EPROTO (bad file or missing
@@ -186,9 +223,10 @@ void lg_model_close(struct lg_model *m);
 double lg_model_token_bytes(const struct lg_model *m);
 
 /* Parses config.json text into cfg and the per-layer plan (layer types,
- * heads, dense/MoE), applying the same defaults as transformers' LagunaConfig
- * and vLLM's loader, refusing unknown features. types/heads/moe are
- * malloc'd arrays of n_layers. Exposed for tests. */
+ * heads, dense/MoE) of the family its model_type names (absent: laguna),
+ * applying the defaults of that family's transformers config class (and,
+ * for Laguna, vLLM's loader), refusing unknown features with the key named.
+ * types/heads/moe are malloc'd arrays of n_layers. Exposed for tests. */
 int lg_config_parse(const char *json, const char *path, struct lg_config *cfg,
                     enum lg_attn_type **types, int **heads, int **moe, struct rq_err *err);
 

@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Vector clones where the CPU has them; the arithmetic (and so the bits)
@@ -125,12 +126,12 @@ static void lut_init(void)
  * per group, s/gs and (1.5·s)/gs, scaled by exact powers of two, give the
  * same bits as one division per weight (short of underflow). */
 LG_CLONES
-static void dequant_nvfp4(const uint8_t *packed, const uint8_t *scales, float gs, int cols,
-                          float *out)
+static void dequant_nvfp4(const uint8_t *packed, const uint8_t *scales, float gs, const float *div,
+                          int cols, float *out)
 {
 	for (int g = 0; g < cols / 16; g++) {
 		float s = e4m3_lut[scales[g]];
-		float f1 = s / gs, f15 = (1.5f * s) / gs;
+		float f1 = div ? div[scales[g]] : s / gs, f15 = div ? div[256 + scales[g]] : (1.5f * s) / gs;
 		float lut[16] = {0.0f, 0.5f * f1, f1, f15, 2.0f * f1, 2.0f * f15, 4.0f * f1, 4.0f * f15};
 		for (int i = 0; i < 8; i++)
 			lut[8 + i] = -lut[i];
@@ -143,8 +144,107 @@ static void dequant_nvfp4(const uint8_t *packed, const uint8_t *scales, float gs
 	}
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* dequant_nvfp4 with AVX2: the same eight magnitudes per group, picked by
+ * vpermps from the code's low three bits, the sign bit from its fourth;
+ * -v by flipping the sign bit is the scalar table's -lut[i] (0 gives -0.0
+ * in both), so the bits are the scalar version's. Column 8j + k of a group
+ * is nibble k of its little-endian u32 j. */
+__attribute__((target("avx2")))
+static void dequant_nvfp4_avx2(const uint8_t *packed, const uint8_t *scales, float gs,
+                               const float *div, int cols, float *out)
+{
+	const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+	const __m256i seven = _mm256_set1_epi32(7), eight = _mm256_set1_epi32(8);
+	for (int g = 0; g < cols / 16; g++) {
+		float s = e4m3_lut[scales[g]];
+		float f1 = div ? div[scales[g]] : s / gs, f15 = div ? div[256 + scales[g]] : (1.5f * s) / gs;
+		__m256 mag = _mm256_setr_ps(0.0f, 0.5f * f1, f1, f15, 2.0f * f1, 2.0f * f15, 4.0f * f1,
+		                            4.0f * f15);
+		for (int j = 0; j < 2; j++) {
+			uint32_t u;
+			memcpy(&u, packed + g * 8 + 4 * j, 4);
+			__m256i c = _mm256_srlv_epi32(_mm256_set1_epi32((int)u), sh);
+			__m256 v = _mm256_permutevar8x32_ps(mag, _mm256_and_si256(c, seven));
+			__m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, eight), 28);
+			v = _mm256_xor_ps(v, _mm256_castsi256_ps(sign));
+			_mm256_storeu_ps(out + g * 16 + 8 * j, v);
+		}
+	}
+}
+
+/* lg_dot(row r of W dequantized, x) for an NVFP4 W, without the row in
+ * memory: lanes j < 8 and 8 + j of each 16-column group are lg_dot's
+ * acc[j] and acc[8 + j] (products rounded, then added, no FMA), then the
+ * same pairwise combination, so the same bits. Decode's inner loop. */
+__attribute__((target("avx2")))
+static float dot_nvfp4_avx2(const struct lg_linear *W, int r, const float *x)
+{
+	const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+	const __m256i seven = _mm256_set1_epi32(7), eight = _mm256_set1_epi32(8);
+	const uint8_t *packed = W->packed + (size_t)r * (W->cols / 2);
+	const uint8_t *scales = W->scales + (size_t)r * (W->cols / 16);
+	const float *div = W->gs_div;
+	float gs = W->global_scale;
+	__m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+	for (int g = 0; g < W->cols / 16; g++) {
+		float s = e4m3_lut[scales[g]];
+		float f1 = div ? div[scales[g]] : s / gs, f15 = div ? div[256 + scales[g]] : (1.5f * s) / gs;
+		__m256 mag = _mm256_setr_ps(0.0f, 0.5f * f1, f1, f15, 2.0f * f1, 2.0f * f15, 4.0f * f1,
+		                            4.0f * f15);
+		for (int j = 0; j < 2; j++) {
+			uint32_t u;
+			memcpy(&u, packed + g * 8 + 4 * j, 4);
+			__m256i c = _mm256_srlv_epi32(_mm256_set1_epi32((int)u), sh);
+			__m256 v = _mm256_permutevar8x32_ps(mag, _mm256_and_si256(c, seven));
+			__m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, eight), 28);
+			v = _mm256_xor_ps(v, _mm256_castsi256_ps(sign));
+			acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(v, _mm256_loadu_ps(x + g * 16 + 8 * j)));
+		}
+	}
+	float a[8];
+	_mm256_storeu_ps(a, _mm256_add_ps(acc[0], acc[1]));
+	for (int w = 4; w >= 1; w /= 2)
+		for (int j = 0; j < w; j++)
+			a[j] += a[j + w];
+	return a[0];
+}
+
+static int have_avx2(void)
+{
+	static int v = -1;
+	if (v < 0) {   /* RQ_ENGINE_NO_AVX2 (tests): the portable path on any CPU */
+		const char *e = getenv("RQ_ENGINE_NO_AVX2");
+		__builtin_cpu_init();
+		v = __builtin_cpu_supports("avx2") && !(e && *e && strcmp(e, "0")) ? 1 : 0;
+	}
+	return v;
+}
+#else
+static int have_avx2(void)
+{
+	return 0;
+}
+#define dequant_nvfp4_avx2 dequant_nvfp4
+static float dot_nvfp4_avx2(const struct lg_linear *W, int r, const float *x)
+{
+	(void)W, (void)r, (void)x;
+	return 0;   /* never called: have_avx2() is 0 */
+}
+#endif
+
+void lg_nvfp4_div_table(float gs, float *out)
+{
+	pthread_once(&lut_once, lut_init);
+	for (int b = 0; b < 256; b++) {
+		out[b] = e4m3_lut[b] / gs;
+		out[256 + b] = (1.5f * e4m3_lut[b]) / gs;
+	}
+}
+
 /* IEEE binary16 → binary32, exact (subnormals, inf, NaN kept). */
-static float f16_to_f32(uint16_t h)
+float lg_f16_to_f32(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023, u;
 	if (e == 31) {
@@ -171,7 +271,7 @@ static float qscale_at(const struct lg_linear *W, size_t k)
 	}
 	uint16_t b;
 	memcpy(&b, W->qscale + 2 * k, 2);
-	return W->sdtype == LG_S_BF16 ? rq_bf16_to_f32(b) : f16_to_f32(b);
+	return W->sdtype == LG_S_BF16 ? rq_bf16_to_f32(b) : lg_f16_to_f32(b);
 }
 
 /* The unsigned field of element i of a pack-quantized bit stream (bits per
@@ -246,8 +346,9 @@ void lg_linear_row(const struct lg_linear *W, int r, float *out)
 		return;
 	case LG_W_NVFP4:
 		pthread_once(&lut_once, lut_init);
-		dequant_nvfp4(W->packed + (size_t)r * (W->cols / 2),
-		              W->scales + (size_t)r * (W->cols / 16), W->global_scale, W->cols, out);
+		(have_avx2() ? dequant_nvfp4_avx2 : dequant_nvfp4)(
+		    W->packed + (size_t)r * (W->cols / 2), W->scales + (size_t)r * (W->cols / 16),
+		    W->global_scale, W->gs_div, W->cols, out);
 		return;
 	case LG_W_FP8:
 		pthread_once(&lut_once, lut_init);
@@ -255,6 +356,16 @@ void lg_linear_row(const struct lg_linear *W, int r, float *out)
 		return;
 	case LG_W_INT:
 		dequant_int(W, r, out);
+		return;
+	case LG_W_F16:
+		for (int c = 0; c < W->cols; c++) {
+			uint16_t h;
+			memcpy(&h, W->w8 + ((size_t)r * W->cols + c) * 2, 2);
+			out[c] = lg_f16_to_f32(h);
+		}
+		return;
+	case LG_W_F32:
+		memcpy(out, W->w8 + (size_t)r * W->cols * 4, (size_t)W->cols * 4);
 		return;
 	}
 }
@@ -266,6 +377,12 @@ struct mm_ctx {
 	float *scratch;
 	size_t stride;
 };
+
+/* y + bias[r] when the Linear has a bias (transformers adds it after the product). */
+static inline float add_bias(const struct lg_linear *W, int r, float y)
+{
+	return W->bias ? y + W->bias[r] : y;
+}
 
 static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 {
@@ -283,7 +400,13 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 			for (; i < end; i++, r++)
 				for (int t = 0; t < m->T; t++)
 					m->y[(size_t)t * m->ldy + r] =
-					    dot_bf16(m->W->w + (size_t)r * K, m->x + (size_t)t * m->ldx, K);
+					    add_bias(m->W, r, dot_bf16(m->W->w + (size_t)r * K, m->x + (size_t)t * m->ldx, K));
+			continue;
+		}
+		if (m->W->kind == LG_W_NVFP4 && m->T == 1 && have_avx2()) {
+			/* one token (decode): each row dequantized in registers and dotted */
+			for (; i < end; i++, r++)
+				m->y[r] = add_bias(m->W, r, dot_nvfp4_avx2(m->W, r, m->x));
 			continue;
 		}
 		if (end - i >= 4) {
@@ -295,6 +418,8 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 			}
 			for (int t = 0; t < m->T; t++) {
 				dot4(w[0], w[1], w[2], w[3], m->x + (size_t)t * m->ldx, K, out);
+				for (int j = 0; m->W->bias && j < 4; j++)
+					out[j] += m->W->bias[r + j];
 				memcpy(m->y + (size_t)t * m->ldy + r, out, sizeof out);
 			}
 			i += 4;
@@ -302,7 +427,7 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 		}
 		lg_linear_row(m->W, r, row);
 		for (int t = 0; t < m->T; t++)
-			m->y[(size_t)t * m->ldy + r] = lg_dot(row, m->x + (size_t)t * m->ldx, K);
+			m->y[(size_t)t * m->ldy + r] = add_bias(m->W, r, lg_dot(row, m->x + (size_t)t * m->ldx, K));
 		i++;
 	}
 }

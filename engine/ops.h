@@ -8,6 +8,7 @@
 #define RQ_ENGINE_OPS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "engine/model.h"
 
 struct rq_pool;
@@ -35,11 +36,19 @@ float lg_dot(const float *a, const float *b, int n);
 /* out[i] += s · x[i] */
 void lg_axpy(float *out, float s, const float *x, int n);
 
-/* transformers' LagunaRMSNorm in float32: w · (x · rsqrt(mean(x²) + eps)). */
+/* transformers' <Family>RMSNorm in float32: w · (x · rsqrt(mean(x²) + eps)). */
 void lg_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 
 /* torch: x > 20 ? x : log1p(e^x). SwiGLU, the router and the embedding are
  * the kernels' CPU twins (kernels/ek.h), which compute the same bits. */
 float lg_softplus(float x);
+
+/* out[b] = e4m3(b) / gs and out[256 + b] = (1.5 · e4m3(b)) / gs for every
+ * byte b: the two divisions an NVFP4 group of scale b needs (struct
+ * lg_linear gs_div), the same operations, so the same bits. */
+void lg_nvfp4_div_table(float gs, float *out);
+
+/* IEEE binary16 → binary32, exact. */
+float lg_f16_to_f32(uint16_t h);
 
 #endif

@@ -194,6 +194,15 @@ int ek_gemm_cpu(const struct ek_w *W, const float *x, int ldx, float *y, int ldy
  * divided by their sum when norm. E <= 1024, k <= 32. */
 int ek_route(struct ek_dev *d, const float *logits, int ldl, const float *bias, int E, int k,
              int norm, float softcap, int *ids, float *wts, int T);
+/* Softmax router (Mixtral, Qwen MoE: transformers' top-k router), per token
+ * t < T: p = softmax(logits[t·ldl .. + E)) in binary32; the k largest p (ties
+ * to the lower index), best first, into ids[t·k + j]; wts = p at the picks,
+ * divided by their sum when norm. E <= 1024, k <= 32. The CPU twin is also
+ * the CPU engine's router for these families. */
+int ek_route_softmax(struct ek_dev *d, const float *logits, int ldl, int E, int k, int norm,
+                     int *ids, float *wts, int T);
+void ek_route_softmax_cpu(const float *logits, int ldl, int E, int k, int norm, int *ids,
+                          float *wts, int T);
 void ek_route_cpu(const float *logits, int ldl, const float *bias, int E, int k, int norm,
                   float softcap, int *ids, float *wts, int T);
 
@@ -232,6 +241,13 @@ void ek_swiglu_cpu(float *out, int ldo, const float *g, int ldg, const float *u,
 /* x[i] += y[i], i < n. */
 int ek_add(struct ek_dev *d, float *x, const float *y, size_t n);
 void ek_add_cpu(float *x, const float *y, size_t n);
+/* y[t·ldy + i] += b[i], i < n, t < T: a Linear's bias after its product. */
+int ek_bias(struct ek_dev *d, float *y, int ldy, const float *b, int T, int n);
+void ek_bias_cpu(float *y, int ldy, const float *b, int T, int n);
+/* h[t·ldh + i] *= sigmoid(g[t·ldg]), i < n, t < T: Qwen2-MoE's shared-expert
+ * gate, applied to the shared SwiGLU before its down projection. */
+int ek_sigmoid_scale(struct ek_dev *d, float *h, int ldh, const float *g, int ldg, int T, int n);
+void ek_sigmoid_scale_cpu(float *h, int ldh, const float *g, int ldg, int T, int n);
 /* x[t][i] = bf16 table[tokens[t]][i] widened, i < hidden. */
 int ek_embed(struct ek_dev *d, float *x, const uint16_t *table, const int *tokens, int T,
              int hidden);
@@ -246,7 +262,7 @@ size_t ek_kv_bytes(int kvtype, int cap, int nkv, int hd);
 
 /* For tokens t < T at positions p = *pos + t, in place:
  *   q[t·ldq + h·hd ..] (h < nh), k[t·ldk + h·hd ..] (h < nkv): RMSNorm over hd
- *   with weights qn / kn, then rotate-half RoPE on the first rot dims:
+ *   with weights qn / kn (both NULL: no norm), then rotate-half RoPE on the first rot dims:
  *   (a, b) = (x_i, x_{i+rot/2}) → (a·c - b·s, b·c + a·s), c, s = cos, sin(p·inv_freq[i])
  *   · attn_scale (fp32 product p·inv_freq like the CPU engine);
  *   then kc/vc[h][p % cap][:] = k and v[t·ldv + h·hd ..], stored as kvtype. */

@@ -44,7 +44,7 @@ static void head_norm_rope(float *x, const float *w, int hd, float eps, const fl
 	for (int i = 0; i < hd; i++)
 		ss += x[i] * x[i];
 	float r = 1.0f / sqrtf(ss / (float)hd + eps);
-	for (int i = 0; i < hd; i++)
+	for (int i = 0; w && i < hd; i++)   /* w NULL: no norm (llama, mistral) */
 		x[i] = w[i] * (x[i] * r);
 	for (int i = 0; i < rot / 2; i++) {
 		float a = x[i], b = x[i + rot / 2];

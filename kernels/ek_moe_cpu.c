@@ -1,6 +1,7 @@
-/* ek_moe_cpu.c — CPU twins of the MoE ops (ek_route in ek_ops.cu, ek_moe in
- * ek_moe.cu). ek_route_cpu is also the CPU engine's router (engine/forward.c):
- * one definition of the top-k rule. */
+/* ek_moe_cpu.c — CPU twins of the MoE ops (ek_route, ek_route_softmax in
+ * ek_ops.cu, ek_moe in ek_moe.cu). ek_route_cpu and ek_route_softmax_cpu are
+ * also the CPU engine's routers (engine/forward.c): one definition of each
+ * top-k rule. */
 #include "kernels/ek_cpu_int.h"
 
 #include <errno.h>
@@ -39,6 +40,40 @@ void ek_route_cpu(const float *logits, int ldl, const float *bias, int E, int k,
 			}
 			id[j] = best;
 			w[j] = route_score(l[best], softcap);
+			sum += w[j];
+		}
+		for (int j = 0; norm && j < k; j++)
+			w[j] /= sum;
+	}
+}
+
+void ek_route_softmax_cpu(const float *logits, int ldl, int E, int k, int norm, int *ids,
+                          float *wts, int T)
+{
+	for (int t = 0; t < T; t++) {
+		const float *l = logits + (size_t)t * ldl;
+		int *id = ids + (size_t)t * k;
+		float *w = wts + (size_t)t * k, mx = -INFINITY, z = 0, sum = 0;
+		for (int e = 0; e < E; e++)
+			mx = l[e] > mx ? l[e] : mx;
+		for (int e = 0; e < E; e++)
+			z += expf(l[e] - mx);
+		/* p_e = exp(l_e - max) / z, recomputed where needed (the same bits) */
+		for (int j = 0; j < k; j++) {
+			int best = -1;
+			float bv = 0;
+			for (int e = 0; e < E; e++) {
+				int taken = 0;
+				for (int i = 0; i < j && !taken; i++)
+					taken = id[i] == e;
+				float v = expf(l[e] - mx) / z;
+				if (!taken && (best < 0 || v > bv)) {
+					best = e;
+					bv = v;
+				}
+			}
+			id[j] = best;
+			w[j] = bv;
 			sum += w[j];
 		}
 		for (int j = 0; norm && j < k; j++)

@@ -67,6 +67,47 @@ extern "C" int ek_add(struct ek_dev *d, float *x, const float *y, size_t n)
 	return ek_launched(d, "add");
 }
 
+__global__ void k_bias(float *y, int ldy, const float *b, int n, size_t total)
+{
+	pdl_start();
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t t = i / n, c = i % n;
+		y[t * ldy + c] = __fadd_rn(y[t * ldy + c], b[c]);
+	}
+}
+
+extern "C" int ek_bias(struct ek_dev *d, float *y, int ldy, const float *b, int T, int n)
+{
+	size_t total = (size_t)T * n;
+	if (!total)
+		return 0;
+	ek_launch(d, k_bias, dim3(grid_for(d, total, 256)), dim3(256), 0, y, ldy, b, n, total);
+	return ek_launched(d, "bias");
+}
+
+__global__ void k_sigmoid_scale(float *h, int ldh, const float *g, int ldg, int n, size_t total)
+{
+	pdl_start();
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		size_t t = i / n, c = i % n;
+		float s = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g[t * ldg])));
+		h[t * ldh + c] = __fmul_rn(h[t * ldh + c], s);
+	}
+}
+
+extern "C" int ek_sigmoid_scale(struct ek_dev *d, float *h, int ldh, const float *g, int ldg, int T,
+                                int n)
+{
+	size_t total = (size_t)T * n;
+	if (!total)
+		return 0;
+	ek_launch(d, k_sigmoid_scale, dim3(grid_for(d, total, 256)), dim3(256), 0, h, ldh, g, ldg, n,
+	          total);
+	return ek_launched(d, "sigmoid_scale");
+}
+
 __global__ void k_embed(float *x, const uint16_t *table, const int *tokens, int hidden, size_t n)
 {
 	pdl_start();
@@ -118,8 +159,8 @@ __global__ void k_qk_rope_kv(float *q, int ldq, float *k, int ldk, const float *
 	float xv = i < hd ? x[i] : 0.0f;
 	float ss = block_sum(__fmul_rn(xv, xv), sh);
 	float r = 1.0f / sqrtf(ss / (float)hd + eps);
-	if (i < hd)
-		xs[i] = __fmul_rn(w[i], __fmul_rn(xv, r));
+	if (i < hd)   /* no norm weights (llama, mistral): RoPE only */
+		xs[i] = w ? __fmul_rn(w[i], __fmul_rn(xv, r)) : xv;
 	__syncthreads();
 	if (i >= hd)
 		return;
@@ -170,6 +211,9 @@ static __device__ __forceinline__ void rbest(float &v, int &i, float v2, int i2)
 	}
 }
 
+/* SOFTMAX false: Laguna's sigmoid scores picked by score + bias; true: the
+ * softmax over the E logits (bias unused), picked by probability. */
+template <bool SOFTMAX>
 __global__ __launch_bounds__(256) void k_route(const float *logits, int ldl, const float *bias,
                                                int E, int k, int norm, float softcap, int *ids,
                                                float *wts)
@@ -178,10 +222,12 @@ __global__ __launch_bounds__(256) void k_route(const float *logits, int ldl, con
 	__shared__ int wi[8];
 	__shared__ int pick[32];
 	__shared__ float pw[32];
+	__shared__ float red[33];
 	pdl_start();
 	int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	float s[RT_PER], v[RT_PER];
 	bool free_[RT_PER];
+	float mx = -INFINITY;
 #pragma unroll
 	for (int q = 0; q < RT_PER; q++) {
 		int e = threadIdx.x + 256 * q;
@@ -189,11 +235,31 @@ __global__ __launch_bounds__(256) void k_route(const float *logits, int ldl, con
 		s[q] = v[q] = 0.0f;
 		if (e < E) {
 			float l = logits[(size_t)t * ldl + e];
+			if (SOFTMAX) {
+				s[q] = l;
+				mx = fmaxf(mx, l);
+				continue;
+			}
 			if (softcap > 0.0f)
 				l = __fmul_rn(tanhf(__fdiv_rn(l, softcap)), softcap);
 			s[q] = 1.0f / (1.0f + expf(-l));
 			v[q] = __fadd_rn(s[q], bias[e]);
 		}
+	}
+	if (SOFTMAX) {
+		mx = block_max(mx, red);
+		float part = 0.0f;
+#pragma unroll
+		for (int q = 0; q < RT_PER; q++)
+			if (free_[q]) {
+				s[q] = expf(__fsub_rn(s[q], mx));
+				part = __fadd_rn(part, s[q]);
+			}
+		float z = block_sum(part, red);
+#pragma unroll
+		for (int q = 0; q < RT_PER; q++)
+			if (free_[q])
+				v[q] = s[q] = __fdiv_rn(s[q], z);
 	}
 	for (int j = 0; j < k; j++) {
 		float bv = 0.0f;
@@ -251,6 +317,18 @@ extern "C" int ek_route(struct ek_dev *d, const float *logits, int ldl, const fl
 	if (T < 1 || E < 1 || E > 256 * RT_PER || k < 1 || k > 32 || k > E)
 		return ek_fail(d, -EINVAL, "route: E %d, k %d, T %d (E <= %d, k <= 32)", E, k, T,
 		               256 * RT_PER);
-	ek_launch(d, k_route, dim3(T), dim3(256), 0, logits, ldl, bias, E, k, norm, softcap, ids, wts);
+	ek_launch(d, k_route<false>, dim3(T), dim3(256), 0, logits, ldl, bias, E, k, norm, softcap, ids,
+	          wts);
 	return ek_launched(d, "route");
+}
+
+extern "C" int ek_route_softmax(struct ek_dev *d, const float *logits, int ldl, int E, int k,
+                                int norm, int *ids, float *wts, int T)
+{
+	if (T < 1 || E < 1 || E > 256 * RT_PER || k < 1 || k > 32 || k > E)
+		return ek_fail(d, -EINVAL, "route_softmax: E %d, k %d, T %d (E <= %d, k <= 32)", E, k, T,
+		               256 * RT_PER);
+	ek_launch(d, k_route<true>, dim3(T), dim3(256), 0, logits, ldl, (const float *)NULL, E, k, norm,
+	          0.0f, ids, wts);
+	return ek_launched(d, "route_softmax");
 }

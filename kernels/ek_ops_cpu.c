@@ -112,6 +112,22 @@ void ek_add_cpu(float *x, const float *y, size_t n)
 		x[i] += y[i];
 }
 
+void ek_bias_cpu(float *y, int ldy, const float *b, int T, int n)
+{
+	for (int t = 0; t < T; t++)
+		for (int i = 0; i < n; i++)
+			y[(size_t)t * ldy + i] += b[i];
+}
+
+void ek_sigmoid_scale_cpu(float *h, int ldh, const float *g, int ldg, int T, int n)
+{
+	for (int t = 0; t < T; t++) {
+		float s = 1.0f / (1.0f + expf(-g[(size_t)t * ldg]));
+		for (int i = 0; i < n; i++)
+			h[(size_t)t * ldh + i] *= s;
+	}
+}
+
 void ek_embed_cpu(float *x, const uint16_t *table, const int *tokens, int T, int hidden)
 {
 	for (int t = 0; t < T; t++)

@@ -11,7 +11,8 @@
  *    (an F16 subnormal among them), per-tensor FP8 scales, E4M3 literals.
  * 2. Golden tensors written by the real compressed-tensors 0.19.0
  *    (tools/gen_scheme_golden.py): the engine's rows equal compressed-
- *    tensors' decompress() in float32, bit for bit. */
+ *    tensors' decompress() in float32, bit for bit.
+ * 3. F16/F32 Linear weights widened exactly, and a Linear's bias. */
 #include "engine/model.h"
 #include "engine/ops.h"
 #include "base/err.h"
@@ -200,6 +201,41 @@ static void check_fp8_literal(void)
 }
 
 /* quantization_config: the schemes the engine reads pass, the rest is refused */
+/* F16 and F32 Linear weights (issue 18: checkpoints in either dtype): rows
+ * widened exactly (F16 subnormal, negative zero, infinity kept), and a bias
+ * added after the product by lg_matmul. */
+static void check_wide_dtypes(void)
+{
+	/* F16: 1.0, -2.5, 2^-24 (smallest subnormal), -0, 65504 (max), +inf */
+	uint16_t h[2][3] = {{0x3C00, 0xC100, 0x0001}, {0x8000, 0x7BFF, 0x7C00}};
+	float want_h[2][3] = {{1.0f, -2.5f, 0x1p-24f}, {-0.0f, 65504.0f, INFINITY}};
+	struct lg_linear W = {.kind = LG_W_F16, .rows = 2, .cols = 3, .w8 = (const uint8_t *)h};
+	TAP_OK(rows_equal(&W, &want_h[0][0], "F16"), "F16 weights: rows widened exactly (subnormal, -0, "
+	       "max, inf)");
+	float f[2][3] = {{0.1f, -3e-39f, 7.0f}, {1e30f, -0.0f, 2.5f}};
+	struct lg_linear F = {.kind = LG_W_F32, .rows = 2, .cols = 3, .w8 = (const uint8_t *)f};
+	TAP_OK(rows_equal(&F, &f[0][0], "F32"), "F32 weights: rows read as stored");
+	/* y = W·x + b through lg_matmul (one thread) */
+	float g[2][16], x[16], y[2], b[2] = {0.5f, -4.0f};
+	for (int c = 0; c < 16; c++) {
+		g[0][c] = (float)c;
+		g[1][c] = c % 2 ? -1.0f : 2.0f;
+		x[c] = 0.25f * (float)(c + 1);
+	}
+	struct lg_linear G = {.kind = LG_W_F32, .rows = 2, .cols = 16, .w8 = (const uint8_t *)g,
+	                      .bias = b};
+	float scratch[4 * 16];
+	struct lg_mm mm = {.W = &G, .x = x, .ldx = 16, .y = y, .ldy = 2, .T = 1};
+	lg_matmul(NULL, scratch, 16, &mm, 1);
+	double w0 = 0.5, w1 = -4.0;
+	for (int c = 0; c < 16; c++) {
+		w0 += (double)g[0][c] * x[c];
+		w1 += (double)g[1][c] * x[c];
+	}
+	TAP_OK(y[0] == (float)w0 && y[1] == (float)w1, "F32 Linear with bias: %g %g == %g %g", y[0], y[1],
+	       w0, w1);
+}
+
 static void check_config(void)
 {
 	static const struct { const char *q, *what; int code; } cases[] = {
@@ -331,6 +367,7 @@ int main(int argc, char **argv)
 	check_int8_literal();
 	check_int3_asym();
 	check_fp8_literal();
+	check_wide_dtypes();
 	check_config();
 	check_golden(argv[1]);
 	return tap_done();

@@ -11,7 +11,8 @@
  *     rounding points (fp16·2^e activations for NVFP4 GEMV, BF16 for GEMM)
  *     reproduced independently, and against exact activations within the
  *     rounding bound;
- *   - router against a sort-based top-k; MoE against a double composition. */
+ *   - routers (sigmoid, softmax) against a sort-based top-k; MoE against a double
+ *     composition; bias and shared-expert gate against formulas. */
 #include "tests/kernels/test_ek_util.h"
 #include "quant/quant.h"
 
@@ -451,6 +452,56 @@ static void test_moe(int kind, int H, int I, int E, int k, int T)
 	tu_w_free(&D);
 }
 
+/* The softmax router (Mixtral, Qwen MoE) against a double softmax and a
+ * sorted top-k; the bias and shared-expert gate twins against formulas. */
+static void test_route_softmax(int E, int k, int norm)
+{
+	int T = 5, ldl = E + 2;
+	float *l = tu_floats((size_t)T * ldl, -4.0f, 4.0f);
+	l[3] = l[4] = l[5] = 6.0f;                        /* a tie at the top, broken low */
+	int *ids = tu_alloc(sizeof(int) * T * k), *order = tu_alloc(sizeof(int) * E);
+	float *wts = tu_alloc(sizeof(float) * T * k), *p = tu_alloc(sizeof(float) * E);
+	ek_route_softmax_cpu(l, ldl, E, k, norm, ids, wts, T);
+	int bad_ids = 0, bad_w = 0;
+	for (int t = 0; t < T; t++) {
+		double mx = -1e30, z = 0, sum = 0;
+		for (int e = 0; e < E; e++)
+			mx = fmax(mx, l[(size_t)t * ldl + e]);
+		for (int e = 0; e < E; e++)
+			z += exp(l[(size_t)t * ldl + e] - mx);
+		for (int e = 0; e < E; e++) {
+			p[e] = (float)(exp(l[(size_t)t * ldl + e] - mx) / z);
+			order[e] = e;
+		}
+		sort_key = p;
+		qsort(order, E, sizeof(int), by_key);
+		for (int j = 0; j < k; j++)
+			sum += p[order[j]];
+		for (int j = 0; j < k; j++) {
+			bad_ids += ids[t * k + j] != order[j];
+			double want = norm ? p[order[j]] / sum : p[order[j]];
+			bad_w += fabs(wts[t * k + j] - want) > 2e-6 * fabs(want);
+		}
+	}
+	TAP_OK(bad_ids == 0, "route_softmax E=%d k=%d: picks equal a sorted top-k of the softmax (ties "
+	       "low)", E, k);
+	TAP_OK(bad_w == 0, "route_softmax E=%d k=%d: weights within 2e-6 of softmax%s", E, k,
+	       norm ? " / sum of the top-k" : "");
+	float y[2][3] = {{1, 2, 3}, {-1, 0.5f, 4}}, b[3] = {0.25f, -2, 8}, g[2][2] = {{0, 9}, {-1, 9}};
+	ek_bias_cpu(&y[0][0], 3, b, 2, 3);
+	ek_sigmoid_scale_cpu(&y[0][0], 3, &g[0][0], 2, 2, 3);
+	double s1 = 1 / (1 + exp(1.0));
+	TAP_OK(y[0][0] == 0.625f && y[0][1] == 0 && y[0][2] == 5.5f &&
+	       fabs(y[1][0] - (-0.75 * s1)) < 1e-7 && fabs(y[1][2] - 12 * s1) < 1e-6,
+	       "bias then sigmoid gate per row: [%g %g %g] [%g %g %g]", y[0][0], y[0][1], y[0][2],
+	       y[1][0], y[1][1], y[1][2]);
+	free(l);
+	free(ids);
+	free(order);
+	free(wts);
+	free(p);
+}
+
 int main(void)
 {
 	test_scalars();
@@ -476,6 +527,9 @@ int main(void)
 	test_route(256, 10, 1, 0.0f);
 	test_route(64, 8, 0, 30.0f);
 	test_route(8, 2, 1, 0.0f);
+	test_route_softmax(8, 2, 1);
+	test_route_softmax(60, 4, 0);
+	test_route_softmax(128, 8, 1);
 	test_moe(EK_NVFP4, 64, 32, 8, 2, 1);
 	test_moe(EK_BF16, 64, 32, 8, 2, 3);
 	test_moe(EK_NVFP4, 128, 64, 16, 4, 20);

@@ -389,6 +389,32 @@ int ek_route(struct ek_dev *d, const float *logits, int ldl, const float *bias, 
 	ENQUEUE(d, route, logits, ldl, bias, E, k, norm, softcap, ids, wts, T);
 }
 
+RUNNER(route_sm, (const float *logits; int ldl; int E, k, norm; int *ids; float *wts; int T;),
+       ek_route_softmax_cpu(a->logits, a->ldl, a->E, a->k, a->norm, a->ids, a->wts, a->T);
+       return 0;)
+
+int ek_route_softmax(struct ek_dev *d, const float *logits, int ldl, int E, int k, int norm,
+                     int *ids, float *wts, int T)
+{
+	ENQUEUE(d, route_sm, logits, ldl, E, k, norm, ids, wts, T);
+}
+
+RUNNER(bias, (float *y; int ldy; const float *b; int T, n;),
+       ek_bias_cpu(a->y, a->ldy, a->b, a->T, a->n); return 0;)
+
+int ek_bias(struct ek_dev *d, float *y, int ldy, const float *b, int T, int n)
+{
+	ENQUEUE(d, bias, y, ldy, b, T, n);
+}
+
+RUNNER(sigscale, (float *h; int ldh; const float *g; int ldg, T, n;),
+       ek_sigmoid_scale_cpu(a->h, a->ldh, a->g, a->ldg, a->T, a->n); return 0;)
+
+int ek_sigmoid_scale(struct ek_dev *d, float *h, int ldh, const float *g, int ldg, int T, int n)
+{
+	ENQUEUE(d, sigscale, h, ldh, g, ldg, T, n);
+}
+
 static int moe_now(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
                    const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
                    float *out, int ldo, int T, int acc)
@@ -737,6 +763,49 @@ static void check_model(const char *rq, const char *dir, const char *flags, cons
 	lg_model_close(m);
 }
 
+/* issue 18: the other families' tiny models (tests/data/tiny/<family>):
+ * the CUDA engine's host code runs each like the CPU engine (no q/k norm,
+ * biases on q|k|v, o, gate|up, down, the softmax router, the shared-expert
+ * gate as a fourth member of router|shared), or refuses by name what it
+ * does not follow (rope_type dynamic). A family directory that is missing
+ * fails. */
+static void check_families(const char *tiny)
+{
+	static const char *const fam[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
+	                                  "qwen3_moe"};
+	for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+		char dir[1024], name[64];
+		snprintf(dir, sizeof dir, "%s/%s", tiny, fam[i]);
+		snprintf(name, sizeof name, "tiny %s", fam[i]);
+		struct lg_model *m = NULL;
+		struct rq_err err = {0};
+		if (lg_model_open(dir, &m, &err)) {
+			TAP_OK(0, "%s: the CPU engine opens %s: %s (the tiny models are committed under "
+			       "tests/data/tiny, made by tools/gen_tiny_models.py)", name, dir, err.msg);
+			continue;
+		}
+		const struct lg_config *c = &m->cfg;
+		int refused = c->rope[LG_FULL].exact_ctx || c->rope[LG_SLIDING].exact_ctx;
+		struct lgc *g = NULL;
+		struct lgc_opts o = {.max_ctx = 64, .kv = "f32"};
+		int rc = lgc_create(m, &o, &g, &err);
+		if (refused) {
+			TAP_OK(rc == -ENOTSUP && strstr(err.msg, c->arch->model_type) && strstr(err.msg, "--device cpu"),
+			       "%s: the CUDA engine refuses it by name, before any device work (%s)", name,
+			       rc ? err.msg : "accepted");
+		} else {
+			lgc_free(g);
+			TAP_OK(rc == 0, "%s: the CUDA engine opens it%s%s", name, rc ? ": " : "", rc ? err.msg : "");
+			if (!rc) {
+				run_case(m, name, 12, "f32", 1, 256, 1e-4);
+				run_case(m, name, 40, "f32", 0, 256, 1e-4);
+				run_tail(m, name, 1e-4);
+			}
+		}
+		lg_model_close(m);
+	}
+}
+
 /* test_ek_emul_count.c: launch counts (not tests) */
 int emul_count_real_dims(void);
 int emul_count_dir(const char *dir);
@@ -744,13 +813,18 @@ int emul_count_dir(const char *dir);
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: test_ek_emul REQUANTFS [--count-real-dims | --count DIR]\n");
+		fprintf(stderr, "usage: test_ek_emul REQUANTFS [--count-real-dims | --count DIR | "
+		        "--families TINY_DIR]\n");
 		return 2;
 	}
 	if (argc > 2 && !strcmp(argv[2], "--count-real-dims"))
 		return emul_count_real_dims();
 	if (argc > 3 && !strcmp(argv[2], "--count"))
 		return emul_count_dir(argv[3]);
+	if (argc > 3 && !strcmp(argv[2], "--families")) {
+		check_families(argv[3]);
+		return tap_done();
+	}
 	tu_decode_models(argv[1], "/tmp/rq-test-ek-emul-XXXXXX", check_model, 1e-4);
 	return tap_done();
 }

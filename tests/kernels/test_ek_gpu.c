@@ -142,6 +142,40 @@ static void test_route(void)
 	ek_free(D, dl); ek_free(D, db); ek_free(D, did); ek_free(D, dw);
 }
 
+/* issue 18: the softmax router (Mixtral, Qwen MoE), a Linear's bias, the
+ * shared-expert sigmoid gate: GPU vs twin. */
+static void test_family_ops(int E, int k, int norm)
+{
+	int T = 7, ldl = E + 3, n = 1000;
+	float *l = tu_floats((size_t)T * ldl, -4, 4);
+	int *ids = tu_alloc(sizeof(int) * T * k), *gids = tu_alloc(sizeof(int) * T * k);
+	float *wts = tu_alloc(sizeof(float) * T * k), *gw = tu_alloc(sizeof(float) * T * k);
+	float *dl = up(l, sizeof(float) * T * ldl);
+	int *did = ek_alloc(D, sizeof(int) * T * k);
+	float *dw = ek_alloc(D, sizeof(float) * T * k);
+	int ok = ok_rc(ek_route_softmax(D, dl, ldl, E, k, norm, did, dw, T), "route_softmax");
+	down(gids, did, sizeof(int) * T * k);
+	down(gw, dw, sizeof(float) * T * k);
+	ek_route_softmax_cpu(l, ldl, E, k, norm, ids, wts, T);
+	TAP_OK(ok && !memcmp(ids, gids, sizeof(int) * T * k), "route_softmax E=%d k=%d norm %d: GPU picks "
+	       "== twin", E, k, norm);
+	tu_close_f("route_softmax: GPU weights vs twin", gw, wts, NULL, (size_t)T * k, 1e-6, 1e-9);
+	/* bias and sigmoid scale over strided rows */
+	float *y = tu_floats((size_t)T * (n + 5), -2, 2), *b = tu_floats(n, -1, 1);
+	float *yc = tu_alloc(sizeof(float) * T * (n + 5)), *yg = tu_alloc(sizeof(float) * T * (n + 5));
+	memcpy(yc, y, sizeof(float) * T * (n + 5));
+	float *dy = up(y, sizeof(float) * T * (n + 5)), *db = up(b, sizeof(float) * n);
+	ok = ok_rc(ek_bias(D, dy, n + 5, db, T, n), "bias") &&
+	     ok_rc(ek_sigmoid_scale(D, dy, n + 5, dl, ldl, T, n), "sigmoid_scale");
+	down(yg, dy, sizeof(float) * T * (n + 5));
+	ek_bias_cpu(yc, n + 5, b, T, n);
+	ek_sigmoid_scale_cpu(yc, n + 5, l, ldl, T, n);
+	if (ok)
+		tu_close_f("bias + sigmoid_scale: GPU vs twin", yg, yc, NULL, (size_t)T * (n + 5), 1e-6, 1e-9);
+	free(l); free(ids); free(gids); free(wts); free(gw); free(y); free(b); free(yc); free(yg);
+	ek_free(D, dl); ek_free(D, did); ek_free(D, dw); ek_free(D, dy); ek_free(D, db);
+}
+
 static void test_moe(int kind, int H, int I, int E, int k, int T)
 {
 	struct tu_w G, U, Dn;
@@ -248,7 +282,8 @@ static void test_small_ops(void)
 	ek_free(D, dx); ek_free(D, dw); ek_free(D, dout); ek_free(D, dtab); ek_free(D, dtok);
 }
 
-static void test_rope(int kvtype, int pos)
+/* norm 0: no q/k norm weights (NULL: llama, mistral), RoPE only */
+static void test_rope(int kvtype, int pos, int norm)
 {
 	int T = 3, nh = 72, nkv = 8, hd = 128, rot = 64, cap = 600, ldq = nh * hd, ldk = nkv * hd;
 	float *q = tu_floats((size_t)T * ldq, -2, 2), *k = tu_floats((size_t)T * ldk, -2, 2);
@@ -265,17 +300,19 @@ static void test_rope(int kvtype, int pos)
 	void *dkc = ek_alloc(D, cb), *dvc = ek_alloc(D, cb);
 	ek_memset(D, dkc, 0, cb);
 	ek_memset(D, dvc, 0, cb);
-	int ok = ok_rc(ek_qk_rope_kv(D, dq, ldq, dk, ldk, dv, ldk, T, nh, nkv, hd, dqn, dkn, 1e-6f, dinv,
+	int ok = ok_rc(ek_qk_rope_kv(D, dq, ldq, dk, ldk, dv, ldk, T, nh, nkv, hd, norm ? dqn : NULL,
+	                             norm ? dkn : NULL, 1e-6f, dinv,
 	                             rot, 1.4852f, dpos, dkc, dvc, kvtype, cap), "qk_rope_kv");
 	float *qg = tu_alloc(sizeof(float) * T * ldq), *kgf = tu_alloc(sizeof(float) * T * ldk);
 	down(qg, dq, sizeof(float) * T * ldq);
 	down(kgf, dk, sizeof(float) * T * ldk);
 	down(kg, dkc, cb);
 	down(vg, dvc, cb);
-	ek_qk_rope_kv_cpu(q, ldq, k, ldk, v, ldk, T, nh, nkv, hd, qn, kn, 1e-6f, inv, rot, 1.4852f, &pos,
+	ek_qk_rope_kv_cpu(q, ldq, k, ldk, v, ldk, T, nh, nkv, hd, norm ? qn : NULL, norm ? kn : NULL,
+	                  1e-6f, inv, rot, 1.4852f, &pos,
 	                  kc, vc, kvtype, cap);
 	char what[128];
-	snprintf(what, sizeof what, "qk-norm + rope at %d (q): GPU vs twin", pos);
+	snprintf(what, sizeof what, "%s at %d (q): GPU vs twin", norm ? "qk-norm + rope" : "rope (no norm)", pos);
 	float *mq = tu_alloc(sizeof(float) * T * ldq);
 	for (int i = 0; i < T * ldq; i++)
 		mq[i] = 2.0f;                  /* |x| after the norm is O(1): absolute tolerance */
@@ -450,9 +487,14 @@ int main(void)
 	test_moe(EK_NVFP4, 256, 128, 16, 4, 40);
 	test_moe(EK_BF16, 256, 128, 8, 2, 33);
 	test_small_ops();
-	test_rope(EK_KV_F32, 5);
-	test_rope(EK_KV_BF16, 30000);
-	test_rope(EK_KV_FP8, 1000);
+	test_family_ops(8, 2, 1);      /* mixtral */
+	test_family_ops(60, 4, 0);     /* qwen2_moe */
+	test_family_ops(128, 8, 1);    /* qwen3_moe */
+	test_family_ops(1000, 32, 1);  /* the bounds: E <= 1024, k <= 32 */
+	test_rope(EK_KV_F32, 5, 1);
+	test_rope(EK_KV_BF16, 30000, 1);
+	test_rope(EK_KV_FP8, 1000, 1);
+	test_rope(EK_KV_F32, 77, 0);   /* llama, mistral: no q/k norm */
 	/* RQ_TEST_QUICK=1 (compute-sanitizer runs): no 16K-key cases */
 	const char *qe = getenv("RQ_TEST_QUICK");
 	int quick = qe && qe[0] == '1';
