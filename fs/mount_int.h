@@ -17,7 +17,7 @@
 
 #include "cache/cache.h"
 #include "fs/mount.h"
-#include "fs/plan.h"
+#include "plan/plan.h"
 
 struct rq_quantizer;
 struct rq_pt;

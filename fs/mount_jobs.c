@@ -19,7 +19,7 @@
  * evicted while reads still wait on it is queued again.
  *
  * A worker (run_job): looks the job up in the cache (verified on first use:
- * a corrupt entry is a logged miss); on a miss runs it (fs/job.c: SRC
+ * a corrupt entry is a logged miss); on a miss runs it (job/job.c: SRC
  * identity before and after, the quantizer, page cache dropped), makes it
  * PUTTING and answers its data reads, publishes it, READY.
  *
@@ -41,7 +41,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
-#include "fs/job.h"
+#include "job/job.h"
 #include "qdev/qdev.h"
 
 #define DEFAULT_MEM_MAX (1ull << 30)
@@ -416,7 +416,7 @@ static void adopt_entry(struct rq_mount *m, int j, struct mout *o, int fd, uint6
 		rq_mout_unref(o);     /* the job's reference; holders keep theirs */
 }
 
-/* A miss: quantize (fs/job.c checks SRC before and after), answer the data
+/* A miss: quantize (job/job.c checks SRC before and after), answer the data
  * reads from memory (PUTTING), publish, READY. */
 static void quantize_job(struct rq_mount *m, int j, unsigned gen)
 {

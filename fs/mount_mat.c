@@ -40,7 +40,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "fs/job.h"
+#include "job/job.h"
 
 #include "base/err.h"
 #include "fs/mount_pt.h"

@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
-#include "fs/job.h"
+#include "job/job.h"
 
 #define SMALL_SEGS 16
 #define MAX_RECOPY 3      /* entries changing (but good) under every copy: EIO */

@@ -4,8 +4,8 @@
  * A plan is immutable once built and may be read from any thread. Every
  * virtual file is a list of segments; export writes them and the mount
  * serves them, so the two cannot disagree. */
-#ifndef RQ_FS_PLAN_H
-#define RQ_FS_PLAN_H
+#ifndef RQ_PLAN_PLAN_H
+#define RQ_PLAN_PLAN_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,8 +1,8 @@
 /* verify.h — compare the tensors two checkpoints share, byte for byte, and
  * tell which recipe variant (if any) reproduces a reference's NVFP4 bytes
  * from BF16 weights. */
-#ifndef RQ_FS_VERIFY_H
-#define RQ_FS_VERIFY_H
+#ifndef RQ_OFFLINE_VERIFY_H
+#define RQ_OFFLINE_VERIFY_H
 
 #include <stdint.h>
 
@@ -34,7 +34,7 @@ typedef void (*rq_verify_fn)(void *ctx, const struct rq_vresult *r);
  * not NULL, is a BF16 checkpoint used for recipe diagnosis of modules that
  * are BF16 there and NVFP4 in ref (dir itself is used when it has them).
  * regex (Python re syntax as Python's re.search: a match anywhere in the
- * name; fs/pyre.h, bounded) limits the tensors. */
+ * name; plan/pyre.h, bounded) limits the tensors. */
 int rq_verify(const char *dir, const char *ref, const char *source, const char *regex,
               rq_verify_fn fn, void *ctx, struct rq_vsummary *sum, struct rq_err *err);
 

@@ -1,6 +1,6 @@
 /* rules.c — ignore/targets entries: exact names or Python re.match patterns. */
-#include "fs/rules.h"
-#include "fs/pyre.h"
+#include "plan/rules.h"
+#include "plan/pyre.h"
 #include "base/err.h"
 
 #include <errno.h>

@@ -2,15 +2,15 @@
  * matched like vLLM and compressed-tensors: "re:PAT" matches a module name
  * when Python's re.match(PAT, name) does (anchored at the start only); any
  * other entry must equal the name exactly. PAT is Python re syntax run by
- * PCRE2 with bounded work (fs/pyre.h: what is translated, what is refused
+ * PCRE2 with bounded work (plan/pyre.h: what is translated, what is refused
  * with the entry named). Each pattern is compiled once, at init.
  *
  * Decision: a pattern that hits PCRE2's match, depth or heap limit on some
  * module name is an error (-ERANGE, naming the entry and the module) that
  * refuses the plan, and so the mount or export; it is never taken as a
  * match or a non-match. */
-#ifndef RQ_FS_RULES_H
-#define RQ_FS_RULES_H
+#ifndef RQ_PLAN_RULES_H
+#define RQ_PLAN_RULES_H
 
 #include <stddef.h>
 

@@ -20,8 +20,8 @@
  * - any other quantization_config (not compressed-tensors, a group already
  *   using a chosen target, a shape this code cannot edit safely) is refused
  *   with a message naming config.json. */
-#ifndef RQ_FS_QCONFIG_H
-#define RQ_FS_QCONFIG_H
+#ifndef RQ_PLAN_QCONFIG_H
+#define RQ_PLAN_QCONFIG_H
 
 #include <stddef.h>
 #include "quant/scheme.h"

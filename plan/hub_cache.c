@@ -16,8 +16,8 @@
  *   that the path built from it cannot leave snapshots/.
  * - The snapshot is returned with symlinks resolved; rq_src_scan then applies
  *   its hub symlink policy (links into that repo's blobs/ only). */
-#include "fs/hub_cache.h"
-#include "fs/ckpt.h"
+#include "plan/hub_cache.h"
+#include "plan/ckpt.h"
 #include "base/err.h"
 
 #include <ctype.h>

@@ -4,9 +4,9 @@
  * llm-compressor 0.14.0.1 model_free_ptq's (the decision is written out at
  * the top of plan.c); the Laguna fix (RQ_SCHEME_NVFP4) never comes here. */
 #include "base/grow.h"
-#include "fs/plan_int.h"
-#include "fs/qconfig.h"
-#include "fs/rules.h"
+#include "plan/plan_int.h"
+#include "plan/qconfig.h"
+#include "plan/rules.h"
 #include "base/err.h"
 
 #include <errno.h>

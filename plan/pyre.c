@@ -1,7 +1,7 @@
 /* pyre.c — Python re patterns on PCRE2, bounded (see pyre.h); the
  * translation is pyre_tr.c. */
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "fs/pyre.h"
+#include "plan/pyre.h"
 #include "base/err.h"
 
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* job.h — runs one of a plan's quantization jobs: reads its BF16 weights
  * from SRC and hands them to the quantizer device (qdev/qdev.h). */
-#ifndef RQ_FS_JOB_H
-#define RQ_FS_JOB_H
+#ifndef RQ_JOB_H
+#define RQ_JOB_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -9,9 +9,9 @@
  *                                   (a job's output from the cache when it is there,
  *                                   else quantized now)
  * then every temporary is renamed; with links, the manifest goes last. */
-#include "fs/export.h"
-#include "fs/plan.h"
-#include "fs/job.h"
+#include "offline/export.h"
+#include "plan/plan.h"
+#include "job/job.h"
 #include "cache/cache.h"
 #include "base/err.h"
 #include "st/jcheck.h"

@@ -39,9 +39,9 @@
  *    module is byte-identical to SRC, and a rewritten shard keeps SRC's
  *    __metadata__ (model_free drops it); tensor bytes are the same. */
 #include "base/grow.h"
-#include "fs/plan_int.h"
-#include "fs/rules.h"
-#include "fs/ckpt.h"
+#include "plan/plan_int.h"
+#include "plan/rules.h"
+#include "plan/ckpt.h"
 #include "st/jtext.h"
 #include "st/jcheck.h"
 #include "base/err.h"

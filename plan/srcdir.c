@@ -1,7 +1,7 @@
 /* srcdir.c — what SRC holds: its files, resolved through hub symlinks. */
 #include "base/grow.h"
-#include "fs/plan_int.h"
-#include "fs/ckpt.h"
+#include "plan/plan_int.h"
+#include "plan/ckpt.h"
 #include "base/err.h"
 
 #include <dirent.h>

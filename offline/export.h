@@ -6,8 +6,8 @@
  * differs (the rewritten shards, config.json, the index) is written. DST then
  * holds a manifest, EXPORT_MANIFEST, recording each linked file's identity,
  * so `verify` can say which links no longer show the bytes the export saw. */
-#ifndef RQ_FS_EXPORT_H
-#define RQ_FS_EXPORT_H
+#ifndef RQ_OFFLINE_EXPORT_H
+#define RQ_OFFLINE_EXPORT_H
 
 #include <stddef.h>
 #include <stdint.h>

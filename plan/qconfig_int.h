@@ -1,8 +1,8 @@
-/* qconfig_int.h — inside fs/qconfig*.c: the JSON model_free_ptq writes for a
+/* qconfig_int.h — inside plan/qconfig*.c: the JSON model_free_ptq writes for a
  * scheme (cJSON trees) and the text edits that put it into config.json in
  * the file's own style. */
-#ifndef RQ_FS_QCONFIG_INT_H
-#define RQ_FS_QCONFIG_INT_H
+#ifndef RQ_PLAN_QCONFIG_INT_H
+#define RQ_PLAN_QCONFIG_INT_H
 
 #include <stddef.h>
 #include <cjson/cJSON.h>

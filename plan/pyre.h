@@ -26,8 +26,8 @@
  * fast instead of spinning a core, and never silently matches or not.
  * A subject that is not valid UTF-8 is an error too (-EILSEQ): Python never
  * sees such a name. */
-#ifndef RQ_FS_PYRE_H
-#define RQ_FS_PYRE_H
+#ifndef RQ_PLAN_PYRE_H
+#define RQ_PLAN_PYRE_H
 
 struct rq_err;
 struct rq_pyre;

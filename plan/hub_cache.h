@@ -8,8 +8,8 @@
  * error that says how to get it. The caller decides whether an argument is a
  * path or a repo id (an existing path always wins); these functions only look
  * at the cache. */
-#ifndef RQ_FS_HUB_CACHE_H
-#define RQ_FS_HUB_CACHE_H
+#ifndef RQ_PLAN_HUB_CACHE_H
+#define RQ_PLAN_HUB_CACHE_H
 
 struct rq_err;
 

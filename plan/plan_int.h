@@ -1,8 +1,8 @@
 /* plan_int.h — shared between the plan's source files (not public). */
-#ifndef RQ_FS_PLAN_INT_H
-#define RQ_FS_PLAN_INT_H
+#ifndef RQ_PLAN_PLAN_INT_H
+#define RQ_PLAN_PLAN_INT_H
 
-#include "fs/plan.h"
+#include "plan/plan.h"
 #include "st/st.h"
 
 struct rq_err;

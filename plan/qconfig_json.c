@@ -3,7 +3,7 @@
  * llm-compressor 0.14.0.1 model_free_ptq (golden dumps:
  * tests/data/qconfig_golden/, tools/gen_qconfig_golden.py), and the text
  * edits that write it into config.json without re-serializing the file. */
-#include "fs/qconfig_int.h"
+#include "plan/qconfig_int.h"
 
 #include <errno.h>
 #include <stdio.h>

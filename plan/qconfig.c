@@ -53,9 +53,9 @@
  * Refused, so that no module can match two groups: a newly quantized module
  * (or its fused name) still matched by a remaining ignore entry or by an
  * existing group's target, and a new target equal to an existing one. */
-#include "fs/qconfig.h"
-#include "fs/qconfig_int.h"
-#include "fs/rules.h"
+#include "plan/qconfig.h"
+#include "plan/qconfig_int.h"
+#include "plan/rules.h"
 #include "base/err.h"
 #include "st/jcheck.h"
 #include "base/grow.h"

@@ -18,7 +18,8 @@
  * Shards that hold no scale are never touched. */
 #include "st/jtext.h"
 #include "base/grow.h"
-#include "fs/ckpt.h"
+#include "offline/calib.h"
+#include "plan/ckpt.h"
 #include "base/err.h"
 #include "hub/hub.h"
 

@@ -1,8 +1,8 @@
 /* verify.c — byte comparison of two checkpoints, and recipe diagnosis. */
 #include "base/grow.h"
-#include "fs/verify.h"
-#include "fs/ckpt.h"
-#include "fs/pyre.h"
+#include "offline/verify.h"
+#include "plan/ckpt.h"
+#include "plan/pyre.h"
 #include "base/err.h"
 #include "quant/quant.h"
 

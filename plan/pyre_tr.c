@@ -14,7 +14,7 @@
  *   (?i)          four letter families Python folds together and PCRE2 does
  *                 not (i I U+0130 U+0131 and three pairs: `families`): a
  *                 member becomes the family's class. */
-#include "fs/pyre.h"
+#include "plan/pyre.h"
 #include "base/err.h"
 
 #include <errno.h>

@@ -2,8 +2,8 @@
  * safetensors file) by name: shards are found through
  * model.safetensors.index.json when present (headers parsed lazily, so
  * shards never touched may be absent), else by parsing every *.safetensors. */
-#ifndef RQ_FS_CKPT_H
-#define RQ_FS_CKPT_H
+#ifndef RQ_PLAN_CKPT_H
+#define RQ_PLAN_CKPT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -40,35 +40,15 @@ const char *rq_ckpt_shard_path(const struct rq_ckpt *c, int shard);
  * F32 with one element, finite and positive. */
 int rq_calib_lookup(const char *calib, char *const *modules, size_t n, uint32_t *bits,
                     struct rq_err *err);
-/* Writes every *.input_global_scale of calib_dir into out_file (a small
- * safetensors file), atomically. *count gets the number of scales. */
-int rq_calib_extract(const char *calib_dir, const char *out_file, size_t *count,
-                     struct rq_err *err);
-
-/* What extract and fetch share, so that both write the same bytes. */
+/* One scale by its full name (<module>.input_global_scale) from an open
+ * calibration checkpoint `calib` (named in messages), checked as rq_calib_check. */
+int rq_calib_read_scale(struct rq_ckpt *c, const char *calib, const char *name, uint32_t *bits,
+                        struct rq_err *err);
+/* What lookup, extract and fetch share. */
 /* Checks one calibration scale: t (from a header of `where`, named in
  * messages) must be an F32 with one element; when b (its 4 bytes, little
  * endian) is given, the value must be finite and positive: *bits gets it. */
 int rq_calib_check(const char *name, const char *where, const struct st_tensor *t,
                    const uint8_t *b, uint32_t *bits, struct rq_err *err);
-/* Writes the calibration file: names[i] = bits[i] as F32 [1], metadata
- * {"format":"pt","requantfs":"calib"}, the canonical layout (st_layout), so
- * the same set gives the same bytes whatever its order; tmp, fsync, rename. */
-int rq_calib_write(const char *out_file, char *const *names, const uint32_t *bits, size_t n,
-                   struct rq_err *err);
-
-/* `calib fetch` (calib_fetch.c): the file rq_calib_extract writes, made
- * from a 07-22 checkpoint on a Hugging Face hub (hub/hub.h: endpoint NULL
- * for $HF_ENDPOINT or huggingface.co, the token) without downloading it:
- * model.safetensors.index.json whole (or, when the repository has none,
- * model.safetensors), then for each shard holding a scale its 8-byte header
- * length, its header, and the scalars (neighbours within a few KiB in one
- * range request). *count gets the number of scales, *stats (may be NULL)
- * what was transferred; progress (may be NULL) is called after every request. */
-struct rq_hub_stats;
-int rq_calib_fetch(const char *endpoint, const char *repo, const char *rev, const char *out_file,
-                   size_t *count, struct rq_hub_stats *stats,
-                   void (*progress)(void *ctx, const struct rq_hub_stats *s), void *ctx,
-                   struct rq_err *err);
 
 #endif

@@ -2,8 +2,8 @@
  * config.json without the dropped rule, the rewritten index, the rewritten
  * shards; every other file is its SRC file as is. */
 #include "base/grow.h"
-#include "fs/plan_int.h"
-#include "fs/ckpt.h"
+#include "plan/plan_int.h"
+#include "plan/ckpt.h"
 #include "st/jtext.h"
 #include "base/err.h"
 

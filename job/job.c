@@ -4,9 +4,9 @@
  * the Laguna fix through rq_quantizer_run (then the global scale after each
  * module's packed bytes and scales), any other scheme through
  * rq_quantizer_run_scheme, which writes the scheme's whole layout. */
-#include "fs/job.h"
+#include "job/job.h"
 #include "cache/cache.h"
-#include "fs/plan.h"
+#include "plan/plan.h"
 #include "base/err.h"
 #include "qdev/qdev.h"
 #include "quant/quant.h"
