@@ -355,12 +355,9 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 	rq_mnt_read_free(rd);
 }
 
-void rq_mnt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+void rq_mnt_read(fuse_req_t req, struct rq_mount *m, size_t size, off_t off,
                  struct fuse_file_info *fi)
 {
-	struct rq_mount *m = fuse_req_userdata(req);
-	if (ino >= m->ctl_base)
-		return rq_mnt_ctl_read(req, m, ino, size, off, fi);
 	atomic_store(&m->last_busy_ns, (long long)(rq_mnt_now() * 1e9));
 	long file = (long)(fi->fh & ~RQ_FH_PT);
 	const struct rq_vfile *f = &m->plan->files[file];
