@@ -14,9 +14,11 @@
  *   control   mount_ctl.c   /.requantfs/: status, jobs/<j> (`warm`); an edge:
  *                           only the ops reach it, for its own inodes
  *   open      mount_open.c  the open's mode: passthrough | copy path
- *   read      mount_read.c  a copy-path read maps its range onto segments;
- *                           each is answered now or the read parks on its job
- *   segments  mount_mat.c   materialized files (a whole shard on disk)
+ *   read      mount_read.c  a copy-path read maps its range onto segments
+ *   sources   mount_seg.c   the seam: each segment's bytes now (buffer or fd
+ *                           + offset) or "parked"; memory | SRC range | job
+ *                           output | whole materialized file
+ *             mount_mat.c   materialized files (a whole shard on disk)
  *             mount_jobs.c  single-flight jobs: park, run (job/), publish
  *   leaves    mount_pt.c    kernel passthrough (backing ids)
  *             mount_out.c   job outputs and a read's holds on them

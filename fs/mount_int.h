@@ -285,6 +285,28 @@ void rq_mnt_read(fuse_req_t req, struct rq_mount *m, size_t size, off_t off,
  * parks it on the missing jobs (queuing them). Takes m->lock. */
 void rq_mnt_serve(struct rq_mount *m, struct mread *rd);
 
+/* mount_seg.c: a segment's source, the seam under the read path (the kinds
+ * and their table are at the top of mount_seg.c) */
+/* 1 when the source of g may have to park a read (acquire it under lock). */
+int rq_mnt_seg_may_park(const struct rq_seg *g);
+/* Under m->lock: may the bytes of [d, ...) of g be had now for rd? 0: yes
+ * (rd holds what keeps them alive); 1: rd parked on what produces them;
+ * -errno. *unit: the unit of work that makes byte d (a module: prefetch
+ * walks them in order), or -1. */
+int rq_mnt_seg_acquire(struct rq_mount *m, struct mread *rd, const struct rq_seg *g, uint64_t d,
+                       long *unit);
+/* No lock: *fb = the bytes [d, d + len) of g: memory (copied into dst, len
+ * bytes, when the source is a file others may change) or an fd + offset to
+ * splice. 0, -EIO (changed SRC), -ENODATA (a cache entry shorter than
+ * verified). */
+int rq_mnt_seg_bytes(struct rq_mount *m, struct mread *rd, const struct rq_seg *g, uint64_t d,
+                     uint64_t len, uint8_t *dst, struct fuse_buf *fb);
+/* Called by rq_mnt_serve under m->lock before any segment is asked: 1 when
+ * a whole materialized file answered rd (or parked it on its verification;
+ * m->lock released, rd no longer the caller's), 0 when the segments must
+ * (m->lock still held). */
+int rq_mnt_seg_file(struct rq_mount *m, struct mread *rd);
+
 /* mount_mat.c: materialized files */
 int rq_mnt_files_init(struct rq_mount *m, struct rq_err *err);
 void rq_mnt_files_free(struct rq_mount *m);
@@ -347,6 +369,8 @@ void rq_mout_unref(struct mout *o);
 int rq_mnt_hold(struct mread *rd, int j, struct mout *o);
 /* The output of job j that rd holds, or NULL. */
 struct mout *rq_mnt_held(struct mread *rd, int j);
+/* 1 when an output rd holds is in a cache fd (its bytes are copied). */
+int rq_mnt_held_fd(const struct mread *rd);
 void rq_mnt_read_free(struct mread *rd);   /* drops its holds, frees */
 /* The start of answering rd: takes m->lock and returns 1, or (rd failed
  * while parked) answers its error, frees it and returns 0 unlocked. */

@@ -79,3 +79,11 @@ void rq_mnt_read_free(struct mread *rd)
 	free(rd->held);
 	free(rd);
 }
+
+int rq_mnt_held_fd(const struct mread *rd)
+{
+	for (int i = 0; i < rd->nheld; i++)
+		if (rd->held[i].o->fd >= 0)
+			return 1;
+	return 0;
+}
