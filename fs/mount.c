@@ -24,6 +24,7 @@
  *             mount_out.c   job outputs and a read's holds on them
  *             mount_src.c   SRC identity
  *             mount_log.c   clock, log, thread stop
+ *             mountinfo.c   /proc/self/mountinfo (umount's and run's checks)
  *
  * The data path (open, read, mat, jobs) never calls lifecycle or control. */
 #include "fs/mount_int.h"
