@@ -1,10 +1,32 @@
 /* mount.c — the file system a requantfs mount presents: the fixed inode
- * tree and lookup/getattr/readdir/open/release/statfs (read-only).
+ * tree and lookup/getattr/readdir/open/read/release/statfs (read-only).
  *
  * The tree never changes while mounted, so entries and attributes are
  * cached by the kernel for a day and every open keeps the page cache.
- * Reads are in mount_read.c, jobs in mount_jobs.c, /.requantfs in
- * mount_ctl.c, the session's life in mount_run.c. */
+ *
+ * The daemon is one straight line. Each file calls only the files below it
+ * (mount_int.h declares them in this order); nothing calls back up except
+ * through a function pointer the upper file installed (mread.serve: how a
+ * parked read is answered; m->on_job_cached: who hears of a published job).
+ *
+ *   lifecycle mount_run.c   checks, session loop, readiness, SRC monitor, close
+ *   ops       mount.c       FUSE operations, inode tree
+ *   control   mount_ctl.c   /.requantfs/: status, jobs/<j> (`warm`); an edge:
+ *                           only the ops reach it, for its own inodes
+ *   open      mount_open.c  the open's mode: passthrough | copy path
+ *   read      mount_read.c  a copy-path read maps its range onto segments
+ *   sources   mount_seg.c   the seam: each segment's bytes now (buffer or fd
+ *                           + offset) or "parked"; memory | SRC range | job
+ *                           output | whole materialized file
+ *             mount_mat.c   materialized files (a whole shard on disk)
+ *             mount_jobs.c  single-flight jobs: park, run (job/), publish
+ *   leaves    mount_pt.c    kernel passthrough (backing ids)
+ *             mount_out.c   job outputs and a read's holds on them
+ *             mount_src.c   SRC identity
+ *             mount_log.c   clock, log, thread stop
+ *             mountinfo.c   /proc/self/mountinfo (umount's and run's checks)
+ *
+ * The data path (open, read, mat, jobs) never calls lifecycle or control. */
 #include "fs/mount_int.h"
 
 #include <errno.h>
@@ -355,6 +377,15 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	rq_mnt_open_file(req, m, n->file, fi);   /* passthrough or copy path */
 }
 
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi)
+{
+	struct rq_mount *m = M(req);
+	if (ino >= m->ctl_base)
+		return rq_mnt_ctl_read(req, m, ino, size, off, fi);
+	rq_mnt_read(req, m, size, off, fi);   /* the copy path: mount_read.c */
+}
+
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct rq_mount *m = M(req);
@@ -466,7 +497,7 @@ const struct fuse_lowlevel_ops rq_mnt_ops = {
 	.rmdir = op_unlink,
 	.create = op_create,
 	.open = op_open,
-	.read = rq_mnt_read,
+	.read = op_read,
 	.release = op_release,
 	.opendir = op_opendir,
 	.readdir = op_readdir,

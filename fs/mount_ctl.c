@@ -1,18 +1,14 @@
-/* mount_ctl.c — the hidden /.requantfs/ control directory and the watch on
- * SRC files.
+/* mount_ctl.c — the hidden /.requantfs/ control directory, an edge of the
+ * daemon: only mount.c's operations reach it (for its own inodes), and the
+ * data path never calls it.
  *
  *   /.requantfs/status     a JSON snapshot taken at open (direct I/O, so
  *                          every open sees fresh numbers)
  *   /.requantfs/jobs/<j>   reading runs job j if needed and answers when it
  *                          is ready ("<j> ok <modules> <in_bytes> <cache|memory>")
  *                          or fails with EIO; `requantfs warm` reads them all
- *
- * SRC identity: every read fstat()s the SRC file it serves; jobs and opens
- * also stat() the path; a monitor thread stats every SRC path once a second.
- * A difference from the plan's identity (size, inode, mtime, ctime: a rewrite
- * that restores size and mtime still moves ctime) is sticky:
- * dependent reads fail with EIO and the kernel's cached pages of the
- * dependent files are dropped, so stale bytes are never served. */
+ *                          (parked like a data read, answered through
+ *                          mread.serve = rq_mnt_ctl_serve) */
 #include "fs/mount_int.h"
 
 #include <errno.h>
@@ -27,122 +23,6 @@
 
 #include "fs/mount_pt.h"
 #include "qdev/qdev.h"
-
-/* ---- SRC identity ------------------------------------------------------ */
-
-static int differs(const struct stat *st, const struct rq_srcfile *sf, char *why, size_t len)
-{
-	int64_t mt = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-	int64_t ct = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
-	if ((uint64_t)st->st_size != sf->size)
-		snprintf(why, len, "size %" PRIu64 " -> %jd", sf->size, (intmax_t)st->st_size);
-	else if (st->st_ino != sf->ino || st->st_dev != sf->dev)
-		snprintf(why, len, "replaced by another file");
-	else if (mt != sf->mtime_ns)
-		snprintf(why, len, "modified (mtime changed)");
-	else if (ct != sf->ctime_ns)
-		snprintf(why, len, "modified or its metadata changed (ctime changed)");
-	else
-		return 0;
-	return 1;
-}
-
-int rq_mnt_src_check(struct rq_mount *m, int s, int path)
-{
-	struct msrc *ms = &m->srcs[s];
-	const struct rq_srcfile *sf = &m->plan->srcs[s];
-	struct stat st;
-	char why[128];
-	if (atomic_load(&ms->changed))
-		return -EIO;
-	if (fstat(ms->fd, &st)) {
-		snprintf(why, sizeof why, "fstat: %s", strerror(errno));
-	} else if (!differs(&st, sf, why, sizeof why)) {
-		if (!path)
-			return 0;
-		if (stat(sf->path, &st))
-			snprintf(why, sizeof why, "%s", strerror(errno));
-		else if (!differs(&st, sf, why, sizeof why))
-			return 0;
-	}
-	if (!atomic_exchange(&ms->changed, 1)) {
-		rq_mount_log(m, "SRC file %s changed under the mount (%s): reads of the files made "
-		             "from it now fail with EIO; remount to serve its new contents",
-		             sf->path, why);
-		pthread_mutex_lock(&m->mon_mu);
-		pthread_cond_signal(&m->mon_cv);
-		pthread_mutex_unlock(&m->mon_mu);
-	}
-	return -EIO;
-}
-
-/* Does virtual file f depend on SRC file s? */
-static int depends(const struct rq_plan *p, const struct rq_vfile *f, int s)
-{
-	if (f->src == s)
-		return 1;
-	for (size_t k = 0; k < f->nseg; k++) {
-		const struct rq_seg *g = &f->seg[k];
-		if (g->kind == RQ_SEG_SRC && g->src == s)
-			return 1;
-		if (g->kind == RQ_SEG_JOB)
-			for (int i = 0; i < p->jobs[g->job].nmod; i++)
-				if (p->mods[p->jobs[g->job].mod[i]].src == s)
-					return 1;
-	}
-	return 0;
-}
-
-static void *monitor(void *arg)
-{
-	struct rq_mount *m = arg;
-	const struct rq_plan *p = m->plan;
-	pthread_mutex_lock(&m->mon_mu);
-	while (!m->mon_stop) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
-		pthread_cond_timedwait(&m->mon_cv, &m->mon_mu, &ts);
-		if (m->mon_stop)
-			break;
-		pthread_mutex_unlock(&m->mon_mu);
-		for (size_t s = 0; s < p->nsrcs; s++) {
-			rq_mnt_src_check(m, (int)s, 1);
-			if (!atomic_load(&m->srcs[s].changed) || atomic_exchange(&m->srcs[s].invalidated, 1))
-				continue;
-			/* Drop what the kernel cached of every dependent file, and
-			 * its materialized file (open passthrough files keep theirs:
-			 * mount_mat.c). */
-			for (size_t i = 0; i < p->nfiles; i++)
-				if (depends(p, &p->files[i], (int)s)) {
-					pthread_mutex_lock(&m->lock);
-					rq_mnt_mat_drop(m, (long)i, "its SRC changed");
-					pthread_mutex_unlock(&m->lock);
-					fuse_lowlevel_notify_inval_inode(m->se, m->vino[i], 0, 0);
-				}
-		}
-		pthread_mutex_lock(&m->mon_mu);
-	}
-	pthread_mutex_unlock(&m->mon_mu);
-	return NULL;
-}
-
-int rq_mnt_monitor_start(struct rq_mount *m, struct rq_err *err)
-{
-	if (pthread_create(&m->monitor, NULL, monitor, m))
-		return -EAGAIN;
-	m->monitor_started = 1;
-	return 0;
-}
-
-void rq_mnt_monitor_stop(struct rq_mount *m)
-{
-	if (!m->monitor_started)
-		return;
-	rq_mnt_flag_stop(&m->mon_mu, &m->mon_stop, &m->mon_cv, NULL);
-	pthread_join(m->monitor, NULL);
-	m->monitor_started = 0;
-}
 
 /* ---- text ---------------------------------------------------------------- */
 

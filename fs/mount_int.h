@@ -1,8 +1,5 @@
-/* mount_int.h — internals shared by mount.c (inode tree, metadata ops),
- * mount_run.c (open, session loop, close, log), mount_read.c (read path),
- * mount_jobs.c (single-flight jobs, parked reads, prefetch, workers) and
- * mount_ctl.c (control directory, status, SRC monitor). Not included
- * outside fs/mount*.c. */
+/* mount_int.h — internals shared by the daemon's files (fs/mount*.c; their
+ * order is written at the top of mount.c). Not included outside fs/. */
 #ifndef RQ_FS_MOUNT_INT_H
 #define RQ_FS_MOUNT_INT_H
 
@@ -17,7 +14,7 @@
 
 #include "cache/cache.h"
 #include "fs/mount.h"
-#include "fs/plan.h"
+#include "plan/plan.h"
 
 struct rq_quantizer;
 struct rq_pt;
@@ -237,6 +234,9 @@ struct rq_mount {
 	pthread_cond_t mat_cv;
 	pthread_cond_t mat_done;  /* broadcast when the materializer finishes a file */
 	int mat_started;
+	/* a job's output was published to the cache (under lock); set by
+	 * mount_mat.c so that mount_jobs.c need not know who listens */
+	void (*on_job_cached)(struct rq_mount *m, int j);
 
 	pthread_t monitor;
 	int monitor_started;
@@ -247,23 +247,93 @@ struct rq_mount {
 	struct mstats st;
 };
 
-/* mount.c */
+/* ---- who calls whom ------------------------------------------------------
+ * Declarations by file, in the daemon's order (top of mount.c): each file
+ * calls only files listed after it. */
+
+/* mount_run.c (lifecycle: open, session loop, SRC monitor, close) calls
+ * everything below; its API is mount.h. */
+
+/* mount.c: FUSE operations and the inode tree */
 extern const struct fuse_lowlevel_ops rq_mnt_ops;
 int rq_mnt_tree_build(struct rq_mount *m, struct rq_err *err);
 void rq_mnt_tree_free(struct rq_mount *m);
 void rq_mnt_fill_attr(struct rq_mount *m, fuse_ino_t ino, struct stat *st);
 
-/* mount_run.c */
-double rq_mnt_now(void);
+/* mount_ctl.c: the control edge (/.requantfs/), reached only from mount.c */
+/* Answers a jobs/<j> read once job j is READY (its output stored in the
+ * cache, or known not to fit) or covered by materialized files; else parks
+ * it. Takes m->lock. (Reached from below only through mread.serve.) */
+void rq_mnt_ctl_serve(struct rq_mount *m, struct mread *rd);
+void rq_mnt_ctl_open(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino, struct fuse_file_info *fi);
+void rq_mnt_ctl_read(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino, size_t size, off_t off,
+                     struct fuse_file_info *fi);
+void rq_mnt_ctl_release(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino,
+                        struct fuse_file_info *fi);
+/* Reply text for a finished jobs/<j> read (malloc'd). */
+char *rq_mnt_job_line(struct rq_mount *m, long j, int from_disk);
 
-/* mount_read.c */
-void rq_mnt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+/* mount_open.c: the open's mode */
+/* op_open of plan file i (SRC identity already checked): replies. */
+void rq_mnt_open_file(fuse_req_t req, struct rq_mount *m, long i, struct fuse_file_info *fi);
+void rq_mnt_release_file(struct rq_mount *m, uint64_t fh);
+
+/* mount_read.c: a copy-path read maps its range onto segments */
+void rq_mnt_read(fuse_req_t req, struct rq_mount *m, size_t size, off_t off,
                  struct fuse_file_info *fi);
 /* Serves rd now if every job it needs is READY (replies, frees rd), else
  * parks it on the missing jobs (queuing them). Takes m->lock. */
 void rq_mnt_serve(struct rq_mount *m, struct mread *rd);
 
-/* mount_jobs.c */
+/* mount_seg.c: a segment's source, the seam under the read path (the kinds
+ * and their table are at the top of mount_seg.c) */
+/* 1 when the source of g may have to park a read (acquire it under lock). */
+int rq_mnt_seg_may_park(const struct rq_seg *g);
+/* Under m->lock: may the bytes of [d, ...) of g be had now for rd? 0: yes
+ * (rd holds what keeps them alive); 1: rd parked on what produces them;
+ * -errno. *unit: the unit of work that makes byte d (a module: prefetch
+ * walks them in order), or -1. */
+int rq_mnt_seg_acquire(struct rq_mount *m, struct mread *rd, const struct rq_seg *g, uint64_t d,
+                       long *unit);
+/* No lock: *fb = the bytes [d, d + len) of g: memory (copied into dst, len
+ * bytes, when the source is a file others may change) or an fd + offset to
+ * splice. 0, -EIO (changed SRC), -ENODATA (a cache entry shorter than
+ * verified). */
+int rq_mnt_seg_bytes(struct rq_mount *m, struct mread *rd, const struct rq_seg *g, uint64_t d,
+                     uint64_t len, uint8_t *dst, struct fuse_buf *fb);
+/* Called by rq_mnt_serve under m->lock before any segment is asked: 1 when
+ * a whole materialized file answered rd (or parked it on its verification;
+ * m->lock released, rd no longer the caller's), 0 when the segments must
+ * (m->lock still held). */
+int rq_mnt_seg_file(struct rq_mount *m, struct mread *rd);
+
+/* mount_mat.c: materialized files */
+int rq_mnt_files_init(struct rq_mount *m, struct rq_err *err);
+void rq_mnt_files_free(struct rq_mount *m);
+/* Starts the materializer once the kernel answered INIT; queues the shards
+ * whose file is in the cache, and (passthrough on) those whose every job
+ * is; from then on a published job queues the files it completes
+ * (m->on_job_cached). */
+int rq_mnt_mat_start(struct rq_mount *m);
+void rq_mnt_mat_stop(struct rq_mount *m);
+/* Under m->lock: drops file i's materialized file (changed, corrupt, or its
+ * SRC changed): it is read through its jobs again. */
+void rq_mnt_mat_drop(struct rq_mount *m, long i, const char *why);
+/* File i's materialized file o failed a re-check (r, from
+ * rq_cache_file_recheck): counted when corrupt, dropped if it is still the
+ * one served. No lock held. */
+void rq_mnt_mat_failed_check(struct rq_mount *m, long i, struct mout *o, int r, const char *why);
+/* Under m->lock: waits (bounded) for the verification of file i's file
+ * found in the cache, when one is queued or running. */
+void rq_mnt_mat_await(struct rq_mount *m, long i);
+/* Under m->lock: if file i is being verified, parks rd on it (answered by
+ * rd->serve once the verification is done) and returns 1. */
+int rq_mnt_mat_park(struct rq_mount *m, long i, struct mread *rd);
+/* A copy-path read of a materialized file: 1 when answered, 0 when file i is
+ * not (or no longer) materialized and must be served through its jobs. */
+int rq_mnt_read_mat(struct rq_mount *m, fuse_req_t req, long i, uint64_t off, uint64_t size);
+
+/* mount_jobs.c: single-flight jobs: park, run, publish */
 int rq_mnt_jobs_init(struct rq_mount *m, struct rq_err *err);
 int rq_mnt_jobs_start(struct rq_mount *m, struct rq_err *err);
 /* Joins workers (waiting at most RQ_MNT_STOP_WAIT_S for all: a worker stuck
@@ -280,69 +350,42 @@ void rq_mnt_park(struct rq_mount *m, int j, struct mread *rd);
 void rq_mnt_prefetch(struct rq_mount *m, size_t k);
 /* Under m->lock: marks a READY job as used now (LRU). */
 void rq_mnt_touch(struct rq_mount *m, int j);
-struct mout *rq_mout_new(int fd, uint64_t fd_off, const struct rq_cache_ident *id, uint8_t *mem);
-void rq_mout_unref(struct mout *o);
 /* Under m->lock: job j is not needed (covered): drops its output, or takes
  * it off the prefetch queue; it becomes IDLE. */
 void rq_mnt_job_release(struct rq_mount *m, int j);
 /* Under m->lock: job j's cache entry o turned out changed and corrupt: if o
  * is still j's output, j becomes IDLE (a later read rebuilds it). */
 void rq_mnt_drop_stale(struct rq_mount *m, int j, struct mout *o);
+/* Under m->lock: is every file made from job j materialized (READY)? */
+int rq_mnt_job_covered(struct rq_mount *m, int j);
+
+/* Leaves, called from above and calling no daemon file: mount_pt.c
+ * (mount_pt.h), mount_out.c, mount_src.c, mount_log.c, mountinfo.c. */
+
+/* mount_out.c: job outputs and a read's holds on them */
+struct mout *rq_mout_new(int fd, uint64_t fd_off, const struct rq_cache_ident *id, uint8_t *mem);
+void rq_mout_unref(struct mout *o);
 /* Under m->lock: rd keeps a reference to o (job j's output). -ENOMEM. */
 int rq_mnt_hold(struct mread *rd, int j, struct mout *o);
 /* The output of job j that rd holds, or NULL. */
 struct mout *rq_mnt_held(struct mread *rd, int j);
+/* 1 when an output rd holds is in a cache fd (its bytes are copied). */
+int rq_mnt_held_fd(const struct mread *rd);
 void rq_mnt_read_free(struct mread *rd);   /* drops its holds, frees */
 /* The start of answering rd: takes m->lock and returns 1, or (rd failed
  * while parked) answers its error, frees it and returns 0 unlocked. */
 int rq_mnt_serve_begin(struct rq_mount *m, struct mread *rd);
-/* Tells a thread to stop: *flag = 1 under mu, and wakes the waiters of cv
- * (and of cv2 when not NULL). The caller then joins it. */
-void rq_mnt_flag_stop(pthread_mutex_t *mu, int *flag, pthread_cond_t *cv, pthread_cond_t *cv2);
 
-/* mount_mat.c */
-int rq_mnt_files_init(struct rq_mount *m, struct rq_err *err);
-void rq_mnt_files_free(struct rq_mount *m);
-/* Starts the materializer once the kernel answered INIT; queues the shards
- * whose file is in the cache, and (passthrough on) those whose every job
- * is. */
-int rq_mnt_mat_start(struct rq_mount *m);
-void rq_mnt_mat_stop(struct rq_mount *m);
-/* Under m->lock: job j's output is in the cache now: queue the files of it
- * that have every job cached. */
-void rq_mnt_mat_job_cached(struct rq_mount *m, int j);
-/* Under m->lock: is every file made from job j materialized (READY)? */
-int rq_mnt_job_covered(struct rq_mount *m, int j);
-/* Under m->lock: drops file i's materialized file (changed, corrupt, or its
- * SRC changed): it is read through its jobs again. */
-void rq_mnt_mat_drop(struct rq_mount *m, long i, const char *why);
-/* op_open of plan file i (SRC identity already checked): replies. */
-void rq_mnt_open_file(fuse_req_t req, struct rq_mount *m, long i, struct fuse_file_info *fi);
-void rq_mnt_release_file(struct rq_mount *m, uint64_t fh);
-/* Under m->lock: if file i is being verified, parks rd on it (answered by
- * rq_mnt_serve once the verification is done) and returns 1. */
-int rq_mnt_mat_park(struct rq_mount *m, long i, struct mread *rd);
-/* A copy-path read of a materialized file: 1 when answered, 0 when file i is
- * not (or no longer) materialized and must be served through its jobs. */
-int rq_mnt_read_mat(struct rq_mount *m, fuse_req_t req, long i, uint64_t off, uint64_t size);
-
-/* mount_ctl.c */
-/* Answers a jobs/<j> read once job j is READY (its output stored in the
- * cache, or known not to fit) or covered by materialized files; else parks
- * it. Takes m->lock. */
-void rq_mnt_ctl_serve(struct rq_mount *m, struct mread *rd);
-void rq_mnt_ctl_open(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino, struct fuse_file_info *fi);
-void rq_mnt_ctl_read(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino, size_t size, off_t off,
-                     struct fuse_file_info *fi);
-void rq_mnt_ctl_release(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino,
-                        struct fuse_file_info *fi);
+/* mount_src.c: SRC identity */
 /* Checks SRC file s against the plan's identity (fstat of the fd; stat of
  * the path too when `path`). Marks it changed (sticky, logged) and returns
  * -EIO when it differs. */
 int rq_mnt_src_check(struct rq_mount *m, int s, int path);
-int rq_mnt_monitor_start(struct rq_mount *m, struct rq_err *err);
-void rq_mnt_monitor_stop(struct rq_mount *m);
-/* Reply text for a finished jobs/<j> read (malloc'd). */
-char *rq_mnt_job_line(struct rq_mount *m, long j, int from_disk);
+
+/* mount_log.c: clock, log (rq_mount_log* in mount.h), thread stop */
+double rq_mnt_now(void);
+/* Tells a thread to stop: *flag = 1 under mu, and wakes the waiters of cv
+ * (and of cv2 when not NULL). The caller then joins it. */
+void rq_mnt_flag_stop(pthread_mutex_t *mu, int *flag, pthread_cond_t *cv, pthread_cond_t *cv2);
 
 #endif

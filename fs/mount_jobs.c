@@ -19,7 +19,7 @@
  * evicted while reads still wait on it is queued again.
  *
  * A worker (run_job): looks the job up in the cache (verified on first use:
- * a corrupt entry is a logged miss); on a miss runs it (fs/job.c: SRC
+ * a corrupt entry is a logged miss); on a miss runs it (job/job.c: SRC
  * identity before and after, the quantizer, page cache dropped), makes it
  * PUTTING and answers its data reads, publishes it, READY.
  *
@@ -41,91 +41,23 @@
 #include <unistd.h>
 
 #include "base/err.h"
-#include "fs/job.h"
+#include "job/job.h"
 #include "qdev/qdev.h"
 
 #define DEFAULT_MEM_MAX (1ull << 30)
 #define DEFAULT_MAX_FD 1024
 
-/* ---- outputs and holds ------------------------------------------------ */
+/* ---- coverage --------------------------------------------------------- */
 
-struct mout *rq_mout_new(int fd, uint64_t fd_off, const struct rq_cache_ident *id, uint8_t *mem)
+int rq_mnt_job_covered(struct rq_mount *m, int j)
 {
-	struct mout *o = calloc(1, sizeof *o);
-	if (!o)
-		return NULL;
-	atomic_init(&o->refs, 1);
-	o->fd = fd;
-	o->fd_off = fd_off;
-	if (id)
-		o->id = *id;
-	o->mem = mem;
-	return o;
-}
-
-void rq_mout_unref(struct mout *o)
-{
-	if (!o || atomic_fetch_sub(&o->refs, 1) != 1)
-		return;
-	if (o->fd >= 0)
-		close(o->fd);
-	free(o->mem);
-	free(o);
-}
-
-int rq_mnt_hold(struct mread *rd, int j, struct mout *o)
-{
-	if (RQ_GROW(rd->held, rd->nheld, rd->capheld, 4))
-		return -ENOMEM;
-	atomic_fetch_add(&o->refs, 1);
-	rd->held[rd->nheld++] = (struct mhold){.job = j, .o = o};
-	return 0;
-}
-
-struct mout *rq_mnt_held(struct mread *rd, int j)
-{
-	/* Reads walk jobs mostly in order: start where the last lookup hit. */
-	for (int k = 0; k < rd->nheld; k++) {
-		int i = (rd->hcur + k) % rd->nheld;
-		if (rd->held[i].job == j) {
-			rd->hcur = i;
-			return rd->held[i].o;
-		}
-	}
-	return NULL;
-}
-
-void rq_mnt_flag_stop(pthread_mutex_t *mu, int *flag, pthread_cond_t *cv, pthread_cond_t *cv2)
-{
-	pthread_mutex_lock(mu);
-	*flag = 1;
-	pthread_cond_broadcast(cv);
-	if (cv2)
-		pthread_cond_broadcast(cv2);
-	pthread_mutex_unlock(mu);
-}
-
-int rq_mnt_serve_begin(struct rq_mount *m, struct mread *rd)
-{
-	pthread_mutex_lock(&m->lock);
-	if (rd->err) {
-		pthread_mutex_unlock(&m->lock);
-		fuse_reply_err(rd->req, -rd->err);
-		rq_mnt_read_free(rd);
+	const struct mjob *J = &m->jobs[j];
+	if (!J->nvf)
 		return 0;
-	}
-	rd->pending = 0;
+	for (int k = 0; k < J->nvf; k++)
+		if (m->files[J->vf[k]].mat != MAT_READY)
+			return 0;
 	return 1;
-}
-
-void rq_mnt_read_free(struct mread *rd)
-{
-	if (!rd)
-		return;
-	for (int i = 0; i < rd->nheld; i++)
-		rq_mout_unref(rd->held[i].o);
-	free(rd->held);
-	free(rd);
 }
 
 /* ---- queues and LRUs (under m->lock) ----------------------------------- */
@@ -399,7 +331,8 @@ static void adopt_entry(struct rq_mount *m, int j, struct mout *o, int fd, uint6
 	pthread_mutex_lock(&m->lock);
 	struct mjob *J = &m->jobs[j];
 	J->disk = 1;
-	rq_mnt_mat_job_cached(m, j);
+	if (m->on_job_cached)
+		m->on_job_cached(m, j);
 	if (rq_job_has_bytes(J) && J->out == o) {
 		lru_remove(m, j);
 		m->mem_bytes -= jb->out_size;
@@ -416,7 +349,7 @@ static void adopt_entry(struct rq_mount *m, int j, struct mout *o, int fd, uint6
 		rq_mout_unref(o);     /* the job's reference; holders keep theirs */
 }
 
-/* A miss: quantize (fs/job.c checks SRC before and after), answer the data
+/* A miss: quantize (job/job.c checks SRC before and after), answer the data
  * reads from memory (PUTTING), publish, READY. */
 static void quantize_job(struct rq_mount *m, int j, unsigned gen)
 {
@@ -531,7 +464,8 @@ static void run_job(struct rq_mount *m, int j)
 			atomic_fetch_add(&m->st.hits, 1);
 			pthread_mutex_lock(&m->lock);
 			J->disk = 1;
-			rq_mnt_mat_job_cached(m, j);
+			if (m->on_job_cached)
+				m->on_job_cached(m, j);
 			atomic_fetch_add(&m->st.parked_hit, (unsigned long long)J->nwait);
 			pthread_mutex_unlock(&m->lock);
 			complete(m, j, o, 2, 0);

@@ -1,5 +1,6 @@
-/* mount_mat.c — files served whole: kernel passthrough and materialized
- * requantized shards (state machine and mode rules in mount_int.h).
+/* mount_mat.c — files served whole: materialized requantized shards, the
+ * backing files of kernel passthrough opens (mount_open.c chooses the mode;
+ * state machine and mode rules in mount_int.h).
  *
  * Which files pass through:
  *   - a file byte-identical to its SRC file: from its first open, backed by
@@ -40,7 +41,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "fs/job.h"
+#include "job/job.h"
 
 #include "base/err.h"
 #include "fs/mount_pt.h"
@@ -185,18 +186,36 @@ static long mat_pop(struct rq_mount *m)
 	return i;
 }
 
-int rq_mnt_job_covered(struct rq_mount *m, int j)
+/* File i's materialized file o failed a re-check (r): counted when corrupt,
+ * dropped if it is still the one served. No lock held. */
+void rq_mnt_mat_failed_check(struct rq_mount *m, long i, struct mout *o, int r, const char *why)
 {
-	const struct mjob *J = &m->jobs[j];
-	if (!J->nvf)
-		return 0;
-	for (int k = 0; k < J->nvf; k++)
-		if (m->files[J->vf[k]].mat != MAT_READY)
-			return 0;
-	return 1;
+	if (r == -ESTALE)
+		atomic_fetch_add(&m->st.corrupt, 1);
+	pthread_mutex_lock(&m->lock);
+	if (m->files[i].mat_out == o)
+		rq_mnt_mat_drop(m, i, why);
+	pthread_mutex_unlock(&m->lock);
 }
 
-void rq_mnt_mat_job_cached(struct rq_mount *m, int j)
+/* Under m->lock: file i, found in the cache at mount, is being verified:
+ * wait (bounded: a hung cache must not hold this thread) so that an open
+ * can pass through, and verify it next. */
+void rq_mnt_mat_await(struct rq_mount *m, long i)
+{
+	struct mfile *mf = &m->files[i];
+	if (!mf->verifying || (mf->mat != MAT_QUEUED && mf->mat != MAT_RUNNING))
+		return;
+	mat_first(m, i);
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += OPEN_WAIT_S;
+	while (mf->verifying && !m->mat_stop &&
+	       pthread_cond_timedwait(&m->mat_done, &m->lock, &until) == 0)
+		;
+}
+
+static void job_cached(struct rq_mount *m, int j)
 {
 	const struct mjob *J = &m->jobs[j];
 	if (!m->mat_write)
@@ -556,6 +575,7 @@ int rq_mnt_mat_start(struct rq_mount *m)
 	pthread_mutex_lock(&m->lock);
 	m->mat_on = 1;
 	m->mat_write = m->pt && rq_pt_enabled(m->pt);
+	m->on_job_cached = job_cached;   /* published jobs may complete a file */
 	pthread_mutex_unlock(&m->lock);
 	if (pthread_create(&m->mat_thread, NULL, mat_main, m)) {
 		pthread_mutex_lock(&m->lock);
@@ -584,127 +604,6 @@ void rq_mnt_mat_stop(struct rq_mount *m)
 		pthread_mutex_unlock(&m->lock);
 		serve_parked(m, w, nw);
 	}
-}
-
-/* ---- open / release ----------------------------------------------------- */
-
-/* File i's materialized file o failed a re-check (r): counted when corrupt,
- * dropped if it is still the one served. No lock held. */
-static void mat_failed_check(struct rq_mount *m, long i, struct mout *o, int r, const char *why)
-{
-	if (r == -ESTALE)
-		atomic_fetch_add(&m->st.corrupt, 1);
-	pthread_mutex_lock(&m->lock);
-	if (m->files[i].mat_out == o)
-		rq_mnt_mat_drop(m, i, why);
-	pthread_mutex_unlock(&m->lock);
-}
-
-void rq_mnt_open_file(fuse_req_t req, struct rq_mount *m, long i, struct fuse_file_info *fi)
-{
-	const struct rq_vfile *f = &m->plan->files[i];
-	struct mfile *mf = &m->files[i];
-	int pt_on = m->pt && rq_pt_enabled(m->pt);
-	struct mout *mo = NULL;
-	if (pt_on && f->changed) {
-		pthread_mutex_lock(&m->lock);
-		/* Its file, found in the cache at mount, is being verified: wait
-		 * (bounded: a hung cache must not hold this thread) so that this
-		 * open can pass through, and verify it next. */
-		if (mf->verifying && (mf->mat == MAT_QUEUED || mf->mat == MAT_RUNNING)) {
-			mat_first(m, i);
-			struct timespec until;
-			clock_gettime(CLOCK_REALTIME, &until);
-			until.tv_sec += OPEN_WAIT_S;
-			while (mf->verifying && !m->mat_stop &&
-			       pthread_cond_timedwait(&m->mat_done, &m->lock, &until) == 0)
-				;
-		}
-		if (mf->mat == MAT_READY) {
-			mo = mf->mat_out;
-			atomic_fetch_add(&mo->refs, 1);
-		}
-		pthread_mutex_unlock(&m->lock);
-		if (mo) {   /* re-checked at every open: a change is verified again */
-			struct rq_err e = {0};
-			int r = rq_cache_file_recheck(m->cache, &mf->mat_key, mo->fd, f->size, &mo->id, &e);
-			if (r < 0) {
-				mat_failed_check(m, i, mo, r, e.msg);
-				rq_mout_unref(mo);
-				mo = NULL;
-			}
-		}
-	}
-	int id = 0, eio = 0;
-	pthread_mutex_lock(&m->lock);
-	if (mf->pt_opens > 0) {
-		/* Passthrough opens are live: only the same backing will do. */
-		if (!f->changed || (mo && mo == mf->pt_out))
-			id = mf->pt_id;
-		else
-			eio = 1;
-	} else if (pt_on && !mf->cached_opens && !mf->pt_err && (!f->changed || mo)) {
-		if (mf->pt_id > 0 && f->changed && mf->pt_out != mo) {
-			rq_pt_backing_close(m->pt, mf->pt_id);   /* no open uses it now */
-			rq_mout_unref(mf->pt_out);
-			mf->pt_out = NULL;
-			mf->pt_id = 0;
-		}
-		if (mf->pt_id == 0) {
-			int r = rq_pt_backing_open(m->pt, f->changed ? mo->fd : m->srcs[f->src].fd);
-			if (r > 0) {
-				mf->pt_id = r;
-				if (mo) {
-					mf->pt_out = mo;
-					atomic_fetch_add(&mo->refs, 1);
-				}
-			} else {
-				mf->pt_err = r;
-				rq_mount_log(m, "passthrough refused for %s (%s): the copy path serves it",
-				             f->name, strerror(-r));
-			}
-		}
-		id = mf->pt_id;
-	}
-	if (id > 0)
-		mf->pt_opens++;
-	else if (!eio)
-		mf->cached_opens++;
-	pthread_mutex_unlock(&m->lock);
-	rq_mout_unref(mo);
-	if (eio) {
-		rq_mount_log(m, "open of %s refused (EIO): its materialized file was dropped while "
-		             "passthrough opens of it are still open", f->name);
-		fuse_reply_err(req, EIO);
-		return;
-	}
-	int r;
-	if (id > 0) {
-		fi->fh = (uint64_t)i | RQ_FH_PT;
-		atomic_fetch_add(&m->st.pt_opens, 1);
-		r = rq_pt_reply_open(m->pt, req, fi, id);
-	} else {
-		fi->keep_cache = 1;
-		fi->direct_io = 0;     /* page cache: mmap (private and shared) works */
-		fi->fh = (uint64_t)i;
-		atomic_fetch_add(&m->st.cached_opens, 1);
-		r = fuse_reply_open(req, fi);
-	}
-	if (r)          /* the opener is gone: no RELEASE will come */
-		rq_mnt_release_file(m, fi->fh);
-}
-
-void rq_mnt_release_file(struct rq_mount *m, uint64_t fh)
-{
-	long i = (long)(fh & ~RQ_FH_PT);
-	pthread_mutex_lock(&m->lock);
-	if (fh & RQ_FH_PT) {
-		if (m->files[i].pt_opens > 0)
-			m->files[i].pt_opens--;
-	} else if (m->files[i].cached_opens > 0) {
-		m->files[i].cached_opens--;
-	}
-	pthread_mutex_unlock(&m->lock);
 }
 
 /* ---- copy-path reads of a materialized file ------------------------------ */
@@ -737,7 +636,7 @@ int rq_mnt_read_mat(struct rq_mount *m, fuse_req_t req, long i, uint64_t off, ui
 			continue;          /* changed but good: copy again */
 		}
 		if (r < 0) {
-			mat_failed_check(m, i, o, r, e.msg);
+			rq_mnt_mat_failed_check(m, i, o, r, e.msg);
 			free(buf);
 			rq_mout_unref(o);
 			return 0;          /* served through the jobs instead */

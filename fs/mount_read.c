@@ -1,13 +1,14 @@
 /* mount_read.c — the read path: a read's range is mapped onto its file's
  * segments (plan.h) and answered with one fuse_reply_data() whose buffers
- * point at memory (MEM segments, job outputs held in memory) or at file
- * descriptors (SRC ranges, cache entries: FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK,
- * spliced to the kernel when it allows, so the bytes are not copied here).
+ * each segment's source gives (mount_seg.c): memory, or a file descriptor
+ * range (FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK, spliced to the kernel when it
+ * allows, so the bytes are not copied here). This file does not know which
+ * kind of source answered.
  *
- * A read that touches a job which is not READY never blocks a FUSE thread:
- * it is parked on every missing job (mount_jobs.c) and answered by the
- * thread that completes the last of them. Reads of SRC/MEM-only ranges
- * never take the job lock.
+ * A read whose source is not ready never blocks a FUSE thread: it is parked
+ * (on every missing job, mount_jobs.c) and answered by the thread that
+ * completes the last of them. Reads whose sources never park (SRC/MEM
+ * ranges) never take the lock.
  *
  * Cache entries are files someone else may change under us (cache.c's trust
  * model). A range served from a READY job's cache fd is therefore pread into
@@ -29,31 +30,10 @@
 #include <unistd.h>
 
 #include "base/err.h"
-#include "fs/job.h"
 
 #define SMALL_SEGS 16
 #define MAX_RECOPY 3      /* entries changing (but good) under every copy: EIO */
 #define MAX_REBUILDS 3    /* rebuilt entries corrupt again and again: EIO */
-
-/* Module (index into plan->mods) whose output holds byte job_off of job j. */
-static size_t mod_at(const struct rq_plan *p, int j, uint64_t job_off)
-{
-	const struct rq_job *jb = &p->jobs[j];
-	int s = 0;
-	while (s + 1 < jb->nmod && job_off >= jb->mod_off[s + 1])
-		s++;
-	return (size_t)jb->mod[s];
-}
-
-/* Does any SRC file that bytes of job j come from differ from the plan? */
-static int job_src_changed(struct rq_mount *m, int j)
-{
-	const struct rq_job *jb = &m->plan->jobs[j];
-	for (int s = 0; s < jb->nmod; s++)
-		if (atomic_load(&m->srcs[m->plan->mods[jb->mod[s]].src].changed))
-			return 1;
-	return 0;
-}
 
 static void advise_done(const struct fuse_bufvec *bv)
 {
@@ -65,64 +45,26 @@ static void advise_done(const struct fuse_bufvec *bv)
 			              POSIX_FADV_DONTNEED);
 }
 
-/* Reads exactly n bytes at off: 0, or -EIO when the file is shorter. */
-static int pread_exact(int fd, uint8_t *p, uint64_t n, uint64_t off)
-{
-	while (n) {
-		ssize_t r = pread(fd, p, n, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -EIO;
-		p += r;
-		n -= (uint64_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
-}
-
-/* Builds the buffers of [off, off+size) of file fi. JOB segments are served
- * from the outputs rd holds (every job of the range: see rq_mnt_serve);
- * those held in a cache fd are copied into copy (size bytes, indexed like
- * the read; NULL when none is). Returns the number of buffers, -EIO when a
- * SRC file changed, -ENODATA when a cache entry was shorter than needed. */
+/* Builds the buffers of [off, off+size) of file fi, asking each segment's
+ * source (mount_seg.c) for its bytes; those it copies go into copy (size
+ * bytes, indexed like the read; NULL when rd holds no output in a file).
+ * Returns the number of buffers, -EIO when a SRC file changed, -ENODATA
+ * when a cache entry was shorter than needed. */
 static int build(struct rq_mount *m, long fi, uint64_t off, uint64_t size,
                  struct fuse_bufvec *bv, size_t cap, struct mread *rd, uint8_t *copy)
 {
-	const struct rq_plan *p = m->plan;
-	const struct rq_vfile *f = &p->files[fi];
+	const struct rq_vfile *f = &m->plan->files[fi];
 	uint64_t end = off + size;
 	size_t n = 0;
 	for (size_t s = rq_vfile_seg_at(f, off); s < f->nseg && f->seg[s].off < end; s++) {
 		const struct rq_seg *g = &f->seg[s];
 		uint64_t a = off > g->off ? off : g->off;
 		uint64_t b = end < g->off + g->len ? end : g->off + g->len;
-		uint64_t d = a - g->off;
-		struct fuse_buf fb = {.size = b - a};
-		if (g->kind == RQ_SEG_MEM) {
-			fb.mem = (void *)(g->mem + d);
-		} else if (g->kind == RQ_SEG_SRC) {
-			if (atomic_load(&m->srcs[g->src].changed))
-				return -EIO;
-			fb.flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-			fb.fd = m->srcs[g->src].fd;
-			fb.pos = (off_t)(g->src_off + d);
-		} else {
-			struct mout *o = rd ? rq_mnt_held(rd, g->job) : NULL;
-			if (!o)
-				return -EIO;    /* not reached: serve holds every job first */
-			if (job_src_changed(m, g->job))
-				return -EIO;
-			if (o->fd >= 0) {
-				if (!copy)
-					return -EIO;    /* not reached: serve allocates it */
-				fb.mem = copy + (a - off);
-				if (pread_exact(o->fd, fb.mem, fb.size, o->fd_off + g->job_off + d))
-					return -ENODATA;
-			} else {
-				fb.mem = o->mem + g->job_off + d;
-			}
-		}
+		struct fuse_buf fb;
+		int r = rq_mnt_seg_bytes(m, rd, g, a - g->off, b - a, copy ? copy + (a - off) : NULL,
+		                         &fb);
+		if (r)
+			return r;
 		/* Merge with the previous buffer when contiguous. */
 		if (n) {
 			struct fuse_buf *pb = &bv->buf[n - 1];
@@ -147,14 +89,14 @@ static int build(struct rq_mount *m, long fi, uint64_t off, uint64_t size,
 	return (int)n;
 }
 
-static size_t seg_count(const struct rq_vfile *f, uint64_t off, uint64_t end, int *has_job)
+/* Segments of [off, end) of f; *may_park: a source of one may park a read. */
+static size_t seg_count(const struct rq_vfile *f, uint64_t off, uint64_t end, int *may_park)
 {
 	size_t n = 0;
-	*has_job = 0;
+	*may_park = 0;
 	for (size_t s = rq_vfile_seg_at(f, off); s < f->nseg && f->seg[s].off < end; s++) {
 		n++;
-		if (f->seg[s].kind == RQ_SEG_JOB)
-			*has_job = 1;
+		*may_park |= rq_mnt_seg_may_park(&f->seg[s]);
 	}
 	return n;
 }
@@ -247,45 +189,25 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 		return;
 	const struct rq_vfile *f = &p->files[rd->file];
 	uint64_t end = rd->off + rd->size;
-	if (m->files[rd->file].njobs) {
-		/* Its materialized file, once verified, serves it whole. */
-		if (rq_mnt_mat_park(m, rd->file, rd)) {
-			pthread_mutex_unlock(&m->lock);
-			return;
-		}
-		if (m->files[rd->file].mat == MAT_READY) {
-			pthread_mutex_unlock(&m->lock);
-			if (rq_mnt_read_mat(m, rd->req, rd->file, rd->off, rd->size)) {
-				rq_mnt_read_free(rd);
-				return;
-			}
-			pthread_mutex_lock(&m->lock);
-		}
-	}
+	if (rq_mnt_seg_file(m, rd))
+		return;     /* a whole materialized file answered it, or it parked */
 	long last_mod = -1, first_mod = -1;
 	size_t nseg = 0;
 	int err = 0;
 	for (size_t s = rq_vfile_seg_at(f, rd->off); s < f->nseg && f->seg[s].off < end; s++) {
 		const struct rq_seg *g = &f->seg[s];
-		nseg++;
-		if (g->kind != RQ_SEG_JOB)
-			continue;
 		uint64_t d = rd->off > g->off ? rd->off - g->off : 0;
-		long mi = (long)mod_at(p, g->job, g->job_off + d);
+		long mi;
+		nseg++;
+		int r = rq_mnt_seg_acquire(m, rd, g, d, &mi);
+		if (r < 0)
+			err = r;
+		if (mi < 0)
+			continue;
 		if (mi > last_mod)
 			last_mod = mi;
 		if (first_mod < 0 || mi < first_mod)
 			first_mod = mi;
-		if (rq_mnt_held(rd, g->job))
-			continue;
-		struct mjob *J = &m->jobs[g->job];
-		if (rq_job_has_bytes(J)) {
-			if (rq_mnt_hold(rd, g->job, J->out))
-				err = -ENOMEM;
-			rq_mnt_touch(m, g->job);
-		} else {
-			rq_mnt_park(m, g->job, rd);
-		}
 	}
 	if (!rd->seen && last_mod >= 0) {
 		/* Prefetch only when reads walk the file: the kernel's readahead
@@ -315,10 +237,7 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 	} small;
 	struct fuse_bufvec *bv = bufvec_alloc(nseg, &small.v);
 	uint8_t *copy = NULL;
-	int from_fd = 0;
-	for (int i = 0; i < rd->nheld; i++)
-		from_fd |= rd->held[i].o->fd >= 0;
-	if (!err && from_fd && !(copy = malloc(rd->size ? rd->size : 1)))
+	if (!err && rq_mnt_held_fd(rd) && !(copy = malloc(rd->size ? rd->size : 1)))
 		err = -ENOMEM;
 	int n = err ? err : !bv ? -ENOMEM : 0;
 	for (int tries = 0; n == 0; tries++) {
@@ -355,12 +274,9 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 	rq_mnt_read_free(rd);
 }
 
-void rq_mnt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+void rq_mnt_read(fuse_req_t req, struct rq_mount *m, size_t size, off_t off,
                  struct fuse_file_info *fi)
 {
-	struct rq_mount *m = fuse_req_userdata(req);
-	if (ino >= m->ctl_base)
-		return rq_mnt_ctl_read(req, m, ino, size, off, fi);
 	atomic_store(&m->last_busy_ns, (long long)(rq_mnt_now() * 1e9));
 	long file = (long)(fi->fh & ~RQ_FH_PT);
 	const struct rq_vfile *f = &m->plan->files[file];
@@ -372,10 +288,10 @@ void rq_mnt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (rq_mnt_src_check(m, f->src, 0))
 		return (void)fuse_reply_err(req, EIO);
 
-	int has_job;
-	size_t nseg = seg_count(f, (uint64_t)off, (uint64_t)off + len, &has_job);
-	if (!has_job) {
-		/* SRC/MEM only: answer now, no lock, nothing to wait for. */
+	int may_park;
+	size_t nseg = seg_count(f, (uint64_t)off, (uint64_t)off + len, &may_park);
+	if (!may_park) {
+		/* Sources that are always there (SRC/MEM): answer now, no lock. */
 		struct {
 			struct fuse_bufvec v;
 			struct fuse_buf more[SMALL_SEGS - 1];

@@ -1,6 +1,8 @@
 /* mount_run.c — the life of a mount: checks before mounting (MNT, SRC,
  * plan, cache, device), the libfuse session (multi-threaded loop, clone_fd),
- * readiness and kernel readahead, shutdown, and the daemon's log. */
+ * readiness and kernel readahead, the SRC monitor thread, shutdown. The
+ * lifecycle edge of the daemon: it calls every file below it (order at the
+ * top of mount.c) and none of them calls it. The log is mount_log.c. */
 #include "fs/mount_int.h"
 
 #include <dirent.h>
@@ -24,63 +26,74 @@
 #include "fs/mountinfo.h"
 #include "qdev/qdev.h"
 
-double rq_mnt_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+/* ---- the SRC monitor (mount_src.c says what a change does) ---------- */
 
-static enum rq_log_level log_level(const struct rq_mount *m)
+/* Does virtual file f depend on SRC file s? */
+static int depends(const struct rq_plan *p, const struct rq_vfile *f, int s)
 {
-	return m->o.log_level == RQ_LOG_DEFAULT ? RQ_LOG_INFO : m->o.log_level;
-}
-
-int rq_mount_log_on(const struct rq_mount *m, enum rq_log_level level)
-{
-	return level <= log_level(m);
-}
-
-static void log_line(struct rq_mount *m, enum rq_log_level level, const char *fmt, va_list ap)
-{
-	if (!rq_mount_log_on(m, level))
-		return;
-	char line[1536];
-	rq_vfmt_esc(line, sizeof line, fmt, ap);   /* names from input escaped (issue 17) */
-	if (!m->logf && !m->o.log_stderr) {
-		/* NOTICE, not INFO, for the default level: what it always was */
-		static const int prio[] = {LOG_NOTICE, LOG_ERR, LOG_WARNING, LOG_NOTICE, LOG_DEBUG};
-		syslog(prio[level], "%s", line);
-		return;
+	if (f->src == s)
+		return 1;
+	for (size_t k = 0; k < f->nseg; k++) {
+		const struct rq_seg *g = &f->seg[k];
+		if (g->kind == RQ_SEG_SRC && g->src == s)
+			return 1;
+		if (g->kind == RQ_SEG_JOB)
+			for (int i = 0; i < p->jobs[g->job].nmod; i++)
+				if (p->mods[p->jobs[g->job].mod[i]].src == s)
+					return 1;
 	}
-	time_t t = time(NULL);
-	struct tm tm;
-	char ts[32];
-	localtime_r(&t, &tm);
-	strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", &tm);
-	pthread_mutex_lock(&m->log_mu);
-	FILE *f = m->logf ? m->logf : stderr;
-	fprintf(f, "%s requantfs[%d]: %s\n", ts, (int)getpid(), line);
-	fflush(f);
-	pthread_mutex_unlock(&m->log_mu);
+	return 0;
 }
 
-void rq_mount_log(struct rq_mount *m, const char *fmt, ...)
+static void *monitor(void *arg)
 {
-	va_list ap;
-	va_start(ap, fmt);
-	log_line(m, RQ_LOG_INFO, fmt, ap);
-	va_end(ap);
+	struct rq_mount *m = arg;
+	const struct rq_plan *p = m->plan;
+	pthread_mutex_lock(&m->mon_mu);
+	while (!m->mon_stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&m->mon_cv, &m->mon_mu, &ts);
+		if (m->mon_stop)
+			break;
+		pthread_mutex_unlock(&m->mon_mu);
+		for (size_t s = 0; s < p->nsrcs; s++) {
+			rq_mnt_src_check(m, (int)s, 1);
+			if (!atomic_load(&m->srcs[s].changed) || atomic_exchange(&m->srcs[s].invalidated, 1))
+				continue;
+			/* Drop what the kernel cached of every dependent file, and
+			 * its materialized file (open passthrough files keep theirs:
+			 * mount_mat.c). */
+			for (size_t i = 0; i < p->nfiles; i++)
+				if (depends(p, &p->files[i], (int)s)) {
+					pthread_mutex_lock(&m->lock);
+					rq_mnt_mat_drop(m, (long)i, "its SRC changed");
+					pthread_mutex_unlock(&m->lock);
+					fuse_lowlevel_notify_inval_inode(m->se, m->vino[i], 0, 0);
+				}
+		}
+		pthread_mutex_lock(&m->mon_mu);
+	}
+	pthread_mutex_unlock(&m->mon_mu);
+	return NULL;
 }
 
-void rq_mount_logl(struct rq_mount *m, enum rq_log_level level, const char *fmt, ...)
+int rq_mnt_monitor_start(struct rq_mount *m, struct rq_err *err)
 {
-	if (level < RQ_LOG_ERROR || level > RQ_LOG_DEBUG)
-		level = RQ_LOG_INFO;
-	va_list ap;
-	va_start(ap, fmt);
-	log_line(m, level, fmt, ap);
-	va_end(ap);
+	if (pthread_create(&m->monitor, NULL, monitor, m))
+		return -EAGAIN;
+	m->monitor_started = 1;
+	return 0;
+}
+
+void rq_mnt_monitor_stop(struct rq_mount *m)
+{
+	if (!m->monitor_started)
+		return;
+	rq_mnt_flag_stop(&m->mon_mu, &m->mon_stop, &m->mon_cv, NULL);
+	pthread_join(m->monitor, NULL);
+	m->monitor_started = 0;
 }
 
 /* ---- open / run / close ----------------------------------------------- */

@@ -4,8 +4,8 @@
 #include "tools/bench.h"
 #include "tools/cli.h"
 #include "base/err.h"
-#include "fs/export.h"
-#include "fs/plan.h"
+#include "offline/export.h"
+#include "plan/plan.h"
 #include "qdev/qdev.h"
 
 #include <dirent.h>

@@ -42,8 +42,8 @@
 #include <unistd.h>
 
 #include "base/err.h"
-#include "fs/export.h"
-#include "fs/plan.h"
+#include "offline/export.h"
+#include "plan/plan.h"
 #include "qdev/qdev.h"
 #include "st/st.h"
 

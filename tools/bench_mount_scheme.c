@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 
 #include "base/err.h"
-#include "fs/plan.h"
+#include "plan/plan.h"
 #include "qdev/qdev.h"
 #include "quant/scheme.h"
 

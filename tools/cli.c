@@ -2,7 +2,7 @@
  * progress bar. */
 #include "tools/cli.h"
 #include "base/err.h"
-#include "fs/hub_cache.h"
+#include "plan/hub_cache.h"
 
 #include <errno.h>
 #include <pthread.h>

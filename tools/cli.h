@@ -29,7 +29,7 @@ int cli_parse_size(const char *s, unsigned long long *out);
  * (SRC or a model DIR) and *calib (--calib); either pointer, or what it points
  * to, may be NULL. An argument naming an existing path is kept as it is (a
  * path always wins); otherwise one shaped ORG/NAME[@REV] is replaced by its
- * snapshot directory in the local hub cache (fs/hub_cache.h; the string lives
+ * snapshot directory in the local hub cache (plan/hub_cache.h; the string lives
  * until exit). A --calib id not in the cache is answered with the `requantfs
  * calib fetch` command to run. Returns -1 when both are ready, else prints
  * why ("requantfs <cmd>: ...") and returns the exit code, 1. */

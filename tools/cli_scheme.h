@@ -5,7 +5,7 @@
 #ifndef RQ_TOOLS_CLI_SCHEME_H
 #define RQ_TOOLS_CLI_SCHEME_H
 
-#include "fs/plan.h"
+#include "plan/plan.h"
 
 #include <getopt.h>
 #include <stddef.h>

@@ -3,7 +3,8 @@
  * from a 07-22 checkpoint on disk or on a Hugging Face hub. */
 #include "tools/cli.h"
 #include "base/err.h"
-#include "fs/ckpt.h"
+#include "offline/calib.h"
+#include "plan/ckpt.h"
 #include "hub/hub.h"
 
 #include <ctype.h>

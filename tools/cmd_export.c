@@ -4,8 +4,8 @@
 #include "tools/cli.h"
 #include "tools/cli_scheme.h"
 #include "base/err.h"
-#include "fs/export.h"
-#include "fs/plan.h"
+#include "offline/export.h"
+#include "plan/plan.h"
 #include "cache/cache.h"
 #include "qdev/qdev.h"
 

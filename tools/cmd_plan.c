@@ -11,8 +11,8 @@
 #include "tools/cli_scheme.h"
 #include "base/err.h"
 #include "base/grow.h"
-#include "fs/job.h"
-#include "fs/plan.h"
+#include "job/job.h"
+#include "plan/plan.h"
 #include "qdev/qdev.h"
 
 #include <cjson/cJSON.h>

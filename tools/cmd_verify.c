@@ -1,8 +1,8 @@
 /* cmd_verify.c — `requantfs verify DIR --against REF [--tensors REGEX] [--source SRC]`. */
 #include "tools/cli.h"
 #include "base/err.h"
-#include "fs/export.h"
-#include "fs/verify.h"
+#include "offline/export.h"
+#include "offline/verify.h"
 #include "quant/quant.h"
 
 #include <errno.h>

@@ -5,8 +5,8 @@
  *
  * INPUT lines: "P <hex>" a pattern, "N <hex>" a name (hex of the UTF-8 or
  * other bytes, so that any byte can travel). rules: each pattern is an
- * ignore/targets entry through fs/rules.h ("re:PAT" as re.match, others
- * exact); search: a raw pattern through fs/pyre.h as re.search (verify
+ * ignore/targets entry through plan/rules.h ("re:PAT" as re.match, others
+ * exact); search: a raw pattern through plan/pyre.h as re.search (verify
  * --tensors). Output, per pattern i in order:
  *   C i ok | C i refused <message>
  *   R i <one of 1 0 E per name>          (when it compiled)
@@ -14,8 +14,8 @@
  *   T i <slowest name, ms of CPU time>
  * Exit 0 unless the input is malformed or memory runs out. */
 #include "base/err.h"
-#include "fs/pyre.h"
-#include "fs/rules.h"
+#include "plan/pyre.h"
+#include "plan/rules.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
 #include "tests/tap.h"
 #include "base/err.h"
 #include "st/jtext.h"
-#include "fs/rules.h"
+#include "plan/rules.h"
 
 #include <errno.h>
 #include <string.h>

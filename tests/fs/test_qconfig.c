@@ -1,5 +1,5 @@
 /* test_qconfig.c — config.json's quantization_config for a scheme
- * (fs/qconfig.h): inserted into a plain config equal to what llm-compressor
+ * (plan/qconfig.h): inserted into a plain config equal to what llm-compressor
  * model_free_ptq writes (golden dumps in tests/data/qconfig_golden/, made by
  * tools/gen_qconfig_golden.py), in the file's own style, every other byte
  * kept; an existing compressed-tensors config extended by one group with
@@ -9,7 +9,7 @@
 #endif
 #include "tests/tap.h"
 #include "base/err.h"
-#include "fs/qconfig.h"
+#include "plan/qconfig.h"
 #include "quant/scheme.h"
 
 #include <cjson/cJSON.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Ignore/targets patterns (and verify --tensors) against Python's own re
-(issue 17, class 2): requantfs runs Python re patterns on PCRE2 (fs/pyre.c);
+(issue 17, class 2): requantfs runs Python re patterns on PCRE2 (plan/pyre.c);
 this test asks both the same questions and requires the same answers.
 
   1. a corpus of real patterns (Laguna's ignore rule and those of the

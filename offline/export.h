@@ -1,0 +1,69 @@
+/* export.h — write a plan's virtual files as real files. The same segments
+ * the mount serves, so export and mount cannot disagree.
+ *
+ * With a link mode, a file identical to SRC is not copied: DST gets a link
+ * to SRC's bytes (the resolved file: a hub snapshot's blob), and only what
+ * differs (the rewritten shards, config.json, the index) is written. DST then
+ * holds a manifest, EXPORT_MANIFEST, recording each linked file's identity,
+ * so `verify` can say which links no longer show the bytes the export saw. */
+#ifndef RQ_OFFLINE_EXPORT_H
+#define RQ_OFFLINE_EXPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct rq_plan;
+struct rq_quantizer;
+struct rq_cache;
+struct rq_err;
+
+#define EXPORT_MANIFEST ".requantfs-export.json"
+
+/* Called after each job and each file: jobs done, bytes written so far. */
+typedef void (*rq_export_progress_fn)(void *ctx, uint64_t jobs_done, uint64_t bytes);
+
+enum rq_export_link {
+	RQ_LINK_NONE = 0,         /* copy every file */
+	RQ_LINK_SYMLINK,          /* symbolic links: relative when SRC and DST share a parent
+	                             directory below /, else absolute */
+	RQ_LINK_HARD,             /* hard links; -EXDEV (refused, with what to do) when DST is on
+	                             another file system */
+};
+
+struct rq_export_opts {
+	enum rq_export_link link;
+	struct rq_cache *cache;   /* may be NULL: a requantized file already materialized there
+	                             (a warmed mount's) is taken from it, verified, and a job
+	                             whose output is there is not run again */
+	rq_export_progress_fn progress;
+	void *ctx;
+};
+
+struct rq_export_stats {
+	size_t files_written, files_linked;
+	uint64_t bytes_written, bytes_linked;
+	size_t files_from_cache;  /* whole requantized files copied from the cache */
+	size_t jobs_run, jobs_from_cache;
+};
+
+/* Writes every virtual file under dst (created if missing; an existing
+ * non-empty dst is refused with -EEXIST). Files (and links) are made under
+ * temporary names (.<name>.requantfs-tmp), fsync'd, and renamed only when
+ * all are complete; on failure the temporaries are removed, so nothing in
+ * dst ever looks complete unless it is. Before a file is linked, its SRC
+ * path is checked: still a regular file inside SRC (or the snapshot's
+ * blobs/) with the identity the plan saw (-ESTALE otherwise, named). st may
+ * be NULL. */
+int rq_export(const struct rq_plan *p, struct rq_quantizer *q, const char *dst,
+              const struct rq_export_opts *o, struct rq_export_stats *st, struct rq_err *err);
+
+/* The links of an export made with a link mode, checked against its
+ * manifest: fn is called for each linked file that no longer resolves to a
+ * regular file with the recorded size, mtime and inode (what it found, in
+ * words). *nlinks gets the number of links checked, *nbad the number that
+ * failed. -ENOENT when dst has no manifest (not a linked export), -EPROTO for
+ * a manifest that cannot be read (named). */
+int rq_export_check_links(const char *dst, void (*fn)(void *ctx, const char *name, const char *why),
+                          void *ctx, size_t *nlinks, size_t *nbad, struct rq_err *err);
+
+#endif

@@ -1,0 +1,161 @@
+/* plan.h — the virtual requantized checkpoint (SPEC.md §2, §4), decided from
+ * SRC's config.json, index and shard headers before anything is quantized.
+ *
+ * A plan is immutable once built and may be read from any thread. Every
+ * virtual file is a list of segments; export writes them and the mount
+ * serves them, so the two cannot disagree. */
+#ifndef RQ_PLAN_PLAN_H
+#define RQ_PLAN_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "quant/quant.h"
+#include "quant/scheme.h"
+
+struct rq_err;
+
+struct rq_plan_opts {
+	const char *src;          /* SRC directory (plain or a hub snapshot) */
+	const char *calib;        /* CALIB: a 07-22 checkpoint dir or a `calib extract` file
+	                             (the Laguna fix only; refused with another scheme) */
+	const char *drop_rule;    /* the ignore entry to drop; NULL = detect (Laguna fix only) */
+	enum rq_recipe recipe;    /* must satisfy rq_scheme_recipe_ok(scheme, recipe) */
+	enum rq_scheme scheme;    /* RQ_SCHEME_NVFP4 (0): the Laguna fix (SPEC.md §2), as before;
+	                             any other: model_free_ptq's module selection (plan_scheme.c) */
+	const char *const *targets;  /* [ntargets] module targets; NULL = {"Linear"} */
+	size_t ntargets;
+	const char *const *ignore;   /* [nignore] modules to leave alone; NULL = {"lm_head"} */
+	size_t nignore;
+};
+
+/* A file of SRC (symlinks resolved). Its identity is what the cache keys on
+ * and what the mount re-checks to notice a file changed under it. */
+struct rq_srcfile {
+	char *name;               /* relative name in the checkpoint, e.g. "config.json" */
+	char *path;               /* resolved absolute path of the bytes */
+	uint64_t size;
+	dev_t dev;
+	ino_t ino;
+	int64_t mtime_ns;
+	int64_t ctime_ns;         /* a rewrite that restores size and mtime still moves it */
+	mode_t mode;              /* permission bits (& 0777) the mount presents */
+	uid_t uid;                /* owner and group the mount presents */
+	gid_t gid;
+	char blob_sha256[65];     /* hub blob name when SRC is a hub snapshot, else "" */
+};
+
+enum rq_seg_kind {
+	RQ_SEG_MEM,               /* bytes held by the plan (headers, config, index, scalars) */
+	RQ_SEG_SRC,               /* a byte range of a SRC file */
+	RQ_SEG_JOB,               /* a byte range of a quantization job's output */
+};
+
+struct rq_seg {
+	uint64_t off, len;        /* range in the virtual file */
+	enum rq_seg_kind kind;
+	const uint8_t *mem;       /* MEM: len bytes */
+	int src;                  /* SRC: index into plan->srcs */
+	uint64_t src_off;         /* SRC: absolute offset in that file */
+	int job;                  /* JOB: index into plan->jobs */
+	uint64_t job_off;         /* JOB: offset in the job's output */
+};
+
+struct rq_vfile {
+	char *name;               /* relative name, same as SRC's */
+	uint64_t size;            /* exact, known before quantization */
+	int changed;              /* 0: byte-identical to srcs[src] */
+	int src;                  /* the SRC file it derives from */
+	size_t nseg;
+	struct rq_seg *seg;       /* sorted by off, contiguous, covering [0, size) */
+};
+
+/* One requantized Linear: <name>.weight [rows, cols] in SRC becomes the
+ * scheme's tensors t[] (rq_scheme_layout). Laguna fix: BF16 in, t[] =
+ * weight_packed, weight_scale, weight_global_scale, and the plan adds
+ * <name>.input_global_scale from CALIB. */
+struct rq_module {
+	char *name;               /* "model.layers.40.mlp.experts.3.gate_proj" */
+	int src;                  /* SRC shard holding <name>.weight */
+	uint64_t w_off;           /* absolute offset of the weight in that file */
+	uint64_t rows, cols;      /* [out, in], cols % the scheme's group == 0 */
+	enum rq_src_dtype dtype;  /* the SRC weight's element type (BF16 for the Laguna fix) */
+	uint32_t input_gs_bits;   /* input_global_scale from CALIB, bit-exact (Laguna fix) */
+	int nt;                   /* output tensors, each at t[k].off in the module's output */
+	struct rq_stensor t[RQ_SCHEME_MAX_TENSORS];
+	uint64_t out_size;        /* sum of t[].len */
+	int job, slot;            /* the job computing it and its place in the job */
+};
+
+/* One quantization job: a module, or a fused set sharing one global scale
+ * (Laguna fix: gate/up, gate in slot 0; NVFP4 schemes: model_free_ptq's
+ * q/k/v, gate/up, w1/w3, wq_a/wkv_a_with_mqa sets, primary in slot 0). The
+ * output is the slots' module outputs back to back, slot s at mod_off[s]
+ * (NVFP4: packed [rows][cols/2] | scales [rows][cols/16] | global scale F32). */
+#define RQ_JOB_MAX_MODS 3
+struct rq_job {
+	int nmod;
+	int mod[RQ_JOB_MAX_MODS];
+	uint64_t mod_off[RQ_JOB_MAX_MODS];
+	uint64_t out_size;
+	uint64_t in_size;         /* weight bytes read from SRC */
+};
+
+struct rq_plan {
+	char *src_dir;            /* the directory actually read (resolved) */
+	mode_t dir_mode;          /* its permission bits, owner and group: the mount's root */
+	uid_t dir_uid;
+	gid_t dir_gid;
+	size_t nskipped;
+	char **skipped;           /* one line per SRC entry not presented (a symlink leading
+	                             out of SRC, a FIFO...), for the CLI/daemon to log */
+	enum rq_recipe recipe;
+	enum rq_scheme scheme;    /* RQ_SCHEME_NVFP4: the Laguna fix */
+	char *dropped_rule;       /* the ignore entry removed (Laguna fix), else NULL */
+	size_t ndropped;          /* other schemes: SRC quantization_config.ignore entries */
+	char **dropped;           /*   removed because every module they matched is now quantized */
+	size_t nsrcs;
+	struct rq_srcfile *srcs;
+	size_t nfiles;
+	struct rq_vfile *files;   /* sorted by name */
+	size_t nmods;
+	struct rq_module *mods;   /* sorted by name */
+	size_t njobs;
+	struct rq_job *jobs;
+	uint64_t total_size;      /* sum of all virtual file sizes */
+	void *keep_;              /* private: memory the MEM segments point into */
+};
+
+int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_err *err);
+void rq_plan_free(struct rq_plan *p);
+
+/* Opens SRC file f (its resolved path) read-only: follows no symlink, does
+ * not block on a FIFO planted since the scan, and checks it is still a
+ * regular file. An fd, or -errno (-ELOOP, -EINVAL for a non-regular file). */
+int rq_src_open(const struct rq_srcfile *f);
+
+/* Index of the virtual file called name, or -1. */
+long rq_plan_find_file(const struct rq_plan *p, const char *name);
+/* Index of the first segment of f that overlaps offset off (off < f->size). */
+size_t rq_vfile_seg_at(const struct rq_vfile *f, uint64_t off);
+
+/* Byte offsets of a module's outputs in its job's output (NVFP4 layouts). */
+static inline uint64_t rq_mod_packed_off(const struct rq_plan *p, const struct rq_module *m)
+{
+	return p->jobs[m->job].mod_off[m->slot];
+}
+static inline uint64_t rq_mod_scales_off(const struct rq_plan *p, const struct rq_module *m)
+{
+	return rq_mod_packed_off(p, m) + m->rows * m->cols / 2;
+}
+/* Bytes of a module's source weight in SRC. */
+static inline uint64_t rq_mod_in_bytes(const struct rq_module *m)
+{
+	return m->rows * m->cols * rq_src_size(m->dtype);
+}
+static inline uint64_t rq_mod_gs_off(const struct rq_plan *p, const struct rq_module *m)
+{
+	return rq_mod_scales_off(p, m) + m->rows * m->cols / 16;
+}
+
+#endif

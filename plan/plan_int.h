@@ -1,0 +1,50 @@
+/* plan_int.h — shared between the plan's source files (not public). */
+#ifndef RQ_PLAN_PLAN_INT_H
+#define RQ_PLAN_PLAN_INT_H
+
+#include "plan/plan.h"
+#include "st/st.h"
+
+struct rq_err;
+
+/* srcdir.c: the regular files of SRC, sorted by name, and the SRC directory
+ * actually read (resolved; a hub repo dir becomes its refs/main snapshot) in
+ * p->src_dir with its mode/owner. Only regular files are presented; a
+ * symlink is followed only when its target stays inside SRC or, for a hub
+ * snapshot, inside the same repo's blobs/ directory. Other entries (and a
+ * dangling link, a link loop, a file this process cannot open) are skipped
+ * (p->skipped says why), except that a checkpoint file (config.json, the
+ * index, *.safetensors) that would be skipped is refused. */
+int rq_src_scan(struct rq_plan *p, const char *src, struct rq_err *err);
+/* The SRC file called name, or NULL. */
+const struct rq_srcfile *rq_src_find(const struct rq_plan *p, const char *name);
+void rq_srcfiles_free(struct rq_srcfile *f, size_t n);
+
+/* Keeps every allocation the plan's MEM segments point into. */
+int rq_plan_keep(struct rq_plan *p, void *mem);
+
+struct rq_rules;
+
+/* plan_scheme.c: for a data-free scheme (o->scheme != RQ_SCHEME_NVFP4),
+ * chooses p->mods (sorted by name, located, laid out) and p->jobs, the
+ * ignore entries to remove (p->dropped; ign = SRC's
+ * quantization_config.ignore, NULL when SRC has no quantization_config) and
+ * writes the virtual config.json (*new_config, malloc'd) through qconfig.c.
+ * cfg_path names SRC's config.json in messages. */
+int rq_plan_scheme(struct rq_plan *p, const struct rq_plan_opts *o, const struct rq_rules *ign,
+                   struct st_header **hdr, const char *config, size_t config_len,
+                   const char *cfg_path, char **new_config, size_t *new_len,
+                   struct rq_err *err);
+
+/* plan_files.c: the Laguna fix's config.json: cfg without ignore entry k
+ * (its array element, one separating comma and the whitespace between). */
+int rq_plan_laguna_config(const char *cfg, size_t n, size_t k, char **out, size_t *out_len,
+                          struct rq_err *err);
+
+/* plan_files.c: the virtual files of p (whose mods and jobs are decided):
+ * config.json becomes `config` (malloc'd; taken over, freed on failure too),
+ * the index and the shards holding modules are rewritten, the rest is SRC. */
+int rq_plan_layout(struct rq_plan *p, char *config, size_t config_len, struct st_header **hdr,
+                   struct rq_err *err);
+
+#endif
