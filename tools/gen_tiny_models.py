@@ -87,7 +87,9 @@ def config_of(family):
 def tensors_of(cfg):
     """Hub-style tensor name -> (shape, init kind) for the family's checkpoint."""
     mt = cfg["model_type"]
-    t = {"model.embed_tokens.weight": ((V, H), "embed"), "model.norm.weight": ((H,), "norm")}
+    # Tied: a smaller embedding, or h . e_t of the current token dominates and greedy repeats it.
+    embed = "embed_tied" if cfg["tie_word_embeddings"] else "embed"
+    t = {"model.embed_tokens.weight": ((V, H), embed), "model.norm.weight": ((H,), "norm")}
     if not cfg["tie_word_embeddings"]:
         t["lm_head.weight"] = ((V, H), "head")
     qkv_bias = mt in ("qwen2", "qwen2_moe") or cfg.get("attention_bias", False)
@@ -135,6 +137,8 @@ def draw(shape, kind, g):
     fan_in = shape[-1]
     if kind == "embed":
         return n * 0.5
+    if kind == "embed_tied":
+        return n * 0.15
     if kind == "norm":
         return 1.0 + 0.2 * n
     if kind == "bias":
