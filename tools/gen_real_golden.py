@@ -213,7 +213,7 @@ def golden(name, variant, requantfs, tmp, out_root):
         subprocess.run(args, check=True, stderr=subprocess.DEVNULL)
         ref = q + "-f32"
         n_mod, fmt = decompress_dir(q, ref)
-        meta["export_args"] = json.dumps(args[5:])
+        meta["export_args"] = json.dumps(args[4:])
         meta["reference"] += (f"; {n_mod} modules ({fmt}) decompressed by compressed-tensors "
                               f"{compressed_tensors.__version__} to float32")
     model = load_model(ref)
@@ -254,6 +254,36 @@ def golden(name, variant, requantfs, tmp, out_root):
     return path, meta
 
 
+@torch.no_grad()
+def cross_check(name, variant, requantfs, tmp, out_root):
+    """transformers + compressed-tensors loading the exported directory itself (BF16 only,
+    as they allow; for bf16 the BF16 directory in BF16: the noise of BF16 arithmetic alone),
+    against the stored float32 golden: relative max |dlogit| per prompt and
+    whether the argmax after the prompt agrees. A check of the dequantization route, not data."""
+    from transformers import AutoModelForCausalLM
+    g = safe_open(os.path.join(out_root, name, f"{variant}.safetensors"), "pt")
+    q = os.path.join(tmp, f"{name}-{variant}-x")
+    if variant == "bf16":                # the baseline: BF16 arithmetic alone
+        q = model_dir(name)
+    else:
+        args = json.loads(g.metadata()["export_args"])
+        subprocess.run([requantfs, "export", model_dir(name), q] + args,
+                       check=True, stderr=subprocess.DEVNULL)
+    model = AutoModelForCausalLM.from_pretrained(q, dtype=torch.bfloat16, attn_implementation="eager").eval()
+    rel, agree = [], 0
+    i = 0
+    while f"p{i}.ids" in g.keys():
+        ids, pos = g.get_tensor(f"p{i}.ids").long(), g.get_tensor(f"p{i}.pos").long()
+        ref = g.get_tensor(f"p{i}.logits")
+        got = model(input_ids=ids[None], use_cache=False).logits[0][pos].float()
+        rel.append(float((got - ref).abs().max() / ref.abs().max()))
+        agree += int(got[-1].argmax() == ref[-1].argmax())
+        i += 1
+    if variant != "bf16":
+        shutil.rmtree(q, ignore_errors=True)
+    return rel, agree, i
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requantfs", default=os.path.join(ROOT, "build", "requantfs"))
@@ -261,12 +291,20 @@ def main():
     ap.add_argument("--variant", action="append", choices=VARIANTS)
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "golden"))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cross-check", action="store_true",
+                    help="write nothing: compare transformers' own BF16 load of each export with the golden")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     tmp = tempfile.mkdtemp(prefix="rq-golden-")
     try:
         for name in a.model or MODELS:
             for variant in a.variant or VARIANTS:
+                if a.cross_check:
+                    rel, agree, n = cross_check(name, variant, os.path.abspath(a.requantfs), tmp, a.out)
+                    print(f"{name} {variant}: transformers' BF16 load of the export vs golden: "
+                          f"max|d|/max|logit| {max(rel):.3g}, next-token argmax agrees {agree}/{n}",
+                          file=sys.stderr)
+                    continue
                 path, meta = golden(name, variant, os.path.abspath(a.requantfs), tmp, a.out)
                 extra = "".join(f" {k} {meta[k]}" for k in ("ppl", "router_min_gap") if k in meta)
                 print(f"{name} {variant}: {path} ({os.path.getsize(path)} bytes) greedy margin "

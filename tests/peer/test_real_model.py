@@ -154,8 +154,8 @@ def check_golden(model, variant, cfg):
     errs = []
     if meta.get("model") != model or meta.get("variant") != variant:
         errs.append(f"header names {meta.get('model')}/{meta.get('variant')}")
-    if variant != "bf16" and not meta.get("export_args"):
-        errs.append("no export_args")
+    if variant != "bf16" and json.loads(meta.get("export_args", "[]"))[:2] != ["--scheme", variant]:
+        errs.append(f"export_args {meta.get('export_args')} do not start with --scheme {variant}")
     np_ = int(meta.get("prompts", "0"))
     if np_ < 1:
         errs.append("no prompts")
