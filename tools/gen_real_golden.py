@@ -69,6 +69,27 @@ def model_dir(name):
     return os.path.join(ROOT, "tests", "data", "tiny", name[len("tiny-"):])
 
 
+def save_sorted(tensors, path, metadata):
+    """safetensors with its header in sorted key order (safetensors' own writer orders the
+    metadata at random), so a rerun gives the same bytes. I32/F32 tensors only."""
+    import struct
+    dt = {torch.int32: "I32", torch.float32: "F32"}
+    header, blobs, off = {}, [], 0
+    for k in sorted(tensors):
+        t = tensors[k].contiguous()
+        b = t.numpy().tobytes()
+        header[k] = {"dtype": dt[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    header["__metadata__"] = dict(sorted(metadata.items()))
+    h = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for b in blobs:
+            f.write(b)
+
+
 def load_raw(d):
     raw = {}
     for f in sorted(os.listdir(d)):
@@ -247,7 +268,7 @@ def golden(name, variant, requantfs, tmp, out_root):
     d = os.path.join(out_root, name)
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, f"{variant}.safetensors")
-    save_file(tensors, path, metadata=meta)
+    save_sorted(tensors, path, meta)
     if variant != "bf16":
         shutil.rmtree(q, ignore_errors=True)
         shutil.rmtree(ref, ignore_errors=True)
