@@ -1,26 +1,44 @@
 /* pool.c — persistent workers; one parallel loop at a time.
  *
  * State: `gen` counts loops started. A loop publishes fn/ctx/n/grain, bumps
- * gen and broadcasts; workers (and the caller) claim chunks with an atomic
- * cursor until it passes n, then report done. The caller waits until every
- * worker has reported for this gen, so ctx outlives all uses. */
+ * gen and wakes the workers; workers (and the caller) claim chunks with an
+ * atomic cursor until it passes n, then report done. The caller waits until
+ * every worker has reported for this gen, so ctx outlives all uses.
+ *
+ * Waiting spins first, then sleeps. A decode step is hundreds of short loops
+ * (a few hundred microseconds each); waking a sleeping thread through the
+ * kernel for each cost a fifth of the engine's decode time. So a worker that
+ * finished a loop watches `gen` for SPIN_NS before it sleeps on start_cv, and
+ * the caller watches `done` for SPIN_NS before it sleeps on done_cv. The
+ * condition variables are signalled only when someone sleeps on them:
+ *   start  caller: gen++ (atomic), then under mu: broadcast if sleepers > 0;
+ *          worker: under mu: sleepers++, wait while gen unchanged, sleepers--
+ *   done   worker: done++ (atomic), then under mu: signal if caller_waits;
+ *          caller: under mu: caller_waits = 1, wait while done < workers
+ * Each side changes its atomic before taking mu, and the sleeper re-checks it
+ * under mu, so no wake-up is lost. */
 #include "base/pool.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
+
+#define SPIN_NS 100000            /* how long a waiter spins before it sleeps */
 
 struct rq_pool {
 	int nthreads;                 /* including the caller */
 	pthread_t *tid;               /* nthreads - 1 workers */
 	pthread_mutex_t loop_lock;    /* serializes rq_pool_for callers */
-	pthread_mutex_t mu;           /* protects gen, done, stop */
+	pthread_mutex_t mu;           /* the sleeping side of the waits below */
 	pthread_cond_t start_cv, done_cv;
-	unsigned long gen;            /* loops started (mu) */
-	int done;                     /* workers finished with gen (mu) */
-	int stop;                     /* (mu) */
+	atomic_ulong gen;             /* loops started */
+	atomic_int done;              /* workers finished with gen */
+	atomic_int stop;
+	int sleepers;                 /* workers asleep on start_cv (mu) */
+	int caller_waits;             /* the caller asleep on done_cv (mu) */
 	/* the current loop, written before gen is bumped */
 	rq_pool_fn fn;
 	void *ctx;
@@ -32,6 +50,47 @@ int rq_cpu_count(void)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n > 0 ? (int)n : 1;
+}
+
+static long long now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+/* Spins until *v != old (1) or SPIN_NS pass (0). */
+static int spin_ulong(atomic_ulong *v, unsigned long old, atomic_int *stop)
+{
+	long long t0 = now_ns();
+	for (unsigned i = 1;; i++) {
+		if (atomic_load_explicit(v, memory_order_acquire) != old ||
+		    atomic_load_explicit(stop, memory_order_relaxed))
+			return 1;
+		cpu_relax();
+		if (!(i & 255) && now_ns() - t0 > SPIN_NS)
+			return 0;
+	}
+}
+
+/* Spins until *v >= want (1) or SPIN_NS pass (0). */
+static int spin_int(atomic_int *v, int want)
+{
+	long long t0 = now_ns();
+	for (unsigned i = 1;; i++) {
+		if (atomic_load_explicit(v, memory_order_acquire) >= want)
+			return 1;
+		cpu_relax();
+		if (!(i & 255) && now_ns() - t0 > SPIN_NS)
+			return 0;
+	}
 }
 
 static void run_chunks(struct rq_pool *p, int worker)
@@ -55,20 +114,24 @@ static void *worker_main(void *arg)
 	free(wa);
 	unsigned long seen = 0;
 	for (;;) {
-		pthread_mutex_lock(&p->mu);
-		while (!p->stop && p->gen == seen)
-			pthread_cond_wait(&p->start_cv, &p->mu);
-		if (p->stop) {
+		if (!spin_ulong(&p->gen, seen, &p->stop)) {
+			pthread_mutex_lock(&p->mu);
+			p->sleepers++;
+			while (!atomic_load(&p->stop) && atomic_load(&p->gen) == seen)
+				pthread_cond_wait(&p->start_cv, &p->mu);
+			p->sleepers--;
 			pthread_mutex_unlock(&p->mu);
-			return NULL;
 		}
-		seen = p->gen;
-		pthread_mutex_unlock(&p->mu);
+		if (atomic_load(&p->stop))
+			return NULL;
+		seen = atomic_load_explicit(&p->gen, memory_order_acquire);
 		run_chunks(p, id);
-		pthread_mutex_lock(&p->mu);
-		if (++p->done == p->nthreads - 1)
-			pthread_cond_signal(&p->done_cv);
-		pthread_mutex_unlock(&p->mu);
+		if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == p->nthreads - 1) {
+			pthread_mutex_lock(&p->mu);
+			if (p->caller_waits)
+				pthread_cond_signal(&p->done_cv);
+			pthread_mutex_unlock(&p->mu);
+		}
 	}
 }
 
@@ -110,8 +173,8 @@ void rq_pool_destroy(struct rq_pool *p)
 {
 	if (!p)
 		return;
+	atomic_store(&p->stop, 1);
 	pthread_mutex_lock(&p->mu);
-	p->stop = 1;
 	pthread_cond_broadcast(&p->start_cv);
 	pthread_mutex_unlock(&p->mu);
 	for (int i = 0; i < p->nthreads - 1; i++)
@@ -145,15 +208,20 @@ void rq_pool_for(struct rq_pool *p, size_t n, size_t grain, rq_pool_fn fn, void 
 	p->n = n;
 	p->chunk = chunk;
 	atomic_store(&p->cursor, 0);
+	atomic_store(&p->done, 0);
+	atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
 	pthread_mutex_lock(&p->mu);
-	p->done = 0;
-	p->gen++;
-	pthread_cond_broadcast(&p->start_cv);
+	if (p->sleepers)
+		pthread_cond_broadcast(&p->start_cv);
 	pthread_mutex_unlock(&p->mu);
 	run_chunks(p, 0);
-	pthread_mutex_lock(&p->mu);
-	while (p->done < p->nthreads - 1)
-		pthread_cond_wait(&p->done_cv, &p->mu);
-	pthread_mutex_unlock(&p->mu);
+	if (!spin_int(&p->done, p->nthreads - 1)) {
+		pthread_mutex_lock(&p->mu);
+		p->caller_waits = 1;
+		while (atomic_load(&p->done) < p->nthreads - 1)
+			pthread_cond_wait(&p->done_cv, &p->mu);
+		p->caller_waits = 0;
+		pthread_mutex_unlock(&p->mu);
+	}
 	pthread_mutex_unlock(&p->loop_lock);
 }
