@@ -141,7 +141,10 @@ def body(tmp):
     os.makedirs(udst)
     os.chown(udst, uid, -1)
     udst = os.path.join(udst, "out")
-    p = subprocess.run(["runuser", "-u", USER, "--", rqtap.RQ, "export", src, udst, "--calib", cal,
+    exe = rqtap.user_binary(USER, tmp)   # the checkout may be where USER cannot walk
+    if exe is None:
+        return
+    p = subprocess.run(["runuser", "-u", USER, "--", exe, "export", src, udst, "--calib", cal,
                         "--quiet"], capture_output=True, text=True, errors="replace", timeout=120)
     out = p.stdout + p.stderr
     good, why = same_files(udst, ref) if p.returncode == 0 else (False, "")
