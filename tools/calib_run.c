@@ -145,13 +145,18 @@ static int run(const struct run_opts *o)
 	uint32_t *bits = NULL;
 	size_t nn = 0;
 	int rc = 1;
-	if (lg_model_open(o->model, &m, &err) || tok_load(o->model, &tk, &err)) {
+	if (lg_model_open(o->model, &m, &err)) {
 		cli_fail(1, "calib run", "%s", err.msg);
 		goto out;
 	}
 	if (o->all_experts && m->cfg.n_experts <= 0) {
-		cli_fail(2, "calib run", "--all-experts: %s has no routed experts", o->model);
-		rc = 2;
+		rc = cli_fail(2, "calib run", "--all-experts: %s has no routed experts (a dense "
+		              "model); run without it", o->model);
+		goto out;
+	}
+	if (tok_load(o->model, &tk, &err)) {
+		cli_fail(1, "calib run", "%s (calib run needs MODEL's tokenizer to encode the "
+		         "calibration text)", err.msg);
 		goto out;
 	}
 	if (o->text) {
