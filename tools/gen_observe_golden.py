@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Golden input amax of every quantizable Linear, from transformers (float32, eager), for
-the tiny family models (tests/data/tiny/<family>): the reference of tests/engine/test_observe.c
+the tiny family models (tests/data/tiny/<family>) and the real SmolLM2 (.models/, made by
+tools/setup-model): the reference of tests/engine/test_observe.c
 (the engine's calibration observer, engine/observe.h).
 
     /work/venv-ref/bin/python tools/gen_observe_golden.py [--out tests/data/observe]
@@ -22,6 +23,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 FAMILIES = ["llama", "qwen3_moe", "qwen2_moe", "mixtral"]
+# the real model (tools/setup-model), by its directory under .models
+REAL = ["SmolLM2-135M-Instruct"]
 
 
 def tokens(vocab, n=24):
@@ -76,10 +79,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/data/observe")
     ap.add_argument("--tiny", default="tests/data/tiny")
+    ap.add_argument("--models", default=".models")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    for fam in FAMILIES:
-        ids, routed, allx = golden(os.path.join(a.tiny, fam))
+    for fam in FAMILIES + REAL:
+        ids, routed, allx = golden(os.path.join(a.models if fam in REAL else a.tiny, fam))
         with open(os.path.join(a.out, fam + ".txt"), "w") as f:
             f.write("tokens %d %s\n" % (len(ids), " ".join(map(str, ids))))
             for k in sorted(routed):

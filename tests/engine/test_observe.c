@@ -7,7 +7,7 @@
  * experts over their tokens, and with all_experts over every token; and
  * observing changes no logit (the forward keeps its top-k).
  *
- * usage: test_observe TINY_DIR GOLDEN_DIR family... */
+ * usage: test_observe MODELS_DIR GOLDEN_DIR name...  (tests/data/tiny or .models) */
 #include "tests/tap.h"
 #include "base/err.h"
 #include "engine/forward.h"
@@ -128,7 +128,8 @@ int main(int argc, char **argv)
 		struct lg_model *m = NULL;
 		struct rq_err err = {0};
 		int rc = lg_model_open(dir, &m, &err);
-		TAP_OK(rc == 0, "%s: model opens (%s)", fam, err.msg);
+		TAP_OK(rc == 0, "%s: model opens (%s%s)", fam, err.msg,
+		       rc && strstr(dir, ".models") ? "; run tools/setup-model" : "");
 		if (rc)
 			continue;
 		/* the logits without an observer: the reference of "changes nothing" */
