@@ -26,6 +26,7 @@
  * positions of each query, back to pos - window + 1) is still in the ring. */
 #include "engine/forward.h"
 #include "engine/ops.h"
+#include "engine/observe.h"
 #include "base/err.h"
 #include "base/pool.h"
 #include "kernels/ek.h"
@@ -75,6 +76,8 @@ struct lg_state {
 	float *scratch;            /* [nthreads][4][stride] weight rows */
 	size_t stride;
 	size_t bytes;
+	struct lg_obs *obs;        /* the calibration observer, or NULL (observe.h) */
+	int li;                    /* layer of the block running (for the observer) */
 };
 
 static void *zalloc(struct lg_state *s, size_t n, size_t size, int *fail)
@@ -192,6 +195,39 @@ size_t lg_state_bytes(const struct lg_state *s)
 	return s->bytes;
 }
 
+void lg_state_observe(struct lg_state *s, struct lg_obs *obs)
+{
+	s->obs = obs;
+}
+
+/* The observer: max|x| over rows [0, T) of x (row stride ldx, cols wide)
+ * folded into each slot of slots[0..ns) of the current layer. Data, not
+ * control: the forward calls it at each Linear's input, it returns at once
+ * when no observer is set. */
+static void observe(struct lg_state *s, const int *slots, int ns, const float *x, size_t ldx,
+                    int T, int cols)
+{
+	if (!s->obs || T <= 0)
+		return;
+	float mx = 0;
+	for (int t = 0; t < T; t++)
+		for (int i = 0; i < cols; i++) {
+			float a = fabsf(x[(size_t)t * ldx + i]);
+			if (a > mx)
+				mx = a;
+		}
+	size_t base = (size_t)s->li * (LG_OBS_FIXED + 3 * (size_t)s->m->cfg.n_experts);
+	for (int j = 0; j < ns; j++) {
+		if (mx > s->obs->amax[base + slots[j]])
+			s->obs->amax[base + slots[j]] = mx;
+		s->obs->tokens[base + slots[j]] += T;
+	}
+}
+
+#define OBS(s, x, ldx, T, cols, ...)                                                  \
+	observe(s, (const int[]){__VA_ARGS__}, sizeof((const int[]){__VA_ARGS__}) / sizeof(int), \
+	        x, ldx, T, cols)
+
 static void matmul(struct lg_state *s, int n)
 {
 	lg_matmul(s->pool, s->scratch, s->stride, s->mm, n);
@@ -265,6 +301,7 @@ static void attention(struct lg_state *s, int li, int T)
 	int H = c->hidden, hd = c->head_dim, nh = L->n_heads, nkv = c->n_kv_heads;
 	for (int t = 0; t < T; t++)
 		lg_rmsnorm(s->xn + (size_t)t * H, s->x + (size_t)t * H, L->attn_norm, H, c->eps);
+	OBS(s, s->xn, H, T, H, LG_OBS_Q, LG_OBS_K, LG_OBS_V, LG_OBS_G);
 	int n = 0;
 	s->mm[n++] = mm(&L->q, s->xn, H, s->q, s->qd, T);
 	s->mm[n++] = mm(&L->k, s->xn, H, s->k, s->kvd, T);
@@ -312,6 +349,7 @@ static void attention(struct lg_state *s, int li, int T)
 				o[h * hd + d] *= gv;
 			}
 	}
+	OBS(s, s->att, s->qd, T, nh * hd, LG_OBS_O);
 	s->mm[0] = mm(&L->o, s->att, s->qd, s->y, H, T);
 	matmul(s, 1);
 	for (size_t i = 0; i < (size_t)T * H; i++)
@@ -323,12 +361,37 @@ static void attention(struct lg_state *s, int li, int T)
 static void dense_mlp(struct lg_state *s, const struct lg_layer *L, int T)
 {
 	int H = s->m->cfg.hidden, I = s->m->cfg.inter;
+	OBS(s, s->xn, H, T, H, LG_OBS_GATE, LG_OBS_UP);
 	s->mm[0] = mm(&L->gate, s->xn, H, s->h1, s->fd, T);
 	s->mm[1] = mm(&L->up, s->xn, H, s->h2, s->fd, T);
 	matmul(s, 2);
 	ek_swiglu_cpu(s->h1, s->fd, s->h1, s->fd, s->h2, s->fd, T, I);
+	OBS(s, s->h1, s->fd, T, I, LG_OBS_DOWN);
 	s->mm[0] = mm(&L->down, s->h1, s->fd, s->y, H, T);
 	matmul(s, 1);
+}
+
+/* --all-experts: every token of the batch through every routed expert, for
+ * the observer only (y is already made from the top-k). K experts at a time
+ * in ge/ue, which hold B·K rows and are free once y is made. */
+static void all_experts_obs(struct lg_state *s, const struct lg_layer *L, int T)
+{
+	const struct lg_config *c = &s->m->cfg;
+	int H = c->hidden, E = c->n_experts, K = c->top_k, I = c->moe_inter;
+	for (int e0 = 0; e0 < E; e0 += K) {
+		int ne = E - e0 < K ? E - e0 : K, n = 0;
+		for (int j = 0; j < ne; j++) {
+			OBS(s, s->xn, H, T, H, LG_OBS_FIXED + 3 * (e0 + j), LG_OBS_FIXED + 3 * (e0 + j) + 1);
+			s->mm[n++] = mm(&L->eg[e0 + j], s->xn, H, s->ge + (size_t)j * T * I, I, T);
+			s->mm[n++] = mm(&L->eu[e0 + j], s->xn, H, s->ue + (size_t)j * T * I, I, T);
+		}
+		matmul(s, n);
+		for (int j = 0; j < ne; j++) {
+			float *g = s->ge + (size_t)j * T * I;
+			ek_swiglu_cpu(g, I, g, I, s->ue + (size_t)j * T * I, I, T, I);
+			OBS(s, g, I, T, I, LG_OBS_FIXED + 3 * (e0 + j) + 2);
+		}
+	}
 }
 
 static void moe(struct lg_state *s, const struct lg_layer *L, int T)
@@ -344,6 +407,8 @@ static void moe(struct lg_state *s, const struct lg_layer *L, int T)
 	}
 	if (sgate)
 		s->mm[n++] = mm(&L->sgate, s->xn, H, s->sgl, 1, T);
+	if (S > 0)
+		OBS(s, s->xn, H, T, H, LG_OBS_SG, LG_OBS_SU, LG_OBS_SGATE);
 	matmul(s, n);
 
 	/* routing. sigmoid: scores, top-k by score + correction bias (the bias
@@ -372,21 +437,28 @@ static void moe(struct lg_state *s, const struct lg_layer *L, int T)
 		memcpy(s->xe + (size_t)i * H, s->xn + (size_t)s->slot_tok[i] * H, H * sizeof(float));
 
 	/* experts' gate and up, then down (with the shared expert's down) */
+	int routed_obs = !s->obs || !s->obs->all_experts;   /* else all_experts_obs() observes */
 	n = 0;
 	for (int e = 0; e < E; e++) {
 		int o = s->cnt[e], cnt = s->cnt[e + 1] - o;
 		if (!cnt)
 			continue;
+		if (routed_obs)
+			OBS(s, s->xe + (size_t)o * H, H, cnt, H, LG_OBS_FIXED + 3 * e, LG_OBS_FIXED + 3 * e + 1);
 		s->mm[n++] = mm(&L->eg[e], s->xe + (size_t)o * H, H, s->ge + (size_t)o * I, I, cnt);
 		s->mm[n++] = mm(&L->eu[e], s->xe + (size_t)o * H, H, s->ue + (size_t)o * I, I, cnt);
 	}
 	matmul(s, n);
 	ek_swiglu_cpu(s->ge, I, s->ge, I, s->ue, I, T * K, I);
-	if (S > 0)
+	if (S > 0) {
 		ek_swiglu_cpu(s->h1, s->fd, s->h1, s->fd, s->h2, s->fd, T, S);
+		OBS(s, s->h1, s->fd, T, S, LG_OBS_SD);
+	}
 	n = 0;
 	for (int e = 0; e < E; e++) {
 		int o = s->cnt[e], cnt = s->cnt[e + 1] - o;
+		if (cnt && routed_obs)
+			OBS(s, s->ge + (size_t)o * I, I, cnt, I, LG_OBS_FIXED + 3 * e + 2);
 		if (cnt)
 			s->mm[n++] = mm(&L->ed[e], s->ge + (size_t)o * I, I, s->de + (size_t)o * H, H, cnt);
 	}
@@ -405,6 +477,8 @@ static void moe(struct lg_state *s, const struct lg_layer *L, int T)
 		lg_axpy(s->y + (size_t)s->slot_tok[i] * H, s->slot_w[i], s->de + (size_t)i * H, H);
 	for (size_t i = 0; i < (size_t)T * H; i++)
 		s->y[i] = s->y[i] * c->routed_scale + (S > 0 ? s->ys[i] : 0.0f);
+	if (!routed_obs)
+		all_experts_obs(s, L, T);
 }
 
 /* ---------------------------------------------------------------- the model */
@@ -441,6 +515,7 @@ static void forward_batch(struct lg_state *s, const int *tok, int T, float *logi
 	rope_tables(s, T);
 	for (int li = 0; li < c->n_layers; li++) {
 		const struct lg_layer *L = &m->layers[li];
+		s->li = li;
 		attention(s, li, T);
 		for (int t = 0; t < T; t++)
 			lg_rmsnorm(s->xn + (size_t)t * H, s->x + (size_t)t * H, L->mlp_norm, H, c->eps);

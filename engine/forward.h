@@ -33,6 +33,11 @@ int lg_state_pos(const struct lg_state *s);
 /* Bytes of KV cache and scratch allocated. */
 size_t lg_state_bytes(const struct lg_state *s);
 
+/* Observe (engine/observe.h) the input of every quantizable Linear in the
+ * batches that follow, into obs (NULL: stop). Observing changes no result. */
+struct lg_obs;
+void lg_state_observe(struct lg_state *s, struct lg_obs *obs);
+
 /* Feeds tokens[0..n) at positions pos..pos+n-1. logits (may be NULL when
  * n_out == 0) receives [n_out][vocab]: the logits after each of the last
  * n_out tokens (0 <= n_out <= n). -EINVAL for a token id out of range,

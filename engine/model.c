@@ -257,8 +257,10 @@ static int bind_layer(struct loader *L, int i, struct lg_layer *ly)
 		/* vLLM and the checkpoints say shared_expert; transformers shared_experts */
 		const char *sn = "shared_expert";
 		snprintf(name, sizeof name, "model.layers.%d.mlp.shared_experts.gate_proj.weight", i);
-		if (ld_find(L, name))
+		if (ld_find(L, name)) {
 			sn = "shared_experts";
+			ly->shared_plural = 1;
+		}
 		if ((rc = ld_linear(L, P("model.layers.%d.mlp.%s.gate_proj", i, sn), c->shared_inter,
 		                      c->hidden, &ly->sg)) ||
 		    (rc = ld_linear(L, P("model.layers.%d.mlp.%s.up_proj", i, sn), c->shared_inter,

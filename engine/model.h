@@ -178,6 +178,8 @@ struct lg_layer {
 	struct lg_linear sg, su;   /* shared_expert.{gate,up}_proj [shared_inter, hidden] */
 	struct lg_linear sd;       /* shared_expert.down_proj [hidden, shared_inter] */
 	struct lg_linear sgate;    /* shared_expert_gate [1, hidden] (arch->shared_gate) */
+	int shared_plural;         /* the shared expert is named mlp.shared_experts (transformers),
+	                              not mlp.shared_expert (vLLM and the checkpoints) */
 };
 
 /* Sampling defaults from generation_config.json (transformers' defaults

@@ -55,6 +55,16 @@ static int extract_one(void *vctx, const char *name, const struct st_tensor *t, 
 int rq_calib_write(const char *out_file, char *const *names, const uint32_t *bits, size_t n,
                    struct rq_err *err)
 {
+	return rq_calib_write_meta(out_file, names, bits, n, NULL, err);
+}
+
+int rq_calib_write_meta(const char *out_file, char *const *names, const uint32_t *bits, size_t n,
+                        const char *extra, struct rq_err *err)
+{
+	char *meta = NULL;
+	if (asprintf(&meta, "{\"format\":\"pt\",\"requantfs\":\"calib\"%s%s}", extra ? "," : "",
+	             extra ? extra : "") < 0)
+		return rq_errf(err, -ENOMEM, "out of memory");
 	struct st_spec *specs = calloc(n ? n : 1, sizeof *specs);
 	size_t *order = calloc(n ? n : 1, sizeof *order);
 	uint64_t *begin = calloc(n ? n : 1, sizeof *begin);
@@ -71,7 +81,7 @@ int rq_calib_write(const char *out_file, char *const *names, const uint32_t *bit
 		specs[i].ndim = 1;
 		specs[i].shape[0] = 1;
 	}
-	rc = st_layout(specs, n, "{\"format\":\"pt\",\"requantfs\":\"calib\"}", &hdr, &hlen,
+	rc = st_layout(specs, n, meta, &hdr, &hlen,
 	               order, begin, NULL, err);
 	if (rc)
 		goto out;
@@ -104,28 +114,52 @@ out:
 	free(begin);
 	free(hdr);
 	free(data);
+	free(meta);
 	return rc;
 }
 
-int rq_calib_extract(const char *calib_dir, const char *out_file, size_t *count,
-                     struct rq_err *err)
+int rq_calib_load(const char *path, char ***names, uint32_t **bits, size_t *count,
+                  struct rq_err *err)
 {
-	struct extract_ctx x = {.dir = calib_dir, .err = err};
-	int rc = rq_ckpt_open(calib_dir, &x.c, err);
+	struct extract_ctx x = {.dir = path, .err = err};
+	int rc = rq_ckpt_open(path, &x.c, err);
 	if (rc)
 		return rc;
 	rc = rq_ckpt_each(x.c, extract_one, &x, err);
 	if (!rc && !x.n)
 		rc = rq_errf(err, -ENOENT, "%s has no *.input_global_scale tensors; is it the 07-22 "
-		             "all-NVFP4 checkpoint?", calib_dir);
-	if (!rc)
-		rc = rq_calib_write(out_file, x.names, x.bits, x.n, err);
-	if (!rc)
-		*count = x.n;
-	for (size_t i = 0; i < x.n; i++)
-		free(x.names[i]);
-	free(x.names);
-	free(x.bits);
+		             "all-NVFP4 checkpoint or a calibration file?", path);
 	rq_ckpt_close(x.c);
+	if (rc) {
+		rq_calib_free(x.names, x.bits, x.n);
+		return rc;
+	}
+	*names = x.names;
+	*bits = x.bits;
+	*count = x.n;
+	return 0;
+}
+
+void rq_calib_free(char **names, uint32_t *bits, size_t n)
+{
+	for (size_t i = 0; names && i < n; i++)
+		free(names[i]);
+	free(names);
+	free(bits);
+}
+
+int rq_calib_extract(const char *calib_dir, const char *out_file, size_t *count,
+                     struct rq_err *err)
+{
+	char **names;
+	uint32_t *bits;
+	size_t n;
+	int rc = rq_calib_load(calib_dir, &names, &bits, &n, err);
+	if (rc)
+		return rc;
+	rc = rq_calib_write(out_file, names, bits, n, err);
+	if (!rc)
+		*count = n;
+	rq_calib_free(names, bits, n);
 	return rc;
 }

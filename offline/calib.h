@@ -14,11 +14,23 @@ struct rq_err;
 int rq_calib_extract(const char *calib_dir, const char *out_file, size_t *count,
                      struct rq_err *err);
 
+/* Every *.input_global_scale of path (a checkpoint directory or a
+ * calibration file) with its F32 bits, in the checkpoint's order;
+ * release with rq_calib_free. -ENOENT when there is none. */
+int rq_calib_load(const char *path, char ***names, uint32_t **bits, size_t *count,
+                  struct rq_err *err);
+void rq_calib_free(char **names, uint32_t *bits, size_t n);
+
 /* Writes the calibration file: names[i] = bits[i] as F32 [1], metadata
  * {"format":"pt","requantfs":"calib"}, the canonical layout (st_layout), so
  * the same set gives the same bytes whatever its order; tmp, fsync, rename. */
 int rq_calib_write(const char *out_file, char *const *names, const uint32_t *bits, size_t n,
                    struct rq_err *err);
+
+/* The same with more __metadata__: extra (may be NULL) is JSON members
+ * ("key":"value",...; safetensors wants string values) after "requantfs". */
+int rq_calib_write_meta(const char *out_file, char *const *names, const uint32_t *bits, size_t n,
+                        const char *extra, struct rq_err *err);
 
 /* `calib fetch` (calib_fetch.c): the file rq_calib_extract writes, made
  * from a 07-22 checkpoint on a Hugging Face hub (hub/hub.h: endpoint NULL

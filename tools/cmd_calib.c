@@ -2,6 +2,7 @@
  * `requantfs calib fetch [REPO[@REV]] -o FILE`: the same calibration file,
  * from a 07-22 checkpoint on disk or on a Hugging Face hub. */
 #include "tools/cli.h"
+#include "tools/calib_run.h"
 #include "base/err.h"
 #include "offline/calib.h"
 #include "plan/ckpt.h"
@@ -22,7 +23,9 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	"usage: requantfs calib extract CALIB_DIR -o FILE\n"
-	"       requantfs calib fetch [REPO[@REV]] -o FILE [--endpoint URL] [--quiet]\n\n"
+	"       requantfs calib fetch [REPO[@REV]] -o FILE [--endpoint URL] [--quiet]\n"
+	"       requantfs calib run MODEL (--text FILE | --prompts FILE) -o FILE [...]\n"
+	"       requantfs calib diff A B     (calib run --help)\n\n"
 	"Saves every <module>.input_global_scale of a 2026-07-22 (all-NVFP4) checkpoint\n"
 	"into FILE, a small safetensors file that --calib accepts instead of the whole\n"
 	"checkpoint. Only the headers and the 4-byte scalars are read.\n\n"
@@ -141,6 +144,10 @@ int cmd_calib(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
+	if (argc >= 2 && !strcmp(argv[1], "run"))
+		return calib_run_main(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "diff"))
+		return calib_diff_main(argc - 1, argv + 1);
 	if (argc < 2 || (strcmp(argv[1], "extract") && strcmp(argv[1], "fetch"))) {
 		usage(stderr);
 		return 2;

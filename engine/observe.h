@@ -1,0 +1,46 @@
+/* observe.h — the calibration observer: max|x| of the input of every Linear
+ * a W4A4 scheme would quantize, gathered while the CPU forward runs
+ * (lg_state_observe in forward.h), for `requantfs calib run`.
+ *
+ * Which Linears: every projection of every layer that the engine binds —
+ * attention q/k/v/o (and Laguna's g_proj), the dense MLP's gate/up/down,
+ * each routed expert's gate/up/down, the shared expert's gate/up/down and
+ * its gate (qwen2_moe) — that is, --scheme's module selection with its
+ * default ignore list (plan/plan_scheme.c): lm_head, the embedding and the
+ * MoE routers (<block>.gate) are left out. Laguna's 08-01 rule covers the
+ * routed experts of layers 40–47, a subset of this set.
+ *
+ * Layout: one slot per (layer, Linear), layer-major, lg_obs_per_layer()
+ * slots per layer: the LG_OBS_* below, then 3 per routed expert (gate, up,
+ * down of expert e at LG_OBS_FIXED + 3e + 0/1/2). A slot whose Linear the
+ * model does not have (a dense layer's experts, ...) stays unnamed. */
+#ifndef RQ_ENGINE_OBSERVE_H
+#define RQ_ENGINE_OBSERVE_H
+
+#include <stddef.h>
+
+struct lg_model;
+
+enum lg_obs_slot {
+	LG_OBS_Q, LG_OBS_K, LG_OBS_V, LG_OBS_G, LG_OBS_O,
+	LG_OBS_GATE, LG_OBS_UP, LG_OBS_DOWN,           /* dense MLP */
+	LG_OBS_SG, LG_OBS_SU, LG_OBS_SD, LG_OBS_SGATE, /* shared expert, its sigmoid gate */
+	LG_OBS_FIXED
+};
+
+/* What the forward fills while a state observes (caller-owned arrays of
+ * lg_obs_count() entries, zeroed before the first batch). */
+struct lg_obs {
+	float *amax;      /* [slots] max |x| over the tokens observed (0: none yet) */
+	long *tokens;     /* [slots] tokens whose input the slot saw */
+	int all_experts;  /* 1: every token also goes through every routed expert for the
+	                     observer only (the forward keeps its top-k) */
+};
+
+int lg_obs_per_layer(const struct lg_model *m);
+size_t lg_obs_count(const struct lg_model *m);
+/* The checkpoint module name of slot i (e.g. model.layers.3.mlp.experts.5.up_proj)
+ * into buf; -ENOENT when the model has no Linear there, -ENAMETOOLONG. */
+int lg_obs_name(const struct lg_model *m, size_t i, char *buf, size_t len);
+
+#endif

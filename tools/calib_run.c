@@ -1,0 +1,432 @@
+/* calib_run.c — `requantfs calib run MODEL (--text FILE | --prompts FILE)
+ * [--tokens N] [--all-experts] -o FILE` and `requantfs calib diff A B`.
+ *
+ * run: the CPU engine reads MODEL and feeds the calibration tokens with the
+ * observer on (engine/observe.h); each observed Linear gets
+ * input_global_scale = 448·6 / amax (F32 [1], compressed-tensors'
+ * convention), written by rq_calib_write_meta in the layout `calib extract`
+ * writes, so --calib takes the file as it is. A routed expert that saw no
+ * token gets the fallback amax = the largest amax of the same projection
+ * over its layer's experts that did (no token of this text would be clipped
+ * by it; counted in the summary). An input whose amax is 0 gets the largest
+ * finite F32 scale. The token ids go into __metadata__ ("calib_token_ids":
+ * sequences separated by ';', ids by ','). */
+#include "tools/calib_run.h"
+#include "tools/cli.h"
+#include "tools/compare_text.h"
+#include "base/err.h"
+#include "base/pool.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/observe.h"
+#include "engine/tokenizer.h"
+#include "offline/calib.h"
+
+#include <errno.h>
+#include <float.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CAL_MAX (448.0f * 6.0f)   /* FP8 E4M3 max · FP4 E2M1 max */
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+struct seqs {
+	int **tok;       /* [n] sequences */
+	int *len;
+	int n, total;
+};
+
+static void seqs_free(struct seqs *q)
+{
+	for (int i = 0; i < q->n; i++)
+		free(q->tok[i]);
+	free(q->tok);
+	free(q->len);
+}
+
+static int seqs_add(struct seqs *q, int *tok, int len)
+{
+	int **nt = realloc(q->tok, (q->n + 1) * sizeof *nt);
+	int *nl = nt ? realloc(q->len, (q->n + 1) * sizeof *nl) : NULL;
+	if (nt)
+		q->tok = nt;
+	if (!nl) {
+		free(tok);
+		return -ENOMEM;
+	}
+	q->len = nl;
+	q->tok[q->n] = tok;
+	q->len[q->n++] = len;
+	q->total += len;
+	return 0;
+}
+
+/* --prompts: one prompt a line (empty lines skipped), tokenizer(line) each,
+ * until `budget` tokens in all (the last one cut). */
+static int read_prompts(const char *path, const struct tok *tk, int budget, struct seqs *q,
+                        struct rq_err *err)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return rq_errf(err, -errno, "--prompts %s: %s", path, strerror(errno));
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	int rc = 0;
+	while (!rc && q->total < budget && (len = getline(&line, &cap, f)) >= 0) {
+		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+			line[--len] = 0;
+		if (!len)
+			continue;
+		struct tok_ids ids = {0};
+		if (tok_encode(tk, line, len, TOK_ADD_SPECIAL, &ids)) {
+			tok_ids_free(&ids);
+			rc = rq_errf(err, -ENOMEM, "out of memory encoding %s", path);
+			break;
+		}
+		int n = (int)ids.n < budget - q->total ? (int)ids.n : budget - q->total;
+		int *t = malloc((n ? n : 1) * sizeof *t);
+		for (int i = 0; t && i < n; i++)
+			t[i] = ids.v[i];
+		tok_ids_free(&ids);
+		if (!t || (n && seqs_add(q, t, n)))
+			rc = rq_errf(err, -ENOMEM, "out of memory");
+		else if (!n)
+			free(t);
+	}
+	free(line);
+	fclose(f);
+	if (!rc && !q->total)
+		rc = rq_errf(err, -ENODATA, "--prompts %s holds no prompt (one a line)", path);
+	return rc;
+}
+
+/* "calib_token_ids":"1,2;3,4" and the other members of __metadata__. */
+static char *metadata(const struct seqs *q, int all_experts)
+{
+	size_t cap = (size_t)q->total * 12 + 256, l = 0;
+	char *m = malloc(cap);
+	if (!m)
+		return NULL;
+	l += snprintf(m + l, cap - l, "\"calib_source\":\"requantfs calib run\",\"calib_tokens\":\"%d\","
+	              "\"calib_all_experts\":\"%d\",\"calib_token_ids\":\"", q->total, all_experts);
+	for (int s = 0; s < q->n; s++)
+		for (int i = 0; i < q->len[s]; i++)
+			l += snprintf(m + l, cap - l, "%s%d", i ? "," : s ? ";" : "", q->tok[s][i]);
+	snprintf(m + l, cap - l, "\"");
+	return m;
+}
+
+struct run_opts {
+	const char *model, *text, *prompts, *out;
+	int tokens, all_experts, threads, quiet;
+};
+
+static int run(const struct run_opts *o)
+{
+	struct rq_err err = {0};
+	struct lg_model *m = NULL;
+	struct tok *tk = NULL;
+	struct rq_pool *pool = NULL;
+	struct lg_state *st = NULL;
+	struct seqs q = {0};
+	struct lg_obs obs = {.all_experts = o->all_experts};
+	char **names = NULL, *meta = NULL;
+	uint32_t *bits = NULL;
+	size_t nn = 0;
+	int rc = 1;
+	if (lg_model_open(o->model, &m, &err)) {
+		cli_fail(1, "calib run", "%s", err.msg);
+		goto out;
+	}
+	if (o->all_experts && m->cfg.n_experts <= 0) {
+		rc = cli_fail(2, "calib run", "--all-experts: %s has no routed experts (a dense "
+		              "model); run without it", o->model);
+		goto out;
+	}
+	if (tok_load(o->model, &tk, &err)) {
+		cli_fail(1, "calib run", "%s (calib run needs MODEL's tokenizer to encode the "
+		         "calibration text)", err.msg);
+		goto out;
+	}
+	if (o->text) {
+		int *t, n;
+		if (ct_window(o->text, tk, o->tokens, &t, &n, &err) || seqs_add(&q, t, n)) {
+			cli_fail(1, "calib run", "--text %s", err.msg);
+			goto out;
+		}
+	} else if (read_prompts(o->prompts, tk, o->tokens, &q, &err)) {
+		cli_fail(1, "calib run", "%s", err.msg);
+		goto out;
+	}
+	size_t ns = lg_obs_count(m);
+	obs.amax = calloc(ns, sizeof *obs.amax);
+	obs.tokens = calloc(ns, sizeof *obs.tokens);
+	names = calloc(ns, sizeof *names);
+	bits = calloc(ns, sizeof *bits);
+	int maxlen = 0;
+	for (int i = 0; i < q.n; i++)
+		if (q.len[i] > maxlen)
+			maxlen = q.len[i];
+	if (!obs.amax || !obs.tokens || !names || !bits || rq_pool_create(o->threads, &pool) ||
+	    lg_state_create(m, maxlen, 64, pool, &st, &err)) {
+		cli_fail(1, "calib run", "%s", err.msg[0] ? err.msg : "out of memory");
+		goto out;
+	}
+
+	/* observe: every sequence from position 0, 64 tokens a call (the bar) */
+	lg_state_observe(st, &obs);
+	struct cli_progress *bar = o->quiet ? NULL : cli_progress_start("calib run", q.total, 0, 0);
+	double t0 = now();
+	for (int s = 0; s < q.n && rc == 1; s++) {
+		lg_state_reset(st);
+		for (int d = 0; d < q.len[s]; d += 64) {
+			int T = q.len[s] - d < 64 ? q.len[s] - d : 64;
+			if (lg_forward(st, q.tok[s] + d, T, NULL, 0, &err)) {
+				cli_progress_end(bar);
+				cli_fail(1, "calib run", "%s", err.msg);
+				goto out;
+			}
+			cli_progress_add(bar, T, 0);
+		}
+	}
+	double t_obs = now() - t0;
+	cli_progress_end(bar);
+	/* the bench: the first sequence again, observer off (generate's prefill) */
+	lg_state_observe(st, NULL);
+	lg_state_reset(st);
+	t0 = now();
+	if (lg_forward(st, q.tok[0], q.len[0], NULL, 0, &err)) {
+		cli_fail(1, "calib run", "%s", err.msg);
+		goto out;
+	}
+	double t_pre = now() - t0;
+
+	/* scales: the fallback first (max over the layer's experts that saw a token) */
+	int per = lg_obs_per_layer(m), E = m->cfg.n_experts, fallback = 0, zero = 0;
+	for (int li = 0; li < m->cfg.n_layers; li++)
+		for (int p = 0; p < 3 && m->layers[li].moe; p++) {
+			float mx = 0;
+			for (int e = 0; e < E; e++) {
+				size_t i = (size_t)li * per + LG_OBS_FIXED + 3 * e + p;
+				if (obs.tokens[i] && obs.amax[i] > mx)
+					mx = obs.amax[i];
+			}
+			for (int e = 0; e < E; e++) {
+				size_t i = (size_t)li * per + LG_OBS_FIXED + 3 * e + p;
+				if (!obs.tokens[i]) {
+					obs.amax[i] = mx;
+					fallback++;
+				}
+			}
+		}
+	char name[512];
+	for (size_t i = 0; i < ns; i++) {
+		if (lg_obs_name(m, i, name, sizeof name - 32))
+			continue;
+		float a = obs.amax[i], sc = a > 0 ? CAL_MAX / a : FLT_MAX;
+		if (!isfinite(sc) || sc > FLT_MAX)
+			sc = FLT_MAX;
+		zero += !(a > 0);
+		strcat(name, ".input_global_scale");
+		if (!(names[nn] = strdup(name))) {
+			cli_fail(1, "calib run", "out of memory");
+			goto out;
+		}
+		memcpy(&bits[nn++], &sc, 4);
+	}
+	if (!nn) {
+		cli_fail(1, "calib run", "%s has no Linear that a W4A4 scheme quantizes", o->model);
+		goto out;
+	}
+	if (!(meta = metadata(&q, o->all_experts)) ||
+	    rq_calib_write_meta(o->out, names, bits, nn, meta, &err)) {
+		cli_fail(1, "calib run", "%s", meta ? err.msg : "out of memory");
+		goto out;
+	}
+	if (!o->quiet) {
+		double r_obs = q.total / t_obs, r_pre = q.len[0] / t_pre;
+		fprintf(stderr, "requantfs calib run: %zu scales from %d tokens in %d sequence%s written "
+		        "to %s (%d routed-expert inputs saw no token%s: given the max over their layer's "
+		        "experts; %d inputs all zero: scale = FLT_MAX)\n", nn, q.total, q.n,
+		        q.n == 1 ? "" : "s", o->out, fallback, o->all_experts ? " (--all-experts)" : "",
+		        zero);
+		fprintf(stderr, "requantfs calib run: bench: observing %.1f tok/s, prefill of the same "
+		        "model %.1f tok/s (%d tokens), ratio %.2f (bar >= 0.8)\n", r_obs, r_pre, q.len[0],
+		        r_obs / r_pre);
+	}
+	rc = 0;
+out:
+	rq_calib_free(names, bits, nn);
+	free(meta);
+	free(obs.amax);
+	free(obs.tokens);
+	lg_state_free(st);
+	rq_pool_destroy(pool);
+	seqs_free(&q);
+	tok_free(tk);
+	lg_model_close(m);
+	return rc;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	"usage: requantfs calib run MODEL (--text FILE | --prompts FILE) -o FILE\n"
+	"                 [--tokens N] [--all-experts] [--threads N] [--quiet]\n"
+	"       requantfs calib diff A B\n\n"
+	"run: feeds calibration tokens through MODEL (the CPU engine) and writes, for\n"
+	"every Linear a W4A4 scheme quantizes (attention, MLP, shared and routed experts;\n"
+	"not lm_head, the embedding or the routers), <module>.input_global_scale =\n"
+	"448*6 / max|input| as F32 [1]: the file --calib takes. --text: the first N\n"
+	"tokens of FILE as tokenizer(text) encodes it (one sequence, compare --text's\n"
+	"ids); --prompts: one prompt a line, each a sequence, N tokens in all. --tokens N\n"
+	"(default 512). Routed experts see the tokens routed to them; --all-experts also\n"
+	"sends every token through every expert for the observer only. An expert that\n"
+	"saw no token gets the largest input of its layer's experts (counted). The\n"
+	"token ids go into the file's __metadata__.\n\n"
+	"diff: per-module ratio A/B of input_global_scale of two calibration files (or\n"
+	"07-22 checkpoints), a summary, and the modules only in one.\n");
+}
+
+int calib_run_main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"text", required_argument, 0, 'x'}, {"prompts", required_argument, 0, 'p'},
+		{"tokens", required_argument, 0, 'n'}, {"all-experts", no_argument, 0, 'a'},
+		{"output", required_argument, 0, 'o'}, {"threads", required_argument, 0, 't'},
+		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	struct run_opts o = {.tokens = 512};
+	int c;
+	char *end;
+	while ((c = getopt_long(argc, argv, "o:n:t:qh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'x': o.text = optarg; break;
+		case 'p': o.prompts = optarg; break;
+		case 'a': o.all_experts = 1; break;
+		case 'o': o.out = optarg; break;
+		case 'q': o.quiet = 1; break;
+		case 'n':
+		case 't': {
+			long v = strtol(optarg, &end, 10);
+			if (*end || v < (c == 'n' ? 2 : 0) || v > 1 << 24)
+				return cli_fail(2, "calib run", "--%s: '%s' is not a count%s", c == 'n' ? "tokens"
+				                : "threads", optarg, c == 'n' ? " >= 2" : "");
+			*(c == 'n' ? &o.tokens : &o.threads) = (int)v;
+			break;
+		}
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (argc - optind != 1 || !o.out) {
+		usage(stderr);
+		return 2;
+	}
+	if (!o.text == !o.prompts)
+		return cli_fail(2, "calib run", "give the calibration tokens: --text FILE or --prompts "
+		                "FILE (one of them)");
+	o.model = argv[optind];
+	int hc = cli_hub_args("calib run", &o.model, NULL);
+	if (hc >= 0)
+		return hc;
+	return run(&o);
+}
+
+/* ---------------------------------------------------------------- diff */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static int find_name(char **names, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(names[i], name))
+			return (int)i;
+	return -1;
+}
+
+static float bits_f(uint32_t b)
+{
+	float f;
+	memcpy(&f, &b, 4);
+	return f;
+}
+
+int calib_diff_main(int argc, char **argv)
+{
+	if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		usage(stdout);
+		return 0;
+	}
+	if (argc != 3) {
+		usage(stderr);
+		return 2;
+	}
+	struct rq_err err = {0};
+	char **na = NULL, **nb = NULL;
+	uint32_t *ba = NULL, *bb = NULL;
+	size_t a = 0, b = 0;
+	double *r = NULL;
+	int rc = 1;
+	if (rq_calib_load(argv[1], &na, &ba, &a, &err) || rq_calib_load(argv[2], &nb, &bb, &b, &err)) {
+		cli_fail(1, "calib diff", "%s", err.msg);
+		goto out;
+	}
+	/* names sorted in both (safetensors headers sort them): a merge would do;
+	 * a linear search per name is simple and fast enough for ~10^4 modules */
+	r = malloc((a ? a : 1) * sizeof *r);
+	if (!r) {
+		cli_fail(1, "calib diff", "out of memory");
+		goto out;
+	}
+	size_t nr = 0, only_a = 0, only_b = 0;
+	size_t sl = strlen(".input_global_scale");
+	printf("%-64s %12s %12s %8s\n", "module", "A", "B", "A/B");
+	for (size_t i = 0; i < a; i++) {
+		int j = find_name(nb, b, na[i]);
+		int ml = (int)(strlen(na[i]) - sl);
+		if (j < 0) {
+			printf("%-64.*s %12g %12s %8s\n", ml, na[i], bits_f(ba[i]), "-", "only A");
+			only_a++;
+			continue;
+		}
+		double x = bits_f(ba[i]), y = bits_f(bb[j]);
+		r[nr++] = x / y;
+		printf("%-64.*s %12g %12g %8.4f\n", ml, na[i], x, y, x / y);
+	}
+	for (size_t j = 0; j < b; j++)
+		if (find_name(na, a, nb[j]) < 0) {
+			int ml = (int)(strlen(nb[j]) - sl);
+			printf("%-64.*s %12s %12g %8s\n", ml, nb[j], "-", bits_f(bb[j]), "only B");
+			only_b++;
+		}
+	qsort(r, nr, sizeof *r, cmp_double);
+	if (nr)
+		printf("summary: %zu modules in both: A/B min %.4f, median %.4f, max %.4f; "
+		       "%zu only in A (%s), %zu only in B (%s)\n", nr, r[0],
+		       nr % 2 ? r[nr / 2] : (r[nr / 2 - 1] + r[nr / 2]) / 2, r[nr - 1], only_a, argv[1],
+		       only_b, argv[2]);
+	else
+		printf("summary: no module in both; %zu only in A (%s), %zu only in B (%s)\n", only_a,
+		       argv[1], only_b, argv[2]);
+	rc = 0;
+out:
+	free(r);
+	rq_calib_free(na, ba, a);
+	rq_calib_free(nb, bb, b);
+	return rc;
+}
