@@ -140,37 +140,9 @@ static int number(struct jc *c)
 {
 	struct jp *j = &c->j;
 	const uint8_t *s = j->p;
-	int is_float = 0;
-	if (*j->p == '-')
-		j->p++;
-	if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-		return st_jfail(j, "invalid number");
-	if (*j->p == '0') {
-		j->p++;
-		if (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-			return st_jfail(j, "invalid number (leading zero)");
-	} else {
-		while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-			j->p++;
-	}
-	if (j->p < j->end && *j->p == '.') {
-		is_float = 1;
-		j->p++;
-		if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-			return st_jfail(j, "invalid number (no digit after '.')");
-		while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-			j->p++;
-	}
-	if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-		is_float = 1;
-		j->p++;
-		if (j->p < j->end && (*j->p == '+' || *j->p == '-'))
-			j->p++;
-		if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-			return st_jfail(j, "invalid number (no digit in the exponent)");
-		while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-			j->p++;
-	}
+	int is_float, rc0 = st_jnumber_scan(j, &is_float);
+	if (rc0)
+		return rc0;
 	size_t len = (size_t)(j->p - s), neg = s[0] == '-';
 	if (c->keys_only || (!is_float && len - neg <= 15))
 		return 0;          /* below 10^15 < 2^53: exact */

@@ -31,6 +31,9 @@ int st_jnext(struct jp *j, char close);
  * longer than the source text) and the length to *outlen. */
 int st_jstring(struct jp *j, char *out, size_t *outlen);
 int st_jliteral(struct jp *j, const char *lit);
+/* Scans one number of JSON's grammar at j->p (nothing else): 0 with
+ * *is_float set when it has a fraction or an exponent, else st_jfail. */
+int st_jnumber_scan(struct jp *j, int *is_float);
 int st_jenter(struct jp *j);              /* consumes '[' or '{', counts depth */
 int st_jvalue_skip(struct jp *j);
 /* [u, u, ...] of non-negative 64-bit integers, at most max. */

@@ -191,12 +191,9 @@ int st_jstring(struct jp *j, char *out, size_t *outlen)
 	return 0;
 }
 
-/* A number of any JSON form; serde_json refuses only those that overflow
- * binary64 (an integer beyond u64/i64 is read as a float). */
-static int jnumber_skip(struct jp *j)
+int st_jnumber_scan(struct jp *j, int *is_float)
 {
-	const uint8_t *s = j->p;
-	int is_float = 0;
+	*is_float = 0;
 	if (j->p < j->end && *j->p == '-')
 		j->p++;
 	if (j->p >= j->end || *j->p < '0' || *j->p > '9')
@@ -210,23 +207,34 @@ static int jnumber_skip(struct jp *j)
 			j->p++;
 	}
 	if (j->p < j->end && *j->p == '.') {
-		is_float = 1;
+		*is_float = 1;
 		j->p++;
 		if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-			return st_jfail(j, "invalid number");
+			return st_jfail(j, "invalid number (no digit after '.')");
 		while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
 			j->p++;
 	}
 	if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-		is_float = 1;
+		*is_float = 1;
 		j->p++;
 		if (j->p < j->end && (*j->p == '+' || *j->p == '-'))
 			j->p++;
 		if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-			return st_jfail(j, "invalid number");
+			return st_jfail(j, "invalid number (no digit in the exponent)");
 		while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
 			j->p++;
 	}
+	return 0;
+}
+
+/* A number of any JSON form; serde_json refuses only those that overflow
+ * binary64 (an integer beyond u64/i64 is read as a float). */
+static int jnumber_skip(struct jp *j)
+{
+	const uint8_t *s = j->p;
+	int is_float, rc = st_jnumber_scan(j, &is_float);
+	if (rc)
+		return rc;
 	size_t len = (size_t)(j->p - s);
 	if (!is_float && len < 19)
 		return 0;   /* fits an i64/u64 */
