@@ -37,25 +37,8 @@ static void usage(FILE *f)
 
 static int make_ckpt(const char *dir, int real)
 {
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n <= 0)
-		return -1;
-	self[n] = 0;
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		if (!freopen("/dev/null", "w", stdout))
-			_exit(127);
-		execl(self, self, "mkckpt", dir, real ? "--real-dims" : (char *)NULL, (char *)NULL);
-		_exit(127);
-	}
-	int st;
-	if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
-		return -1;
-	return 0;
+	char *args[] = {"mkckpt", (char *)dir, real ? "--real-dims" : NULL, NULL};
+	return cli_run_self(args);
 }
 
 static void rm_rf(const char *dir)

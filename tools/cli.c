@@ -5,6 +5,8 @@
 #include "plan/hub_cache.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <sys/wait.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -209,4 +211,32 @@ char *cli_default_cache(void)
 	if (x && *x)
 		return asprintf(&s, "%s/requantfs", x) < 0 ? NULL : s;
 	return asprintf(&s, "%s/.cache/requantfs", h && *h ? h : "/tmp") < 0 ? NULL : s;
+}
+
+int cli_run_self(char *const args[])
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n <= 0)
+		return -1;
+	self[n] = 0;
+	char *argv[16] = {self};
+	for (int i = 0; args[i] && i < 14; i++)
+		argv[i + 1] = args[i];
+	fflush(stdout);
+	fflush(stderr);
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		if (!freopen("/dev/null", "w", stdout))
+			_exit(127);
+		execv(self, argv);
+		_exit(127);
+	}
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }

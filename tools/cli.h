@@ -39,6 +39,10 @@ int cli_hub_args(const char *cmd, const char **model, const char **calib);
  * ~/.cache/requantfs (/tmp/.cache/requantfs without HOME). */
 char *cli_default_cache(void);
 
+/* Runs `requantfs ARGS...` (this very binary; args NULL-terminated, at most
+ * 14) with stdout to /dev/null and stderr kept: 0 when it exits 0, else -1. */
+int cli_run_self(char *const args[]);
+
 /* "1.5 GiB", "512 B". */
 void cli_human_bytes(double bytes, char *buf, size_t len);
 

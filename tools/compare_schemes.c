@@ -28,36 +28,6 @@
 
 static const char *const all_schemes[] = {"nvfp4a16", "fp8-dynamic", "w8a16", "w4a16"};
 
-/* Runs `requantfs ARGS...` (this binary), stdout to /dev/null, stderr kept.
- * 0 when it exits 0. */
-static int run_self(char *const args[])
-{
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n <= 0)
-		return -1;
-	self[n] = 0;
-	char *argv[16] = {self};
-	for (int i = 0; args[i] && i < 14; i++)
-		argv[i + 1] = args[i];
-	fflush(stdout);
-	fflush(stderr);
-	pid_t pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		if (!freopen("/dev/null", "w", stdout))
-			_exit(127);
-		execv(self, argv);
-		_exit(127);
-	}
-	int st;
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -1;
-	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
-}
-
 static unsigned long long walk_sum;
 static int walk_blocks;            /* 1: disk blocks (cache), 0: file sizes (presented) */
 
@@ -122,7 +92,7 @@ static int one_scheme(const char *src, const char *scheme, const char *tmp, stru
 		goto out;
 	}
 	char *margs[] = {"mount", (char *)src, mnt, "--scheme", (char *)scheme, "--cache", cache, NULL};
-	if (run_self(margs)) {
+	if (cli_run_self(margs)) {
 		/* a scheme SRC's shapes do not allow (the mount said why on stderr):
 		 * a row that says so, and the table goes on */
 		printf("%-12s not mountable with this scheme (requantfs mount's message above)\n", scheme);
@@ -140,7 +110,7 @@ static int one_scheme(const char *src, const char *scheme, const char *tmp, stru
 out:
 	if (mounted) {
 		char *uargs[] = {"umount", mnt, NULL};
-		if (run_self(uargs) && !rc)
+		if (cli_run_self(uargs) && !rc)
 			rc = rq_errf(err, -EBUSY, "%s: could not unmount (requantfs umount %s)", mnt, mnt);
 	}
 	if (!mounted || !rc)
