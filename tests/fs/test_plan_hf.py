@@ -253,7 +253,36 @@ def main():
                       "--endpoint", ep)
         ok(rc == 0 and f"@{C2}" in out, "a commit as REV is served as itself", out)
 
-        # 5. errors, each named
+        # 5. export hf:// reads SRC through the same seam: the same bytes as export of
+        # the local copy, each SRC byte fetched about once (no whole-file download)
+        for label, rsrc, lsrc, args in (
+                ("Laguna fix", "hf://synthetic/ckpt", src, ("--calib", cal)),
+                ("--scheme", "hf://synthetic/tiny-llama", tiny, ("--scheme", "nvfp4a16"))):
+            d_loc, d_rem = (os.path.join(tmp, f"exp-{label[:3]}-{k}") for k in ("loc", "rem"))
+            rc, out = run("export", lsrc, d_loc, *args, "--no-cache", "--quiet")
+            ok(rc == 0, f"{label}: export of the local copy", out)
+            rc, pj, out = plan_json(rsrc, *args, "--endpoint", ep)
+            hub.reset()
+            rc, out = run("export", rsrc, d_rem, *args, "--no-cache", "--quiet",
+                          "--endpoint", ep)
+            ok(rc == 0, f"{label}: export {rsrc}", out)
+            diff = [n for n in sorted(os.listdir(d_loc))
+                    if not os.path.isfile(os.path.join(d_rem, n)) or
+                    open(os.path.join(d_loc, n), "rb").read() !=
+                    open(os.path.join(d_rem, n), "rb").read()]
+            ok(rc == 0 and not diff and sorted(os.listdir(d_loc)) == sorted(os.listdir(d_rem)),
+               f"{label}: export hf:// equals export of the local copy, byte for byte",
+               "differ: " + " ".join(diff))
+            lim = pj["remote"]["download_bytes"] + pj["remote"]["plan_fetched_bytes"] if pj else 0
+            ok(0 < hub.sent <= lim,
+               f"{label}: fetched {hub.sent} bytes <= plan's download {lim} (with headers)",
+               json.dumps(pj and pj["remote"]))
+        rc, out = run("export", "hf://synthetic/ckpt", os.path.join(tmp, "exp-link"), "--calib",
+                      cal, "--link", "--no-cache", "--endpoint", ep)
+        ok(rc == 1 and "remote" in out and "--link" in out,
+           "export --link of a remote SRC is refused, saying why", out)
+
+        # 6. errors, each named
         hub.reset()
         rc, out = run("plan", "hf://synthetic/nope", "--calib", cal, "--endpoint", ep)
         ok(rc == 1 and "no such repository" in out and "404" in out and "synthetic/nope" in out,
