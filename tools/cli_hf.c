@@ -12,7 +12,7 @@
 #include <string.h>
 
 #define INFO_MAX (64u << 20)   /* the model API's JSON: a few KB per file */
-#define KEEP_MAX (64u << 20)   /* whole files kept in memory up to this size */
+#define KEEP_MAX (64u << 20)   /* whole files kept in memory: at most this, all together */
 
 struct cli_hf {
 	struct rq_hub *hub;
@@ -20,6 +20,7 @@ struct cli_hf {
 	char commit[41];          /* what rev named when asked: every read uses it */
 	char *label;              /* hf://ORG/NAME@<commit> */
 	size_t n, skipped;
+	uint64_t kept;            /* bytes in whole[] */
 	struct rq_src_entry *e;   /* [n]; names and sha256 owned */
 	char **whole;             /* [n]: a small file read whole (checked), kept: the plan
 	                             reads the index twice and must not fetch it twice */
@@ -78,8 +79,10 @@ static int hf_read(void *ctx, size_t i, uint64_t off, uint64_t len, void *buf,
 			               "transfer; retry, or check the server)", s->label, e->name, hex,
 			               e->sha256);
 	}
-	if (whole && len <= KEEP_MAX && (s->whole[i] = malloc(len)))
+	if (whole && s->kept + len <= KEEP_MAX && (s->whole[i] = malloc(len))) {
 		memcpy(s->whole[i], buf, len);
+		s->kept += len;
+	}
 	return 0;
 }
 
