@@ -3,6 +3,7 @@
 #include "tools/sha256.h"
 #include "base/err.h"
 #include "hub/hub.h"
+#include "offline/calib.h"
 #include "plan/hub_cache.h"
 
 #include <cjson/cJSON.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define INFO_MAX (64u << 20)   /* the model API's JSON: a few KB per file */
 #define KEEP_MAX (64u << 20)   /* whole files kept in memory: at most this, all together */
@@ -230,4 +232,39 @@ void cli_hf_traffic(const struct cli_hf *s, uint64_t *requests, uint64_t *bytes)
 	rq_hub_get_stats(s->hub, &st);
 	*requests = st.requests;
 	*bytes = st.bytes;
+}
+
+int cli_hf_calib(const char *spec, const char *endpoint, char **path, struct rq_err *err)
+{
+	if (!cli_hf_is(spec) || !rq_hub_is_repo_id(spec + 5))
+		return rq_errf(err, -EINVAL, "--calib %s: expected hf://ORG/NAME[@REV]", spec);
+	const char *id = spec + 5, *at = strchr(id, '@'), *tmpd = getenv("TMPDIR");
+	char *repo = at ? strndup(id, (size_t)(at - id)) : strdup(id);
+	size_t l = strlen(tmpd && *tmpd ? tmpd : "/tmp") + 40;
+	char *p = malloc(l);
+	if (!repo || !p) {
+		free(repo);
+		free(p);
+		return -ENOMEM;
+	}
+	snprintf(p, l, "%s/requantfs-calib-XXXXXX", tmpd && *tmpd ? tmpd : "/tmp");
+	int fd = mkstemp(p), rc = 0;
+	if (fd < 0)
+		rc = rq_errf(err, -errno, "--calib %s: cannot create a temporary file in %s: %s", spec,
+		             tmpd && *tmpd ? tmpd : "/tmp", strerror(errno));
+	else
+		close(fd);
+	size_t n = 0;
+	if (!rc && (rc = rq_calib_fetch(endpoint, repo, at ? at + 1 : "main", p, &n, NULL, NULL,
+	                                NULL, err)))
+		rq_err_prefix(err, "--calib %s", spec);
+	free(repo);
+	if (rc) {
+		if (fd >= 0)
+			unlink(p);
+		free(p);
+		return rc;
+	}
+	*path = p;
+	return 0;
 }

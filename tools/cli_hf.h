@@ -28,4 +28,10 @@ size_t cli_hf_skipped(const struct cli_hf *s);
 /* HTTP requests made and body bytes received so far (the API call included). */
 void cli_hf_traffic(const struct cli_hf *s, uint64_t *requests, uint64_t *bytes);
 
+/* --calib hf://ORG/NAME[@REV]: the scales fetched as `calib fetch` does
+ * (headers and 4-byte scalars only) into a new private temporary file,
+ * whose path (*path, malloc'd) the caller unlinks and frees once the plan is
+ * built. 0 or -errno with a message naming the repo. */
+int cli_hf_calib(const char *spec, const char *endpoint, char **path, struct rq_err *err);
+
 #endif

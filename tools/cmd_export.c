@@ -14,6 +14,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 static void usage(FILE *f)
@@ -35,6 +36,7 @@ static void usage(FILE *f)
 	"                     a hub repo id ORG/NAME[@REV] found in the local hub cache), or\n"
 	"                     hf://ORG/NAME[@REV] read from the hub itself: REV pinned to its\n"
 	"                     commit, each byte fetched once by range requests (no --link)\n"
+	"                     (also --calib hf://ORG/NAME[@REV]: fetched as `calib fetch` does)\n"
 	"  --endpoint URL     for hf://: the hub or mirror (default $HF_ENDPOINT, else\n"
 	"                     https://huggingface.co)\n"
 	"  --calib CALIB      the 2026-07-22 checkpoint directory (or repo id), or a file\n"
@@ -106,6 +108,7 @@ static int open_cache(const char *dir, struct rq_cache **out)
 
 /* A remote SRC (hf://) the plan reads through; outlives the plan. */
 static struct cli_hf *export_hf;
+static char *export_calib;    /* --calib hf://: the scales fetched into a temporary file */
 
 /* sc: the scheme options, freed by cmd_export. */
 static int export_main(int argc, char **argv, struct cli_scheme *sc)
@@ -167,8 +170,14 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 			return cli_fail(1, "export", "%s", herr.msg);
 		po.reader = cli_hf_reader(export_hf);
 		po.src = po.reader->label;
-	} else if (endpoint) {
-		return cli_fail(2, "export", "--endpoint is for an hf://ORG/NAME[@REV] SRC");
+	} else if (endpoint && !cli_hf_is(po.calib)) {
+		return cli_fail(2, "export", "--endpoint is for an hf://ORG/NAME[@REV] SRC or --calib");
+	}
+	if (cli_hf_is(po.calib)) {   /* unlinked by cmd_export */
+		struct rq_err herr = {0};
+		if (cli_hf_calib(po.calib, endpoint, &export_calib, &herr))
+			return cli_fail(1, "export", "%s", herr.msg);
+		po.calib = export_calib;
 	}
 	if ((rc = cli_scheme_plan("export", &po, &p)) >= 0)
 		return rc;
@@ -235,5 +244,9 @@ int cmd_export(int argc, char **argv)
 	cli_scheme_free(&sc);
 	cli_hf_close(export_hf);
 	export_hf = NULL;
+	if (export_calib)
+		unlink(export_calib);
+	free(export_calib);
+	export_calib = NULL;
 	return rc;
 }

@@ -42,6 +42,7 @@ static void usage(FILE *f)
 	"                     in the local hub cache, or hf://ORG/NAME[@REV] on the hub itself:\n"
 	"                     REV (default main) pinned to its commit, only the small files and\n"
 	"                     the shards' headers fetched (range requests), never the weights\n"
+	"  --calib hf://ORG/NAME[@REV]  the scales fetched as `calib fetch` does\n"
 	"  --endpoint URL     for hf://: the hub or mirror to ask (default $HF_ENDPOINT, else\n"
 	"                     https://huggingface.co); token: $HF_TOKEN or huggingface_hub's file\n"
 	"  --scheme S         nvfp4a16, fp8-dynamic, w8a16, w4a16 (see `requantfs export --help`)\n"
@@ -457,10 +458,21 @@ static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 		if (cli_hf_skipped(hf))
 			fprintf(stderr, "requantfs plan: warning: %s: %zu file(s) in subdirectories are "
 			        "not part of SRC\n", po.src, cli_hf_skipped(hf));
-	} else if (endpoint) {
-		return cli_fail(2, "plan", "--endpoint is for an hf://ORG/NAME[@REV] SRC");
+	} else if (endpoint && !cli_hf_is(po.calib)) {
+		return cli_fail(2, "plan", "--endpoint is for an hf://ORG/NAME[@REV] SRC or --calib");
+	}
+	char *calib_tmp = NULL;
+	if (cli_hf_is(po.calib)) {
+		if ((rc = cli_hf_calib(po.calib, endpoint, &calib_tmp, &err))) {
+			cli_hf_close(hf);
+			return cli_fail(1, "plan", "%s", err.msg);
+		}
+		po.calib = calib_tmp;
 	}
 	rc = plan_remote(&po, hf, nmeasure, &qo, json, src);
+	if (calib_tmp)
+		unlink(calib_tmp);
+	free(calib_tmp);
 	cli_hf_close(hf);
 	return rc;
 }

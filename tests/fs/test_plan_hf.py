@@ -35,6 +35,7 @@ class Hub:
             self.ignore_range = False
             self.token = None          # demanded Bearer token
             self.bad_sha = set()       # file names whose listed LFS sha256 is wrong
+            self.lie_size = set()      # file names listed one byte shorter than served
             self.move_main = None      # (repo, commit): main moves there after the API answers
             for k, v in kw.items():
                 setattr(self, k, v)
@@ -85,7 +86,8 @@ def handler(hub):
             sib = []
             for name in sorted(os.listdir(d)):
                 p = os.path.join(d, name)
-                e = {"rfilename": name, "size": os.path.getsize(p), "blobId": "0" * 40}
+                e = {"rfilename": name, "size": os.path.getsize(p) - (name in hub.lie_size),
+                     "blobId": "0" * 40}
                 if name.endswith(".safetensors") or name.endswith(".index.json"):
                     sha = sha256_of(p)
                     if name in hub.bad_sha:
@@ -282,7 +284,27 @@ def main():
         ok(rc == 1 and "remote" in out and "--link" in out,
            "export --link of a remote SRC is refused, saying why", out)
 
-        # 6. errors, each named
+        # 6. --calib hf://: the scales fetched as calib fetch does, the temp file removed
+        hub.repos["synthetic/cal"] = {"refs": {"main": C2}, "commits": {C2: cal}}
+        tdir = os.path.join(tmp, "tmpdir")
+        os.mkdir(tdir)
+        env = dict(os.environ, TMPDIR=tdir)
+        rc, rem4, out = plan_json("hf://synthetic/ckpt", "--calib", "hf://synthetic/cal",
+                                  "--endpoint", ep, env=env)
+        ok(rc == 0 and rem4 and loc and same_plan(loc, rem4)[0] and not os.listdir(tdir),
+           "--calib hf://: the same plan, no temporary file left", out)
+        d_rem = os.path.join(tmp, "exp-calib-hf")
+        rc, out = run("export", "hf://synthetic/ckpt", d_rem, "--calib", "hf://synthetic/cal",
+                      "--no-cache", "--quiet", "--endpoint", ep, env=env)
+        d_loc = os.path.join(tmp, "exp-Lag-loc")
+        ok(rc == 0 and not os.listdir(tdir) and all(
+            open(os.path.join(d_loc, n), "rb").read() == open(os.path.join(d_rem, n), "rb").read()
+            for n in os.listdir(d_loc)), "export hf:// --calib hf:// equals the local export", out)
+        rc, out = run("plan", src, "--calib", "hf://synthetic/nocal", "--endpoint", ep, env=env)
+        ok(rc == 1 and "synthetic/nocal" in out and "404" in out and not os.listdir(tdir),
+           "--calib hf:// of a missing repo: named, no temporary file left", out)
+
+        # 7. errors, each named
         hub.reset()
         rc, out = run("plan", "hf://synthetic/nope", "--calib", cal, "--endpoint", ep)
         ok(rc == 1 and "no such repository" in out and "404" in out and "synthetic/nope" in out,
@@ -297,6 +319,10 @@ def main():
         rc, out = run("plan", "hf://synthetic/ckpt", "--calib", cal, "--endpoint", ep)
         ok(rc == 1 and "sha256 mismatch" in out and "model.safetensors.index.json" in out,
            "an LFS sha256 mismatch fails naming the file", out)
+        hub.reset(lie_size={"config.json"})
+        rc, out = run("plan", "hf://synthetic/ckpt", "--calib", cal, "--endpoint", ep)
+        ok(rc == 1 and "config.json" in out and "the model API listed" in out,
+           "a file served with another size than listed fails naming it", out)
         hub.reset(token="hf_secretTestToken")
         env = dict(os.environ, HF_TOKEN="", HF_TOKEN_PATH=os.path.join(tmp, "no-token"))
         rc, out = run("plan", "hf://synthetic/ckpt", "--calib", cal, "--endpoint", ep, env=env)
