@@ -669,3 +669,38 @@ int rq_hub_fetch_file(struct rq_hub *h, const char *repo, const char *rev, const
 	*len = x.got;
 	return 0;
 }
+
+int rq_hub_fetch_model_info(struct rq_hub *h, const char *repo, const char *rev, size_t max,
+                            char **out, size_t *len, struct rq_err *err)
+{
+	char url[4096];
+	char probe[4096];   /* the repo and rev checks of a resolve URL */
+	if (rq_hub_url(h, repo, rev, "x", probe, sizeof probe))
+		return rq_errf(err, -EINVAL, "not a hub repository: '%s' at revision '%s'", repo, rev);
+	int w = snprintf(url, sizeof url, "%s/api/models/", h->endpoint);
+	if (w < 0 || (size_t)w >= sizeof url)
+		return -ENAMETOOLONG;
+	size_t at = (size_t)w;
+	int rc = put_enc(url, sizeof url, &at, repo, 1);
+	if (!rc)
+		rc = put_enc(url, sizeof url, &at, "/revision/", 1);
+	if (!rc)
+		rc = put_enc(url, sizeof url, &at, rev, 0);
+	if (!rc && at + sizeof "?blobs=true" > sizeof url)
+		rc = -ENAMETOOLONG;
+	if (rc)
+		return rq_errf(err, rc, "repository '%s', revision '%s': name too long", repo, rev);
+	memcpy(url + at, "?blobs=true", sizeof "?blobs=true");
+	struct xfer x = {.h = h, .max = max};
+	rc = perform(h, url, &x, err);
+	if (!rc && !x.wbuf && !(x.wbuf = malloc(1)))
+		rc = -ENOMEM;
+	if (rc) {
+		free(x.wbuf);
+		return rc;
+	}
+	x.wbuf[x.got] = 0;
+	*out = x.wbuf;
+	*len = x.got;
+	return 0;
+}

@@ -79,4 +79,13 @@ int rq_hub_fetch_range(struct rq_hub *h, const char *repo, const char *rev, cons
 int rq_hub_fetch_file(struct rq_hub *h, const char *repo, const char *rev, const char *file,
                       size_t max, char **out, size_t *len, struct rq_err *err);
 
+/* The hub's model API for repo at rev (huggingface_hub's model_info with
+ * files_metadata): GET ${endpoint}/api/models/{repo}/revision/{rev}?blobs=true
+ * (rev percent-encoded whole), its JSON body (at most max bytes) into a
+ * NUL-terminated malloc'd buffer: {"sha": commit, "siblings": [{"rfilename",
+ * "size", "blobId", "lfs": {"sha256", "size", "pointerSize"}}...]}. Errors as
+ * rq_hub_fetch_file. */
+int rq_hub_fetch_model_info(struct rq_hub *h, const char *repo, const char *rev, size_t max,
+                            char **out, size_t *len, struct rq_err *err);
+
 #endif

@@ -65,6 +65,12 @@ static int read_weight(const struct rq_plan *p, const struct rq_module *m, int f
                        struct rq_err *err)
 {
 	uint64_t len = rq_mod_in_bytes(m), got = 0;
+	if (p->reader) {        /* a remote SRC (hf://): a range of a pinned commit */
+		int rc = p->reader->read(p->reader->ctx, p->srcs[m->src].ridx, m->w_off, len, w, err);
+		if (rc)
+			rq_err_prefix(err, "reading %s.weight", m->name);
+		return rc;
+	}
 	while (got < len) {
 		ssize_t r = pread(fd, (char *)w + got, len - got, m->w_off + got);
 		if (r <= 0)
@@ -116,7 +122,8 @@ int rq_job_run(struct rq_quantizer *q, const struct rq_plan *p, size_t j, const 
 {
 	const struct rq_job *job = &p->jobs[j];
 	void *w[RQ_JOB_MAX_MODS] = {NULL, NULL, NULL};
-	int rc = check_job_srcs(p, job, src_fds, err);     /* before reading */
+	/* a remote SRC is a pinned commit: its files cannot change under the plan */
+	int rc = p->reader ? 0 : check_job_srcs(p, job, src_fds, err);     /* before reading */
 	for (int s = 0; s < job->nmod && !rc; s++) {
 		const struct rq_module *m = &p->mods[job->mod[s]];
 		w[s] = rq_quantizer_stage(q, rq_mod_in_bytes(m));   /* pinned while the GPU is in use */
@@ -145,7 +152,7 @@ int rq_job_run(struct rq_quantizer *q, const struct rq_plan *p, size_t j, const 
 			rq_errf(err, rc, "quantizing %s failed: %s", p->mods[job->mod[0]].name,
 			        strerror(-rc));
 	}
-	if (!rc)
+	if (!rc && !p->reader)
 		rc = check_job_srcs(p, job, src_fds, err);    /* nothing changed while read */
 	for (int s = 0; s < RQ_JOB_MAX_MODS; s++)
 		rq_quantizer_unstage(q, w[s]);
@@ -201,6 +208,8 @@ int rq_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char
 		const struct rq_srcfile *sf = &p->srcs[md->src];
 		if (sf->blob_sha256[0])
 			rc = append(&s, &len, &cap, "src sha256:%s\n", sf->blob_sha256);
+		else if (p->reader)     /* hf://ORG/NAME@<commit>/<file>: immutable */
+			rc = append(&s, &len, &cap, "src remote:%s\n", sf->path);
 		else
 			rc = append(&s, &len, &cap, "src dev=%ju ino=%ju size=%" PRIu64 " mtime_ns=%"
 			            PRId64 " ctime_ns=%" PRId64 "\n", (uintmax_t)sf->dev,
@@ -241,7 +250,7 @@ int rq_file_key(const struct rq_plan *p, size_t i, struct rq_cache_key *key)
 	}
 	XXH128_hash_t mh = XXH3_128bits_digest(mem);
 	XXH3_freeState(mem);
-	size_t cap = 512 + njobs * 40 + strlen(f->name);
+	size_t cap = 512 + njobs * 40 + strlen(f->name) + strlen(sf->path);
 	char *s = malloc(cap);
 	if (!s)
 		return -ENOMEM;
@@ -250,6 +259,8 @@ int rq_file_key(const struct rq_plan *p, size_t i, struct rq_cache_key *key)
 	int n = snprintf(s, cap, "requantfs file 1\nname %s size %" PRIu64 "\n", f->name, f->size);
 	if (sf->blob_sha256[0])
 		n += snprintf(s + n, cap - (size_t)n, "src sha256:%s\n", sf->blob_sha256);
+	else if (p->reader)
+		n += snprintf(s + n, cap - (size_t)n, "src remote:%s\n", sf->path);
 	else
 		n += snprintf(s + n, cap - (size_t)n, "src dev=%ju ino=%ju size=%" PRIu64 " mtime_ns=%"
 		              PRId64 " ctime_ns=%" PRId64 "\n", (uintmax_t)sf->dev, (uintmax_t)sf->ino,

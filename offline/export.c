@@ -107,6 +107,27 @@ static int copy_range(int in, uint64_t off, uint64_t len, int out, const char *s
 	return rc;
 }
 
+/* A range of a remote SRC file (hf://) into out, 8 MiB requests at a time. */
+static int copy_remote(const struct rq_plan *p, int src, uint64_t off, uint64_t len, int out,
+                       const char *path, struct rq_err *err)
+{
+	static const size_t chunk = 8 << 20;
+	uint8_t *buf = len ? malloc(chunk) : NULL;
+	if (len && !buf)
+		return -ENOMEM;
+	int rc = 0;
+	while (len && !rc) {
+		uint64_t n = len < chunk ? len : chunk;
+		rc = p->reader->read(p->reader->ctx, p->srcs[src].ridx, off, n, buf, err);
+		if (!rc)
+			rc = write_all(out, buf, n, path, err);
+		off += n;
+		len -= n;
+	}
+	free(buf);
+	return rc;
+}
+
 /* Is path (resolved) inside SRC, or inside the hub repo's blobs/ when SRC is
  * a snapshot (<repo>/snapshots/<rev>)? */
 static int inside_src(const struct rq_plan *p, const char *path)
@@ -312,7 +333,10 @@ int rq_export(const struct rq_plan *p, struct rq_quantizer *q, const char *dst,
 	}
 	for (size_t s = 0; s < p->nsrcs; s++)
 		fds[s] = -1;
-	for (size_t s = 0; s < p->nsrcs && !rc; s++) {
+	if (p->reader && o->link != RQ_LINK_NONE)
+		rc = rq_errf(err, -EINVAL, "SRC %s is remote: there is nothing on disk to link to; "
+		             "export it without --link", p->src_dir);
+	for (size_t s = 0; s < p->nsrcs && !rc && !p->reader; s++) {
 		fds[s] = rq_src_open(&p->srcs[s]);
 		if (fds[s] < 0)
 			rc = rq_errf(err, fds[s], "SRC %s: %s", p->srcs[s].path,
@@ -353,6 +377,8 @@ int rq_export(const struct rq_plan *p, struct rq_quantizer *q, const char *dst,
 			const struct rq_seg *s = &f->seg[k];
 			if (s->kind == RQ_SEG_MEM) {
 				rc = write_all(fd, s->mem, s->len, tmp[i], err);
+			} else if (s->kind == RQ_SEG_SRC && p->reader) {
+				rc = copy_remote(p, s->src, s->src_off, s->len, fd, tmp[i], err);
 			} else if (s->kind == RQ_SEG_SRC) {
 				rc = copy_range(fds[s->src], s->src_off, s->len, fd, p->srcs[s->src].name,
 				                tmp[i], err);

@@ -376,9 +376,9 @@ static int check_index(const struct rq_plan *p, struct rq_err *err)
 	if (!sf)
 		return 0;
 	const char *path = sf->path;
-	int rc = rq_read_whole(path, &text, &len);
+	int rc = rq_src_whole(p, sf, &text, &len, err);
 	if (rc)
-		return rq_errf(err, rc, "SRC %s: %s", path, strerror(-rc));
+		return rc;
 	cJSON *wm, *j = jt_index_parse(text, len, path, &wm, err);
 	if (!j)
 		return err ? err->code : -EPROTO;
@@ -482,7 +482,9 @@ static int read_config(const struct rq_plan *p, const char *src, struct build *b
 	int laguna = p->scheme == RQ_SCHEME_NVFP4;
 	snprintf(b->path, sizeof b->path, "%s/config.json", p->src_dir);
 	const struct rq_srcfile *cf = rq_src_find(p, "config.json");
-	int rc = cf ? rq_read_whole(cf->path, &b->config, &b->config_len) : -ENOENT;
+	int rc = cf ? rq_src_whole(p, cf, &b->config, &b->config_len, err) : -ENOENT;
+	if (rc && cf)
+		return rc;
 	if (rc)
 		return rq_errf(err, rc, "SRC %s has no readable config.json (%s); is it a checkpoint "
 		               "directory?", src, strerror(-rc));
@@ -512,7 +514,7 @@ static int scan_shards(const struct rq_plan *p, struct build *b, struct rq_err *
 	for (size_t s = 0; s < p->nsrcs; s++) {
 		if (!ends_with(p->srcs[s].name, ".safetensors"))
 			continue;
-		int rc = st_parse_path(p->srcs[s].path, &b->hdr[s], err);
+		int rc = rq_src_header(p, &p->srcs[s], &b->hdr[s], err);
 		if (rc) {
 			rq_err_prefix(err, "SRC shard %s", p->srcs[s].name);
 			return rc;
@@ -621,7 +623,7 @@ int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_
 	p->keep_ = keep;
 	p->recipe = o->recipe;
 	p->scheme = o->scheme;
-	rc = rq_src_scan(p, o->src, err);
+	rc = o->reader ? rq_src_scan_reader(p, o->reader, err) : rq_src_scan(p, o->src, err);
 	if (!rc)
 		rc = check_index(p, err);
 	if (!rc)

@@ -15,8 +15,30 @@
 
 struct rq_err;
 
+/* A SRC that is not a local directory (hf://ORG/NAME@REV): the caller lists
+ * its files and answers byte-range reads, so plan/ reads a remote SRC's small
+ * files and shard headers without knowing HTTP (plan/ links no hub/). The
+ * reader must outlive every plan built on it (p->reader borrows it). */
+struct rq_src_entry {
+	const char *name;         /* relative name, e.g. "model-00001-of-00002.safetensors" */
+	uint64_t size;            /* exact size in bytes */
+	const char *sha256;       /* 64 hex (the hub's LFS sha256) or NULL */
+};
+struct rq_src_reader {
+	const char *label;        /* SRC as messages name it, e.g. hf://org/name@<commit> */
+	size_t nfiles;
+	const struct rq_src_entry *files;   /* [nfiles], any order, names unique */
+	void *ctx;
+	/* Bytes [off, off + len) of files[i] into buf (off + len <= size). A read
+	 * of a whole file checks it against its sha256 when one is given. 0 or
+	 * -errno with a message naming the file and range. */
+	int (*read)(void *ctx, size_t i, uint64_t off, uint64_t len, void *buf,
+	            struct rq_err *err);
+};
+
 struct rq_plan_opts {
-	const char *src;          /* SRC directory (plain or a hub snapshot) */
+	const char *src;          /* SRC directory (plain or a hub snapshot); ignored with reader */
+	const struct rq_src_reader *reader;  /* non-NULL: SRC is remote, read through it */
 	const char *calib;        /* CALIB: a 07-22 checkpoint dir or a `calib extract` file
 	                             (the Laguna fix only; refused with another scheme) */
 	const char *drop_rule;    /* the ignore entry to drop; NULL = detect (Laguna fix only) */
@@ -42,7 +64,9 @@ struct rq_srcfile {
 	mode_t mode;              /* permission bits (& 0777) the mount presents */
 	uid_t uid;                /* owner and group the mount presents */
 	gid_t gid;
-	char blob_sha256[65];     /* hub blob name when SRC is a hub snapshot, else "" */
+	char blob_sha256[65];     /* hub blob name when SRC is a hub snapshot, else "";
+	                             remote SRC: the LFS sha256 when the hub gives one */
+	size_t ridx;              /* remote SRC: index into reader->files */
 };
 
 enum rq_seg_kind {
@@ -102,7 +126,9 @@ struct rq_job {
 };
 
 struct rq_plan {
-	char *src_dir;            /* the directory actually read (resolved) */
+	char *src_dir;            /* the directory actually read (resolved); remote: the label */
+	const struct rq_src_reader *reader;  /* remote SRC (borrowed), else NULL; then
+	                             srcs[].path is "<label>/<name>", for messages only */
 	mode_t dir_mode;          /* its permission bits, owner and group: the mount's root */
 	uid_t dir_uid;
 	gid_t dir_gid;

@@ -223,9 +223,9 @@ static int rewrite_index(struct rq_plan *p, struct rq_vfile *f, const uint64_t *
 {
 	char *text;
 	size_t len;
-	int rc = rq_read_whole(p->srcs[f->src].path, &text, &len);
+	int rc = rq_src_whole(p, &p->srcs[f->src], &text, &len, err);
 	if (rc)
-		return rq_errf(err, rc, "SRC %s: %s", f->name, strerror(-rc));
+		return rc;
 	cJSON *wm, *j = jt_index_parse(text, len, p->srcs[f->src].path, &wm, err);
 	if (!j)
 		return err ? err->code : -EPROTO;

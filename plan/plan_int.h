@@ -16,6 +16,16 @@ struct rq_err;
  * (p->skipped says why), except that a checkpoint file (config.json, the
  * index, *.safetensors) that would be skipped is refused. */
 int rq_src_scan(struct rq_plan *p, const char *src, struct rq_err *err);
+/* srcread.c: SRC's files listed by p->reader (remote SRC) instead of a scan. */
+int rq_src_scan_reader(struct rq_plan *p, const struct rq_src_reader *r, struct rq_err *err);
+/* A whole small SRC file (local or remote) into a NUL-terminated malloc'd
+ * buffer; at most 256 MiB. */
+int rq_src_whole(const struct rq_plan *p, const struct rq_srcfile *f, char **out, size_t *len,
+                 struct rq_err *err);
+/* The safetensors header of SRC file f (local: pread; remote: two range reads,
+ * the 8-byte length then the header). */
+int rq_src_header(const struct rq_plan *p, const struct rq_srcfile *f, struct st_header **out,
+                  struct rq_err *err);
 /* The SRC file called name, or NULL. */
 const struct rq_srcfile *rq_src_find(const struct rq_plan *p, const char *name);
 void rq_srcfiles_free(struct rq_srcfile *f, size_t n);

@@ -3,6 +3,7 @@
  * (any checkpoint, a data-free compressed-tensors scheme). */
 #include "tools/cli.h"
 #include "tools/cli_scheme.h"
+#include "tools/cli_hf.h"
 #include "base/err.h"
 #include "offline/export.h"
 #include "plan/plan.h"
@@ -13,6 +14,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 static void usage(FILE *f)
@@ -31,7 +33,12 @@ static void usage(FILE *f)
 	"F16/F32 where the scheme takes them). config.json gains a quantization_config\n"
 	"(or a new group in an existing one); nothing is calibrated.\n\n"
 	"  SRC                the 2026-08-01 checkpoint (a directory, a hub snapshot, or\n"
-	"                     a hub repo id ORG/NAME[@REV] found in the local hub cache)\n"
+	"                     a hub repo id ORG/NAME[@REV] found in the local hub cache), or\n"
+	"                     hf://ORG/NAME[@REV] read from the hub itself: REV pinned to its\n"
+	"                     commit, each byte fetched once by range requests (no --link)\n"
+	"                     (also --calib hf://ORG/NAME[@REV]: fetched as `calib fetch` does)\n"
+	"  --endpoint URL     for hf://: the hub or mirror (default $HF_ENDPOINT, else\n"
+	"                     https://huggingface.co)\n"
 	"  --calib CALIB      the 2026-07-22 checkpoint directory (or repo id), or a file\n"
 	"                     from `requantfs calib extract` (input_global_scale of each module)\n"
 	"  --recipe V         fp32 (default, poolside's bytes), bf16, fp32div\n"
@@ -99,6 +106,10 @@ static int open_cache(const char *dir, struct rq_cache **out)
 	return 0;
 }
 
+/* A remote SRC (hf://) the plan reads through; outlives the plan. */
+static struct cli_hf *export_hf;
+static char *export_calib;    /* --calib hf://: the scales fetched into a temporary file */
+
 /* sc: the scheme options, freed by cmd_export. */
 static int export_main(int argc, char **argv, struct cli_scheme *sc)
 {
@@ -106,7 +117,9 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 		CLI_SCHEME_OPTIONS, {"device", required_argument, 0, 'D'},
 		{"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'},
 		{"link", optional_argument, 0, 'L'}, {"cache", required_argument, 0, 'C'},
-		{"no-cache", no_argument, 0, 'N'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"no-cache", no_argument, 0, 'N'}, {"endpoint", required_argument, 0, 'e'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	const char *endpoint = NULL;
 	struct rq_plan_opts po = {0};
 	struct rq_quantizer_opts qo = {.device = "auto"};
 	struct rq_export_opts eo = {0};
@@ -132,6 +145,7 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 				                "--link=hard", optarg);
 			break;
 		case 'C': cache_dir = optarg; break;
+		case 'e': endpoint = optarg; break;
 		case 'N': no_cache = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -150,6 +164,21 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 	po.src = argv[optind];
 	const char *dst = argv[optind + 1];
 	struct rq_plan *p;
+	if (cli_hf_is(po.src)) {     /* closed by cmd_export, after the plan is freed */
+		struct rq_err herr = {0};
+		if (cli_hf_open(po.src, endpoint, &export_hf, &herr))
+			return cli_fail(1, "export", "%s", herr.msg);
+		po.reader = cli_hf_reader(export_hf);
+		po.src = po.reader->label;
+	} else if (endpoint && !cli_hf_is(po.calib)) {
+		return cli_fail(2, "export", "--endpoint is for an hf://ORG/NAME[@REV] SRC or --calib");
+	}
+	if (cli_hf_is(po.calib)) {   /* unlinked by cmd_export */
+		struct rq_err herr = {0};
+		if (cli_hf_calib(po.calib, endpoint, &export_calib, &herr))
+			return cli_fail(1, "export", "%s", herr.msg);
+		po.calib = export_calib;
+	}
 	if ((rc = cli_scheme_plan("export", &po, &p)) >= 0)
 		return rc;
 	if (no_cache && cache_dir) {
@@ -213,5 +242,11 @@ int cmd_export(int argc, char **argv)
 	struct cli_scheme sc = {0};
 	int rc = export_main(argc, argv, &sc);
 	cli_scheme_free(&sc);
+	cli_hf_close(export_hf);
+	export_hf = NULL;
+	if (export_calib)
+		unlink(export_calib);
+	free(export_calib);
+	export_calib = NULL;
 	return rc;
 }

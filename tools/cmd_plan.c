@@ -9,6 +9,7 @@
  * device (reading SRC's bytes) and scales their rate to all jobs. */
 #include "tools/cli.h"
 #include "tools/cli_scheme.h"
+#include "tools/cli_hf.h"
 #include "base/err.h"
 #include "base/grow.h"
 #include "job/job.h"
@@ -28,6 +29,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	"usage: requantfs plan SRC --scheme S [--targets T]... [--ignore I]... [--recipe R] [--json]\n"
+	"                      [--endpoint URL]\n"
 	"       requantfs plan SRC --calib CALIB [--drop-ignore RULE] [--recipe R] [--json]\n"
 	"                      [--measure N [--device D] [--threads N]]\n\n"
 	"Decides what `requantfs mount` / `export` would present for SRC, without mounting\n"
@@ -37,6 +39,12 @@ static void usage(FILE *f)
 	"served unchanged from SRC and the largest job's memory. Only headers are read,\n"
 	"so a shape-only checkpoint (tools/shape_ckpt.py) gives exact figures.\n\n"
 	"  SRC                a checkpoint directory, hub snapshot or repo id ORG/NAME[@REV]\n"
+	"                     in the local hub cache, or hf://ORG/NAME[@REV] on the hub itself:\n"
+	"                     REV (default main) pinned to its commit, only the small files and\n"
+	"                     the shards' headers fetched (range requests), never the weights\n"
+	"  --calib hf://ORG/NAME[@REV]  the scales fetched as `calib fetch` does\n"
+	"  --endpoint URL     for hf://: the hub or mirror to ask (default $HF_ENDPOINT, else\n"
+	"                     https://huggingface.co); token: $HF_TOKEN or huggingface_hub's file\n"
 	"  --scheme S         nvfp4a16, fp8-dynamic, w8a16, w4a16 (see `requantfs export --help`)\n"
 	"  --targets T        a module to quantize (name, re:PATTERN, Linear); repeatable\n"
 	"  --ignore I         a module to leave alone; repeatable (default: lm_head,\n"
@@ -238,6 +246,28 @@ static void json_item(size_t i, const char *key, const char *val)
 	print_json_string(val);
 }
 
+/* A remote SRC: what a mount would download (SRC bytes presented unchanged,
+ * and the weights its jobs read) and what its cache would hold (everything
+ * presented, once: the replaced weights never), and what this plan fetched. */
+struct remote {
+	const char *commit;
+	uint64_t download, cache, requests, fetched;
+};
+
+static void remote_figures(const struct rq_plan *p, struct cli_hf *hf, struct remote *r)
+{
+	memset(r, 0, sizeof *r);
+	r->commit = cli_hf_commit(hf);
+	for (size_t i = 0; i < p->nfiles; i++)
+		for (size_t k = 0; k < p->files[i].nseg; k++)
+			if (p->files[i].seg[k].kind == RQ_SEG_SRC)
+				r->download += p->files[i].seg[k].len;
+	for (size_t j = 0; j < p->njobs; j++)
+		r->download += p->jobs[j].in_size;
+	r->cache = p->total_size;
+	cli_hf_traffic(hf, &r->requests, &r->fetched);
+}
+
 /* Bytes of the files that differ from SRC (changed = 1: what `export --link`
  * writes) or are identical to it (0: what it links). */
 static unsigned long long link_bytes(const struct rq_plan *p, int changed)
@@ -249,7 +279,8 @@ static unsigned long long link_bytes(const struct rq_plan *p, int changed)
 	return b;
 }
 
-static void print_json(const struct rq_plan *p, const struct summary *s, const char *src)
+static void print_json(const struct rq_plan *p, const struct summary *s, const char *src,
+                       const struct remote *r)
 {
 	const struct rq_job *lj = p->njobs ? &p->jobs[s->largest_job] : NULL;
 	printf("{\"src\": ");
@@ -301,10 +332,17 @@ static void print_json(const struct rq_plan *p, const struct summary *s, const c
 		       (unsigned long long)p->srcs[p->files[i].src].size,
 		       p->files[i].changed ? "true" : "false");
 	}
-	printf("]}\n");
+	printf("]");
+	if (r)
+		printf(",\n \"remote\": {\"commit\": \"%s\", \"download_bytes\": %llu, "
+		       "\"cache_bytes\": %llu, \"plan_requests\": %llu, \"plan_fetched_bytes\": %llu}",
+		       r->commit, (unsigned long long)r->download, (unsigned long long)r->cache,
+		       (unsigned long long)r->requests, (unsigned long long)r->fetched);
+	printf("}\n");
 }
 
-static void print_table(const struct rq_plan *p, const struct summary *s, const char *src)
+static void print_table(const struct rq_plan *p, const struct summary *s, const char *src,
+                        const struct remote *r)
 {
 	char a[32], b[32];
 	if (p->scheme == RQ_SCHEME_NVFP4)
@@ -340,6 +378,12 @@ static void print_table(const struct rq_plan *p, const struct summary *s, const 
 		       a, (unsigned long long)s->largest_mem, p->mods[lj->mod[0]].name,
 		       lj->nmod > 1 ? " and its fused partners" : "");
 	}
+	if (r) {
+		printf("remote SRC at commit %s:\n", r->commit);
+		LINE("  a mount downloads:", r->download);
+		LINE("  its cache holds:", r->cache);
+		LINE("  fetched for this plan:", r->fetched);
+	}
 #undef LINE
 	printf("files: %zu, %zu changed\n", p->nfiles, s->changed_files);
 	gb(s->in_total, a, sizeof a);
@@ -354,13 +398,18 @@ static void print_table(const struct rq_plan *p, const struct summary *s, const 
 	}
 }
 
+static int plan_remote(const struct rq_plan_opts *cpo, struct cli_hf *hf, long nmeasure,
+                       const struct rq_quantizer_opts *qo, int json, const char *src);
+
 /* sc: the scheme options, freed by cmd_plan. */
 static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 {
 	static const struct option opts[] = {
 		CLI_SCHEME_OPTIONS, {"json", no_argument, 0, 'j'},
 		{"measure", required_argument, 0, 'm'}, {"device", required_argument, 0, 'D'},
-		{"threads", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"threads", required_argument, 0, 't'}, {"endpoint", required_argument, 0, 'e'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	const char *endpoint = NULL;
 	struct rq_plan_opts po = {0};
 	struct rq_quantizer_opts qo = {.device = "auto"};
 	int c, rc, json = 0;
@@ -381,6 +430,7 @@ static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 			break;
 		case 'D': qo.device = optarg; break;
 		case 't': qo.threads = atoi(optarg); break;
+		case 'e': endpoint = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -395,25 +445,65 @@ static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 	CLI_SCHEME_TO(&po, sc);
 	po.src = argv[optind];
 	const char *src = argv[optind];
+	struct rq_err err = {0};
+	struct cli_hf *hf = NULL;
+	if (cli_hf_is(src)) {
+		if (nmeasure)
+			return cli_fail(2, "plan", "--measure needs the weights on disk; not with an "
+			                "hf:// SRC");
+		if ((rc = cli_hf_open(src, endpoint, &hf, &err)))
+			return cli_fail(1, "plan", "%s", err.msg);
+		po.reader = cli_hf_reader(hf);
+		po.src = src = po.reader->label;   /* the pinned commit is what was planned */
+		if (cli_hf_skipped(hf))
+			fprintf(stderr, "requantfs plan: warning: %s: %zu file(s) in subdirectories are "
+			        "not part of SRC\n", po.src, cli_hf_skipped(hf));
+	} else if (endpoint && !cli_hf_is(po.calib)) {
+		return cli_fail(2, "plan", "--endpoint is for an hf://ORG/NAME[@REV] SRC or --calib");
+	}
+	char *calib_tmp = NULL;
+	if (cli_hf_is(po.calib)) {
+		if ((rc = cli_hf_calib(po.calib, endpoint, &calib_tmp, &err))) {
+			cli_hf_close(hf);
+			return cli_fail(1, "plan", "%s", err.msg);
+		}
+		po.calib = calib_tmp;
+	}
+	rc = plan_remote(&po, hf, nmeasure, &qo, json, src);
+	if (calib_tmp)
+		unlink(calib_tmp);
+	free(calib_tmp);
+	cli_hf_close(hf);
+	return rc;
+}
+
+static int plan_remote(const struct rq_plan_opts *cpo, struct cli_hf *hf, long nmeasure,
+                       const struct rq_quantizer_opts *qo, int json, const char *src)
+{
+	struct rq_plan_opts po = *cpo;
 	struct rq_plan *p;
+	int rc;
 	if ((rc = cli_scheme_plan("plan", &po, &p)) >= 0)
 		return rc;
 	struct rq_err err = {0};
+	struct remote r;
+	if (hf)
+		remote_figures(p, hf, &r);
 	struct summary s;
 	if (summarize(p, &s)) {
 		free(s.roles);
 		rq_plan_free(p);
 		return cli_fail(1, "plan", "out of memory");
 	}
-	if (nmeasure && measure(p, &qo, (size_t)nmeasure, &s, &err)) {
+	if (nmeasure && measure(p, qo, (size_t)nmeasure, &s, &err)) {
 		free(s.roles);
 		rq_plan_free(p);
 		return cli_fail(1, "plan", "--measure: %s", err.msg);
 	}
 	if (json)
-		print_json(p, &s, src);
+		print_json(p, &s, src, hf ? &r : NULL);
 	else
-		print_table(p, &s, src);
+		print_table(p, &s, src, hf ? &r : NULL);
 	free(s.roles);
 	rq_plan_free(p);
 	return 0;

@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""`requantfs plan hf://ORG/NAME@REV` against a local hub: a Python http.server
+on 127.0.0.1 that answers the hub's model API
+(/api/models/{repo}/revision/{rev}?blobs=true: commit "sha", "siblings" with
+sizes and LFS sha256) and /{repo}/resolve/{rev}/{file} with ranges (206,
+redirected to a "CDN" path like the hub), serving mkckpt checkpoints at
+commits. The plan of the remote SRC must equal the plan of the same files on
+disk (same presented sizes, same JSON), having fetched only the small files
+the plan reads and each shard's 8-byte length + header (every body byte and
+range counted on the server); a branch moved while the plan runs must not
+mix revisions; a missing repo, a server ignoring Range, an LFS sha256 that
+does not match and a gated repo fail naming the file and saying why.
+TAP output. Usage: test_plan_hf.py REQUANTFS"""
+import hashlib, http.server, json, os, re, shutil, struct, sys, tempfile, threading
+import urllib.parse
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import rqtap  # noqa: E402
+from rqtap import ok, run  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+C1, C2 = "1" * 39 + "a", "2" * 39 + "b"
+
+
+class Hub:
+    """repos: repo -> {"refs": {branch: commit}, "commits": {commit: dir}}."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.repos = {}
+        self.reset()
+
+    def reset(self, **kw):
+        with self.lock:
+            self.ignore_range = False
+            self.token = None          # demanded Bearer token
+            self.bad_sha = set()       # file names whose listed LFS sha256 is wrong
+            self.lie_size = set()      # file names listed one byte shorter than served
+            self.move_main = None      # (repo, commit): main moves there after the API answers
+            for k, v in kw.items():
+                setattr(self, k, v)
+            self.sent = 0              # body bytes of resolve answers
+            self.api_sent = 0
+            self.ranges = []           # (rev, file, first, last) of each resolve answer
+
+    def commit_dir(self, repo, rev):
+        r = self.repos.get(repo)
+        if not r:
+            return None, None
+        c = r["refs"].get(rev, rev)
+        return c, r["commits"].get(c)
+
+
+def sha256_of(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def handler(hub):
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def reply(self, code, body=b"", headers=()):
+            self.send_response(code)
+            for k, v in headers:
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            try:
+                self.wfile.write(body)
+            except OSError:
+                self.close_connection = True
+            return len(body)
+
+        def api(self, repo, rev):
+            c, d = hub.commit_dir(repo, rev)
+            if d is None:
+                return self.reply(404, b'{"error":"Repository not found"}',
+                                  [("X-Error-Message", "Repository not found")])
+            sib = []
+            for name in sorted(os.listdir(d)):
+                p = os.path.join(d, name)
+                e = {"rfilename": name, "size": os.path.getsize(p) - (name in hub.lie_size),
+                     "blobId": "0" * 40}
+                if name.endswith(".safetensors") or name.endswith(".index.json"):
+                    sha = sha256_of(p)
+                    if name in hub.bad_sha:
+                        sha = hashlib.sha256(b"not this").hexdigest()
+                    e["lfs"] = {"sha256": sha, "size": e["size"], "pointerSize": 134}
+                sib.append(e)
+            sib.append({"rfilename": "original/params.json", "size": 2})
+            body = json.dumps({"id": repo, "sha": c, "siblings": sib}).encode()
+            with hub.lock:
+                hub.api_sent += len(body)
+                mv = hub.move_main
+                if mv and mv[0] == repo:
+                    hub.repos[repo]["refs"]["main"] = mv[1]
+            self.reply(200, body)
+
+        def serve(self, repo, rev, name):
+            c, d = hub.commit_dir(repo, rev)
+            path = os.path.join(d, name) if d else None
+            if not path or "/" in name or not os.path.isfile(path):
+                return self.reply(404, b"Entry not found", [("X-Error-Message", "Entry not found")])
+            size = os.path.getsize(path)
+            m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+            with open(path, "rb") as f:
+                if not m or hub.ignore_range:
+                    return self.reply(200, f.read())
+                a, b = int(m[1]), min(int(m[2]), size - 1)
+                f.seek(a)
+                n = self.reply(206, f.read(b - a + 1), [("Content-Range", f"bytes {a}-{b}/{size}"),
+                                                        ("ETag", f'"{c}-{name}"')])
+            with hub.lock:
+                hub.sent += n
+                hub.ranges.append((rev, name, a, b))
+
+        def do_GET(self):
+            u = urllib.parse.urlsplit(self.path)
+            path = urllib.parse.unquote(u.path)
+            if hub.token is not None and not path.startswith("/cdn/") and \
+                    self.headers.get("Authorization") != f"Bearer {hub.token}":
+                return self.reply(401, b"", [("X-Error-Message", "Invalid credentials")])
+            m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/(.+)", path)
+            if m:
+                if "blobs=true" not in u.query:
+                    return self.reply(400, b"test hub: ask with ?blobs=true")
+                return self.api(m[1], m[2])
+            m = re.fullmatch(r"/cdn/([^/]+/[^/]+)/([^/]+)/(.+)", path)
+            if m:
+                return self.serve(m[1], m[2], m[3])
+            m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+            if m:   # the hub redirects resolve URLs to its CDN, at the commit
+                c, d = hub.commit_dir(m[1], m[2])
+                if d is None:
+                    return self.reply(404, b"Revision not found")
+                port = self.server.server_address[1]
+                return self.reply(302, b"", [("Location", f"http://localhost:{port}/cdn/{m[1]}/"
+                                              f"{c}/{urllib.parse.quote(m[3])}")])
+            self.reply(404, b"not found")
+    return H
+
+
+def header_len(path):
+    with open(path, "rb") as f:
+        return 8 + struct.unpack("<Q", f.read(8))[0]
+
+
+def plan_json(*args, env=None):
+    rc, out = run("plan", *args, "--json", env=env)
+    try:
+        return rc, json.JSONDecoder().raw_decode(out[out.index("{"):])[0], out
+    except ValueError:
+        return rc, None, out
+
+
+def same_plan(local, remote):
+    a = {k: v for k, v in local.items() if k != "src"}
+    b = {k: v for k, v in remote.items() if k not in ("src", "remote")}
+    return a == b, json.dumps({k: (a.get(k), b.get(k)) for k in a if a.get(k) != b.get(k)})[:2000]
+
+
+def main():
+    rqtap.init(sys.argv[1])
+    tmp = tempfile.mkdtemp(prefix="rq-plan-hf-")
+    hub = Hub()
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler(hub))
+    srv.handle_error = lambda *a: None     # a client hanging up (Range ignored) is expected
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    ep = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        src, cal, src2 = (os.path.join(tmp, n) for n in ("src", "cal", "src2"))
+        rc, out = run("mkckpt", src, "--calib-out", cal)
+        ok(rc == 0, "mkckpt makes a checkpoint and its twin", out)
+        rc, out = run("mkckpt", src2, "--layers", "2", "--dense", "--no-tokenizer")
+        ok(rc == 0, "mkckpt makes a second, different checkpoint", out)
+        tiny = os.path.join(ROOT, "tests", "data", "tiny", "llama")
+        hub.repos["synthetic/ckpt"] = {"refs": {"main": C1, "moving": C1},
+                                       "commits": {C1: src, C2: src2}}
+        hub.repos["synthetic/tiny-llama"] = {"refs": {"main": C2}, "commits": {C2: tiny}}
+
+        # 1. the Laguna fix: the remote plan is the local plan
+        rc, loc, out = plan_json(src, "--calib", cal)
+        ok(rc == 0 and loc, "plan of the local checkpoint", out)
+        hub.reset()
+        rc, rem, out = plan_json("hf://synthetic/ckpt", "--calib", cal, "--endpoint", ep)
+        ok(rc == 0 and rem, "plan hf://synthetic/ckpt (main) runs", out)
+        if loc and rem:
+            same, diff = same_plan(loc, rem)
+            ok(same, "plan hf:// equals plan of the local copy (sizes, files, modules, JSON)", diff)
+            r = rem.get("remote", {})
+            ok(rem["src"] == f"hf://synthetic/ckpt@{C1}" and r.get("commit") == C1,
+               "main is pinned to its commit (src and remote.commit)", json.dumps(r))
+            ok(r.get("cache_bytes") == loc["presented_bytes"],
+               "cache bytes = presented bytes (what the mount holds, once)", json.dumps(r))
+            ok(loc["weight_bytes_read"] <= r.get("download_bytes", -1) <= loc["source_bytes"],
+               "download bytes: at least the weights quantized, at most SRC", json.dumps(r))
+        # only small files and headers came over the wire
+        small = {"config.json", "model.safetensors.index.json"}
+        bad = [x for x in hub.ranges
+               if not (x[1] in small or (x[1].endswith(".safetensors") and
+                                         x[3] < header_len(os.path.join(src, x[1]))))]
+        allow = sum(header_len(os.path.join(src, n)) for n in os.listdir(src)
+                    if n.endswith(".safetensors")) + \
+            sum(os.path.getsize(os.path.join(src, n)) for n in small)
+        total = sum(os.path.getsize(os.path.join(src, n)) for n in os.listdir(src))
+        ok(not bad and hub.sent <= allow,
+           f"fetched {hub.sent} of {total} bytes: only config, index and shard headers "
+           f"(<= {allow})", "\n".join(map(str, bad[:20])))
+        ok(all(x[0] == C1 for x in hub.ranges), "every resolve request used the commit, not main",
+           "\n".join(map(str, hub.ranges[:10])))
+        if rem:
+            ok(rem["remote"]["plan_fetched_bytes"] >= hub.sent and
+               rem["remote"]["plan_requests"] >= len(hub.ranges),
+               "the plan reports what it fetched", json.dumps(rem["remote"]))
+
+        # 2. the table says what a mount downloads and caches; HF_ENDPOINT as calib fetch
+        env = dict(os.environ, HF_ENDPOINT=ep)
+        rc, out = run("plan", "hf://synthetic/ckpt@main", "--calib", cal, env=env)
+        ok(rc == 0 and "a mount downloads:" in out and "its cache holds:" in out and C1 in out,
+           "plan hf:// (table, HF_ENDPOINT) prints download and cache bytes and the commit", out)
+
+        # 3. a --scheme model
+        rc, loc2, out = plan_json(tiny, "--scheme", "nvfp4a16")
+        ok(rc == 0 and loc2, "plan of tests/data/tiny/llama --scheme nvfp4a16", out)
+        hub.reset()
+        rc, rem2, out = plan_json("hf://synthetic/tiny-llama", "--scheme", "nvfp4a16",
+                                  "--endpoint", ep)
+        ok(rc == 0 and rem2, "plan hf://synthetic/tiny-llama --scheme nvfp4a16 runs", out)
+        if loc2 and rem2:
+            same, diff = same_plan(loc2, rem2)
+            ok(same, "--scheme: plan hf:// equals plan of the local copy", diff)
+        hl = header_len(os.path.join(tiny, "model.safetensors"))
+        ok(all(x[1] == "config.json" or x[3] < hl for x in hub.ranges),
+           f"--scheme: only config.json and the {hl}-byte header fetched",
+           "\n".join(map(str, hub.ranges)))
+
+        # 4. pinning: main moves to another commit right after the API answered
+        hub.reset(move_main=("synthetic/ckpt", C2))
+        rc, rem3, out = plan_json("hf://synthetic/ckpt", "--calib", cal, "--endpoint", ep)
+        ok(rc == 0 and rem3 and same_plan(loc, rem3)[0] and rem3["remote"]["commit"] == C1,
+           "a branch moved during the plan does not mix revisions", out)
+        ok(hub.ranges and all(x[0] == C1 for x in hub.ranges),
+           "after the move, every read still asked for the pinned commit",
+           "\n".join(map(str, hub.ranges[:10])))
+        hub.reset()
+        hub.repos["synthetic/ckpt"]["refs"]["main"] = C1
+        rc, out = run("plan", f"hf://synthetic/ckpt@{C2}", "--scheme", "nvfp4a16",
+                      "--endpoint", ep)
+        ok(rc == 0 and f"@{C2}" in out, "a commit as REV is served as itself", out)
+
+        # 5. export hf:// reads SRC through the same seam: the same bytes as export of
+        # the local copy, each SRC byte fetched about once (no whole-file download)
+        for label, rsrc, lsrc, args in (
+                ("Laguna fix", "hf://synthetic/ckpt", src, ("--calib", cal)),
+                ("--scheme", "hf://synthetic/tiny-llama", tiny, ("--scheme", "nvfp4a16"))):
+            d_loc, d_rem = (os.path.join(tmp, f"exp-{label[:3]}-{k}") for k in ("loc", "rem"))
+            rc, out = run("export", lsrc, d_loc, *args, "--no-cache", "--quiet")
+            ok(rc == 0, f"{label}: export of the local copy", out)
+            rc, pj, out = plan_json(rsrc, *args, "--endpoint", ep)
+            hub.reset()
+            rc, out = run("export", rsrc, d_rem, *args, "--no-cache", "--quiet",
+                          "--endpoint", ep)
+            ok(rc == 0, f"{label}: export {rsrc}", out)
+            diff = [n for n in sorted(os.listdir(d_loc))
+                    if not os.path.isfile(os.path.join(d_rem, n)) or
+                    open(os.path.join(d_loc, n), "rb").read() !=
+                    open(os.path.join(d_rem, n), "rb").read()]
+            ok(rc == 0 and not diff and sorted(os.listdir(d_loc)) == sorted(os.listdir(d_rem)),
+               f"{label}: export hf:// equals export of the local copy, byte for byte",
+               "differ: " + " ".join(diff))
+            lim = pj["remote"]["download_bytes"] + pj["remote"]["plan_fetched_bytes"] if pj else 0
+            ok(0 < hub.sent <= lim,
+               f"{label}: fetched {hub.sent} bytes <= plan's download {lim} (with headers)",
+               json.dumps(pj and pj["remote"]))
+        rc, out = run("export", "hf://synthetic/ckpt", os.path.join(tmp, "exp-link"), "--calib",
+                      cal, "--link", "--no-cache", "--endpoint", ep)
+        ok(rc == 1 and "remote" in out and "--link" in out,
+           "export --link of a remote SRC is refused, saying why", out)
+
+        # 6. --calib hf://: the scales fetched as calib fetch does, the temp file removed
+        hub.repos["synthetic/cal"] = {"refs": {"main": C2}, "commits": {C2: cal}}
+        tdir = os.path.join(tmp, "tmpdir")
+        os.mkdir(tdir)
+        env = dict(os.environ, TMPDIR=tdir)
+        rc, rem4, out = plan_json("hf://synthetic/ckpt", "--calib", "hf://synthetic/cal",
+                                  "--endpoint", ep, env=env)
+        ok(rc == 0 and rem4 and loc and same_plan(loc, rem4)[0] and not os.listdir(tdir),
+           "--calib hf://: the same plan, no temporary file left", out)
+        d_rem = os.path.join(tmp, "exp-calib-hf")
+        rc, out = run("export", "hf://synthetic/ckpt", d_rem, "--calib", "hf://synthetic/cal",
+                      "--no-cache", "--quiet", "--endpoint", ep, env=env)
+        d_loc = os.path.join(tmp, "exp-Lag-loc")
+        ok(rc == 0 and not os.listdir(tdir) and all(
+            open(os.path.join(d_loc, n), "rb").read() == open(os.path.join(d_rem, n), "rb").read()
+            for n in os.listdir(d_loc)), "export hf:// --calib hf:// equals the local export", out)
+        rc, out = run("plan", src, "--calib", "hf://synthetic/nocal", "--endpoint", ep, env=env)
+        ok(rc == 1 and "synthetic/nocal" in out and "404" in out and not os.listdir(tdir),
+           "--calib hf:// of a missing repo: named, no temporary file left", out)
+
+        # 7. errors, each named
+        hub.reset()
+        rc, out = run("plan", "hf://synthetic/nope", "--calib", cal, "--endpoint", ep)
+        ok(rc == 1 and "no such repository" in out and "404" in out and "synthetic/nope" in out,
+           "an unknown repo: exit 1, HTTP 404 and the repo named", out)
+        rc, out = run("plan", "hf://synthetic/ckpt@nobranch", "--calib", cal, "--endpoint", ep)
+        ok(rc == 1 and "nobranch" in out and "404" in out, "an unknown revision is named", out)
+        hub.reset(ignore_range=True)
+        rc, out = run("plan", "hf://synthetic/ckpt", "--calib", cal, "--endpoint", ep)
+        ok(rc == 1 and "ignored the Range" in out and hub.sent < 1 << 20,
+           "a server ignoring Range: refused, not downloaded whole", f"sent {hub.sent}\n{out}")
+        hub.reset(bad_sha={"model.safetensors.index.json"})
+        rc, out = run("plan", "hf://synthetic/ckpt", "--calib", cal, "--endpoint", ep)
+        ok(rc == 1 and "sha256 mismatch" in out and "model.safetensors.index.json" in out,
+           "an LFS sha256 mismatch fails naming the file", out)
+        hub.reset(lie_size={"config.json"})
+        rc, out = run("plan", "hf://synthetic/ckpt", "--calib", cal, "--endpoint", ep)
+        ok(rc == 1 and "config.json" in out and "the model API listed" in out,
+           "a file served with another size than listed fails naming it", out)
+        hub.reset(token="hf_secretTestToken")
+        env = dict(os.environ, HF_TOKEN="", HF_TOKEN_PATH=os.path.join(tmp, "no-token"))
+        rc, out = run("plan", "hf://synthetic/ckpt", "--calib", cal, "--endpoint", ep, env=env)
+        ok(rc == 1 and "401" in out and "HF_TOKEN" in out,
+           "a gated repo without a token: refused, saying to set HF_TOKEN", out)
+        env["HF_TOKEN"] = "hf_secretTestToken"
+        rc, out = run("plan", "hf://synthetic/ckpt", "--calib", cal, "--endpoint", ep, env=env)
+        ok(rc == 0, "the same repo with HF_TOKEN", out)
+        rc, out = run("plan", "hf://nope", "--calib", cal, "--endpoint", ep)
+        ok(rc == 1 and "hf://ORG/NAME" in out, "a malformed hf:// SRC says the form", out)
+        rc, out = run("plan", src, "--calib", cal, "--endpoint", ep)
+        ok(rc == 2 and "--endpoint" in out, "--endpoint without hf:// is a usage error", out)
+    finally:
+        srv.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rqtap.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+/* cli_hf.h — SRC given as hf://ORG/NAME[@REV]: the revision pinned to its
+ * commit through the hub's model API (file list with sizes and LFS sha256),
+ * then a plan/ source reader whose reads are HTTP range requests of that
+ * commit, so a branch moved meanwhile never mixes revisions. */
+#ifndef RQ_TOOLS_CLI_HF_H
+#define RQ_TOOLS_CLI_HF_H
+
+#include <stdint.h>
+#include "plan/plan.h"
+
+struct rq_err;
+struct cli_hf;
+
+/* 1 when s starts with "hf://". */
+int cli_hf_is(const char *s);
+
+/* Resolves spec (hf://ORG/NAME[@REV], REV default main) on endpoint (NULL:
+ * $HF_ENDPOINT, else the hub). 0, -EINVAL (not a repo id), -ENOENT (no such
+ * repo or revision), -EACCES (gated/private: the message says what to do),
+ * -EPROTO (an answer not shaped like the hub's), -EIO, -ENOMEM. */
+int cli_hf_open(const char *spec, const char *endpoint, struct cli_hf **out, struct rq_err *err);
+void cli_hf_close(struct cli_hf *s);
+
+const struct rq_src_reader *cli_hf_reader(const struct cli_hf *s);
+const char *cli_hf_commit(const struct cli_hf *s);   /* 40 hex */
+/* Files the repo lists but SRC leaves out (in a subdirectory). */
+size_t cli_hf_skipped(const struct cli_hf *s);
+/* HTTP requests made and body bytes received so far (the API call included). */
+void cli_hf_traffic(const struct cli_hf *s, uint64_t *requests, uint64_t *bytes);
+
+/* --calib hf://ORG/NAME[@REV]: the scales fetched as `calib fetch` does
+ * (headers and 4-byte scalars only) into a new private temporary file,
+ * whose path (*path, malloc'd) the caller unlinks and frees once the plan is
+ * built. 0 or -errno with a message naming the repo. */
+int cli_hf_calib(const char *spec, const char *endpoint, char **path, struct rq_err *err);
+
+#endif
