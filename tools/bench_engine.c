@@ -125,26 +125,32 @@ static int bench_one(const char *label, const char *dir, struct rq_pool *pool, i
 	uint64_t rng = 12345;
 	for (int i = 0; i < np; i++)
 		tok[i] = (int)(lg_rand(&rng) * (c->vocab - 3)) + 3;
-	double t0 = bench_now();
-	if (s->forward(s, tok, np, logits, 1, &err)) {
-		cli_fail(1, "bench", "%s", err.msg);
-		goto out;
-	}
-	double t1 = bench_now();
-	for (int i = 0; i < nd; i++) {
-		tok[np + i] = lg_argmax(logits, c->vocab);
-		if (s->forward(s, &tok[np + i], 1, logits, 1, &err)) {
+	/* best of 3 runs (prefill, then decode), as the baselines are best of 3 */
+	double pre = 0, dec = 0;
+	for (int rep = 0; rep < 3; rep++) {
+		s->reset(s);
+		double t0 = bench_now();
+		if (s->forward(s, tok, np, logits, 1, &err)) {
 			cli_fail(1, "bench", "%s", err.msg);
 			goto out;
 		}
+		double t1 = bench_now();
+		for (int i = 0; i < nd; i++) {
+			tok[np + i] = lg_argmax(logits, c->vocab);
+			if (s->forward(s, &tok[np + i], 1, logits, 1, &err)) {
+				cli_fail(1, "bench", "%s", err.msg);
+				goto out;
+			}
+		}
+		double t2 = bench_now();
+		pre = np / (t1 - t0) > pre ? np / (t1 - t0) : pre;
+		dec = nd / (t2 - t1) > dec ? nd / (t2 - t1) : dec;
 	}
-	double t2 = bench_now();
-	double tb = lg_model_token_bytes(m);
-	double dec = nd / (t2 - t1), gbs = tb * dec;
+	double tb = lg_model_token_bytes(m), gbs = tb * dec;
 	printf("%-10s %d layers, hidden %d, %d experts (top %d), %d NVFP4 + %d BF16 linears\n", label,
 	       c->n_layers, c->hidden, c->n_experts, c->top_k, m->n_nvfp4, m->n_bf16);
-	printf("%-10s prefill %4d tokens: %9.1f tok/s\n", "", np, np / (t1 - t0));
-	printf("%-10s decode  %4d tokens: %9.2f tok/s, %.1f MB of weights/token = %.2f GB/s "
+	printf("%-10s prefill %4d tokens: %9.1f tok/s (best of 3)\n", "", np, pre);
+	printf("%-10s decode  %4d tokens: %9.2f tok/s (best of 3), %.1f MB of weights/token = %.2f GB/s "
 	       "(%.2f x memcpy, %.2f x all-threads read)\n", "", nd, dec, tb / 1e6, gbs / 1e9,
 	       gbs / memcpy_bw, gbs / read_bw);
 	rc = 0;
