@@ -151,25 +151,36 @@ static void dequant_nvfp4(const uint8_t *packed, const uint8_t *scales, float gs
  * -v by flipping the sign bit is the scalar table's -lut[i] (0 gives -0.0
  * in both), so the bits are the scalar version's. Column 8j + k of a group
  * is nibble k of its little-endian u32 j. */
+/* The eight magnitudes a group's codes 0..7 stand for (scale byte sc). */
+__attribute__((target("avx2")))
+static inline __m256 nvfp4_mag(uint8_t sc, float gs, const float *div)
+{
+	float s = e4m3_lut[sc];
+	float f1 = div ? div[sc] : s / gs, f15 = div ? div[256 + sc] : (1.5f * s) / gs;
+	return _mm256_setr_ps(0.0f, 0.5f * f1, f1, f15, 2.0f * f1, 2.0f * f15, 4.0f * f1, 4.0f * f15);
+}
+
+/* The eight values of the nibbles of u (little-endian u32 of packed codes). */
+__attribute__((target("avx2")))
+static inline __m256 nvfp4_eight(__m256 mag, uint32_t u)
+{
+	const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+	__m256i c = _mm256_srlv_epi32(_mm256_set1_epi32((int)u), sh);
+	__m256 v = _mm256_permutevar8x32_ps(mag, _mm256_and_si256(c, _mm256_set1_epi32(7)));
+	__m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(8)), 28);
+	return _mm256_xor_ps(v, _mm256_castsi256_ps(sign));
+}
+
 __attribute__((target("avx2")))
 static void dequant_nvfp4_avx2(const uint8_t *packed, const uint8_t *scales, float gs,
                                const float *div, int cols, float *out)
 {
-	const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-	const __m256i seven = _mm256_set1_epi32(7), eight = _mm256_set1_epi32(8);
 	for (int g = 0; g < cols / 16; g++) {
-		float s = e4m3_lut[scales[g]];
-		float f1 = div ? div[scales[g]] : s / gs, f15 = div ? div[256 + scales[g]] : (1.5f * s) / gs;
-		__m256 mag = _mm256_setr_ps(0.0f, 0.5f * f1, f1, f15, 2.0f * f1, 2.0f * f15, 4.0f * f1,
-		                            4.0f * f15);
+		__m256 mag = nvfp4_mag(scales[g], gs, div);
 		for (int j = 0; j < 2; j++) {
 			uint32_t u;
 			memcpy(&u, packed + g * 8 + 4 * j, 4);
-			__m256i c = _mm256_srlv_epi32(_mm256_set1_epi32((int)u), sh);
-			__m256 v = _mm256_permutevar8x32_ps(mag, _mm256_and_si256(c, seven));
-			__m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, eight), 28);
-			v = _mm256_xor_ps(v, _mm256_castsi256_ps(sign));
-			_mm256_storeu_ps(out + g * 16 + 8 * j, v);
+			_mm256_storeu_ps(out + g * 16 + 8 * j, nvfp4_eight(mag, u));
 		}
 	}
 }
@@ -181,25 +192,17 @@ static void dequant_nvfp4_avx2(const uint8_t *packed, const uint8_t *scales, flo
 __attribute__((target("avx2")))
 static float dot_nvfp4_avx2(const struct lg_linear *W, int r, const float *x)
 {
-	const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-	const __m256i seven = _mm256_set1_epi32(7), eight = _mm256_set1_epi32(8);
 	const uint8_t *packed = W->packed + (size_t)r * (W->cols / 2);
 	const uint8_t *scales = W->scales + (size_t)r * (W->cols / 16);
 	const float *div = W->gs_div;
 	float gs = W->global_scale;
 	__m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
 	for (int g = 0; g < W->cols / 16; g++) {
-		float s = e4m3_lut[scales[g]];
-		float f1 = div ? div[scales[g]] : s / gs, f15 = div ? div[256 + scales[g]] : (1.5f * s) / gs;
-		__m256 mag = _mm256_setr_ps(0.0f, 0.5f * f1, f1, f15, 2.0f * f1, 2.0f * f15, 4.0f * f1,
-		                            4.0f * f15);
+		__m256 mag = nvfp4_mag(scales[g], gs, div);
 		for (int j = 0; j < 2; j++) {
 			uint32_t u;
 			memcpy(&u, packed + g * 8 + 4 * j, 4);
-			__m256i c = _mm256_srlv_epi32(_mm256_set1_epi32((int)u), sh);
-			__m256 v = _mm256_permutevar8x32_ps(mag, _mm256_and_si256(c, seven));
-			__m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, eight), 28);
-			v = _mm256_xor_ps(v, _mm256_castsi256_ps(sign));
+			__m256 v = nvfp4_eight(mag, u);
 			acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(v, _mm256_loadu_ps(x + g * 16 + 8 * j)));
 		}
 	}
