@@ -387,6 +387,8 @@ static inline float add_bias(const struct lg_linear *W, int r, float y)
 	return W->bias ? y + W->bias[r] : y;
 }
 
+#define PF_ROWS 4                 /* BF16 decode: rows prefetched ahead */
+
 static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 {
 	struct mm_ctx *c = vctx;
@@ -399,11 +401,19 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 		int r = (int)(i - c->first[k]), K = m->W->cols;
 		size_t end = e < c->first[k + 1] ? e : c->first[k + 1];
 		if (m->W->kind == LG_W_BF16 && m->T <= 2) {
-			/* one or two tokens: dot straight from the mapped BF16 row */
-			for (; i < end; i++, r++)
+			/* one or two tokens: dot straight from the mapped BF16 row; the
+			 * row PF_ROWS ahead is prefetched (decode is bound by how many
+			 * loads are in flight, and the dot's add chain limits that) */
+			for (; i < end; i++, r++) {
+				if (i + PF_ROWS < end) {
+					const char *nx = (const char *)(m->W->w + (size_t)(r + PF_ROWS) * K);
+					for (size_t b = 0; b < (size_t)K * 2; b += 64)
+						__builtin_prefetch(nx + b);
+				}
 				for (int t = 0; t < m->T; t++)
 					m->y[(size_t)t * m->ldy + r] =
 					    add_bias(m->W, r, dot_bf16(m->W->w + (size_t)r * K, m->x + (size_t)t * m->ldx, K));
+			}
 			continue;
 		}
 		if (m->W->kind == LG_W_NVFP4 && m->T == 1 && have_avx2()) {
