@@ -441,30 +441,29 @@ static struct jx *not_expr(struct parser *P)
 	return compare(P);
 }
 
-static struct jx *and_expr(struct parser *P)
+/* sub (KW sub)*, left-associative, as nodes of kind. */
+static struct jx *keyword_chain(struct parser *P, const char *kw, enum jx_kind kind,
+                                struct jx *(*sub)(struct parser *))
 {
-	struct jx *x = not_expr(P);
-	while (is_name(cur(P), "and")) {
-		struct jx *y = node(P, JX_AND, cur(P)->pos);
+	struct jx *x = sub(P);
+	while (is_name(cur(P), kw)) {
+		struct jx *y = node(P, kind, cur(P)->pos);
 		P->i++;
 		y->a = x;
-		y->b = not_expr(P);
+		y->b = sub(P);
 		x = y;
 	}
 	return x;
 }
 
+static struct jx *and_expr(struct parser *P)
+{
+	return keyword_chain(P, "and", JX_AND, not_expr);
+}
+
 static struct jx *expr_nocond(struct parser *P)
 {
-	struct jx *x = and_expr(P);
-	while (is_name(cur(P), "or")) {
-		struct jx *y = node(P, JX_OR, cur(P)->pos);
-		P->i++;
-		y->a = x;
-		y->b = and_expr(P);
-		x = y;
-	}
-	return x;
+	return keyword_chain(P, "or", JX_OR, and_expr);
 }
 
 static struct jx *expr(struct parser *P)
