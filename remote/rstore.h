@@ -1,0 +1,84 @@
+/* rstore.h — the files of one pinned hub commit (hf://ORG/NAME@<commit>), read
+ * by byte range through a local chunk cache (issue 20, items 2, 3, 5).
+ *
+ * Contract (the header both the store and its users code against; the store's
+ * own comment in rstore.c says how):
+ *  - A file is cut in aligned chunks of chunk_size bytes. A read asks for the
+ *    chunks it covers; a chunk missing from the cache is fetched by one of
+ *    `connections` worker threads (each its own hub handle), stored in the
+ *    cache checksummed and keyed by the file's identity (LFS sha256, else the
+ *    git blob id) and chunk index, then served. Several readers of one chunk
+ *    wait on one fetch; a slow chunk blocks only its own readers.
+ *  - Sequential reads start readahead of the next chunks.
+ *  - A read with RQ_RS_NOKEEP (a requantized module's BF16 input: only its
+ *    quantized output is cached) is fetched to memory and not stored.
+ *  - Once every chunk of a file is present it is assembled into one real file
+ *    in the cache, checked against its sha256 (mismatch: dropped, refetched,
+ *    logged, never served as verified); rq_rs_path() then names it.
+ *  - offline: nothing is fetched; a missing chunk fails -ENETUNREACH naming
+ *    the file, range and HF_HUB_OFFLINE.
+ *  - Faults (drops, 5xx, 429, stalls, short or wrong bodies) are retried by
+ *    hub/; then the read fails -EIO with a message naming file and range.
+ *    Memory: at most mem_max bytes of chunk buffers in flight, whatever the
+ *    readers do. rq_rs_close() returns promptly with fetches in flight.
+ * Thread-safe: every function but open/close may be called from any thread. */
+#ifndef RQ_REMOTE_RSTORE_H
+#define RQ_REMOTE_RSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct rq_err;
+struct rq_rs;
+
+struct rq_rs_file {
+	const char *name;          /* relative name in the repo */
+	uint64_t size;
+	const char *sha256;        /* 64 hex (LFS), or NULL */
+	const char *blob_id;       /* 40 hex git blob id, or NULL */
+};
+
+struct rq_rs_opts {
+	const char *endpoint;      /* NULL: $HF_ENDPOINT, else the hub */
+	const char *repo;          /* ORG/NAME */
+	const char *commit;        /* 40 hex: every request uses it */
+	const struct rq_rs_file *files;   /* [nfiles], copied */
+	size_t nfiles;
+	const char *cache_dir;     /* the requantfs cache directory; the store owns <cache_dir>/remote/ */
+	uint32_t chunk_size;       /* 0: the default (rstore.c says why) */
+	int connections;           /* 0: the default */
+	int readahead;             /* chunks ahead of a sequential reader; -1: the default, 0: off */
+	uint64_t mem_max;          /* 0: the default */
+	int offline;               /* 1: never connect (HF_HUB_OFFLINE=1) */
+	void (*log)(void *ctx, const char *msg);   /* faults and refetches, may be NULL */
+	void *log_ctx;
+};
+
+int rq_rs_open(const struct rq_rs_opts *o, struct rq_rs **out, struct rq_err *err);
+void rq_rs_close(struct rq_rs *s);
+
+#define RQ_RS_NOKEEP 1u
+/* Bytes [off, off + len) of file i into buf; blocks until they are here.
+ * 0 or -errno (-EIO, -ENETUNREACH, -EACCES, -ENOMEM) with a message. */
+int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
+               unsigned flags, struct rq_err *err);
+
+/* The assembled, verified local file of file i, or NULL while it is not. */
+const char *rq_rs_path(struct rq_rs *s, size_t i);
+
+/* Fetches every missing chunk of file i (in parallel), assembles and verifies
+ * it (warm). progress(ctx, bytes_done) may be NULL. */
+int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint64_t bytes),
+                     void *ctx, struct rq_err *err);
+
+/* Drops file i's chunks (its presented bytes now live elsewhere in the cache,
+ * e.g. a materialized shard). Reads still work: they fetch again. */
+void rq_rs_drop(struct rq_rs *s, size_t i);
+
+struct rq_rs_stats {
+	uint64_t fetched_bytes, fetched_chunks, cached_hits, retries, failures, refetches;
+	uint64_t bytes_on_disk;
+};
+void rq_rs_stats(struct rq_rs *s, struct rq_rs_stats *out);
+
+#endif
