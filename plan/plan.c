@@ -570,8 +570,13 @@ static int check_opts(const struct rq_plan_opts *o, struct rq_err *err)
 			               "dropped ignore rule matched");
 		return 0;
 	}
-	if (o->calib)
-		return rq_errf(err, -EINVAL, "--calib applies only to the Laguna fix (no --scheme): "
+	if (o->scheme == RQ_SCHEME_NVFP4_W4A4 && !o->calib)
+		return rq_errf(err, -EINVAL, "--scheme nvfp4 quantizes activations with static "
+		               "scales and needs --calib FILE: run `requantfs calib run %s --text FILE "
+		               "-o calib.safetensors` first", o->src ? o->src : "SRC");
+	if (o->calib && o->scheme != RQ_SCHEME_NVFP4_W4A4)
+		return rq_errf(err, -EINVAL, "--calib applies only to the Laguna fix (no --scheme) and "
+		               "--scheme nvfp4: "
 		               "--scheme %s is data-free and has no activation scales to copy",
 		               rq_scheme_name(o->scheme));
 	if (o->drop_rule)

@@ -562,8 +562,10 @@ int rq_qconfig_rewrite(const char *cfg, size_t len, const struct rq_qconfig_edit
 		static const char *const linear[] = {"Linear"};
 		const char *const *t = e->ntargets ? e->targets : linear;
 		size_t nt = e->ntargets ? e->ntargets : 1;
-		const char *name = nt == 1 && !strcmp(t[0], "Linear") ? rq_scheme_preset(e->scheme)
-		                                                      : "config_group_0";
+		/* oneshot (--scheme nvfp4) names its groups group_0, group_1, ... */
+		const char *name = e->scheme == RQ_SCHEME_NVFP4_W4A4 ? "group_0"
+		                   : nt == 1 && !strcmp(t[0], "Linear") ? rq_scheme_preset(e->scheme)
+		                                                        : "config_group_0";
 		struct jt_buf b = {0};
 		want = qc_config_json(e->scheme, name, t, nt, e->ignore, e->nignore);
 		size_t top = jt_ws(cfg, len, 0);

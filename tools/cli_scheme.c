@@ -21,8 +21,9 @@ int cli_scheme_option(struct cli_scheme *s, const char *cmd, int c, const char *
 	switch (c) {
 	case CLI_O_SCHEME:
 		if (rq_scheme_parse(arg, &s->scheme))
-			return cli_fail(2, cmd, "--scheme must be nvfp4a16, fp8-dynamic, w8a16, w4a16 "
-			                "(or nvfp4, the Laguna fix) (got '%s')", arg);
+			return cli_fail(2, cmd, "--scheme must be nvfp4 (W4A4, with --calib), nvfp4a16, "
+			                "fp8-dynamic, w8a16 or w4a16 (got '%s'); give no --scheme, only "
+			                "--calib, for the Laguna fix", arg);
 		return 0;
 	case CLI_O_RECIPE:
 		if (rq_recipe_parse(arg, &s->recipe))
@@ -52,10 +53,14 @@ int cli_scheme_check(struct cli_scheme *s, const char *cmd, const char *no_calib
 			return cli_fail(2, cmd, "%s", no_calib);
 		return -1;
 	}
-	if (s->calib)
-		return cli_fail(2, cmd, "--calib is for the Laguna fix only: --scheme %s is "
-		                "data-free (no activation scales are copied), leave --calib out",
-		                rq_scheme_name(s->scheme));
+	if (s->scheme == RQ_SCHEME_NVFP4_W4A4 && !s->calib)
+		return cli_fail(2, cmd, "--scheme nvfp4 (W4A4) needs --calib FILE with the input "
+		                "activations' scales: run `requantfs calib run SRC --text FILE -o "
+		                "calib.safetensors` first (or use --scheme nvfp4a16, weights only)");
+	if (s->calib && s->scheme != RQ_SCHEME_NVFP4_W4A4)
+		return cli_fail(2, cmd, "--calib is for the Laguna fix and --scheme nvfp4 only: "
+		                "--scheme %s is data-free (no activation scales are copied), leave "
+		                "--calib out", rq_scheme_name(s->scheme));
 	if (s->drop_rule)
 		return cli_fail(2, cmd, "--drop-ignore is for the Laguna fix only: with --scheme "
 		                "the ignore entries matching newly quantized modules are removed");
