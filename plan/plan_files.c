@@ -76,7 +76,7 @@ int rq_plan_laguna_config(const char *cfg, size_t n, size_t k, char **outp, size
  * MEM segment). */
 static int mod_parts(const struct rq_plan *p, const struct rq_module *m)
 {
-	return m->nt + rq_scheme_has_input_scale(p->scheme);
+	return m->nt + rq_scheme_has_input_scale(p->mod_scheme);
 }
 
 static int part_name(const struct rq_plan *p, const struct rq_module *m, int part, char *buf,

@@ -285,6 +285,11 @@ static int choose_targets(const struct rq_qconfig_edit *e, const struct existing
 		rq_err_prefix(err, "config.json: cannot check the targets of config_groups");
 		goto out;
 	}
+	if (e->new_targets) {      /* given: only checked below */
+		for (size_t k = 0; !rc && k < e->nnew_targets; k++)
+			rc = strv_push(t, e->new_targets[k]);
+		goto check;
+	}
 	for (size_t k = 0; !rc && k < x->drop.n; k++)
 		if (used[k])
 			rc = strv_push(t, x->drop.v[k]);
@@ -300,6 +305,7 @@ static int choose_targets(const struct rq_qconfig_edit *e, const struct existing
 			rq_err_prefix(err, "config.json: quantization_config.ignore");
 		rc = m < 0 ? m : m ? 0 : strv_push(t, f);
 	}
+check:
 	if (rc)
 		goto out;
 	for (size_t i = 0; i < e->nmodules + t->n; i++) {

@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int push(const char ***arr, size_t *n, size_t *cap, const char *v)
 {
@@ -36,6 +37,17 @@ int cli_scheme_option(struct cli_scheme *s, const char *cmd, int c, const char *
 		                       : push(&s->ignore, &s->nignore, &s->ignore_cap, arg))
 			return cli_fail(1, cmd, "out of memory");
 		return 0;
+	case CLI_O_RULE:
+		if (!strcmp(arg, "nvfp4"))
+			s->rule_scheme = RQ_SCHEME_NVFP4;      /* the Laguna fix's own NVFP4 */
+		else if (rq_scheme_parse(arg, &s->rule_scheme) ||
+		         (s->rule_scheme != RQ_SCHEME_NVFP4A16 &&
+		          s->rule_scheme != RQ_SCHEME_FP8_DYNAMIC))
+			return cli_fail(2, cmd, "--rule-scheme must be nvfp4 (the default), nvfp4a16 or "
+			                "fp8-dynamic (got '%s'): vLLM's MoE layers reject weight-only FP8 "
+			                "and take no other of requantfs' schemes", arg);
+		s->rule_given = 1;
+		return 0;
 	case CLI_O_CALIB: s->calib = arg; return 0;
 	case CLI_O_DROP: s->drop_rule = arg; return 0;
 	}
@@ -49,10 +61,14 @@ int cli_scheme_check(struct cli_scheme *s, const char *cmd, const char *no_calib
 			return cli_fail(2, cmd, "--targets/--ignore need --scheme (nvfp4a16, "
 			                "fp8-dynamic, w8a16, w4a16); the Laguna fix requantizes what its "
 			                "dropped ignore rule matched");
-		if (!s->calib)
+		/* --rule-scheme nvfp4a16/fp8-dynamic: no input scales, no CALIB needed */
+		if (!s->calib && (!s->rule_given || s->rule_scheme == RQ_SCHEME_NVFP4))
 			return cli_fail(2, cmd, "%s", no_calib);
 		return -1;
 	}
+	if (s->rule_given)
+		return cli_fail(2, cmd, "--rule-scheme is for the Laguna fix only (no --scheme): it "
+		                "chooses what the dropped ignore rule's modules become");
 	if (s->scheme == RQ_SCHEME_NVFP4_W4A4 && !s->calib)
 		return cli_fail(2, cmd, "--scheme nvfp4 (W4A4) needs --calib FILE with the input "
 		                "activations' scales: run `requantfs calib run SRC --text FILE -o "
