@@ -21,7 +21,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	"usage: requantfs export SRC DST --calib CALIB [--recipe fp32|bf16|fp32div]\n"
-	"                        [--drop-ignore RULE] [--device auto|cpu|cuda[:N]] [--threads N]\n"
+	"                        [--drop-ignore RULE] [--rule-scheme S]\n"
+	"                        [--device auto|cpu|cuda[:N]] [--threads N]\n"
 	"       requantfs export SRC DST --scheme S [--targets T]... [--ignore I]... [...]\n\n"
 	"Writes the requantized checkpoint that `requantfs mount` presents as real files:\n"
 	"the modules under the dropped quantization_config.ignore rule become NVFP4, every\n"
@@ -43,6 +44,10 @@ static void usage(FILE *f)
 	"                     from `requantfs calib extract` (input_global_scale of each module)\n"
 	"  --recipe V         fp32 (default, poolside's bytes), bf16, fp32div\n"
 	"  --drop-ignore RULE the ignore entry to drop (default: detected)\n"
+	"  --rule-scheme S    what the rule's modules become: nvfp4 (default: NVFP4 with\n"
+	"                     CALIB's input scales), nvfp4a16 (weights only) or fp8-dynamic;\n"
+	"                     the last two need no --calib and add a config group whose\n"
+	"                     targets are one anchored re: per layer\n"
 	"  --scheme S         instead of the Laguna fix: nvfp4 (W4A4: NVFP4 weights and\n"
 	"                     activations, as llm-compressor oneshot's NVFP4 preset; needs\n"
 	"                     --calib FILE from `requantfs calib run SRC --text F -o FILE`),\n"

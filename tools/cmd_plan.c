@@ -30,7 +30,8 @@ static void usage(FILE *f)
 	fprintf(f,
 	"usage: requantfs plan SRC --scheme S [--targets T]... [--ignore I]... [--recipe R] [--json]\n"
 	"                      [--endpoint URL]\n"
-	"       requantfs plan SRC --calib CALIB [--drop-ignore RULE] [--recipe R] [--json]\n"
+	"       requantfs plan SRC --calib CALIB [--drop-ignore RULE] [--rule-scheme S]\n"
+	"                      [--recipe R] [--json]\n"
 	"                      [--measure N [--device D] [--threads N]]\n\n"
 	"Decides what `requantfs mount` / `export` would present for SRC, without mounting\n"
 	"or quantizing anything, and prints what it costs: the modules quantized (count,\n"
@@ -498,8 +499,9 @@ static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 		usage(stderr);
 		return 2;
 	}
-	if ((rc = cli_scheme_check(sc, "plan", "give --scheme S (nvfp4a16, fp8-dynamic, w8a16, "
-	                           "w4a16), or --calib CALIB for the Laguna fix")) >= 0)
+	if ((rc = cli_scheme_check(sc, "plan", "give --scheme S (nvfp4 with --calib, nvfp4a16, "
+	                           "fp8-dynamic, w8a16, w4a16), or --calib CALIB for the Laguna "
+	                           "fix (or --rule-scheme nvfp4a16|fp8-dynamic)")) >= 0)
 		return rc;
 	CLI_SCHEME_TO(&po, sc);
 	po.src = argv[optind];
