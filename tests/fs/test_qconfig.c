@@ -3,7 +3,8 @@
  * model_free_ptq writes (golden dumps in tests/data/qconfig_golden/, made by
  * tools/gen_qconfig_golden.py), in the file's own style, every other byte
  * kept; an existing compressed-tensors config extended by one group with
- * the dropped ignore entries removed; refusals. */
+ * the dropped ignore entries removed; refusals; --scheme nvfp4 (W4A4) against
+ * oneshot's saved config (tests/data/w4a4_golden.json). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE                /* memmem */
 #endif
@@ -452,9 +453,52 @@ static void test_refusals(void)
 	TAP_OK(rc == -EINVAL && !out, "refused: drop without a quantization_config (%s)", err.msg);
 }
 
+/* --scheme nvfp4 (W4A4): the quantization_config oneshot saved for the tiny models
+ * (tests/data/w4a4_golden.json, tools/gen_w4a4_golden.py), given its ignore list */
+static void test_w4a4_golden(void)
+{
+	size_t n;
+	char *gt = slurp("tests/data/w4a4_golden.json", &n);
+	cJSON *gold = gt ? cJSON_ParseWithLength(gt, n) : NULL;
+	free(gt);
+	TAP_OK(gold != NULL, "w4a4: golden read");
+	const char *const models[] = {"llama", "qwen2_moe"};
+	for (size_t k = 0; gold && k < 2; k++) {
+		char rel[128];
+		snprintf(rel, sizeof rel, "tests/data/tiny/%s/config.json", models[k]);
+		char *cfg = slurp(rel, &n);
+		cJSON *want = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(
+		              cJSON_GetObjectItem(gold, "models"), models[k]), "quantization_config"),
+		              "ignore");
+		const char *ign[8];
+		int ni = 0;
+		const cJSON *c;
+		cJSON_ArrayForEach(c, want)
+			if (ni < 8)
+				ign[ni++] = c->valuestring;
+		struct rq_qconfig_edit e = {.scheme = RQ_SCHEME_NVFP4_W4A4, .ignore = ign,
+		                            .nignore = (size_t)ni};
+		struct rq_err err;
+		char *out = NULL;
+		size_t on;
+		int rc = cfg ? rewrite(cfg, &e, &out, &on, &err) : -ENOENT;
+		cJSON *doc = rc ? NULL : cJSON_Parse(out);
+		TAP_OK(doc && cJSON_Compare(cJSON_GetObjectItem(doc, "quantization_config"),
+		                            cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(
+		                                gold, "models"), models[k]), "quantization_config"), 1),
+		       "w4a4 %s: quantization_config equals oneshot's (rc %d %s)", models[k], rc,
+		       rc ? err.msg : "");
+		cJSON_Delete(doc);
+		free(out);
+		free(cfg);
+	}
+	cJSON_Delete(gold);
+}
+
 int main(void)
 {
 	test_plain_golden();
+	test_w4a4_golden();
 	test_styles();
 	test_extend();
 	test_drop_and_targets();
