@@ -123,6 +123,57 @@ static const char *rule_name(enum rq_scheme r)
 	return r == RQ_SCHEME_NVFP4 ? "nvfp4" : rq_scheme_name(r);
 }
 
+/* A remote SRC read through a memo: plan's extra plans (the --rule-scheme
+ * choices) read the same config, index and header ranges, answered from
+ * memory so that the hub sees each byte once. */
+struct memo_read {
+	size_t i;
+	uint64_t off, len;
+	void *buf;
+};
+struct memo {
+	const struct rq_src_reader *under;
+	struct rq_src_reader self;
+	struct memo_read *r;
+	size_t n, cap;
+};
+
+static int memo_read(void *ctx, size_t i, uint64_t off, uint64_t len, void *buf,
+                     struct rq_err *err)
+{
+	struct memo *m = ctx;
+	for (size_t k = 0; k < m->n; k++)
+		if (m->r[k].i == i && m->r[k].off == off && m->r[k].len == len) {
+			memcpy(buf, m->r[k].buf, len);
+			return 0;
+		}
+	int rc = m->under->read(m->under->ctx, i, off, len, buf, err);
+	void *copy = rc ? NULL : malloc(len ? len : 1);
+	if (copy && !RQ_GROW(m->r, m->n, m->cap, 64)) {
+		memcpy(copy, buf, len);
+		m->r[m->n++] = (struct memo_read){i, off, len, copy};
+	} else {
+		free(copy);       /* not kept: a later plan reads it again */
+	}
+	return rc;
+}
+
+static void memo_init(struct memo *m, const struct rq_src_reader *under)
+{
+	memset(m, 0, sizeof *m);
+	m->under = under;
+	m->self = *under;
+	m->self.ctx = m;
+	m->self.read = memo_read;
+}
+
+static void memo_free(struct memo *m)
+{
+	for (size_t k = 0; k < m->n; k++)
+		free(m->r[k].buf);
+	free(m->r);
+}
+
 /* The presented size of each --rule-scheme choice: the plan p has its own,
  * the others are planned again without reading CALIB (sizes only). */
 static int rule_sizes(const struct rq_plan *p, const struct rq_plan_opts *po,
@@ -460,6 +511,8 @@ static void print_table(const struct rq_plan *p, const struct summary *s, const 
 
 static int plan_remote(const struct rq_plan_opts *cpo, struct cli_hf *hf, long nmeasure,
                        const struct rq_quantizer_opts *qo, int json, const char *src);
+static int plan_remote_memo(const struct rq_plan_opts *cpo, struct cli_hf *hf, long nmeasure,
+                            const struct rq_quantizer_opts *qo, int json, const char *src);
 
 /* sc: the scheme options, freed by cmd_plan. */
 static int plan_main(int argc, char **argv, struct cli_scheme *sc)
@@ -540,6 +593,22 @@ static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 
 static int plan_remote(const struct rq_plan_opts *cpo, struct cli_hf *hf, long nmeasure,
                        const struct rq_quantizer_opts *qo, int json, const char *src)
+{
+	struct rq_plan_opts po = *cpo;
+	struct memo memo;
+	int rc;
+	if (po.reader) {            /* outlives every plan built on it */
+		memo_init(&memo, po.reader);
+		po.reader = &memo.self;
+	}
+	rc = plan_remote_memo(&po, hf, nmeasure, qo, json, src);
+	if (po.reader)
+		memo_free(&memo);
+	return rc;
+}
+
+static int plan_remote_memo(const struct rq_plan_opts *cpo, struct cli_hf *hf, long nmeasure,
+                            const struct rq_quantizer_opts *qo, int json, const char *src)
 {
 	struct rq_plan_opts po = *cpo;
 	struct rq_plan *p;
