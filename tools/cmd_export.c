@@ -211,8 +211,9 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 		qbytes += p->jobs[j].in_size;
 	if (laguna)
 		fprintf(stderr, "requantfs export: dropping ignore rule %s: %zu modules in %zu jobs "
-		        "(%.2f GB of BF16) on %s, recipe %s\n", p->dropped_rule, p->nmods, p->njobs,
-		        qbytes / 1e9, rq_quantizer_device(q), rq_recipe_name(p->recipe));
+		        "(%.2f GB of BF16) as %s on %s, recipe %s\n", p->dropped_rule, p->nmods,
+		        p->njobs, qbytes / 1e9, rq_scheme_name(p->mod_scheme), rq_quantizer_device(q),
+		        rq_recipe_name(p->mod_recipe));
 	else
 		fprintf(stderr, "requantfs export: scheme %s: %zu modules in %zu jobs (%.2f GB in) "
 		        "on %s, recipe %s, %zu ignore entries removed\n", rq_scheme_name(p->scheme),
