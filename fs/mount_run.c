@@ -347,7 +347,8 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 	struct rq_plan_opts po = {.src = o->src, .calib = o->calib, .drop_rule = o->drop_rule,
 	                          .recipe = o->recipe, .scheme = (enum rq_scheme)o->scheme,
 	                          .targets = o->targets, .ntargets = o->ntargets,
-	                          .ignore = o->ignore, .nignore = o->nignore};
+	                          .ignore = o->ignore, .nignore = o->nignore,
+	                          .rule_scheme = (enum rq_scheme)o->rule_scheme};
 	if ((rc = rq_plan_build(&po, &m->plan, err)))
 		goto fail;
 	for (size_t i = 0; i < m->plan->nskipped; i++)

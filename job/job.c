@@ -114,7 +114,7 @@ static int quantize_scheme(struct rq_quantizer *q, const struct rq_plan *p,
 		sm[s] = (struct rq_smod){.w = w[s], .dtype = m->dtype, .rows = m->rows,
 		                         .cols = m->cols, .out = out + job->mod_off[s]};
 	}
-	return rq_quantizer_run_scheme(q, p->scheme, p->recipe, sm, job->nmod, bad);
+	return rq_quantizer_run_scheme(q, p->mod_scheme, p->mod_recipe, sm, job->nmod, bad);
 }
 
 int rq_job_run(struct rq_quantizer *q, const struct rq_plan *p, size_t j, const int *src_fds,
@@ -136,7 +136,7 @@ int rq_job_run(struct rq_quantizer *q, const struct rq_plan *p, size_t j, const 
 	}
 	int bad = 0;
 	if (!rc) {
-		rc = p->scheme == RQ_SCHEME_NVFP4 ? quantize_laguna(q, p, job, w, out, &bad)
+		rc = p->mod_scheme == RQ_SCHEME_NVFP4 ? quantize_laguna(q, p, job, w, out, &bad)
 		                                  : quantize_scheme(q, p, job, w, out, &bad);
 		if (bad < 0 || bad >= job->nmod)
 			bad = 0;
@@ -147,7 +147,8 @@ int rq_job_run(struct rq_quantizer *q, const struct rq_plan *p, size_t j, const 
 		else if (rc == -ENOTSUP)
 			rq_errf(err, rc, "quantizing %s.weight (in SRC %s): --scheme %s with recipe %s "
 			        "is not implemented for its dtype in this build", bm->name,
-			        p->srcs[bm->src].name, rq_scheme_name(p->scheme), rq_recipe_name(p->recipe));
+			        p->srcs[bm->src].name, rq_scheme_name(p->mod_scheme),
+			        rq_recipe_name(p->mod_recipe));
 		else if (rc)
 			rq_errf(err, rc, "quantizing %s failed: %s", p->mods[job->mod[0]].name,
 			        strerror(-rc));
@@ -200,6 +201,10 @@ int rq_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char
 	if (!rc && p->scheme != RQ_SCHEME_NVFP4)
 		rc = append(&s, &len, &cap, "scheme %s %d\n", rq_scheme_name(p->scheme),
 		            RQ_SCHEME_VERSION);
+	else if (!rc && p->mod_scheme != RQ_SCHEME_NVFP4)   /* Laguna --rule-scheme */
+		rc = append(&s, &len, &cap, "rule-scheme %s %d recipe %s\n",
+		            rq_scheme_name(p->mod_scheme), RQ_SCHEME_VERSION,
+		            rq_recipe_name(p->mod_recipe));
 	if (!rc)
 		rc = append(&s, &len, &cap, "recipe %s %d\nmodules %d out %" PRIu64 "\n",
 		            rq_recipe_name(p->recipe), RQ_RECIPE_VERSION, jb->nmod, jb->out_size);

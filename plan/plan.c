@@ -9,6 +9,8 @@
  * matched modules are BF16 while the same role elsewhere is NVFP4); choose
  * the modules to requantize and refuse what SPEC §3 refuses; read their
  * calibration scales; pair gate/up into jobs; lay out the files (plan_files.c).
+ * --rule-scheme nvfp4a16|fp8-dynamic makes those modules that scheme instead
+ * (no calibration; a config group of its own: plan_rule.c).
  *
  * A data-free scheme (nvfp4a16, fp8-dynamic, w8a16, w4a16: plan_scheme.c),
  * following llm-compressor 0.14.0.1 model_free_ptq. The decision:
@@ -289,12 +291,13 @@ static int choose_modules(struct rq_plan *p, const struct rq_rules *rules, size_
 		m->cols = w->shape[1];
 		m->dtype = RQ_SRC_BF16;
 		m->job = -1;
-		int rc = rq_scheme_layout(RQ_SCHEME_NVFP4, RQ_SRC_BF16, m->rows, m->cols, m->t, &m->nt,
+		int rc = rq_scheme_layout(p->mod_scheme, RQ_SRC_BF16, m->rows, m->cols, m->t, &m->nt,
 		                          &m->out_size);
 		if (rc)
 			return rq_errf(err, rc, "SRC shard %s: %s.weight [%llu, %llu] cannot be laid out "
-			               "as NVFP4", p->srcs[c[i].src].name, c[i].name,
-			               (unsigned long long)m->rows, (unsigned long long)m->cols);
+			               "as %s", p->srcs[c[i].src].name, c[i].name,
+			               (unsigned long long)m->rows, (unsigned long long)m->cols,
+			               rq_scheme_name(p->mod_scheme));
 	}
 	if (!p->nmods)
 		return rq_errf(err, -ENOENT, "%s/config.json: the ignore entry '%s' matches no BF16 "
@@ -323,7 +326,7 @@ static int make_jobs(struct rq_plan *p)
 		struct rq_job *j = &p->jobs[p->njobs];
 		j->nmod = 1;
 		j->mod[0] = (int)i;
-		if (ends_with(m->name, ".gate_proj")) {
+		if (rq_scheme_shares_scale(p->mod_scheme) && ends_with(m->name, ".gate_proj")) {
 			char up[1024];
 			snprintf(up, sizeof up, "%.*s.up_proj", (int)(strlen(m->name) - 10), m->name);
 			long u = find_mod(p, up);
@@ -568,10 +571,23 @@ static int check_opts(const struct rq_plan_opts *o, struct rq_err *err)
 			return rq_errf(err, -EINVAL, "--targets and --ignore choose modules for a "
 			               "--scheme; the Laguna fix (no --scheme) requantizes what its "
 			               "dropped ignore rule matched");
+		if (o->rule_scheme != RQ_SCHEME_NVFP4 && o->rule_scheme != RQ_SCHEME_NVFP4A16 &&
+		    o->rule_scheme != RQ_SCHEME_FP8_DYNAMIC)
+			return rq_errf(err, -EINVAL, "--rule-scheme %s: the dropped rule's modules can "
+			               "be nvfp4, nvfp4a16 or fp8-dynamic (vLLM's MoE layers take no "
+			               "other of these schemes)", rq_scheme_name(o->rule_scheme));
 		return 0;
 	}
-	if (o->calib)
-		return rq_errf(err, -EINVAL, "--calib applies only to the Laguna fix (no --scheme): "
+	if (o->rule_scheme != RQ_SCHEME_NVFP4)
+		return rq_errf(err, -EINVAL, "--rule-scheme applies only to the Laguna fix (no "
+		               "--scheme): it chooses what the dropped ignore rule's modules become");
+	if (o->scheme == RQ_SCHEME_NVFP4_W4A4 && !o->calib)
+		return rq_errf(err, -EINVAL, "--scheme nvfp4 quantizes activations with static "
+		               "scales and needs --calib FILE: run `requantfs calib run %s --text FILE "
+		               "-o calib.safetensors` first", o->src ? o->src : "SRC");
+	if (o->calib && o->scheme != RQ_SCHEME_NVFP4_W4A4)
+		return rq_errf(err, -EINVAL, "--calib applies only to the Laguna fix (no --scheme) and "
+		               "--scheme nvfp4: "
 		               "--scheme %s is data-free and has no activation scales to copy",
 		               rq_scheme_name(o->scheme));
 	if (o->drop_rule)
@@ -597,12 +613,18 @@ static int plan_laguna(struct rq_plan *p, const struct rq_plan_opts *o, struct b
 	if (rc)
 		return rc;
 	locate_weights(p, b->hdr);
-	rc = calibrate(p, o->calib, err);
+	/* only NVFP4 (W4A4) carries input scales; --rule-scheme nvfp4a16 and fp8-dynamic
+	 * need no CALIB, and plan's figures for the other choices read none */
+	if (p->mod_scheme == RQ_SCHEME_NVFP4 && !o->no_scales)
+		rc = calibrate(p, o->calib, err);
 	if (!rc)
 		rc = make_jobs(p);
-	if (!rc)
+	if (!rc && p->mod_scheme == RQ_SCHEME_NVFP4)
 		rc = rq_plan_laguna_config(b->config, b->config_len, rule, &b->new_config,
 		                           &b->new_len, err);
+	else if (!rc)
+		rc = rq_plan_rule_config(p, b->config, b->config_len, rule, b->hdr, &b->new_config,
+		                         &b->new_len, err);
 	return rc;
 }
 
@@ -623,6 +645,8 @@ int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_
 	p->keep_ = keep;
 	p->recipe = o->recipe;
 	p->scheme = o->scheme;
+	p->mod_scheme = o->scheme == RQ_SCHEME_NVFP4 ? o->rule_scheme : o->scheme;
+	p->mod_recipe = p->mod_scheme == RQ_SCHEME_FP8_DYNAMIC ? RQ_RECIPE_BF16 : o->recipe;
 	rc = o->reader ? rq_src_scan_reader(p, o->reader, err) : rq_src_scan(p, o->src, err);
 	if (!rc)
 		rc = check_index(p, err);

@@ -49,6 +49,12 @@ struct rq_plan_opts {
 	size_t ntargets;
 	const char *const *ignore;   /* [nignore] modules to leave alone; NULL = {"lm_head"} */
 	size_t nignore;
+	enum rq_scheme rule_scheme;  /* Laguna fix only (--rule-scheme): what the dropped rule's
+	                             modules become: RQ_SCHEME_NVFP4 (0, default: NVFP4 with CALIB's
+	                             input scales, today's bytes), RQ_SCHEME_NVFP4A16 or
+	                             RQ_SCHEME_FP8_DYNAMIC (no CALIB needed; a config group added) */
+	int no_scales;            /* figures only (plan's per-choice sizes): CALIB is not read,
+	                             input_global_scale bytes are 0; never export or mount this */
 };
 
 /* A file of SRC (symlinks resolved). Its identity is what the cache keys on
@@ -137,6 +143,10 @@ struct rq_plan {
 	                             out of SRC, a FIFO...), for the CLI/daemon to log */
 	enum rq_recipe recipe;
 	enum rq_scheme scheme;    /* RQ_SCHEME_NVFP4: the Laguna fix */
+	enum rq_scheme mod_scheme;   /* what the jobs compute: the scheme, or for the Laguna fix
+	                             its rule scheme (RQ_SCHEME_NVFP4 by default) */
+	enum rq_recipe mod_recipe;   /* the jobs' recipe: recipe, except RQ_RECIPE_BF16 for a
+	                             Laguna rule scheme of fp8-dynamic (its only arithmetic) */
 	char *dropped_rule;       /* the ignore entry removed (Laguna fix), else NULL */
 	size_t ndropped;          /* other schemes: SRC quantization_config.ignore entries */
 	char **dropped;           /*   removed because every module they matched is now quantized */

@@ -72,10 +72,11 @@ int rq_plan_laguna_config(const char *cfg, size_t n, size_t k, char **outp, size
 }
 
 /* Tensors of module m in its shard: the scheme's t[], and for the Laguna
- * fix the input_global_scale from CALIB (part index nt, a MEM segment). */
+ * fix and --scheme nvfp4 the input_global_scale from CALIB (part index nt, a
+ * MEM segment). */
 static int mod_parts(const struct rq_plan *p, const struct rq_module *m)
 {
-	return m->nt + (p->scheme == RQ_SCHEME_NVFP4);
+	return m->nt + rq_scheme_has_input_scale(p->mod_scheme);
 }
 
 static int part_name(const struct rq_plan *p, const struct rq_module *m, int part, char *buf,
@@ -89,7 +90,7 @@ static int part_name(const struct rq_plan *p, const struct rq_module *m, int par
 static int part_spec(const struct rq_plan *p, const struct rq_module *m, int part,
                      struct st_spec *x, struct rq_err *err)
 {
-	if (part >= m->nt) {           /* Laguna: input_global_scale F32 [1] */
+	if (part >= m->nt) {           /* CALIB's input_global_scale F32 [1] */
 		x->dtype = ST_F32;
 		x->ndim = 1;
 		x->shape[0] = 1;

@@ -46,6 +46,23 @@ int rq_plan_scheme(struct rq_plan *p, const struct rq_plan_opts *o, const struct
                    const char *cfg_path, char **new_config, size_t *new_len,
                    struct rq_err *err);
 
+/* plan_w4a4.c (--scheme nvfp4, W4A4): every module's input_global_scale from
+ * calib (a `calib run` file; -EINVAL without one, -ENOENT naming the module
+ * and the file when one is missing), and the ignore list oneshot writes: the
+ * Linear-like modules of SRC not quantized, plus lm_head, sorted (*out and
+ * its strings malloc'd). */
+int rq_plan_w4a4_calib(struct rq_plan *p, const char *calib, struct rq_err *err);
+int rq_plan_w4a4_ignore(const struct rq_plan *p, struct st_header **hdr, char ***out,
+                        size_t *nout);
+
+/* plan_rule.c: the Laguna fix's config.json for a --rule-scheme other than
+ * nvfp4: cfg without ignore entry `rule` and with one more config group for
+ * p->mod_scheme whose targets are anchored re: per layer over p->mods (hdr:
+ * every SRC shard's header, to check that a regex matches nothing else). */
+int rq_plan_rule_config(const struct rq_plan *p, const char *cfg, size_t n, size_t rule,
+                        struct st_header **hdr, char **out, size_t *out_len,
+                        struct rq_err *err);
+
 /* plan_files.c: the Laguna fix's config.json: cfg without ignore entry k
  * (its array element, one separating comma and the whitespace between). */
 int rq_plan_laguna_config(const char *cfg, size_t n, size_t k, char **out, size_t *out_len,

@@ -2,7 +2,9 @@
  * fp8-dynamic, w8a16, w4a16) quantizes, how they group into jobs, and which
  * ignore entries of an already quantized SRC go. The rules are
  * llm-compressor 0.14.0.1 model_free_ptq's (the decision is written out at
- * the top of plan.c); the Laguna fix (RQ_SCHEME_NVFP4) never comes here. */
+ * the top of plan.c), except that --scheme nvfp4 (W4A4) fuses as oneshot
+ * does (fsets_oneshot) and adds calibration (plan_w4a4.c); the Laguna fix
+ * (RQ_SCHEME_NVFP4) never comes here. */
 #include "base/grow.h"
 #include "plan/plan_int.h"
 #include "plan/qconfig.h"
@@ -345,6 +347,24 @@ static const struct fset fsets[] = {
 	{{"attn", "attention"}, {"wq_a", "wkv_a_with_mqa"}, 2, 1},
 	{{"mlp", NULL}, {"gate_proj", "up_proj"}, 2, 1},
 	{{NULL, NULL}, {"w1", "w3"}, 2, 0},
+	{{NULL, NULL}, {NULL}, 0, 0},
+};
+
+/* --scheme nvfp4 (W4A4) follows oneshot, not model_free_ptq: llmcompressor
+ * 0.14.0.1 observers/helpers.py fuse_weight_observers links the weight
+ * observers of every module that has ALL the attributes of a group of
+ * FUSED_LAYER_NAMES, whatever the parent's name: so <P>.gate_proj/<P>.up_proj
+ * of routed experts fuse too (oneshot's qwen2_moe output: experts.N.gate_proj
+ * and .up_proj share weight_global_scale), and w1/w3 are <P>.w1, <P>.w3.
+ * Input activations are NOT fused there (only weight observers are linked):
+ * each module's input_global_scale is its own calibration value (q/k/v and
+ * gate/up read the same input, so calibration gives them equal values). */
+static const struct fset fsets_oneshot[] = {
+	{{NULL, NULL}, {"gate_proj", "up_proj"}, 2, 1},
+	{{NULL, NULL}, {"q_proj", "k_proj", "v_proj"}, 3, 1},
+	{{NULL, NULL}, {"q_a_proj", "kv_a_proj_with_mqa"}, 2, 1},
+	{{NULL, NULL}, {"w1", "w3"}, 2, 1},
+	{{NULL, NULL}, {NULL}, 0, 0},
 };
 
 static int add_job(struct rq_plan *p, const int *mods, int n)
@@ -368,11 +388,11 @@ static int add_job(struct rq_plan *p, const int *mods, int n)
 
 /* The chosen members of the fused set whose primary module is `primary`
  * (chosen or not), or 0 when primary heads no complete set. */
-static int set_of(const struct rq_plan *p, const struct sel *s, const char *primary,
-                  int *mods)
+static int set_of(const struct rq_plan *p, const struct sel *s, const struct fset *sets,
+                  const char *primary, int *mods)
 {
-	for (size_t f = 0; f < sizeof fsets / sizeof fsets[0]; f++) {
-		const struct fset *fs = &fsets[f];
+	for (size_t f = 0; sets[f].nmember; f++) {
+		const struct fset *fs = &sets[f];
 		size_t pl = strlen(primary), ml = strlen(fs->member[0]) + (size_t)fs->dot;
 		if (pl <= ml || strcmp(primary + pl - strlen(fs->member[0]), fs->member[0]) ||
 		    (fs->dot && primary[pl - ml] != '.'))
@@ -413,7 +433,8 @@ static int make_jobs(struct rq_plan *p, const struct sel *s, enum rq_scheme sc)
 	int rc = 0;
 	for (size_t i = 0; rq_scheme_shares_scale(sc) && i < s->nall && rc >= 0; i++) {
 		rc = weight_module(s->all[i].name, &mod, &cap);
-		int mods[RQ_JOB_MAX_MODS], k = rc > 0 ? set_of(p, s, mod, mods) : 0;
+		const struct fset *sets = sc == RQ_SCHEME_NVFP4_W4A4 ? fsets_oneshot : fsets;
+		int mods[RQ_JOB_MAX_MODS], k = rc > 0 ? set_of(p, s, sets, mod, mods) : 0;
 		if (k > 0)
 			add_job(p, mods, k);
 	}
@@ -505,8 +526,10 @@ int rq_plan_scheme(struct rq_plan *p, const struct rq_plan_opts *o, const struct
                    struct rq_err *err)
 {
 	struct sel s = {0};
-	size_t *drop = NULL, ndrop = 0;
+	size_t *drop = NULL, ndrop = 0, nign = 0;
 	const char **names = NULL;
+	char **w4_ign = NULL;          /* --scheme nvfp4: oneshot's ignore list */
+	int w4a4 = o->scheme == RQ_SCHEME_NVFP4_W4A4;
 	int rc = sel_init(&s, p, o, hdr, err);
 	if (!rc)
 		rc = refuse_fused_experts(p, &s, err);
@@ -514,6 +537,10 @@ int rq_plan_scheme(struct rq_plan *p, const struct rq_plan_opts *o, const struct
 		rc = choose(p, o, &s, hdr, err);
 	if (!rc)
 		rc = make_jobs(p, &s, o->scheme);
+	if (!rc && w4a4)
+		rc = rq_plan_w4a4_calib(p, o->calib, err);
+	if (!rc && w4a4 && !ign)
+		rc = rq_plan_w4a4_ignore(p, hdr, &w4_ign, &nign);
 	if (!rc && ign)
 		rc = choose_drops(p, &s, ign, cfg_path, &drop, &ndrop, err);
 	if (!rc && !(names = malloc(p->nmods * sizeof *names)))
@@ -524,8 +551,15 @@ int rq_plan_scheme(struct rq_plan *p, const struct rq_plan_opts *o, const struct
 		struct rq_qconfig_edit e = {.scheme = o->scheme, .targets = s.tg, .ntargets = s.ntg,
 		                            .ignore = s.ig, .nignore = s.nig, .drop = drop,
 		                            .ndrop = ndrop, .modules = names, .nmodules = p->nmods};
+		if (w4_ign) {
+			e.ignore = (const char *const *)w4_ign;
+			e.nignore = nign;
+		}
 		rc = rq_qconfig_rewrite(config, config_len, &e, new_config, new_len, err);
 	}
+	for (size_t i = 0; i < nign; i++)
+		free(w4_ign[i]);
+	free(w4_ign);
 	free(names);
 	free(drop);
 	sel_free(&s);

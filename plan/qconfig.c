@@ -285,6 +285,11 @@ static int choose_targets(const struct rq_qconfig_edit *e, const struct existing
 		rq_err_prefix(err, "config.json: cannot check the targets of config_groups");
 		goto out;
 	}
+	if (e->new_targets) {      /* given: only checked below */
+		for (size_t k = 0; !rc && k < e->nnew_targets; k++)
+			rc = strv_push(t, e->new_targets[k]);
+		goto check;
+	}
 	for (size_t k = 0; !rc && k < x->drop.n; k++)
 		if (used[k])
 			rc = strv_push(t, x->drop.v[k]);
@@ -300,6 +305,7 @@ static int choose_targets(const struct rq_qconfig_edit *e, const struct existing
 			rq_err_prefix(err, "config.json: quantization_config.ignore");
 		rc = m < 0 ? m : m ? 0 : strv_push(t, f);
 	}
+check:
 	if (rc)
 		goto out;
 	for (size_t i = 0; i < e->nmodules + t->n; i++) {
@@ -562,8 +568,10 @@ int rq_qconfig_rewrite(const char *cfg, size_t len, const struct rq_qconfig_edit
 		static const char *const linear[] = {"Linear"};
 		const char *const *t = e->ntargets ? e->targets : linear;
 		size_t nt = e->ntargets ? e->ntargets : 1;
-		const char *name = nt == 1 && !strcmp(t[0], "Linear") ? rq_scheme_preset(e->scheme)
-		                                                      : "config_group_0";
+		/* oneshot (--scheme nvfp4) names its groups group_0, group_1, ... */
+		const char *name = e->scheme == RQ_SCHEME_NVFP4_W4A4 ? "group_0"
+		                   : nt == 1 && !strcmp(t[0], "Linear") ? rq_scheme_preset(e->scheme)
+		                                                        : "config_group_0";
 		struct jt_buf b = {0};
 		want = qc_config_json(e->scheme, name, t, nt, e->ignore, e->nignore);
 		size_t top = jt_ws(cfg, len, 0);

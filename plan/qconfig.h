@@ -42,6 +42,10 @@ struct rq_qconfig_edit {
 	size_t nmodules;                   /*   "model.layers.40.mlp.experts.3.gate_proj"); used only
 	                                      with an existing quantization_config, to choose the new
 	                                      group's targets */
+	const char *const *new_targets;    /* [nnew_targets] with an existing quantization_config: */
+	size_t nnew_targets;               /*   the new group's targets as given (the Laguna fix's
+	                                      --rule-scheme: anchored re: per layer) instead of the
+	                                      chosen ones; checked the same way. NULL: choose */
 };
 
 /* Rewrites config.json (cfg, len bytes) for edit e. On success *out is a

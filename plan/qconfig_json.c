@@ -18,8 +18,9 @@ struct qargs {
 	const char *type;          /* "float" | "int" */
 	const char *strategy;      /* "tensor_group" | "channel" | "group" | "token" */
 	int group_size;            /* 0: null */
-	int dynamic;               /* JSON false / true */
+	int dynamic;               /* JSON false / true; 2: "local" (DynamicType.LOCAL) */
 	const char *scale_dtype;   /* NULL: null */
+	const char *observer;      /* NULL: null (model_free_ptq's dump) */
 };
 
 static const struct {
@@ -28,11 +29,20 @@ static const struct {
 	int has_input;             /* 0: "input_activations": null */
 	struct qargs in;
 } presets[] = {
-	{RQ_SCHEME_NVFP4A16, {4, "float", "tensor_group", 16, 0, "torch.float8_e4m3fn"}, 0, {0}},
-	{RQ_SCHEME_FP8_DYNAMIC, {8, "float", "channel", 0, 0, NULL}, 1,
-	 {8, "float", "token", 0, 1, NULL}},
-	{RQ_SCHEME_W8A16, {8, "int", "group", 128, 0, NULL}, 0, {0}},
-	{RQ_SCHEME_W4A16, {4, "int", "group", 128, 0, NULL}, 0, {0}},
+	{RQ_SCHEME_NVFP4A16, {4, "float", "tensor_group", 16, 0, "torch.float8_e4m3fn", NULL}, 0,
+	 {0, NULL, NULL, 0, 0, NULL, NULL}},
+	{RQ_SCHEME_FP8_DYNAMIC, {8, "float", "channel", 0, 0, NULL, NULL}, 1,
+	 {8, "float", "token", 0, 1, NULL, NULL}},
+	{RQ_SCHEME_W8A16, {8, "int", "group", 128, 0, NULL, NULL}, 0,
+	 {0, NULL, NULL, 0, 0, NULL, NULL}},
+	{RQ_SCHEME_W4A16, {4, "int", "group", 128, 0, NULL, NULL}, 0,
+	 {0, NULL, NULL, 0, 0, NULL, NULL}},
+	/* --scheme nvfp4: what oneshot(scheme="NVFP4") saves (checked against its output for
+	 * tests/data/tiny/llama and qwen2_moe): the observers stay in the dump, the input's
+	 * dynamic is "local" (static global scale, per-group scales computed at run time) */
+	{RQ_SCHEME_NVFP4_W4A4, {4, "float", "tensor_group", 16, 0, "torch.float8_e4m3fn",
+	                        "memoryless_minmax"}, 1,
+	 {4, "float", "tensor_group", 16, 2, "torch.float8_e4m3fn", "static_minmax"}},
 };
 #define NPRESETS (sizeof presets / sizeof presets[0])
 
@@ -57,13 +67,19 @@ static cJSON *args_json(const struct qargs *a)
 		return NULL;
 	cJSON_AddNullToObject(o, "actorder");
 	cJSON_AddNullToObject(o, "block_structure");
-	cJSON_AddBoolToObject(o, "dynamic", a->dynamic);
+	if (a->dynamic == 2)
+		cJSON_AddStringToObject(o, "dynamic", "local");
+	else
+		cJSON_AddBoolToObject(o, "dynamic", a->dynamic);
 	if (a->group_size)
 		cJSON_AddNumberToObject(o, "group_size", a->group_size);
 	else
 		cJSON_AddNullToObject(o, "group_size");
 	cJSON_AddNumberToObject(o, "num_bits", a->num_bits);
-	cJSON_AddNullToObject(o, "observer");
+	if (a->observer)
+		cJSON_AddStringToObject(o, "observer", a->observer);
+	else
+		cJSON_AddNullToObject(o, "observer");
 	cJSON_AddObjectToObject(o, "observer_kwargs");
 	if (a->scale_dtype)
 		cJSON_AddStringToObject(o, "scale_dtype", a->scale_dtype);
@@ -135,9 +151,14 @@ cJSON *qc_config_json(enum rq_scheme s, const char *group_name, const char *cons
 	cJSON_AddNullToObject(q, "kv_cache_scheme");
 	cJSON_AddStringToObject(q, "quant_method", "compressed-tensors");
 	cJSON_AddStringToObject(q, "quantization_status", "compressed");
+	int members = 9;
+	if (s == RQ_SCHEME_NVFP4_W4A4) {   /* oneshot's save keeps an empty sparsity_config */
+		cJSON_AddObjectToObject(q, "sparsity_config");
+		members++;
+	}
 	cJSON_AddObjectToObject(q, "transform_config");
 	cJSON_AddStringToObject(q, "version", QC_CT_VERSION);
-	if (!complete(q, 9) || !complete(groups, 1)) {
+	if (!complete(q, members) || !complete(groups, 1)) {
 		cJSON_Delete(q);
 		return NULL;
 	}

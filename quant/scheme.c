@@ -37,6 +37,12 @@
  *             gs (see quant-schemes.facts; MoE experts' gate/up do NOT).
  *             -> weight_packed U8 [out, in/2] | weight_scale F8_E4M3 [out, in/16] |
  *                weight_global_scale F32 [1].            format nvfp4-pack-quantized
+ *   NVFP4 (W4A4, RQ_SCHEME_NVFP4_W4A4) under oneshot: the weight goes through the same
+ *             observe/update_qparams/compress calls (model_free/lifecycle.py calls
+ *             calibration.py's, as QuantizationModifier does), so its bytes are NVFP4A16's
+ *             for the same fused set; only the sets differ (observers/helpers.py
+ *             FUSED_LAYER_NAMES, chosen in plan_scheme.c) and input_global_scale is added
+ *             by the plan from CALIB.
  *   FP8_DYNAMIC  weights FP8 E4M3 channel (per row), activations dynamic per token.
  *             -> weight F8_E4M3 [out, in] | weight_scale BF16 [out, 1]. format float-quantized
  *   W8A16     weights INT8 group 128 (this version: GROUP, not channel).
@@ -87,13 +93,14 @@ static const struct {
 	[RQ_SCHEME_FP8_DYNAMIC] = {"fp8-dynamic", "FP8_DYNAMIC", "float-quantized", 0, 0},
 	[RQ_SCHEME_W8A16] = {"w8a16", "W8A16", "pack-quantized", 128, 8},
 	[RQ_SCHEME_W4A16] = {"w4a16", "W4A16", "pack-quantized", 128, 4},
+	[RQ_SCHEME_NVFP4_W4A4] = {"nvfp4", "NVFP4", "nvfp4-pack-quantized", 16, 0},
 };
 
 int rq_scheme_parse(const char *s, enum rq_scheme *out)
 {
 	if (!s)
 		return -EINVAL;
-	for (int i = 0; i < RQ_SCHEME_COUNT; i++) {
+	for (int i = 1; i < RQ_SCHEME_COUNT; i++) {    /* not the Laguna fix: see scheme.h */
 		if (strcmp(s, schemes[i].name) == 0) {
 			*out = (enum rq_scheme)i;
 			return 0;
@@ -129,7 +136,12 @@ unsigned rq_scheme_group(enum rq_scheme s)
 
 int rq_scheme_shares_scale(enum rq_scheme s)
 {
-	return s == RQ_SCHEME_NVFP4 || s == RQ_SCHEME_NVFP4A16;
+	return s == RQ_SCHEME_NVFP4 || s == RQ_SCHEME_NVFP4A16 || s == RQ_SCHEME_NVFP4_W4A4;
+}
+
+int rq_scheme_has_input_scale(enum rq_scheme s)
+{
+	return s == RQ_SCHEME_NVFP4 || s == RQ_SCHEME_NVFP4_W4A4;
 }
 
 enum rq_recipe rq_scheme_default_recipe(enum rq_scheme s)
@@ -178,6 +190,7 @@ int rq_scheme_layout(enum rq_scheme s, enum rq_src_dtype src, uint64_t rows, uin
 	switch (s) {
 	case RQ_SCHEME_NVFP4:
 	case RQ_SCHEME_NVFP4A16:
+	case RQ_SCHEME_NVFP4_W4A4:
 		put(&o[n++], "weight_packed", "U8", 2, rows, cols / 2, 1, &off);
 		put(&o[n++], "weight_scale", "F8_E4M3", 2, rows, cols / 16, 1, &off);
 		put(&o[n++], "weight_global_scale", "F32", 1, 1, 0, 4, &off);

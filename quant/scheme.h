@@ -24,14 +24,22 @@ enum rq_scheme {
 	RQ_SCHEME_W8A16,          /* "w8a16": int8 round-to-nearest, group 128 (as W4A16 in this
 	                             version), pack-quantized */
 	RQ_SCHEME_W4A16,          /* "w4a16": int4 round-to-nearest, group 128, pack-quantized */
+	RQ_SCHEME_NVFP4_W4A4,     /* "nvfp4" (--scheme nvfp4, issue 21): llm-compressor oneshot's
+	                             NVFP4 preset for any checkpoint: NVFP4A16's weight bytes; the
+	                             plan adds input_global_scale from a `calib run` file */
 };
-#define RQ_SCHEME_COUNT 5
+#define RQ_SCHEME_COUNT 6
 /* Bumped whenever any output byte of a non-NVFP4 scheme could change (cache
  * keys use it together with RQ_RECIPE_VERSION). */
 #define RQ_SCHEME_VERSION 1
 
+/* "nvfp4" parses to RQ_SCHEME_NVFP4_W4A4: the Laguna fix (RQ_SCHEME_NVFP4) is chosen by
+ * giving no scheme, never by name. Both are named "nvfp4". */
 int rq_scheme_parse(const char *s, enum rq_scheme *out);   /* -EINVAL if unknown */
 const char *rq_scheme_name(enum rq_scheme s);              /* "nvfp4", "nvfp4a16", ... */
+/* 1 for the schemes whose modules also carry input_global_scale F32 [1] from CALIB (the
+ * Laguna fix and RQ_SCHEME_NVFP4_W4A4): the plan adds it after the scheme's tensors. */
+int rq_scheme_has_input_scale(enum rq_scheme s);
 /* llm-compressor's preset name ("NVFP4", "NVFP4A16", "FP8_DYNAMIC", "W8A16", "W4A16")
  * and compressed-tensors' format string ("nvfp4-pack-quantized", "float-quantized",
  * "pack-quantized") for config.json. */

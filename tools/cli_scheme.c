@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int push(const char ***arr, size_t *n, size_t *cap, const char *v)
 {
@@ -21,8 +22,9 @@ int cli_scheme_option(struct cli_scheme *s, const char *cmd, int c, const char *
 	switch (c) {
 	case CLI_O_SCHEME:
 		if (rq_scheme_parse(arg, &s->scheme))
-			return cli_fail(2, cmd, "--scheme must be nvfp4a16, fp8-dynamic, w8a16, w4a16 "
-			                "(or nvfp4, the Laguna fix) (got '%s')", arg);
+			return cli_fail(2, cmd, "--scheme must be nvfp4 (W4A4, with --calib), nvfp4a16, "
+			                "fp8-dynamic, w8a16 or w4a16 (got '%s'); give no --scheme, only "
+			                "--calib, for the Laguna fix", arg);
 		return 0;
 	case CLI_O_RECIPE:
 		if (rq_recipe_parse(arg, &s->recipe))
@@ -34,6 +36,17 @@ int cli_scheme_option(struct cli_scheme *s, const char *cmd, int c, const char *
 		if (c == CLI_O_TARGETS ? push(&s->targets, &s->ntargets, &s->targets_cap, arg)
 		                       : push(&s->ignore, &s->nignore, &s->ignore_cap, arg))
 			return cli_fail(1, cmd, "out of memory");
+		return 0;
+	case CLI_O_RULE:
+		if (!strcmp(arg, "nvfp4"))
+			s->rule_scheme = RQ_SCHEME_NVFP4;      /* the Laguna fix's own NVFP4 */
+		else if (rq_scheme_parse(arg, &s->rule_scheme) ||
+		         (s->rule_scheme != RQ_SCHEME_NVFP4A16 &&
+		          s->rule_scheme != RQ_SCHEME_FP8_DYNAMIC))
+			return cli_fail(2, cmd, "--rule-scheme must be nvfp4 (the default), nvfp4a16 or "
+			                "fp8-dynamic (got '%s'): vLLM's MoE layers reject weight-only FP8 "
+			                "and take no other of requantfs' schemes", arg);
+		s->rule_given = 1;
 		return 0;
 	case CLI_O_CALIB: s->calib = arg; return 0;
 	case CLI_O_DROP: s->drop_rule = arg; return 0;
@@ -48,14 +61,22 @@ int cli_scheme_check(struct cli_scheme *s, const char *cmd, const char *no_calib
 			return cli_fail(2, cmd, "--targets/--ignore need --scheme (nvfp4a16, "
 			                "fp8-dynamic, w8a16, w4a16); the Laguna fix requantizes what its "
 			                "dropped ignore rule matched");
-		if (!s->calib)
+		/* --rule-scheme nvfp4a16/fp8-dynamic: no input scales, no CALIB needed */
+		if (!s->calib && (!s->rule_given || s->rule_scheme == RQ_SCHEME_NVFP4))
 			return cli_fail(2, cmd, "%s", no_calib);
 		return -1;
 	}
-	if (s->calib)
-		return cli_fail(2, cmd, "--calib is for the Laguna fix only: --scheme %s is "
-		                "data-free (no activation scales are copied), leave --calib out",
-		                rq_scheme_name(s->scheme));
+	if (s->rule_given)
+		return cli_fail(2, cmd, "--rule-scheme is for the Laguna fix only (no --scheme): it "
+		                "chooses what the dropped ignore rule's modules become");
+	if (s->scheme == RQ_SCHEME_NVFP4_W4A4 && !s->calib)
+		return cli_fail(2, cmd, "--scheme nvfp4 (W4A4) needs --calib FILE with the input "
+		                "activations' scales: run `requantfs calib run SRC --text FILE -o "
+		                "calib.safetensors` first (or use --scheme nvfp4a16, weights only)");
+	if (s->calib && s->scheme != RQ_SCHEME_NVFP4_W4A4)
+		return cli_fail(2, cmd, "--calib is for the Laguna fix and --scheme nvfp4 only: "
+		                "--scheme %s is data-free (no activation scales are copied), leave "
+		                "--calib out", rq_scheme_name(s->scheme));
 	if (s->drop_rule)
 		return cli_fail(2, cmd, "--drop-ignore is for the Laguna fix only: with --scheme "
 		                "the ignore entries matching newly quantized modules are removed");

@@ -1,7 +1,8 @@
 /* cli_scheme.h — the options that choose what `plan`, `export` and `mount`
  * quantize: --scheme S, --recipe V, --targets T, --ignore I (a data-free
- * compressed-tensors scheme) or --calib CALIB, --drop-ignore RULE (the
- * Laguna fix). One parser and one set of refusals for the three commands. */
+ * compressed-tensors scheme; --scheme nvfp4 with --calib FILE) or --calib
+ * CALIB, --drop-ignore RULE, --rule-scheme S (the Laguna fix). One parser and
+ * one set of refusals for the three commands. */
 #ifndef RQ_TOOLS_CLI_SCHEME_H
 #define RQ_TOOLS_CLI_SCHEME_H
 
@@ -10,9 +11,9 @@
 #include <getopt.h>
 #include <stddef.h>
 
-/* getopt_long values of the six options (outside any short option). */
+/* getopt_long values of the seven options (outside any short option). */
 enum { CLI_O_SCHEME = 0x5c00, CLI_O_RECIPE, CLI_O_TARGETS, CLI_O_IGNORE, CLI_O_CALIB,
-       CLI_O_DROP };
+       CLI_O_DROP, CLI_O_RULE };
 
 /* Their entries, for a command's struct option table. */
 #define CLI_SCHEME_OPTIONS                                                             \
@@ -21,7 +22,8 @@ enum { CLI_O_SCHEME = 0x5c00, CLI_O_RECIPE, CLI_O_TARGETS, CLI_O_IGNORE, CLI_O_C
 	{"targets", required_argument, 0, CLI_O_TARGETS},                                  \
 	{"ignore", required_argument, 0, CLI_O_IGNORE},                                    \
 	{"calib", required_argument, 0, CLI_O_CALIB},                                      \
-	{"drop-ignore", required_argument, 0, CLI_O_DROP}
+	{"drop-ignore", required_argument, 0, CLI_O_DROP},                                 \
+	{"rule-scheme", required_argument, 0, CLI_O_RULE}
 
 /* What they said. Zero-initialize; cli_scheme_free releases the lists.
  * The strings point into argv (or the caller's copies). */
@@ -31,6 +33,9 @@ struct cli_scheme {
 	int recipe_given;
 	const char *calib;        /* --calib (the Laguna fix only) */
 	const char *drop_rule;    /* --drop-ignore (the Laguna fix only) */
+	enum rq_scheme rule_scheme;  /* --rule-scheme (the Laguna fix only); RQ_SCHEME_NVFP4 (0)
+	                             when not given */
+	int rule_given;
 	const char **targets;     /* [ntargets] --targets values, in order (cap allocated) */
 	size_t ntargets, targets_cap;
 	const char **ignore;      /* [nignore] --ignore values, in order (cap allocated) */
@@ -56,6 +61,7 @@ int cli_scheme_check(struct cli_scheme *s, const char *cmd, const char *no_calib
 	(o)->recipe = (s)->recipe;                                                         \
 	(o)->calib = (s)->calib;                                                           \
 	(o)->drop_rule = (s)->drop_rule;                                                   \
+	(o)->rule_scheme = (s)->rule_scheme;                                               \
 	if ((s)->ntargets) {                                                               \
 		(o)->targets = (s)->targets;                                                   \
 		(o)->ntargets = (s)->ntargets;                                                 \

@@ -169,9 +169,12 @@ int cmd_status(int argc, char **argv)
 		       num(j, "pid"), num(j, "uptime_s"));
 		printf("  source      %s\n", str(j, "src"));
 		const char *sch = str(j, "scheme");    /* "" from a daemon before --scheme */
-		if (!sch[0] || !strcmp(sch, "nvfp4"))
+		if (!sch[0] || (!strcmp(sch, "nvfp4") && str(j, "dropped_rule")[0]))
 			printf("  scheme      Laguna fix (nvfp4, recipe %s v%.0f), dropped ignore rule %s\n",
 			       str(j, "recipe"), num(j, "recipe_version"), str(j, "dropped_rule"));
+		else if (!strcmp(sch, "nvfp4"))        /* --scheme nvfp4: no rule dropped */
+			printf("  scheme      nvfp4 (W4A4, llm-compressor oneshot's NVFP4 preset, "
+			       "calibrated), recipe %s v%.0f\n", str(j, "recipe"), num(j, "recipe_version"));
 		else
 			printf("  scheme      %s (llm-compressor model_free_ptq), recipe %s v%.0f\n", sch,
 			       str(j, "recipe"), num(j, "recipe_version"));

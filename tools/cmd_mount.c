@@ -50,10 +50,14 @@ static void mount_usage(FILE *f)
 	"  --device D             auto (default), cpu, cuda, cuda:N\n"
 	"  --recipe V             fp32 (default), bf16, fp32div\n"
 	"  --drop-ignore RULE     the ignore entry to drop (default: detect it)\n"
+	"  --rule-scheme S        what that rule's modules become: nvfp4 (default, with\n"
+	"                         CALIB's input scales), nvfp4a16 or fp8-dynamic (no\n"
+	"                         --calib needed; a config group of their own)\n"
 	"  --scheme S             instead of the Laguna fix, present any safetensors\n"
 	"                         checkpoint quantized as llm-compressor's model_free_ptq\n"
 	"                         would: nvfp4a16, fp8-dynamic, w8a16, w4a16 (no --calib;\n"
-	"                         default recipe bf16)\n"
+	"                         default recipe bf16); or nvfp4 (W4A4, as oneshot's NVFP4\n"
+	"                         preset) with --calib FILE from `requantfs calib run`\n"
 	"  --targets T            with --scheme: a module to quantize (name, re:PATTERN or\n"
 	"                         Linear = every module, the default); repeat for more\n"
 	"  --ignore I             with --scheme: a module to leave alone; repeat for more\n"
@@ -447,7 +451,8 @@ static int parse_args(int argc, char **argv, struct mount_args *a)
 				return rc;
 			break;
 		case CLI_O_SCHEME: case CLI_O_RECIPE: case CLI_O_TARGETS: case CLI_O_IGNORE:
-		case CLI_O_CALIB: case CLI_O_DROP: case O_CACHE: case O_DEVICE: case O_LOG: case O_PT:
+		case CLI_O_CALIB: case CLI_O_DROP: case CLI_O_RULE: case O_CACHE: case O_DEVICE:
+		case O_LOG: case O_PT:
 		case O_LOGLEVEL:
 			if ((rc = word_option(c, optarg, a)))
 				return rc;

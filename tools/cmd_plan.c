@@ -30,7 +30,8 @@ static void usage(FILE *f)
 	fprintf(f,
 	"usage: requantfs plan SRC --scheme S [--targets T]... [--ignore I]... [--recipe R] [--json]\n"
 	"                      [--endpoint URL]\n"
-	"       requantfs plan SRC --calib CALIB [--drop-ignore RULE] [--recipe R] [--json]\n"
+	"       requantfs plan SRC --calib CALIB [--drop-ignore RULE] [--rule-scheme S]\n"
+	"                      [--recipe R] [--json]\n"
 	"                      [--measure N [--device D] [--threads N]]\n\n"
 	"Decides what `requantfs mount` / `export` would present for SRC, without mounting\n"
 	"or quantizing anything, and prints what it costs: the modules quantized (count,\n"
@@ -45,13 +46,17 @@ static void usage(FILE *f)
 	"  --calib hf://ORG/NAME[@REV]  the scales fetched as `calib fetch` does\n"
 	"  --endpoint URL     for hf://: the hub or mirror to ask (default $HF_ENDPOINT, else\n"
 	"                     https://huggingface.co); token: $HF_TOKEN or huggingface_hub's file\n"
-	"  --scheme S         nvfp4a16, fp8-dynamic, w8a16, w4a16 (see `requantfs export --help`)\n"
+	"  --scheme S         nvfp4 (W4A4, with --calib from `calib run`), nvfp4a16,\n"
+	"                     fp8-dynamic, w8a16, w4a16 (see `requantfs export --help`)\n"
 	"  --targets T        a module to quantize (name, re:PATTERN, Linear); repeatable\n"
 	"  --ignore I         a module to leave alone; repeatable (default: lm_head,\n"
 	"                     re:.*embed_tokens$, re:.*\\.gate$; see `requantfs export --help`)\n"
-	"  --calib CALIB      the Laguna fix instead of --scheme (its 2026-07-22 checkpoint or\n"
-	"                     `calib extract` file)\n"
+	"  --calib CALIB      alone: the Laguna fix (its 2026-07-22 checkpoint or `calib\n"
+	"                     extract` file); with --scheme nvfp4: a `calib run` file\n"
 	"  --drop-ignore RULE Laguna fix: the ignore entry to drop (default: detected)\n"
+	"  --rule-scheme S    Laguna fix: what the rule's modules become: nvfp4 (default,\n"
+	"                     with CALIB's input scales), nvfp4a16 or fp8-dynamic (no CALIB\n"
+	"                     needed); the presented size of all three is printed\n"
 	"  --recipe V         fp32, bf16, fp32div (default: the scheme's)\n"
 	"  --measure N        quantize the N largest jobs now (reading SRC; nothing is written)\n"
 	"                     and give the time of all jobs at their measured rate; without\n"
@@ -103,7 +108,47 @@ struct summary {
 	uint64_t measured_in;      /* weight bytes those jobs read */
 	double measured_s;         /* their wall time, reads included */
 	char device[128];
+	/* the Laguna fix: the presented size with each --rule-scheme */
+	int nrule;                 /* 0: not the Laguna fix */
+	enum rq_scheme rule[3];
+	uint64_t rule_size[3];
 };
+
+/* The Laguna fix's --rule-scheme choices, in the order plan prints them. */
+static const enum rq_scheme rule_choices[3] = {RQ_SCHEME_NVFP4, RQ_SCHEME_NVFP4A16,
+                                               RQ_SCHEME_FP8_DYNAMIC};
+
+static const char *rule_name(enum rq_scheme r)
+{
+	return r == RQ_SCHEME_NVFP4 ? "nvfp4" : rq_scheme_name(r);
+}
+
+/* The presented size of each --rule-scheme choice: the plan p has its own,
+ * the others are planned again without reading CALIB (sizes only). */
+static int rule_sizes(const struct rq_plan *p, const struct rq_plan_opts *po,
+                      struct summary *s, struct rq_err *err)
+{
+	if (p->scheme != RQ_SCHEME_NVFP4)
+		return 0;
+	for (int k = 0; k < 3; k++) {
+		s->rule[k] = rule_choices[k];
+		if (rule_choices[k] == p->mod_scheme) {
+			s->rule_size[k] = p->total_size;
+			continue;
+		}
+		struct rq_plan_opts o = *po;
+		struct rq_plan *q;
+		o.rule_scheme = rule_choices[k];
+		o.no_scales = 1;
+		int rc = rq_plan_build(&o, &q, err);
+		if (rc)
+			return rc;
+		s->rule_size[k] = q->total_size;
+		rq_plan_free(q);
+	}
+	s->nrule = 3;
+	return 0;
+}
 
 static int summarize(const struct rq_plan *p, struct summary *s)
 {
@@ -311,6 +356,14 @@ static void print_json(const struct rq_plan *p, const struct summary *s, const c
 	} else {
 		printf("null");
 	}
+	if (s->nrule) {
+		printf(",\n \"rule_scheme\": \"%s\", \"rule_scheme_presented_bytes\": {",
+		       rule_name(p->mod_scheme));
+		for (int k = 0; k < s->nrule; k++)
+			printf("%s\"%s\": %llu", k ? ", " : "", rule_name(s->rule[k]),
+			       (unsigned long long)s->rule_size[k]);
+		printf("}");
+	}
 	printf(",\n \"dropped_ignore\": [");
 	size_t nd = p->dropped_rule ? 1 : p->ndropped;
 	for (size_t i = 0; i < nd; i++) {
@@ -346,8 +399,9 @@ static void print_table(const struct rq_plan *p, const struct summary *s, const 
 {
 	char a[32], b[32];
 	if (p->scheme == RQ_SCHEME_NVFP4)
-		printf("requantfs plan %s: the Laguna fix, recipe %s, dropping ignore rule %s\n", src,
-		       rq_recipe_name(p->recipe), p->dropped_rule ? p->dropped_rule : "(none)");
+		printf("requantfs plan %s: the Laguna fix, recipe %s, dropping ignore rule %s, its "
+		       "modules %s\n", src, rq_recipe_name(p->recipe),
+		       p->dropped_rule ? p->dropped_rule : "(none)", rule_name(p->mod_scheme));
 	else
 		printf("requantfs plan %s: scheme %s, recipe %s\n", src, rq_scheme_name(p->scheme),
 		       rq_recipe_name(p->recipe));
@@ -364,6 +418,12 @@ static void print_table(const struct rq_plan *p, const struct summary *s, const 
 	printf("%-34s %12s  (%llu bytes)\n", label, a, (unsigned long long)(v)); } while (0)
 	LINE("source size:", s->source);
 	LINE("presented size:", s->presented);
+	for (int k = 0; k < s->nrule; k++) {
+		char label[64];
+		snprintf(label, sizeof label, "  with --rule-scheme %s%s:", rule_name(s->rule[k]),
+		         s->rule[k] == p->mod_scheme ? " (this)" : "");
+		LINE(label, s->rule_size[k]);
+	}
 	LINE("cache, job entries:", s->cache_jobs);
 	LINE("cache, materialized (passthrough):", s->cache_files);
 	LINE("unchanged (served from SRC):", s->unchanged);
@@ -439,8 +499,9 @@ static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 		usage(stderr);
 		return 2;
 	}
-	if ((rc = cli_scheme_check(sc, "plan", "give --scheme S (nvfp4a16, fp8-dynamic, w8a16, "
-	                           "w4a16), or --calib CALIB for the Laguna fix")) >= 0)
+	if ((rc = cli_scheme_check(sc, "plan", "give --scheme S (nvfp4 with --calib, nvfp4a16, "
+	                           "fp8-dynamic, w8a16, w4a16), or --calib CALIB for the Laguna "
+	                           "fix (or --rule-scheme nvfp4a16|fp8-dynamic)")) >= 0)
 		return rc;
 	CLI_SCHEME_TO(&po, sc);
 	po.src = argv[optind];
@@ -494,6 +555,11 @@ static int plan_remote(const struct rq_plan_opts *cpo, struct cli_hf *hf, long n
 		free(s.roles);
 		rq_plan_free(p);
 		return cli_fail(1, "plan", "out of memory");
+	}
+	if (rule_sizes(p, &po, &s, &err)) {
+		free(s.roles);
+		rq_plan_free(p);
+		return cli_fail(1, "plan", "sizes of the --rule-scheme choices: %s", err.msg);
 	}
 	if (nmeasure && measure(p, qo, (size_t)nmeasure, &s, &err)) {
 		free(s.roles);

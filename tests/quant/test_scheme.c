@@ -21,17 +21,26 @@ static uint32_t rnd(void)
 
 static void test_names(void)
 {
-	const char *want[RQ_SCHEME_COUNT] = {"nvfp4", "nvfp4a16", "fp8-dynamic", "w8a16", "w4a16"};
+	const char *want[RQ_SCHEME_COUNT] = {"nvfp4", "nvfp4a16", "fp8-dynamic", "w8a16", "w4a16",
+	                                     "nvfp4"};
 	const char *fmt[RQ_SCHEME_COUNT] = {"nvfp4-pack-quantized", "nvfp4-pack-quantized",
-	                                    "float-quantized", "pack-quantized", "pack-quantized"};
-	const unsigned group[RQ_SCHEME_COUNT] = {16, 16, 0, 128, 128};
+	                                    "float-quantized", "pack-quantized", "pack-quantized",
+	                                    "nvfp4-pack-quantized"};
+	const unsigned group[RQ_SCHEME_COUNT] = {16, 16, 0, 128, 128, 16};
 	for (int i = 0; i < RQ_SCHEME_COUNT; i++) {
 		enum rq_scheme s = RQ_SCHEME_COUNT;
-		TAP_OK(rq_scheme_parse(want[i], &s) == 0 && s == (enum rq_scheme)i &&
+		/* "nvfp4" names W4A4; the Laguna fix (0) is chosen by no --scheme */
+		int want_i = i == RQ_SCHEME_NVFP4 ? RQ_SCHEME_NVFP4_W4A4 : i;
+		TAP_OK(rq_scheme_parse(want[i], &s) == 0 && s == (enum rq_scheme)want_i &&
 		       strcmp(rq_scheme_name(s), want[i]) == 0, "parse/name %s", want[i]);
+		s = (enum rq_scheme)i;
 		TAP_OK(strcmp(rq_scheme_format(s), fmt[i]) == 0 && rq_scheme_group(s) == group[i],
 		       "%s: format %s group %u", want[i], rq_scheme_format(s), rq_scheme_group(s));
 	}
+	TAP_OK(rq_scheme_has_input_scale(RQ_SCHEME_NVFP4) &&
+	       rq_scheme_has_input_scale(RQ_SCHEME_NVFP4_W4A4) &&
+	       !rq_scheme_has_input_scale(RQ_SCHEME_NVFP4A16) &&
+	       rq_scheme_shares_scale(RQ_SCHEME_NVFP4_W4A4), "W4A4 shares scales, has input scales");
 	enum rq_scheme s = RQ_SCHEME_W4A16;
 	TAP_OK(rq_scheme_parse("NVFP4", &s) == -EINVAL && rq_scheme_parse("", &s) == -EINVAL &&
 	       rq_scheme_parse(NULL, &s) == -EINVAL && s == RQ_SCHEME_W4A16,
@@ -167,7 +176,7 @@ static void test_refusals(void)
 		       "%s: cols 136 in module 1 (rc %d bad %d)", rq_scheme_name(e), rc, bad);
 		bad = -1;
 		rc = rq_scheme_quantize(e, RQ_RECIPE_BF16, f, 2, &bad, NULL);
-		TAP_OK(e == RQ_SCHEME_NVFP4A16 ? rc == -ENOTSUP && bad == 1 : rc == 0,
+		TAP_OK(rq_scheme_shares_scale(e) ? rc == -ENOTSUP && bad == 1 : rc == 0,
 		       "%s: module 1 F32 next to a BF16 one (rc %d)", rq_scheme_name(e), rc);
 		f[0] = (struct rq_smod){w[0], RQ_SRC_F32, 1, 128, out[0]};
 		for (int i = 0; i < 256; i++)
@@ -333,7 +342,7 @@ static void test_round_trip(void)
 		/* half a step of the largest magnitude: NVFP4 1/6 (2 -> 3 -> 4 steps) with group
 		 * scale rounding; FP8 2^-4 relative; INT 0.5/127.5, 0.5/7.5, plus up to 0.25 more from the BF16 rounding of w / s, and
 		 * a whole step where bf16(amax / 127.5) rounds down and x = 128 clamps to 127 */
-		double lim = s <= RQ_SCHEME_NVFP4A16 ? 0.2 : s == RQ_SCHEME_FP8_DYNAMIC ? 0.045
+		double lim = rq_scheme_shares_scale(e) ? 0.2 : s == RQ_SCHEME_FP8_DYNAMIC ? 0.045
 		           : s == RQ_SCHEME_W8A16 ? 0.0082 : 0.075;
 		TAP_OK(rc == 0 && worst <= lim, "%s: dequant round trip, worst |err|/absmax %.4f <= %.4f",
 		       rq_scheme_name(e), worst, lim);
@@ -368,7 +377,7 @@ static void test_round_trip(void)
 					worst = err > worst ? err : worst;
 				}
 			}
-			double lim = s == RQ_SCHEME_NVFP4A16 ? 0.2 : s == RQ_SCHEME_FP8_DYNAMIC ? 0.045
+			double lim = rq_scheme_shares_scale(e) ? 0.2 : s == RQ_SCHEME_FP8_DYNAMIC ? 0.045
 			           : s == RQ_SCHEME_W8A16 ? 0.0082 : 0.075;
 			TAP_OK(rc == 0 && worst <= lim, "%s from %s: dequant round trip, worst %.4f <= %.4f",
 			       rq_scheme_name(e), tt == RQ_SRC_F16 ? "f16" : "f32", worst, lim);
@@ -405,6 +414,23 @@ static void test_whole_ref(void)
 		       rq_scheme_name(e));
 		free(o);
 		free(ref);
+	}
+	/* --scheme nvfp4 (W4A4) writes NVFP4A16's weight bytes (oneshot and model_free_ptq
+	 * share the weight observer and compressor), for a fused pair too */
+	{
+		uint64_t sz = out_size(RQ_SCHEME_NVFP4A16, RQ_SRC_BF16, ROWS / 2, COLS, NULL);
+		uint8_t *a = calloc(2, sz), *b = calloc(2, sz);
+		struct rq_smod ma[2] = {{w, RQ_SRC_BF16, ROWS / 2, COLS, a},
+		                        {w + ROWS / 2 * COLS, RQ_SRC_BF16, ROWS / 2, COLS, a + sz}};
+		struct rq_smod mb[2] = {{w, RQ_SRC_BF16, ROWS / 2, COLS, b},
+		                        {w + ROWS / 2 * COLS, RQ_SRC_BF16, ROWS / 2, COLS, b + sz}};
+		int ra = rq_scheme_quantize(RQ_SCHEME_NVFP4A16, RQ_RECIPE_BF16, ma, 2, NULL, NULL);
+		int rb = rq_scheme_quantize(RQ_SCHEME_NVFP4_W4A4, RQ_RECIPE_BF16, mb, 2, NULL, NULL);
+		TAP_OK(ra == 0 && rb == 0 && memcmp(a, b, 2 * sz) == 0 &&
+		       memcmp(a + sz - 4, a + 2 * sz - 4, 4) == 0,
+		       "nvfp4 (W4A4) == nvfp4a16 bytes for a fused pair, one global scale");
+		free(a);
+		free(b);
 	}
 	/* F16 and F32 sources: random bit patterns (finite), zero rows, every ISA variant */
 	uint32_t *wf = malloc(4 * ROWS * COLS);

@@ -215,7 +215,9 @@ int main(int argc, char **argv)
 		}
 	}
 	rq_quant_isa_force(-1);
-	for (int s = RQ_SCHEME_NVFP4A16; s < RQ_SCHEME_COUNT; s++)
+	/* model_free_ptq's schemes; --scheme nvfp4 (W4A4) has NVFP4A16's weight bytes
+	 * (test_scheme.c) and is compared with oneshot in tests/fs (test_scheme_w4a4.py) */
+	for (int s = RQ_SCHEME_NVFP4A16; s <= RQ_SCHEME_W4A16; s++)
 		for (int t = 0; t < 3; t++)
 			TAP_OK(per_scheme[s][t] >= 9, "%s from %s: %d peer cases",
 			       rq_scheme_name((enum rq_scheme)s), srcname[t], per_scheme[s][t]);
