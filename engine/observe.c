@@ -23,9 +23,14 @@ float lg_obs_scale(float amax, int bf16)
 {
 	if (!(amax > 0) || !isfinite(amax))
 		return FLT_MAX;
+	/* torch evaluates `2688 / t` as t.reciprocal() * 2688 (Tensor.__rtruediv__):
+	 * two roundings in t's dtype, which the BF16 peer's scales show */
 	if (bf16)
 		amax = bf16_round(amax);
-	float s = 448.0f * 6.0f / amax;
+	float r = 1.0f / amax;
+	if (bf16 && isfinite(r))
+		r = bf16_round(r);
+	float s = r * (448.0f * 6.0f);
 	if (bf16 && isfinite(s))
 		s = bf16_round(s);
 	return isfinite(s) && s <= FLT_MAX ? s : FLT_MAX;

@@ -53,9 +53,11 @@ How llm-compressor 0.14.0.1 computes the activation scale (read in its sources):
     (exact: a max does not round).
   * Global scale: compressed_tensors.quantization.utils.generate_gparam:
     448 * 6 / max(|min|, |max|) with max_val clamped to the dtype's tiny, computed in
-    the observed dtype (a Python float over a BF16 tensor: the quotient is rounded to
-    BF16), NaN/Inf replaced by 1.0, then .to(float32). So input_global_scale is
-    bf16(2688 / amax_bf16) stored as F32 — its mantissa has 8 significant bits.
+    the observed dtype, NaN/Inf replaced by 1.0, then .to(float32). A Python float over
+    a tensor is Tensor.__rtruediv__, i.e. t.reciprocal() * 2688: two roundings in BF16.
+    So input_global_scale = bf16(bf16(1 / amax_bf16) * 2688) stored as F32 (8
+    significant bits; amax 9.96875 -> 10 -> 0.10009765625 -> 270, where one rounded
+    quotient would give 268). engine/observe.c lg_obs_scale does exactly this.
   * Fusing: llmcompressor.observers.helpers.fuse_weight_observers links the WEIGHT
     observers of (q_proj, k_proj, v_proj), (gate_proj, up_proj) and (w1, w3): those
     share weight_global_scale = bf16(2688 / max amax of the group's BF16 weights). Input
@@ -74,12 +76,13 @@ How llm-compressor 0.14.0.1 computes the activation scale (read in its sources):
 What is left between the engine and the peer (measured with tests/fs/test_calib_peer.py,
 N = 256): against the FP32-forward run, `calib run --scale-dtype f32` agrees within
 0.0002 % on every module (SmolLM2 and the tiny MoE): the observer is the same. Against
-the BF16 run, `calib run` (BF16 scales by default for a BF16 checkpoint) is within 1 % on
-194 of 210 SmolLM2 modules (median 0.44 %, max 1.8 %, the deepest layers) and 28 of 32
-tiny-MoE modules (max 1.3 %): that is the BF16 forward's rounding noise, not a
-convention — transformers' own BF16 forward of SmolLM2 differs from the peer's by up to
-2.1 % with sdpa attention and 0.8 % with eager (same model, same ids), so no FP32 engine
-can be held to 1 % of one particular BF16 run on every module.
+the BF16 run, `calib run` (BF16 scales by default for a BF16 checkpoint) gives 126 of
+210 SmolLM2 scales bit for bit and 185 within 1 % (max 2.1 %, one module); the tiny MoE
+19 of 32 bit for bit, 28 within 1 % (max 1.3 %). The rest is the BF16 forward's rounding
+noise, not a convention: transformers' BF16 eager forward outside oneshot reproduces the
+peer's 210 SmolLM2 scales exactly, its FP32 forward gives our 126, and its BF16 forward
+with sdpa attention (transformers' default) only 149, with deviations up to 2.6 %.
+Holding every module to 1 % would mean emulating BF16 eager attention step by step.
 
 Output: OUT/<model>.json, per model: the token ids, the source files' sha256, versions,
 and per quantized module: input_global_scale and weight_global_scale (float and F32 bit
