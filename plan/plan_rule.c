@@ -191,34 +191,45 @@ static int regex_exact(const struct rq_plan *p, struct st_header **hdr, const ch
 	return rc < 0 ? rc : !rc;
 }
 
-/* The group's targets: a regex per layer, or the names when one cannot be exact. */
+/* 1 when s holds the string m[0..pl). */
+static int has_prefix(const struct strs *s, const char *m, size_t pl)
+{
+	for (size_t k = 0; k < s->n; k++)
+		if (!strncmp(s->v[k], m, pl) && !s->v[k][pl])
+			return 1;
+	return 0;
+}
+
+/* The group's targets: a regex per layer, or the names when one cannot be
+ * exact. Each layer's regex is built and checked once. */
 static int rule_targets(const struct rq_plan *p, struct st_header **hdr, struct strs *t,
                         struct rq_err *err)
 {
+	struct strs done = {0}, named = {0};   /* layer prefixes seen; those listed by name */
 	int rc = 0;
 	for (size_t i = 0; i < p->nmods && !rc; i++) {
 		const char *m = p->mods[i].name;
 		size_t b = 0, e = 0;
-		char *re = last_number(m, &b, &e) ? layer_regex(p, m, b - 1) : NULL;
-		if (!re && last_number(m, &b, &e))
-			return -ENOMEM;
-		int exact = re ? regex_exact(p, hdr, re, err) : 0;
-		if (exact < 0) {
+		if (last_number(m, &b, &e) && !has_prefix(&done, m, b - 1)) {
+			if ((rc = strs_add(&done, strndup(m, b - 1))))
+				break;
+			char *re = layer_regex(p, m, b - 1);
+			int exact = re ? regex_exact(p, hdr, re, err) : -ENOMEM;
+			if (exact > 0) {
+				rc = strs_add(t, re);
+				continue;
+			}
 			free(re);
-			return exact;
+			rc = exact < 0 ? exact : strs_add(&named, strndup(m, b - 1));
+			if (rc)
+				break;
+		} else if (b && !has_prefix(&named, m, b - 1)) {
+			continue;               /* its layer's regex covers it */
 		}
-		if (!exact) {
-			free(re);
-			re = strdup(m);
-		}
-		int dup = 0;
-		for (size_t k = 0; re && k < t->n && !dup; k++)
-			dup = !strcmp(t->v[k], re);
-		if (dup)
-			free(re);
-		else
-			rc = strs_add(t, re);
+		rc = strs_add(t, strdup(m));   /* by name */
 	}
+	strs_free(&done);
+	strs_free(&named);
 	return rc;
 }
 
