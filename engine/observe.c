@@ -3,7 +3,38 @@
 #include "engine/model.h"
 
 #include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+
+/* x rounded to the nearest BF16 (ties to even), as a float; x finite. */
+static float bf16_round(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+	memcpy(&x, &u, 4);
+	return x;
+}
+
+float lg_obs_scale(float amax, int bf16)
+{
+	if (!(amax > 0) || !isfinite(amax))
+		return FLT_MAX;
+	/* torch evaluates `2688 / t` as t.reciprocal() * 2688 (Tensor.__rtruediv__):
+	 * two roundings in t's dtype, which the BF16 peer's scales show */
+	if (bf16)
+		amax = bf16_round(amax);
+	float r = 1.0f / amax;
+	if (bf16 && isfinite(r))
+		r = bf16_round(r);
+	float s = r * (448.0f * 6.0f);
+	if (bf16 && isfinite(s))
+		s = bf16_round(s);
+	return isfinite(s) && s <= FLT_MAX ? s : FLT_MAX;
+}
 
 int lg_obs_per_layer(const struct lg_model *m)
 {

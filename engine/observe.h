@@ -37,6 +37,17 @@ struct lg_obs {
 	                     observer only (the forward keeps its top-k) */
 };
 
+/* The input_global_scale of an observed amax, llm-compressor's convention
+ * (compressed-tensors generate_gparam, computed in the dtype of the observed
+ * activations): 448·6 / amax, evaluated as torch does `2688 / t`:
+ * reciprocal(amax) · 2688. bf16 = 1 (a BF16 checkpoint, whose forward the
+ * peer runs in BF16): amax is first rounded to BF16 — the max of the BF16
+ * activations the peer observes, since rounding is monotonic — and the
+ * reciprocal and the product are each rounded to BF16 (to nearest even), then
+ * widened to F32; bf16 = 0: the same in F32. amax <= 0 (an input that was all
+ * zero), NaN or a result past F32: FLT_MAX (the peer writes 1.0 there). */
+float lg_obs_scale(float amax, int bf16);
+
 int lg_obs_per_layer(const struct lg_model *m);
 size_t lg_obs_count(const struct lg_model *m);
 /* The checkpoint module name of slot i (e.g. model.layers.3.mlp.experts.5.up_proj)
