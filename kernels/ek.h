@@ -238,6 +238,17 @@ int ek_swiglu(struct ek_dev *d, float *out, int ldo, const float *g, int ldg, co
               int ldu, int T, int n);
 void ek_swiglu_cpu(float *out, int ldo, const float *g, int ldg, const float *u, int ldu, int T,
                    int n);
+/* Input-activation quantization of a quantized Linear, as vLLM applies it
+ * (the rule and its rounding: ek_actq_rule.h): y[t] = x[t] quantized and
+ * dequantized, cols inputs per token (y may be x).
+ * nvfp4: per group of 16 (cols % 16 == 0) with the static input global scale
+ * gs (> 0); fp8: per token, dynamic. Integer-exact rule: the GPU op gives the
+ * twin's bits. */
+int ek_actq_nvfp4(struct ek_dev *d, const float *x, int ldx, float *y, int ldy, int T, int cols,
+                  float gs);
+void ek_actq_nvfp4_cpu(const float *x, int ldx, float *y, int ldy, int T, int cols, float gs);
+int ek_actq_fp8(struct ek_dev *d, const float *x, int ldx, float *y, int ldy, int T, int cols);
+void ek_actq_fp8_cpu(const float *x, int ldx, float *y, int ldy, int T, int cols);
 /* x[i] += y[i], i < n. */
 int ek_add(struct ek_dev *d, float *x, const float *y, size_t n);
 void ek_add_cpu(float *x, const float *y, size_t n);

@@ -95,6 +95,9 @@ int ek_rmsnorm(struct ek_dev *d, float *out, int ldo, const float *x, int ldx, c
 int ek_swiglu(struct ek_dev *d, float *out, int ldo, const float *g, int ldg, const float *u,
               int ldu, int T, int n) NODEV
 int ek_add(struct ek_dev *d, float *x, const float *y, size_t n) NODEV
+int ek_actq_nvfp4(struct ek_dev *d, const float *x, int ldx, float *y, int ldy, int T, int cols,
+                  float gs) NODEV
+int ek_actq_fp8(struct ek_dev *d, const float *x, int ldx, float *y, int ldy, int T, int cols) NODEV
 int ek_bias(struct ek_dev *d, float *y, int ldy, const float *b, int T, int n) NODEV
 int ek_sigmoid_scale(struct ek_dev *d, float *h, int ldh, const float *g, int ldg, int T, int n) NODEV
 int ek_route_softmax(struct ek_dev *d, const float *logits, int ldl, int E, int k, int norm,
