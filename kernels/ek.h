@@ -219,6 +219,19 @@ int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const s
 int ek_moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
                const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
                float *out, int ldo, int T, int acc, void *work);
+/* ek_moe for W4A4 experts (NVFP4 weights, NVFP4 inputs as vLLM quantizes
+ * them, ek_actq_nvfp4's rule): expert e's gate/up input (the token's x) is
+ * quantized with gs_gu[e], its down input (the SwiGLU) with gs_dn[e]; gs_gu,
+ * gs_dn: [E] floats in device memory (host memory for the twin). Same work
+ * buffer. hidden and inter % 16 == 0. */
+int ek_moe_q(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+             const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+             float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
+             const float *gs_dn);
+int ek_moe_q_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+                 const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+                 float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
+                 const float *gs_dn);
 size_t ek_moe_work_bytes(int T, int k, int inter, int hidden);
 
 /* ek_moe keeps arrival counters in the first EK_WORK_CNT_BYTES of its work

@@ -5,7 +5,7 @@ does the same with vLLM's own formulas (nvfp4_emulation_utils.py: the scale
 gs·(amax·fl(1/6)) rounded to E4M3, output_scale gs/s, cast_to_fp4's
 thresholds, x' = q·(s/gs)), written here independently of the C code.
 
-usage: test_actq_forward.py REQUANTFS ACTQ_LOGITS TINY_DIR      (.venv: numpy)
+usage: test_actq_forward.py REQUANTFS ACTQ_LOGITS TINY_DIR [TEST_EK_EMUL]   (.venv: numpy)
 
 For each tiny family (mistral: dense; mixtral: routed experts) the test
 exports the BF16 model with `--scheme nvfp4a16`, then makes it W4A4 the way
@@ -22,7 +22,11 @@ the largest) is exercised. Checks:
   - the NVFP4A16 export (config without input_activations) is unchanged by
     the feature: bit for bit the A16 logits, no Linear quantizes its input;
   - a W4A4 config with a module's input_global_scale missing is refused,
-    naming the tensor.
+    naming the tensor;
+  - with TEST_EK_EMUL (tests/kernels/test_ek_emul --w4a4): the CUDA engine's
+    host code on the same W4A4 checkpoints, its GPU ops emulated by their CPU
+    twins (ek_actq_nvfp4 before q/k/v, o, gate/up, down, lm_head; ek_moe_q for
+    the experts), against the CPU engine.
 """
 import json, os, shutil, struct, subprocess, sys, tempfile
 
@@ -325,17 +329,27 @@ def family(rq, tool, tiny, fam, tmp):
     eb, msg = engine(tool, bad)
     ok(eb is None and gone in str(msg) and "W4A4" in str(msg),
        f"{fam}: W4A4 config without {gone}: refused naming it", msg)
+    return w4
 
 
 def main():
-    if len(sys.argv) != 4:
-        print("usage: test_actq_forward.py REQUANTFS ACTQ_LOGITS TINY_DIR", file=sys.stderr)
+    if len(sys.argv) not in (4, 5):
+        print("usage: test_actq_forward.py REQUANTFS ACTQ_LOGITS TINY_DIR [TEST_EK_EMUL]",
+              file=sys.stderr)
         return 2
     rqtap.init(sys.argv[1])
     tmp = tempfile.mkdtemp(prefix="rq-test-actq-")
     try:
-        for fam in ("mistral", "mixtral"):
-            family(rqtap.RQ, os.path.abspath(sys.argv[2]), sys.argv[3], fam, tmp)
+        dirs = [family(rqtap.RQ, os.path.abspath(sys.argv[2]), sys.argv[3], fam, tmp)
+                for fam in ("mistral", "mixtral")]
+        if len(sys.argv) == 5:
+            r = subprocess.run([sys.argv[4], rqtap.RQ, "--w4a4"] + [d for d in dirs if d],
+                               capture_output=True, text=True, timeout=600)
+            lines = [l for l in r.stdout.splitlines() if l.startswith(("ok", "not ok"))]
+            bad = [l for l in lines if l.startswith("not ok")]
+            ok(r.returncode == 0 and len(lines) >= 2 * 7 and not bad,
+               f"CUDA engine (emulated by the kernels' CPU twins) == CPU engine on the W4A4 "
+               f"checkpoints: {len(lines) - len(bad)}/{len(lines)} checks", r.stdout + r.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return rqtap.finish()
