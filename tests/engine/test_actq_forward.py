@@ -23,6 +23,8 @@ the largest) is exercised. Checks:
     the feature: bit for bit the A16 logits, no Linear quantizes its input;
   - a W4A4 config with a module's input_global_scale missing is refused,
     naming the tensor;
+  - FP8_DYNAMIC (export --scheme fp8-dynamic of mistral): the engine ==
+    numpy with vLLM's per-token FP8 inputs (scale max(amax/448, 1/(448·512)));
   - with TEST_EK_EMUL (tests/kernels/test_ek_emul --w4a4): the CUDA engine's
     host code on the same W4A4 checkpoints, its GPU ops emulated by their CPU
     twins (ek_actq_nvfp4 before q/k/v, o, gate/up, down, lm_head; ek_moe_q for
@@ -106,6 +108,10 @@ def weights(tensors):
             sc = sc.reshape(shape[0], -1)
             gs = np.frombuffer(tensors[m + ".weight_global_scale"][2], dtype=F32)[0]
             w[m + ".weight"] = (E2M1[codes] * np.repeat(sc, 16, axis=1)) / gs
+        elif dt == "F8_E4M3" and k.endswith(".weight"):      # FP8 (float-quantized): e4m3 · weight_scale, one product
+            q = E4M3[np.frombuffer(raw, dtype=np.uint8)].reshape(shape)
+            sdt, sshape, sraw = tensors[k + "_scale"]
+            w[k] = (q * as_f32(sdt, sshape, sraw)).astype(F32)
         elif dt in ("BF16", "F32") and not k.endswith("_scale"):
             w[k] = as_f32(dt, shape, raw)
     return w
@@ -145,6 +151,14 @@ def nvfp4_qdq(x, gs):
     q = cast_to_fp4(np.clip(g * inv, F32(-6), F32(6)))
     return (q * (s / gs)).reshape(T, K).astype(F32)
 
+def fp8_token_qdq(x):
+    """vLLM's dynamic per-token FP8: s = max(amax/448, 1/(448·512)), e4m3(clamp(x/s)) · s."""
+    a = np.abs(x).max(axis=-1, keepdims=True).astype(F32)
+    s = np.maximum(a / F32(448), F32(1) / F32(448 * 512)).astype(F32)
+    q = (x / s).astype(F32)
+    m = e4m3_rne(np.minimum(np.abs(q), F32(448)))
+    return (np.where(np.signbit(q), -m, m) * s).astype(F32)
+
 # -------------------------------------------------------- the forward pass
 
 class Ref:
@@ -158,7 +172,7 @@ class Ref:
     def lin(self, name, x):
         self.amax[name] = max(self.amax.get(name, 0.0), float(np.abs(x).max()) if x.size else 0.0)
         if name in self.act:
-            x = nvfp4_qdq(x, self.act[name])
+            x = fp8_token_qdq(x) if self.act[name] == "fp8" else nvfp4_qdq(x, self.act[name])
         return (x @ self.w[name + ".weight"].T).astype(F32)
 
     def rms(self, x, name):
@@ -332,6 +346,34 @@ def family(rq, tool, tiny, fam, tmp):
     return w4
 
 
+def family_fp8(rq, tool, tiny, fam, tmp):
+    """FP8_DYNAMIC (export --scheme fp8-dynamic): every FP8 Linear's input per token."""
+    src, d = os.path.join(tiny, fam), os.path.join(tmp, fam + "-fp8")
+    r = subprocess.run([rq, "export", src, d, "--scheme", "fp8-dynamic"], capture_output=True,
+                       text=True, timeout=300)
+    if not ok(r.returncode == 0, f"{fam}: export --scheme fp8-dynamic", r.stderr):
+        return
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    tensors, _ = st_read(os.path.join(d, "model.safetensors"))
+    w = weights(tensors)
+    f8 = sorted(k[: -len(".weight")] for k, v in tensors.items() if v[0] == "F8_E4M3")
+    l16 = Ref(cfg, w).forward(TOKENS)
+    l8 = Ref(cfg, w, {m: "fp8" for m in f8}).forward(TOKENS)
+    e8, n8 = engine(tool, d)
+    e16, _ = engine(tool, d, env_off=True)
+    if not ok(e8 is not None and e16 is not None, f"{fam} fp8-dynamic: the engine runs it", n8):
+        return
+    scale = float(np.abs(l16).max())
+    d16, d8, dq = maxd(e16, l16), maxd(e8, l8), maxd(e8, e16)
+    ok(n8 == len(f8), f"{fam} fp8-dynamic: every FP8 Linear quantizes its input per token "
+       f"({n8} of {len(f8)})")
+    ok(d16 <= TOL * scale and d8 <= TOL * scale,
+       f"{fam} fp8-dynamic: engine == numpy with per-token FP8 inputs (max|d| {d8:.3g}) and, "
+       f"with RQ_ENGINE_ACT_QUANT=0, without ({d16:.3g}), <= {TOL} x {scale:.3g}")
+    ok(dq > 20 * TOL * scale, f"{fam} fp8-dynamic: quantized inputs move the logits by "
+       f"{dq:.3g}, > 20 x the tolerance {TOL * scale:.3g}")
+
+
 def main():
     if len(sys.argv) not in (4, 5):
         print("usage: test_actq_forward.py REQUANTFS ACTQ_LOGITS TINY_DIR [TEST_EK_EMUL]",
@@ -342,6 +384,7 @@ def main():
     try:
         dirs = [family(rqtap.RQ, os.path.abspath(sys.argv[2]), sys.argv[3], fam, tmp)
                 for fam in ("mistral", "mixtral")]
+        family_fp8(rqtap.RQ, os.path.abspath(sys.argv[2]), sys.argv[3], "mistral", tmp)
         if len(sys.argv) == 5:
             r = subprocess.run([sys.argv[4], rqtap.RQ, "--w4a4"] + [d for d in dirs if d],
                                capture_output=True, text=True, timeout=600)
