@@ -251,6 +251,8 @@ static void observe(struct lg_state *s, const int *slots, int ns, const float *x
  * one copy. The observer has already seen the unquantized input. */
 static void quantize_inputs(struct lg_state *s, int n)
 {
+	if (n <= 0)
+		return;
 	const float *orig[n];
 	size_t used = 0;
 	for (int k = 0; k < n; k++) {
