@@ -21,6 +21,11 @@
  * from gs / s in the last bit; the GPU path (Triton) divides once, as here.
  * vLLM then rounds x' to its activation dtype (BF16); this engine's
  * activations are binary32 throughout and x' stays binary32.
+ * compressed-tensors' fake quantization (llm-compressor's view while it
+ * calibrates; lifecycle/forward.py, utils/helpers.py) divides instead: scale
+ * gs · (a / 6), q = x / (s / gs), and a zero scale becomes E4M3's eps 0.125;
+ * the results differ from vLLM's only for inputs within an ulp of a rounding
+ * boundary. The engine follows vLLM: it is what a server computes.
  *
  * FP8 dynamic per token (float-quantized, input_activations 8-bit float,
  * strategy token, dynamic true), as vLLM's
