@@ -5,7 +5,8 @@ does the same with vLLM's own formulas (nvfp4_emulation_utils.py: the scale
 gs·(amax·fl(1/6)) rounded to E4M3, output_scale gs/s, cast_to_fp4's
 thresholds, x' = q·(s/gs)), written here independently of the C code.
 
-usage: test_actq_forward.py REQUANTFS ACTQ_LOGITS TINY_DIR [TEST_EK_EMUL]   (.venv: numpy)
+usage: test_actq_forward.py REQUANTFS ACTQ_LOGITS TINY_DIR GOLDEN_JSON [TEST_EK_EMUL]
+                                                                  (.venv: numpy)
 
 For each tiny family (mistral: dense; mixtral: routed experts) the test
 exports the BF16 model with `--scheme nvfp4a16`, then makes it W4A4 the way
@@ -21,6 +22,10 @@ the largest) is exercised. Checks:
   - W4A4 differs from A16 by far more than that tolerance;
   - the NVFP4A16 export (config without input_activations) is unchanged by
     the feature: bit for bit the A16 logits, no Linear quantizes its input;
+  - mistral W4A4 engine == the peer: transformers' model (float32, weights set to the
+    same dequantized values) with compressed-tensors' input fake quantization
+    and vLLM's fused scales (GOLDEN_JSON, tests/data/actq_peer.json, from
+    tools/gen_actq_peer_golden.py, for the checkpoint bytes its sha256 names);
   - a W4A4 config with a module's input_global_scale missing is refused,
     naming the tensor;
   - FP8_DYNAMIC (export --scheme fp8-dynamic of mistral): the engine ==
@@ -30,7 +35,7 @@ the largest) is exercised. Checks:
     twins (ek_actq_nvfp4 before q/k/v, o, gate/up, down, lm_head; ek_moe_q for
     the experts), against the CPU engine.
 """
-import json, os, shutil, struct, subprocess, sys, tempfile
+import hashlib, json, os, shutil, struct, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import rqtap
@@ -270,36 +275,44 @@ def fused(names, gs):
     return out
 
 
-def family(rq, tool, tiny, fam, tmp):
+# families with a peer golden (tools/gen_actq_peer_golden.py): transformers 5 keeps
+# Mixtral's experts as fused 3-D tensors, out of compressed-tensors' per-Linear reach
+PEER_FAMILIES = ("mistral",)
+
+
+def sha_of(d):
+    return hashlib.sha256(open(os.path.join(d, "model.safetensors"), "rb").read()).hexdigest()
+
+
+W4A4_INPUTS = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
+               "dynamic": "local", "symmetric": True, "observer": "static_minmax",
+               "observer_kwargs": {}, "actorder": None, "block_structure": None,
+               "scale_dtype": "torch.float8_e4m3fn", "zp_dtype": None}
+
+
+def build_w4a4(rq, tiny, fam, tmp):
+    """export --scheme nvfp4a16 of tiny/fam, then its W4A4 twin: input_global_scale
+    = 448·6 / amax (the numpy forward's, on TOKENS; 3 significant digits, so the
+    bytes do not depend on the BLAS), k_proj's halved and w3's times 0.7 (vLLM's
+    fusion takes the largest); input_activations as llm-compressor's NVFP4 preset.
+    A dict of what the checks need, or the export's stderr (a str) on failure.
+    Also tools/gen_actq_peer_golden.py's checkpoints."""
     src, a16 = os.path.join(tiny, fam), os.path.join(tmp, fam + "-nvfp4a16")
     r = subprocess.run([rq, "export", src, a16, "--scheme", "nvfp4a16"], capture_output=True,
                        text=True, timeout=300)
-    if not ok(r.returncode == 0, f"{fam}: export --scheme nvfp4a16", r.stderr):
-        return
+    if r.returncode:
+        return r.stderr
     cfg = json.load(open(os.path.join(a16, "config.json")))
     tensors, meta = st_read(os.path.join(a16, "model.safetensors"))
     w = weights(tensors)
     nv = sorted(k[: -len(".weight_packed")] for k in tensors if k.endswith(".weight_packed"))
-
-    # the reference without input quantization, and the calibration it gives
     ref = Ref(cfg, w)
     l16 = ref.forward(TOKENS)
-    e16, n16 = engine(tool, a16)
-    if not ok(e16 is not None, f"{fam}: engine runs the NVFP4A16 export", n16):
-        return
-    e16off, _ = engine(tool, a16, env_off=True)
-    ok(n16 == 0 and np.array_equal(e16, e16off),
-       f"{fam}: NVFP4A16 (no input_activations): no Linear quantizes its input ({n16}), logits "
-       "bit for bit those of RQ_ENGINE_ACT_QUANT=0")
-    scale = float(np.abs(l16).max())
-    d = maxd(e16, l16)
-    ok(d <= TOL * scale, f"{fam}: A16 engine == numpy reference: max|d| {d:.3g} <= {TOL} x {scale:.3g}")
-
     gs = {}
     hmax = max(v for k, v in ref.amax.items())
     for m in nv:
         a = ref.amax.get(m, 0.0) or hmax       # an expert no token reached: the largest input
-        g = F32(448.0 * 6.0) / F32(a)
+        g = F32(float("%.3g" % (448.0 * 6.0 / a)))
         if m.endswith("k_proj"):
             g = g * F32(0.5)                     # smaller than q's: vLLM takes the largest
         if m.endswith(".w3"):
@@ -311,12 +324,30 @@ def family(rq, tool, tiny, fam, tmp):
     for m in nv:
         t4[m + ".input_global_scale"] = ("F32", [1], struct.pack("<f", gs[m]))
     st_write(os.path.join(w4, "model.safetensors"), t4, meta)
-    for g in cfg["quantization_config"]["config_groups"].values():
-        g["input_activations"] = {"num_bits": 4, "type": "float", "strategy": "tensor_group",
-                                  "group_size": 16, "dynamic": "local", "symmetric": True,
-                                  "observer": "static_minmax", "observer_kwargs": {},
-                                  "actorder": None, "block_structure": None}
-    json.dump(cfg, open(os.path.join(w4, "config.json"), "w"), indent=2)
+    cfg4 = json.loads(json.dumps(cfg))
+    for g in cfg4["quantization_config"]["config_groups"].values():
+        g["input_activations"] = dict(W4A4_INPUTS)
+    json.dump(cfg4, open(os.path.join(w4, "config.json"), "w"), indent=2)
+    return {"a16": a16, "w4": w4, "cfg": cfg4, "tensors": tensors, "t4": t4, "meta": meta,
+            "w": w, "nv": nv, "gs": gs, "l16": l16}
+
+
+def family(rq, tool, tiny, fam, tmp, golden):
+    b = build_w4a4(rq, tiny, fam, tmp)
+    if not ok(isinstance(b, dict), f"{fam}: export --scheme nvfp4a16", b):
+        return
+    a16, w4, cfg, w, nv, gs, l16 = b["a16"], b["w4"], b["cfg"], b["w"], b["nv"], b["gs"], b["l16"]
+    t4, meta = b["t4"], b["meta"]
+    e16, n16 = engine(tool, a16)
+    if not ok(e16 is not None, f"{fam}: engine runs the NVFP4A16 export", n16):
+        return
+    e16off, _ = engine(tool, a16, env_off=True)
+    ok(n16 == 0 and np.array_equal(e16, e16off),
+       f"{fam}: NVFP4A16 (no input_activations): no Linear quantizes its input ({n16}), logits "
+       "bit for bit those of RQ_ENGINE_ACT_QUANT=0")
+    scale = float(np.abs(l16).max())
+    d = maxd(e16, l16)
+    ok(d <= TOL * scale, f"{fam}: A16 engine == numpy reference: max|d| {d:.3g} <= {TOL} x {scale:.3g}")
 
     l4 = Ref(cfg, w, fused(nv, gs)).forward(TOKENS)
     e4, n4 = engine(tool, w4)
@@ -332,6 +363,19 @@ def family(rq, tool, tiny, fam, tmp):
     e4off, _ = engine(tool, w4, env_off=True)
     ok(e4off is not None and np.array_equal(e4off, e16),
        f"{fam}: RQ_ENGINE_ACT_QUANT=0 on the W4A4 checkpoint gives the A16 logits bit for bit")
+
+    # the peer: transformers' model with compressed-tensors' input fake quantization
+    # (tools/gen_actq_peer_golden.py), on these very bytes
+    gd = golden.get("models", {}).get(fam)
+    if fam in PEER_FAMILIES and ok(gd is not None and gd.get("sha256") == sha_of(w4),
+            f"{fam}: the golden of tools/gen_actq_peer_golden.py is for these bytes",
+            "rerun tools/gen_actq_peer_golden.py (golden sha256 %s, checkpoint %s)"
+            % ((gd or {}).get("sha256"), sha_of(w4))):
+        gl = np.array(gd["logits"], dtype=F32)
+        dg = maxd(e4, gl) if gl.shape == e4.shape else float("inf")
+        ok(dg <= TOL * scale,
+           f"{fam}: W4A4 engine == transformers + compressed-tensors' input fake quantization "
+           f"(vLLM's fused scales): max|d| {dg:.3g} <= {TOL} x {scale:.3g}")
 
     # a missing input_global_scale under a W4A4 config: refused by name
     bad = os.path.join(tmp, fam + "-missing")
@@ -375,18 +419,23 @@ def family_fp8(rq, tool, tiny, fam, tmp):
 
 
 def main():
-    if len(sys.argv) not in (4, 5):
-        print("usage: test_actq_forward.py REQUANTFS ACTQ_LOGITS TINY_DIR [TEST_EK_EMUL]",
-              file=sys.stderr)
+    if len(sys.argv) not in (5, 6):
+        print("usage: test_actq_forward.py REQUANTFS ACTQ_LOGITS TINY_DIR GOLDEN_JSON "
+              "[TEST_EK_EMUL]", file=sys.stderr)
         return 2
     rqtap.init(sys.argv[1])
+    try:
+        golden = json.load(open(sys.argv[4]))
+    except (OSError, ValueError) as e:
+        golden = {}
+        ok(False, f"golden {sys.argv[4]} loads", e)
     tmp = tempfile.mkdtemp(prefix="rq-test-actq-")
     try:
-        dirs = [family(rqtap.RQ, os.path.abspath(sys.argv[2]), sys.argv[3], fam, tmp)
+        dirs = [family(rqtap.RQ, os.path.abspath(sys.argv[2]), sys.argv[3], fam, tmp, golden)
                 for fam in ("mistral", "mixtral")]
         family_fp8(rqtap.RQ, os.path.abspath(sys.argv[2]), sys.argv[3], "mistral", tmp)
-        if len(sys.argv) == 5:
-            r = subprocess.run([sys.argv[4], rqtap.RQ, "--w4a4"] + [d for d in dirs if d],
+        if len(sys.argv) == 6:
+            r = subprocess.run([sys.argv[5], rqtap.RQ, "--w4a4"] + [d for d in dirs if d],
                                capture_output=True, text=True, timeout=600)
             lines = [l for l in r.stdout.splitlines() if l.startswith(("ok", "not ok"))]
             bad = [l for l in lines if l.startswith("not ok")]
