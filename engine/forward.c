@@ -243,18 +243,56 @@ static void observe(struct lg_state *s, const int *slots, int ns, const float *x
 	observe(s, (const int[]){__VA_ARGS__}, sizeof((const int[]){__VA_ARGS__}) / sizeof(int), \
 	        x, ldx, T, cols)
 
+/* One input to quantize: rows [0, T) of x (stride ldx, cols wide) into q. */
+struct qjob {
+	const float *x;
+	float *q;
+	int ldx, cols, T, act;
+	float gs;
+	size_t first;              /* rows of the jobs before this one */
+};
+
+struct qctx {
+	const struct qjob *j;
+	int n;
+};
+
+/* Rows [b, e) of all the jobs (numbered job after job), one row at a time:
+ * each row is its own NVFP4 groups or FP8 token, so the split changes nothing. */
+static void quantize_rows(void *vctx, size_t b, size_t e, int worker)
+{
+	const struct qctx *c = vctx;
+	(void)worker;
+	int k = 0;
+	for (size_t i = b; i < e; i++) {
+		while (k + 1 < c->n && c->j[k + 1].first <= i)
+			k++;
+		const struct qjob *j = &c->j[k];
+		size_t t = i - j->first;
+		const float *x = j->x + t * j->ldx;
+		float *q = j->q + t * j->cols;
+		if (j->act == LG_A_NVFP4)
+			ek_actq_nvfp4_cpu(x, j->ldx, q, j->cols, 1, j->cols, j->gs);
+		else
+			ek_actq_fp8_cpu(x, j->ldx, q, j->cols, 1, j->cols);
+	}
+}
+
 /* The inputs of products whose Linear quantizes its input (W4A4: NVFP4
  * with the module's input global scale; FP8 dynamic per token), as vLLM
  * does before its quantized GEMM (kernels/ek_actq_rule.h), into s->xq; each
  * product then reads its dequantized copy. Products of one input and one
  * quantizer (q/k/v with their fused scale, an expert's gate and up) share
- * one copy. The observer has already seen the unquantized input. */
+ * one copy. Rows are quantized in parallel over the pool. The observer has
+ * already seen the unquantized input. */
 static void quantize_inputs(struct lg_state *s, int n)
 {
 	if (n <= 0)
 		return;
 	const float *orig[n];
-	size_t used = 0;
+	struct qjob jobs[n];
+	int nj = 0;
+	size_t used = 0, rows = 0;
 	for (int k = 0; k < n; k++) {
 		struct lg_mm *m = &s->mm[k];
 		const struct lg_linear *W = m->W;
@@ -278,13 +316,16 @@ static void quantize_inputs(struct lg_state *s, int n)
 			abort();
 		float *q = s->xq + used;
 		used += need;
-		if (W->act == LG_A_NVFP4)
-			ek_actq_nvfp4_cpu(m->x, m->ldx, q, W->cols, m->T, W->cols, W->in_gs);
-		else
-			ek_actq_fp8_cpu(m->x, m->ldx, q, W->cols, m->T, W->cols);
+		jobs[nj++] = (struct qjob){.x = m->x, .q = q, .ldx = m->ldx, .cols = W->cols, .T = m->T,
+		                           .act = W->act, .gs = W->in_gs, .first = rows};
+		rows += m->T;
 		m->x = q;
 		m->ldx = W->cols;
 	}
+	if (!nj)
+		return;
+	struct qctx c = {.j = jobs, .n = nj};
+	rq_pool_for(s->pool, rows, 4, quantize_rows, &c);
 }
 
 static void matmul(struct lg_state *s, int n)
