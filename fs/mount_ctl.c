@@ -10,6 +10,7 @@
  *                          (parked like a data read, answered through
  *                          mread.serve = rq_mnt_ctl_serve) */
 #include "fs/mount_int.h"
+#include "remote/rstore.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -146,6 +147,16 @@ static char *status_json(struct rq_mount *m)
 	sb_jstr(&b, m->mnt);
 	sb_printf(&b, ",\n  \"src\": ");
 	sb_jstr(&b, m->src);
+	if (m->o.rs) {      /* remote SRC (hf://): what the chunk store fetched and keeps */
+		struct rq_rs_stats rs;
+		rq_rs_stats(m->o.rs, &rs);
+		sb_printf(&b, ",\n  \"remote\": {\"fetched_bytes\": %" PRIu64 ", \"fetched_chunks\": %"
+		          PRIu64 ", \"cached_hits\": %" PRIu64 ", \"retries\": %" PRIu64
+		          ", \"failures\": %" PRIu64 ", \"refetches\": %" PRIu64 ", \"bytes_on_disk\": %"
+		          PRIu64 ", \"read_errors\": %llu}", rs.fetched_bytes, rs.fetched_chunks,
+		          rs.cached_hits, rs.retries, rs.failures, rs.refetches, rs.bytes_on_disk,
+		          atomic_load(&m->st.remote_failed));
+	}
 	sb_printf(&b, ",\n  \"cache_dir\": ");
 	sb_jstr(&b, rq_cache_dir(m->cache));
 	sb_printf(&b, ",\n  \"scheme\": \"%s\",\n  \"recipe\": \"%s\",\n  \"recipe_version\": %d,"
