@@ -214,7 +214,10 @@ static char *status_json(struct rq_mount *m)
 		const struct mfile *mf = &m->files[i];
 		f_mat += mf->mat == MAT_READY;
 		mat_q += mf->mat == MAT_QUEUED;
-		if (pt_on && !mf->pt_err && (!p->files[i].changed || mf->mat == MAT_READY)) {
+		/* a remote file identical to SRC passes through once assembled */
+		int whole = !p->files[i].changed &&
+		            (!m->o.rs || rq_mnt_remote_fd(m, p->files[i].src) >= 0);
+		if (pt_on && !mf->pt_err && (whole || mf->mat == MAT_READY)) {
 			f_pt++;
 		} else if (pt_on && mf->njobs && !mf->pt_err) {
 			f_pend++;
@@ -245,6 +248,17 @@ static char *status_json(struct rq_mount *m)
 	          atomic_load(&m->st.mat_written), atomic_load(&m->st.mat_verified),
 	          atomic_load(&m->st.mat_failed), atomic_load(&m->st.mat_bytes), cs.files,
 	          cs.file_bytes);
+	if (m->o.rs) {
+		/* remote files identical to SRC not assembled yet (`warm` reads them) */
+		int n = 0;
+		sb_printf(&b, "  \"remote_pending\": [");
+		for (size_t i = 0; i < p->nfiles; i++)
+			if (!p->files[i].changed && rq_mnt_remote_fd(m, p->files[i].src) < 0) {
+				sb_printf(&b, "%s", n++ ? ", " : "");
+				sb_jstr(&b, p->files[i].name);
+			}
+		sb_printf(&b, "],\n");
+	}
 	int nchanged = 0;
 	sb_printf(&b, "  \"src_files\": %zu,\n  \"src_changed\": [", p->nsrcs);
 	for (size_t s = 0; s < p->nsrcs; s++)
