@@ -11,7 +11,8 @@ model API, resolve with ranges and a CDN redirect, every body byte counted):
     everything read before served from the cache; a revision never seen refused;
   - a server failing mid-read: EIO (never a wrong byte, never a hang), and
     umount returns promptly;
-  - a gated repo (401) refused at mount time saying what to do.
+  - a gated repo (401) refused at mount time saying what to do;
+  - verify takes hf:// (read through the reader).
 Root and /dev/fuse (CI). TAP output. Usage: test_mount_hf.py REQUANTFS"""
 import json, os, shutil, struct, sys, tempfile, threading, time
 
@@ -233,7 +234,18 @@ def body(T, hub, ep):
     ok(rc == 1 and "HF_HUB_OFFLINE" in out and "nobranch" in out,
        "offline: a revision never seen is refused, saying so", out)
 
-    # 6. a gated repo: refused at mount time, saying what to do
+    # 6. verify takes hf:// (through the reader): the remote copy == the local files
+    hub.reset()
+    rc, out = run("verify", "hf://synthetic/tiny-llama", "--against", tiny, "--endpoint", ep)
+    ok(rc == 0 and "differ" in out and " 0 differ" in out,
+       "verify hf://synthetic/tiny-llama --against the local copy: every tensor equal", out)
+    rc, out = run("verify", "hf://synthetic/ckpt", "--against", ref_l, "--endpoint", ep,
+                  "--quiet")
+    ok(rc == 0 and "BF16 modules reproduced" in out and "fp32" in out,
+       "verify hf://SRC --against its export: every module's BF16 (fetched by range) "
+       "reproduces the NVFP4 bytes", out[-1500:])
+
+    # 7. a gated repo: refused at mount time, saying what to do
     hub.reset(token="hf_secretTestToken")
     env = dict(os.environ, HF_TOKEN="", HF_TOKEN_PATH=os.path.join(tmp, "no-token"))
     rc, out = mount("hf://synthetic/tiny-llama", mnt2, os.path.join(tmp, "c4"), ep,
