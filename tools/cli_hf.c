@@ -1,6 +1,6 @@
 /* cli_hf.c — hf://ORG/NAME[@REV] as a SRC: model API, pinned commit, range reads. */
 #include "tools/cli_hf.h"
-#include "tools/sha256.h"
+#include "base/sha256.h"
 #include "base/err.h"
 #include "hub/hub.h"
 #include "offline/calib.h"

@@ -1,0 +1,45 @@
+/* chunk.h — chunk files and assembled files of the remote store on disk
+ * (internal to remote/; rstore.c keeps the state, this file the bytes).
+ *
+ * All paths are relative to the store's directory <cache_dir>/remote/ (a
+ * descriptor, dfd):
+ *     chunks/<id>-<chunk_size>/<index, 16 hex>   one chunk (format in chunk.c)
+ *     files/<id>                                 an assembled, verified file
+ * where <id> is the file's identity: its LFS sha256 (64 hex), else "git-" +
+ * its blob id, else "name-" + XXH3-128 of repo, commit and name. */
+#ifndef RQ_REMOTE_CHUNK_H
+#define RQ_REMOTE_CHUNK_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdatomic.h>
+
+#define RQR_CHUNK_HDR 64u
+
+/* Publishes chunk idx (len payload bytes) of the directory dir: a temp file
+ * written then renamed over the name (crash-safe; no fsync: every chunk is
+ * checksummed before its first use, so a torn one is a miss). 0 or -errno. */
+int rqr_chunk_write(int dfd, const char *dir, uint64_t idx, uint64_t idhash, const void *buf,
+                    uint32_t len);
+
+/* Copies [at, at + n) of chunk idx's payload into dst. verify: the whole
+ * payload is read and checked against its XXH3-64 (and the header: magic,
+ * version, index, identity, len) on the way. -ENOENT: absent; -EBADMSG: a
+ * bad chunk (the caller drops it); other -errno. */
+int rqr_chunk_read(int dfd, const char *dir, uint64_t idx, uint64_t idhash, uint32_t len,
+                   uint64_t at, uint64_t n, void *dst, int verify);
+
+/* Assembles files/<id> from its nchunks chunks (streamed: each chunk
+ * checked, the whole file hashed with SHA-256 as it is written to a temp
+ * file, fsync, rename, fsync files/). sha256 (64 hex or NULL) must match.
+ * 0 published; -EBADMSG + *bad_chunk (>= 0): that chunk is bad (the caller
+ * drops it); -EBADMSG + *bad_chunk = -1: the SHA-256 differs (got_hex says
+ * what came); -ECANCELED when *stop became nonzero; other -errno. */
+int rqr_assemble(int dfd, const char *dir, const char *id, uint64_t idhash, uint64_t size,
+                 uint32_t chunk_size, const char *sha256, const atomic_int *stop,
+                 int64_t *bad_chunk, char got_hex[65]);
+
+/* Unlinks every chunk of dir and dir itself; the bytes it freed. */
+uint64_t rqr_chunk_drop_all(int dfd, const char *dir);
+
+#endif
