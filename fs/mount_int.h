@@ -246,6 +246,9 @@ struct rq_mount {
 	struct rq_src_reader rreader;
 	atomic_int rs_nokeep;     /* 1 once the plan is built: what the reader reads then
 	                             is a job's BF16 input, never stored (RQ_RS_NOKEEP) */
+	uint8_t **rheads;         /* [nrfiles] while the plan is built: a shard's first 8 + N
+	                             bytes (its header), or NULL; mount_remote.c */
+	uint64_t *rhead_len;
 
 	pthread_t monitor;
 	int monitor_started;
@@ -397,6 +400,9 @@ int rq_mnt_src_check(struct rq_mount *m, int s, int path);
 /* mount_remote.c: a remote SRC (hf://) through the chunk store */
 /* Sets m->rreader when the mount's SRC is remote (o.rs); 0 or -errno. */
 int rq_mnt_remote_init(struct rq_mount *m, struct rq_err *err);
+/* The plan is built: frees the headers kept for it; the reader serves jobs
+ * from now on (RQ_RS_NOKEEP). */
+void rq_mnt_remote_planned(struct rq_mount *m);
 void rq_mnt_remote_free(struct rq_mount *m);
 /* fd of SRC file s's assembled, verified file, or -1 while there is none. */
 int rq_mnt_remote_fd(struct rq_mount *m, int s);

@@ -3,11 +3,16 @@
  * daemon after the fork and the mount borrows. A leaf.
  *
  *  - The plan and the jobs read SRC through m->rreader (plan.h's source
- *    reader): while the plan is built (small files, shard headers) reads
- *    are kept as chunks, so a second mount of the commit fetches nothing;
- *    once it is built the reader serves only jobs, whose BF16 inputs are
- *    fetched and not stored (RQ_RS_NOKEEP): only their quantized output is
- *    cached.
+ *    reader). While the plan is built: a whole small file (config, index)
+ *    is read through the store and kept (a file smaller than a chunk is one
+ *    chunk, fetched exactly); a shard's header is not: a 16 MiB chunk per
+ *    shard would turn Laguna's mount into a download. The first 8 + N bytes
+ *    of a shard (its head) are fetched exactly (RQ_RS_NOKEEP) once and kept
+ *    under <cache>/hf/heads/<LFS sha256>-<size>.head, their own SHA-256
+ *    appended (a damaged head is refetched), so a mount fetches headers
+ *    only, and a second mount (or HF_HUB_OFFLINE=1) nothing. Once the plan
+ *    is built the reader serves only jobs, whose BF16 inputs are fetched
+ *    and not stored (RQ_RS_NOKEEP): only their quantized output is cached.
  *  - SRC segments (mount_seg.c's REMOTE source) read through the store into
  *    the read's own buffer until the store names the file's assembled,
  *    verified copy (rq_rs_path); from then on that file is served like a
@@ -25,14 +30,146 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/sha256.h"
 #include "remote/rstore.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define HEAD_MAX (100ull << 20)   /* safetensors' own limit on N */
+
+static char *head_path(const struct rq_mount *m, size_t i)
+{
+	const struct rq_src_entry *e = &m->o.rfiles[i];
+	char *p = NULL;
+	if (!e->sha256 || asprintf(&p, "%s/hf/heads/%s-%llu.head", m->cache_dir, e->sha256,
+	                           (unsigned long long)e->size) < 0)
+		return NULL;
+	return p;
+}
+
+/* The head kept in the cache: 8 + N bytes then their SHA-256. 0 or -1. */
+static int head_load(struct rq_mount *m, size_t i, const char *path)
+{
+	FILE *f = path ? fopen(path, "re") : NULL;
+	if (!f)
+		return -1;
+	uint8_t n8[8];
+	uint64_t n = 0;
+	int ok = fread(n8, 1, 8, f) == 8;
+	for (int k = 7; k >= 0; k--)
+		n = n << 8 | n8[k];
+	uint8_t *b = ok && n <= HEAD_MAX && 8 + n <= m->o.rfiles[i].size ? malloc(8 + n + 32) : NULL;
+	if (b) {
+		memcpy(b, n8, 8);
+		ok = fread(b + 8, 1, n + 32, f) == n + 32 && fgetc(f) == EOF;
+	}
+	fclose(f);
+	uint8_t d[32];
+	struct sha256 h;
+	if (b && ok) {
+		sha256_init(&h);
+		sha256_update(&h, b, 8 + n);
+		sha256_final(&h, d);
+		ok = !memcmp(d, b + 8 + n, 32);
+	}
+	if (!b || !ok) {
+		free(b);
+		return -1;
+	}
+	m->rheads[i] = b;
+	m->rhead_len[i] = 8 + n;
+	return 0;
+}
+
+/* Writes the head through a temporary file and rename(2); a failure costs
+ * only a refetch at the next mount. */
+static void head_keep(struct rq_mount *m, size_t i, const char *path)
+{
+	char *dir = NULL, *tmp = NULL;
+	if (!path || asprintf(&dir, "%s/hf", m->cache_dir) < 0)
+		return;
+	mkdir(dir, 0755);
+	free(dir);
+	if (asprintf(&dir, "%s/hf/heads", m->cache_dir) < 0)
+		return;
+	mkdir(dir, 0755);
+	free(dir);
+	if (asprintf(&tmp, "%s.tmp.%d", path, (int)getpid()) < 0)
+		return;
+	uint8_t d[32];
+	struct sha256 h;
+	sha256_init(&h);
+	sha256_update(&h, m->rheads[i], m->rhead_len[i]);
+	sha256_final(&h, d);
+	FILE *f = fopen(tmp, "we");
+	int ok = f && fwrite(m->rheads[i], 1, m->rhead_len[i], f) == m->rhead_len[i] &&
+	         fwrite(d, 1, 32, f) == 32;
+	if (f && fclose(f))
+		ok = 0;
+	if (!ok || rename(tmp, path))
+		unlink(tmp);
+	free(tmp);
+}
+
+/* File i's head (8 + N bytes), from the cache or fetched exactly. */
+static int head_get(struct rq_mount *m, size_t i, struct rq_err *err)
+{
+	if (m->rheads[i])
+		return 0;
+	char *path = head_path(m, i);
+	if (!head_load(m, i, path)) {
+		free(path);
+		return 0;
+	}
+	const struct rq_src_entry *e = &m->o.rfiles[i];
+	uint8_t n8[8];
+	uint64_t n = 0;
+	int rc = e->size < 8 ? rq_errf(err, -EPROTO, "%s/%s: too short for a safetensors file",
+	                                m->src, e->name)
+	                     : rq_rs_read(m->o.rs, i, 0, 8, n8, RQ_RS_NOKEEP, err);
+	for (int k = 7; !rc && k >= 0; k--)
+		n = n << 8 | n8[k];
+	if (!rc && (n > HEAD_MAX || 8 + n > e->size))
+		rc = rq_errf(err, -EPROTO, "%s/%s: header length %llu does not fit a file of %llu "
+		             "bytes; not a safetensors file", m->src, e->name, (unsigned long long)n,
+		             (unsigned long long)e->size);
+	uint8_t *b = rc ? NULL : malloc(8 + n);
+	if (!rc && !b)
+		rc = -ENOMEM;
+	if (!rc) {
+		memcpy(b, n8, 8);
+		rc = n ? rq_rs_read(m->o.rs, i, 8, n, b + 8, RQ_RS_NOKEEP, err) : 0;
+	}
+	if (!rc) {
+		m->rheads[i] = b;
+		m->rhead_len[i] = 8 + n;
+		head_keep(m, i, path);
+	} else {
+		free(b);
+	}
+	free(path);
+	return rc;
+}
 
 static int reader_read(void *ctx, size_t i, uint64_t off, uint64_t len, void *buf,
                        struct rq_err *err)
 {
 	struct rq_mount *m = ctx;
-	unsigned fl = atomic_load(&m->rs_nokeep) ? RQ_RS_NOKEEP : 0;
-	return rq_rs_read(m->o.rs, i, off, len, buf, fl, err);
+	if (atomic_load(&m->rs_nokeep))       /* a job's BF16 input */
+		return rq_rs_read(m->o.rs, i, off, len, buf, RQ_RS_NOKEEP, err);
+	const struct rq_src_entry *e = &m->o.rfiles[i];
+	size_t l = strlen(e->name);
+	if ((off == 0 && len == e->size) || l < 12 || strcmp(e->name + l - 12, ".safetensors"))
+		return rq_rs_read(m->o.rs, i, off, len, buf, 0, err);   /* a small file, kept */
+	int rc = head_get(m, i, err);         /* the plan reads a shard's header */
+	if (rc)
+		return rc;
+	if (off + len <= m->rhead_len[i]) {
+		memcpy(buf, m->rheads[i] + off, len);
+		return 0;
+	}
+	return rq_rs_read(m->o.rs, i, off, len, buf, RQ_RS_NOKEEP, err);
 }
 
 int rq_mnt_remote_init(struct rq_mount *m, struct rq_err *err)
@@ -43,7 +180,22 @@ int rq_mnt_remote_init(struct rq_mount *m, struct rq_err *err)
 		return rq_errf(err, -EINVAL, "remote SRC %s: no file list", m->src);
 	m->rreader = (struct rq_src_reader){.label = m->src, .nfiles = m->o.nrfiles,
 	                                    .files = m->o.rfiles, .ctx = m, .read = reader_read};
+	size_t n = m->o.nrfiles ? m->o.nrfiles : 1;
+	if (!(m->rheads = calloc(n, sizeof *m->rheads)) ||
+	    !(m->rhead_len = calloc(n, sizeof *m->rhead_len)))
+		return rq_errf(err, -ENOMEM, "out of memory");
 	return 0;
+}
+
+void rq_mnt_remote_planned(struct rq_mount *m)
+{
+	atomic_store(&m->rs_nokeep, 1);
+	for (size_t i = 0; m->rheads && i < m->o.nrfiles; i++)
+		free(m->rheads[i]);
+	free(m->rheads);
+	free(m->rhead_len);
+	m->rheads = NULL;
+	m->rhead_len = NULL;
 }
 
 void rq_mnt_remote_free(struct rq_mount *m)

@@ -362,7 +362,7 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 	                          .reader = o->rs ? &m->rreader : NULL};
 	if ((rc = rq_plan_build(&po, &m->plan, err)))
 		goto fail;
-	atomic_store(&m->rs_nokeep, 1);   /* from now on the reader serves jobs only */
+	rq_mnt_remote_planned(m);         /* from now on the reader serves jobs only */
 	for (size_t i = 0; i < m->plan->nskipped; i++)
 		rq_mount_log(m, "%s", m->plan->skipped[i]);
 	/* lazy_sync: job entries are checksummed and verified at first use in a
@@ -583,6 +583,7 @@ void rq_mount_close(struct rq_mount *m)
 	rq_pt_free(m->pt);        /* after the session: its hooks ran until then */
 	rq_mnt_files_free(m);
 	rq_mnt_jobs_free(m);
+	rq_mnt_remote_planned(m);
 	rq_mnt_remote_free(m);
 	if (m->srcs && m->plan)
 		for (size_t i = 0; i < m->plan->nsrcs; i++)

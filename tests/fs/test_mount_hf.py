@@ -224,7 +224,8 @@ def body(T, hub, ep):
         kind, val = read_with_deadline(os.path.join(mnt3, "model.safetensors"), 60)
         umount(mnt3)
         text = open(log).read() if os.path.exists(log) else ""
-        ok(kind == "err" and val == 5 and "offline" in text and "model.safetensors" in text,
+        ok(kind == "err" and val == 5 and "HF_HUB_OFFLINE" in text and
+           "model.safetensors bytes" in text,
            "offline, bytes never fetched: EIO, the log names the file, range and offline",
            f"{kind} {val if kind != 'ok' else len(val)}\n{text[-1500:]}")
     else:
