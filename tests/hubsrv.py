@@ -9,7 +9,7 @@ faults are injected with Hub.reset(fail=STATUS) or fail_after=BYTES.
     hub = Hub(); hub.repos["org/name"] = {"refs": {"main": C}, "commits": {C: dir}}
     srv, endpoint = start(hub) ... srv.shutdown()
 (the server of tests/fs/test_plan_hf.py, with faults)"""
-import hashlib, http.server, json, os, re, threading
+import hashlib, http.server, json, os, re, threading, time
 import urllib.parse
 
 
@@ -30,6 +30,7 @@ class Hub:
             self.move_main = None      # (repo, commit): main moves there after the API answers
             self.fail = 0              # resolve/CDN answers: 0 serve, else this HTTP status
             self.fail_after = None     # body bytes served before fail turns on by itself
+            self.stall = 0             # seconds every resolve/CDN answer waits first
             for k, v in kw.items():
                 setattr(self, k, v)
             self.sent = 0              # body bytes of resolve answers
@@ -107,7 +108,9 @@ def handler(hub):
             with hub.lock:
                 if hub.fail_after is not None and hub.sent >= hub.fail_after and not hub.fail:
                     hub.fail = 503
-                fail = hub.fail
+                fail, stall = hub.fail, hub.stall
+            if stall:
+                time.sleep(stall)
             if fail:
                 return self.reply(fail, b"injected fault", [("Retry-After", "0")])
             c, d = hub.commit_dir(repo, rev)

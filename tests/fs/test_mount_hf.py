@@ -197,6 +197,34 @@ def body(T, hub, ep):
     rc, out, dt = umount(mnt3)
     ok(rc == 0 and dt < 30, f"umount with the server failing returns promptly ({dt:.1f} s)", out)
 
+    # 4b. a stalled server with a read in flight: umount returns at once (the mount is
+    # detached while the file is open), the read ends EIO once the deadline passes
+    cache6 = os.path.join(tmp, "cache6")
+    hub.reset()
+    env = dict(os.environ, HF_HUB_DOWNLOAD_TIMEOUT="2")
+    rc, out = mount("hf://synthetic/ckpt", mnt3, cache6, ep, "--calib", T["cal"],
+                    "--passthrough", "off", env=env)
+    ok(rc == 0, "mount for the stalled-server test (HF_HUB_DOWNLOAD_TIMEOUT=2)", out)
+    hub.reset(stall=30)
+    res = ["hang", None]
+
+    def stalled_read():
+        try:
+            with open(os.path.join(mnt3, "model-00001-of-00007.safetensors"), "rb") as f:
+                res[:] = ["ok", f.read()]
+        except OSError as e:
+            res[:] = ["err", e.errno]
+    th = threading.Thread(target=stalled_read, daemon=True)
+    th.start()
+    time.sleep(1.5)
+    rc, out, dt = umount(mnt3)
+    ok(rc == 0 and dt < 10, f"umount with a fetch stalled in flight returns in {dt:.1f} s", out)
+    th.join(90)
+    ok(res[0] == "err" and res[1] == 5, "the stalled read ends EIO (deadline, retries), "
+       "not a hang and not a wrong byte", str(res[0]) + " " + str(res[1] if res[0] != "ok"
+                                                              else len(res[1])))
+    hub.reset()
+
     # 5. HF_HUB_OFFLINE=1: resolved as last seen, served from the cache alone
     hub.reset(fail=503)
     env = dict(os.environ, HF_HUB_OFFLINE="1")
