@@ -151,6 +151,15 @@ def body(T, hub, ep):
     ok(not bad, "after warm: every file (assembled, materialized) == export", "\n".join(bad))
     umount(mnt)
 
+    # 2b. the Laguna story: --calib hf:// too (the scales fetched as `calib fetch` does)
+    hub.repos["synthetic/cal"] = {"refs": {"main": C2}, "commits": {C2: T["cal"]}}
+    rc, out = mount("hf://synthetic/ckpt@main", mnt, os.path.join(tmp, "cache-cal"), ep,
+                    "--calib", "hf://synthetic/cal")
+    ok(rc == 0, "mount hf://synthetic/ckpt --calib hf://synthetic/cal", out)
+    bad = differing(mnt, ref_l) if rc == 0 else ["not mounted"]
+    ok(not bad, "--calib hf://: every file == export of the local copy", "\n".join(bad))
+    umount(mnt)
+
     # 3. --scheme on the tiny llama
     cache2, mnt2 = os.path.join(tmp, "cache2"), os.path.join(tmp, "mnt2")
     hub.reset()
@@ -228,10 +237,11 @@ def body(T, hub, ep):
     # 5. HF_HUB_OFFLINE=1: resolved as last seen, served from the cache alone
     hub.reset(fail=503)
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    rc, out = mount("hf://synthetic/tiny-llama@main", mnt2, cache2, ep, "--scheme", "nvfp4a16",
-                    env=env)
-    ok(rc == 0 and hub.sent == 0 and not hub.ranges, "HF_HUB_OFFLINE=1: @main mounts from the "
-       "cache, nothing asked of the server", out)
+    dead = "http://127.0.0.1:1"     # no server there: as if the hub were gone
+    rc, out = mount("hf://synthetic/tiny-llama@main", mnt2, cache2, dead, "--scheme",
+                    "nvfp4a16", env=env)
+    ok(rc == 0 and hub.sent == 0 and not hub.ranges, "HF_HUB_OFFLINE=1, no server: @main mounts "
+       "from the cache", out)
     st = status(mnt2)
     ok(st.get("src") == f"hf://synthetic/tiny-llama@{C2}", "offline: @main resolved to the "
        "commit last seen", json.dumps(st)[:400])
@@ -246,8 +256,8 @@ def body(T, hub, ep):
     ok(rc == 0, "a mount that fetches only the headers (then unmounted)", out)
     umount(mnt3)
     hub.reset(fail=503)
-    rc, out = mount("hf://synthetic/tiny-llama@main", mnt3, cache5, ep, "--scheme", "nvfp4a16",
-                    "--log", log, env=env)
+    rc, out = mount("hf://synthetic/tiny-llama@main", mnt3, cache5, dead, "--scheme",
+                    "nvfp4a16", "--log", log, env=env)
     if rc == 0:
         kind, val = read_with_deadline(os.path.join(mnt3, "model.safetensors"), 60)
         umount(mnt3)
