@@ -246,6 +246,13 @@ int bench_mount_remote(struct bm *b, int experts)
 		bm_keep_min(&t_cold, read_all(b, b->mnt, exp_names, &mnt_bytes));
 		bm_umount(b);
 	}
+	if (t_curl >= 1e30 || t_cold >= 1e30) {
+		cli_fail(1, "bench", "mount --remote: %s failed (see %s)", t_curl >= 1e30 ?
+		         "curl of the SRC files (is curl installed? apt-get install curl)" :
+		         "reading through the hf:// mount", b->log);
+		bm_umount(b);
+		goto out;
+	}
 	/* warm: everything fetched, quantized, materialized and assembled */
 	if (mount_hf(b, &s, NULL)) {
 		cli_fail(1, "bench", "mount --remote: the hf:// mount failed (see %s)", b->log);
