@@ -152,6 +152,50 @@ static int head_get(struct rq_mount *m, size_t i, struct rq_err *err)
 	return rc;
 }
 
+static int is_shard(const struct rq_src_entry *e)
+{
+	size_t l = strlen(e->name);
+	return l >= 12 && !strcmp(e->name + l - 12, ".safetensors");
+}
+
+/* Every shard's head at once, before the plan asks for them one by one:
+ * two round trips per shard, HEAD_THREADS shards in flight (Laguna's mount
+ * would otherwise wait for ~80 sequential requests). Failures are left to
+ * the plan's own read, which names them. */
+#define HEAD_THREADS 8
+struct head_pool {
+	struct rq_mount *m;
+	atomic_size_t next;
+};
+
+static void *head_worker(void *arg)
+{
+	struct head_pool *hp = arg;
+	for (;;) {
+		size_t i = atomic_fetch_add(&hp->next, 1);
+		if (i >= hp->m->o.nrfiles)
+			return NULL;
+		if (is_shard(&hp->m->o.rfiles[i])) {
+			struct rq_err e = {0};
+			head_get(hp->m, i, &e);
+		}
+	}
+}
+
+static void heads_prefetch(struct rq_mount *m)
+{
+	struct head_pool hp = {.m = m};
+	atomic_init(&hp.next, 0);
+	pthread_t th[HEAD_THREADS];
+	int n = 0;
+	while (n < HEAD_THREADS && !pthread_create(&th[n], NULL, head_worker, &hp))
+		n++;
+	if (!n)
+		head_worker(&hp);
+	for (int k = 0; k < n; k++)
+		pthread_join(th[k], NULL);
+}
+
 static int reader_read(void *ctx, size_t i, uint64_t off, uint64_t len, void *buf,
                        struct rq_err *err)
 {
@@ -159,8 +203,7 @@ static int reader_read(void *ctx, size_t i, uint64_t off, uint64_t len, void *bu
 	if (atomic_load(&m->rs_nokeep))       /* a job's BF16 input */
 		return rq_rs_read(m->o.rs, i, off, len, buf, RQ_RS_NOKEEP, err);
 	const struct rq_src_entry *e = &m->o.rfiles[i];
-	size_t l = strlen(e->name);
-	if ((off == 0 && len == e->size) || l < 12 || strcmp(e->name + l - 12, ".safetensors"))
+	if ((off == 0 && len == e->size) || !is_shard(e))
 		return rq_rs_read(m->o.rs, i, off, len, buf, 0, err);   /* a small file, kept */
 	int rc = head_get(m, i, err);         /* the plan reads a shard's header */
 	if (rc)
@@ -184,6 +227,7 @@ int rq_mnt_remote_init(struct rq_mount *m, struct rq_err *err)
 	if (!(m->rheads = calloc(n, sizeof *m->rheads)) ||
 	    !(m->rhead_len = calloc(n, sizeof *m->rhead_len)))
 		return rq_errf(err, -ENOMEM, "out of memory");
+	heads_prefetch(m);
 	return 0;
 }
 
