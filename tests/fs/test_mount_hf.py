@@ -149,6 +149,19 @@ def body(T, hub, ep):
            "remote_pending", "files", "files_passthrough", "files_copy", "files_pending")}))
     bad = differing(mnt, ref_l)
     ok(not bad, "after warm: every file (assembled, materialized) == export", "\n".join(bad))
+    # what the store keeps: the files presented unchanged, once, and the plan's own
+    # inputs (SRC's config.json and index: a second mount and offline plan from them);
+    # no BF16 of the requantized shards (dropped once the shards are materialized)
+    same = [n for n in os.listdir(ref_l) if os.path.exists(os.path.join(T["src"], n)) and
+            open(os.path.join(ref_l, n), "rb").read() ==
+            open(os.path.join(T["src"], n), "rb").read()]
+    unchanged = sum(os.path.getsize(os.path.join(ref_l, n)) for n in same) + \
+        sum(os.path.getsize(os.path.join(T["src"], n)) for n in
+            ("config.json", "model.safetensors.index.json") if n not in same)
+    r = st.get("remote", {})
+    ok(not st.get("passthrough") or r.get("bytes_on_disk", -1) <= unchanged,
+       f"after warm the store holds {r.get('bytes_on_disk')} bytes <= the {unchanged} bytes "
+       "presented unchanged + SRC's config and index (no BF16 kept)", json.dumps(r) + " " + " ".join(sorted(same)))
     umount(mnt)
 
     # 2b. the Laguna story: --calib hf:// too (the scales fetched as `calib fetch` does)
