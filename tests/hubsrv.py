@@ -31,6 +31,7 @@ class Hub:
             self.fail = 0              # resolve/CDN answers: 0 serve, else this HTTP status
             self.fail_after = None     # body bytes served before fail turns on by itself
             self.stall = 0             # seconds every resolve/CDN answer waits first
+            self.cut = False           # ranges: the headers and half the body, then hang up
             for k, v in kw.items():
                 setattr(self, k, v)
             self.sent = 0              # body bytes of resolve answers
@@ -124,6 +125,22 @@ def handler(hub):
                     return self.reply(200, f.read())
                 a, b = int(m[1]), min(int(m[2]), size - 1)
                 f.seek(a)
+                if hub.cut:            # a connection dropped mid-body
+                    body = f.read(b - a + 1)
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {a}-{b}/{size}")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    try:
+                        self.wfile.write(body[:len(body) // 2])
+                        self.wfile.flush()
+                    except OSError:
+                        pass
+                    self.close_connection = True
+                    with hub.lock:
+                        hub.sent += len(body) // 2
+                        hub.ranges.append((rev, name, a, b))
+                    return
                 n = self.reply(206, f.read(b - a + 1), [("Content-Range", f"bytes {a}-{b}/{size}"),
                                                         ("ETag", f'"{c}-{name}"')])
             with hub.lock:

@@ -219,6 +219,24 @@ def body(T, hub, ep):
     rc, out, dt = umount(mnt3)
     ok(rc == 0 and dt < 30, f"umount with the server failing returns promptly ({dt:.1f} s)", out)
 
+    # 4a. connections dropped part way through every body
+    cache7 = os.path.join(tmp, "cache7")
+    hub.reset()
+    rc, out = mount("hf://synthetic/ckpt", mnt3, cache7, ep, "--calib", T["cal"],
+                    "--passthrough", "off")
+    ok(rc == 0, "mount for the mid-file fault test", out)
+    big = max((n for n in os.listdir(ref_l) if n.endswith(".safetensors")),
+              key=lambda n: os.path.getsize(os.path.join(ref_l, n)))
+    hub.reset(cut=True)
+    kind, val = read_with_deadline(os.path.join(mnt3, big), 90)
+    ok(kind == "err" and val == 5 and hub.sent > 0,
+       f"{big}: every body cut in the middle ({hub.sent} bytes sent): EIO after the retries, "
+       "not a wrong byte, not a hang", f"{kind} {val if kind != 'ok' else len(val)}")
+    hub.reset()
+    with open(os.path.join(mnt3, big), "rb") as f, open(os.path.join(ref_l, big), "rb") as g:
+        ok(f.read() == g.read(), f"{big}: read again with the server back: the right bytes")
+    rc, out, dt = umount(mnt3)
+
     # 4b. a stalled server with a read in flight: umount returns at once (the mount is
     # detached while the file is open), the read ends EIO once the deadline passes
     cache6 = os.path.join(tmp, "cache6")
