@@ -375,7 +375,8 @@ void rq_mnt_drop_stale(struct rq_mount *m, int j, struct mout *o);
 int rq_mnt_job_covered(struct rq_mount *m, int j);
 
 /* Leaves, called from above and calling no daemon file: mount_pt.c
- * (mount_pt.h), mount_out.c, mount_src.c, mount_log.c, mountinfo.c. */
+ * (mount_pt.h), mount_out.c, mount_src.c, mount_remote.c, mount_log.c,
+ * mountinfo.c. */
 
 /* mount_out.c: job outputs and a read's holds on them */
 struct mout *rq_mout_new(int fd, uint64_t fd_off, const struct rq_cache_ident *id, uint8_t *mem);
