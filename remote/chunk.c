@@ -105,8 +105,22 @@ static int pread_all(int fd, void *buf, size_t n, uint64_t off)
 	return 0;
 }
 
+static int chunk_write_once(int dfd, const char *dir, uint64_t idx, uint64_t idhash,
+                            const void *buf, uint32_t len);
+
 int rqr_chunk_write(int dfd, const char *dir, uint64_t idx, uint64_t idhash, const void *buf,
                     uint32_t len)
+{
+	/* Another store sharing the directory may remove dir (it assembled the
+	 * file) between our mkdir and our rename: then make it again. */
+	int rc = -ENOENT;
+	for (int i = 0; i < 3 && rc == -ENOENT; i++)
+		rc = chunk_write_once(dfd, dir, idx, idhash, buf, len);
+	return rc;
+}
+
+static int chunk_write_once(int dfd, const char *dir, uint64_t idx, uint64_t idhash,
+                            const void *buf, uint32_t len)
 {
 	char name[512], tmp[600];
 	int rc = chunk_name(name, sizeof name, dir, idx);

@@ -54,6 +54,14 @@ static int read_file(const char *path, uint64_t off, uint64_t n, uint8_t *dst)
 	return rc;
 }
 
+/* Whether f's assembled file is there (made by another store sharing the
+ * cache directory: it is published only once verified). */
+static int on_disk(const struct rfile *f)
+{
+	struct stat st;
+	return stat(f->apath, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == f->size;
+}
+
 /* Chunk c of f is bad on disk (mu held): forgotten, so it is fetched again. */
 static void forget_chunk(struct rq_rs *s, struct rfile *f, uint64_t c)
 {
@@ -119,11 +127,8 @@ static int serve_disk(struct rq_rs *s, size_t fi, struct piece *p, int nokeep, s
 		return 0;
 	}
 	int assembled = f->assembled;
-	if (rc == -ENOENT && !assembled) {   /* assembled by another store sharing the cache? */
-		struct stat st;
-		if (stat(f->apath, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == f->size)
-			assembled = f->assembled = 1;
-	}
+	if (rc == -ENOENT && !assembled && on_disk(f))   /* assembled by another store? */
+		assembled = f->assembled = 1;
 	if (p->how != P_FILE && assembled) {           /* our chunks were assembled meanwhile */
 		p->how = P_FILE;
 		pthread_mutex_unlock(&s->mu);
@@ -401,6 +406,13 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 		if (rc)
 			break;
 		if (f->npresent < f->nchunks && !f->assembled && !f->assembling) {
+			pthread_mutex_unlock(&s->mu);
+			int other = on_disk(f);        /* another store sharing the cache made it */
+			pthread_mutex_lock(&s->mu);
+			if (other) {
+				f->assembled = 1;
+				continue;
+			}
 			rc = rq_errf(err, -ENOSPC, "%s: fetched, but its chunks could not be stored under "
 			             "%s (disk full?); free space in the cache directory", f->name,
 			             s->root);
