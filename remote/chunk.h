@@ -15,6 +15,14 @@
 #include <stdatomic.h>
 
 #define RQR_CHUNK_HDR 64u
+#define RQR_BLOCK (64u << 10)      /* bytes under one checksum (chunk.c says why) */
+
+/* Blocks of a chunk of len bytes, and the size of its file. */
+uint32_t rqr_chunk_blocks(uint32_t len);
+static inline uint64_t rqr_chunk_file_size(uint32_t len)
+{
+	return RQR_CHUNK_HDR + 8 * (uint64_t)rqr_chunk_blocks(len) + len;
+}
 
 /* Publishes chunk idx (len payload bytes) of the directory dir: a temp file
  * written then renamed over the name (crash-safe; no fsync: every chunk is
@@ -22,12 +30,12 @@
 int rqr_chunk_write(int dfd, const char *dir, uint64_t idx, uint64_t idhash, const void *buf,
                     uint32_t len);
 
-/* Copies [at, at + n) of chunk idx's payload into dst. verify: the whole
- * payload is read and checked against its XXH3-64 (and the header: magic,
- * version, index, identity, len) on the way. -ENOENT: absent; -EBADMSG: a
- * bad chunk (the caller drops it); other -errno. */
+/* Copies [at, at + n) of chunk idx's payload into dst, every block it
+ * touches checked (and the header: magic, version, index, identity, len,
+ * block table). -ENOENT: absent; -EBADMSG: a bad chunk (the caller drops
+ * it); other -errno. */
 int rqr_chunk_read(int dfd, const char *dir, uint64_t idx, uint64_t idhash, uint32_t len,
-                   uint64_t at, uint64_t n, void *dst, int verify);
+                   uint64_t at, uint64_t n, void *dst);
 
 /* Assembles files/<id> from its nchunks chunks (streamed: each chunk
  * checked, the whole file hashed with SHA-256 as it is written to a temp

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 /* How one chunk of a read is answered. */
-enum { P_DISK, P_DISK_VERIFY, P_FILE, P_FETCH, P_RANGE, P_DONE };
+enum { P_DISK, P_FILE, P_FETCH, P_RANGE, P_DONE };
 
 struct piece {
 	int how;                   /* P_* */
@@ -69,7 +69,7 @@ static void forget_chunk(struct rq_rs *s, struct rfile *f, uint64_t c)
 		return;
 	f->st[c] = CH_ABSENT;
 	f->npresent--;
-	uint64_t b = RQR_CHUNK_HDR + rqr_chunk_len(s, f, c);
+	uint64_t b = rqr_chunk_file_size(rqr_chunk_len(s, f, c));
 	s->st.bytes_on_disk -= b < s->st.bytes_on_disk ? b : s->st.bytes_on_disk;
 }
 
@@ -114,13 +114,10 @@ static int serve_disk(struct rq_rs *s, size_t fi, struct piece *p, int nokeep, s
 		rc = read_file(f->apath, p->c * s->chunk_size + p->at, p->n, p->dst);
 	} else {
 		uint32_t len = rqr_chunk_len(s, f, p->c);
-		rc = rqr_chunk_read(s->dfd, f->dir, p->c, f->idhash, len, p->at, p->n, p->dst,
-		                    p->how == P_DISK_VERIFY);
+		rc = rqr_chunk_read(s->dfd, f->dir, p->c, f->idhash, len, p->at, p->n, p->dst);
 	}
 	pthread_mutex_lock(&s->mu);
 	if (!rc) {
-		if (p->how == P_DISK_VERIFY && f->st[p->c] == CH_PRESENT)
-			f->st[p->c] = CH_VERIFIED;
 		s->st.cached_hits++;
 		p->how = P_DONE;
 		pthread_mutex_unlock(&s->mu);
@@ -197,7 +194,7 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
 		if (f->assembled)
 			p[k].how = P_FILE;
 		else if (f->st[c] != CH_ABSENT)
-			p[k].how = f->st[c] == CH_VERIFIED ? P_DISK : P_DISK_VERIFY;
+			p[k].how = P_DISK;
 		else if ((rc = plan_missing(s, i, &p[k], nokeep, &g, err)))
 			break;
 	}
@@ -211,7 +208,7 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
 	}
 	pthread_mutex_unlock(&s->mu);
 	for (size_t k = 0; k < planned && !rc; k++)
-		if (p[k].how == P_DISK || p[k].how == P_DISK_VERIFY || p[k].how == P_FILE)
+		if (p[k].how == P_DISK || p[k].how == P_FILE)
 			rc = serve_disk(s, i, &p[k], nokeep, &g, err);
 	/* The fetches: copy each as it completes; the ranges: wait for them all.
 	 * After a failure, still wait for every piece (they write into buf). */

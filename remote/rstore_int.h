@@ -15,7 +15,7 @@
 #define RQ_RS_CONN_DEFAULT 8
 #define RQ_RS_CONN_MAX 64
 
-enum { CH_ABSENT, CH_PRESENT, CH_VERIFIED };   /* rfile.st[c] */
+enum { CH_ABSENT, CH_PRESENT };   /* rfile.st[c] */
 enum { JOB_CHUNK, JOB_RANGE };
 
 struct job {

@@ -401,6 +401,26 @@ static void test_concurrency(void)
 	       cJSON_GetObjectItem(st, "maxconc")->valueint);
 	cJSON_Delete(st);
 	rq_rs_close(s);
+	/* the chunks on disk, read back at every alignment (block edges, chunk ends) */
+	s = open_store("conc", 2, 0, 0, 1);
+	uint64_t seed = 99;
+	int good = 0, wrong = 0, other = 0;
+	for (int i = 0; i < 400; i++) {
+		uint64_t off = tap_xorshift64(&seed) % sizes[FF];
+		uint64_t len = 1 + tap_xorshift64(&seed) % (i % 2 ? 300 * 1024 : 70 * 1024);
+		if (i % 7 == 0)
+			off = off / (64 * 1024) * (64 * 1024);   /* on a block edge */
+		if (len > sizes[FF] - off)
+			len = sizes[FF] - off;
+		struct rq_err e;
+		int rc = read_eq(s, FF, off, len, 0, &e);
+		good += rc == 0;
+		wrong += rc == 1;
+		other += rc != 0 && rc != 1 && rc != -ENETUNREACH;
+	}
+	TAP_OK(good > 50 && !wrong && !other, "400 random reads of stored chunks (offline): %d "
+	       "served, all bytes right (%d wrong, %d other errors)", good, wrong, other);
+	rq_rs_close(s);
 }
 
 static void test_readahead(void)
