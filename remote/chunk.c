@@ -28,6 +28,7 @@
  * short or zeroed file that fails its checksums: a miss, never a wrong byte.
  */
 #include "remote/chunk.h"
+#include "base/sha1.h"
 #include "base/sha256.h"
 
 #include <dirent.h>
@@ -295,8 +296,8 @@ int rqr_chunk_read(int dfd, const char *dir, uint64_t idx, uint64_t idhash, uint
 }
 
 int rqr_assemble(int dfd, const char *dir, const char *id, uint64_t idhash, uint64_t size,
-                 uint32_t chunk_size, const char *sha256, const atomic_int *stop,
-                 int64_t *bad_chunk, char got_hex[65])
+                 uint32_t chunk_size, const char *sha256, const char *blob_id,
+                 const atomic_int *stop, int64_t *bad_chunk, char got_hex[65])
 {
 	char name[512], tmp[600];
 	*bad_chunk = -1;
@@ -314,7 +315,10 @@ int rqr_assemble(int dfd, const char *dir, const char *id, uint64_t idhash, uint
 		return -errno;
 	}
 	struct sha256 sha;
+	struct sha1 git;
 	sha256_init(&sha);
+	sha1_init_git_blob(&git, size);
+	int use_git = !sha256 && blob_id;
 	uint64_t nchunks = (size + chunk_size - 1) / chunk_size;
 	int rc = 0;
 	for (uint64_t c = 0; c < nchunks && !rc; c++) {
@@ -335,7 +339,10 @@ int rqr_assemble(int dfd, const char *dir, const char *id, uint64_t idhash, uint
 				e = len;
 			rc = read_blocks(&o, b, k, piece);
 			if (!rc) {
-				sha256_update(&sha, piece, e - a);
+				if (use_git)
+					sha1_update(&git, piece, e - a);
+				else
+					sha256_update(&sha, piece, e - a);
 				rc = write_all(wfd, piece, e - a);
 			}
 		}
@@ -344,7 +351,11 @@ int rqr_assemble(int dfd, const char *dir, const char *id, uint64_t idhash, uint
 			*bad_chunk = (int64_t)c;
 	}
 	free(piece);
-	if (!rc) {
+	if (!rc && use_git) {
+		sha1_final_hex(&git, got_hex);
+		if (strcmp(got_hex, blob_id))
+			rc = -EBADMSG;
+	} else if (!rc) {
 		uint8_t d[32];
 		sha256_final(&sha, d);
 		sha256_hex(d, got_hex);

@@ -180,9 +180,9 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
 	pthread_mutex_lock(&s->mu);
 	if (f->failed) {
 		pthread_mutex_unlock(&s->mu);
-		rc = rq_errf(err, -EIO, "%s: its bytes from the server hashed twice to sha256 %s, not "
+		rc = rq_errf(err, -EIO, "%s: its bytes from the server hashed twice to %s %s, not "
 		             "the hub's %s (a corrupt mirror or CDN? check HF_ENDPOINT); nothing of it "
-		             "is served", f->name, f->bad_sha, f->sha256);
+		             "is served", f->name, f->hash_name, f->bad_sha, f->want);
 		goto out;
 	}
 	size_t planned = 0;
@@ -261,7 +261,8 @@ int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err)
 	int64_t bad;
 	char got[65];
 	int rc = rqr_assemble(s->dfd, f->dir, f->id, f->idhash, f->size, s->chunk_size,
-	                      f->sha256[0] ? f->sha256 : NULL, &s->closing, &bad, got);
+	                      f->sha256[0] ? f->sha256 : NULL, f->blob_id[0] ? f->blob_id : NULL,
+	                      &s->closing, &bad, got);
 	uint64_t freed = 0;
 	if (!rc) {
 		pthread_mutex_lock(&s->mu);
@@ -298,12 +299,12 @@ int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err)
 		memcpy(f->bad_sha, got, 65);
 		if (++f->sha_fails >= 2) {
 			f->failed = 1;
-			rc = rq_errf(err, -EIO, "%s: the bytes fetched hash to sha256 %s, not the hub's %s, "
+			rc = rq_errf(err, -EIO, "%s: the bytes fetched hash to %s %s, not the hub's %s, "
 			             "twice: not served (a corrupt mirror or CDN? check HF_ENDPOINT)",
-			             f->name, got, f->sha256);
+			             f->name, f->hash_name, got, f->want);
 		} else {
-			rq_errf(err, -EBADMSG, "%s: the bytes fetched hash to sha256 %s, not the hub's %s: "
-			        "dropped, fetching them again", f->name, got, f->sha256);
+			rq_errf(err, -EBADMSG, "%s: the bytes fetched hash to %s %s, not the hub's %s: "
+			        "dropped, fetching them again", f->name, f->hash_name, got, f->want);
 		}
 	} else if (rc) {
 		rq_errf(err, rc, "%s: cannot assemble %s: %s", f->name, f->apath, strerror(-rc));
@@ -336,9 +337,10 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 			break;
 		}
 		if (f->failed) {
-			rc = rq_errf(err, -EIO, "%s: its bytes from the server hashed twice to sha256 "
+			rc = rq_errf(err, -EIO, "%s: its bytes from the server hashed twice to %s "
 			             "%s, not the hub's %s (a corrupt mirror or CDN? check "
-			             "HF_ENDPOINT); not served", f->name, f->bad_sha, f->sha256);
+			             "HF_ENDPOINT); not served", f->name, f->hash_name, f->bad_sha,
+			             f->want);
 			break;
 		}
 		if (f->assembled)

@@ -353,6 +353,7 @@ static int name_file(struct rq_rs *s, struct rfile *f, const struct rq_rs_file *
 			return rq_errf(err, -EINVAL, "%s: git blob id '%s' is not 40 lowercase hex digits",
 			               in->name, in->blob_id);
 		snprintf(f->id, sizeof f->id, "git-%s", in->blob_id);
+		memcpy(f->blob_id, in->blob_id, 41);
 	} else {
 		XXH3_state_t *x = XXH3_createState();
 		if (!x)
@@ -366,6 +367,8 @@ static int name_file(struct rq_rs *s, struct rfile *f, const struct rq_rs_file *
 		snprintf(f->id, sizeof f->id, "name-%016llx%016llx", (unsigned long long)h.high64,
 		         (unsigned long long)h.low64);
 	}
+	snprintf(f->want, sizeof f->want, "%s", f->sha256[0] ? f->sha256 : f->blob_id);
+	f->hash_name = f->sha256[0] ? "sha256" : "git blob id";
 	f->idhash = XXH3_64bits(f->id, strlen(f->id));
 	snprintf(f->dir, sizeof f->dir, "chunks/%s-%u", f->id, s->chunk_size);
 	if (asprintf(&f->apath, "%s/files/%s", s->root, f->id) < 0) {

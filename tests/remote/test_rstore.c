@@ -11,6 +11,7 @@
  * TAP. Usage: test_rstore HUB_FAULT_PY (python3 on PATH, or $RQ_PYTHON). */
 #include "remote/rstore.h"
 #include "base/err.h"
+#include "base/sha1.h"
 #include "base/sha256.h"
 #include "tests/tap.h"
 
@@ -34,7 +35,7 @@ static const char *names[NF] = {"model-00001-of-00002.safetensors",
 static const uint64_t sizes[NF] = {3 * 1024 * 1024 + 4567, 2 * 1024 * 1024 + 100, 3000,
                                    1024 * 1024 + 1, 2 * 1024 * 1024, 4 * 1024 * 1024};
 static uint8_t *data[NF];
-static char shas[NF][65];
+static char shas[NF][65], blobs[NF][41];
 static struct rq_rs_file files[NF];
 static char tmp[256], endpoint[64];
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -542,6 +543,13 @@ static void test_faults(void)
 	       rc, e.msg);
 	cJSON_Delete(st);
 	ctl_do("reset");
+	snprintf(q, sizeof q, "set?wrong=1&wrong_file=%s", names[FC]);
+	ctl_do(q);
+	rc = rq_rs_fetch_file(s, FC, NULL, NULL, &e);
+	TAP_OK(rc == 0 && file_equals(rq_rs_path(s, FC), FC) && log_has("git blob id") &&
+	       stat_num("faults_served") == 1, "a file outside LFS is checked by its git blob id: "
+	       "wrong bytes caught, refetched (rc %d)", rc);
+	ctl_do("reset");
 	snprintf(q, sizeof q, "set?wrong=1000&wrong_file=%s", names[FD]);
 	ctl_do(q);
 	memset(&e, 0, sizeof e);
@@ -697,10 +705,13 @@ int main(int argc, char **argv)
 		sha256_update(&h, data[f], sizes[f]);
 		sha256_final(&h, d);
 		sha256_hex(d, shas[f]);
+		struct sha1 g;
+		sha1_init_git_blob(&g, sizes[f]);
+		sha1_update(&g, data[f], sizes[f]);
+		sha1_final_hex(&g, blobs[f]);      /* the git blob id (given for FC only) */
 		files[f] = (struct rq_rs_file){.name = names[f], .size = sizes[f],
 		                               .sha256 = f == FC ? NULL : shas[f],
-		                               .blob_id = f == FC ? "0123456789abcdef0123456789abcdef01234567"
-		                                                  : NULL};
+		                               .blob_id = f == FC ? blobs[f] : NULL};
 	}
 	/* the server: stdout gives its ports; it exits when our pipe to it closes */
 	int out[2], in[2];
@@ -733,6 +744,13 @@ int main(int argc, char **argv)
 	setenv("HF_TOKEN_PATH", "/nonexistent/token", 1);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 
+	struct sha1 g;
+	char hx[41];
+	sha1_init_git_blob(&g, 6);
+	sha1_update(&g, "hello\n", 6);
+	sha1_final_hex(&g, hx);
+	TAP_OK(!strcmp(hx, "ce013625030ba8dba906f756967f9e9ca394464a"),
+	       "git blob id of \"hello\\n\" (git hash-object): %s", hx);
 	test_basic_and_cache();
 	test_concurrency();
 	test_readahead();
