@@ -369,7 +369,7 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 				done += rqr_chunk_len(s, f, c);
 				continue;
 			}
-			if (!(fts[c] = rqr_want_chunk(s, i, c, 1, 1))) {
+			if (!(fts[c] = rqr_want_chunk(s, i, c, 0, 1))) {   /* behind readers */
 				uint64_t a = c * s->chunk_size;
 				rc = s->offline ? rq_errf(err, -ENETUNREACH, "%s bytes %llu-%llu: not in the "
 				                          "cache, and HF_HUB_OFFLINE=1 forbids fetching them",

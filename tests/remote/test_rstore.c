@@ -647,6 +647,28 @@ static void test_shared(void)
 	ctl_do("reset");
 }
 
+/* warm (fetch_file) queues behind readers: a read of the file's last chunk
+ * during a warm of 16 chunks on 2 connections is answered long before. */
+static void test_warm_priority(void)
+{
+	ctl_do("reset");
+	ctl_do("set?delay_ms=150");
+	struct rq_rs *s = open_store("warm", 2, 0, 0, 0);
+	struct fetcher fx = {s, FF, -1};
+	pthread_t t;
+	double t0 = now_s();
+	pthread_create(&t, NULL, fetcher_main, &fx);
+	usleep(100000);
+	int rc = read_eq(s, FF, 15 * CS + 9, 100, 0, NULL);
+	double tr = now_s() - t0;
+	pthread_join(t, NULL);
+	double tw = now_s() - t0;
+	TAP_OK(rc == 0 && fx.rc == 0 && tr < tw / 2, "a read during a warm waits %.2f s, the "
+	       "warm takes %.2f s", tr, tw);
+	rq_rs_close(s);
+	ctl_do("reset");
+}
+
 /* A full disk (a 700 KiB tmpfs; root): reads are served from memory, logged
  * once; fetch_file says the chunks could not be stored. */
 static void test_disk_full(void)
@@ -756,6 +778,7 @@ int main(int argc, char **argv)
 	test_readahead();
 	test_faults();
 	test_shared();
+	test_warm_priority();
 	test_disk_full();
 	test_memory_and_close();
 
