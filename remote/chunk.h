@@ -15,6 +15,14 @@
 #include <stdatomic.h>
 
 #define RQR_CHUNK_HDR 64u
+#define RQR_BLOCK (64u << 10)      /* bytes under one checksum (chunk.c says why) */
+
+/* Blocks of a chunk of len bytes, and the size of its file. */
+uint32_t rqr_chunk_blocks(uint32_t len);
+static inline uint64_t rqr_chunk_file_size(uint32_t len)
+{
+	return RQR_CHUNK_HDR + 8 * (uint64_t)rqr_chunk_blocks(len) + len;
+}
 
 /* Publishes chunk idx (len payload bytes) of the directory dir: a temp file
  * written then renamed over the name (crash-safe; no fsync: every chunk is
@@ -22,22 +30,24 @@
 int rqr_chunk_write(int dfd, const char *dir, uint64_t idx, uint64_t idhash, const void *buf,
                     uint32_t len);
 
-/* Copies [at, at + n) of chunk idx's payload into dst. verify: the whole
- * payload is read and checked against its XXH3-64 (and the header: magic,
- * version, index, identity, len) on the way. -ENOENT: absent; -EBADMSG: a
- * bad chunk (the caller drops it); other -errno. */
+/* Copies [at, at + n) of chunk idx's payload into dst, every block it
+ * touches checked (and the header: magic, version, index, identity, len,
+ * block table). -ENOENT: absent; -EBADMSG: a bad chunk (the caller drops
+ * it); other -errno. */
 int rqr_chunk_read(int dfd, const char *dir, uint64_t idx, uint64_t idhash, uint32_t len,
-                   uint64_t at, uint64_t n, void *dst, int verify);
+                   uint64_t at, uint64_t n, void *dst);
 
 /* Assembles files/<id> from its nchunks chunks (streamed: each chunk
- * checked, the whole file hashed with SHA-256 as it is written to a temp
- * file, fsync, rename, fsync files/). sha256 (64 hex or NULL) must match.
- * 0 published; -EBADMSG + *bad_chunk (>= 0): that chunk is bad (the caller
- * drops it); -EBADMSG + *bad_chunk = -1: the SHA-256 differs (got_hex says
- * what came); -ECANCELED when *stop became nonzero; other -errno. */
+ * checked, the whole file hashed as it is written to a temp file, fsync,
+ * rename, fsync files/). The hash: SHA-256 against sha256 (64 hex) when
+ * given, else the git blob id (SHA-1 of "blob <size>\0" + bytes) against
+ * blob_id (40 hex) when given, else none. 0 published; -EBADMSG +
+ * *bad_chunk (>= 0): that chunk is bad (the caller drops it); -EBADMSG +
+ * *bad_chunk = -1: the hash differs (got_hex says what came); -ECANCELED
+ * when *stop became nonzero; other -errno. */
 int rqr_assemble(int dfd, const char *dir, const char *id, uint64_t idhash, uint64_t size,
-                 uint32_t chunk_size, const char *sha256, const atomic_int *stop,
-                 int64_t *bad_chunk, char got_hex[65]);
+                 uint32_t chunk_size, const char *sha256, const char *blob_id,
+                 const atomic_int *stop, int64_t *bad_chunk, char got_hex[65]);
 
 /* Unlinks every chunk of dir and dir itself; the bytes it freed. */
 uint64_t rqr_chunk_drop_all(int dfd, const char *dir);

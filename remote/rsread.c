@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 /* How one chunk of a read is answered. */
-enum { P_DISK, P_DISK_VERIFY, P_FILE, P_FETCH, P_RANGE, P_DONE };
+enum { P_DISK, P_FILE, P_FETCH, P_RANGE, P_DONE };
 
 struct piece {
 	int how;                   /* P_* */
@@ -54,6 +54,14 @@ static int read_file(const char *path, uint64_t off, uint64_t n, uint8_t *dst)
 	return rc;
 }
 
+/* Whether f's assembled file is there (made by another store sharing the
+ * cache directory: it is published only once verified). */
+static int on_disk(const struct rfile *f)
+{
+	struct stat st;
+	return stat(f->apath, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == f->size;
+}
+
 /* Chunk c of f is bad on disk (mu held): forgotten, so it is fetched again. */
 static void forget_chunk(struct rq_rs *s, struct rfile *f, uint64_t c)
 {
@@ -61,7 +69,7 @@ static void forget_chunk(struct rq_rs *s, struct rfile *f, uint64_t c)
 		return;
 	f->st[c] = CH_ABSENT;
 	f->npresent--;
-	uint64_t b = RQR_CHUNK_HDR + rqr_chunk_len(s, f, c);
+	uint64_t b = rqr_chunk_file_size(rqr_chunk_len(s, f, c));
 	s->st.bytes_on_disk -= b < s->st.bytes_on_disk ? b : s->st.bytes_on_disk;
 }
 
@@ -106,24 +114,18 @@ static int serve_disk(struct rq_rs *s, size_t fi, struct piece *p, int nokeep, s
 		rc = read_file(f->apath, p->c * s->chunk_size + p->at, p->n, p->dst);
 	} else {
 		uint32_t len = rqr_chunk_len(s, f, p->c);
-		rc = rqr_chunk_read(s->dfd, f->dir, p->c, f->idhash, len, p->at, p->n, p->dst,
-		                    p->how == P_DISK_VERIFY);
+		rc = rqr_chunk_read(s->dfd, f->dir, p->c, f->idhash, len, p->at, p->n, p->dst);
 	}
 	pthread_mutex_lock(&s->mu);
 	if (!rc) {
-		if (p->how == P_DISK_VERIFY && f->st[p->c] == CH_PRESENT)
-			f->st[p->c] = CH_VERIFIED;
 		s->st.cached_hits++;
 		p->how = P_DONE;
 		pthread_mutex_unlock(&s->mu);
 		return 0;
 	}
 	int assembled = f->assembled;
-	if (rc == -ENOENT && !assembled) {   /* assembled by another store sharing the cache? */
-		struct stat st;
-		if (stat(f->apath, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == f->size)
-			assembled = f->assembled = 1;
-	}
+	if (rc == -ENOENT && !assembled && on_disk(f))   /* assembled by another store? */
+		assembled = f->assembled = 1;
 	if (p->how != P_FILE && assembled) {           /* our chunks were assembled meanwhile */
 		p->how = P_FILE;
 		pthread_mutex_unlock(&s->mu);
@@ -178,9 +180,9 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
 	pthread_mutex_lock(&s->mu);
 	if (f->failed) {
 		pthread_mutex_unlock(&s->mu);
-		rc = rq_errf(err, -EIO, "%s: its bytes from the server hashed twice to sha256 %s, not "
+		rc = rq_errf(err, -EIO, "%s: its bytes from the server hashed twice to %s %s, not "
 		             "the hub's %s (a corrupt mirror or CDN? check HF_ENDPOINT); nothing of it "
-		             "is served", f->name, f->bad_sha, f->sha256);
+		             "is served", f->name, f->hash_name, f->bad_sha, f->want);
 		goto out;
 	}
 	size_t planned = 0;
@@ -192,7 +194,7 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
 		if (f->assembled)
 			p[k].how = P_FILE;
 		else if (f->st[c] != CH_ABSENT)
-			p[k].how = f->st[c] == CH_VERIFIED ? P_DISK : P_DISK_VERIFY;
+			p[k].how = P_DISK;
 		else if ((rc = plan_missing(s, i, &p[k], nokeep, &g, err)))
 			break;
 	}
@@ -206,7 +208,7 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
 	}
 	pthread_mutex_unlock(&s->mu);
 	for (size_t k = 0; k < planned && !rc; k++)
-		if (p[k].how == P_DISK || p[k].how == P_DISK_VERIFY || p[k].how == P_FILE)
+		if (p[k].how == P_DISK || p[k].how == P_FILE)
 			rc = serve_disk(s, i, &p[k], nokeep, &g, err);
 	/* The fetches: copy each as it completes; the ranges: wait for them all.
 	 * After a failure, still wait for every piece (they write into buf). */
@@ -259,7 +261,8 @@ int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err)
 	int64_t bad;
 	char got[65];
 	int rc = rqr_assemble(s->dfd, f->dir, f->id, f->idhash, f->size, s->chunk_size,
-	                      f->sha256[0] ? f->sha256 : NULL, &s->closing, &bad, got);
+	                      f->sha256[0] ? f->sha256 : NULL, f->blob_id[0] ? f->blob_id : NULL,
+	                      &s->closing, &bad, got);
 	uint64_t freed = 0;
 	if (!rc) {
 		pthread_mutex_lock(&s->mu);
@@ -296,12 +299,12 @@ int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err)
 		memcpy(f->bad_sha, got, 65);
 		if (++f->sha_fails >= 2) {
 			f->failed = 1;
-			rc = rq_errf(err, -EIO, "%s: the bytes fetched hash to sha256 %s, not the hub's %s, "
+			rc = rq_errf(err, -EIO, "%s: the bytes fetched hash to %s %s, not the hub's %s, "
 			             "twice: not served (a corrupt mirror or CDN? check HF_ENDPOINT)",
-			             f->name, got, f->sha256);
+			             f->name, f->hash_name, got, f->want);
 		} else {
-			rq_errf(err, -EBADMSG, "%s: the bytes fetched hash to sha256 %s, not the hub's %s: "
-			        "dropped, fetching them again", f->name, got, f->sha256);
+			rq_errf(err, -EBADMSG, "%s: the bytes fetched hash to %s %s, not the hub's %s: "
+			        "dropped, fetching them again", f->name, f->hash_name, got, f->want);
 		}
 	} else if (rc) {
 		rq_errf(err, rc, "%s: cannot assemble %s: %s", f->name, f->apath, strerror(-rc));
@@ -334,9 +337,10 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 			break;
 		}
 		if (f->failed) {
-			rc = rq_errf(err, -EIO, "%s: its bytes from the server hashed twice to sha256 "
+			rc = rq_errf(err, -EIO, "%s: its bytes from the server hashed twice to %s "
 			             "%s, not the hub's %s (a corrupt mirror or CDN? check "
-			             "HF_ENDPOINT); not served", f->name, f->bad_sha, f->sha256);
+			             "HF_ENDPOINT); not served", f->name, f->hash_name, f->bad_sha,
+			             f->want);
 			break;
 		}
 		if (f->assembled)
@@ -365,7 +369,7 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 				done += rqr_chunk_len(s, f, c);
 				continue;
 			}
-			if (!(fts[c] = rqr_want_chunk(s, i, c, 1, 1))) {
+			if (!(fts[c] = rqr_want_chunk(s, i, c, 0, 1))) {   /* behind readers */
 				uint64_t a = c * s->chunk_size;
 				rc = s->offline ? rq_errf(err, -ENETUNREACH, "%s bytes %llu-%llu: not in the "
 				                          "cache, and HF_HUB_OFFLINE=1 forbids fetching them",
@@ -401,6 +405,13 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 		if (rc)
 			break;
 		if (f->npresent < f->nchunks && !f->assembled && !f->assembling) {
+			pthread_mutex_unlock(&s->mu);
+			int other = on_disk(f);        /* another store sharing the cache made it */
+			pthread_mutex_lock(&s->mu);
+			if (other) {
+				f->assembled = 1;
+				continue;
+			}
 			rc = rq_errf(err, -ENOSPC, "%s: fetched, but its chunks could not be stored under "
 			             "%s (disk full?); free space in the cache directory", f->name,
 			             s->root);

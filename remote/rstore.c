@@ -23,10 +23,8 @@
  *     |         the buffer; later readers too, while it is in f->fl[c])
  *     |   done --written (temp + rename), fl[c] cleared--> present
  *     +-- done --failed or not written: fl[c] cleared--> absent
- *     |   present --first read in this store: whole chunk checksummed
- *     |         (XXH3-64) as it is read--> verified (later reads pread only
- *     |         what they need, as cache/ trusts an entry verified once per
- *     |         process; a new store verifies again)
+ *     |   present --a read: the 64 KiB blocks it touches checked against
+ *     |         their XXH3-64 (chunk.c), every time--> served
  *     +-- present --bad checksum or header: unlinked, logged, refetched
  *     +-- present/verified --the file assembled: chunks unlinked--> (file)
  *
@@ -271,9 +269,9 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 	pthread_cond_broadcast(&s->done_cv);          /* fetch_file waits for this */
 	int complete = 0;
 	if (!wrc && f->st[c] == CH_ABSENT) {
-		f->st[c] = CH_VERIFIED;                  /* checksummed from what we wrote */
+		f->st[c] = CH_PRESENT;
 		f->npresent++;
-		s->st.bytes_on_disk += RQR_CHUNK_HDR + ft->len;
+		s->st.bytes_on_disk += rqr_chunk_file_size(ft->len);
 		complete = f->npresent == f->nchunks && !f->assembled && !f->assembling &&
 		           !f->failed;
 		if (complete)
@@ -355,6 +353,7 @@ static int name_file(struct rq_rs *s, struct rfile *f, const struct rq_rs_file *
 			return rq_errf(err, -EINVAL, "%s: git blob id '%s' is not 40 lowercase hex digits",
 			               in->name, in->blob_id);
 		snprintf(f->id, sizeof f->id, "git-%s", in->blob_id);
+		memcpy(f->blob_id, in->blob_id, 41);
 	} else {
 		XXH3_state_t *x = XXH3_createState();
 		if (!x)
@@ -368,6 +367,8 @@ static int name_file(struct rq_rs *s, struct rfile *f, const struct rq_rs_file *
 		snprintf(f->id, sizeof f->id, "name-%016llx%016llx", (unsigned long long)h.high64,
 		         (unsigned long long)h.low64);
 	}
+	snprintf(f->want, sizeof f->want, "%s", f->sha256[0] ? f->sha256 : f->blob_id);
+	f->hash_name = f->sha256[0] ? "sha256" : "git blob id";
 	f->idhash = XXH3_64bits(f->id, strlen(f->id));
 	snprintf(f->dir, sizeof f->dir, "chunks/%s-%u", f->id, s->chunk_size);
 	if (asprintf(&f->apath, "%s/files/%s", s->root, f->id) < 0) {
@@ -410,7 +411,7 @@ static void scan_file(struct rq_rs *s, struct rfile *f)
 		if (*end || c >= f->nchunks || f->st[c] != CH_ABSENT)
 			continue;
 		if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-		    (uint64_t)st.st_size == RQR_CHUNK_HDR + rqr_chunk_len(s, f, c)) {
+		    (uint64_t)st.st_size == rqr_chunk_file_size(rqr_chunk_len(s, f, c))) {
 			f->st[c] = CH_PRESENT;
 			f->npresent++;
 			s->st.bytes_on_disk += (uint64_t)st.st_size;

@@ -15,7 +15,7 @@
 #define RQ_RS_CONN_DEFAULT 8
 #define RQ_RS_CONN_MAX 64
 
-enum { CH_ABSENT, CH_PRESENT, CH_VERIFIED };   /* rfile.st[c] */
+enum { CH_ABSENT, CH_PRESENT };   /* rfile.st[c] */
 enum { JOB_CHUNK, JOB_RANGE };
 
 struct job {
@@ -53,6 +53,9 @@ struct rfile {
 	char *name;                /* relative name in the repo */
 	uint64_t size;             /* bytes */
 	char sha256[65];           /* 64 lowercase hex, or "" */
+	char blob_id[41];          /* 40 lowercase hex, or "": checked when there is no sha256 */
+	char want[65];             /* what assembly checks: sha256, else blob_id, else "" */
+	const char *hash_name;     /* "sha256" or "git blob id", for messages */
 	char id[96];               /* identity (chunk.h) */
 	uint64_t idhash;           /* XXH3-64 of id, in every chunk's header */
 	char dir[128];             /* chunks/<id>-<chunk_size> */
@@ -65,7 +68,7 @@ struct rfile {
 	int assembling;            /* mu: a thread is assembling it */
 	int sha_fails;             /* mu: SHA-256 mismatches at assembly */
 	int failed;                /* mu: two mismatches: reads fail -EIO */
-	char bad_sha[65];          /* mu: what the last mismatching bytes hashed to */
+	char bad_sha[65];          /* mu: what the last mismatching bytes hashed to (want's kind) */
 	uint64_t seq_next;         /* mu: end of the last read (readahead) */
 };
 

@@ -19,8 +19,8 @@ Faults, each a count of CDN range answers it spoils (the next N):
   wrong_file   restricts `wrong` to that file name
   hang     1: every CDN answer waits until hang is 0 again (or 60 s)
   delay_ms every answer first sleeps this long
-Stats: "ranges": [[file, first, last], ...] of 206 answers sent whole,
-"bytes": their body bytes, "maxconc": the most requests in their delay_ms at once."""
+Stats: "ranges": [[file, first, last], ...] of 206 answers about to be sent whole,
+"bytes": their body bytes, "active": CDN requests being answered, "maxconc": the most requests in their delay_ms at once."""
 import hashlib, http.server, json, os, re, sys, threading, time, urllib.parse
 
 DIR = sys.argv[1]
@@ -32,9 +32,10 @@ FAULTS = ("drop", "e500", "e429", "stall", "short", "ignore", "wrong")
 def reset():
     with lock:
         conc = state.get("conc", 0)            # requests still running keep counting
+        active = state.get("active", 0)
         state.clear()
         state.update({k: 0 for k in FAULTS})
-        state.update(hang=0, delay_ms=0, wrong_file="", ranges=[], bytes=0, conc=conc, maxconc=0,
+        state.update(hang=0, delay_ms=0, wrong_file="", ranges=[], bytes=0, conc=conc, maxconc=0, active=active,
                      faults_served=0)
 
 
@@ -101,6 +102,15 @@ class Hub(Base):
 
 class Cdn(Base):
     def do_GET(self):
+        with lock:
+            state["active"] += 1
+        try:
+            self.serve()
+        finally:
+            with lock:
+                state["active"] -= 1
+
+    def serve(self):
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
         m = re.fullmatch(r"/cdn/([^/]+/[^/]+)/([0-9a-f]{40})/(.+)", path)
         p = os.path.join(DIR, m[3]) if m else None
@@ -149,18 +159,22 @@ class Cdn(Base):
                 try:
                     self.wfile.write(body[:len(body) // 2])
                     self.wfile.flush()
-                    if fault == "stall":
+                    if fault == "stall":   # not "active": a reset need not wait for it
+                        with lock:
+                            state["active"] -= 1
                         time.sleep(30)
+                        with lock:
+                            state["active"] += 1
                 except OSError:
                     pass
                 self.close_connection = True
                 return
         if take("wrong", name):
             body = bytes([body[0] ^ 0xFF]) + body[1:]
-        self.reply(206, body, hdr)
-        with lock:
+        with lock:   # counted before the answer: a reset after it never sees a straggler
             state["ranges"].append([name, a, b])
             state["bytes"] += len(body)
+        self.reply(206, body, hdr)
 
 
 def main():
