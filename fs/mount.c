@@ -23,6 +23,7 @@
  *   leaves    mount_pt.c    kernel passthrough (backing ids)
  *             mount_out.c   job outputs and a read's holds on them
  *             mount_src.c   SRC identity
+ *             mount_remote.c  a remote SRC (hf://) through the chunk store
  *             mount_log.c   clock, log, thread stop
  *             mountinfo.c   /proc/self/mountinfo (umount's and run's checks)
  *

@@ -18,6 +18,8 @@
 struct rq_err;
 struct rq_mount;
 struct rq_plan;
+struct rq_rs;
+struct rq_src_entry;
 
 /* Kernel FUSE passthrough (Linux >= 6.9, CAP_SYS_ADMIN): files that exist
  * whole on disk (identical to SRC, or materialized requantized shards) are
@@ -30,7 +32,15 @@ enum rq_passthrough { RQ_PT_AUTO, RQ_PT_ON, RQ_PT_OFF };
 enum rq_log_level { RQ_LOG_DEFAULT, RQ_LOG_ERROR, RQ_LOG_WARN, RQ_LOG_INFO, RQ_LOG_DEBUG };
 
 struct rq_mount_opts {
-	const char *src;          /* SRC checkpoint directory */
+	const char *src;          /* SRC checkpoint directory; remote: its label,
+	                             hf://ORG/NAME@<commit> */
+	/* Remote SRC (hf://): the chunk store of the pinned commit (opened in the
+	 * daemon, after the fork: it starts threads) and its files, rfiles[i]
+	 * being the store's file i. Borrowed: they outlive the mount. rs NULL:
+	 * SRC is a local directory. */
+	struct rq_rs *rs;
+	const struct rq_src_entry *rfiles;
+	size_t nrfiles;
 	const char *mnt;          /* mount point: an existing empty directory */
 	const char *calib;        /* CALIB directory or `calib extract` file */
 	const char *cache_dir;    /* cache directory (created if missing) */

@@ -10,6 +10,7 @@
  *                          (parked like a data read, answered through
  *                          mread.serve = rq_mnt_ctl_serve) */
 #include "fs/mount_int.h"
+#include "remote/rstore.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -146,6 +147,16 @@ static char *status_json(struct rq_mount *m)
 	sb_jstr(&b, m->mnt);
 	sb_printf(&b, ",\n  \"src\": ");
 	sb_jstr(&b, m->src);
+	if (m->o.rs) {      /* remote SRC (hf://): what the chunk store fetched and keeps */
+		struct rq_rs_stats rs;
+		rq_rs_stats(m->o.rs, &rs);
+		sb_printf(&b, ",\n  \"remote\": {\"fetched_bytes\": %" PRIu64 ", \"fetched_chunks\": %"
+		          PRIu64 ", \"cached_hits\": %" PRIu64 ", \"retries\": %" PRIu64
+		          ", \"failures\": %" PRIu64 ", \"refetches\": %" PRIu64 ", \"bytes_on_disk\": %"
+		          PRIu64 ", \"read_errors\": %llu}", rs.fetched_bytes, rs.fetched_chunks,
+		          rs.cached_hits, rs.retries, rs.failures, rs.refetches, rs.bytes_on_disk,
+		          atomic_load(&m->st.remote_failed));
+	}
 	sb_printf(&b, ",\n  \"cache_dir\": ");
 	sb_jstr(&b, rq_cache_dir(m->cache));
 	sb_printf(&b, ",\n  \"scheme\": \"%s\",\n  \"recipe\": \"%s\",\n  \"recipe_version\": %d,"
@@ -203,7 +214,10 @@ static char *status_json(struct rq_mount *m)
 		const struct mfile *mf = &m->files[i];
 		f_mat += mf->mat == MAT_READY;
 		mat_q += mf->mat == MAT_QUEUED;
-		if (pt_on && !mf->pt_err && (!p->files[i].changed || mf->mat == MAT_READY)) {
+		/* a remote file identical to SRC passes through once assembled */
+		int whole = !p->files[i].changed &&
+		            (!m->o.rs || rq_mnt_remote_fd(m, p->files[i].src) >= 0);
+		if (pt_on && !mf->pt_err && (whole || mf->mat == MAT_READY)) {
 			f_pt++;
 		} else if (pt_on && mf->njobs && !mf->pt_err) {
 			f_pend++;
@@ -234,6 +248,17 @@ static char *status_json(struct rq_mount *m)
 	          atomic_load(&m->st.mat_written), atomic_load(&m->st.mat_verified),
 	          atomic_load(&m->st.mat_failed), atomic_load(&m->st.mat_bytes), cs.files,
 	          cs.file_bytes);
+	if (m->o.rs) {
+		/* remote files identical to SRC not assembled yet (`warm` reads them) */
+		int n = 0;
+		sb_printf(&b, "  \"remote_pending\": [");
+		for (size_t i = 0; i < p->nfiles; i++)
+			if (!p->files[i].changed && rq_mnt_remote_fd(m, p->files[i].src) < 0) {
+				sb_printf(&b, "%s", n++ ? ", " : "");
+				sb_jstr(&b, p->files[i].name);
+			}
+		sb_printf(&b, "],\n");
+	}
 	int nchanged = 0;
 	sb_printf(&b, "  \"src_files\": %zu,\n  \"src_changed\": [", p->nsrcs);
 	for (size_t s = 0; s < p->nsrcs; s++)

@@ -104,7 +104,10 @@ struct mread {
 };
 
 struct msrc {
-	int fd;                   /* O_RDONLY on plan->srcs[i].path, kept for the mount's life */
+	int fd;                   /* O_RDONLY on plan->srcs[i].path, kept for the mount's life;
+	                             -1 for a remote SRC */
+	atomic_int rfd;           /* remote SRC: its assembled, verified file in the store
+	                             (mount_remote.c), opened on first use; -1 until then */
 	atomic_int changed;       /* sticky: identity differs from the plan's */
 	atomic_int invalidated;   /* the kernel cache of dependent files was dropped */
 };
@@ -163,6 +166,7 @@ struct mstats {
 	                              a cache hit is looked up by a worker, never in a FUSE
 	                              thread (a hung cache file system must not hang them) */
 	atomic_ullong pt_opens, cached_opens, mat_written, mat_verified, mat_failed, mat_bytes;
+	atomic_ullong remote_failed;  /* remote SRC reads answered EIO */
 };
 
 /* One quantization worker thread. */
@@ -238,6 +242,14 @@ struct rq_mount {
 	 * mount_mat.c so that mount_jobs.c need not know who listens */
 	void (*on_job_cached)(struct rq_mount *m, int j);
 
+	/* remote SRC (o.rs != NULL): the plan's and jobs' reader (mount_remote.c) */
+	struct rq_src_reader rreader;
+	atomic_int rs_nokeep;     /* 1 once the plan is built: what the reader reads then
+	                             is a job's BF16 input, never stored (RQ_RS_NOKEEP) */
+	uint8_t **rheads;         /* [nrfiles] while the plan is built: a shard's first 8 + N
+	                             bytes (its header), or NULL; mount_remote.c */
+	uint64_t *rhead_len;
+
 	pthread_t monitor;
 	int monitor_started;
 	pthread_mutex_t mon_mu;
@@ -289,6 +301,9 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd);
  * and their table are at the top of mount_seg.c) */
 /* 1 when the source of g may have to park a read (acquire it under lock). */
 int rq_mnt_seg_may_park(const struct rq_seg *g);
+/* 1 when the source of g may copy its bytes into the read's buffer (dst of
+ * rq_mnt_seg_bytes): the read path then allocates one. */
+int rq_mnt_seg_copies(const struct rq_mount *m, const struct rq_seg *g);
 /* Under m->lock: may the bytes of [d, ...) of g be had now for rd? 0: yes
  * (rd holds what keeps them alive); 1: rd parked on what produces them;
  * -errno. *unit: the unit of work that makes byte d (a module: prefetch
@@ -360,7 +375,8 @@ void rq_mnt_drop_stale(struct rq_mount *m, int j, struct mout *o);
 int rq_mnt_job_covered(struct rq_mount *m, int j);
 
 /* Leaves, called from above and calling no daemon file: mount_pt.c
- * (mount_pt.h), mount_out.c, mount_src.c, mount_log.c, mountinfo.c. */
+ * (mount_pt.h), mount_out.c, mount_src.c, mount_remote.c, mount_log.c,
+ * mountinfo.c. */
 
 /* mount_out.c: job outputs and a read's holds on them */
 struct mout *rq_mout_new(int fd, uint64_t fd_off, const struct rq_cache_ident *id, uint8_t *mem);
@@ -381,6 +397,26 @@ int rq_mnt_serve_begin(struct rq_mount *m, struct mread *rd);
  * the path too when `path`). Marks it changed (sticky, logged) and returns
  * -EIO when it differs. */
 int rq_mnt_src_check(struct rq_mount *m, int s, int path);
+
+/* mount_remote.c: a remote SRC (hf://) through the chunk store */
+/* Sets m->rreader when the mount's SRC is remote (o.rs); 0 or -errno. */
+int rq_mnt_remote_init(struct rq_mount *m, struct rq_err *err);
+/* The plan is built: frees the headers kept for it; the reader serves jobs
+ * from now on (RQ_RS_NOKEEP). */
+void rq_mnt_remote_planned(struct rq_mount *m);
+void rq_mnt_remote_free(struct rq_mount *m);
+/* fd of SRC file s's assembled, verified file, or -1 while there is none. */
+int rq_mnt_remote_fd(struct rq_mount *m, int s);
+/* Bytes [off, off + len) of SRC file s into buf through the store (flags:
+ * RQ_RS_*). 0, or -EIO logged with the file, range and why (offline...). */
+int rq_mnt_remote_read(struct rq_mount *m, int s, uint64_t off, uint64_t len, void *buf,
+                       unsigned flags);
+/* SRC file s's bytes now live elsewhere in the cache (a materialized shard):
+ * the store drops its chunks. */
+void rq_mnt_remote_drop(struct rq_mount *m, int s);
+/* The fd a file identical to SRC file s is served from: the local SRC fd,
+ * the remote one's assembled file, or -1 (remote, not assembled yet). */
+int rq_mnt_src_fd(struct rq_mount *m, int s);
 
 /* mount_log.c: clock, log (rq_mount_log* in mount.h), thread stop */
 double rq_mnt_now(void);

@@ -333,10 +333,11 @@ static int write_file(struct rq_mount *m, long i, struct mout **outs, int *fdp,
 				snprintf(msg, len, "%s", e.msg);
 			continue;
 		}
-		int fd;
+		int fd, remote = 0;
 		uint64_t at;
 		if (g->kind == RQ_SEG_SRC) {
-			fd = m->srcs[g->src].fd;
+			fd = rq_mnt_src_fd(m, g->src);
+			remote = fd < 0;   /* a remote SRC file not assembled: through the store */
 			at = g->src_off;
 		} else {
 			const struct mout *o = outs[job_slot(mf, g->job)];
@@ -345,7 +346,14 @@ static int write_file(struct rq_mount *m, long i, struct mout **outs, int *fdp,
 		}
 		for (uint64_t d = 0; d < g->len && !rc; d += MAT_CHUNK) {
 			size_t n = g->len - d < MAT_CHUNK ? (size_t)(g->len - d) : MAT_CHUNK;
-			if ((rc = pread_exact(fd, buf, n, at + d))) {
+			if (remote) {
+				if ((rc = rq_mnt_remote_read(m, g->src, at + d, n, buf, 0))) {
+					snprintf(msg, len, "reading %s bytes %llu-%llu failed (logged)",
+					         p->srcs[g->src].path, (unsigned long long)(at + d),
+					         (unsigned long long)(at + d + n - 1));
+					break;
+				}
+			} else if ((rc = pread_exact(fd, buf, n, at + d))) {
 				snprintf(msg, len, "reading %s: %s", g->kind == RQ_SEG_SRC ?
 				         p->srcs[g->src].path : "a cache entry", strerror(-rc));
 				break;
@@ -355,7 +363,7 @@ static int write_file(struct rq_mount *m, long i, struct mout **outs, int *fdp,
 			if (pause_ms)
 				usleep(pause_ms * 1000u);
 		}
-		if (g->kind == RQ_SEG_SRC)
+		if (g->kind == RQ_SEG_SRC && !remote)
 			posix_fadvise(fd, (off_t)at, (off_t)g->len, POSIX_FADV_DONTNEED);
 	}
 	free(buf);
@@ -551,6 +559,9 @@ static void *mat_main(void *arg)
 			if (fresh)
 				atomic_fetch_add(&m->st.mat_bytes, p->files[i].size);
 			int dropped = release_covered(m, i);
+			/* a remote SRC: what the shard presents now lives in its file,
+			 * so the store drops the SRC chunks it kept (never twice) */
+			rq_mnt_remote_drop(m, p->files[i].src);
 			rq_mount_log(m, "%s %s (%.1f MB) in %.2f s%s; %d job entries dropped",
 			             fresh ? "materialized" : "verified the materialized", p->files[i].name,
 			             p->files[i].size / 1e6, t, fresh ? "" : " (found in the cache)",

@@ -44,6 +44,9 @@ void rq_mnt_open_file(fuse_req_t req, struct rq_mount *m, long i, struct fuse_fi
 		}
 	}
 	int id = 0, eio = 0;
+	/* a file identical to SRC passes through from SRC's fd; a remote SRC
+	 * file's only once the store has assembled it (else: the copy path) */
+	int sfd = f->changed ? -1 : rq_mnt_src_fd(m, f->src);
 	pthread_mutex_lock(&m->lock);
 	if (mf->pt_opens > 0) {
 		/* Passthrough opens are live: only the same backing will do. */
@@ -51,7 +54,7 @@ void rq_mnt_open_file(fuse_req_t req, struct rq_mount *m, long i, struct fuse_fi
 			id = mf->pt_id;
 		else
 			eio = 1;
-	} else if (pt_on && !mf->cached_opens && !mf->pt_err && (!f->changed || mo)) {
+	} else if (pt_on && !mf->cached_opens && !mf->pt_err && ((!f->changed && sfd >= 0) || mo)) {
 		if (mf->pt_id > 0 && f->changed && mf->pt_out != mo) {
 			rq_pt_backing_close(m->pt, mf->pt_id);   /* no open uses it now */
 			rq_mout_unref(mf->pt_out);
@@ -59,7 +62,7 @@ void rq_mnt_open_file(fuse_req_t req, struct rq_mount *m, long i, struct fuse_fi
 			mf->pt_id = 0;
 		}
 		if (mf->pt_id == 0) {
-			int r = rq_pt_backing_open(m->pt, f->changed ? mo->fd : m->srcs[f->src].fd);
+			int r = rq_pt_backing_open(m->pt, f->changed ? mo->fd : sfd);
 			if (r > 0) {
 				mf->pt_id = r;
 				if (mo) {

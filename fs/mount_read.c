@@ -89,14 +89,17 @@ static int build(struct rq_mount *m, long fi, uint64_t off, uint64_t size,
 	return (int)n;
 }
 
-/* Segments of [off, end) of f; *may_park: a source of one may park a read. */
-static size_t seg_count(const struct rq_vfile *f, uint64_t off, uint64_t end, int *may_park)
+/* Segments of [off, end) of f; *may_park: a source of one may park a read;
+ * *copies: a source of one copies into the read's buffer. */
+static size_t seg_count(const struct rq_mount *m, const struct rq_vfile *f, uint64_t off,
+                        uint64_t end, int *may_park, int *copies)
 {
 	size_t n = 0;
-	*may_park = 0;
+	*may_park = *copies = 0;
 	for (size_t s = rq_vfile_seg_at(f, off); s < f->nseg && f->seg[s].off < end; s++) {
 		n++;
 		*may_park |= rq_mnt_seg_may_park(&f->seg[s]);
+		*copies |= rq_mnt_seg_copies(m, &f->seg[s]);
 	}
 	return n;
 }
@@ -193,12 +196,13 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 		return;     /* a whole materialized file answered it, or it parked */
 	long last_mod = -1, first_mod = -1;
 	size_t nseg = 0;
-	int err = 0;
+	int err = 0, copies = 0;
 	for (size_t s = rq_vfile_seg_at(f, rd->off); s < f->nseg && f->seg[s].off < end; s++) {
 		const struct rq_seg *g = &f->seg[s];
 		uint64_t d = rd->off > g->off ? rd->off - g->off : 0;
 		long mi;
 		nseg++;
+		copies |= rq_mnt_seg_copies(m, g);
 		int r = rq_mnt_seg_acquire(m, rd, g, d, &mi);
 		if (r < 0)
 			err = r;
@@ -237,7 +241,7 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 	} small;
 	struct fuse_bufvec *bv = bufvec_alloc(nseg, &small.v);
 	uint8_t *copy = NULL;
-	if (!err && rq_mnt_held_fd(rd) && !(copy = malloc(rd->size ? rd->size : 1)))
+	if (!err && (copies || rq_mnt_held_fd(rd)) && !(copy = malloc(rd->size ? rd->size : 1)))
 		err = -ENOMEM;
 	int n = err ? err : !bv ? -ENOMEM : 0;
 	for (int tries = 0; n == 0; tries++) {
@@ -288,24 +292,30 @@ void rq_mnt_read(fuse_req_t req, struct rq_mount *m, size_t size, off_t off,
 	if (rq_mnt_src_check(m, f->src, 0))
 		return (void)fuse_reply_err(req, EIO);
 
-	int may_park;
-	size_t nseg = seg_count(f, (uint64_t)off, (uint64_t)off + len, &may_park);
+	int may_park, copies;
+	size_t nseg = seg_count(m, f, (uint64_t)off, (uint64_t)off + len, &may_park, &copies);
 	if (!may_park) {
-		/* Sources that are always there (SRC/MEM): answer now, no lock. */
+		/* Sources that never park (SRC/MEM, remote SRC): answer now, no lock. */
 		struct {
 			struct fuse_bufvec v;
 			struct fuse_buf more[SMALL_SEGS - 1];
 		} small;
 		struct fuse_bufvec *bv = bufvec_alloc(nseg, &small.v);
-		if (!bv)
+		uint8_t *copy = copies ? malloc(len) : NULL;
+		if (!bv || (copies && !copy)) {
+			if (bv && bv != &small.v)
+				free(bv);
+			free(copy);
 			return (void)fuse_reply_err(req, ENOMEM);
-		int n = build(m, file, (uint64_t)off, len, bv, nseg, NULL, NULL);
+		}
+		int n = build(m, file, (uint64_t)off, len, bv, nseg, NULL, copy);
 		if (n < 0)
 			fuse_reply_err(req, -n);
 		else
 			reply(m, req, bv);
 		if (bv != &small.v)
 			free(bv);
+		free(copy);
 		return;
 	}
 	struct mread *rd = calloc(1, sizeof *rd);

@@ -81,6 +81,8 @@ static void *monitor(void *arg)
 
 int rq_mnt_monitor_start(struct rq_mount *m, struct rq_err *err)
 {
+	if (m->o.rs)
+		return 0;     /* a pinned commit: nothing to watch */
 	if (pthread_create(&m->monitor, NULL, monitor, m))
 		return -EAGAIN;
 	m->monitor_started = 1;
@@ -236,9 +238,11 @@ static int open_srcs(struct rq_mount *m, struct rq_err *err)
 	m->src_fds = calloc(p->nsrcs ? p->nsrcs : 1, sizeof *m->src_fds);
 	if (!m->srcs || !m->src_fds)
 		return rq_errf(err, -ENOMEM, "out of memory");
-	for (size_t i = 0; i < p->nsrcs; i++)
-		m->srcs[i].fd = m->src_fds[i] = -1;
 	for (size_t i = 0; i < p->nsrcs; i++) {
+		m->srcs[i].fd = m->src_fds[i] = -1;
+		atomic_init(&m->srcs[i].rfd, -1);
+	}
+	for (size_t i = 0; i < p->nsrcs && !m->o.rs; i++) {
 		int fd = rq_src_open(&p->srcs[i]);
 		if (fd < 0)
 			return rq_errf(err, fd, "SRC file %s: %s", p->srcs[i].path,
@@ -337,20 +341,29 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 		goto fail;
 	}
 	struct stat sst;
-	if (stat(o->src, &sst) || !S_ISDIR(sst.st_mode)) {
+	if (o->rs) {
+		struct timespec now;
+		clock_gettime(CLOCK_REALTIME, &now);
+		m->mtime_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+		if ((rc = rq_mnt_remote_init(m, err)))
+			goto fail;
+	} else if (stat(o->src, &sst) || !S_ISDIR(sst.st_mode)) {
 		rc = rq_errf(err, -ENOENT, "SRC %s is not a checkpoint directory%s%s", o->src,
 		             errno ? ": " : "", errno ? strerror(errno) : "");
 		goto fail;
+	} else {
+		m->mtime_ns = (int64_t)sst.st_mtim.tv_sec * 1000000000 + sst.st_mtim.tv_nsec;
 	}
-	m->mtime_ns = (int64_t)sst.st_mtim.tv_sec * 1000000000 + sst.st_mtim.tv_nsec;
 
 	struct rq_plan_opts po = {.src = o->src, .calib = o->calib, .drop_rule = o->drop_rule,
 	                          .recipe = o->recipe, .scheme = (enum rq_scheme)o->scheme,
 	                          .targets = o->targets, .ntargets = o->ntargets,
 	                          .ignore = o->ignore, .nignore = o->nignore,
-	                          .rule_scheme = (enum rq_scheme)o->rule_scheme};
+	                          .rule_scheme = (enum rq_scheme)o->rule_scheme,
+	                          .reader = o->rs ? &m->rreader : NULL};
 	if ((rc = rq_plan_build(&po, &m->plan, err)))
 		goto fail;
+	rq_mnt_remote_planned(m);         /* from now on the reader serves jobs only */
 	for (size_t i = 0; i < m->plan->nskipped; i++)
 		rq_mount_log(m, "%s", m->plan->skipped[i]);
 	/* lazy_sync: job entries are checksummed and verified at first use in a
@@ -571,6 +584,8 @@ void rq_mount_close(struct rq_mount *m)
 	rq_pt_free(m->pt);        /* after the session: its hooks ran until then */
 	rq_mnt_files_free(m);
 	rq_mnt_jobs_free(m);
+	rq_mnt_remote_planned(m);
+	rq_mnt_remote_free(m);
 	if (m->srcs && m->plan)
 		for (size_t i = 0; i < m->plan->nsrcs; i++)
 			if (m->srcs[i].fd >= 0)

@@ -15,13 +15,19 @@
  *
  *   MEM   bytes the plan holds (headers, config.json, the index)
  *   SRC   a byte range of a SRC file (the mount's own fd; changed SRC: EIO)
+ *   REMOTE  a SRC segment of a remote SRC (hf://, mount_remote.c): read
+ *         through the chunk store into the read's own buffer (blocking
+ *         this FUSE thread only: the store fetches each chunk once, several
+ *         in parallel, so a slow chunk holds only its own readers), or, once
+ *         the store has assembled and verified the file, spliced from it
  *   JOB   a byte range of a job's output (mount_jobs.c: parked until the job
  *         publishes; then memory, or its cache entry read into the read's
  *         buffer: see mount_read.c for why a cache fd is never spliced)
  *
  * A whole materialized file (mount_mat.c) answers a read of its shard before
- * any segment is asked: rq_mnt_seg_file. The next kind (a range fetched over
- * HTTP) is one more entry in the table; the read path does not change. */
+ * any segment is asked: rq_mnt_seg_file. The read path gives every read a
+ * buffer of its own when a source copies (rq_mnt_seg_copies); otherwise it
+ * does not know which kind answered. */
 #include "fs/mount_int.h"
 
 #include <errno.h>
@@ -63,6 +69,24 @@ static int src_bytes(struct rq_mount *m, struct mread *rd, const struct rq_seg *
 	fb->fd = m->srcs[g->src].fd;
 	fb->pos = (off_t)(g->src_off + d);
 	return 0;
+}
+
+/* ---- REMOTE ------------------------------------------------------------- */
+
+static int remote_bytes(struct rq_mount *m, struct mread *rd, const struct rq_seg *g, uint64_t d,
+                        uint8_t *dst, struct fuse_buf *fb)
+{
+	int fd = rq_mnt_remote_fd(m, g->src);
+	if (fd >= 0) {          /* assembled and verified: like a local SRC file */
+		fb->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+		fb->fd = fd;
+		fb->pos = (off_t)(g->src_off + d);
+		return 0;
+	}
+	if (!dst)
+		return -EIO;    /* not reached: the read allocates it (rq_mnt_seg_copies) */
+	fb->mem = dst;
+	return rq_mnt_remote_read(m, g->src, g->src_off + d, fb->size, dst, 0);
 }
 
 /* ---- JOB ---------------------------------------------------------------- */
@@ -132,24 +156,38 @@ struct seg_source {
 	               long *unit);
 	int (*bytes)(struct rq_mount *m, struct mread *rd, const struct rq_seg *g, uint64_t d,
 	             uint8_t *dst, struct fuse_buf *fb);
+	int copies;     /* 1: bytes() may copy into dst: the read gives it one */
 };
 
+enum { SEG_REMOTE = RQ_SEG_JOB + 1 };   /* a mount's own kind: SRC of a remote SRC */
+
 static const struct seg_source sources[] = {
-	[RQ_SEG_MEM] = {NULL, mem_bytes},
-	[RQ_SEG_SRC] = {NULL, src_bytes},
-	[RQ_SEG_JOB] = {job_acquire, job_bytes},
+	[RQ_SEG_MEM] = {NULL, mem_bytes, 0},
+	[RQ_SEG_SRC] = {NULL, src_bytes, 0},
+	[RQ_SEG_JOB] = {job_acquire, job_bytes, 0},
+	[SEG_REMOTE] = {NULL, remote_bytes, 1},
 };
+
+static const struct seg_source *source(const struct rq_mount *m, const struct rq_seg *g)
+{
+	return &sources[g->kind == RQ_SEG_SRC && m->o.rs ? SEG_REMOTE : (int)g->kind];
+}
 
 int rq_mnt_seg_may_park(const struct rq_seg *g)
 {
 	return sources[g->kind].acquire != NULL;
 }
 
+int rq_mnt_seg_copies(const struct rq_mount *m, const struct rq_seg *g)
+{
+	return source(m, g)->copies;
+}
+
 int rq_mnt_seg_acquire(struct rq_mount *m, struct mread *rd, const struct rq_seg *g, uint64_t d,
                        long *unit)
 {
 	*unit = -1;
-	const struct seg_source *s = &sources[g->kind];
+	const struct seg_source *s = source(m, g);
 	return s->acquire ? s->acquire(m, rd, g, d, unit) : 0;
 }
 
@@ -157,7 +195,7 @@ int rq_mnt_seg_bytes(struct rq_mount *m, struct mread *rd, const struct rq_seg *
                      uint64_t len, uint8_t *dst, struct fuse_buf *fb)
 {
 	*fb = (struct fuse_buf){.size = len};
-	return sources[g->kind].bytes(m, rd, g, d, dst, fb);
+	return source(m, g)->bytes(m, rd, g, d, dst, fb);
 }
 
 /* ---- a whole materialized file ---------------------------------------------- */

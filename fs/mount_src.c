@@ -40,6 +40,8 @@ int rq_mnt_src_check(struct rq_mount *m, int s, int path)
 	char why[128];
 	if (atomic_load(&ms->changed))
 		return -EIO;
+	if (m->o.rs)
+		return 0;     /* a remote SRC is a pinned commit: it never changes */
 	if (fstat(ms->fd, &st)) {
 		snprintf(why, sizeof why, "fstat: %s", strerror(errno));
 	} else if (!differs(&st, sf, why, sizeof why)) {

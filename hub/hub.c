@@ -21,17 +21,21 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #define ERR_BODY_MAX (64 * 1024)   /* bytes of an error response read before hanging up */
 #define BACKOFF_MS 500             /* first wait; doubles each try */
 #define RETRY_AFTER_MAX_S 10       /* the most of a server's Retry-After we honour */
 #define TIMEOUT_S 10               /* huggingface_hub's HF_HUB_DOWNLOAD_TIMEOUT default */
 #define MIN_RATE (64 * 1024)       /* bytes/s a transfer may not stay under (the deadline) */
+#define MAX_SOCKS 8                /* sockets of one handle open at once (endpoint, CDN, ...) */
 
 struct rq_hub {
 	char *endpoint;                /* no trailing '/' */
@@ -44,6 +48,13 @@ struct rq_hub {
 	struct rq_hub_stats st;
 	void (*progress)(void *ctx, const struct rq_hub_stats *s);
 	void *progress_ctx;
+	/* rq_hub_cancel, the one cross-thread entry: it sets `cancelled` and
+	 * shuts down every socket in socks[] (under sock_mu, which also guards
+	 * socks[] against the open/close socket callbacks of h's thread, so a
+	 * shut-down descriptor is never one already closed and reused). */
+	atomic_int cancelled;
+	pthread_mutex_t sock_mu;
+	int socks[MAX_SOCKS];           /* -1: free slot; sockets libcurl opened */
 };
 
 /* One perform's state; the response fields are reset at each status line. */
@@ -155,6 +166,9 @@ int rq_hub_open(const char *endpoint, struct rq_hub **out, struct rq_err *err)
 	if (!h)
 		return -ENOMEM;
 	int rc = -ENOMEM;
+	pthread_mutex_init(&h->sock_mu, NULL);
+	for (int i = 0; i < MAX_SOCKS; i++)
+		h->socks[i] = -1;
 	h->endpoint = strdup(endpoint);
 	if (!h->endpoint)
 		goto fail;
@@ -225,7 +239,52 @@ void rq_hub_close(struct rq_hub *h)
 	free(h->token);
 	free(h->token_src);
 	free(h->endpoint);
+	pthread_mutex_destroy(&h->sock_mu);
 	free(h);
+}
+
+void rq_hub_cancel(struct rq_hub *h)
+{
+	pthread_mutex_lock(&h->sock_mu);
+	atomic_store(&h->cancelled, 1);
+	for (int i = 0; i < MAX_SOCKS; i++)
+		if (h->socks[i] >= 0)
+			shutdown(h->socks[i], SHUT_RDWR);
+	pthread_mutex_unlock(&h->sock_mu);
+}
+
+/* libcurl's socket open and close, recorded for rq_hub_cancel. */
+static curl_socket_t on_open_socket(void *vh, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	struct rq_hub *h = vh;
+	(void)purpose;
+	pthread_mutex_lock(&h->sock_mu);
+	int fd = atomic_load(&h->cancelled) ? -1
+	         : socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+	int slot = -1;
+	for (int i = 0; fd >= 0 && i < MAX_SOCKS && slot < 0; i++)
+		if (h->socks[i] < 0)
+			slot = i;
+	if (fd >= 0 && slot < 0) {          /* more than MAX_SOCKS at once: not expected */
+		close(fd);
+		fd = -1;
+	}
+	if (fd >= 0)
+		h->socks[slot] = fd;
+	pthread_mutex_unlock(&h->sock_mu);
+	return fd >= 0 ? fd : CURL_SOCKET_BAD;
+}
+
+static int on_close_socket(void *vh, curl_socket_t fd)
+{
+	struct rq_hub *h = vh;
+	pthread_mutex_lock(&h->sock_mu);
+	for (int i = 0; i < MAX_SOCKS; i++)
+		if (h->socks[i] == fd)
+			h->socks[i] = -1;
+	int r = close(fd);
+	pthread_mutex_unlock(&h->sock_mu);
+	return r;
 }
 
 void rq_hub_set_progress(struct rq_hub *h, void (*fn)(void *ctx, const struct rq_hub_stats *s),
@@ -310,6 +369,8 @@ static int on_progress(void *vx, curl_off_t dltotal, curl_off_t dlnow, curl_off_
 {
 	struct xfer *x = vx;
 	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+	if (atomic_load(&x->h->cancelled))
+		return 1;
 	if (elapsed_ms(x) < deadline_ms(x->h, x->expect))
 		return 0;
 	x->late = 1;
@@ -391,6 +452,8 @@ static size_t on_body(char *p, size_t size, size_t nitems, void *vx)
 {
 	struct xfer *x = vx;
 	size_t n = size * nitems;
+	if (atomic_load(&x->h->cancelled))
+		return 0;
 	x->h->st.bytes += n;
 	x->body += n;
 	if (x->range && x->status == 206) {
@@ -464,7 +527,8 @@ static const char *why(struct xfer *x)
 	return x->ebody;
 }
 
-static void backoff(int attempt, long retry_after)
+/* Sleeps the back-off in slices of 20 ms, cut short by rq_hub_cancel. */
+static void backoff(struct rq_hub *h, int attempt, long retry_after)
 {
 	long ms = (long)BACKOFF_MS << (attempt - 1);
 	if (retry_after > 0) {
@@ -472,9 +536,11 @@ static void backoff(int attempt, long retry_after)
 		if (ra > ms)
 			ms = ra;
 	}
-	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
+	for (long left = ms; left > 0 && !atomic_load(&h->cancelled); left -= 20) {
+		struct timespec ts = {0, (left < 20 ? left : 20) * 1000000L};
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
 }
 
 static void setup(struct rq_hub *h, const char *url, struct xfer *x, const char *range)
@@ -515,6 +581,10 @@ static void setup(struct rq_hub *h, const char *url, struct xfer *x, const char 
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, x);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, x);
+	curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+	curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, h);
+	curl_easy_setopt(c, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+	curl_easy_setopt(c, CURLOPT_CLOSESOCKETDATA, h);
 }
 
 /* Checks a finished 206 against the range asked for. */
@@ -544,6 +614,8 @@ static int perform(struct rq_hub *h, const char *url, struct xfer *x, struct rq_
 		snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)x->off,
 		         (unsigned long long)(x->off + x->len - 1));
 	for (int attempt = 1;; attempt++) {
+		if (atomic_load(&h->cancelled))
+			return rq_errf(err, -ECANCELED, "%s: cancelled (the store is closing)", url);
 		x->expect = x->range ? x->len : x->max;
 		setup(h, url, x, x->range ? range : NULL);
 		cerr[0] = 0;
@@ -563,6 +635,8 @@ static int perform(struct rq_hub *h, const char *url, struct xfer *x, struct rq_
 			x->late = 0;
 		if (h->progress)
 			h->progress(h->progress_ctx, &h->st);
+		if (atomic_load(&h->cancelled))
+			return rq_errf(err, -ECANCELED, "%s: cancelled (the store is closing)", url);
 		long st = x->status;
 		char *eff = NULL;
 		curl_easy_getinfo(h->curl, CURLINFO_EFFECTIVE_URL, &eff);
@@ -605,7 +679,7 @@ static int perform(struct rq_hub *h, const char *url, struct xfer *x, struct rq_
 		}
 		if (retry) {
 			h->st.retries++;
-			backoff(attempt, x->retry_after);
+			backoff(h, attempt, x->retry_after);
 			continue;
 		}
 		if (st == 401 || st == 403)

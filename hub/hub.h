@@ -27,7 +27,7 @@
  * the body is read. Messages name the URL (never the token) and the status.
  *
  * One handle is one connection (kept alive between requests); not
- * thread-safe: one thread per handle. */
+ * thread-safe: one thread per handle, except rq_hub_cancel. */
 #ifndef RQ_HUB_HUB_H
 #define RQ_HUB_HUB_H
 
@@ -52,6 +52,12 @@ struct rq_hub_stats {
  * -EINVAL for a bad endpoint or token, -ENOMEM. */
 int rq_hub_open(const char *endpoint, struct rq_hub **out, struct rq_err *err);
 void rq_hub_close(struct rq_hub *h);
+
+/* Cancels h for good, from any thread: the request in flight ends at once
+ * (its sockets are shut down, a back-off wait is cut short) and every
+ * request on h, now or later, fails -ECANCELED. For a prompt close of a
+ * pool of handles (remote/rstore.c). */
+void rq_hub_cancel(struct rq_hub *h);
 
 /* Called after every request (for a progress line); may be NULL. */
 void rq_hub_set_progress(struct rq_hub *h, void (*fn)(void *ctx, const struct rq_hub_stats *s),

@@ -175,8 +175,22 @@ static int diagnose(struct rq_ckpt *src, const struct list *sl, struct rq_ckpt *
 	return rc;
 }
 
+static int open_one(const char *path, const struct rq_src_reader *rd, struct rq_ckpt **out,
+                    struct rq_err *err)
+{
+	return rd ? rq_ckpt_open_reader(rd, out, err) : rq_ckpt_open(path, out, err);
+}
+
 int rq_verify(const char *dir, const char *ref, const char *source, const char *regex,
               rq_verify_fn fn, void *ctx, struct rq_vsummary *sum, struct rq_err *err)
+{
+	const struct rq_src_reader *none[3] = {NULL, NULL, NULL};
+	return rq_verify_readers(dir, ref, source, none, regex, fn, ctx, sum, err);
+}
+
+int rq_verify_readers(const char *dir, const char *ref, const char *source,
+                      const struct rq_src_reader *const rd[3], const char *regex,
+                      rq_verify_fn fn, void *ctx, struct rq_vsummary *sum, struct rq_err *err)
 {
 	struct rq_ckpt *a = NULL, *b = NULL, *s = NULL;
 	struct list la = {0}, lb = {0}, ls = {0};
@@ -188,11 +202,11 @@ int rq_verify(const char *dir, const char *ref, const char *source, const char *
 		rq_err_prefix(err, "--tensors");
 		return rc;
 	}
-	rc = rq_ckpt_open(dir, &a, err);
+	rc = open_one(dir, rd[0], &a, err);
 	if (!rc)
-		rc = rq_ckpt_open(ref, &b, err);
-	if (!rc && source)
-		rc = rq_ckpt_open(source, &s, err);
+		rc = open_one(ref, rd[1], &b, err);
+	if (!rc && (source || rd[2]))
+		rc = open_one(source, rd[2], &s, err);
 	if (!rc)
 		rc = rq_ckpt_each(a, collect, &la, err);
 	if (!rc)

@@ -37,5 +37,12 @@ typedef void (*rq_verify_fn)(void *ctx, const struct rq_vresult *r);
  * name; plan/pyre.h, bounded) limits the tensors. */
 int rq_verify(const char *dir, const char *ref, const char *source, const char *regex,
               rq_verify_fn fn, void *ctx, struct rq_vsummary *sum, struct rq_err *err);
+/* The same where rd[0..2] (dir, ref, source), when not NULL, is a remote
+ * checkpoint (hf://) read through plan.h's source reader (the path is then
+ * ignored). */
+struct rq_src_reader;
+int rq_verify_readers(const char *dir, const char *ref, const char *source,
+                      const struct rq_src_reader *const rd[3], const char *regex,
+                      rq_verify_fn fn, void *ctx, struct rq_vsummary *sum, struct rq_err *err);
 
 #endif

@@ -1,6 +1,7 @@
 /* ckpt.c — tensors of a checkpoint by name; the calibration scales. */
 #include "st/jtext.h"
 #include "plan/ckpt.h"
+#include "plan/plan.h"
 #include "base/err.h"
 
 #include <cjson/cJSON.h>
@@ -27,6 +28,8 @@ struct rq_ckpt {
 	struct name_ref *map;         /* from the index, sorted by name; NULL if none */
 	size_t nmap;
 	int all_parsed;
+	const struct rq_src_reader *rd;   /* remote (hf://): every read through it, else NULL */
+	size_t *ridx;                 /* rd: [nshards] the reader's file of each shard */
 };
 
 static int cmp_ref(const void *a, const void *b)
@@ -59,6 +62,9 @@ static int add_shard(struct rq_ckpt *c, const char *path)
 	return (int)c->nshards++;
 }
 
+static int parse_index(struct rq_ckpt *c, char *text, size_t len, const char *ipath,
+                       struct rq_err *err);
+
 static int load_index(struct rq_ckpt *c, const char *ipath, struct rq_err *err)
 {
 	char *text = NULL;
@@ -66,6 +72,13 @@ static int load_index(struct rq_ckpt *c, const char *ipath, struct rq_err *err)
 	int rc = rq_read_whole(ipath, &text, &len);
 	if (rc)
 		return rq_errf(err, rc, "%s: cannot read: %s", ipath, strerror(-rc));
+	return parse_index(c, text, len, ipath, err);   /* frees text */
+}
+
+static int parse_index(struct rq_ckpt *c, char *text, size_t len, const char *ipath,
+                       struct rq_err *err)
+{
+	int rc = 0;
 	cJSON *wm, *j = jt_index_parse(text, len, ipath, &wm, err);
 	if (!j)
 		return err ? err->code : -EPROTO;
@@ -183,6 +196,67 @@ fail:
 	return rc;
 }
 
+static long reader_find(const struct rq_src_reader *r, const char *name)
+{
+	for (size_t i = 0; i < r->nfiles; i++)
+		if (!strcmp(r->files[i].name, name))
+			return (long)i;
+	return -1;
+}
+
+int rq_ckpt_open_reader(const struct rq_src_reader *r, struct rq_ckpt **out, struct rq_err *err)
+{
+	struct rq_ckpt *c = calloc(1, sizeof *c);
+	if (!c || !(c->dir = strdup(r->label))) {
+		free(c);
+		return -ENOMEM;
+	}
+	c->rd = r;
+	int rc = 0;
+	long ix = reader_find(r, "model.safetensors.index.json");
+	if (ix >= 0) {
+		const struct rq_src_entry *e = &r->files[ix];
+		char ipath[4096];
+		snprintf(ipath, sizeof ipath, "%s/%s", r->label, e->name);
+		char *text = e->size < (256u << 20) ? malloc(e->size + 1) : NULL;
+		if (!text)
+			rc = e->size < (256u << 20) ? -ENOMEM : rq_errf(err, -EFBIG, "%s: too large",
+			                                               ipath);
+		else if ((rc = r->read(r->ctx, (size_t)ix, 0, e->size, text, err)))
+			free(text);
+		else
+			rc = parse_index(c, text, e->size, ipath, err);   /* frees text */
+	} else {
+		for (size_t i = 0; i < r->nfiles && !rc; i++) {
+			size_t l = strlen(r->files[i].name);
+			char p[4096];
+			snprintf(p, sizeof p, "%s/%s", r->label, r->files[i].name);
+			if (l > 12 && !strcmp(r->files[i].name + l - 12, ".safetensors") &&
+			    add_shard(c, p) < 0)
+				rc = -ENOMEM;
+		}
+		if (!rc && !c->nshards)
+			rc = rq_errf(err, -ENOENT, "%s: no *.safetensors files and no "
+			             "model.safetensors.index.json", r->label);
+	}
+	if (!rc && !(c->ridx = calloc(c->nshards ? c->nshards : 1, sizeof *c->ridx)))
+		rc = -ENOMEM;
+	for (size_t s = 0; !rc && s < c->nshards; s++) {
+		long k = reader_find(r, c->shard_path[s] + strlen(r->label) + 1);
+		if (k < 0)
+			rc = rq_errf(err, -EIO, "shard %s is missing, though "
+			             "model.safetensors.index.json names it", c->shard_path[s]);
+		else
+			c->ridx[s] = (size_t)k;
+	}
+	if (rc) {
+		rq_ckpt_close(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
 void rq_ckpt_close(struct rq_ckpt *c)
 {
 	if (!c)
@@ -196,6 +270,7 @@ void rq_ckpt_close(struct rq_ckpt *c)
 	free(c->map);
 	free(c->shard_path);
 	free(c->hdr);
+	free(c->ridx);
 	free(c->dir);
 	free(c);
 }
@@ -211,6 +286,31 @@ static int header(struct rq_ckpt *c, int s, struct rq_err *err)
 {
 	if (c->hdr[s])
 		return 0;
+	if (c->rd) {          /* 8-byte length + header, two range reads */
+		const struct rq_src_entry *e = &c->rd->files[c->ridx[s]];
+		uint8_t n8[8];
+		if (e->size < 8)
+			return rq_errf(err, -EPROTO, "%s: too short for a safetensors file",
+			               c->shard_path[s]);
+		int rc = c->rd->read(c->rd->ctx, c->ridx[s], 0, 8, n8, err);
+		uint64_t n = 0;
+		for (int i = 7; i >= 0; i--)
+			n = n << 8 | n8[i];
+		if (!rc && (n > (100ull << 20) || n > e->size - 8))
+			return rq_errf(err, -EPROTO, "%s: header length %llu does not fit the file; not a "
+			               "safetensors file", c->shard_path[s], (unsigned long long)n);
+		uint8_t *b = rc ? NULL : malloc(8 + n);
+		if (!rc && !b)
+			return -ENOMEM;
+		if (!rc) {
+			memcpy(b, n8, 8);
+			rc = n ? c->rd->read(c->rd->ctx, c->ridx[s], 8, n, b + 8, err) : 0;
+		}
+		if (!rc)
+			rc = st_parse_mem(b, 8 + n, e->size, c->shard_path[s], &c->hdr[s], err);
+		free(b);
+		return rc;
+	}
 	if (access(c->shard_path[s], F_OK) < 0)
 		return rq_errf(err, -EIO, "shard %s is missing (%s)%s", c->shard_path[s],
 		               strerror(errno), c->map ? ", though model.safetensors.index.json "
@@ -263,6 +363,13 @@ int rq_ckpt_pread(struct rq_ckpt *c, int shard, const struct st_tensor *t, uint6
 	const char *path = c->shard_path[shard];
 	if (at + len > t->end - t->begin)
 		return rq_errf(err, -EINVAL, "%s: read past the end of %s", path, t->name);
+	if (c->rd) {
+		int rc = len ? c->rd->read(c->rd->ctx, c->ridx[shard], c->hdr[shard]->data_start +
+		                           t->begin + at, len, buf, err) : 0;
+		if (rc)
+			rq_err_prefix(err, "reading %s", t->name);
+		return rc;
+	}
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return rq_errf(err, -errno, "%s: %s", path, strerror(errno));

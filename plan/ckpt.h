@@ -16,6 +16,11 @@ struct rq_ckpt;
 int rq_read_whole(const char *path, char **out, size_t *len);
 
 int rq_ckpt_open(const char *path, struct rq_ckpt **out, struct rq_err *err);
+/* The same on a remote SRC (hf://): the index, headers and tensors read
+ * through r (plan.h's source reader), which must outlive the checkpoint. */
+struct rq_src_reader;
+int rq_ckpt_open_reader(const struct rq_src_reader *r, struct rq_ckpt **out,
+                        struct rq_err *err);
 void rq_ckpt_close(struct rq_ckpt *c);
 
 /* Finds a tensor. -ENOENT when the checkpoint has no such tensor; other

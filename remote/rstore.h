@@ -78,6 +78,7 @@ void rq_rs_drop(struct rq_rs *s, size_t i);
 struct rq_rs_stats {
 	uint64_t fetched_bytes, fetched_chunks, cached_hits, retries, failures, refetches;
 	uint64_t bytes_on_disk;
+	uint64_t mem_peak;         /* the most bytes of chunk buffers held at once (<= mem_max) */
 };
 void rq_rs_stats(struct rq_rs *s, struct rq_rs_stats *out);
 

@@ -353,7 +353,12 @@ static void usage(FILE *f)
 	"  --scheme S      nvfp4a16, fp8-dynamic, w8a16, w4a16 or all: instead of the\n"
 	"                  above, (a) only, on a `mkckpt --real-dims --dense` checkpoint\n"
 	"                  (WORK/src-dense) mounted and exported with --scheme S, each\n"
-	"                  scheme against its own export; a table with the >= 0.9 bar\n");
+	"                  scheme against its own export; a table with the >= 0.9 bar\n"
+	"  --remote        instead: an hf:// mount of the checkpoint (default 2 experts)\n"
+	"                  served by a local HTTP server with the hub's layout: cold\n"
+	"                  reads vs curl of the SRC files from the same server (bar\n"
+	"                  >= 0.9), warm (after `warm`) vs native reads of the export\n"
+	"                  (bar >= 0.95)\n");
 }
 
 /* Figures, seconds (best of reps); [k]: 0 passthrough auto, 1 off. */
@@ -375,14 +380,14 @@ void bm_keep_min(double *best, double t)
 
 /* Options into b; -1 to go on, else the exit code. */
 static int parse_args(int argc, char **argv, struct bm *b, const char **dir, int *experts,
-                      int *keep, const char **scheme)
+                      int *keep, const char **scheme, int *remote)
 {
 	static const struct option lo[] = {
 		{"dir", required_argument, 0, 'd'}, {"experts", required_argument, 0, 'e'},
 		{"device", required_argument, 0, 'D'}, {"reps", required_argument, 0, 'r'},
 		{"readahead", required_argument, 0, 'a'}, {"keep", no_argument, 0, 'k'},
 		{"procs", required_argument, 0, 'P'}, {"scheme", required_argument, 0, 'S'},
-		{"threads", required_argument, 0, 't'},
+		{"threads", required_argument, 0, 't'}, {"remote", no_argument, 0, 'R'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	int c;
 	optind = 1;
@@ -399,6 +404,7 @@ static int parse_args(int argc, char **argv, struct bm *b, const char **dir, int
 		case 'P': b->procs = atoi(optarg); break;
 		case 'S': *scheme = optarg; break;
 		case 't': b->threads = atoi(optarg); break;
+		case 'R': *remote = 1; break;
 		default:
 			usage(stderr);
 			return cli_fail(2, "bench", "mount: unknown option '%s'", argv[optind - 1]);
@@ -696,16 +702,16 @@ int bench_mount(int argc, char **argv)
 {
 	struct bm b = {.device = "auto", .reps = 3, .readahead = 8192, .procs = 4};
 	const char *dir = NULL, *scheme = NULL;
-	int experts = 0, keep = 0;
-	int rc = parse_args(argc, argv, &b, &dir, &experts, &keep, &scheme);
+	int experts = 0, keep = 0, remote = 0;
+	int rc = parse_args(argc, argv, &b, &dir, &experts, &keep, &scheme, &remote);
 	if (rc >= 0)
 		return rc;
 	if ((rc = set_paths(&b, dir, &keep)) >= 0)
 		return rc;
 	if (!(b.buf = malloc(CHUNK)))
 		return cli_fail(1, "bench", "out of memory");
-	if (scheme) {
-		rc = bench_mount_scheme(&b, scheme, experts);
+	if (scheme || remote) {
+		rc = remote ? bench_mount_remote(&b, experts) : bench_mount_scheme(&b, scheme, experts);
 		free(b.buf);
 		if (!keep)
 			bm_rm_rf(b.work);

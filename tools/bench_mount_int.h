@@ -59,4 +59,7 @@ int bm_measure_cold(struct bm *b, struct rq_plan *p, struct rq_quantizer *q,
  * made; the exit code. */
 int bench_mount_scheme(struct bm *b, const char *scheme, int experts);
 
+/* `bench mount --remote` (bench_mount_remote.c): b set up; the exit code. */
+int bench_mount_remote(struct bm *b, int experts);
+
 #endif

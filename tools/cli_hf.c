@@ -1,6 +1,6 @@
 /* cli_hf.c — hf://ORG/NAME[@REV] as a SRC: model API, pinned commit, range reads. */
 #include "tools/cli_hf.h"
-#include "tools/sha256.h"
+#include "base/sha256.h"
 #include "base/err.h"
 #include "hub/hub.h"
 #include "offline/calib.h"
@@ -8,9 +8,12 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define INFO_MAX (64u << 20)   /* the model API's JSON: a few KB per file */
@@ -24,6 +27,7 @@ struct cli_hf {
 	size_t n, skipped;
 	uint64_t kept;            /* bytes in whole[] */
 	struct rq_src_entry *e;   /* [n]; names and sha256 owned */
+	char **blob;              /* [n]: git blob ids ("blobId"), or NULL */
 	char **whole;             /* [n]: a small file read whole (checked), kept: the plan
 	                             reads the index twice and must not fetch it twice */
 	struct rq_src_reader rd;
@@ -49,6 +53,9 @@ static int hf_read(void *ctx, size_t i, uint64_t off, uint64_t len, void *buf,
 {
 	struct cli_hf *s = ctx;
 	const struct rq_src_entry *e = &s->e[i];
+	if (!s->hub)
+		return rq_errf(err, -ENETUNREACH, "%s/%s: HF_HUB_OFFLINE=1: not read", s->label,
+		               e->name);
 	int whole = off == 0 && len == e->size;
 	if (whole && s->whole[i]) {
 		memcpy(buf, s->whole[i], len);
@@ -105,6 +112,7 @@ static int parse_info(struct cli_hf *s, const char *text, size_t len, struct rq_
 	memcpy(s->commit, sha->valuestring, 41);
 	size_t cap = (size_t)cJSON_GetArraySize(sib);
 	if (!(s->e = calloc(cap ? cap : 1, sizeof *s->e)) ||
+	    !(s->blob = calloc(cap ? cap : 1, sizeof *s->blob)) ||
 	    !(s->whole = calloc(cap ? cap : 1, sizeof *s->whole))) {
 		rc = -ENOMEM;
 		goto out;
@@ -114,6 +122,7 @@ static int parse_info(struct cli_hf *s, const char *text, size_t len, struct rq_
 		const cJSON *nm = cJSON_GetObjectItemCaseSensitive(f, "rfilename");
 		const cJSON *sz = cJSON_GetObjectItemCaseSensitive(f, "size");
 		const cJSON *lfs = cJSON_GetObjectItemCaseSensitive(f, "lfs");
+		const cJSON *bid = cJSON_GetObjectItemCaseSensitive(f, "blobId");
 		const cJSON *h = lfs ? cJSON_GetObjectItemCaseSensitive(lfs, "sha256") : NULL;
 		if (!cJSON_IsString(nm) || !*nm->valuestring) {
 			rc = rq_errf(err, -EPROTO, "hf://%s@%s: a sibling without \"rfilename\"", s->repo,
@@ -137,6 +146,11 @@ static int parse_info(struct cli_hf *s, const char *text, size_t len, struct rq_
 		}
 		e->size = (uint64_t)sz->valuedouble;
 		s->n++;
+		if (cJSON_IsString(bid) && is_hex(bid->valuestring, 40) &&
+		    !(s->blob[s->n - 1] = strdup(bid->valuestring))) {
+			rc = -ENOMEM;
+			goto out;
+		}
 		if (h && !(cJSON_IsString(h) && is_hex(h->valuestring, 64))) {
 			rc = rq_errf(err, -EPROTO, "hf://%s@%s: %s: lfs.sha256 is not 64 hex digits",
 			             s->repo, s->commit, e->name);
@@ -152,7 +166,163 @@ out:
 	return rc;
 }
 
+/* ---- the model API's answers kept per commit (offline) -------------------
+ * <cache>/hf/models--ORG--NAME/info/<commit>.json   the answer, as received
+ * <cache>/hf/models--ORG--NAME/refs/<REV>           the commit REV named when
+ *                                                   last asked ('/' -> %2F)
+ * as huggingface_hub's refs/: HF_HUB_OFFLINE=1 resolves REV as last seen. */
+
+int cli_hf_offline(void)
+{
+	const char *v = getenv("HF_HUB_OFFLINE");
+	return v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") ||
+	             !strcasecmp(v, "on"));
+}
+
+static char *repo_dir(const char *cache_dir, const char *repo)
+{
+	const char *slash = strchr(repo, '/');
+	char *d = NULL;
+	if (!slash || asprintf(&d, "%s/hf/models--%.*s--%s", cache_dir, (int)(slash - repo), repo,
+	                       slash + 1) < 0)
+		return NULL;
+	return d;
+}
+
+static char *ref_name(const char *rev)
+{
+	char *r = malloc(strlen(rev) * 3 + 1), *o = r;
+	for (; r && *rev; rev++)
+		o += *rev == '/' || *rev == '%' ? sprintf(o, "%%%02X", *rev) : (*o = *rev, 1);
+	if (r)
+		*o = 0;
+	return r;
+}
+
+static int mkdirs(char *path)
+{
+	for (char *p = path + 1; *p; p++)
+		if (*p == '/') {
+			*p = 0;
+			int r = mkdir(path, 0755);
+			*p = '/';
+			if (r && errno != EEXIST)
+				return -errno;
+		}
+	return mkdir(path, 0755) && errno != EEXIST ? -errno : 0;
+}
+
+/* Writes text to path through a temporary file and rename(2). */
+static int put_file(const char *path, const char *text, size_t len)
+{
+	char *tmp = NULL;
+	if (asprintf(&tmp, "%s.tmp.%d", path, (int)getpid()) < 0)
+		return -ENOMEM;
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), rc = 0;
+	if (fd < 0)
+		rc = -errno;
+	else if (write(fd, text, len) != (ssize_t)len)
+		rc = -EIO;
+	if (fd >= 0 && close(fd) && !rc)
+		rc = -errno;
+	if (!rc && rename(tmp, path))
+		rc = -errno;
+	if (rc)
+		unlink(tmp);
+	free(tmp);
+	return rc;
+}
+
+static int get_file(const char *path, char **text, size_t *len)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	char *b = malloc(INFO_MAX + 1);
+	size_t n = b ? fread(b, 1, INFO_MAX, f) : 0;
+	fclose(f);
+	if (!b)
+		return -ENOMEM;
+	b[n] = 0;
+	*text = b;
+	*len = n;
+	return 0;
+}
+
+/* Keeps the answer for commit and refs/REV -> commit; a failure only costs
+ * the offline use of this revision (not an error of the mount). */
+static void keep_info(const struct cli_hf *s, const char *cache_dir, const char *text,
+                      size_t len)
+{
+	char *d = repo_dir(cache_dir, s->repo), *ref = ref_name(s->rev), *p = NULL;
+	if (!d || !ref)
+		goto out;
+	if (asprintf(&p, "%s/info", d) >= 0 && !mkdirs(p)) {
+		free(p);
+		if (asprintf(&p, "%s/info/%s.json", d, s->commit) >= 0)
+			put_file(p, text, len);
+	}
+	free(p);
+	p = NULL;
+	if (strcmp(s->rev, s->commit) && asprintf(&p, "%s/refs", d) >= 0 && !mkdirs(p)) {
+		free(p);
+		if (asprintf(&p, "%s/refs/%s", d, ref) >= 0)
+			put_file(p, s->commit, 40);
+	}
+out:
+	free(p);
+	free(ref);
+	free(d);
+}
+
+/* HF_HUB_OFFLINE=1: the answer kept for REV's commit. */
+static int cached_info(struct cli_hf *s, const char *spec, const char *cache_dir, char **text,
+                       size_t *len, struct rq_err *err)
+{
+	char *d = repo_dir(cache_dir, s->repo), *ref = ref_name(s->rev), *p = NULL, *c = NULL;
+	char commit[41] = "";
+	size_t cl = 0;
+	int rc = !d || !ref ? -ENOMEM : 0;
+	if (!rc && is_hex(s->rev, 40)) {
+		memcpy(commit, s->rev, 41);
+	} else if (!rc && asprintf(&p, "%s/refs/%s", d, ref) >= 0 && !get_file(p, &c, &cl) &&
+	           cl >= 40) {
+		memcpy(commit, c, 40);
+		commit[40] = 0;
+	}
+	if (!rc && !is_hex(commit, 40))
+		rc = rq_errf(err, -ENETUNREACH, "%s: HF_HUB_OFFLINE=1 and revision '%s' was never "
+		             "resolved with cache %s (no %s/refs/%s): mount it once online, or "
+		             "give the commit", spec, s->rev, cache_dir, d, ref);
+	free(p);
+	p = NULL;
+	if (!rc && (asprintf(&p, "%s/info/%s.json", d, commit) < 0 || get_file(p, text, len)))
+		rc = rq_errf(err, -ENETUNREACH, "%s: HF_HUB_OFFLINE=1 and commit %s was never seen "
+		             "with cache %s (no %s): mount it once online", spec, commit, cache_dir,
+		             p ? p : "info");
+	free(p);
+	free(c);
+	free(ref);
+	free(d);
+	return rc;
+}
+
+static int hf_open(const char *spec, const char *endpoint, const char *cache_dir,
+                   struct cli_hf **out, struct rq_err *err);
+
 int cli_hf_open(const char *spec, const char *endpoint, struct cli_hf **out, struct rq_err *err)
+{
+	return hf_open(spec, endpoint, NULL, out, err);
+}
+
+int cli_hf_open_cached(const char *spec, const char *endpoint, const char *cache_dir,
+                       struct cli_hf **out, struct rq_err *err)
+{
+	return hf_open(spec, endpoint, cache_dir, out, err);
+}
+
+static int hf_open(const char *spec, const char *endpoint, const char *cache_dir,
+                   struct cli_hf **out, struct rq_err *err)
 {
 	if (!cli_hf_is(spec) || !rq_hub_is_repo_id(spec + 5))
 		return rq_errf(err, -EINVAL, "%s: expected hf://ORG/NAME[@REV] (REV: a branch, tag "
@@ -165,8 +335,13 @@ int cli_hf_open(const char *spec, const char *endpoint, struct cli_hf **out, str
 	s->rev = strdup(at ? at + 1 : "main");
 	char *text = NULL;
 	size_t len = 0;
-	int rc = !s->repo || !s->rev ? -ENOMEM : rq_hub_open(endpoint, &s->hub, err);
-	if (!rc) {
+	int offline = cache_dir && cli_hf_offline();
+	int rc = !s->repo || !s->rev ? -ENOMEM : 0;
+	if (!rc && offline)
+		rc = cached_info(s, spec, cache_dir, &text, &len, err);
+	else if (!rc)
+		rc = rq_hub_open(endpoint, &s->hub, err);
+	if (!rc && !offline) {
 		rc = rq_hub_fetch_model_info(s->hub, s->repo, s->rev, INFO_MAX, &text, &len, err);
 		if (rc == -ENOENT)
 			rq_err_prefix(err, "%s: no such repository or revision (model API)", spec);
@@ -175,6 +350,8 @@ int cli_hf_open(const char *spec, const char *endpoint, struct cli_hf **out, str
 	}
 	if (!rc)
 		rc = parse_info(s, text, len, err);
+	if (!rc && cache_dir && !offline)
+		keep_info(s, cache_dir, text, len);
 	free(text);
 	if (!rc) {
 		size_t l = strlen(s->repo) + 48;
@@ -201,7 +378,9 @@ void cli_hf_close(struct cli_hf *s)
 		free((char *)s->e[i].name);
 		free((char *)s->e[i].sha256);
 		free(s->whole[i]);
+		free(s->blob[i]);
 	}
+	free(s->blob);
 	free(s->whole);
 	free(s->e);
 	rq_hub_close(s->hub);
@@ -221,6 +400,16 @@ const char *cli_hf_commit(const struct cli_hf *s)
 	return s->commit;
 }
 
+const char *cli_hf_repo(const struct cli_hf *s)
+{
+	return s->repo;
+}
+
+const char *cli_hf_blob_id(const struct cli_hf *s, size_t i)
+{
+	return s->blob[i];
+}
+
 size_t cli_hf_skipped(const struct cli_hf *s)
 {
 	return s->skipped;
@@ -228,8 +417,9 @@ size_t cli_hf_skipped(const struct cli_hf *s)
 
 void cli_hf_traffic(const struct cli_hf *s, uint64_t *requests, uint64_t *bytes)
 {
-	struct rq_hub_stats st;
-	rq_hub_get_stats(s->hub, &st);
+	struct rq_hub_stats st = {0};
+	if (s->hub)
+		rq_hub_get_stats(s->hub, &st);
 	*requests = st.requests;
 	*bytes = st.bytes;
 }

@@ -19,10 +19,22 @@ int cli_hf_is(const char *s);
  * repo or revision), -EACCES (gated/private: the message says what to do),
  * -EPROTO (an answer not shaped like the hub's), -EIO, -ENOMEM. */
 int cli_hf_open(const char *spec, const char *endpoint, struct cli_hf **out, struct rq_err *err);
+/* cli_hf_open keeping the model API's answer per commit, and REV -> commit,
+ * under <cache_dir>/hf/ (as huggingface_hub's refs/); with HF_HUB_OFFLINE=1
+ * it connects to nothing and answers from there (-ENETUNREACH, saying what
+ * to do, for a revision never seen). Reads then fail: the caller reads
+ * through its chunk store. */
+int cli_hf_open_cached(const char *spec, const char *endpoint, const char *cache_dir,
+                       struct cli_hf **out, struct rq_err *err);
+/* 1 when $HF_HUB_OFFLINE is 1, true, yes or on (huggingface_hub's values). */
+int cli_hf_offline(void);
 void cli_hf_close(struct cli_hf *s);
 
 const struct rq_src_reader *cli_hf_reader(const struct cli_hf *s);
 const char *cli_hf_commit(const struct cli_hf *s);   /* 40 hex */
+const char *cli_hf_repo(const struct cli_hf *s);     /* ORG/NAME */
+/* The git blob id of file i of the reader (40 hex), or NULL. */
+const char *cli_hf_blob_id(const struct cli_hf *s, size_t i);
 /* Files the repo lists but SRC leaves out (in a subdirectory). */
 size_t cli_hf_skipped(const struct cli_hf *s);
 /* HTTP requests made and body bytes received so far (the API call included). */

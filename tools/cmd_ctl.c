@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -168,6 +169,19 @@ int cmd_status(int argc, char **argv)
 		printf("requantfs mount %s (daemon pid %.0f, up %.0f s)\n", str(j, "mountpoint"),
 		       num(j, "pid"), num(j, "uptime_s"));
 		printf("  source      %s\n", str(j, "src"));
+		const cJSON *rj = cJSON_GetObjectItemCaseSensitive(j, "remote");
+		if (rj) {     /* hf://: what the chunk store fetched and keeps */
+			const cJSON *pend = cJSON_GetObjectItemCaseSensitive(j, "remote_pending");
+			char fb[32], db[32];
+			cli_human_bytes(num(rj, "fetched_bytes"), fb, sizeof fb);
+			cli_human_bytes(num(rj, "bytes_on_disk"), db, sizeof db);
+			printf("  remote      fetched %s in %.0f chunks, %.0f chunk hits, %.0f retries, "
+			       "%.0f failures, %.0f read errors; %s of chunks on disk; %d files identical "
+			       "to SRC not yet assembled (`requantfs warm` fetches them)\n", fb,
+			       num(rj, "fetched_chunks"), num(rj, "cached_hits"), num(rj, "retries"),
+			       num(rj, "failures"), num(rj, "read_errors"), db,
+			       cJSON_IsArray(pend) ? cJSON_GetArraySize(pend) : 0);
+		}
 		const char *sch = str(j, "scheme");    /* "" from a daemon before --scheme */
 		if (!sch[0] || (!strcmp(sch, "nvfp4") && str(j, "dropped_rule")[0]))
 			printf("  scheme      Laguna fix (nvfp4, recipe %s v%.0f), dropped ignore rule %s\n",
@@ -234,6 +248,9 @@ struct warm {
 	const char *mnt;
 	long njobs;
 	atomic_long next;
+	char **files;         /* remote SRC: files identical to SRC not assembled yet, */
+	long nfiles;          /* read whole through the mount after the jobs */
+	atomic_long next_file;
 	atomic_long failed, done;
 	struct cli_progress *prog;
 	pthread_mutex_t mu;
@@ -270,7 +287,60 @@ static void *warm_thread(void *arg)
 		atomic_fetch_add(&w->done, 1);
 		cli_progress_add(w->prog, (unsigned long long)nmod, in);
 	}
+	/* remote SRC: a file read whole through the mount is fetched whole, and
+	 * the store assembles and verifies it (then it passes through) */
+	char *buf = w->nfiles ? malloc(1 << 20) : NULL;
+	for (;;) {
+		long f = atomic_fetch_add(&w->next_file, 1);
+		if (f >= w->nfiles || !buf)
+			break;
+		char path[4096];
+		snprintf(path, sizeof path, "%s/%s", w->mnt, w->files[f]);
+		int fd = open(path, O_RDONLY | O_CLOEXEC), e = 0;
+		ssize_t r = 0;
+		if (fd < 0)
+			e = errno;
+		while (fd >= 0 && (r = read(fd, buf, 1 << 20)) > 0)
+			cli_progress_add(w->prog, 0, (unsigned long long)r);
+		if (fd >= 0 && r < 0)
+			e = errno;
+		if (fd >= 0)
+			close(fd);
+		if (e) {
+			atomic_fetch_add(&w->failed, 1);
+			pthread_mutex_lock(&w->mu);
+			if (!w->first_err[0])
+				snprintf(w->first_err, sizeof w->first_err, "%s: %s", w->files[f],
+				         strerror(e));
+			pthread_mutex_unlock(&w->mu);
+		} else {
+			cli_progress_add(w->prog, 1, 0);
+		}
+	}
+	free(buf);
 	return NULL;
+}
+
+/* Remote SRC (status "remote_pending"): the files to read whole; their
+ * bytes. */
+static unsigned long long remote_files(const cJSON *st, const char *mnt, struct warm *w)
+{
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(st, "remote_pending"), *e;
+	unsigned long long bytes = 0;
+	long n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 0;
+	if (!n || !(w->files = calloc((size_t)n, sizeof *w->files)))
+		return 0;
+	cJSON_ArrayForEach(e, a) {
+		char path[4096];
+		struct stat sb;
+		if (!cJSON_IsString(e) || !(w->files[w->nfiles] = strdup(e->valuestring)))
+			continue;
+		snprintf(path, sizeof path, "%s/%s", mnt, e->valuestring);
+		if (!stat(path, &sb))
+			bytes += (unsigned long long)sb.st_size;
+		w->nfiles++;
+	}
+	return bytes;
 }
 
 int cmd_warm(int argc, char **argv)
@@ -316,13 +386,20 @@ int cmd_warm(int argc, char **argv)
 	pthread_mutex_init(&w.mu, NULL);
 	unsigned long long mods = (unsigned long long)num(st, "modules_total");
 	unsigned long long bytes = (unsigned long long)num(st, "in_bytes_total");
+	int remote = cJSON_GetObjectItemCaseSensitive(st, "remote") != NULL;
+	double fetched0 = 0;
+	if (remote) {     /* one bar: the modules and the remote files; bytes fetched */
+		bytes += remote_files(st, mnt, &w);
+		mods += (unsigned long long)w.nfiles;
+		fetched0 = num(cJSON_GetObjectItemCaseSensitive(st, "remote"), "fetched_bytes");
+	}
 	cJSON_Delete(st);
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	w.prog = cli_progress_start("warm", mods, bytes, force);
 	pthread_t th[256];
 	int nt = 0;
-	for (int i = 0; i < par && i < w.njobs; i++)
+	for (int i = 0; i < par && i < w.njobs + w.nfiles; i++)
 		if (!pthread_create(&th[nt], NULL, warm_thread, &w))
 			nt++;
 	for (int i = 0; i < nt; i++)
@@ -330,11 +407,15 @@ int cmd_warm(int argc, char **argv)
 	cli_progress_end(w.prog);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double dt = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-	if (nt == 0 && w.njobs > 0)
+	for (long f = 0; f < w.nfiles; f++)
+		free(w.files[f]);
+	free(w.files);
+	if (nt == 0 && w.njobs + w.nfiles > 0)
 		return cli_fail(1, "warm", "cannot start threads");
 	if (atomic_load(&w.failed))
-		return cli_fail(1, "warm", "%ld of %ld jobs failed (first: %s); see the mount's log",
-		                (long)atomic_load(&w.failed), w.njobs, w.first_err);
+		return cli_fail(1, "warm", "%ld of %ld jobs and files failed (first: %s); see the "
+		                "mount's log", (long)atomic_load(&w.failed), w.njobs + w.nfiles,
+		                w.first_err);
 	st = get_status("warm", mnt, NULL, &rc);
 	if (!st)
 		return rc;
@@ -356,6 +437,16 @@ int cmd_warm(int argc, char **argv)
 			if (!(st = get_status("warm", mnt, NULL, &rc)))
 				return rc;
 		}
+	}
+	if (remote) {
+		const cJSON *r = cJSON_GetObjectItemCaseSensitive(st, "remote");
+		const cJSON *pend = cJSON_GetObjectItemCaseSensitive(st, "remote_pending");
+		char fb[32];
+		cli_human_bytes(num(r, "fetched_bytes") - fetched0, fb, sizeof fb);
+		printf("requantfs warm: fetched %s from %s (%.0f MB/s); %d remote files not "
+		       "assembled\n", fb, str(st, "src"),
+		       dt > 0 ? (num(r, "fetched_bytes") - fetched0) / dt / 1e6 : 0.0,
+		       cJSON_IsArray(pend) ? cJSON_GetArraySize(pend) : -1);
 	}
 	double cached = num(st, "jobs_cached"), inmem = num(st, "jobs_in_memory");
 	double f_pt = num(st, "files_passthrough"), f_pend = num(st, "files_pending");

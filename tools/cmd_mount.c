@@ -16,6 +16,8 @@
  * the rest goes to libfuse (allow_other, noatime, ...). */
 #include "tools/cli.h"
 #include "tools/cli_scheme.h"
+#include "tools/cli_hf.h"
+#include "tools/mount_hf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,10 +43,18 @@ static void mount_usage(FILE *f)
 	fprintf(f,
 	"usage: requantfs mount SRC MNT --calib CALIB [options]\n"
 	"       requantfs mount SRC MNT --scheme S [--targets T]... [--ignore I]... [options]\n\n"
-	"Presents SRC (a checkpoint directory, a hub snapshot, or a hub repo id\n"
-	"ORG/NAME[@REV] found in the local hub cache) at MNT as the requantized\n"
-	"checkpoint. Modules are quantized on first read and kept in the cache.\n\n"
+	"Presents SRC (a checkpoint directory, a hub snapshot, a hub repo id\n"
+	"ORG/NAME[@REV] found in the local hub cache, or hf://ORG/NAME[@REV] read\n"
+	"straight from the hub) at MNT as the requantized checkpoint. Modules are\n"
+	"quantized on first read and kept in the cache.\n\n"
 	"  --calib CALIB          07-22 checkpoint directory or `calib extract` file (required)\n"
+	"  --endpoint URL         for hf://: the hub or a mirror with its resolve layout\n"
+	"                         (default $HF_ENDPOINT, else https://huggingface.co);\n"
+	"                         the token: $HF_TOKEN or huggingface_hub's token file.\n"
+	"                         hf:// SRC: the revision is pinned to its commit; files\n"
+	"                         are fetched by range as read, kept as chunks in the\n"
+	"                         cache (a requantized weight's BF16: never kept);\n"
+	"                         HF_HUB_OFFLINE=1 serves what the cache holds\n"
 	"  --cache DIR            cache directory (default $XDG_CACHE_HOME/requantfs,\n"
 	"                         else ~/.cache/requantfs)\n"
 	"  --device D             auto (default), cpu, cuda, cuda:N\n"
@@ -131,6 +141,7 @@ struct report {
 	int fd;           /* pipe to the waiting parent, -1 in the foreground */
 	int quiet_stdio;  /* redirect stdio to /dev/null once ready */
 	const char *src, *mnt;
+	const char *endpoint;   /* hf:// SRC or --calib: --endpoint, or NULL */
 };
 
 static void ready_cb(void *ctx, int rc, const char *msg)
@@ -163,27 +174,44 @@ static void ready_cb(void *ctx, int rc, const char *msg)
 	}
 }
 
-static int serve(const struct rq_mount_opts *o, struct report *r)
+static int serve(const struct rq_mount_opts *opts, struct report *r)
 {
-	struct rq_mount *m;
+	struct rq_mount *m = NULL;
 	struct rq_err err = {0};
-	int rc = rq_mount_open(o, &m, &err);
+	struct rq_mount_opts o = *opts;
+	struct mount_hf *hf = NULL;
+	int rc = 0;
+	/* hf:// SRC (or --calib): here, in the daemon, after the fork: the
+	 * curl handles and the chunk store's threads must be its own */
+	if (cli_hf_is(o.src) || cli_hf_is(o.calib)) {
+		if (!cli_hf_is(o.src))
+			rc = rq_errf(&err, -EINVAL, "--calib %s: an hf:// calibration needs an hf:// "
+			             "SRC with mount (or fetch it: `requantfs calib fetch`)", o.calib);
+		else
+			rc = mount_hf_open(&o, r->endpoint, &hf, &err);
+	}
+	if (!rc)
+		rc = rq_mount_open(&o, &m, &err);
 	if (rc) {
+		mount_hf_close(hf);
 		if (r->fd >= 0) {
 			ready_cb(r, rc, err.msg);
 			return 1;
 		}
 		return cli_fail(1, "mount", "%s", err.msg);
 	}
+	mount_hf_attach(hf, m);
 	rc = rq_mount_run(m, ready_cb, r);
+	mount_hf_attach(hf, NULL);
 	rq_mount_close(m);
+	mount_hf_close(hf);
 	return rc ? 1 : 0;
 }
 
 /* ---- the command line ------------------------------------------------ */
 
 enum { O_CACHE = 256, O_DEVICE, O_THREADS, O_WORKERS,
-       O_PREFETCH, O_CACHEMAX, O_MEMMAX, O_GPUMEM, O_GPUIDLE, O_RA, O_FT, O_LOG, O_DEBUG, O_PT, O_LOGLEVEL };
+       O_PREFETCH, O_CACHEMAX, O_MEMMAX, O_GPUMEM, O_GPUIDLE, O_RA, O_FT, O_LOG, O_DEBUG, O_PT, O_LOGLEVEL, O_ENDPOINT };
 
 static const struct option mount_lo[] = {
 	CLI_SCHEME_OPTIONS, {"cache", required_argument, 0, O_CACHE},
@@ -199,12 +227,14 @@ static const struct option mount_lo[] = {
 	{"passthrough", required_argument, 0, O_PT},
 	{"fuse-threads", required_argument, 0, O_FT}, {"log", required_argument, 0, O_LOG},
 	{"log-level", required_argument, 0, O_LOGLEVEL},
+	{"endpoint", required_argument, 0, O_ENDPOINT},
 	{"debug", no_argument, 0, O_DEBUG}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 
 /* What the command line asked for; paths still as given. */
 struct mount_args {
 	struct rq_mount_opts o;
 	const char *cache, *log;
+	const char *endpoint; /* --endpoint (hf:// SRC or --calib) */
 	int fg;
 	int helper;           /* run as mount(8)'s helper: accept -s -n -v -N -t */
 	char *fuse_extra;     /* the -o words for libfuse, comma separated (owned) */
@@ -287,6 +317,7 @@ static int word_option(int c, const char *arg, struct mount_args *a)
 		return rc;
 	switch (c) {
 	case O_CACHE: a->cache = arg; break;
+	case O_ENDPOINT: a->endpoint = arg; break;
 	case O_LOG: a->log = arg; break;
 	case O_DEVICE:
 		if (rq_device_parse(arg, &kind, &index))
@@ -453,7 +484,7 @@ static int parse_args(int argc, char **argv, struct mount_args *a)
 		case CLI_O_SCHEME: case CLI_O_RECIPE: case CLI_O_TARGETS: case CLI_O_IGNORE:
 		case CLI_O_CALIB: case CLI_O_DROP: case CLI_O_RULE: case O_CACHE: case O_DEVICE:
 		case O_LOG: case O_PT:
-		case O_LOGLEVEL:
+		case O_LOGLEVEL: case O_ENDPOINT:
 			if ((rc = word_option(c, optarg, a)))
 				return rc;
 			break;
@@ -522,7 +553,7 @@ static char *state_log(void)
 }
 
 /* Forks the daemon, which serves o, and waits for its report: the exit code. */
-static int start_daemon(const struct rq_mount_opts *o)
+static int start_daemon(const struct rq_mount_opts *o, const char *endpoint)
 {
 	int pfd[2];
 	if (pipe2(pfd, O_CLOEXEC))
@@ -537,7 +568,8 @@ static int start_daemon(const struct rq_mount_opts *o)
 		if (chdir("/")) {
 			/* paths are absolute already */
 		}
-		struct report r = {.fd = pfd[1], .quiet_stdio = 1, .src = o->src, .mnt = o->mnt};
+		struct report r = {.fd = pfd[1], .quiet_stdio = 1, .src = o->src, .mnt = o->mnt,
+		                   .endpoint = endpoint};
 		_exit(serve(o, &r));
 	}
 	close(pfd[1]);
@@ -582,12 +614,19 @@ int cmd_mount(int argc, char **argv)
 	}
 	struct rq_mount_opts *o = &a.o;
 	const char *src_arg = argv[optind];    /* ORG/NAME[@REV] ids: hub cache snapshots */
-	if ((rc = cli_hub_args("mount", &src_arg, &o->calib)) >= 0) {
+	if (a.endpoint && !cli_hf_is(src_arg) && !cli_hf_is(o->calib)) {
+		args_free(&a);
+		return cli_fail(2, "mount", "--endpoint is for an hf://ORG/NAME[@REV] SRC or --calib");
+	}
+	if (!cli_hf_is(src_arg) && (rc = cli_hub_args("mount", &src_arg, &o->calib)) >= 0) {
 		args_free(&a);
 		return rc;
 	}
-	char *src = abs_path(src_arg), *mnt = abs_path(argv[optind + 1]);
-	char *calib = abs_path(o->calib), *cdir = a.cache ? abs_path(a.cache) : cli_default_cache();
+	/* hf://: resolved by the daemon (mount_hf.c), not here */
+	char *src = cli_hf_is(src_arg) ? strdup(src_arg) : abs_path(src_arg);
+	char *mnt = abs_path(argv[optind + 1]);
+	char *calib = cli_hf_is(o->calib) ? strdup(o->calib) : abs_path(o->calib);
+	char *cdir = a.cache ? abs_path(a.cache) : cli_default_cache();
 	char *logp = a.log ? abs_path(a.log) : NULL;
 	if (!a.log && !a.fg && !have_syslog()) {
 		logp = state_log();
@@ -607,10 +646,10 @@ int cmd_mount(int argc, char **argv)
 	o->log_path = logp;
 	o->log_stderr = a.fg && !logp;
 	if (a.fg) {
-		struct report r = {.fd = -1, .src = src, .mnt = mnt};
+		struct report r = {.fd = -1, .src = src, .mnt = mnt, .endpoint = a.endpoint};
 		rc = serve(o, &r);
 	} else {
-		rc = start_daemon(o);
+		rc = start_daemon(o, a.endpoint);
 	}
 out:
 	free(src);

@@ -1,5 +1,6 @@
 /* cmd_verify.c — `requantfs verify DIR --against REF [--tensors REGEX] [--source SRC]`. */
 #include "tools/cli.h"
+#include "tools/cli_hf.h"
 #include "base/err.h"
 #include "offline/export.h"
 #include "offline/verify.h"
@@ -21,8 +22,10 @@ static void usage(FILE *f)
 	"bit-exactness on the real checkpoints, e.g.\n"
 	"  requantfs verify MNT --against LAGUNA-0722 --tensors 'layers\\.4[0-7]\\.mlp\\.experts'\n"
 	"  requantfs verify SRC-0801 --against LAGUNA-0722 --tensors 'layers\\.40\\.'\n\n"
-	"DIR, REF and SRC are directories or hub repo ids ORG/NAME[@REV] in the local\n"
-	"hub cache.\n"
+	"DIR, REF and SRC are directories, hub repo ids ORG/NAME[@REV] in the local\n"
+	"hub cache, or hf://ORG/NAME[@REV] read from the hub by range (only the\n"
+	"headers and the tensors compared are fetched; --endpoint URL, $HF_ENDPOINT,\n"
+	"$HF_TOKEN as `calib fetch`).\n"
 	"  --tensors REGEX  only tensors whose name contains a match (Python re.search)\n"
 	"  --source SRC     BF16 checkpoint for the recipe diagnosis of modules that differ\n"
 	"  --quiet          print only differences and the summary\n"
@@ -104,8 +107,9 @@ int cmd_verify(int argc, char **argv)
 	static const struct option opts[] = {
 		{"against", required_argument, 0, 'a'}, {"tensors", required_argument, 0, 't'},
 		{"source", required_argument, 0, 's'}, {"quiet", no_argument, 0, 'q'},
+		{"endpoint", required_argument, 0, 'e'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	const char *ref = NULL, *regex = NULL, *source = NULL;
+	const char *ref = NULL, *regex = NULL, *source = NULL, *endpoint = NULL;
 	struct out o = {0};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -114,6 +118,7 @@ int cmd_verify(int argc, char **argv)
 		case 't': regex = optarg; break;
 		case 's': source = optarg; break;
 		case 'q': o.quiet = 1; break;
+		case 'e': endpoint = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -123,16 +128,34 @@ int cmd_verify(int argc, char **argv)
 		return 2;
 	}
 	const char *dir = argv[optind];
-	int links = check_links(dir, !ref);
+	int links = cli_hf_is(dir) ? (ref ? 0 : -2) : check_links(dir, !ref);
+	if (links == -2 && cli_hf_is(dir)) {
+		usage(stderr);
+		return cli_fail(2, "verify", "%s: give --against REF", dir);
+	}
 	if (links < 0 || !ref)
 		return links < 0 ? -links : links;
-	if ((c = cli_hub_args("verify", &dir, NULL)) >= 0 ||      /* ORG/NAME[@REV] ids */
-	    (c = cli_hub_args("verify", &ref, NULL)) >= 0 ||
-	    (c = cli_hub_args("verify", &source, NULL)) >= 0)
-		return c;
+	if ((!cli_hf_is(dir) && (c = cli_hub_args("verify", &dir, NULL)) >= 0) ||
+	    (!cli_hf_is(ref) && (c = cli_hub_args("verify", &ref, NULL)) >= 0) ||
+	    (!cli_hf_is(source) && (c = cli_hub_args("verify", &source, NULL)) >= 0))
+		return c;      /* ORG/NAME[@REV] ids */
+	if (endpoint && !cli_hf_is(dir) && !cli_hf_is(ref) && !cli_hf_is(source))
+		return cli_fail(2, "verify", "--endpoint is for an hf://ORG/NAME[@REV] argument");
 	struct rq_err err = {0};
 	struct rq_vsummary s;
-	if (rq_verify(dir, ref, source, regex, on_result, &o, &s, &err))
+	/* hf://: pinned to its commit, read through cli_hf's reader (range requests) */
+	const char *arg[3] = {dir, ref, source};
+	struct cli_hf *hf[3] = {NULL, NULL, NULL};
+	const struct rq_src_reader *rd[3] = {NULL, NULL, NULL};
+	int rc = 0;
+	for (int i = 0; i < 3 && !rc; i++)
+		if (cli_hf_is(arg[i]) && !(rc = cli_hf_open(arg[i], endpoint, &hf[i], &err)))
+			rd[i] = cli_hf_reader(hf[i]);
+	if (!rc)
+		rc = rq_verify_readers(dir, ref, source, rd, regex, on_result, &o, &s, &err);
+	for (int i = 0; i < 3; i++)
+		cli_hf_close(hf[i]);
+	if (rc)
 		return cli_fail(1, "verify", "%s", err.msg);
 	printf("summary: %llu tensors compared: %llu equal, %llu differ; %llu only in DIR, "
 	       "%llu only in REF\n", (unsigned long long)s.compared, (unsigned long long)s.equal,

@@ -26,7 +26,7 @@
 #include "base/err.h"
 #include "st/st.h"
 #include "tools/cli.h"
-#include "tools/sha256.h"
+#include "base/sha256.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* sha256.h — SHA-256 (FIPS 180-4), enough to name hub-cache blobs. */
-#ifndef RQ_TOOLS_SHA256_H
-#define RQ_TOOLS_SHA256_H
+#ifndef RQ_BASE_SHA256_H
+#define RQ_BASE_SHA256_H
 
 #include <stddef.h>
 #include <stdint.h>

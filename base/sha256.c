@@ -1,5 +1,5 @@
 /* sha256.c — SHA-256 (FIPS 180-4), straight from the standard. */
-#include "tools/sha256.h"
+#include "base/sha256.h"
 
 #include <errno.h>
 #include <fcntl.h>

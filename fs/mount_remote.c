@@ -1,0 +1,310 @@
+/* mount_remote.c — a remote SRC (hf://ORG/NAME@<commit>, issue 20) read
+ * through the chunk store (remote/rstore.h), which the CLI opens in the
+ * daemon after the fork and the mount borrows. A leaf.
+ *
+ *  - The plan and the jobs read SRC through m->rreader (plan.h's source
+ *    reader). While the plan is built: a whole small file (config, index)
+ *    is read through the store and kept (a file smaller than a chunk is one
+ *    chunk, fetched exactly); a shard's header is not: a 16 MiB chunk per
+ *    shard would turn Laguna's mount into a download. The first 8 + N bytes
+ *    of a shard (its head) are fetched exactly (RQ_RS_NOKEEP) once and kept
+ *    under <cache>/hf/heads/<LFS sha256>-<size>.head, their own SHA-256
+ *    appended (a damaged head is refetched), so a mount fetches headers
+ *    only, and a second mount (or HF_HUB_OFFLINE=1) nothing. Once the plan
+ *    is built the reader serves only jobs, whose BF16 inputs are fetched
+ *    and not stored (RQ_RS_NOKEEP): only their quantized output is cached.
+ *  - SRC segments (mount_seg.c's REMOTE source) read through the store into
+ *    the read's own buffer until the store names the file's assembled,
+ *    verified copy (rq_rs_path); from then on that file is served like a
+ *    local SRC file: spliced, or by passthrough (mount_open.c).
+ *  - A commit never changes: there is no identity to re-check (mount_src.c).
+ *  - A failed read (faults after the store's retries, offline and never
+ *    fetched) answers EIO with a log line naming the file and range. */
+#include "fs/mount_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "base/sha256.h"
+#include "remote/rstore.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define HEAD_MAX (100ull << 20)   /* safetensors' own limit on N */
+
+static char *head_path(const struct rq_mount *m, size_t i)
+{
+	const struct rq_src_entry *e = &m->o.rfiles[i];
+	char *p = NULL;
+	if (!e->sha256 || asprintf(&p, "%s/hf/heads/%s-%llu.head", m->cache_dir, e->sha256,
+	                           (unsigned long long)e->size) < 0)
+		return NULL;
+	return p;
+}
+
+/* The head kept in the cache: 8 + N bytes then their SHA-256. 0 or -1. */
+static int head_load(struct rq_mount *m, size_t i, const char *path)
+{
+	FILE *f = path ? fopen(path, "re") : NULL;
+	if (!f)
+		return -1;
+	uint8_t n8[8];
+	uint64_t n = 0;
+	int ok = fread(n8, 1, 8, f) == 8;
+	for (int k = 7; k >= 0; k--)
+		n = n << 8 | n8[k];
+	uint8_t *b = ok && n <= HEAD_MAX && 8 + n <= m->o.rfiles[i].size ? malloc(8 + n + 32) : NULL;
+	if (b) {
+		memcpy(b, n8, 8);
+		ok = fread(b + 8, 1, n + 32, f) == n + 32 && fgetc(f) == EOF;
+	}
+	fclose(f);
+	uint8_t d[32];
+	struct sha256 h;
+	if (b && ok) {
+		sha256_init(&h);
+		sha256_update(&h, b, 8 + n);
+		sha256_final(&h, d);
+		ok = !memcmp(d, b + 8 + n, 32);
+	}
+	if (!b || !ok) {
+		free(b);
+		return -1;
+	}
+	m->rheads[i] = b;
+	m->rhead_len[i] = 8 + n;
+	return 0;
+}
+
+/* Writes the head through a temporary file and rename(2); a failure costs
+ * only a refetch at the next mount. */
+static void head_keep(struct rq_mount *m, size_t i, const char *path)
+{
+	char *dir = NULL, *tmp = NULL;
+	if (!path || asprintf(&dir, "%s/hf", m->cache_dir) < 0)
+		return;
+	mkdir(dir, 0755);
+	free(dir);
+	if (asprintf(&dir, "%s/hf/heads", m->cache_dir) < 0)
+		return;
+	mkdir(dir, 0755);
+	free(dir);
+	if (asprintf(&tmp, "%s.tmp.%d", path, (int)getpid()) < 0)
+		return;
+	uint8_t d[32];
+	struct sha256 h;
+	sha256_init(&h);
+	sha256_update(&h, m->rheads[i], m->rhead_len[i]);
+	sha256_final(&h, d);
+	FILE *f = fopen(tmp, "we");
+	int ok = f && fwrite(m->rheads[i], 1, m->rhead_len[i], f) == m->rhead_len[i] &&
+	         fwrite(d, 1, 32, f) == 32;
+	if (f && fclose(f))
+		ok = 0;
+	if (!ok || rename(tmp, path))
+		unlink(tmp);
+	free(tmp);
+}
+
+/* File i's head (8 + N bytes), from the cache or fetched exactly. */
+static int head_get(struct rq_mount *m, size_t i, struct rq_err *err)
+{
+	if (m->rheads[i])
+		return 0;
+	char *path = head_path(m, i);
+	if (!head_load(m, i, path)) {
+		free(path);
+		return 0;
+	}
+	const struct rq_src_entry *e = &m->o.rfiles[i];
+	uint8_t n8[8];
+	uint64_t n = 0;
+	int rc = e->size < 8 ? rq_errf(err, -EPROTO, "%s/%s: too short for a safetensors file",
+	                                m->src, e->name)
+	                     : rq_rs_read(m->o.rs, i, 0, 8, n8, RQ_RS_NOKEEP, err);
+	for (int k = 7; !rc && k >= 0; k--)
+		n = n << 8 | n8[k];
+	if (!rc && (n > HEAD_MAX || 8 + n > e->size))
+		rc = rq_errf(err, -EPROTO, "%s/%s: header length %llu does not fit a file of %llu "
+		             "bytes; not a safetensors file", m->src, e->name, (unsigned long long)n,
+		             (unsigned long long)e->size);
+	uint8_t *b = rc ? NULL : malloc(8 + n);
+	if (!rc && !b)
+		rc = -ENOMEM;
+	if (!rc) {
+		memcpy(b, n8, 8);
+		rc = n ? rq_rs_read(m->o.rs, i, 8, n, b + 8, RQ_RS_NOKEEP, err) : 0;
+	}
+	if (!rc) {
+		m->rheads[i] = b;
+		m->rhead_len[i] = 8 + n;
+		head_keep(m, i, path);
+	} else {
+		free(b);
+	}
+	free(path);
+	return rc;
+}
+
+static int is_shard(const struct rq_src_entry *e)
+{
+	size_t l = strlen(e->name);
+	return l >= 12 && !strcmp(e->name + l - 12, ".safetensors");
+}
+
+/* Every shard's head at once, before the plan asks for them one by one:
+ * two round trips per shard, HEAD_THREADS shards in flight (Laguna's mount
+ * would otherwise wait for ~80 sequential requests). Failures are left to
+ * the plan's own read, which names them. */
+#define HEAD_THREADS 8
+struct head_pool {
+	struct rq_mount *m;
+	atomic_size_t next;
+};
+
+static void *head_worker(void *arg)
+{
+	struct head_pool *hp = arg;
+	for (;;) {
+		size_t i = atomic_fetch_add(&hp->next, 1);
+		if (i >= hp->m->o.nrfiles)
+			return NULL;
+		if (is_shard(&hp->m->o.rfiles[i])) {
+			struct rq_err e = {0};
+			head_get(hp->m, i, &e);
+		}
+	}
+}
+
+static void heads_prefetch(struct rq_mount *m)
+{
+	struct head_pool hp = {.m = m};
+	atomic_init(&hp.next, 0);
+	pthread_t th[HEAD_THREADS];
+	int n = 0;
+	while (n < HEAD_THREADS && !pthread_create(&th[n], NULL, head_worker, &hp))
+		n++;
+	if (!n)
+		head_worker(&hp);
+	for (int k = 0; k < n; k++)
+		pthread_join(th[k], NULL);
+}
+
+static int reader_read(void *ctx, size_t i, uint64_t off, uint64_t len, void *buf,
+                       struct rq_err *err)
+{
+	struct rq_mount *m = ctx;
+	if (atomic_load(&m->rs_nokeep))       /* a job's BF16 input */
+		return rq_rs_read(m->o.rs, i, off, len, buf, RQ_RS_NOKEEP, err);
+	const struct rq_src_entry *e = &m->o.rfiles[i];
+	if ((off == 0 && len == e->size) || !is_shard(e))
+		return rq_rs_read(m->o.rs, i, off, len, buf, 0, err);   /* a small file, kept */
+	int rc = head_get(m, i, err);         /* the plan reads a shard's header */
+	if (rc)
+		return rc;
+	if (off + len <= m->rhead_len[i]) {
+		memcpy(buf, m->rheads[i] + off, len);
+		return 0;
+	}
+	return rq_rs_read(m->o.rs, i, off, len, buf, RQ_RS_NOKEEP, err);
+}
+
+int rq_mnt_remote_init(struct rq_mount *m, struct rq_err *err)
+{
+	if (!m->o.rs)
+		return 0;
+	if (!m->o.rfiles && m->o.nrfiles)
+		return rq_errf(err, -EINVAL, "remote SRC %s: no file list", m->src);
+	m->rreader = (struct rq_src_reader){.label = m->src, .nfiles = m->o.nrfiles,
+	                                    .files = m->o.rfiles, .ctx = m, .read = reader_read};
+	size_t n = m->o.nrfiles ? m->o.nrfiles : 1;
+	if (!(m->rheads = calloc(n, sizeof *m->rheads)) ||
+	    !(m->rhead_len = calloc(n, sizeof *m->rhead_len)))
+		return rq_errf(err, -ENOMEM, "out of memory");
+	heads_prefetch(m);
+	return 0;
+}
+
+void rq_mnt_remote_planned(struct rq_mount *m)
+{
+	atomic_store(&m->rs_nokeep, 1);
+	for (size_t i = 0; m->rheads && i < m->o.nrfiles; i++)
+		free(m->rheads[i]);
+	free(m->rheads);
+	free(m->rhead_len);
+	m->rheads = NULL;
+	m->rhead_len = NULL;
+}
+
+void rq_mnt_remote_free(struct rq_mount *m)
+{
+	if (!m->o.rs || !m->srcs || !m->plan)
+		return;
+	for (size_t s = 0; s < m->plan->nsrcs; s++) {
+		int fd = atomic_exchange(&m->srcs[s].rfd, -1);
+		if (fd >= 0)
+			close(fd);
+	}
+}
+
+int rq_mnt_remote_fd(struct rq_mount *m, int s)
+{
+	struct msrc *ms = &m->srcs[s];
+	int fd = atomic_load(&ms->rfd);
+	if (fd >= 0)
+		return fd;
+	const struct rq_srcfile *sf = &m->plan->srcs[s];
+	const char *path = rq_rs_path(m->o.rs, sf->ridx);
+	if (!path)
+		return -1;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != sf->size) {
+		/* the store says it is whole, but it is not (yet) what the plan
+		 * listed: keep reading through the store */
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	int none = -1;
+	if (!atomic_compare_exchange_strong(&ms->rfd, &none, fd)) {
+		close(fd);           /* another thread opened it first */
+		return none;
+	}
+	rq_mount_logl(m, RQ_LOG_DEBUG, "%s: assembled and verified; served from %s", sf->path,
+	              path);
+	return fd;
+}
+
+int rq_mnt_src_fd(struct rq_mount *m, int s)
+{
+	return m->o.rs ? rq_mnt_remote_fd(m, s) : m->srcs[s].fd;
+}
+
+int rq_mnt_remote_read(struct rq_mount *m, int s, uint64_t off, uint64_t len, void *buf,
+                       unsigned flags)
+{
+	const struct rq_srcfile *sf = &m->plan->srcs[s];
+	struct rq_err e = {0};
+	int rc = rq_rs_read(m->o.rs, sf->ridx, off, len, buf, flags, &e);
+	if (!rc)
+		return 0;
+	atomic_fetch_add(&m->st.remote_failed, 1);
+	rq_mount_logl(m, RQ_LOG_ERROR, "remote read of %s bytes %" PRIu64 "-%" PRIu64 " failed%s: "
+	              "%s: EIO", sf->path, off, off + len - 1,
+	              rc == -ENETUNREACH ? " (offline: HF_HUB_OFFLINE=1 and never fetched)" : "",
+	              e.msg[0] ? e.msg : strerror(-rc));
+	return -EIO;
+}
+
+void rq_mnt_remote_drop(struct rq_mount *m, int s)
+{
+	if (m->o.rs)
+		rq_rs_drop(m->o.rs, m->plan->srcs[s].ridx);
+}

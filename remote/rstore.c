@@ -1,0 +1,641 @@
+/* rstore.c — the chunk store of one pinned hub commit (rstore.h).
+ *
+ * Chunk size. RQ_RS_CHUNK_DEFAULT = 16 MiB, weighing three things:
+ *  - request latency: a range request to the hub's CDN costs one round trip
+ *    and a slow start (~50-150 ms on a WAN); at the ~50-100 MB/s one
+ *    connection gets, a 16 MiB chunk spends ~70-85 % of its time moving
+ *    bytes, 1 MiB chunks would spend most of it waiting, and with 8
+ *    connections in flight the link stays full;
+ *  - wasted bytes on a random read: a 4 KiB mmap fault on a cold chunk
+ *    fetches 16 MiB (~0.2 s); bigger chunks make that and the memory bound
+ *    (one buffer per connection) grow linearly for little gain;
+ *  - safetensors tensors: a 100 GB checkpoint's Linear weights are 4-200 MiB
+ *    (Laguna's expert and attention matrices), so a tensor is one to a
+ *    dozen chunks and rarely drags in much of its neighbours; a shard's
+ *    header (< 1 MiB) is one request; 100 GB is ~6000 chunk files.
+ *
+ * State of one chunk (file f, index c; fields under s->mu):
+ *
+ *   absent --a reader (or readahead, or fetch_file) wants it: a struct
+ *     ^       fetch in f->fl[c], queued--> in flight
+ *     |   in flight --a worker: waits for memory (mem_used + len <= mem_max),
+ *     |         range request into its buffer--> done (readers copy from
+ *     |         the buffer; later readers too, while it is in f->fl[c])
+ *     |   done --written (temp + rename), fl[c] cleared--> present
+ *     +-- done --failed or not written: fl[c] cleared--> absent
+ *     |   present --a read: the 64 KiB blocks it touches checked against
+ *     |         their XXH3-64 (chunk.c), every time--> served
+ *     +-- present --bad checksum or header: unlinked, logged, refetched
+ *     +-- present/verified --the file assembled: chunks unlinked--> (file)
+ *
+ * State of one file:
+ *
+ *   chunks --every chunk present (the worker storing the last one, or
+ *     ^      fetch_file): assembling--> files/<id> streamed from the chunks,
+ *     |      SHA-256 checked against the LFS sha256--> assembled (reads
+ *     |      pread it; rq_rs_path names it; its chunks are deleted)
+ *     +-- assembling --SHA-256 differs (wrong bytes came): every chunk
+ *     |      dropped, logged, refetched once--> chunks; a second
+ *     |      mismatch--> failed (reads and fetch_file: -EIO, logged)
+ *     +-- assembled --rq_rs_drop: chunks and file deleted--> chunks (empty)
+ *
+ * A read without RQ_RS_NOKEEP takes a reference on every fetch it needs
+ * (creating the missing ones, in order, at the queue's tail), then copies
+ * whichever completes first: it never holds a finished buffer while it
+ * waits for another, so buffers go back to the memory pool as fast as the
+ * workers fill them and mem_max cannot deadlock. A RQ_RS_NOKEEP read
+ * fetches the missing pieces (one per chunk it covers, the exact bytes
+ * asked for) straight into the caller's buffer through the same workers,
+ * and stores nothing; chunks already present or in flight serve it.
+ *
+ * Locking: one mutex (s->mu) guards the queues, every file's and fetch's
+ * state and the counters; no I/O happens under it. done_cv: a fetch or a
+ * range piece finished, an assembly ended, or the store closes; work_cv:
+ * a job queued; mem_cv: a buffer freed.
+ */
+#include "remote/rstore.h"
+#include "remote/chunk.h"
+#include "remote/rstore_int.h"
+#include "base/err.h"
+#include "hub/hub.h"
+
+#include <dirent.h>
+#include <xxhash.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TMP_STALE_S (15 * 60)   /* a temp file this old is a crashed writer's (as cache/) */
+
+void rqr_unref(struct rq_rs *s, struct fetch *ft)
+{
+	if (--ft->refs)
+		return;
+	if (ft->buf) {
+		s->mem_used -= ft->len;
+		free(ft->buf);
+		pthread_cond_broadcast(&s->mem_cv);
+	}
+	free(ft);
+}
+
+void rqr_log(struct rq_rs *s, const char *fmt, ...)
+{
+	if (!s->log)
+		return;
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	s->log(s->log_ctx, msg);   /* names inside were escaped by rq_errf where they came from */
+}
+
+uint32_t rqr_chunk_len(const struct rq_rs *s, const struct rfile *f, uint64_t c)
+{
+	uint64_t a = c * s->chunk_size;
+	return (uint32_t)(f->size - a < s->chunk_size ? f->size - a : s->chunk_size);
+}
+
+int rqr_enter(struct rq_rs *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int rc = atomic_load(&s->closing) ? -ECANCELED : 0;
+	if (!rc)
+		s->active++;
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+void rqr_leave(struct rq_rs *s)
+{
+	pthread_mutex_lock(&s->mu);
+	if (!--s->active)
+		pthread_cond_broadcast(&s->done_cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Queues j (mu held): demand at the tail of the hi queue, readahead of lo. */
+static void enqueue(struct rq_rs *s, struct job *j, int hi)
+{
+	struct job **tail = hi ? &s->hi_tail : &s->lo_tail;
+	struct job **head = hi ? &s->hi_head : &s->lo_head;
+	j->next = NULL;
+	j->hi = hi;
+	if (*tail)
+		(*tail)->next = j;
+	else
+		*head = j;
+	*tail = j;
+	pthread_cond_signal(&s->work_cv);
+}
+
+/* Removes j from its queue (mu held). */
+static void unqueue(struct rq_rs *s, struct job *j)
+{
+	struct job **head = j->hi ? &s->hi_head : &s->lo_head;
+	struct job **tail = j->hi ? &s->hi_tail : &s->lo_tail;
+	struct job *prev = NULL;
+	for (struct job *p = *head; p; prev = p, p = p->next) {
+		if (p != j)
+			continue;
+		if (prev)
+			prev->next = p->next;
+		else
+			*head = p->next;
+		if (*tail == p)
+			*tail = prev;
+		return;
+	}
+}
+
+static struct job *dequeue(struct rq_rs *s)
+{
+	struct job *j = s->hi_head ? s->hi_head : s->lo_head;
+	if (j)
+		unqueue(s, j);
+	return j;
+}
+
+void rqr_enqueue_range(struct rq_rs *s, struct job *j)
+{
+	j->kind = JOB_RANGE;
+	enqueue(s, j, 1);
+}
+
+struct fetch *rqr_want_chunk(struct rq_rs *s, size_t fi, uint64_t c, int hi, int ref)
+{
+	struct rfile *f = &s->files[fi];
+	struct fetch *ft = f->fl[c];
+	if (ft) {
+		if (hi && ft->queued && !ft->j.hi) {     /* readahead a reader now waits for */
+			unqueue(s, &ft->j);
+			enqueue(s, &ft->j, 1);
+		}
+	} else {
+		if (s->offline || atomic_load(&s->closing))
+			return NULL;
+		ft = calloc(1, sizeof *ft);
+		if (!ft)
+			return NULL;
+		ft->j.kind = JOB_CHUNK;
+		ft->j.fi = fi;
+		ft->j.c = c;
+		ft->len = rqr_chunk_len(s, f, c);
+		ft->refs = 1;                              /* the queue's, then the worker's */
+		ft->queued = 1;
+		f->fl[c] = ft;
+		enqueue(s, &ft->j, hi);
+	}
+	if (ref)
+		ft->refs++;
+	return ft;
+}
+
+/* One range request on the worker's connection; hub retries counted. */
+static int fetch_bytes(struct rq_rs *s, struct worker *w, const struct rfile *f, uint64_t off,
+                       uint64_t len, void *buf, struct rq_err *e)
+{
+	int rc = rq_hub_fetch_range(w->hub, s->repo, s->commit, f->name, off, len, buf, NULL, e);
+	struct rq_hub_stats hs;
+	rq_hub_get_stats(w->hub, &hs);
+	pthread_mutex_lock(&s->mu);
+	s->st.retries += hs.retries - w->retries_seen;
+	w->retries_seen = hs.retries;
+	pthread_mutex_unlock(&s->mu);
+	if (rc)
+		rq_err_prefix(e, "%s bytes %llu-%llu", f->name, (unsigned long long)off,
+		              (unsigned long long)(off + len - 1));
+	return rc;
+}
+
+/* Worker: chunk c of a file, into a buffer taken from mem_max, then stored.
+ * The queue's reference is now the worker's. */
+static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
+{
+	size_t fi = ft->j.fi;
+	struct rfile *f = &s->files[fi];
+	uint64_t c = ft->j.c, off = c * s->chunk_size;
+	struct rq_err e = {0};
+	int rc = 0;
+	pthread_mutex_lock(&s->mu);
+	while (!atomic_load(&s->closing) && s->mem_used + ft->len > s->mem_max)
+		pthread_cond_wait(&s->mem_cv, &s->mu);
+	if (atomic_load(&s->closing)) {
+		rc = rq_errf(&e, -ECANCELED, "%s: the store is closing", f->name);
+	} else if (!(ft->buf = malloc(ft->len))) {
+		rc = rq_errf(&e, -ENOMEM, "%s: no memory for a chunk of %u bytes", f->name, ft->len);
+	} else {
+		s->mem_used += ft->len;
+		if (s->mem_used > s->mem_peak)
+			s->mem_peak = s->mem_used;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (!rc)
+		rc = fetch_bytes(s, w, f, off, ft->len, ft->buf, &e);
+	if (rc && rc != -ECANCELED)
+		rqr_log(s, "remote: fetch failed (chunk %llu): %s", (unsigned long long)c, e.msg);
+	pthread_mutex_lock(&s->mu);
+	ft->done = 1;
+	ft->rc = rc;
+	ft->err = e;
+	if (rc) {
+		if (rc != -ECANCELED)
+			s->st.failures++;
+	} else {
+		s->st.fetched_bytes += ft->len;
+		s->st.fetched_chunks++;
+	}
+	pthread_cond_broadcast(&s->done_cv);
+	pthread_mutex_unlock(&s->mu);
+	int wrc = rc;
+	if (!rc) {   /* the waiters copy from the buffer meanwhile */
+		wrc = rqr_chunk_write(s->dfd, f->dir, c, f->idhash, ft->buf, ft->len);
+		if (wrc && !atomic_exchange(&s->warned_write, 1)) {
+			rqr_log(s, "remote: cannot store chunks under %s/%s (%s): serving from memory "
+			        "only; free space in the cache directory", s->root, f->dir,
+			        strerror(-wrc));
+		}
+	}
+	pthread_mutex_lock(&s->mu);
+	f->fl[c] = NULL;
+	pthread_cond_broadcast(&s->done_cv);          /* fetch_file waits for this */
+	int complete = 0;
+	if (!wrc && f->st[c] == CH_ABSENT) {
+		f->st[c] = CH_PRESENT;
+		f->npresent++;
+		s->st.bytes_on_disk += rqr_chunk_file_size(ft->len);
+		complete = f->npresent == f->nchunks && !f->assembled && !f->assembling &&
+		           !f->failed;
+		if (complete)
+			f->assembling = 1;
+	}
+	rqr_unref(s, ft);
+	pthread_mutex_unlock(&s->mu);
+	if (complete) {   /* the last chunk: the file becomes one real file */
+		struct rq_err ae = {0};
+		int arc = rqr_assemble_file(s, fi, &ae);
+		if (arc == -EBADMSG) {
+			pthread_mutex_lock(&s->mu);
+			rqr_refetch_all(s, fi);
+			pthread_mutex_unlock(&s->mu);
+		}
+	}
+}
+
+/* Worker: a RQ_RS_NOKEEP piece, straight into the reader's buffer. */
+static void run_range(struct rq_rs *s, struct worker *w, struct job *j)
+{
+	struct rq_err e = {0};
+	int rc = fetch_bytes(s, w, &s->files[j->fi], j->off, j->len, j->dst, &e);
+	if (rc && rc != -ECANCELED)
+		rqr_log(s, "remote: fetch failed: %s", e.msg);
+	pthread_mutex_lock(&s->mu);
+	struct group *g = j->g;
+	if (rc) {
+		if (rc != -ECANCELED)
+			s->st.failures++;
+		if (!g->rc) {
+			g->rc = rc;
+			g->err = e;
+		}
+	} else {
+		s->st.fetched_bytes += j->len;
+	}
+	g->pending--;
+	pthread_cond_broadcast(&s->done_cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct rq_rs *s = w->s;
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		struct job *j = NULL;
+		while (!atomic_load(&s->closing) && !(j = dequeue(s)))
+			pthread_cond_wait(&s->work_cv, &s->mu);
+		if (!j)
+			break;
+		if (j->kind == JOB_CHUNK)
+			((struct fetch *)j)->queued = 0;
+		pthread_mutex_unlock(&s->mu);
+		if (j->kind == JOB_CHUNK)
+			run_chunk(s, w, (struct fetch *)j);
+		else
+			run_range(s, w, j);
+		pthread_mutex_lock(&s->mu);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+/* The identity of a file (chunk.h) and its derived names. */
+static int name_file(struct rq_rs *s, struct rfile *f, const struct rq_rs_file *in,
+                     struct rq_err *err)
+{
+	if (in->sha256 && *in->sha256) {
+		if (strlen(in->sha256) != 64 || strspn(in->sha256, "0123456789abcdef") != 64)
+			return rq_errf(err, -EINVAL, "%s: LFS sha256 '%s' is not 64 lowercase hex digits",
+			               in->name, in->sha256);
+		memcpy(f->sha256, in->sha256, 65);
+		snprintf(f->id, sizeof f->id, "%s", in->sha256);
+	} else if (in->blob_id && *in->blob_id) {
+		if (strlen(in->blob_id) != 40 || strspn(in->blob_id, "0123456789abcdef") != 40)
+			return rq_errf(err, -EINVAL, "%s: git blob id '%s' is not 40 lowercase hex digits",
+			               in->name, in->blob_id);
+		snprintf(f->id, sizeof f->id, "git-%s", in->blob_id);
+		memcpy(f->blob_id, in->blob_id, 41);
+	} else {
+		XXH3_state_t *x = XXH3_createState();
+		if (!x)
+			return -ENOMEM;
+		XXH3_128bits_reset(x);
+		XXH3_128bits_update(x, s->repo, strlen(s->repo) + 1);
+		XXH3_128bits_update(x, s->commit, strlen(s->commit) + 1);
+		XXH3_128bits_update(x, in->name, strlen(in->name) + 1);
+		XXH128_hash_t h = XXH3_128bits_digest(x);
+		XXH3_freeState(x);
+		snprintf(f->id, sizeof f->id, "name-%016llx%016llx", (unsigned long long)h.high64,
+		         (unsigned long long)h.low64);
+	}
+	snprintf(f->want, sizeof f->want, "%s", f->sha256[0] ? f->sha256 : f->blob_id);
+	f->hash_name = f->sha256[0] ? "sha256" : "git blob id";
+	f->idhash = XXH3_64bits(f->id, strlen(f->id));
+	snprintf(f->dir, sizeof f->dir, "chunks/%s-%u", f->id, s->chunk_size);
+	if (asprintf(&f->apath, "%s/files/%s", s->root, f->id) < 0) {
+		f->apath = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* What the cache already holds of f: its assembled file, else its chunks
+ * (names and sizes; the bytes are checksummed at first use). */
+static void scan_file(struct rq_rs *s, struct rfile *f)
+{
+	struct stat st;
+	if (stat(f->apath, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == f->size) {
+		f->assembled = 1;
+		s->st.bytes_on_disk += f->size;
+		rqr_chunk_drop_all(s->dfd, f->dir);   /* left by a crash after the rename */
+		return;
+	}
+	int fd = openat(s->dfd, f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		char *end;
+		if (strstr(e->d_name, ".tmp.")) {        /* a writer's, or a crashed writer's */
+			if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    time(NULL) - st.st_mtime > TMP_STALE_S)
+				unlinkat(fd, e->d_name, 0);
+			continue;
+		}
+		if (strlen(e->d_name) != 16)
+			continue;
+		unsigned long long c = strtoull(e->d_name, &end, 16);
+		if (*end || c >= f->nchunks || f->st[c] != CH_ABSENT)
+			continue;
+		if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+		    (uint64_t)st.st_size == rqr_chunk_file_size(rqr_chunk_len(s, f, c))) {
+			f->st[c] = CH_PRESENT;
+			f->npresent++;
+			s->st.bytes_on_disk += (uint64_t)st.st_size;
+		}
+	}
+	closedir(d);
+}
+
+static int mkdir_p(const char *path)
+{
+	char buf[4096];
+	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+		return -ENAMETOOLONG;
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int rq_rs_open(const struct rq_rs_opts *o, struct rq_rs **out, struct rq_err *err)
+{
+	if (!o->repo || !*o->repo || !o->commit || strlen(o->commit) != 40 ||
+	    strspn(o->commit, "0123456789abcdef") != 40)
+		return rq_errf(err, -EINVAL, "remote store: repository '%s' needs a pinned commit (40 "
+		               "lowercase hex), not '%s'", o->repo ? o->repo : "",
+		               o->commit ? o->commit : "");
+	if (!o->cache_dir || !*o->cache_dir)
+		return rq_errf(err, -EINVAL, "remote store of %s: no cache directory", o->repo);
+	uint32_t cs = o->chunk_size ? o->chunk_size : RQ_RS_CHUNK_DEFAULT;
+	if (cs < 4096 || cs > (1u << 30))
+		return rq_errf(err, -EINVAL, "remote store: chunk size %u is not from 4 KiB to 1 GiB",
+		               cs);
+	struct rq_rs *s = calloc(1, sizeof *s);
+	if (!s)
+		return -ENOMEM;
+	int rc = -ENOMEM;
+	s->dfd = -1;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->work_cv, NULL);
+	pthread_cond_init(&s->done_cv, NULL);
+	pthread_cond_init(&s->mem_cv, NULL);
+	s->chunk_size = cs;
+	s->nworkers = o->connections > 0 ? o->connections : RQ_RS_CONN_DEFAULT;
+	if (s->nworkers > RQ_RS_CONN_MAX)
+		s->nworkers = RQ_RS_CONN_MAX;
+	s->readahead = o->readahead >= 0 ? o->readahead : s->nworkers;
+	s->mem_max = o->mem_max ? o->mem_max : 2ull * (uint64_t)s->nworkers * cs;
+	if (s->mem_max < cs)
+		s->mem_max = cs;                       /* one chunk at a time at least */
+	s->offline = o->offline;
+	s->log = o->log;
+	s->log_ctx = o->log_ctx;
+	s->repo = strdup(o->repo);
+	s->commit = strdup(o->commit);
+	s->endpoint = o->endpoint ? strdup(o->endpoint) : NULL;
+	if (!s->repo || !s->commit || (o->endpoint && !s->endpoint) ||
+	    asprintf(&s->root, "%s/remote", o->cache_dir) < 0) {
+		s->root = NULL;
+		goto fail;
+	}
+	char sub[4200];
+	snprintf(sub, sizeof sub, "%s/chunks", s->root);
+	if ((rc = mkdir_p(sub)) == 0) {
+		snprintf(sub, sizeof sub, "%s/files", s->root);
+		rc = mkdir_p(sub);
+	}
+	if (rc) {
+		rc = rq_errf(err, rc, "remote store: cannot create %s: %s (choose a writable --cache "
+		             "directory)", sub, strerror(-rc));
+		goto fail;
+	}
+	s->dfd = open(s->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (s->dfd < 0) {
+		rc = rq_errf(err, -errno, "remote store: cannot open %s: %s", s->root, strerror(errno));
+		goto fail;
+	}
+	rc = -ENOMEM;
+	s->files = calloc(o->nfiles ? o->nfiles : 1, sizeof *s->files);
+	if (!s->files)
+		goto fail;
+	s->nfiles = o->nfiles;
+	for (size_t i = 0; i < o->nfiles; i++) {
+		struct rfile *f = &s->files[i];
+		f->size = o->files[i].size;
+		f->nchunks = (f->size + cs - 1) / cs;
+		f->name = strdup(o->files[i].name);
+		f->st = calloc(f->nchunks ? f->nchunks : 1, 1);
+		f->fl = calloc(f->nchunks ? f->nchunks : 1, sizeof *f->fl);
+		if (!f->name || !f->st || !f->fl)
+			goto fail;
+		if ((rc = name_file(s, f, &o->files[i], err)))
+			goto fail;
+		rc = -ENOMEM;
+		scan_file(s, f);
+	}
+	if (!s->offline) {
+		s->workers = calloc((size_t)s->nworkers, sizeof *s->workers);
+		if (!s->workers)
+			goto fail;
+		for (int i = 0; i < s->nworkers; i++) {
+			s->workers[i].s = s;
+			if ((rc = rq_hub_open(s->endpoint, &s->workers[i].hub, err)))
+				goto fail;
+		}
+		for (int i = 0; i < s->nworkers; i++) {
+			if ((rc = -pthread_create(&s->workers[i].tid, NULL, worker_main, &s->workers[i]))) {
+				rq_errf(err, rc, "remote store: cannot start a thread: %s", strerror(-rc));
+				goto fail;
+			}
+			s->workers[i].started = 1;
+		}
+	}
+	*out = s;
+	return 0;
+fail:
+	rq_rs_close(s);
+	return rc;
+}
+
+void rq_rs_close(struct rq_rs *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	atomic_store(&s->closing, 1);
+	struct job *j;
+	while ((j = dequeue(s))) {               /* queued work ends now, cancelled */
+		if (j->kind == JOB_CHUNK) {
+			struct fetch *ft = (struct fetch *)j;
+			ft->queued = 0;
+			ft->done = 1;
+			ft->rc = rq_errf(&ft->err, -ECANCELED, "%s: the store is closing",
+			                 s->files[j->fi].name);
+			s->files[j->fi].fl[j->c] = NULL;
+			rqr_unref(s, ft);
+		} else {
+			if (!j->g->rc)
+				j->g->rc = rq_errf(&j->g->err, -ECANCELED, "%s: the store is closing",
+				                   s->files[j->fi].name);
+			j->g->pending--;
+		}
+	}
+	pthread_cond_broadcast(&s->work_cv);
+	pthread_cond_broadcast(&s->done_cv);
+	pthread_cond_broadcast(&s->mem_cv);
+	pthread_mutex_unlock(&s->mu);
+	for (int i = 0; s->workers && i < s->nworkers; i++)
+		if (s->workers[i].hub)
+			rq_hub_cancel(s->workers[i].hub);   /* requests in flight end at once */
+	for (int i = 0; s->workers && i < s->nworkers; i++)
+		if (s->workers[i].started)
+			pthread_join(s->workers[i].tid, NULL);
+	pthread_mutex_lock(&s->mu);
+	while (s->active)                          /* callers see -ECANCELED and leave */
+		pthread_cond_wait(&s->done_cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+	for (int i = 0; s->workers && i < s->nworkers; i++)
+		rq_hub_close(s->workers[i].hub);
+	free(s->workers);
+	for (size_t i = 0; s->files && i < s->nfiles; i++) {
+		free(s->files[i].name);
+		free(s->files[i].apath);
+		free(s->files[i].st);
+		free(s->files[i].fl);
+	}
+	free(s->files);
+	if (s->dfd >= 0)
+		close(s->dfd);
+	free(s->root);
+	free(s->repo);
+	free(s->commit);
+	free(s->endpoint);
+	pthread_cond_destroy(&s->work_cv);
+	pthread_cond_destroy(&s->done_cv);
+	pthread_cond_destroy(&s->mem_cv);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+const char *rq_rs_path(struct rq_rs *s, size_t i)
+{
+	if (i >= s->nfiles)
+		return NULL;
+	pthread_mutex_lock(&s->mu);
+	const char *p = s->files[i].assembled ? s->files[i].apath : NULL;
+	pthread_mutex_unlock(&s->mu);
+	return p;
+}
+
+void rq_rs_drop(struct rq_rs *s, size_t i)
+{
+	if (i >= s->nfiles || rqr_enter(s))
+		return;
+	struct rfile *f = &s->files[i];
+	pthread_mutex_lock(&s->mu);
+	while (f->assembling && !atomic_load(&s->closing))
+		pthread_cond_wait(&s->done_cv, &s->mu);
+	int had = f->assembled;
+	for (uint64_t c = 0; c < f->nchunks; c++)
+		f->st[c] = CH_ABSENT;
+	f->npresent = 0;
+	f->assembled = 0;
+	pthread_mutex_unlock(&s->mu);
+	uint64_t freed = rqr_chunk_drop_all(s->dfd, f->dir);
+	struct stat st;
+	if (had && stat(f->apath, &st) == 0 && unlink(f->apath) == 0)
+		freed += (uint64_t)st.st_size;
+	pthread_mutex_lock(&s->mu);
+	s->st.bytes_on_disk -= freed < s->st.bytes_on_disk ? freed : s->st.bytes_on_disk;
+	pthread_mutex_unlock(&s->mu);
+	rqr_leave(s);
+}
+
+void rq_rs_stats(struct rq_rs *s, struct rq_rs_stats *out)
+{
+	pthread_mutex_lock(&s->mu);
+	*out = s->st;
+	out->mem_peak = s->mem_peak;
+	pthread_mutex_unlock(&s->mu);
+}

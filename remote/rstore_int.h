@@ -1,0 +1,123 @@
+/* rstore_int.h — the remote store's state, shared by rstore.c (open, close,
+ * workers, queue) and rsread.c (reads, fetch_file, assembly). Internal to
+ * remote/. Lock rules on the fields: "mu" = under rq_rs.mu. */
+#ifndef RQ_REMOTE_RSTORE_INT_H
+#define RQ_REMOTE_RSTORE_INT_H
+
+#include "remote/rstore.h"
+#include "base/err.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define RQ_RS_CHUNK_DEFAULT (16u << 20)   /* rstore.c says why */
+#define RQ_RS_CONN_DEFAULT 8
+#define RQ_RS_CONN_MAX 64
+
+enum { CH_ABSENT, CH_PRESENT };   /* rfile.st[c] */
+enum { JOB_CHUNK, JOB_RANGE };
+
+struct job {
+	int kind;
+	int hi;                    /* mu: which queue it is in (1: demand, 0: readahead) */
+	struct job *next;          /* mu */
+	size_t fi;                 /* the file */
+	uint64_t c;                /* JOB_CHUNK: the chunk index */
+	/* JOB_RANGE (a RQ_RS_NOKEEP piece): bytes [off, off + len) into dst */
+	uint64_t off, len;
+	void *dst;
+	struct group *g;
+};
+
+/* A RQ_RS_NOKEEP read's pieces in flight (on the reader's stack). */
+struct group {
+	int pending;               /* mu: pieces not finished */
+	int rc;                    /* mu: the first failure */
+	struct rq_err err;         /* mu: its message */
+};
+
+/* One chunk being fetched (in rfile.fl[c] while queued, running or just done). */
+struct fetch {
+	struct job j;              /* JOB_CHUNK */
+	int refs;                  /* mu: the worker's (queue's) + each waiting caller's */
+	int queued;                /* mu: still in a queue */
+	int done, rc;              /* mu: finished; 0 or -errno */
+	struct rq_err err;         /* mu: when rc */
+	uint8_t *buf;              /* [len], allocated by the worker (counted in mem_used);
+	                              read-only once done; freed with the last reference */
+	uint32_t len;
+};
+
+struct rfile {
+	char *name;                /* relative name in the repo */
+	uint64_t size;             /* bytes */
+	char sha256[65];           /* 64 lowercase hex, or "" */
+	char blob_id[41];          /* 40 lowercase hex, or "": checked when there is no sha256 */
+	char want[65];             /* what assembly checks: sha256, else blob_id, else "" */
+	const char *hash_name;     /* "sha256" or "git blob id", for messages */
+	char id[96];               /* identity (chunk.h) */
+	uint64_t idhash;           /* XXH3-64 of id, in every chunk's header */
+	char dir[128];             /* chunks/<id>-<chunk_size> */
+	char *apath;               /* <root>/files/<id>: the assembled file's path */
+	uint64_t nchunks;
+	uint8_t *st;               /* mu: [nchunks] CH_* */
+	struct fetch **fl;         /* mu: [nchunks] in flight, or NULL */
+	uint64_t npresent;         /* mu: chunks with st != CH_ABSENT */
+	int assembled;             /* mu: files/<id> is there, verified */
+	int assembling;            /* mu: a thread is assembling it */
+	int sha_fails;             /* mu: SHA-256 mismatches at assembly */
+	int failed;                /* mu: two mismatches: reads fail -EIO */
+	char bad_sha[65];          /* mu: what the last mismatching bytes hashed to (want's kind) */
+	uint64_t seq_next;         /* mu: end of the last read (readahead) */
+};
+
+struct worker {
+	struct rq_rs *s;
+	struct rq_hub *hub;        /* this thread's own */
+	uint64_t retries_seen;     /* hub retries already added to st.retries */
+	pthread_t tid;
+	int started;
+};
+
+struct rq_rs {
+	char *endpoint, *repo, *commit;
+	char *root;                /* <cache_dir>/remote */
+	int dfd;                   /* root, open */
+	uint32_t chunk_size;
+	int nworkers, readahead, offline;
+	uint64_t mem_max;
+	void (*log)(void *ctx, const char *msg);
+	void *log_ctx;
+	struct rfile *files;
+	size_t nfiles;
+	struct worker *workers;
+
+	pthread_mutex_t mu;
+	pthread_cond_t work_cv, done_cv, mem_cv;
+	struct job *hi_head, *hi_tail, *lo_head, *lo_tail;   /* mu */
+	uint64_t mem_used, mem_peak;                         /* mu: bytes of fetch buffers */
+	int active;                /* mu: API calls running (close waits for them) */
+	atomic_int closing;        /* set once by close */
+	atomic_int warned_write;   /* the cannot-store line was logged (once per store) */
+	struct rq_rs_stats st;     /* mu */
+};
+
+void rqr_log(struct rq_rs *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+uint32_t rqr_chunk_len(const struct rq_rs *s, const struct rfile *f, uint64_t c);
+/* mu held. The fetch of chunk c (in flight, else queued; hi: demand, a queued
+ * readahead is moved to the demand queue); a reference for the caller when
+ * ref. NULL: offline, closing or -ENOMEM. */
+struct fetch *rqr_want_chunk(struct rq_rs *s, size_t fi, uint64_t c, int hi, int ref);
+void rqr_unref(struct rq_rs *s, struct fetch *ft);           /* mu held */
+void rqr_enqueue_range(struct rq_rs *s, struct job *j);      /* mu held */
+/* Assembles file fi (its `assembling` already set by the caller); clears it,
+ * broadcasts done_cv. Returns 0, -EBADMSG (mismatch or bad chunk: dropped,
+ * chunks to refetch), -EIO (failed for good), other -errno. */
+int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err);
+/* Queues every chunk of fi not present nor in flight (readahead queue). */
+void rqr_refetch_all(struct rq_rs *s, size_t fi);            /* mu held */
+int rqr_enter(struct rq_rs *s);                              /* -ECANCELED when closing */
+void rqr_leave(struct rq_rs *s);
+
+#endif

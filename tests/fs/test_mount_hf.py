@@ -1,0 +1,348 @@
+#!/usr/bin/env python3
+"""`requantfs mount hf://ORG/NAME[@REV] MNT` against a local hub (tests/hubsrv.py:
+model API, resolve with ranges and a CDN redirect, every body byte counted):
+  - the Laguna fix (--calib) on a mkckpt checkpoint and --scheme nvfp4a16 on
+    tests/data/tiny/llama: every file read through the mount equals `export`
+    of the local copy, byte for byte;
+  - mount returns having fetched only the small files and shard headers;
+  - status names hf://ORG/NAME@<commit> and the remote traffic;
+  - a second mount of the same revision with the same cache fetches nothing;
+  - HF_HUB_OFFLINE=1 with the server stopped: @main resolved as last seen,
+    everything read before served from the cache; a revision never seen refused;
+  - a server failing mid-read: EIO (never a wrong byte, never a hang), and
+    umount returns promptly;
+  - a gated repo (401) refused at mount time saying what to do;
+  - verify takes hf:// (read through the reader).
+Root and /dev/fuse (CI). TAP output. Usage: test_mount_hf.py REQUANTFS"""
+import json, os, shutil, struct, sys, tempfile, threading, time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import hubsrv  # noqa: E402
+import rqtap  # noqa: E402
+from rqtap import ok, run  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+C1, C2 = "1" * 39 + "a", "2" * 39 + "b"
+
+
+def header_len(path):
+    with open(path, "rb") as f:
+        return 8 + struct.unpack("<Q", f.read(8))[0]
+
+
+def small_budget(d):
+    """Bytes the plan may fetch: whole non-safetensors files and shard headers."""
+    n = 0
+    for f in os.listdir(d):
+        p = os.path.join(d, f)
+        n += header_len(p) if f.endswith(".safetensors") else os.path.getsize(p)
+    return n
+
+
+def mount(spec, mnt, cache, ep, *extra, env=None):
+    os.makedirs(mnt, exist_ok=True)
+    rqtap.MOUNTS.append(os.path.abspath(mnt))
+    return run("mount", spec, mnt, "--cache", cache, "--endpoint", ep, *extra, env=env)
+
+
+def umount(mnt):
+    t = time.monotonic()
+    rc, out = run("umount", mnt, timeout=60)
+    return rc, out, time.monotonic() - t
+
+
+def status(mnt):
+    try:
+        with open(os.path.join(mnt, ".requantfs", "status")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def differing(mnt, ref):
+    """Files of ref that read differently through mnt (or are missing there)."""
+    bad = []
+    for n in sorted(os.listdir(ref)):
+        try:
+            with open(os.path.join(mnt, n), "rb") as f:
+                got = f.read()
+        except OSError as e:
+            bad.append(f"{n}: {e}")
+            continue
+        with open(os.path.join(ref, n), "rb") as f:
+            if got != f.read():
+                bad.append(n)
+    if sorted(os.listdir(mnt)) != sorted(os.listdir(ref)):
+        bad.append("listing: %s vs %s" % (sorted(os.listdir(mnt)), sorted(os.listdir(ref))))
+    return bad
+
+
+def read_with_deadline(path, seconds):
+    """("ok", bytes) / ("err", errno) / ("hang", None) for a whole read of path."""
+    res = ["hang", None]
+
+    def go():
+        try:
+            with open(path, "rb") as f:
+                res[:] = ["ok", f.read()]
+        except OSError as e:
+            res[:] = ["err", e.errno]
+    th = threading.Thread(target=go, daemon=True)
+    th.start()
+    th.join(seconds)
+    return res
+
+
+def body(T, hub, ep):
+    tmp = T["tmp"]
+    tiny = os.path.join(ROOT, "tests", "data", "tiny", "llama")
+    hub.repos["synthetic/ckpt"] = {"refs": {"main": C1}, "commits": {C1: T["src"]}}
+    hub.repos["synthetic/tiny-llama"] = {"refs": {"main": C2}, "commits": {C2: tiny}}
+    ref_l, ref_t = os.path.join(tmp, "ref-laguna"), os.path.join(tmp, "ref-tiny")
+    rc, out = run("export", T["src"], ref_l, "--calib", T["cal"], "--no-cache", "--quiet")
+    ok(rc == 0, "export of the local Laguna-like checkpoint (the reference)", out)
+    rc, out = run("export", tiny, ref_t, "--scheme", "nvfp4a16", "--no-cache", "--quiet")
+    ok(rc == 0, "export of tests/data/tiny/llama --scheme nvfp4a16 (the reference)", out)
+
+    # 1. the Laguna fix, mounted from the hub
+    cache, mnt = os.path.join(tmp, "cache"), os.path.join(tmp, "mnt")
+    hub.reset()
+    t = time.monotonic()
+    rc, out = mount("hf://synthetic/ckpt", mnt, cache, ep, "--calib", T["cal"])
+    dt = time.monotonic() - t
+    ok(rc == 0, f"mount hf://synthetic/ckpt --calib (in {dt:.1f} s)", out)
+    budget = small_budget(T["src"])
+    total = sum(os.path.getsize(os.path.join(T["src"], n)) for n in os.listdir(T["src"]))
+    ok(hub.sent <= budget, f"mount fetched {hub.sent} of {total} bytes: only small files and "
+       f"shard headers (<= {budget})", "\n".join(map(str, hub.ranges[:30])))
+    ok(all(x[0] == C1 for x in hub.ranges), "every range asked for the pinned commit",
+       "\n".join(map(str, hub.ranges[:10])))
+    st = status(mnt)
+    ok(st.get("src") == f"hf://synthetic/ckpt@{C1}", "status: src is hf://ORG/NAME@<commit>",
+       json.dumps(st)[:600])
+    bad = differing(mnt, ref_l)
+    ok(not bad, "Laguna fix: every file through the hf:// mount == export of the local copy",
+       "\n".join(bad))
+    st = status(mnt)
+    r = st.get("remote", {})
+    ok(r.get("fetched_bytes", 0) > 0 and r.get("read_errors", 1) == 0,
+       "status: remote traffic (bytes fetched, chunks, no read errors)", json.dumps(r))
+    rc, out, dt = umount(mnt)
+    ok(rc == 0, f"umount ({dt:.1f} s)", out)
+
+    # 2. the same revision again, same cache: nothing fetched for the mount
+    hub.reset()
+    rc, out = mount("hf://synthetic/ckpt@main", mnt, cache, ep, "--calib", T["cal"])
+    ok(rc == 0 and hub.sent == 0, f"second mount of the revision: {hub.sent} bytes fetched "
+       "(the headers and small files come from the cache)", out)
+    for n in ("config.json", "model.safetensors.index.json"):
+        if os.path.exists(os.path.join(ref_l, n)):
+            with open(os.path.join(mnt, n), "rb") as f, open(os.path.join(ref_l, n), "rb") as g:
+                ok(f.read() == g.read() and hub.sent == 0,
+                   f"second mount: {n} read from the cache ({hub.sent} bytes fetched)")
+    rc, out = run("warm", mnt)
+    st = status(mnt)
+    ok(rc == 0 and " 0 remote files not assembled" in out and st.get("remote_pending") == [] and
+       (not st.get("passthrough") or st.get("files_passthrough", 0) + st.get("files_copy", 0)
+        == st.get("files")), "Laguna fix: warm assembles every file identical to SRC; "
+       "nothing pending", out + json.dumps({k: st.get(k) for k in (
+           "remote_pending", "files", "files_passthrough", "files_copy", "files_pending")}))
+    bad = differing(mnt, ref_l)
+    ok(not bad, "after warm: every file (assembled, materialized) == export", "\n".join(bad))
+    # what the store keeps: the files presented unchanged, once, and the plan's own
+    # inputs (SRC's config.json and index: a second mount and offline plan from them);
+    # no BF16 of the requantized shards (dropped once the shards are materialized)
+    same = [n for n in os.listdir(ref_l) if os.path.exists(os.path.join(T["src"], n)) and
+            open(os.path.join(ref_l, n), "rb").read() ==
+            open(os.path.join(T["src"], n), "rb").read()]
+    unchanged = sum(os.path.getsize(os.path.join(ref_l, n)) for n in same) + \
+        sum(os.path.getsize(os.path.join(T["src"], n)) for n in
+            ("config.json", "model.safetensors.index.json") if n not in same)
+    r = st.get("remote", {})
+    ok(not st.get("passthrough") or r.get("bytes_on_disk", -1) <= unchanged,
+       f"after warm the store holds {r.get('bytes_on_disk')} bytes <= the {unchanged} bytes "
+       "presented unchanged + SRC's config and index (no BF16 kept)", json.dumps(r) + " " + " ".join(sorted(same)))
+    umount(mnt)
+
+    # 2b. the Laguna story: --calib hf:// too (the scales fetched as `calib fetch` does)
+    hub.repos["synthetic/cal"] = {"refs": {"main": C2}, "commits": {C2: T["cal"]}}
+    rc, out = mount("hf://synthetic/ckpt@main", mnt, os.path.join(tmp, "cache-cal"), ep,
+                    "--calib", "hf://synthetic/cal")
+    ok(rc == 0, "mount hf://synthetic/ckpt --calib hf://synthetic/cal", out)
+    bad = differing(mnt, ref_l) if rc == 0 else ["not mounted"]
+    ok(not bad, "--calib hf://: every file == export of the local copy", "\n".join(bad))
+    umount(mnt)
+
+    # 3. --scheme on the tiny llama
+    cache2, mnt2 = os.path.join(tmp, "cache2"), os.path.join(tmp, "mnt2")
+    hub.reset()
+    rc, out = mount("hf://synthetic/tiny-llama", mnt2, cache2, ep, "--scheme", "nvfp4a16")
+    ok(rc == 0, "mount hf://synthetic/tiny-llama --scheme nvfp4a16", out)
+    budget = small_budget(tiny)
+    ok(hub.sent <= budget, f"mount fetched {hub.sent} bytes (<= {budget}: config, header)",
+       "\n".join(map(str, hub.ranges[:30])))
+    bad = differing(mnt2, ref_t)
+    ok(not bad, "--scheme: every file through the hf:// mount == export of the local copy",
+       "\n".join(bad))
+    # warm: everything fetched and quantized, one progress bar, remote files assembled
+    rc, out = run("warm", mnt2, "--progress")
+    ok(rc == 0 and "fetched" in out and " 0 remote files not assembled" in out,
+       "warm of an hf:// mount: fetched, quantized, every remote file assembled", out)
+    st = status(mnt2)
+    ok(st.get("remote_pending") == [] and st.get("files_pending") == 0,
+       "after warm: no remote file left to assemble, no shard pending",
+       json.dumps({k: st.get(k) for k in ("remote_pending", "passthrough", "files",
+                                           "files_passthrough", "files_pending")}))
+    rc, out = run("status", mnt2)
+    ok(rc == 0 and f"hf://synthetic/tiny-llama@{C2}" in out and "remote" in out,
+       "status names hf://ORG/NAME@<commit> and the remote traffic", out)
+    umount(mnt2)
+
+    # 4. faults mid-read: EIO, not a wrong byte, not a hang; umount promptly
+    cache3, mnt3 = os.path.join(tmp, "cache3"), os.path.join(tmp, "mnt3")
+    hub.reset()
+    rc, out = mount("hf://synthetic/tiny-llama", mnt3, cache3, ep, "--scheme", "nvfp4a16",
+                    "--passthrough", "off")
+    ok(rc == 0, "mount of the tiny llama for the fault test", out)
+    hub.reset(fail=500)
+    shard = os.path.join(mnt3, "model.safetensors")
+    kind, val = read_with_deadline(shard, 90)
+    with open(os.path.join(ref_t, "model.safetensors"), "rb") as f:
+        want = f.read()
+    ok(kind == "err" and val == 5, "a server answering 500 mid-read: the read fails EIO "
+       "(not a wrong byte, not a hang)", f"{kind} {val if kind != 'ok' else len(val)}")
+    hub.reset(fail=0)
+    kind, val = read_with_deadline(shard, 90)
+    ok(kind == "ok" and val == want, "the server back: the same read gives the right bytes",
+       f"{kind}")
+    hub.reset(fail=503)
+    rc, out, dt = umount(mnt3)
+    ok(rc == 0 and dt < 30, f"umount with the server failing returns promptly ({dt:.1f} s)", out)
+
+    # 4a. connections dropped part way through every body
+    cache7 = os.path.join(tmp, "cache7")
+    hub.reset()
+    rc, out = mount("hf://synthetic/ckpt", mnt3, cache7, ep, "--calib", T["cal"],
+                    "--passthrough", "off")
+    ok(rc == 0, "mount for the mid-file fault test", out)
+    big = max((n for n in os.listdir(ref_l) if n.endswith(".safetensors")),
+              key=lambda n: os.path.getsize(os.path.join(ref_l, n)))
+    hub.reset(cut=True)
+    kind, val = read_with_deadline(os.path.join(mnt3, big), 90)
+    ok(kind == "err" and val == 5 and hub.sent > 0,
+       f"{big}: every body cut in the middle ({hub.sent} bytes sent): EIO after the retries, "
+       "not a wrong byte, not a hang", f"{kind} {val if kind != 'ok' else len(val)}")
+    hub.reset()
+    with open(os.path.join(mnt3, big), "rb") as f, open(os.path.join(ref_l, big), "rb") as g:
+        ok(f.read() == g.read(), f"{big}: read again with the server back: the right bytes")
+    rc, out, dt = umount(mnt3)
+
+    # 4b. a stalled server with a read in flight: umount returns at once (the mount is
+    # detached while the file is open), the read ends EIO once the deadline passes
+    cache6 = os.path.join(tmp, "cache6")
+    hub.reset()
+    env = dict(os.environ, HF_HUB_DOWNLOAD_TIMEOUT="2")
+    rc, out = mount("hf://synthetic/ckpt", mnt3, cache6, ep, "--calib", T["cal"],
+                    "--passthrough", "off", env=env)
+    ok(rc == 0, "mount for the stalled-server test (HF_HUB_DOWNLOAD_TIMEOUT=2)", out)
+    hub.reset(stall=30)
+    res = ["hang", None]
+
+    def stalled_read():
+        try:
+            with open(os.path.join(mnt3, "model-00001-of-00007.safetensors"), "rb") as f:
+                res[:] = ["ok", f.read()]
+        except OSError as e:
+            res[:] = ["err", e.errno]
+    th = threading.Thread(target=stalled_read, daemon=True)
+    th.start()
+    time.sleep(1.5)
+    rc, out, dt = umount(mnt3)
+    ok(rc == 0 and dt < 10, f"umount with a fetch stalled in flight returns in {dt:.1f} s", out)
+    th.join(90)
+    ok(res[0] == "err" and res[1] == 5, "the stalled read ends EIO (deadline, retries), "
+       "not a hang and not a wrong byte", str(res[0]) + " " + str(res[1] if res[0] != "ok"
+                                                              else len(res[1])))
+    hub.reset()
+
+    # 5. HF_HUB_OFFLINE=1: resolved as last seen, served from the cache alone
+    hub.reset(fail=503)
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    dead = "http://127.0.0.1:1"     # no server there: as if the hub were gone
+    rc, out = mount("hf://synthetic/tiny-llama@main", mnt2, cache2, dead, "--scheme",
+                    "nvfp4a16", env=env)
+    ok(rc == 0 and hub.sent == 0 and not hub.ranges, "HF_HUB_OFFLINE=1, no server: @main mounts "
+       "from the cache", out)
+    st = status(mnt2)
+    ok(st.get("src") == f"hf://synthetic/tiny-llama@{C2}", "offline: @main resolved to the "
+       "commit last seen", json.dumps(st)[:400])
+    bad = differing(mnt2, ref_t) if rc == 0 else ["not mounted"]
+    ok(not bad and not hub.ranges, "offline, server failing: every file (warmed before) "
+       "served from the cache alone, == export", "\n".join(bad))
+    umount(mnt2)
+    # offline, a cache that never saw the shard's bytes: EIO naming file, range, offline
+    log, cache5 = os.path.join(tmp, "offline.log"), os.path.join(tmp, "cache5")
+    hub.reset()
+    rc, out = mount("hf://synthetic/tiny-llama", mnt3, cache5, ep, "--scheme", "nvfp4a16")
+    ok(rc == 0, "a mount that fetches only the headers (then unmounted)", out)
+    umount(mnt3)
+    hub.reset(fail=503)
+    rc, out = mount("hf://synthetic/tiny-llama@main", mnt3, cache5, dead, "--scheme",
+                    "nvfp4a16", "--log", log, env=env)
+    if rc == 0:
+        kind, val = read_with_deadline(os.path.join(mnt3, "model.safetensors"), 60)
+        umount(mnt3)
+        text = open(log).read() if os.path.exists(log) else ""
+        ok(kind == "err" and val == 5 and "HF_HUB_OFFLINE" in text and
+           "model.safetensors bytes" in text,
+           "offline, bytes never fetched: EIO, the log names the file, range and offline",
+           f"{kind} {val if kind != 'ok' else len(val)}\n{text[-1500:]}")
+    else:
+        ok(False, "offline mount of a revision seen before (for the EIO check)", out)
+    rc, out = mount("hf://synthetic/ckpt@nobranch", mnt2, cache2, ep, "--calib", T["cal"],
+                    env=env)
+    ok(rc == 1 and "HF_HUB_OFFLINE" in out and "nobranch" in out,
+       "offline: a revision never seen is refused, saying so", out)
+
+    # 6. verify takes hf:// (through the reader): the remote copy == the local files
+    hub.reset()
+    rc, out = run("verify", "hf://synthetic/tiny-llama", "--against", tiny, "--endpoint", ep)
+    ok(rc == 0 and "differ" in out and " 0 differ" in out,
+       "verify hf://synthetic/tiny-llama --against the local copy: every tensor equal", out)
+    rc, out = run("verify", "hf://synthetic/ckpt", "--against", ref_l, "--endpoint", ep,
+                  "--quiet", "--tensors", r"layers\.40\.mlp\.experts\.[01]\.")
+    ok(rc == 0 and "6 of 6 BF16 modules reproduced" in out and "fp32" in out,
+       "verify hf://SRC --against its export: every module's BF16 (fetched by range) "
+       "reproduces the NVFP4 bytes", out[-1500:])
+
+    # 7. a gated repo: refused at mount time, saying what to do
+    hub.reset(token="hf_secretTestToken")
+    env = dict(os.environ, HF_TOKEN="", HF_TOKEN_PATH=os.path.join(tmp, "no-token"))
+    rc, out = mount("hf://synthetic/tiny-llama", mnt2, os.path.join(tmp, "c4"), ep,
+                    "--scheme", "nvfp4a16", env=env)
+    ok(rc == 1 and "401" in out and "HF_TOKEN" in out,
+       "a gated repo without a token: mount refused, saying to set HF_TOKEN", out)
+    rc, out = run("mount", T["src"], mnt2, "--calib", T["cal"], "--endpoint", ep)
+    ok(rc == 2 and "--endpoint" in out, "--endpoint without hf:// is a usage error", out)
+    return 0
+
+
+def main():
+    rqtap.init(sys.argv[1])
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        print("1..0 # SKIP needs root and /dev/fuse (as CI has)")
+        return 77
+    hub = hubsrv.Hub()
+    srv, ep = hubsrv.start(hub)
+    T = rqtap.ckpt_dirs("rq-mount-hf-", 0o755)
+    try:
+        if rqtap.make_ckpt(T):
+            body(T, hub, ep)
+    finally:
+        rqtap.cleanup(T["tmp"])
+        srv.shutdown()
+    return rqtap.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
