@@ -29,9 +29,17 @@
  *   naive-quantized
  *   pack-quantized        int, 1..8 bits, group or channel           (W4A16, W8A16, ..._ASYM)
  * mixed-precision as the top-level format defers to each group's own.
- * Activation quantization (input_activations) is not computed: the engine
- * runs every Linear on binary32 activations (A16), which is what the dynamic
- * FP8/INT activation schemes approximate. */
+ *
+ * input_activations (cfg_quant_acts): what vLLM computes, the engine computes
+ * (the rule: kernels/ek_actq_rule.h; applied in forward*.c):
+ *   nvfp4-pack-quantized  float, 4 bits, tensor_group, group 16, dynamic
+ *                         "local" (W4A4): NVFP4 inputs with the module's static
+ *                         input_global_scale
+ *   float-quantized       float, 8 bits, strategy token, dynamic (FP8_DYNAMIC):
+ *                         FP8 per-token inputs
+ * Other activation schemes (static per-tensor FP8 with input_scale, INT8
+ * activations of pack-quantized groups) are not computed: those Linears run
+ * on binary32 activations (A16) as before. */
 
 static int check_weights(const cJSON *w, const char *fmt, const char *gname, const char *path,
                          struct rq_err *err)
@@ -111,6 +119,84 @@ int cfg_check_quant(const cJSON *q, const char *path, struct rq_err *err)
 		if (w && cJSON_IsObject(w) && (rc = check_weights(w, fmt, gname, path, err)))
 			return rc;
 	}
+	return 0;
+}
+
+/* A group's input_activations (NULL or null: none). *nv / *fp8 set to 1 when
+ * the group asks for NVFP4 / FP8-per-token inputs; other schemes leave both 0
+ * (A16, see above); an NVFP4 group asking for anything but W4A4 is refused. */
+static int group_act(const cJSON *ia, const char *fmt, const char *gname, const char *path,
+                     int *nv, int *fp8, struct rq_err *err)
+{
+	*nv = *fp8 = 0;
+	if (!ia || !cJSON_IsObject(ia))
+		return 0;
+	double bits = 0, gsz = 0;
+	int rc;
+	if ((rc = cfg_num(ia, "num_bits", 0, 0, &bits, path, err)))
+		return rc;
+	const cJSON *gj = cfg_key(ia, "group_size"), *dyn = cfg_key(ia, "dynamic");
+	if (gj && cJSON_IsNumber(gj))
+		gsz = gj->valuedouble;
+	const char *type = cfg_str(ia, "type"), *strat = cfg_str(ia, "strategy");
+	if (!strcmp(fmt, "nvfp4-pack-quantized")) {
+		if (bits != 4 || gsz != 16 || (type && strcmp(type, "float")) || !strat ||
+		    strcmp(strat, "tensor_group") || !cJSON_IsString(dyn) || strcmp(dyn->valuestring, "local"))
+			return rq_errf(err, -ENOTSUP, "%s: quantization_config group \"%s\": input_activations "
+			               "must be NVFP4 (4-bit float, tensor_group, group 16, dynamic \"local\" "
+			               "with a static input_global_scale) or null (NVFP4A16); this engine "
+			               "computes no other activation scheme for NVFP4 weights", path, gname);
+		*nv = 1;
+		return 0;
+	}
+	if (!strcmp(fmt, "float-quantized") || !strcmp(fmt, "naive-quantized"))
+		*fp8 = (!bits || bits == 8) && (!type || !strcmp(type, "float")) && strat &&
+		       !strcmp(strat, "token") && cJSON_IsTrue(dyn);
+	return 0;
+}
+
+/* quantization_config's input_activations into c->act_nvfp4 / act_fp8 (see
+ * struct lg_config). Mixed FP8 groups (per-token inputs in one, none in
+ * another) are refused: the weights cannot tell their Linears apart. */
+static int cfg_quant_acts(const cJSON *q, struct lg_config *c, const char *path, struct rq_err *err)
+{
+	int nv_a4 = 0, nv_a16 = 0, f8_tok = 0, f8_other = 0, rc;
+	const char *tok_group = NULL, *other_group = NULL;
+	c->act_nvfp4 = c->act_fp8 = 0;
+	if (!q)
+		return 0;
+	const char *top_fmt = cfg_str(q, "format");
+	if (top_fmt && !strcmp(top_fmt, "mixed-precision"))
+		top_fmt = NULL;
+	const cJSON *g;
+	cJSON_ArrayForEach(g, cfg_key(q, "config_groups")) {
+		const char *gname = g->string ? g->string : "?";
+		const char *fmt = cfg_str(g, "format");
+		if (!fmt)
+			fmt = top_fmt ? top_fmt : "nvfp4-pack-quantized";
+		int nv, f8;
+		if ((rc = group_act(cfg_key(g, "input_activations"), fmt, gname, path, &nv, &f8, err)))
+			return rc;
+		if (!strcmp(fmt, "nvfp4-pack-quantized")) {
+			nv_a4 += nv;
+			nv_a16 += !nv;
+		} else if (!strcmp(fmt, "float-quantized") || !strcmp(fmt, "naive-quantized")) {
+			if (f8) {
+				f8_tok++;
+				tok_group = gname;
+			} else {
+				f8_other++;
+				other_group = gname;
+			}
+		}
+	}
+	if (f8_tok && f8_other)
+		return rq_errf(err, -ENOTSUP, "%s: quantization_config groups \"%s\" and \"%s\" both have "
+		               "FP8 weights, one with dynamic per-token FP8 input_activations and one "
+		               "without; this engine cannot tell their Linears apart (serve with vLLM)",
+		               path, tok_group, other_group);
+	c->act_nvfp4 = nv_a4 ? (nv_a16 ? 2 : 1) : 0;
+	c->act_fp8 = f8_tok ? 1 : 0;
 	return 0;
 }
 
@@ -406,7 +492,8 @@ int lg_config_parse(const char *json, const char *path, struct lg_config *out,
 		rc = rq_errf(err, -ENOMEM, "out of memory");
 		goto out;
 	}
-	if ((rc = lg_arch_parse(root, a, path, &c, types, heads, moe, err)))
+	if ((rc = lg_arch_parse(root, a, path, &c, types, heads, moe, err)) ||
+	    (rc = cfg_quant_acts(cfg_key(root, "quantization_config"), &c, path, err)))
 		goto out;
 	*out = c;
 	*types_out = types;

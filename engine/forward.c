@@ -76,6 +76,9 @@ struct lg_state {
 	float *scratch;            /* [nthreads][4][stride] weight rows */
 	size_t stride;
 	size_t bytes;
+	float *xq;                 /* [xq_cap] quantized inputs of one parallel loop's products
+	                              (models with act-quantized Linears; NULL otherwise) */
+	size_t xq_cap;
 	struct lg_obs *obs;        /* the calibration observer, or NULL (observe.h) */
 	int li;                    /* layer of the block running (for the observer) */
 };
@@ -156,6 +159,18 @@ int lg_state_create(const struct lg_model *m, int max_ctx, int max_batch, struct
 			st = widths[i];
 	s->stride = (st + 15) & ~(size_t)15;
 	s->scratch = zalloc(s, (size_t)s->nthreads * 4 * s->stride, sizeof(float), &fail);
+	if (m->n_act) {
+		/* the most input floats one matmul() call quantizes: q/k/v/g (or the
+		 * shared expert's gate/up/router/gate) on H each, o on qd, the routed
+		 * experts' gate/up on B·K rows, their down (+ the shared down) */
+		size_t k1 = K > 0 ? (size_t)K : 1, w = 4 * (size_t)H;
+		size_t cand[] = {(size_t)s->qd, (size_t)s->fd + k1 * c->moe_inter, 2 * k1 * H};
+		for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
+			if (cand[i] > w)
+				w = cand[i];
+		s->xq_cap = (size_t)B * w;
+		s->xq = zalloc(s, s->xq_cap, sizeof(float), &fail);
+	}
 	if (fail) {
 		lg_state_free(s);
 		return rq_errf(err, -ENOMEM, "out of memory for a %d-token context", max_ctx);
@@ -174,7 +189,7 @@ void lg_state_free(struct lg_state *s)
 	}
 	void *bufs[] = {s->kc, s->vc, s->cap, s->x, s->xn, s->q, s->att, s->g, s->k, s->v, s->y, s->ys,
 	                s->h1, s->h2, s->rl, s->sgl, s->tsel, s->tw, s->cnt, s->slot_tok, s->slot_w, s->xe, s->ge, s->ue, s->de,
-	                s->mm, s->cosb, s->sinb, s->scores, s->scratch};
+	                s->mm, s->cosb, s->sinb, s->scores, s->scratch, s->xq};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		free(bufs[i]);
 	free(s);
@@ -228,8 +243,95 @@ static void observe(struct lg_state *s, const int *slots, int ns, const float *x
 	observe(s, (const int[]){__VA_ARGS__}, sizeof((const int[]){__VA_ARGS__}) / sizeof(int), \
 	        x, ldx, T, cols)
 
+/* One input to quantize: rows [0, T) of x (stride ldx, cols wide) into q. */
+struct qjob {
+	const float *x;
+	float *q;
+	int ldx, cols, T, act;
+	float gs;
+	size_t first;              /* rows of the jobs before this one */
+};
+
+struct qctx {
+	const struct qjob *j;
+	int n;
+};
+
+/* Rows [b, e) of all the jobs (numbered job after job), one row at a time:
+ * each row is its own NVFP4 groups or FP8 token, so the split changes nothing. */
+static void quantize_rows(void *vctx, size_t b, size_t e, int worker)
+{
+	const struct qctx *c = vctx;
+	(void)worker;
+	int k = 0;
+	for (size_t i = b; i < e; i++) {
+		while (k + 1 < c->n && c->j[k + 1].first <= i)
+			k++;
+		const struct qjob *j = &c->j[k];
+		size_t t = i - j->first;
+		const float *x = j->x + t * j->ldx;
+		float *q = j->q + t * j->cols;
+		if (j->act == LG_A_NVFP4)
+			ek_actq_nvfp4_cpu(x, j->ldx, q, j->cols, 1, j->cols, j->gs);
+		else
+			ek_actq_fp8_cpu(x, j->ldx, q, j->cols, 1, j->cols);
+	}
+}
+
+/* The inputs of products whose Linear quantizes its input (W4A4: NVFP4
+ * with the module's input global scale; FP8 dynamic per token), as vLLM
+ * does before its quantized GEMM (kernels/ek_actq_rule.h), into s->xq; each
+ * product then reads its dequantized copy. Products of one input and one
+ * quantizer (q/k/v with their fused scale, an expert's gate and up) share
+ * one copy. Rows are quantized in parallel over the pool. The observer has
+ * already seen the unquantized input. */
+static void quantize_inputs(struct lg_state *s, int n)
+{
+	if (n <= 0)
+		return;
+	const float *orig[n];
+	struct qjob jobs[n];
+	int nj = 0;
+	size_t used = 0, rows = 0;
+	for (int k = 0; k < n; k++) {
+		struct lg_mm *m = &s->mm[k];
+		const struct lg_linear *W = m->W;
+		orig[k] = m->x;
+		if (W->act == LG_A_NONE || m->T <= 0)
+			continue;
+		int j = 0;
+		for (; j < k; j++) {
+			const struct lg_mm *p = &s->mm[j];
+			if (orig[j] == m->x && p->W->act == W->act && p->T == m->T && p->W->cols == W->cols &&
+			    (W->act != LG_A_NVFP4 || p->W->in_gs == W->in_gs))
+				break;
+		}
+		if (j < k) {
+			m->x = s->mm[j].x;
+			m->ldx = s->mm[j].ldx;
+			continue;
+		}
+		size_t need = (size_t)m->T * W->cols;
+		if (used + need > s->xq_cap)   /* cannot happen: lg_state_create sizes xq */
+			abort();
+		float *q = s->xq + used;
+		used += need;
+		jobs[nj++] = (struct qjob){.x = m->x, .q = q, .ldx = m->ldx, .cols = W->cols, .T = m->T,
+		                           .act = W->act, .gs = W->in_gs, .first = rows};
+		rows += m->T;
+		m->x = q;
+		m->ldx = W->cols;
+	}
+	if (!nj)
+		return;
+	struct qctx c = {.j = jobs, .n = nj};
+	rq_pool_for(s->pool, rows, 4, quantize_rows, &c);
+}
+
 static void matmul(struct lg_state *s, int n)
 {
+	if (s->xq)
+		quantize_inputs(s, n);
 	lg_matmul(s->pool, s->scratch, s->stride, s->mm, n);
 }
 

@@ -128,6 +128,8 @@ int lgc_create(const struct lg_model *m, const struct lgc_opts *o, struct lgc **
 	size_t aw = ek_attn_work_bytes((int)B < EK_GEMV_MAX_T ? (int)B : EK_GEMV_MAX_T, c->n_heads_max,
 	                               c->head_dim, o->max_ctx);
 	ok = ok && (!mw || (g->moe_work = lgc_dalloc(g, mw))) && (g->attn_work = lgc_dalloc(g, aw));
+	g->xq_w = lgc_xq_width(m);
+	ok = ok && (!m->n_act || (g->xq = lgc_dalloc(g, B * g->xq_w * 4)));
 	if (!ok) {
 		rc = cuda_err(g, err, -ENOMEM, "activation buffers");
 		goto fail;
@@ -201,12 +203,30 @@ static int linear(struct lgc *g, const struct ek_w *w, const float *x, int ldx, 
 	                          : ek_gemm(g->d, w, x, ldx, y, ldy, T, acc);
 }
 
+/* A product whose Linear quantizes its input (W4A4 NVFP4, FP8 per token, as
+ * vLLM does; kernels/ek_actq_rule.h): the input goes through ek_actq_* into
+ * g->xq first, then the product reads it. */
+static int qlinear(struct lgc *g, const struct lgc_aq *aq, const struct ek_w *w, const float *x,
+                   int ldx, float *y, int ldy, int T, int acc)
+{
+	if (aq->act != LG_A_NONE) {
+		int K = w->cols,
+		    rc = aq->act == LG_A_NVFP4 ? ek_actq_nvfp4(g->d, x, ldx, g->xq, K, T, K, aq->gs)
+		                               : ek_actq_fp8(g->d, x, ldx, g->xq, K, T, K);
+		if (rc)
+			return rc;
+		x = g->xq;
+		ldx = K;
+	}
+	return linear(g, w, x, ldx, y, ldy, T, acc);
+}
+
 static int run_group(struct lgc *g, const struct lgc_group *gr, const float *x, int ldx, float *y,
                      int T)
 {
 	int rc = 0;
 	for (int i = 0; i < gr->n && !rc; i++)
-		rc = linear(g, &gr->w[i], x, ldx, y + gr->off[i], gr->width, T, 0);
+		rc = qlinear(g, &gr->aq[i], &gr->w[i], x, ldx, y + gr->off[i], gr->width, T, 0);
 	return rc;
 }
 
@@ -226,7 +246,7 @@ static int norm_group(struct lgc *g, const struct lgc_group *gr, const float *x,
 {
 	const struct lg_config *c = &g->m->cfg;
 	int H = c->hidden, rc;
-	if (!fuse || T > EK_GEMV_NORM_MAX_T || gr->n < 1) {
+	if (!fuse || T > EK_GEMV_NORM_MAX_T || gr->n < 1 || gr->any_aq) {
 		if ((rc = ek_rmsnorm(g->d, g->xn, H, x, H, nw, T, H, c->eps)))
 			return rc;
 		return run_group(g, gr, g->xn, H, y, T);
@@ -243,7 +263,8 @@ static int norm_group(struct lgc *g, const struct lgc_group *gr, const float *x,
 static int head(struct lgc *g, const float *xl, int n, int fuse)
 {
 	const struct lg_config *c = &g->m->cfg;
-	struct lgc_group one = {.n = 1, .w = {g->lm_head}, .off = {0}, .width = c->vocab};
+	struct lgc_group one = {.n = 1, .w = {g->lm_head}, .off = {0}, .width = c->vocab,
+	                        .aq = {g->aq_head}, .any_aq = g->aq_head.act != LG_A_NONE};
 	return norm_group(g, &one, xl, g->final_norm, g->logits, n, fuse);
 }
 
@@ -262,7 +283,7 @@ static int layer(struct lgc *g, int li, int T, int fuse)
 	    (rc = ek_attn(g->d, g->att, g->qd, g->qkvg + L->qo, W, g->qkvg + L->go, W, (int)c->gate, T,
 	                  L->nh, nkv, hd, L->kc, L->vc, g->kv_type, L->cap, g->dstep, window,
 	                  sliding && window < g->o.max_ctx ? window : g->o.max_ctx, g->attn_work)) ||
-	    (rc = linear(g, &L->o, g->att, g->qd, g->x, H, T, 1)) ||
+	    (rc = qlinear(g, &L->aq_o, &L->o, g->att, g->qd, g->x, H, T, 1)) ||
 	    (L->o_b && (rc = ek_bias(g->d, g->x, H, L->o_b, T, H))))
 		return rc;
 	if (!L->moe) {
@@ -270,7 +291,7 @@ static int layer(struct lgc *g, int li, int T, int fuse)
 		if ((rc = norm_group(g, &L->gu, g->x, L->mlp_norm, g->gu, T, fuse)) ||
 		    (L->gu_b && (rc = ek_bias(g->d, g->gu, L->gu.width, L->gu_b, T, L->gu.width))) ||
 		    (rc = ek_swiglu(g->d, g->h, I, g->gu, L->gu.width, g->gu + I, L->gu.width, T, I)) ||
-		    (rc = linear(g, &L->down, g->h, I, g->x, H, T, 1)))
+		    (rc = qlinear(g, &L->aq_down, &L->down, g->h, I, g->x, H, T, 1)))
 			return rc;
 		return L->down_b ? ek_bias(g->d, g->x, H, L->down_b, T, H) : 0;
 	}
@@ -280,15 +301,18 @@ static int layer(struct lgc *g, int li, int T, int fuse)
 	          ? ek_route(g->d, g->rsu, RW, L->bias, E, c->top_k, c->norm_topk, c->router_softcap,
 	                     g->ids, g->wts, T)
 	          : ek_route_softmax(g->d, g->rsu, RW, E, c->top_k, c->norm_topk, g->ids, g->wts, T)) ||
-	    (rc = ek_moe(g->d, &L->eg, &L->eu, &L->ed, g->ids, g->wts, c->top_k, c->routed_scale,
-	                 g->xn, H, g->x, H, T, 1, g->moe_work)))
+	    (rc = L->egs_gu
+	          ? ek_moe_q(g->d, &L->eg, &L->eu, &L->ed, g->ids, g->wts, c->top_k, c->routed_scale,
+	                     g->xn, H, g->x, H, T, 1, g->moe_work, L->egs_gu, L->egs_dn)
+	          : ek_moe(g->d, &L->eg, &L->eu, &L->ed, g->ids, g->wts, c->top_k, c->routed_scale,
+	                   g->xn, H, g->x, H, T, 1, g->moe_work)))
 		return rc;
 	if (S <= 0)
 		return 0;
 	if ((rc = ek_swiglu(g->d, g->h, S, g->rsu + E, RW, g->rsu + E + S, RW, T, S)) ||
 	    (L->sgo >= 0 && (rc = ek_sigmoid_scale(g->d, g->h, S, g->rsu + L->sgo, RW, T, S))))
 		return rc;
-	return linear(g, &L->sd, g->h, S, g->x, H, T, 1);
+	return qlinear(g, &L->aq_sd, &L->sd, g->h, S, g->x, H, T, 1);
 }
 
 /* Everything after the host wrote hstep (1 + T ints): copies it in, runs the

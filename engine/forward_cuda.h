@@ -13,7 +13,10 @@
  *
  * Numerics: see kernels/ek.h — batches of <= 16 tokens use the GEMV kernels
  * (fp32 activations for BF16, fp16·2^e for NVFP4), larger batches the GEMM
- * kernels (BF16 activations); fp32 everywhere else, as the CPU engine.
+ * kernels (BF16 activations); fp32 everywhere else, as the CPU engine. A
+ * Linear whose config quantizes its input (W4A4 NVFP4, FP8 per token; see
+ * lg_linear act) gets it quantized first, the CPU engine's rule and bits
+ * (ek_actq_*; routed experts: ek_moe_q), then the product as above.
  *
  * Library code: nothing is printed; lgc_plan_text formats the memory plan
  * and lgc_stats reports the upload and step timings for the CLI. */

@@ -12,6 +12,13 @@
 #define LGC_SLOT_BYTES ((size_t)64 << 20)
 #define LGC_LOGIT_ROWS 16          /* logits computed per lm_head call */
 
+/* A Linear's input quantization (lg_linear act, in_gs): its input goes
+ * through ek_actq_nvfp4 / ek_actq_fp8 into lgc.xq before the product. */
+struct lgc_aq {
+	int act;                   /* enum lg_act */
+	float gs;                  /* LG_A_NVFP4: input global scale */
+};
+
 /* Linears reading the same input, outputs side by side in one buffer: one
  * fused BF16 matrix (n = 1) or one product per member. */
 struct lgc_group {
@@ -19,6 +26,8 @@ struct lgc_group {
 	struct ek_w w[LGC_MAXG];   /* device weights */
 	int off[LGC_MAXG];         /* first output column of each */
 	int width;                 /* output columns in all */
+	struct lgc_aq aq[LGC_MAXG];/* each member's input quantization (a fused BF16 group: none) */
+	int any_aq;                /* some member quantizes its input (the norm is not fused) */
 };
 
 struct lgc_layer {
@@ -38,6 +47,9 @@ struct lgc_layer {
 	float *gu_b;               /* device [gu.width] dense gate|up biases, or NULL */
 	int sgo;                   /* MoE: column of the shared-expert gate logit in rsu, -1: none */
 	struct ek_w eg, eu, ed;    /* routed expert sets (n = n_experts) */
+	struct lgc_aq aq_o, aq_down, aq_sd;   /* o_proj, dense down_proj, shared down_proj inputs */
+	float *egs_gu, *egs_dn;    /* W4A4 experts: device [n_experts] input global scales of
+	                              gate/up (fused) and down (ek_moe_q); NULL: A16 experts */
 	void *kc, *vc;             /* KV cache [nkv][cap][hd] of kv_type */
 	int cap;                   /* positions in the cache (ring for sliding layers) */
 };
@@ -57,6 +69,10 @@ struct lgc {
 	uint16_t *embed;           /* device [vocab][hidden] BF16 */
 	float *final_norm;         /* device [hidden] */
 	struct ek_w lm_head;
+	struct lgc_aq aq_head;     /* lm_head's input quantization */
+	float *xq;                 /* [B][xq_w] a quantized product input (models with
+	                              act-quantized Linears; NULL otherwise) */
+	int xq_w;
 	float *inv_freq[2];        /* device [rot/2] per layer type */
 	/* activations, device */
 	float *x, *xn;             /* [B][hidden] */
@@ -83,5 +99,7 @@ struct lgc {
 int lgc_layout(struct lgc *g, int dry, struct rq_err *err);
 void *lgc_dalloc(struct lgc *g, size_t bytes);
 size_t lgc_act_bytes(const struct lg_model *m, int B, int max_ctx);
+/* Columns of lgc.xq: the widest input of a non-expert Linear. */
+int lgc_xq_width(const struct lg_model *m);
 
 #endif

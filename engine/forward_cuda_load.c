@@ -206,22 +206,31 @@ static float *put_bias(struct upl *u, const struct lg_linear *const *mem, const 
 	return p;
 }
 
-/* Members read the same input: fused into one BF16 matrix when all are BF16. */
+static struct lgc_aq aq_of(const struct lg_linear *l)
+{
+	return (struct lgc_aq){.act = (int)l->act, .gs = l->in_gs};
+}
+
+/* Members read the same input: fused into one BF16 matrix when all are BF16
+ * (a BF16 Linear never quantizes its input). */
 static int group(struct upl *u, const struct lg_linear *const *mem, int n, struct lgc_group *gr)
 {
 	int fuse = n > 1, rows = 0;
 	memset(gr, 0, sizeof *gr);
 	for (int i = 0; i < n; i++) {
-		fuse &= mem[i]->kind == LG_W_BF16 && mem[i]->cols == mem[0]->cols;
+		fuse &= mem[i]->kind == LG_W_BF16 && mem[i]->act == LG_A_NONE && mem[i]->cols == mem[0]->cols;
 		gr->off[i] = rows;
 		rows += mem[i]->rows;
 	}
 	gr->width = rows;
 	if (!fuse) {
 		gr->n = n;
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < n; i++) {
+			gr->aq[i] = aq_of(mem[i]);
+			gr->any_aq |= mem[i]->act != LG_A_NONE;
 			if (one(u, mem[i], &gr->w[i]))
 				return -1;
+		}
 		return 0;
 	}
 	size_t bytes = (size_t)rows * mem[0]->cols * 2;
@@ -280,6 +289,15 @@ static void *kvalloc(struct upl *u, size_t n)
 	return p;
 }
 
+int lgc_xq_width(const struct lg_model *m)
+{
+	const struct lg_config *c = &m->cfg;
+	int w = c->hidden, cand[] = {c->n_heads_max * c->head_dim, c->inter, c->shared_inter};
+	for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
+		w = cand[i] > w ? cand[i] : w;
+	return w;
+}
+
 size_t lgc_act_bytes(const struct lg_model *m, int B, int max_ctx)
 {
 	const struct lg_config *c = &m->cfg;
@@ -302,7 +320,29 @@ size_t lgc_act_bytes(const struct lg_model *m, int B, int max_ctx)
 	b += al(ek_attn_work_bytes(B < EK_GEMV_MAX_T ? B : EK_GEMV_MAX_T, c->n_heads_max, c->head_dim,
 	                           max_ctx));
 	b += (size_t)B * maxc * 2 * 5 / 4 + ((size_t)32 << 20);   /* GEMM scratch, cuBLAS */
+	if (m->n_act)   /* lgc.xq: one product's quantized input */
+		b += al((size_t)B * lgc_xq_width(m) * 4);
 	return b;
+}
+
+/* W4A4 routed experts (every expert NVFP4 with NVFP4 inputs; check_kinds
+ * refused a mix): their input global scales as two device vectors for
+ * ek_moe_q, gate/up's (one per expert, fused by the loader) and down's. */
+static int expert_scales(struct upl *u, const struct lg_layer *L, int E, struct lgc_layer *D)
+{
+	if (L->eg[0].act == LG_A_NONE)
+		return 0;
+	float *h = malloc(sizeof *h * 2 * (size_t)E);
+	if (!h)
+		return fail(u, -ENOMEM, "expert scale staging");
+	for (int e = 0; e < E; e++) {
+		h[e] = L->eg[e].in_gs;
+		h[E + e] = L->ed[e].in_gs;
+	}
+	D->egs_gu = put_floats(u, h, E);
+	D->egs_dn = put_floats(u, h + E, E);
+	free(h);
+	return D->egs_gu && D->egs_dn ? 0 : -1;
 }
 
 /* The kernels read BF16 and NVFP4 (NVFP4A16 is the same tensors); FP8 and
@@ -370,6 +410,16 @@ static int check_kinds(const struct lg_model *m, struct rq_err *err)
 			    (rc = refuse_kind(&L->eu[e], i, "up_proj", e, err)) ||
 			    (rc = refuse_kind(&L->ed[e], i, "down_proj", e, err)))
 				return rc;
+		/* ek_moe_q quantizes every expert's gate/up and down inputs (NVFP4), or none */
+		int aq = L->moe ? L->eg[0].act : 0;
+		for (int e = 0; L->moe && e < c->n_experts; e++) {
+			const struct lg_linear *x[3] = {&L->eg[e], &L->eu[e], &L->ed[e]};
+			for (int j = 0; j < 3; j++)
+				if ((int)x[j]->act != aq || (aq && aq != LG_A_NVFP4))
+					return rq_errf(err, -ENOTSUP, "CUDA engine: the routed experts of layer %d "
+					               "quantize their inputs in different ways (expert %d); it runs "
+					               "on the CPU engine: pass --device cpu", i, e);
+		}
 	}
 	if (m->embed_q.kind != LG_W_BF16)   /* ek_embed reads a BF16 table */
 		return m->embed_q.kind == LG_W_F16 || m->embed_q.kind == LG_W_F32
@@ -414,6 +464,7 @@ int lgc_layout(struct lgc *g, int dry, struct rq_err *err)
 		g->lm_head = ew;
 	else if (one(&u, &m->lm_head, &g->lm_head))
 		goto out;
+	g->aq_head = aq_of(&m->lm_head);
 	for (int t = 0; t < 2; t++)
 		if (!(g->inv_freq[t] = put_floats(&u, c->rope[t].inv_freq, c->rope[t].rot_dim / 2 + 1)))
 			goto out;
@@ -439,6 +490,7 @@ int lgc_layout(struct lgc *g, int dry, struct rq_err *err)
 		D->go = D->vo + L->v.rows;
 		if (one(&u, &L->o, &D->o))
 			goto out;
+		D->aq_o = aq_of(&L->o);
 		/* biases: one vector per group, zeros where a member has none */
 		const struct lg_linear *qkv[3] = {&L->q, &L->k, &L->v};
 		int qoff[3] = {D->qo, D->ko, D->vo};
@@ -450,6 +502,7 @@ int lgc_layout(struct lgc *g, int dry, struct rq_err *err)
 			const struct lg_linear *gu[2] = {&L->gate, &L->up};
 			if (group(&u, gu, 2, &D->gu) || one(&u, &L->down, &D->down))
 				goto out;
+			D->aq_down = aq_of(&L->down);
 			int goff[2] = {D->gu.off[0], D->gu.off[0] + L->gate.rows};
 			if ((L->gate.bias && !(D->gu_b = put_bias(&u, gu, goff, 2, D->gu.width))) ||
 			    (L->down.bias && !(D->down_b = put_floats(&u, L->down.bias, H))))
@@ -465,8 +518,9 @@ int lgc_layout(struct lgc *g, int dry, struct rq_err *err)
 				goto out;
 			if (!(D->bias = put_floats(&u, L->bias, c->n_experts)) ||
 			    experts(&u, L->eg, c->n_experts, &D->eg) || experts(&u, L->eu, c->n_experts, &D->eu) ||
-			    experts(&u, L->ed, c->n_experts, &D->ed))
+			    experts(&u, L->ed, c->n_experts, &D->ed) || expert_scales(&u, L, c->n_experts, D))
 				goto out;
+			D->aq_sd = aq_of(&L->sd);
 		}
 		long cap = g->o.max_ctx;
 		if (L->type == LG_SLIDING && (long)c->sliding_window + g->B - 1 < cap)

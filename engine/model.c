@@ -314,6 +314,7 @@ static int bind_all(struct loader *L)
 	for (int i = 0; i < c->n_layers; i++)
 		if ((rc = bind_layer(L, i, &m->layers[i])))
 			return rc;
+	ld_fuse_acts(m);
 	for (size_t i = 0; i < L->n; i++)
 		if (!L->t[i].used && !ignorable(L->t[i].name))
 			return rq_errf(L->err, -ENOTSUP, "%s: tensor %s is not used by this engine (a feature it "

@@ -41,6 +41,16 @@ enum lg_wkind {
 	LG_W_F32 = 5,      /* <m>.weight F32 [rows, cols] (w8 points at it) */
 };
 
+/* How a Linear's input is quantized before its product, as the checkpoint's
+ * quantization_config asks and vLLM computes (kernels/ek_actq_rule.h has the
+ * exact rule): the matmul then runs on the dequantized values. */
+enum lg_act {
+	LG_A_NONE = 0,     /* binary32 activations (A16: weight-only schemes, BF16) */
+	LG_A_NVFP4 = 1,    /* NVFP4 W4A4: per 16 inputs, E4M3 scale under the static
+	                      input_global_scale (in_gs), values on the E2M1 grid */
+	LG_A_FP8_TOKEN = 2,/* FP8 dynamic per token: scale amax/448, values E4M3 */
+};
+
 /* dtype of an FP8/INT weight_scale (and of nothing else): as the checkpoint has it */
 enum lg_sdtype { LG_S_BF16 = 0, LG_S_F16 = 1, LG_S_F32 = 2 };
 
@@ -85,6 +95,9 @@ struct lg_linear {
 	int groups;                /* FP8, INT: scale columns; cols % groups == 0, one per
 	                              cols/groups consecutive columns (1: per channel) */
 	const float *bias;         /* <m>.bias [rows] widened to binary32 (owned by the model), or NULL */
+	enum lg_act act;           /* input quantization (config.json; RQ_ENGINE_ACT_QUANT=0: none) */
+	float in_gs;               /* LG_A_NVFP4: <m>.input_global_scale (large, 448·6/amax), the
+	                              largest of the Linears vLLM fuses (q/k/v, gate/up) */
 };
 
 /* Bytes of weights one full pass over the Linear reads. */
@@ -154,6 +167,11 @@ struct lg_config {
 	int n_eos;
 	int eos[8];                /* eos_token_id (int or list) */
 	struct lg_rope rope[2];    /* [LG_FULL], [LG_SLIDING] */
+	/* quantization_config's input_activations, by weight form: 0 none (A16), 1 every
+	 * Linear of that form, 2 (NVFP4 only) those whose checkpoint has input_global_scale
+	 * (groups with and without activation quantization) */
+	int act_nvfp4;             /* nvfp4-pack-quantized groups: NVFP4 inputs (W4A4) */
+	int act_fp8;               /* float-quantized groups: FP8 dynamic per-token inputs */
 };
 
 struct lg_layer {
@@ -208,6 +226,7 @@ struct lg_model {
 	struct lg_layer *layers;   /* [n_layers] */
 	int n_nvfp4, n_bf16;       /* Linears bound in each form */
 	int n_fp8, n_int;
+	int n_act;                 /* Linears whose input is quantized (act != LG_A_NONE) */
 	size_t n_files;
 	struct lg_file *files;     /* the mapped *.safetensors */
 	float **owned;             /* [n_owned] biases widened at load, freed with the model */

@@ -44,6 +44,9 @@ const struct tref *ld_need(struct loader *L, const char *name, enum st_dtype dt,
  * F16, F32, NVFP4, FP8, INT); ld_lin also binds <mod>.bias when bias. */
 int ld_linear(struct loader *L, const char *mod, int rows, int cols, struct lg_linear *out);
 int ld_lin(struct loader *L, const char *mod, int rows, int cols, int bias, struct lg_linear *out);
+/* After every Linear is bound: the input global scale of the Linears vLLM
+ * fuses (q/k/v, gate/up) made one, the largest (model_linear.c). */
+void ld_fuse_acts(struct lg_model *m);
 /* A vector of n values (BF16, F16 or F32) widened into a new float array. */
 int ld_vec(struct loader *L, const char *name, int n, float **out);
 

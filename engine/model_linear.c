@@ -133,6 +133,46 @@ static int bind_qscale(struct loader *L, const char *mod, struct lg_linear *out)
 	return 0;
 }
 
+/* 0 when RQ_ENGINE_ACT_QUANT=0: every Linear on binary32 inputs, whatever the
+ * config says (the engine before W4A4 inputs: references that dequantize
+ * weights only, and A/B runs of activation quantization's own cost). */
+static int act_quant_on(void)
+{
+	const char *e = getenv("RQ_ENGINE_ACT_QUANT");
+	return !(e && !strcmp(e, "0"));
+}
+
+/* The input quantization of NVFP4 module mod (config: act_nvfp4): W4A4 with
+ * <mod>.input_global_scale F32 [1] when the config asks for NVFP4 inputs. The
+ * embedding is a lookup, never a product's input: left alone. */
+static int bind_nvfp4_act(struct loader *L, const char *mod, struct lg_linear *out)
+{
+	char name[256];
+	int rc = 0, want = L->m->cfg.act_nvfp4;
+	if (!want || !act_quant_on() || !strcmp(mod, "model.embed_tokens"))
+		return 0;
+	snprintf(name, sizeof name, "%s.input_global_scale", mod);
+	if (!ld_find(L, name)) {
+		if (want == 2)   /* some NVFP4 groups are weight-only: this is one of theirs */
+			return 0;
+		return rq_errf(L->err, -EPROTO, "%s/config.json quantizes the input activations of NVFP4 "
+		               "Linears (W4A4) but no shard holds %s; export or mount with --calib so "
+		               "every module has its input_global_scale", L->m->dir, name);
+	}
+	const struct tref *g = ld_need(L, name, ST_F32, 1, 1, 0, &rc);
+	if (!g)
+		return rc;
+	float gs;
+	memcpy(&gs, ld_data(L, g), 4);
+	if (!isfinite(gs) || !(gs > 0))
+		return rq_errf(L->err, -EPROTO, "%s: tensor %s = %g is not a positive finite scale",
+		               L->m->files[g->file].path, name, gs);
+	out->act = LG_A_NVFP4;
+	out->in_gs = gs;
+	L->m->n_act++;
+	return 0;
+}
+
 /* NVFP4: weight_packed U8 [rows, cols/2], weight_scale F8_E4M3 [rows, cols/16],
  * weight_global_scale F32 [1]. */
 static int bind_nvfp4(struct loader *L, const char *mod, struct lg_linear *out)
@@ -173,7 +213,7 @@ static int bind_nvfp4(struct loader *L, const char *mod, struct lg_linear *out)
 	out->global_scale = gs;
 	out->gs_div = div;
 	L->m->n_nvfp4++;
-	return 0;
+	return bind_nvfp4_act(L, mod, out);
 }
 
 /* The bit width b in 1..8 that packs cols columns into `words` int32 words
@@ -245,6 +285,10 @@ static int bind_fp8(struct loader *L, const char *mod, struct lg_linear *out)
 	out->kind = LG_W_FP8;
 	out->w8 = ld_data(L, w);
 	L->m->n_fp8++;
+	if (L->m->cfg.act_fp8 && act_quant_on() && strcmp(mod, "model.embed_tokens")) {
+		out->act = LG_A_FP8_TOKEN;
+		L->m->n_act++;
+	}
 	return 0;
 }
 
@@ -358,4 +402,35 @@ int ld_lin(struct loader *L, const char *mod, int rows, int cols, int bias,
 {
 	int rc = ld_linear(L, mod, rows, cols, out);
 	return rc ? rc : bias ? bind_bias(L, mod, out) : 0;
+}
+
+/* vLLM runs q/k/v, gate/up (dense, shared expert, each routed expert) as one
+ * fused Linear with ONE input global scale, the largest of the parts
+ * (CompressedTensorsW4A4Fp4: input_global_scale.max(); its MoE method:
+ * w13_input_global_scale.max(dim=1)). llm-compressor writes them equal; a
+ * checkpoint that does not gets vLLM's choice here too. */
+static void fuse_in_gs(struct lg_linear *const *l, int n)
+{
+	float mx = 0;
+	for (int i = 0; i < n; i++)
+		if (l[i]->act == LG_A_NVFP4 && l[i]->in_gs > mx)
+			mx = l[i]->in_gs;
+	for (int i = 0; i < n; i++)
+		if (l[i]->act == LG_A_NVFP4)
+			l[i]->in_gs = mx;
+}
+
+void ld_fuse_acts(struct lg_model *m)
+{
+	for (int i = 0; i < m->cfg.n_layers; i++) {
+		struct lg_layer *ly = &m->layers[i];
+		fuse_in_gs((struct lg_linear *const[]){&ly->q, &ly->k, &ly->v}, 3);
+		if (!ly->moe) {
+			fuse_in_gs((struct lg_linear *const[]){&ly->gate, &ly->up}, 2);
+			continue;
+		}
+		fuse_in_gs((struct lg_linear *const[]){&ly->sg, &ly->su}, 2);
+		for (int e = 0; ly->eg && e < m->cfg.n_experts; e++)
+			fuse_in_gs((struct lg_linear *const[]){&ly->eg[e], &ly->eu[e]}, 2);
+	}
 }

@@ -219,6 +219,19 @@ int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const s
 int ek_moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
                const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
                float *out, int ldo, int T, int acc, void *work);
+/* ek_moe for W4A4 experts (NVFP4 weights, NVFP4 inputs as vLLM quantizes
+ * them, ek_actq_nvfp4's rule): expert e's gate/up input (the token's x) is
+ * quantized with gs_gu[e], its down input (the SwiGLU) with gs_dn[e]; gs_gu,
+ * gs_dn: [E] floats in device memory (host memory for the twin). Same work
+ * buffer. hidden and inter % 16 == 0. */
+int ek_moe_q(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+             const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+             float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
+             const float *gs_dn);
+int ek_moe_q_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+                 const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+                 float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
+                 const float *gs_dn);
 size_t ek_moe_work_bytes(int T, int k, int inter, int hidden);
 
 /* ek_moe keeps arrival counters in the first EK_WORK_CNT_BYTES of its work
@@ -238,6 +251,17 @@ int ek_swiglu(struct ek_dev *d, float *out, int ldo, const float *g, int ldg, co
               int ldu, int T, int n);
 void ek_swiglu_cpu(float *out, int ldo, const float *g, int ldg, const float *u, int ldu, int T,
                    int n);
+/* Input-activation quantization of a quantized Linear, as vLLM applies it
+ * (the rule and its rounding: ek_actq_rule.h): y[t] = x[t] quantized and
+ * dequantized, cols inputs per token (y may be x).
+ * nvfp4: per group of 16 (cols % 16 == 0) with the static input global scale
+ * gs (> 0); fp8: per token, dynamic. Integer-exact rule: the GPU op gives the
+ * twin's bits. */
+int ek_actq_nvfp4(struct ek_dev *d, const float *x, int ldx, float *y, int ldy, int T, int cols,
+                  float gs);
+void ek_actq_nvfp4_cpu(const float *x, int ldx, float *y, int ldy, int T, int cols, float gs);
+int ek_actq_fp8(struct ek_dev *d, const float *x, int ldx, float *y, int ldy, int T, int cols);
+void ek_actq_fp8_cpu(const float *x, int ldx, float *y, int ldy, int T, int cols);
 /* x[i] += y[i], i < n. */
 int ek_add(struct ek_dev *d, float *x, const float *y, size_t n);
 void ek_add_cpu(float *x, const float *y, size_t n);

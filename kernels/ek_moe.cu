@@ -12,10 +12,18 @@
  * engine's order), and three grouped tile GEMMs (gate, up, down) plus a
  * SwiGLU and a combine kernel run over the groups.
  *
+ * W4A4 experts (ek_moe_q): each slot's input is quantized with its expert's
+ * input global scale into xq[slot] first (k_moe_actq), gate/up then read
+ * xq[slot] (the GEMVs with k = 1, the grouped GEMMs with xq in grouped slot
+ * order), and h is quantized in place with the expert's down scale before
+ * the down projection: vLLM's rule (ek_actq_rule.h), so the twin's bits.
+ *
  * work layout (sizes from ek_moe_work_bytes):
  *   cnt[EK_WORK_CNT_BYTES / 4] | h[S][I] g[S][I] u[S][I] d[S][H] | slot_tok[S] pos_of[S] tiles[...]
+ *   | (ek_moe_q) xq[S][H] inv[S]   at ek_moe_work_bytes's first aligned end for this T
  * with S = T·k slots, I = inter, H = hidden: the counters never move with T. */
 #include "kernels/ek_dev.cuh"
+#include "kernels/ek_actq_rule.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -35,6 +43,44 @@ __global__ void k_moe_combine(const float *d, int H, const int *pos_of, const fl
 		float *o = &out[(size_t)t * ldo + r];
 		*o = __fadd_rn(acc ? *o : 0.0f, __fmul_rn(scale, s));
 	}
+}
+
+/* y[r] (cols wide) = the NVFP4 input quantization of x row (xmap ? xmap[r] : r) / xdiv under
+ * gs[ids[imap ? imap[r] : r]]; one thread per group of 16 (y may be x when the rows agree). */
+__global__ void k_moe_actq(const float *x, int ldx, const int *xmap, int xdiv, float *y, int ldy,
+                           int groups, size_t total, const float *gs, const int *ids,
+                           const int *imap)
+{
+	pdl_start();
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		int r = (int)(i / groups), gi = (int)(i % groups);
+		int src = xmap ? xmap[r] : r;
+		float gsv = gs[ids[imap ? imap[r] : r]];
+		const float *xr = x + (size_t)(src / xdiv) * ldx + (size_t)gi * 16;
+		float *yr = y + (size_t)r * ldy + (size_t)gi * 16;
+		float v[16], a = 0.0f;
+#pragma unroll
+		for (int j = 0; j < 16; j++) {
+			v[j] = xr[j];
+			a = fmaxf(a, fabsf(v[j]));
+		}
+		float sc = ek_actq_nv_scale(a, gsv);
+		float inv = ek_actq_nv_inv(sc, gsv), deq = ek_actq_nv_deq(sc, gsv);
+#pragma unroll
+		for (int j = 0; j < 16; j++)
+			yr[j] = ek_actq_nv_elem(v[j], inv, deq);
+	}
+}
+
+static int moe_actq(struct ek_dev *d, const float *x, int ldx, const int *xmap, int xdiv, float *y,
+                    int ldy, int rows, int cols, const float *gs, const int *ids, const int *imap)
+{
+	size_t total = (size_t)rows * (cols / 16);
+	size_t b = (total + 127) / 128, cap = (size_t)d->sms * 16;
+	ek_launch(d, k_moe_actq, dim3((unsigned)(b < 1 ? 1 : b > cap ? cap : b)), dim3(128), 0, x, ldx,
+	          xmap, xdiv, y, ldy, cols / 16, total, gs, ids, imap);
+	return ek_launched(d, "moe actq");
 }
 
 static int check_set(struct ek_dev *d, const struct ek_w *W, int rows, int cols, int n,
@@ -77,9 +123,11 @@ static int group_slots(const int *ids, int T, int k, int E, int *slot_tok, int *
 	return nt;
 }
 
-extern "C" int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U,
-                      const struct ek_w *D, const int *ids, const float *wts, int k, float scale,
-                      const float *x, int ldx, float *out, int ldo, int T, int acc, void *work)
+/* ek_moe, and ek_moe_q when gs_gu (and gs_dn) are given. */
+static int moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+               const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+               float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
+               const float *gs_dn)
 {
 	if (!G || !U || !D || T < 1 || k < 1 || !work)
 		return ek_fail(d, -EINVAL, "moe: bad arguments (T %d, k %d)", T, k);
@@ -98,10 +146,25 @@ extern "C" int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w 
 	int *slot_tok = ints, *pos_of = ints + S, *tiles = ints + 2 * S;
 	if ((size_t)(H + 15) / 16 + 1 > EK_WORK_CNT_BYTES / sizeof(int))
 		return ek_fail(d, -EINVAL, "moe: hidden %d too large for the counters", H);
+	int q = gs_gu != NULL;
+	if (q && (!gs_dn || H % 16 || I % 16))
+		return ek_fail(d, -EINVAL, "moe_q: needs both scale vectors, hidden %d and inter %d "
+		               "multiples of 16", H, I);
+	/* ek_moe_q's region: after what ek_moe_work_bytes gives T without it */
+	size_t qoff = ek_moe_work_bytes(T, k, I, H) - (((size_t)S * H * 4 + (size_t)S * 4 + 255) & ~(size_t)255);
+	qoff &= ~(size_t)255;
+	float *xq = (float *)((char *)work + qoff);
+	int *inv = (int *)(xq + (size_t)S * H);
 
 	if (T <= EK_GEMV_MAX_T) {
-		if ((rc = ek_gv(d, GV_GU, G, U, ids, k, x, ldx, h, I, S, 0, NULL, 0, NULL, 0, NULL)))
+		if (q) {   /* xq[s] = quantized x[s / k] under its expert's scale; GEMVs with k = 1 */
+			if ((rc = moe_actq(d, x, ldx, NULL, k, xq, H, S, H, gs_gu, ids, NULL)) ||
+			    (rc = ek_gv(d, GV_GU, G, U, ids, 1, xq, H, h, I, S, 0, NULL, 0, NULL, 0, NULL)) ||
+			    (rc = moe_actq(d, h, I, NULL, 1, h, I, S, I, gs_dn, ids, NULL)))
+				return rc;
+		} else if ((rc = ek_gv(d, GV_GU, G, U, ids, k, x, ldx, h, I, S, 0, NULL, 0, NULL, 0, NULL))) {
 			return rc;
+		}
 		return ek_gv(d, GV_DOWN, D, NULL, ids, k, h, I, dd, H, S, acc, wts, scale, out, ldo, cnt);
 	}
 
@@ -122,13 +185,47 @@ extern "C" int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w 
 	    (rc = ek_h2d(d, pos_of, hpos, sizeof(int) * S)) ||
 	    (rc = ek_h2d(d, tiles, htiles, sizeof(int) * 3 * nt)))
 		return rc;
-	if ((rc = ek_gm(d, G, x, ldx, slot_tok, g, I, S, 0, tiles, nt)) ||
-	    (rc = ek_gm(d, U, x, ldx, slot_tok, u, I, S, 0, tiles, nt)) ||
-	    (rc = ek_swiglu(d, h, I, g, I, u, I, S, I)) ||
-	    (rc = ek_gm(d, D, h, I, NULL, dd, H, S, 0, tiles, nt)))
+	if (q) {
+		/* grouped slot p is slot inv[p] (token inv[p] / k, expert ids[inv[p]]): xq in
+		 * grouped order, read by the GEMMs without a gather; h quantized in place.
+		 * hst's copy to slot_tok is queued: reused for the map after a sync. */
+		if ((rc = ek_sync(d)))
+			return rc;
+		for (int s = 0; s < S; s++)
+			hst[hpos[s]] = s;
+		if ((rc = ek_h2d(d, inv, hst, sizeof(int) * S)) ||
+		    (rc = moe_actq(d, x, ldx, inv, k, xq, H, S, H, gs_gu, ids, inv)) ||
+		    (rc = ek_gm(d, G, xq, H, NULL, g, I, S, 0, tiles, nt)) ||
+		    (rc = ek_gm(d, U, xq, H, NULL, u, I, S, 0, tiles, nt)) ||
+		    (rc = ek_swiglu(d, h, I, g, I, u, I, S, I)) ||
+		    (rc = moe_actq(d, h, I, NULL, 1, h, I, S, I, gs_dn, ids, inv)) ||
+		    (rc = ek_gm(d, D, h, I, NULL, dd, H, S, 0, tiles, nt)))
+			return rc;
+	} else if ((rc = ek_gm(d, G, x, ldx, slot_tok, g, I, S, 0, tiles, nt)) ||
+	           (rc = ek_gm(d, U, x, ldx, slot_tok, u, I, S, 0, tiles, nt)) ||
+	           (rc = ek_swiglu(d, h, I, g, I, u, I, S, I)) ||
+	           (rc = ek_gm(d, D, h, I, NULL, dd, H, S, 0, tiles, nt))) {
 		return rc;
+	}
 	ek_launch(d, k_moe_combine, dim3(T), dim3(256), 0, dd, H, pos_of, wts, k, scale, out, ldo, acc);
 	if ((rc = ek_launched(d, "moe combine")))
 		return rc;
 	return ek_sync(d);             /* the pinned tables are reused by the next call */
+}
+
+extern "C" int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U,
+                      const struct ek_w *D, const int *ids, const float *wts, int k, float scale,
+                      const float *x, int ldx, float *out, int ldo, int T, int acc, void *work)
+{
+	return moe(d, G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, work, NULL, NULL);
+}
+
+extern "C" int ek_moe_q(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U,
+                        const struct ek_w *D, const int *ids, const float *wts, int k, float scale,
+                        const float *x, int ldx, float *out, int ldo, int T, int acc, void *work,
+                        const float *gs_gu, const float *gs_dn)
+{
+	if (!gs_gu)
+		return ek_fail(d, -EINVAL, "moe_q: no input global scales");
+	return moe(d, G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, work, gs_gu, gs_dn);
 }

@@ -88,26 +88,38 @@ size_t ek_moe_work_bytes(int T, int k, int inter, int hidden)
 	 * d [slots][hidden], then the prefill grouping tables */
 	size_t b = EK_WORK_CNT_BYTES + slots * ((size_t)inter * 3 + hidden) * sizeof(float);
 	b += slots * 4 * sizeof(int) + 4096 * sizeof(int) + 256;
+	b = (b + 255) & ~(size_t)255;
+	/* ek_moe_q: then the quantized expert inputs [slots][hidden] and the
+	 * grouped slot -> slot map [slots] (at this offset for T's own b) */
+	b += slots * (size_t)hidden * sizeof(float) + slots * sizeof(int);
 	return (b + 255) & ~(size_t)255;
 }
 
-int ek_moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
-               const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
-               float *out, int ldo, int T, int acc, void *work)
+/* ek_moe_cpu and ek_moe_q_cpu: gs_gu/gs_dn NULL: no input quantization. */
+static int moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+                   const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+                   float *out, int ldo, int T, int acc, const float *gs_gu, const float *gs_dn)
 {
 	int I = G->rows, H = D->rows, mode = T <= EK_GEMV_MAX_T ? 0 : 1, rc = 0;
-	float *g = malloc(sizeof(float) * ((size_t)I * 3 + (size_t)H * (k + 1)));
+	float *g = malloc(sizeof(float) * ((size_t)I * 3 + (size_t)H * (k + 2)));
 	if (!g)
 		return -ENOMEM;
-	float *u = g + I, *h = u + I, *dd = h + I, *sum = dd + (size_t)H * k;
+	float *u = g + I, *h = u + I, *dd = h + I, *sum = dd + (size_t)H * k, *xq = sum + H;
 	for (int t = 0; t < T && !rc; t++) {
 		for (int j = 0; j < k && !rc; j++) {
 			int e = ids[(size_t)t * k + j];
-			if ((rc = ek_matvec_cpu(G, e, x + (size_t)t * ldx, 0, g, 0, 1, 0, mode)) ||
-			    (rc = ek_matvec_cpu(U, e, x + (size_t)t * ldx, 0, u, 0, 1, 0, mode)))
+			const float *xt = x + (size_t)t * ldx;
+			if (gs_gu) {
+				ek_actq_nvfp4_cpu(xt, H, xq, H, 1, H, gs_gu[e]);
+				xt = xq;
+			}
+			if ((rc = ek_matvec_cpu(G, e, xt, 0, g, 0, 1, 0, mode)) ||
+			    (rc = ek_matvec_cpu(U, e, xt, 0, u, 0, 1, 0, mode)))
 				break;
 			for (int i = 0; i < I; i++)
 				h[i] = ek_silu(g[i]) * u[i];
+			if (gs_dn)
+				ek_actq_nvfp4_cpu(h, I, h, I, 1, I, gs_dn[e]);
 			rc = ek_matvec_cpu(D, e, h, 0, dd + (size_t)j * H, 0, 1, 0, mode);
 		}
 		for (int r = 0; r < H && !rc; r++) {
@@ -123,4 +135,23 @@ int ek_moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
 	}
 	free(g);
 	return rc;
+}
+
+int ek_moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+               const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+               float *out, int ldo, int T, int acc, void *work)
+{
+	(void)work;
+	return moe_cpu(G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, NULL, NULL);
+}
+
+int ek_moe_q_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+                 const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+                 float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
+                 const float *gs_dn)
+{
+	(void)work;
+	if (!gs_gu || !gs_dn || G->cols % 16 || G->rows % 16)
+		return -EINVAL;
+	return moe_cpu(G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, gs_gu, gs_dn);
 }

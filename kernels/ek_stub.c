@@ -90,11 +90,18 @@ int ek_route(struct ek_dev *d, const float *logits, int ldl, const float *bias, 
 int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
            const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
            float *out, int ldo, int T, int acc, void *work) NODEV
+int ek_moe_q(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+             const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+             float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
+             const float *gs_dn) NODEV
 int ek_rmsnorm(struct ek_dev *d, float *out, int ldo, const float *x, int ldx, const float *w,
                int T, int n, float eps) NODEV
 int ek_swiglu(struct ek_dev *d, float *out, int ldo, const float *g, int ldg, const float *u,
               int ldu, int T, int n) NODEV
 int ek_add(struct ek_dev *d, float *x, const float *y, size_t n) NODEV
+int ek_actq_nvfp4(struct ek_dev *d, const float *x, int ldx, float *y, int ldy, int T, int cols,
+                  float gs) NODEV
+int ek_actq_fp8(struct ek_dev *d, const float *x, int ldx, float *y, int ldy, int T, int cols) NODEV
 int ek_bias(struct ek_dev *d, float *y, int ldy, const float *b, int T, int n) NODEV
 int ek_sigmoid_scale(struct ek_dev *d, float *h, int ldh, const float *g, int ldg, int T, int n) NODEV
 int ek_route_softmax(struct ek_dev *d, const float *logits, int ldl, int E, int k, int norm,

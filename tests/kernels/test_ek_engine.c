@@ -57,10 +57,67 @@ static int run_gpu(struct lgc *g, const int *p, int n, int *out, float *logits, 
 	return tu_greedy(NULL, g, V, p, n, NGEN, out, logits, "gpu");
 }
 
+/* issue 21: mkckpt's NVFP4 model is W4A4 (its routed experts quantize their
+ * inputs, ek_moe_q). Quantized inputs are discontinuous in the activations:
+ * the fp16 GEMV's rounding moves some values across an E2M1 boundary, so
+ * GPU and CPU are not compared within a tolerance here. Asserted: finite
+ * logits, and the GPU's last-prompt-position logits nearer the CPU's W4A4
+ * ones than the CPU's A16 ones (by half); the deviation and the greedy
+ * agreement are reported. ek_moe_q itself: test_ek_gpu; bits: test_ek_emul. */
+static void check_w4a4(const char *dir, const char *name)
+{
+	struct lg_model *m = NULL, *m16 = NULL;
+	struct rq_err err = {0};
+	setenv("RQ_ENGINE_ACT_QUANT", "0", 1);
+	int rc = lg_model_open(dir, &m16, &err);
+	unsetenv("RQ_ENGINE_ACT_QUANT");
+	if (rc || (rc = lg_model_open(dir, &m, &err))) {
+		TAP_OK(0, "%s W4A4: %s", name, err.msg);
+		lg_model_close(m16);
+		return;
+	}
+	if (!m->n_act) {
+		lg_model_close(m);
+		lg_model_close(m16);
+		return;
+	}
+	int V = m->cfg.vocab, n = 12, p[40], tc[NGEN], t16[NGEN], tg[NGEN];
+	tu_prompt(p, 40, V);
+	float *lc = malloc(sizeof(float) * (NGEN + 1) * V), *l16 = malloc(sizeof(float) * (NGEN + 1) * V);
+	float *lg = malloc(sizeof(float) * (NGEN + 1) * V);
+	struct lgc *g = NULL;
+	struct lgc_opts o = {.max_ctx = 40 + NGEN + 1, .kv = "f32", .gemv_prefill = 1};
+	rc = run_cpu(m, p, n, tc, lc);
+	if (!rc)
+		rc = run_cpu(m16, p, n, t16, l16);
+	if (!rc && (rc = lgc_create(m, &o, &g, &err)))
+		printf("# lgc_create: %s\n", err.msg);
+	if (!rc)
+		rc = run_gpu(g, p, n, tg, lg, V);
+	int finite = !rc, same = 0;
+	for (size_t i = 0; finite && i < (size_t)(NGEN + 1) * V; i++)
+		finite = isfinite(lg[i]);
+	while (!rc && same < NGEN && tg[same] == tc[same])
+		same++;
+	double dq = rc ? 1 : worst_rel(lg, lc, 1, V), d16 = rc ? 0 : worst_rel(lg, l16, 1, V);
+	TAP_OK(finite && dq <= 0.5 * d16, "%s W4A4 (%d Linears quantize their input): GPU logits at the "
+	       "prompt's end within %.2e x max of the CPU's W4A4, %.2e of its A16 (<= half); greedy "
+	       "tokens agree for %d of %d", name, m->n_act, dq, d16, same, NGEN);
+	lgc_free(g);
+	free(lc);
+	free(l16);
+	free(lg);
+	lg_model_close(m);
+	lg_model_close(m16);
+}
+
 static void check_model(const char *rq, const char *dir, const char *flags, const char *name,
                         double tol)
 {
+	/* the tolerances below are for A16 (see check_w4a4) */
+	setenv("RQ_ENGINE_ACT_QUANT", "0", 1);
 	struct lg_model *m = tu_model_make(rq, dir, flags, name);
+	unsetenv("RQ_ENGINE_ACT_QUANT");
 	if (!m)
 		return;
 	struct rq_err err = {0};
@@ -116,6 +173,7 @@ static void check_model(const char *rq, const char *dir, const char *flags, cons
 	free(lg);
 	free(lg2);
 	lg_model_close(m);
+	check_w4a4(dir, name);
 }
 
 int main(int argc, char **argv)

@@ -176,6 +176,105 @@ static void test_family_ops(int E, int k, int norm)
 	ek_free(D, dl); ek_free(D, did); ek_free(D, dw); ek_free(D, dy); ek_free(D, db);
 }
 
+/* issue 21: the input quantizers, GPU vs twin bit for bit (an integer-exact
+ * rule on the same inputs): strided rows, magnitudes over 2^-30..2^10 and
+ * zeros, out of place and in place. */
+static void test_actq(int T, int cols, float gs)
+{
+	int ldx = cols + 16;
+	float *x = tu_floats((size_t)T * ldx, -1, 1);
+	for (size_t i = 0; i < (size_t)T * ldx; i++)
+		x[i] = i % 11 == 0 ? 0.0f : ldexpf(x[i], (int)(tu_next() % 41) - 30);
+	float *yc = tu_alloc(sizeof(float) * T * cols), *yg = tu_alloc(sizeof(float) * T * cols);
+	float *dx = up(x, sizeof(float) * T * ldx), *dy = ek_alloc(D, sizeof(float) * T * cols);
+	for (int f = 0; f < 2; f++) {
+		const char *what = f ? "fp8 per token" : "nvfp4";
+		int ok = ok_rc(f ? ek_actq_fp8(D, dx, ldx, dy, cols, T, cols)
+		                 : ek_actq_nvfp4(D, dx, ldx, dy, cols, T, cols, gs), what);
+		down(yg, dy, sizeof(float) * T * cols);
+		if (f)
+			ek_actq_fp8_cpu(x, ldx, yc, cols, T, cols);
+		else
+			ek_actq_nvfp4_cpu(x, ldx, yc, cols, T, cols, gs);
+		TAP_OK(ok && !memcmp(yc, yg, sizeof(float) * T * cols),
+		       "actq %s T=%d cols=%d gs=%g: GPU == twin bit for bit", what, T, cols, gs);
+	}
+	/* in place (the engine's MoE quantizes h in place) */
+	float *dxi = up(x, sizeof(float) * T * ldx), *xi = tu_alloc(sizeof(float) * T * ldx);
+	int ok = ok_rc(ek_actq_nvfp4(D, dxi, ldx, dxi, ldx, T, cols, gs), "actq in place");
+	down(xi, dxi, sizeof(float) * T * ldx);
+	ek_actq_nvfp4_cpu(x, ldx, x, ldx, T, cols, gs);
+	TAP_OK(ok && !memcmp(xi, x, sizeof(float) * T * ldx), "actq nvfp4 in place T=%d cols=%d: GPU == "
+	       "twin bit for bit, columns past cols untouched", T, cols);
+	free(x); free(yc); free(yg); free(xi);
+	ek_free(D, dx); ek_free(D, dy); ek_free(D, dxi);
+}
+
+/* ek_moe_q (W4A4 experts) against its twin. The gate/up inputs are quantized
+ * from the same x on both sides (the same bits); h comes out of the GEMV in
+ * each's own summation order, and a difference at an E2M1 rounding boundary
+ * moves one h element by a whole step, so one token's outputs by ~1 % of
+ * their magnitude: the bound is on the 90th percentile and the max of the
+ * relative error, a wrong scale or slot map gives O(1) everywhere. */
+static void test_moe_q(int H, int I, int E, int k, int T)
+{
+	struct tu_w G, U, Dn;
+	tu_w_make(&G, EK_NVFP4, I, H, E, 0.05f);
+	tu_w_make(&U, EK_NVFP4, I, H, E, 0.05f);
+	tu_w_make(&Dn, EK_NVFP4, H, I, E, 0.05f);
+	struct ek_w g = wdev(&G), u = wdev(&U), dn = wdev(&Dn);
+	int ldx = H + 16, ldo = H;
+	float *x = tu_floats((size_t)T * ldx, -1, 1), *out = tu_alloc(sizeof(float) * T * ldo);
+	float *og = tu_alloc(sizeof(float) * T * ldo), *oc = tu_alloc(sizeof(float) * T * ldo);
+	int *ids = tu_alloc(sizeof(int) * T * k);
+	float *wts = tu_alloc(sizeof(float) * T * k), *gsg = tu_alloc(sizeof(float) * E);
+	float *gsd = tu_alloc(sizeof(float) * E);
+	for (int i = 0; i < T * k; i++) {
+		ids[i] = (int)(tu_next() % E);
+		wts[i] = tu_unif(0.05f, 0.3f);
+	}
+	for (int e = 0; e < E; e++) {   /* calibration-like scales: 2688 / amax, amax ~ 1 and ~ 0.05 */
+		gsg[e] = 2688.0f / tu_unif(0.8f, 1.2f);
+		gsd[e] = 2688.0f / tu_unif(0.01f, 0.1f);
+	}
+	memset(out, 0, sizeof(float) * T * ldo);
+	size_t wb = ek_moe_work_bytes(T, k, I, H);
+	void *work = ek_alloc(D, wb);
+	ek_memset(D, work, 0, wb);
+	float *dx = up(x, sizeof(float) * T * ldx), *dout = up(out, sizeof(float) * T * ldo);
+	int *dids = up(ids, sizeof(int) * T * k);
+	float *dw = up(wts, sizeof(float) * T * k), *dgsg = up(gsg, sizeof(float) * E);
+	float *dgsd = up(gsd, sizeof(float) * E);
+	int ok = ok_rc(ek_moe_q(D, &g, &u, &dn, dids, dw, k, 2.5f, dx, ldx, dout, ldo, T, 1, work, dgsg,
+	                        dgsd), "moe_q");
+	down(og, dout, sizeof(float) * T * ldo);
+	memset(oc, 0, sizeof(float) * T * ldo);
+	ek_moe_q_cpu(&G.w, &U.w, &Dn.w, ids, wts, k, 2.5f, x, ldx, oc, ldo, T, 1, NULL, gsg, gsd);
+	double mx = 0, *rel = tu_alloc(sizeof(double) * T * H);
+	for (int i = 0; i < T * H; i++)
+		mx = fmax(mx, fabs(oc[i]));
+	int finite = 1;
+	for (int i = 0; i < T * H; i++) {
+		finite &= isfinite(og[i]);
+		rel[i] = fabs((double)og[i] - oc[i]) / (mx > 0 ? mx : 1);
+	}
+	double worst = 0;
+	for (int i = 0; i < T * H; i++)
+		worst = fmax(worst, rel[i]);
+	int below = 0;
+	for (int i = 0; i < T * H; i++)
+		below += rel[i] <= 2e-3;
+	TAP_OK(ok && finite && below >= 0.9 * T * H && worst <= 0.05,
+	       "moe_q W4A4 H=%d I=%d E=%d k=%d T=%d (%s path): GPU vs twin, %d of %d outputs within "
+	       "2e-3 x max (>= 90 %%), worst %.2e (<= 5e-2)", H, I, E, k, T,
+	       T <= EK_GEMV_MAX_T ? "gemv" : "grouped gemm", below, T * H, worst);
+	free(x); free(out); free(og); free(oc); free(ids); free(wts); free(gsg); free(gsd); free(rel);
+	ek_free(D, work); ek_free(D, dx); ek_free(D, dout); ek_free(D, dids); ek_free(D, dw);
+	ek_free(D, dgsg); ek_free(D, dgsd);
+	wdev_free(&g); wdev_free(&u); wdev_free(&dn);
+	tu_w_free(&G); tu_w_free(&U); tu_w_free(&Dn);
+}
+
 static void test_moe(int kind, int H, int I, int E, int k, int T)
 {
 	struct tu_w G, U, Dn;
@@ -486,6 +585,11 @@ int main(void)
 	test_moe(EK_BF16, 256, 128, 8, 2, 2);
 	test_moe(EK_NVFP4, 256, 128, 16, 4, 40);
 	test_moe(EK_BF16, 256, 128, 8, 2, 33);
+	test_actq(1, 64, 2688.0f);
+	test_actq(7, 3072, 1e6f);
+	test_actq(40, 272, 0.5f);
+	test_moe_q(512, 256, 16, 4, 3);
+	test_moe_q(256, 128, 16, 4, 40);
 	test_small_ops();
 	test_family_ops(8, 2, 1);      /* mixtral */
 	test_family_ops(60, 4, 0);     /* qwen2_moe */
