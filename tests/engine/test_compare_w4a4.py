@@ -112,6 +112,11 @@ def smollm(model, tmp, env):
     ok(len(c) == N and len(w) == W + N and c == w[W:],
        f"calib run --skip {W} --tokens {N}: the ids of tokens {W}..{W + N - 1} (positions "
        "disjoint from the window's 0..%d)" % (W - 1), o1 + o2 + str((c[:8], w[W:W + 8])))
+    rc, out = run("calib", "run", model, "--prompts", TEXT, "--skip", "4", "-o", cal + ".x")
+    ok(rc == 2 and "--skip is for --text" in out, "calib run: --skip with --prompts refused", out)
+    rc, out = run("calib", "run", model, "--text", OTHER, "--skip", "100000", "-o", cal + ".x")
+    ok(rc == 1 and "leaves fewer than 2" in out and OTHER in out and not os.path.exists(cal + ".x"),
+       "calib run: --skip past the text's end refused, the file named", out)
     rc, so, out = cmp(model, "--schemes", "nvfp4", "--text", TEXT, "--tokens", str(W), "--calib",
                       cal, env=env)
     q = quality(table(so).get("nvfp4", []))
