@@ -6,7 +6,8 @@
                   have finite ppl and KL > 0; the W4A4 row differs from nvfp4a16's (the
                   engine quantizes nvfp4's inputs); the same nvfp4 row with --calib of
                   `calib run --skip W --tokens N` (so the automatic calibration used
-                  exactly those tokens), whose ids are tokens W..W+N-1 of the text and
+                  exactly those tokens); with RQ_ENGINE_ACT_QUANT=0 only the nvfp4 row
+                  moves, onto nvfp4a16's (the difference is the inputs' quantization); whose ids are tokens W..W+N-1 of the text and
                   share no position with the window's; --calib-text another file
   Laguna (mkckpt) --schemes all --calib CAL: the three --rule-scheme rows under the
                   column 'rule-scheme'; without --calib: nvfp4a16,fp8-dynamic only
@@ -122,6 +123,17 @@ def smollm(model, tmp, env):
     q = quality(table(so).get("nvfp4", []))
     ok(rc == 0 and f"{cal} (--calib)" in so and q == qw,
        "--calib with those scales: the very nvfp4 row of the automatic calibration", out)
+    # the difference is the activations': with the engine's input quantization off
+    # (RQ_ENGINE_ACT_QUANT=0, weight-only numerics) the nvfp4 row moves, nvfp4a16's not
+    rc, so, out = cmp(model, "--schemes", "nvfp4a16,nvfp4", "--text", TEXT, "--tokens", str(W),
+                      "--calib", cal, env=dict(env, RQ_ENGINE_ACT_QUANT="0"))
+    rows = table(so)
+    q0a, q0w = quality(rows.get("nvfp4a16", [])), quality(rows.get("nvfp4", []))
+    ok(rc == 0 and q0a == qa and q0w and q0w != qw,
+       f"RQ_ENGINE_ACT_QUANT=0: nvfp4a16's row unchanged, nvfp4's moves (ppl {q0w and q0w[0]} "
+       f"without input quantization, {qw and qw[0]} with)", out)
+    ok(q0w == q0a, "and then nvfp4's row equals nvfp4a16's: the same weights, so the W4A4 "
+       "row's difference is all the inputs' quantization", out)
     rc, so, out = cmp(model, "--schemes", "nvfp4", "--text", TEXT, "--tokens", str(W),
                       "--calib-text", OTHER, "--calib-tokens", str(N), env=env)
     r = table(so).get("nvfp4")
