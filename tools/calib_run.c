@@ -133,6 +133,7 @@ static char *metadata(const struct seqs *q, int all_experts, int bf16)
 struct run_opts {
 	const char *model, *text, *prompts, *out;
 	int tokens, all_experts, threads, quiet;
+	int skip;          /* --text: the window starts after this many tokens (--skip) */
 	int scale_dtype;   /* -1 auto (bf16 when MODEL's embedding is BF16), 0 f32, 1 bf16 */
 };
 
@@ -165,8 +166,21 @@ static int run(const struct run_opts *o)
 	}
 	if (o->text) {
 		int *t, n;
-		if (ct_window(o->text, tk, o->tokens, &t, &n, &err) || seqs_add(&q, t, n)) {
+		if (ct_window(o->text, tk, o->skip + o->tokens, &t, &n, &err)) {
 			cli_fail(1, "calib run", "--text %s", err.msg);
+			goto out;
+		}
+		if (n - o->skip < 2) {
+			free(t);
+			cli_fail(1, "calib run", "--text %s holds %d tokens: --skip %d leaves fewer than 2 "
+			         "to calibrate on (use a longer text or a smaller --skip)", o->text, n,
+			         o->skip);
+			goto out;
+		}
+		if (o->skip)
+			memmove(t, t + o->skip, (size_t)(n - o->skip) * sizeof *t);
+		if (seqs_add(&q, t, n - o->skip)) {
+			cli_fail(1, "calib run", "out of memory");
 			goto out;
 		}
 	} else if (read_prompts(o->prompts, tk, o->tokens, &q, &err)) {
@@ -299,7 +313,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	"usage: requantfs calib run MODEL (--text FILE | --prompts FILE) -o FILE\n"
-	"                 [--tokens N] [--all-experts] [--scale-dtype auto|bf16|f32]\n"
+	"                 [--tokens N] [--skip K] [--all-experts] [--scale-dtype auto|bf16|f32]\n"
 	"                 [--threads N] [--quiet]\n"
 	"       requantfs calib diff A B\n\n"
 	"run: feeds calibration tokens through MODEL (the CPU engine) and writes, for\n"
@@ -307,7 +321,8 @@ static void usage(FILE *f)
 	"not lm_head, the embedding or the routers), <module>.input_global_scale =\n"
 	"448*6 / max|input| as F32 [1]: the file --calib takes. --text: the first N\n"
 	"tokens of FILE as tokenizer(text) encodes it (one sequence, compare --text's\n"
-	"ids); --prompts: one prompt a line, each a sequence, N tokens in all. --tokens N\n"
+	"ids; --skip K: tokens K..K+N-1 instead, e.g. those after compare --text's window);\n"
+	"--prompts: one prompt a line, each a sequence, N tokens in all. --tokens N\n"
 	"(default 512). Routed experts see the tokens routed to them; --all-experts also\n"
 	"sends every token through every expert for the observer only. An expert that\n"
 	"saw no token gets the largest input of its layer's experts (counted).\n"
@@ -326,7 +341,7 @@ int calib_run_main(int argc, char **argv)
 		{"tokens", required_argument, 0, 'n'}, {"all-experts", no_argument, 0, 'a'},
 		{"output", required_argument, 0, 'o'}, {"threads", required_argument, 0, 't'},
 		{"quiet", no_argument, 0, 'q'}, {"scale-dtype", required_argument, 0, 'd'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"skip", required_argument, 0, 'k'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	struct run_opts o = {.tokens = 512, .scale_dtype = -1};
 	int c;
 	char *end;
@@ -345,12 +360,13 @@ int calib_run_main(int argc, char **argv)
 				                "f32", optarg);
 			break;
 		case 'n':
+		case 'k':
 		case 't': {
 			long v = strtol(optarg, &end, 10);
-			if (*end || v < (c == 'n' ? 2 : 0) || v > 1 << 24)
+			if (*end || end == optarg || v < (c == 'n' ? 2 : 0) || v > 1 << 24)
 				return cli_fail(2, "calib run", "--%s: '%s' is not a count%s", c == 'n' ? "tokens"
-				                : "threads", optarg, c == 'n' ? " >= 2" : "");
-			*(c == 'n' ? &o.tokens : &o.threads) = (int)v;
+				                : c == 'k' ? "skip" : "threads", optarg, c == 'n' ? " >= 2" : "");
+			*(c == 'n' ? &o.tokens : c == 'k' ? &o.skip : &o.threads) = (int)v;
 			break;
 		}
 		case 'h': usage(stdout); return 0;
@@ -364,6 +380,8 @@ int calib_run_main(int argc, char **argv)
 	if (!o.text == !o.prompts)
 		return cli_fail(2, "calib run", "give the calibration tokens: --text FILE or --prompts "
 		                "FILE (one of them)");
+	if (o.skip && !o.text)
+		return cli_fail(2, "calib run", "--skip is for --text (tokens of one window)");
 	o.model = argv[optind];
 	int hc = cli_hub_args("calib run", &o.model, NULL);
 	if (hc >= 0)

@@ -37,7 +37,8 @@ static void usage(FILE *f)
 	fprintf(f,
 	"usage: requantfs compare DIR_A DIR_B [--prompts FILE] [-n N] [--threads N]\n"
 	"       requantfs compare DIR_A DIR_B --text FILE [--tokens N] [--threads N]\n"
-	"       requantfs compare SRC --schemes all|S[,S...] --text FILE [--tokens N]\n\n"
+	"       requantfs compare SRC --schemes all|S[,S...] --text FILE [--tokens N]\n"
+	"                 [--calib FILE | --calib-text FILE] [--calib-tokens N]\n\n"
 	"Runs both models on the same token streams: each prompt (one per line of FILE,\n"
 	"or %zu built-in ones) encoded with A's tokenizer, then continued greedily by A\n"
 	"for N tokens (default 32). Both read each stream teacher-forced; printed per\n"
@@ -51,10 +52,23 @@ static void usage(FILE *f)
 	"FILE (--tokens, default 2048) as transformers' tokenizer(text) encodes it; prints\n"
 	"'ppl A <x> B <y>' (each model's perplexity on the window) and, per position,\n"
 	"KL(A||B) (A the reference) and top-1 agreement.\n"
-	"--schemes: SRC alone, mounted once per scheme (nvfp4a16, fp8-dynamic, w8a16,\n"
-	"w4a16; all = every one) in a temporary directory with a temporary cache, both\n"
-	"removed after; prints one table: scheme, bytes the mount presents, bytes its\n"
-	"cache holds, ppl, KL mean and p99, top-1 against SRC. Needs --text.\n"
+	"--schemes: SRC alone, mounted once per scheme (nvfp4a16, nvfp4 = W4A4,\n"
+	"fp8-dynamic, w8a16, w4a16; all = every one) in a temporary directory with a\n"
+	"temporary cache, both removed after; prints one table: scheme, bytes the mount\n"
+	"presents, bytes its cache holds, ppl, KL mean and p99, top-1 against SRC. Needs\n"
+	"--text. The engine quantizes activations where the config says the server does\n"
+	"(W4A4's NVFP4 inputs, fp8-dynamic's per-token FP8), so each row is what a\n"
+	"server would see.\n"
+	"nvfp4 (W4A4) needs input scales: --calib FILE (`requantfs calib run`'s file) is\n"
+	"used as given; --calib-text FILE calibrates on FILE's first --calib-tokens N\n"
+	"tokens (default 512; FILE must not be the --text file); with neither, compare\n"
+	"runs `calib run` on the N tokens that FOLLOW the evaluated window in the --text\n"
+	"file (never on the evaluated ones) and refuses, before anything runs, a file too\n"
+	"short for that. The header says which tokens were used.\n"
+	"A Laguna 08-01 SRC (the Laguna fix applies): the rows are the fix's\n"
+	"--rule-scheme choices for the dropped rule's layers (nvfp4, nvfp4a16,\n"
+	"fp8-dynamic; all = the three; column 'rule-scheme'); nvfp4 needs --calib CALIB\n"
+	"as mount does (a 07-22 checkpoint or a calib file).\n"
 	"Progress goes to stderr when it is a terminal.\n",
 	sizeof default_prompts / sizeof default_prompts[0]);
 }
@@ -194,18 +208,24 @@ out:
 }
 
 /* --text (two models) and --schemes (one SRC, one temporary mount per scheme). */
-static int compare_text_mode(char **dirs, const char *schemes, const char *text, int ntok,
-                             int threads)
+static int compare_text_mode(char **dirs, const char *schemes, struct cs_opts *co, int threads)
 {
-	const char *da = dirs[0], *db = schemes ? NULL : dirs[1];
-	const char **list = NULL;
-	int nlist = 0, hc;
-	if (schemes && cs_parse(schemes, &list, &nlist))
-		return cli_fail(2, "compare", "--schemes: expected all or a comma list of nvfp4a16, "
-		                "fp8-dynamic, w8a16, w4a16; got '%s'", schemes);
+	const char *da = dirs[0], *db = schemes ? NULL : dirs[1], *text = co->text;
+	int ntok = co->ntok, hc;
 	if ((hc = cli_hub_args("compare", &da, NULL)) >= 0 ||
 	    (db && (hc = cli_hub_args("compare", &db, NULL)) >= 0))
 		return hc;
+	if (schemes) {
+		co->src = da;
+		co->laguna = cs_laguna(da);
+		if (cs_parse(schemes, co) && co->laguna)
+			return cli_fail(2, "compare", "--schemes: %s is a Laguna 08-01 checkpoint, so the "
+			                "rows are the Laguna fix's --rule-scheme choices: expected all or a "
+			                "comma list of nvfp4, nvfp4a16, fp8-dynamic; got '%s'", da, schemes);
+		if (!co->ns)
+			return cli_fail(2, "compare", "--schemes: expected all or a comma list of nvfp4a16, "
+			                "nvfp4, fp8-dynamic, w8a16, w4a16; got '%s'", schemes);
+	}
 	struct rq_err err = {0};
 	struct lg_model *a = NULL, *b = NULL;
 	struct tok *tk = NULL;
@@ -227,7 +247,12 @@ static int compare_text_mode(char **dirs, const char *schemes, const char *text,
 		goto out;
 	}
 	if (schemes) {
-		if (cs_run(da, a, list, nlist, pool, tok, n, text, &err)) {
+		int e = cs_check(co, tk, &err);
+		if (e) {
+			rc = cli_fail(e == -EINVAL ? 2 : 1, "compare", "%s", err.msg);
+			goto out;
+		}
+		if (cs_run(co, a, pool, tok, n, &err)) {
 			cli_fail(1, "compare", "%s", err.msg);
 			goto out;
 		}
@@ -260,9 +285,12 @@ int cmd_compare(int argc, char **argv)
 	static const struct option opts[] = {
 		{"prompts", required_argument, 0, 'p'}, {"threads", required_argument, 0, 't'},
 		{"text", required_argument, 0, 'x'}, {"tokens", required_argument, 0, 'k'},
-		{"schemes", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"schemes", required_argument, 0, 's'}, {"calib", required_argument, 0, 'c'},
+		{"calib-text", required_argument, 0, 'C'}, {"calib-tokens", required_argument, 0, 'K'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *pfile = NULL, *text = NULL, *schemes = NULL;
-	int ngen = 32, threads = 0, ntok = 2048, c;
+	int ngen = 32, threads = 0, ntok = 2048, c, ctok_given = 0;
+	struct cs_opts co = {.calib_tokens = 512};
 	char *end;
 	while ((c = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -279,6 +307,15 @@ int cmd_compare(int argc, char **argv)
 			break;
 		case 'x': text = optarg; break;
 		case 's': schemes = optarg; break;
+		case 'c': co.calib = optarg; break;
+		case 'C': co.calib_text = optarg; break;
+		case 'K':
+			co.calib_tokens = (int)strtol(optarg, &end, 10);
+			if (*end || end == optarg || co.calib_tokens < 2 || co.calib_tokens > 1 << 20)
+				return cli_fail(2, "compare", "--calib-tokens: expected a count >= 2, got '%s'",
+				                optarg);
+			ctok_given = 1;
+			break;
 		case 'k':
 			ntok = (int)strtol(optarg, &end, 10);
 			if (*end || end == optarg || ntok < 2 || ntok > 1 << 20)
@@ -290,6 +327,9 @@ int cmd_compare(int argc, char **argv)
 	}
 	if (schemes && !text)
 		return cli_fail(2, "compare", "--schemes needs --text FILE (the text to measure on)");
+	if (!schemes && (co.calib || co.calib_text || ctok_given))
+		return cli_fail(2, "compare", "--calib, --calib-text and --calib-tokens are for --schemes "
+		                "(the nvfp4 row); two checkpoints are compared as they are");
 	if (schemes || text) {
 		if (pfile)
 			return cli_fail(2, "compare", "--prompts and --text are two different modes: pick one");
@@ -297,7 +337,9 @@ int cmd_compare(int argc, char **argv)
 			usage(stderr);
 			return 2;
 		}
-		return compare_text_mode(argv + optind, schemes, text, ntok, threads);
+		co.text = text;
+		co.ntok = ntok;
+		return compare_text_mode(argv + optind, schemes, &co, threads);
 	}
 	if (argc - optind != 2) {
 		usage(stderr);
