@@ -163,6 +163,9 @@ static char *status_json(struct rq_mount *m)
 	          "\n  \"dropped_rule\": ", rq_scheme_name(p->scheme), rq_recipe_name(p->recipe),
 	          RQ_RECIPE_VERSION);
 	sb_jstr(&b, p->dropped_rule);
+	if (p->dropped_rule)     /* the Laguna fix: what the dropped rule's modules became */
+		sb_printf(&b, ",\n  \"rule_scheme\": \"%s\"",
+		          rq_scheme_name((enum rq_scheme)m->o.rule_scheme));
 	sb_printf(&b, ",\n  \"device\": ");
 	sb_jstr(&b, rq_quantizer_device(m->q));
 	{       /* why the jobs run there (qdev's state machine) */

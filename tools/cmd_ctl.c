@@ -184,8 +184,9 @@ int cmd_status(int argc, char **argv)
 		}
 		const char *sch = str(j, "scheme");    /* "" from a daemon before --scheme */
 		if (!sch[0] || (!strcmp(sch, "nvfp4") && str(j, "dropped_rule")[0]))
-			printf("  scheme      Laguna fix (nvfp4, recipe %s v%.0f), dropped ignore rule %s\n",
-			       str(j, "recipe"), num(j, "recipe_version"), str(j, "dropped_rule"));
+			printf("  scheme      Laguna fix (nvfp4, recipe %s v%.0f), dropped ignore rule %s; "
+			       "its modules as %s\n", str(j, "recipe"), num(j, "recipe_version"),
+			       str(j, "dropped_rule"), str(j, "rule_scheme")[0] ? str(j, "rule_scheme") : "nvfp4");
 		else if (!strcmp(sch, "nvfp4"))        /* --scheme nvfp4: no rule dropped */
 			printf("  scheme      nvfp4 (W4A4, llm-compressor oneshot's NVFP4 preset, "
 			       "calibrated), recipe %s v%.0f\n", str(j, "recipe"), num(j, "recipe_version"));

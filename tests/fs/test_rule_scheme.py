@@ -197,6 +197,9 @@ def body(tmp):
         bad = [f for f, b in files(d["nvfp4a16"]).items()
                if open(os.path.join(mnt, f), "rb").read() != b]
         ok(not bad, "mount --rule-scheme nvfp4a16: every file equals export's", bad)
+        rc, out = run("status", mnt)
+        ok(rc == 0 and "its modules as nvfp4a16" in out,
+           "status names the rule's scheme (nvfp4a16)", out)
         rc, out = run("umount", mnt, timeout=60)
         ok(rc == 0, "umount", out)
 
