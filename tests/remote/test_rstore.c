@@ -346,13 +346,13 @@ static void test_basic_and_cache(void)
 
 	/* a corrupt chunk on disk is dropped and refetched */
 	char p[600];
-	snprintf(p, sizeof p, "%s/main/remote/chunks/%s-%u/%016x", tmp, shas[FB], CS, 0);
+	snprintf(p, sizeof p, "%s/main/remote/chunks/%s-%u/data", tmp, shas[FB], CS);
 	FILE *fp = fopen(p, "r+b");
 	int c = -1;
-	if (fp) {
-		fseek(fp, 64 + 77, SEEK_SET);
+	if (fp) {                                 /* byte 77 of the file: chunk 0, block 0 */
+		fseek(fp, 77, SEEK_SET);
 		c = fgetc(fp);
-		fseek(fp, 64 + 77, SEEK_SET);
+		fseek(fp, 77, SEEK_SET);
 		fputc(c ^ 0x55, fp);
 		fclose(fp);
 	}
