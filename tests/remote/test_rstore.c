@@ -365,6 +365,43 @@ static void test_basic_and_cache(void)
 	TAP_OK(ss.refetches == 1 && ranges_of(st, FB, 0) == 1 && log_has("corrupt"),
 	       "it was refetched once and logged (refetches %llu)", (unsigned long long)ss.refetches);
 	cJSON_Delete(st);
+
+	/* a chunk gone bad on disk found by assembly: that chunk refetched */
+	fp = fopen(p, "r+b");
+	c = -1;
+	if (fp) {                                 /* chunk 1, its second block */
+		fseek(fp, CS + 70000, SEEK_SET);
+		c = fgetc(fp);
+		fseek(fp, CS + 70000, SEEK_SET);
+		fputc(c ^ 0x01, fp);
+		fclose(fp);
+	}
+	ctl_do("reset");
+	memset(&e, 0, sizeof e);
+	rc = rq_rs_fetch_file(s, FB, NULL, NULL, &e);
+	struct rq_rs_stats s2;
+	rq_rs_stats(s, &s2);
+	st = ctl("stats");
+	TAP_OK(c >= 0 && rc == 0 && file_equals(rq_rs_path(s, FB), FB) &&
+	       s2.refetches == ss.refetches + 1 && ranges_of(st, FB, 1) == 1,
+	       "assembly finds a chunk bad on disk: it alone is refetched, the file right (rc %d "
+	       "%s; chunk 1 asked %d times)", rc, e.msg, ranges_of(st, FB, 1));
+	cJSON_Delete(st);
+
+	/* drop: the file and its chunks go; a read fetches again */
+	char ap[600];
+	snprintf(ap, sizeof ap, "%s", rq_rs_path(s, FB) ? rq_rs_path(s, FB) : "");
+	rq_rs_stats(s, &ss);
+	rq_rs_drop(s, FB);
+	rq_rs_stats(s, &s2);
+	struct stat sb;
+	TAP_OK(!rq_rs_path(s, FB) && *ap && stat(ap, &sb) != 0 &&
+	       ss.bytes_on_disk - s2.bytes_on_disk == sizes[FB],
+	       "drop: no path, the file deleted, %llu bytes less on disk",
+	       (unsigned long long)(ss.bytes_on_disk - s2.bytes_on_disk));
+	ctl_do("reset");
+	TAP_OK(read_eq(s, FB, CS + 3, 100, 0, NULL) == 0 && nranges() == 1,
+	       "after drop a read fetches its chunk again");
 	rq_rs_close(s);
 }
 
