@@ -377,6 +377,7 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 			missing++;
 		}
 		/* Wait until each fetch is stored (out of fl[]), not only done. */
+		uint64_t unstored = 0;
 		while (missing) {
 			uint64_t before = done;
 			for (uint64_t c = 0; c < f->nchunks; c++) {
@@ -386,6 +387,7 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 				if (ft->rc && !rc)
 					rc = rq_errf(err, reader_errno(ft->rc), "%s", ft->err.msg);
 				done += ft->rc ? 0 : ft->len;
+				unstored += !ft->rc && !ft->stored;
 				rqr_unref(s, ft);
 				fts[c] = NULL;
 				missing--;
@@ -400,7 +402,7 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 		}
 		if (rc)
 			break;
-		if (f->npresent < f->nchunks && !f->assembled && !f->assembling) {
+		if (unstored && !f->assembled) {   /* (chunks an assembly dropped: fetched again) */
 			pthread_mutex_unlock(&s->mu);
 			int other = on_disk(f);        /* another store sharing the cache made it */
 			pthread_mutex_lock(&s->mu);

@@ -258,9 +258,10 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 		s->st.fetched_chunks++;
 	}
 	pthread_cond_broadcast(&s->done_cv);
+	int whole = f->assembled;                     /* assembled meanwhile: nothing to store */
 	pthread_mutex_unlock(&s->mu);
-	int wrc = rc;
-	if (!rc) {   /* the waiters copy from the buffer meanwhile */
+	int wrc = rc ? rc : whole ? -EEXIST : 0;
+	if (!wrc) {   /* the waiters copy from the buffer meanwhile */
 		wrc = rqr_chunk_write(s->dfd, f->dir, c, s->chunk_size, f->idhash, ft->buf, ft->len);
 		if (wrc && !atomic_exchange(&s->warned_write, 1)) {
 			rqr_log(s, "remote: cannot store chunks under %s/%s (%s): serving from memory "
@@ -273,6 +274,7 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 		f->fl[c] = NULL;
 	pthread_cond_broadcast(&s->done_cv);          /* fetch_file waits for this */
 	int complete = 0;
+	ft->stored = !wrc;
 	if (!wrc && f->st[c] == CH_ABSENT) {
 		f->st[c] = CH_PRESENT;
 		f->npresent++;
