@@ -444,20 +444,41 @@ static void test_concurrency(void)
 	uint64_t seed = 99;
 	int good = 0, wrong = 0, other = 0;
 	for (int i = 0; i < 400; i++) {
-		uint64_t off = tap_xorshift64(&seed) % sizes[FF];
+		int f = i % 3 ? FF : FA;                   /* FA: a short last chunk and block */
+		uint64_t off = tap_xorshift64(&seed) % sizes[f];
 		uint64_t len = 1 + tap_xorshift64(&seed) % (i % 2 ? 300 * 1024 : 70 * 1024);
 		if (i % 7 == 0)
 			off = off / (64 * 1024) * (64 * 1024);   /* on a block edge */
-		if (len > sizes[FF] - off)
-			len = sizes[FF] - off;
+		if (i % 11 == 0)
+			len = sizes[f] - off;                    /* to the end of the file */
+		if (len > sizes[f] - off)
+			len = sizes[f] - off;
 		struct rq_err e;
-		int rc = read_eq(s, FF, off, len, 0, &e);
+		int rc = read_eq(s, f, off, len, 0, &e);
 		good += rc == 0;
 		wrong += rc == 1;
 		other += rc != 0 && rc != 1 && rc != -ENETUNREACH;
 	}
-	TAP_OK(good > 50 && !wrong && !other, "400 random reads of stored chunks (offline): %d "
-	       "served, all bytes right (%d wrong, %d other errors)", good, wrong, other);
+	TAP_OK(good > 50 && !wrong && !other, "400 random reads of 2 files' stored chunks (offline): "
+	       "%d served, all bytes right (%d wrong, %d other errors)", good, wrong, other);
+	rq_rs_close(s);
+	/* a short last chunk (and block) read back from its sums, the file not whole */
+	uint64_t last = (sizes[FA] - 1) / CS * CS;
+	s = open_store("tail", 2, 0, 0, 0);
+	int okt = read_eq(s, FA, last + 1, 10, 0, NULL) == 0 && !rq_rs_path(s, FA);
+	rq_rs_close(s);
+	s = open_store("tail", 2, 0, 0, 1);
+	wrong = other = 0;
+	for (int i = 0; i < 200; i++) {
+		uint64_t off = last + tap_xorshift64(&seed) % (sizes[FA] - last);
+		uint64_t len = 1 + tap_xorshift64(&seed) % (sizes[FA] - off);
+		int rc = read_eq(s, FA, off, i % 5 ? len : sizes[FA] - off, 0, NULL);
+		wrong += rc == 1;
+		other += rc < 0;
+	}
+	TAP_OK(okt && !wrong && !other, "200 reads of a stored short last chunk (%llu bytes): "
+	       "all right (%d wrong, %d errors)", (unsigned long long)(sizes[FA] - last), wrong,
+	       other);
 	rq_rs_close(s);
 }
 
