@@ -1,10 +1,11 @@
-/* chunk.h — chunk files and assembled files of the remote store on disk
- * (internal to remote/; rstore.c keeps the state, this file the bytes).
+/* chunk.h — the remote store's bytes on disk (internal to remote/; rstore.c
+ * keeps the state, this file the bytes; the format is written in chunk.c).
  *
  * All paths are relative to the store's directory <cache_dir>/remote/ (a
  * descriptor, dfd):
- *     chunks/<id>-<chunk_size>/<index, 16 hex>   one chunk (format in chunk.c)
- *     files/<id>                                 an assembled, verified file
+ *     chunks/<id>-<chunk_size>/data          the file being fetched, sparse
+ *     chunks/<id>-<chunk_size>/<index, 16 hex>   chunk index's sums: present
+ *     files/<id>                             an assembled, verified file
  * where <id> is the file's identity: its LFS sha256 (64 hex), else "git-" +
  * its blob id, else "name-" + XXH3-128 of repo, commit and name. */
 #ifndef RQ_REMOTE_CHUNK_H
@@ -17,29 +18,35 @@
 #define RQR_CHUNK_HDR 64u
 #define RQR_BLOCK (64u << 10)      /* bytes under one checksum (chunk.c says why) */
 
-/* Blocks of a chunk of len bytes, and the size of its file. */
+/* Blocks of a chunk of len bytes, and what the chunk costs on disk (its
+ * bytes in data + its sum file). */
 uint32_t rqr_chunk_blocks(uint32_t len);
+static inline uint64_t rqr_sum_file_size(uint32_t len)
+{
+	return RQR_CHUNK_HDR + 8 * (uint64_t)rqr_chunk_blocks(len);
+}
 static inline uint64_t rqr_chunk_file_size(uint32_t len)
 {
-	return RQR_CHUNK_HDR + 8 * (uint64_t)rqr_chunk_blocks(len) + len;
+	return rqr_sum_file_size(len) + len;
 }
 
-/* Publishes chunk idx (len payload bytes) of the directory dir: a temp file
- * written then renamed over the name (crash-safe; no fsync: every chunk is
- * checksummed before its first use, so a torn one is a miss). 0 or -errno. */
-int rqr_chunk_write(int dfd, const char *dir, uint64_t idx, uint64_t idhash, const void *buf,
-                    uint32_t len);
+/* Stores chunk idx (len bytes) of the directory dir: written in place into
+ * dir/data at idx * chunk_size, then its sum file published (temp + rename;
+ * no fsync: every read checks the sums, so a torn chunk is a miss).
+ * 0 or -errno. */
+int rqr_chunk_write(int dfd, const char *dir, uint64_t idx, uint32_t chunk_size,
+                    uint64_t idhash, const void *buf, uint32_t len);
 
-/* Copies [at, at + n) of chunk idx's payload into dst, every block it
- * touches checked (and the header: magic, version, index, identity, len,
- * block table). -ENOENT: absent; -EBADMSG: a bad chunk (the caller drops
- * it); other -errno. */
-int rqr_chunk_read(int dfd, const char *dir, uint64_t idx, uint64_t idhash, uint32_t len,
-                   uint64_t at, uint64_t n, void *dst);
+/* Copies [at, at + n) of chunk idx (len bytes) into dst, every block it
+ * touches checked (and the sum file: magic, version, index, identity, len,
+ * table). -ENOENT: absent; -EBADMSG: a bad chunk (the caller drops it);
+ * other -errno. */
+int rqr_chunk_read(int dfd, const char *dir, uint64_t idx, uint32_t chunk_size, uint64_t idhash,
+                   uint32_t len, uint64_t at, uint64_t n, void *dst);
 
-/* Assembles files/<id> from its nchunks chunks (streamed: each chunk
- * checked, the whole file hashed as it is written to a temp file, fsync,
- * rename, fsync files/). The hash: SHA-256 against sha256 (64 hex) when
+/* Assembles files/<id>: dir/data read through, every block checked and
+ * the whole file hashed, then fsync, rename of dir/data to files/<id>, fsync
+ * files/ (no copy; the caller then drops dir's sum files). The hash: SHA-256 against sha256 (64 hex) when
  * given, else the git blob id (SHA-1 of "blob <size>\0" + bytes) against
  * blob_id (40 hex) when given, else none. 0 published; -EBADMSG +
  * *bad_chunk (>= 0): that chunk is bad (the caller drops it); -EBADMSG +

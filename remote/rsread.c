@@ -79,7 +79,9 @@ static int plan_missing(struct rq_rs *s, size_t fi, struct piece *p, int nokeep,
                         struct group *g, struct rq_err *err)
 {
 	struct rfile *f = &s->files[fi];
-	if (nokeep && !f->fl[p->c] && !s->offline && !atomic_load(&s->closing)) {
+	struct fetch *cur = f->fl[p->c];
+	int live = cur && !(cur->done && cur->rc);   /* a failed fetch not yet cleared: none */
+	if (nokeep && !live && !s->offline && !atomic_load(&s->closing)) {
 		p->how = P_RANGE;
 		p->j = (struct job){.fi = fi, .off = p->c * s->chunk_size + p->at, .len = p->n,
 		                    .dst = p->dst, .g = g};
@@ -114,7 +116,8 @@ static int serve_disk(struct rq_rs *s, size_t fi, struct piece *p, int nokeep, s
 		rc = read_file(f->apath, p->c * s->chunk_size + p->at, p->n, p->dst);
 	} else {
 		uint32_t len = rqr_chunk_len(s, f, p->c);
-		rc = rqr_chunk_read(s->dfd, f->dir, p->c, f->idhash, len, p->at, p->n, p->dst);
+		rc = rqr_chunk_read(s->dfd, f->dir, p->c, s->chunk_size, f->idhash, len, p->at, p->n,
+		                    p->dst);
 	}
 	pthread_mutex_lock(&s->mu);
 	if (!rc) {
@@ -263,35 +266,28 @@ int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err)
 	int rc = rqr_assemble(s->dfd, f->dir, f->id, f->idhash, f->size, s->chunk_size,
 	                      f->sha256[0] ? f->sha256 : NULL, f->blob_id[0] ? f->blob_id : NULL,
 	                      &s->closing, &bad, got);
-	uint64_t freed = 0;
 	if (!rc) {
 		pthread_mutex_lock(&s->mu);
 		f->assembled = 1;                  /* readers of chunks that vanish turn to it */
-		s->st.bytes_on_disk += f->size;
 		pthread_mutex_unlock(&s->mu);
-		freed = rqr_chunk_drop_all(s->dfd, f->dir);
+		rqr_chunk_drop_all(s->dfd, f->dir);   /* the sum files: the data was renamed */
 	} else if (rc == -EBADMSG && bad < 0) {
-		freed = rqr_chunk_drop_all(s->dfd, f->dir);
-	} else if (rc == -EBADMSG) {
+		rqr_chunk_drop_all(s->dfd, f->dir);   /* wrong bytes: all of it goes */
+	} else if (rc == -EBADMSG) {             /* one bad chunk: its sums go, it is refetched */
 		char name[512];
 		snprintf(name, sizeof name, "%s/%016llx", f->dir, (unsigned long long)bad);
-		struct stat st;
-		if (fstatat(s->dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !unlinkat(s->dfd, name, 0))
-			freed = (uint64_t)st.st_size;
+		unlinkat(s->dfd, name, 0);
 	}
 	pthread_mutex_lock(&s->mu);
 	f->assembling = 0;
-	s->st.bytes_on_disk -= freed < s->st.bytes_on_disk ? freed : s->st.bytes_on_disk;
 	if (!rc || (rc == -EBADMSG && bad < 0)) {
 		for (uint64_t c = 0; c < f->nchunks; c++)
-			f->st[c] = CH_ABSENT;
-		f->npresent = 0;
+			forget_chunk(s, f, c);
+		if (!rc)
+			s->st.bytes_on_disk += f->size;
 	}
 	if (rc == -EBADMSG && bad >= 0) {
-		if (f->st[bad] != CH_ABSENT) {
-			f->st[bad] = CH_ABSENT;
-			f->npresent--;
-		}
+		forget_chunk(s, f, (uint64_t)bad);
 		s->st.refetches++;
 		rq_errf(err, -EBADMSG, "%s: chunk %lld on disk is corrupt", f->name, (long long)bad);
 	} else if (rc == -EBADMSG) {
@@ -381,6 +377,7 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 			missing++;
 		}
 		/* Wait until each fetch is stored (out of fl[]), not only done. */
+		uint64_t unstored = 0;
 		while (missing) {
 			uint64_t before = done;
 			for (uint64_t c = 0; c < f->nchunks; c++) {
@@ -390,6 +387,7 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 				if (ft->rc && !rc)
 					rc = rq_errf(err, reader_errno(ft->rc), "%s", ft->err.msg);
 				done += ft->rc ? 0 : ft->len;
+				unstored += !ft->rc && !ft->stored;
 				rqr_unref(s, ft);
 				fts[c] = NULL;
 				missing--;
@@ -404,7 +402,7 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 		}
 		if (rc)
 			break;
-		if (f->npresent < f->nchunks && !f->assembled && !f->assembling) {
+		if (unstored && !f->assembled) {   /* (chunks an assembly dropped: fetched again) */
 			pthread_mutex_unlock(&s->mu);
 			int other = on_disk(f);        /* another store sharing the cache made it */
 			pthread_mutex_lock(&s->mu);

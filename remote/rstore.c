@@ -21,19 +21,21 @@
  *     |   in flight --a worker: waits for memory (mem_used + len <= mem_max),
  *     |         range request into its buffer--> done (readers copy from
  *     |         the buffer; later readers too, while it is in f->fl[c])
- *     |   done --written (temp + rename), fl[c] cleared--> present
+ *     |   done --written in place into the file's data, its sums published
+ *     |         (temp + rename), fl[c] cleared--> present
  *     +-- done --failed or not written: fl[c] cleared--> absent
  *     |   present --a read: the 64 KiB blocks it touches checked against
  *     |         their XXH3-64 (chunk.c), every time--> served
  *     +-- present --bad checksum or header: unlinked, logged, refetched
- *     +-- present/verified --the file assembled: chunks unlinked--> (file)
+ *     +-- present --the file assembled: sum files unlinked--> (file)
  *
  * State of one file:
  *
  *   chunks --every chunk present (the worker storing the last one, or
- *     ^      fetch_file): assembling--> files/<id> streamed from the chunks,
- *     |      SHA-256 checked against the LFS sha256--> assembled (reads
- *     |      pread it; rq_rs_path names it; its chunks are deleted)
+ *     ^      fetch_file): assembling--> its data read through, every block
+ *     |      checked, SHA-256 (else git blob id) against the hub's; renamed
+ *     |      to files/<id> (no copy)--> assembled (reads pread it;
+ *     |      rq_rs_path names it; its sum files are deleted)
  *     +-- assembling --SHA-256 differs (wrong bytes came): every chunk
  *     |      dropped, logged, refetched once--> chunks; a second
  *     |      mismatch--> failed (reads and fetch_file: -EIO, logged)
@@ -174,6 +176,8 @@ struct fetch *rqr_want_chunk(struct rq_rs *s, size_t fi, uint64_t c, int hi, int
 {
 	struct rfile *f = &s->files[fi];
 	struct fetch *ft = f->fl[c];
+	if (ft && ft->done && ft->rc)
+		ft = f->fl[c] = NULL;                  /* failed, not yet cleared: a new try */
 	if (ft) {
 		if (hi && ft->queued && !ft->j.hi) {     /* readahead a reader now waits for */
 			unqueue(s, &ft->j);
@@ -254,10 +258,11 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 		s->st.fetched_chunks++;
 	}
 	pthread_cond_broadcast(&s->done_cv);
+	int whole = f->assembled;                     /* assembled meanwhile: nothing to store */
 	pthread_mutex_unlock(&s->mu);
-	int wrc = rc;
-	if (!rc) {   /* the waiters copy from the buffer meanwhile */
-		wrc = rqr_chunk_write(s->dfd, f->dir, c, f->idhash, ft->buf, ft->len);
+	int wrc = rc ? rc : whole ? -EEXIST : 0;
+	if (!wrc) {   /* the waiters copy from the buffer meanwhile */
+		wrc = rqr_chunk_write(s->dfd, f->dir, c, s->chunk_size, f->idhash, ft->buf, ft->len);
 		if (wrc && !atomic_exchange(&s->warned_write, 1)) {
 			rqr_log(s, "remote: cannot store chunks under %s/%s (%s): serving from memory "
 			        "only; free space in the cache directory", s->root, f->dir,
@@ -265,9 +270,11 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 		}
 	}
 	pthread_mutex_lock(&s->mu);
-	f->fl[c] = NULL;
+	if (f->fl[c] == ft)                           /* (a failed one may be replaced already) */
+		f->fl[c] = NULL;
 	pthread_cond_broadcast(&s->done_cv);          /* fetch_file waits for this */
 	int complete = 0;
+	ft->stored = !wrc;
 	if (!wrc && f->st[c] == CH_ABSENT) {
 		f->st[c] = CH_PRESENT;
 		f->npresent++;
@@ -410,11 +417,12 @@ static void scan_file(struct rq_rs *s, struct rfile *f)
 		unsigned long long c = strtoull(e->d_name, &end, 16);
 		if (*end || c >= f->nchunks || f->st[c] != CH_ABSENT)
 			continue;
+		uint32_t len = rqr_chunk_len(s, f, c);
 		if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-		    (uint64_t)st.st_size == rqr_chunk_file_size(rqr_chunk_len(s, f, c))) {
+		    (uint64_t)st.st_size == rqr_sum_file_size(len)) {
 			f->st[c] = CH_PRESENT;
 			f->npresent++;
-			s->st.bytes_on_disk += (uint64_t)st.st_size;
+			s->st.bytes_on_disk += rqr_chunk_file_size(len);
 		}
 	}
 	closedir(d);
@@ -617,18 +625,21 @@ void rq_rs_drop(struct rq_rs *s, size_t i)
 	while (f->assembling && !atomic_load(&s->closing))
 		pthread_cond_wait(&s->done_cv, &s->mu);
 	int had = f->assembled;
-	for (uint64_t c = 0; c < f->nchunks; c++)
+	uint64_t was = had ? f->size : 0;
+	for (uint64_t c = 0; c < f->nchunks; c++) {
+		if (f->st[c] != CH_ABSENT)
+			was += rqr_chunk_file_size(rqr_chunk_len(s, f, c));
 		f->st[c] = CH_ABSENT;
+	}
 	f->npresent = 0;
 	f->assembled = 0;
+	f->failed = 0;                            /* a fresh start: fetched again if read */
+	f->sha_fails = 0;
+	s->st.bytes_on_disk -= was < s->st.bytes_on_disk ? was : s->st.bytes_on_disk;
 	pthread_mutex_unlock(&s->mu);
-	uint64_t freed = rqr_chunk_drop_all(s->dfd, f->dir);
-	struct stat st;
-	if (had && stat(f->apath, &st) == 0 && unlink(f->apath) == 0)
-		freed += (uint64_t)st.st_size;
-	pthread_mutex_lock(&s->mu);
-	s->st.bytes_on_disk -= freed < s->st.bytes_on_disk ? freed : s->st.bytes_on_disk;
-	pthread_mutex_unlock(&s->mu);
+	rqr_chunk_drop_all(s->dfd, f->dir);
+	if (had)
+		unlink(f->apath);
 	rqr_leave(s);
 }
 

@@ -67,7 +67,8 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
 const char *rq_rs_path(struct rq_rs *s, size_t i);
 
 /* Fetches every missing chunk of file i (in parallel), assembles and verifies
- * it (warm). progress(ctx, bytes_done) may be NULL. */
+ * it (warm). progress(ctx, bytes_done) may be NULL. Its chunks queue behind
+ * readers' (a warm never delays a read). */
 int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint64_t bytes),
                      void *ctx, struct rq_err *err);
 

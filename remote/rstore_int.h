@@ -43,6 +43,7 @@ struct fetch {
 	int refs;                  /* mu: the worker's (queue's) + each waiting caller's */
 	int queued;                /* mu: still in a queue */
 	int done, rc;              /* mu: finished; 0 or -errno */
+	int stored;                /* mu: its bytes went to disk (set as it leaves fl[]) */
 	struct rq_err err;         /* mu: when rc */
 	uint8_t *buf;              /* [len], allocated by the worker (counted in mem_used);
 	                              read-only once done; freed with the last reference */

@@ -9,177 +9,13 @@
  * 429, stalls, short bodies retried; a 200 ignoring Range refused; close
  * with fetches in flight returns within a second; mem_max respected.
  * TAP. Usage: test_rstore HUB_FAULT_PY (python3 on PATH, or $RQ_PYTHON). */
-#include "remote/rstore.h"
-#include "base/err.h"
-#include "base/sha256.h"
+#include "tests/remote/rs_test.h"
 #include "tests/tap.h"
 
-#include <cjson/cJSON.h>
-#include <curl/curl.h>
 #include <errno.h>
-#include <openssl/evp.h>
 #include <pthread.h>
-#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-
-#define CS (256u * 1024u)          /* the chunk size of these tests */
-#define COMMIT "0123456789abcdef0123456789abcdef01234567"
-
-enum { FA, FB, FC, FD, FE, FF, NF };
-static const char *names[NF] = {"model-00001-of-00002.safetensors",
-                                "model-00002-of-00002.safetensors", "config.json",
-                                "bad.safetensors", "fault.bin", "mem.bin"};
-static const uint64_t sizes[NF] = {3 * 1024 * 1024 + 4567, 2 * 1024 * 1024 + 100, 3000,
-                                   1024 * 1024 + 1, 2 * 1024 * 1024, 4 * 1024 * 1024};
-static uint8_t *data[NF];
-static char shas[NF][65], blobs[NF][41];
-static struct rq_rs_file files[NF];
-static char tmp[256], endpoint[64];
-static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
-static char logbuf[1 << 16];
-
-static void on_log(void *ctx, const char *msg)
-{
-	(void)ctx;
-	pthread_mutex_lock(&log_mu);
-	size_t l = strlen(logbuf);
-	snprintf(logbuf + l, sizeof logbuf - l, "%s\n", msg);
-	pthread_mutex_unlock(&log_mu);
-}
-
-static int log_has(const char *s)
-{
-	pthread_mutex_lock(&log_mu);
-	int r = strstr(logbuf, s) != NULL;
-	pthread_mutex_unlock(&log_mu);
-	return r;
-}
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-struct body { char *p; size_t n; };
-
-static size_t on_body(char *p, size_t size, size_t n, void *v)
-{
-	struct body *b = v;
-	char *q = realloc(b->p, b->n + size * n + 1);
-	if (!q)
-		return 0;
-	memcpy(q + b->n, p, size * n);
-	b->p = q;
-	b->n += size * n;
-	q[b->n] = 0;
-	return size * n;
-}
-
-/* GET /_ctl/<q> of the hub: its JSON state (parsed; the caller frees). */
-static cJSON *ctl(const char *q)
-{
-	char url[512];
-	snprintf(url, sizeof url, "%s/_ctl/%s", endpoint, q);
-	struct body b = {0};
-	CURL *c = curl_easy_init();
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	CURLcode cc = curl_easy_perform(c);
-	curl_easy_cleanup(c);
-	cJSON *j = cc == CURLE_OK && b.p ? cJSON_Parse(b.p) : NULL;
-	free(b.p);
-	if (!j) {
-		printf("Bail out! the test hub does not answer %s\n", url);
-		exit(1);
-	}
-	return j;
-}
-
-static void ctl_do(const char *q)
-{
-	if (!strcmp(q, "reset")) {   /* first let a closed store's stragglers end (<= 2 s) */
-		for (int i = 0; i < 100; i++) {
-			cJSON *st = ctl("stats");
-			int active = cJSON_GetObjectItem(st, "active")->valueint;
-			cJSON_Delete(st);
-			if (!active)
-				break;
-			usleep(20000);
-		}
-	}
-	cJSON_Delete(ctl(q));
-}
-
-/* Range answers the server sent for file f overlapping chunk c (c < 0: any). */
-static int ranges_of(cJSON *st, int f, long c)
-{
-	int n = 0;
-	cJSON *r;
-	cJSON_ArrayForEach(r, cJSON_GetObjectItem(st, "ranges")) {
-		const char *nm = cJSON_GetArrayItem(r, 0)->valuestring;
-		double a = cJSON_GetArrayItem(r, 1)->valuedouble, b = cJSON_GetArrayItem(r, 2)->valuedouble;
-		if (strcmp(nm, names[f]))
-			continue;
-		if (c < 0 || (a <= (double)(c + 1) * CS - 1 && b >= (double)c * CS))
-			n++;
-	}
-	return n;
-}
-
-static int nranges(void)
-{
-	cJSON *st = ctl("stats");
-	int n = cJSON_GetArraySize(cJSON_GetObjectItem(st, "ranges"));
-	cJSON_Delete(st);
-	return n;
-}
-
-static double stat_num(const char *key)
-{
-	cJSON *st = ctl("stats");
-	double v = cJSON_GetObjectItem(st, key)->valuedouble;
-	cJSON_Delete(st);
-	return v;
-}
-
-static struct rq_rs *open_store(const char *cache, int conns, int ra, uint64_t mem, int offline)
-{
-	char dir[512];
-	snprintf(dir, sizeof dir, "%s/%s", tmp, cache);
-	struct rq_rs_opts o = {.endpoint = endpoint, .repo = "test/remote", .commit = COMMIT,
-	                       .files = files, .nfiles = NF, .cache_dir = dir, .chunk_size = CS,
-	                       .connections = conns, .readahead = ra, .mem_max = mem,
-	                       .offline = offline, .log = on_log};
-	struct rq_rs *s = NULL;
-	struct rq_err e = {0};
-	int rc = rq_rs_open(&o, &s, &e);
-	if (rc) {
-		printf("Bail out! rq_rs_open(%s): %d %s\n", cache, rc, e.msg);
-		exit(1);
-	}
-	return s;
-}
-
-static int read_eq(struct rq_rs *s, int f, uint64_t off, uint64_t len, unsigned flags,
-                   struct rq_err *e)
-{
-	uint8_t *buf = malloc(len ? len : 1);
-	struct rq_err e0 = {0};
-	int rc = rq_rs_read(s, (size_t)f, off, len, buf, flags, e ? e : &e0);
-	if (!rc && memcmp(buf, data[f] + off, len))
-		rc = 1;   /* wrong bytes */
-	if (rc && !e && rc != 1)
-		printf("#   read %s %llu+%llu: %d %s\n", names[f], (unsigned long long)off,
-		       (unsigned long long)len, rc, e0.msg);
-	free(buf);
-	return rc;
-}
 
 struct reader {
 	struct rq_rs *s;
@@ -228,20 +64,6 @@ static int file_equals(const char *path, int f)
 	int r = s && n == sizes[f] && !memcmp(s, data[f], n);
 	free(s);
 	return r;
-}
-
-static int dir_entries(const char *rel)
-{
-	char p[600];
-	snprintf(p, sizeof p, "%s/%s", tmp, rel);
-	DIR *d = opendir(p);
-	int n = 0;
-	struct dirent *e;
-	while (d && (e = readdir(d)))
-		n += e->d_name[0] != '.';
-	if (d)
-		closedir(d);
-	return n;
 }
 
 static uint64_t prog_last;
@@ -346,13 +168,13 @@ static void test_basic_and_cache(void)
 
 	/* a corrupt chunk on disk is dropped and refetched */
 	char p[600];
-	snprintf(p, sizeof p, "%s/main/remote/chunks/%s-%u/%016x", tmp, shas[FB], CS, 0);
+	snprintf(p, sizeof p, "%s/main/remote/chunks/%s-%u/data", tmp, shas[FB], CS);
 	FILE *fp = fopen(p, "r+b");
 	int c = -1;
-	if (fp) {
-		fseek(fp, 64 + 77, SEEK_SET);
+	if (fp) {                                 /* byte 77 of the file: chunk 0, block 0 */
+		fseek(fp, 77, SEEK_SET);
 		c = fgetc(fp);
-		fseek(fp, 64 + 77, SEEK_SET);
+		fseek(fp, 77, SEEK_SET);
 		fputc(c ^ 0x55, fp);
 		fclose(fp);
 	}
@@ -365,6 +187,43 @@ static void test_basic_and_cache(void)
 	TAP_OK(ss.refetches == 1 && ranges_of(st, FB, 0) == 1 && log_has("corrupt"),
 	       "it was refetched once and logged (refetches %llu)", (unsigned long long)ss.refetches);
 	cJSON_Delete(st);
+
+	/* a chunk gone bad on disk found by assembly: that chunk refetched */
+	fp = fopen(p, "r+b");
+	c = -1;
+	if (fp) {                                 /* chunk 1, its second block */
+		fseek(fp, CS + 70000, SEEK_SET);
+		c = fgetc(fp);
+		fseek(fp, CS + 70000, SEEK_SET);
+		fputc(c ^ 0x01, fp);
+		fclose(fp);
+	}
+	ctl_do("reset");
+	memset(&e, 0, sizeof e);
+	rc = rq_rs_fetch_file(s, FB, NULL, NULL, &e);
+	struct rq_rs_stats s2;
+	rq_rs_stats(s, &s2);
+	st = ctl("stats");
+	TAP_OK(c >= 0 && rc == 0 && file_equals(rq_rs_path(s, FB), FB) &&
+	       s2.refetches == ss.refetches + 1 && ranges_of(st, FB, 1) == 1,
+	       "assembly finds a chunk bad on disk: it alone is refetched, the file right (rc %d "
+	       "%s; chunk 1 asked %d times)", rc, e.msg, ranges_of(st, FB, 1));
+	cJSON_Delete(st);
+
+	/* drop: the file and its chunks go; a read fetches again */
+	char ap[600];
+	snprintf(ap, sizeof ap, "%s", rq_rs_path(s, FB) ? rq_rs_path(s, FB) : "");
+	rq_rs_stats(s, &ss);
+	rq_rs_drop(s, FB);
+	rq_rs_stats(s, &s2);
+	struct stat sb;
+	TAP_OK(!rq_rs_path(s, FB) && *ap && stat(ap, &sb) != 0 &&
+	       ss.bytes_on_disk - s2.bytes_on_disk == sizes[FB],
+	       "drop: no path, the file deleted, %llu bytes less on disk",
+	       (unsigned long long)(ss.bytes_on_disk - s2.bytes_on_disk));
+	ctl_do("reset");
+	TAP_OK(read_eq(s, FB, CS + 3, 100, 0, NULL) == 0 && nranges() == 1,
+	       "after drop a read fetches its chunk again");
 	rq_rs_close(s);
 }
 
@@ -407,20 +266,41 @@ static void test_concurrency(void)
 	uint64_t seed = 99;
 	int good = 0, wrong = 0, other = 0;
 	for (int i = 0; i < 400; i++) {
-		uint64_t off = tap_xorshift64(&seed) % sizes[FF];
+		int f = i % 3 ? FF : FA;                   /* FA: a short last chunk and block */
+		uint64_t off = tap_xorshift64(&seed) % sizes[f];
 		uint64_t len = 1 + tap_xorshift64(&seed) % (i % 2 ? 300 * 1024 : 70 * 1024);
 		if (i % 7 == 0)
 			off = off / (64 * 1024) * (64 * 1024);   /* on a block edge */
-		if (len > sizes[FF] - off)
-			len = sizes[FF] - off;
+		if (i % 11 == 0)
+			len = sizes[f] - off;                    /* to the end of the file */
+		if (len > sizes[f] - off)
+			len = sizes[f] - off;
 		struct rq_err e;
-		int rc = read_eq(s, FF, off, len, 0, &e);
+		int rc = read_eq(s, f, off, len, 0, &e);
 		good += rc == 0;
 		wrong += rc == 1;
 		other += rc != 0 && rc != 1 && rc != -ENETUNREACH;
 	}
-	TAP_OK(good > 50 && !wrong && !other, "400 random reads of stored chunks (offline): %d "
-	       "served, all bytes right (%d wrong, %d other errors)", good, wrong, other);
+	TAP_OK(good > 50 && !wrong && !other, "400 random reads of 2 files' stored chunks (offline): "
+	       "%d served, all bytes right (%d wrong, %d other errors)", good, wrong, other);
+	rq_rs_close(s);
+	/* a short last chunk (and block) read back from its sums, the file not whole */
+	uint64_t last = (sizes[FA] - 1) / CS * CS;
+	s = open_store("tail", 2, 0, 0, 0);
+	int okt = read_eq(s, FA, last + 1, 10, 0, NULL) == 0 && !rq_rs_path(s, FA);
+	rq_rs_close(s);
+	s = open_store("tail", 2, 0, 0, 1);
+	wrong = other = 0;
+	for (int i = 0; i < 200; i++) {
+		uint64_t off = last + tap_xorshift64(&seed) % (sizes[FA] - last);
+		uint64_t len = 1 + tap_xorshift64(&seed) % (sizes[FA] - off);
+		int rc = read_eq(s, FA, off, i % 5 ? len : sizes[FA] - off, 0, NULL);
+		wrong += rc == 1;
+		other += rc < 0;
+	}
+	TAP_OK(okt && !wrong && !other, "200 reads of a stored short last chunk (%llu bytes): "
+	       "all right (%d wrong, %d errors)", (unsigned long long)(sizes[FA] - last), wrong,
+	       other);
 	rq_rs_close(s);
 }
 
@@ -602,38 +482,6 @@ static void test_memory_and_close(void)
 	ctl_do("reset");
 }
 
-/* git's blob id of n bytes: sha1("blob <n>\0" + bytes), 40 hex. */
-static void git_blob_id(const void *p, uint64_t n, char hex[41])
-{
-	char hdr[32];
-	unsigned char d[EVP_MAX_MD_SIZE];
-	unsigned int dn;
-	int hn = snprintf(hdr, sizeof hdr, "blob %llu", (unsigned long long)n);
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
-	EVP_DigestInit_ex(md, EVP_sha1(), NULL);
-	EVP_DigestUpdate(md, hdr, (size_t)hn + 1);
-	EVP_DigestUpdate(md, p, n);
-	EVP_DigestFinal_ex(md, d, &dn);
-	EVP_MD_CTX_free(md);
-	for (unsigned i = 0; i < 20; i++)
-		snprintf(hex + 2 * i, 3, "%02x", d[i]);
-}
-
-struct fetcher {
-	struct rq_rs *s;
-	int f, rc;
-};
-
-static void *fetcher_main(void *v)
-{
-	struct fetcher *x = v;
-	struct rq_err e = {0};
-	x->rc = rq_rs_fetch_file(x->s, (size_t)x->f, NULL, NULL, &e);
-	if (x->rc)
-		printf("#   fetch_file: %d %s\n", x->rc, e.msg);
-	return NULL;
-}
-
 /* Two stores over one cache directory at once (two mounts, or two nodes
  * sharing it): readers and fetch_file on both; one file results. */
 static void test_shared(void)
@@ -719,67 +567,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: test_rstore HUB_FAULT_PY\n");
 		return 2;
 	}
-	signal(SIGPIPE, SIG_IGN);
-	snprintf(tmp, sizeof tmp, "/tmp/rq-rstore-XXXXXX");
-	if (!mkdtemp(tmp)) {
-		printf("Bail out! mkdtemp\n");
+	if (rs_setup(argv[1]))
 		return 1;
-	}
-	char dd[300];
-	snprintf(dd, sizeof dd, "%s/data", tmp);
-	mkdir(dd, 0755);
-	uint64_t seed = 0x1234567;
-	for (int f = 0; f < NF; f++) {
-		data[f] = malloc(sizes[f]);
-		for (uint64_t i = 0; i < sizes[f]; i++)
-			data[f][i] = (uint8_t)tap_xorshift(&seed);
-		char p[400];
-		snprintf(p, sizeof p, "%s/%s", dd, names[f]);
-		FILE *fp = fopen(p, "wb");
-		fwrite(data[f], 1, sizes[f], fp);
-		fclose(fp);
-		struct sha256 h;
-		uint8_t d[32];
-		sha256_init(&h);
-		sha256_update(&h, data[f], sizes[f]);
-		sha256_final(&h, d);
-		sha256_hex(d, shas[f]);
-		git_blob_id(data[f], sizes[f], blobs[f]);   /* given for FC only */
-		files[f] = (struct rq_rs_file){.name = names[f], .size = sizes[f],
-		                               .sha256 = f == FC ? NULL : shas[f],
-		                               .blob_id = f == FC ? blobs[f] : NULL};
-	}
-	/* the server: stdout gives its ports; it exits when our pipe to it closes */
-	int out[2], in[2];
-	if (pipe(out) || pipe(in)) {
-		printf("Bail out! pipe\n");
-		return 1;
-	}
-	pid_t pid = fork();
-	if (pid == 0) {
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		close(in[1]);
-		close(out[0]);
-		const char *py = getenv("RQ_PYTHON") ? getenv("RQ_PYTHON") : "python3";
-		execlp(py, py, argv[1], dd, (char *)NULL);
-		_exit(127);
-	}
-	close(in[0]);
-	close(out[1]);
-	FILE *po = fdopen(out[0], "r");
-	int hubport = 0, cdnport = 0;
-	if (!po || fscanf(po, "%d %d", &hubport, &cdnport) != 2) {
-		printf("Bail out! the test hub %s did not start\n", argv[1]);
-		return 1;
-	}
-	snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%d", hubport);
-	printf("# hub %s, CDN port %d, files under %s\n", endpoint, cdnport, tmp);
-	setenv("HF_HUB_DOWNLOAD_TIMEOUT", "1", 1);   /* the stall fault: detected in ~1 s */
-	unsetenv("HF_TOKEN");
-	setenv("HF_TOKEN_PATH", "/nonexistent/token", 1);
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-
 	char hx[41];
 	git_blob_id("hello\n", 6, hx);
 	TAP_OK(!strcmp(hx, "ce013625030ba8dba906f756967f9e9ca394464a"),
@@ -792,14 +581,10 @@ int main(int argc, char **argv)
 	test_warm_priority();
 	test_disk_full();
 	test_memory_and_close();
-
-	close(in[1]);
-	waitpid(pid, NULL, 0);
+	rs_teardown();
 	if (!tap_failed)
 		tap_rmtree(tmp);
 	else
 		printf("# kept %s\n", tmp);
-	for (int f = 0; f < NF; f++)
-		free(data[f]);
 	return tap_done();
 }
