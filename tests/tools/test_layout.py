@@ -52,6 +52,10 @@ ok(not threads, "plan/ starts no thread", "\n".join(threads))
 check_includes("job", ["fuse", "fuse_lowlevel.h", "fs/", "offline/", "hub/"])
 check_includes("offline", ["fuse", "fuse_lowlevel.h", "fs/"])
 check_includes("fs", ["offline/", "hub/", "kernels/", "curl/"])
+# remote/ (the chunk store of hf:// SRC) knows bytes of files, nothing of
+# safetensors, plans, caches of quantized modules or the daemon
+check_includes("remote", ["fuse", "fuse_lowlevel.h", "st/", "plan/", "cache/", "job/",
+                          "offline/", "fs/", "engine/", "kernels/", "qdev/"])
 
 # ---- the daemon's order ---------------------------------------------------
 head = open(os.path.join(ROOT, "fs", "mount.c"), encoding="utf-8").read().split("*/", 1)[0]
