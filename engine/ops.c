@@ -226,14 +226,6 @@ static float dot_nvfp4_avx2(const struct lg_linear *W, int r, const float *x)
 	return a[0];
 }
 
-/* Eight BF16 weights widened to binary32 (exact: the bits shifted up). */
-__attribute__((target("avx2")))
-static inline __m256 bf16_eight(const uint16_t *w)
-{
-	__m128i h = _mm_loadu_si128((const __m128i *)w);
-	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
 /* lg_dot's closing sum of its 16 accumulators (lo = acc[0..7], hi =
  * acc[8..15]): acc[j] += acc[j + w] for w = 8, 4, 2, 1, the same adds. */
 __attribute__((target("avx2")))
@@ -244,27 +236,6 @@ static inline float sum16(__m256 lo, __m256 hi)
 	t = _mm_add_ps(t, _mm_movehl_ps(t, t));
 	t = _mm_add_ss(t, _mm_shuffle_ps(t, t, 1));
 	return _mm_cvtss_f32(t);
-}
-
-/* The last n % 16 columns of a BF16 row into acc (stored), then the sum:
- * lg_dot's tail loop and closing sum. */
-static float tail16(__m256 lo, __m256 hi, const uint16_t *w, const float *x, int i, int n)
-    __attribute__((target("avx2")));
-static float tail16(__m256 lo, __m256 hi, const uint16_t *w, const float *x, int i, int n)
-{
-	float acc[16];
-	_mm256_storeu_ps(acc, lo);
-	_mm256_storeu_ps(acc + 8, hi);
-	for (int j = 0; i < n; i++, j++) {
-		uint32_t u = (uint32_t)w[i] << 16;
-		float f;
-		memcpy(&f, &u, 4);
-		acc[j] += f * x[i];
-	}
-	for (int k = 8; k >= 1; k /= 2)
-		for (int j = 0; j < k; j++)
-			acc[j] += acc[j + k];
-	return acc[0];
 }
 
 __attribute__((target("avx2")))
@@ -289,34 +260,6 @@ static float dot_f32_avx2(const float *a, const float *b, int n)
 	return acc[0];
 }
 
-/* dot_bf16 of two rows against one x, interleaved: each row keeps its own
- * 16 accumulators (two registers) and lg_dot's order, products rounded then
- * added (no FMA), so each result has dot_bf16's bits. A row alone is a
- * chain of dependent adds (36 deep at 576 columns) that keeps too few loads
- * in flight; two rows' chains overlap. Decode's inner loop. */
-__attribute__((target("avx2")))
-static void dot2_bf16_avx2(const uint16_t *w0, const uint16_t *w1, const float *x, int n,
-                           float *out)
-{
-	__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-	__m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
-	int i = 0;
-	for (; i + 16 <= n; i += 16) {
-		__m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
-		a0 = _mm256_add_ps(a0, _mm256_mul_ps(bf16_eight(w0 + i), x0));
-		a1 = _mm256_add_ps(a1, _mm256_mul_ps(bf16_eight(w0 + i + 8), x1));
-		b0 = _mm256_add_ps(b0, _mm256_mul_ps(bf16_eight(w1 + i), x0));
-		b1 = _mm256_add_ps(b1, _mm256_mul_ps(bf16_eight(w1 + i + 8), x1));
-	}
-	if (i == n) {
-		out[0] = sum16(a0, a1);
-		out[1] = sum16(b0, b1);
-	} else {
-		out[0] = tail16(a0, a1, w0, x, i, n);
-		out[1] = tail16(b0, b1, w1, x, i, n);
-	}
-}
-
 static int have_avx2(void)
 {
 	static int v = -1;
@@ -337,11 +280,6 @@ static float dot_nvfp4_avx2(const struct lg_linear *W, int r, const float *x)
 {
 	(void)W, (void)r, (void)x;
 	return 0;   /* never called: have_avx2() is 0 */
-}
-static void dot2_bf16_avx2(const uint16_t *w0, const uint16_t *w1, const float *x, int n,
-                           float *out)
-{
-	(void)w0, (void)w1, (void)x, (void)n, (void)out;   /* never called: have_avx2() is 0 */
 }
 static float dot_f32_avx2(const float *a, const float *b, int n)
 {
@@ -517,26 +455,15 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 			/* one or two tokens: dot straight from the mapped BF16 row; the
 			 * row PF_ROWS ahead is prefetched (decode is bound by how many
 			 * loads are in flight, and the dot's add chain limits that) */
-			int two = have_avx2();
 			for (; i < end; i++, r++) {
-				const uint16_t *w = m->W->w + (size_t)r * K;
-				if (i + PF_ROWS + two < end)
-					for (size_t b = 0; b < (size_t)K * 2 << two; b += 64)
-						__builtin_prefetch((const char *)(w + (size_t)PF_ROWS * K) + b);
-				if (two && i + 1 < end) {   /* rows r and r + 1 together */
-					for (int t = 0; t < m->T; t++) {
-						float o[2];
-						float *y = m->y + (size_t)t * m->ldy + r;
-						dot2_bf16_avx2(w, w + K, m->x + (size_t)t * m->ldx, K, o);
-						y[0] = add_bias(m->W, r, o[0]);
-						y[1] = add_bias(m->W, r + 1, o[1]);
-					}
-					i++, r++;
-					continue;
+				if (i + PF_ROWS < end) {
+					const char *nx = (const char *)(m->W->w + (size_t)(r + PF_ROWS) * K);
+					for (size_t b = 0; b < (size_t)K * 2; b += 64)
+						__builtin_prefetch(nx + b);
 				}
 				for (int t = 0; t < m->T; t++)
 					m->y[(size_t)t * m->ldy + r] =
-					    add_bias(m->W, r, dot_bf16(w, m->x + (size_t)t * m->ldx, K));
+					    add_bias(m->W, r, dot_bf16(m->W->w + (size_t)r * K, m->x + (size_t)t * m->ldx, K));
 			}
 			continue;
 		}

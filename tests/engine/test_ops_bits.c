@@ -1,6 +1,6 @@
 /* test_ops_bits.c — engine/ops.c's vector paths give the bits of the order
- * ops.h promises: lg_dot, and a BF16 matmul at decode (one token: the
- * two-row AVX2 dot) and in a batch (rows widened, four at a time), each
+ * ops.h promises: lg_dot (AVX2), and a BF16 matmul at decode (one token: the
+ * mapped row's dot) and in a batch (rows widened, four at a time), each
  * equal bit for bit to a plain scalar sum in that order (16 partial sums
  * over i ≡ j mod 16, products rounded then added, then acc[j] += acc[j + w]
  * for w = 8, 4, 2, 1), at widths with and without a tail of n % 16, odd row
