@@ -489,13 +489,15 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 		if (m->W->kind == LG_W_BF16 && m->T <= 2) {
 			/* one or two tokens: dot straight from the mapped BF16 row; the
 			 * row PF_ROWS ahead is prefetched (decode is bound by how many
-			 * loads are in flight, and the dot's add chain limits that) */
+			 * loads are in flight, and the dot's add chain limits that),
+			 * non-temporal: each weight is read once a token, and 269 MB a
+			 * token (SmolLM2) would only push x and the KV cache out */
 			float (*dot)(const uint16_t *, const float *, int) = have_avx2() ? dot_bf16_avx2 : dot_bf16;
 			for (; i < end; i++, r++) {
 				if (i + PF_ROWS < end) {
 					const char *nx = (const char *)(m->W->w + (size_t)(r + PF_ROWS) * K);
 					for (size_t b = 0; b < (size_t)K * 2; b += 64)
-						__builtin_prefetch(nx + b);
+						__builtin_prefetch(nx + b, 0, 0);
 				}
 				for (int t = 0; t < m->T; t++)
 					m->y[(size_t)t * m->ldy + r] =
