@@ -42,8 +42,8 @@ struct rq_pool {
 	/* the current loop, written before gen is bumped */
 	rq_pool_fn fn;
 	void *ctx;
-	size_t n, chunk;
-	atomic_size_t cursor;
+	size_t n, chunk;              /* items; the smallest chunk (grain) */
+	atomic_size_t cursor;         /* next item to claim */
 };
 
 int rq_cpu_count(void)
@@ -93,14 +93,28 @@ static int spin_int(atomic_int *v, int want)
 	}
 }
 
+/* Guided chunks: each claim takes 1/(2·nthreads) of what is left, at least
+ * `grain` items. Big chunks while much is left keep claims rare; small ones
+ * at the end keep the threads finishing together: a loop ends when its
+ * slowest thread does, and a decode step is hundreds of short loops, so the
+ * tail of each (one whole fixed-size chunk on one thread, at worst) was a
+ * tenth of the step. */
 static void run_chunks(struct rq_pool *p, int worker)
 {
+	size_t n = p->n, grain = p->chunk, div = 2 * (size_t)p->nthreads;
+	size_t b = atomic_load_explicit(&p->cursor, memory_order_relaxed);
 	for (;;) {
-		size_t b = atomic_fetch_add(&p->cursor, p->chunk);
-		if (b >= p->n)
+		if (b >= n)
 			return;
-		size_t e = b + p->chunk < p->n ? b + p->chunk : p->n;
+		size_t c = (n - b) / div;
+		if (c < grain)
+			c = grain;
+		size_t e = n - b > c ? b + c : n;
+		if (!atomic_compare_exchange_weak_explicit(&p->cursor, &b, e, memory_order_relaxed,
+		                                           memory_order_relaxed))
+			continue;   /* b now holds the cursor another thread moved */
 		p->fn(p->ctx, b, e, worker);
+		b = atomic_load_explicit(&p->cursor, memory_order_relaxed);
 	}
 }
 
@@ -199,14 +213,10 @@ void rq_pool_for(struct rq_pool *p, size_t n, size_t grain, rq_pool_fn fn, void 
 		return;
 	}
 	pthread_mutex_lock(&p->loop_lock);
-	size_t chunks = (size_t)p->nthreads * 4;
-	size_t chunk = (n + chunks - 1) / chunks;
-	if (chunk < grain)
-		chunk = grain;
 	p->fn = fn;
 	p->ctx = ctx;
 	p->n = n;
-	p->chunk = chunk;
+	p->chunk = grain;
 	atomic_store(&p->cursor, 0);
 	atomic_store(&p->done, 0);
 	atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);

@@ -17,8 +17,11 @@
 #define LG_CLONES
 #endif
 
+static int have_avx2(void);
+static float dot_f32_avx2(const float *a, const float *b, int n);
+
 LG_CLONES
-float lg_dot(const float *a, const float *b, int n)
+static float dot_f32(const float *a, const float *b, int n)
 {
 	float acc[16] = {0};
 	int i = 0;
@@ -31,6 +34,15 @@ float lg_dot(const float *a, const float *b, int n)
 		for (int j = 0; j < w; j++)
 			acc[j] += acc[j + w];
 	return acc[0];
+}
+
+/* 16 accumulators, acc[j] summing elements j, j + 16, ... (products rounded,
+ * then added: no FMA), then acc[j] += acc[j + w] for w = 8, 4, 2, 1. The
+ * AVX2 version is the same operations in the same order (the same bits);
+ * attention calls this once per key (head_dim long), so it is worth one. */
+float lg_dot(const float *a, const float *b, int n)
+{
+	return have_avx2() ? dot_f32_avx2(a, b, n) : dot_f32(a, b, n);
 }
 
 /* lg_dot of a BF16 row, widened on the fly: the same operations in the same
@@ -214,6 +226,74 @@ static float dot_nvfp4_avx2(const struct lg_linear *W, int r, const float *x)
 	return a[0];
 }
 
+/* lg_dot's closing sum of its 16 accumulators (lo = acc[0..7], hi =
+ * acc[8..15]): acc[j] += acc[j + w] for w = 8, 4, 2, 1, the same adds. */
+__attribute__((target("avx2")))
+static inline float sum16(__m256 lo, __m256 hi)
+{
+	__m256 s = _mm256_add_ps(lo, hi);
+	__m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+	t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+	t = _mm_add_ss(t, _mm_shuffle_ps(t, t, 1));
+	return _mm_cvtss_f32(t);
+}
+
+__attribute__((target("avx2")))
+static float dot_f32_avx2(const float *a, const float *b, int n)
+{
+	__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+	int i = 0;
+	for (; i + 16 <= n; i += 16) {
+		lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+		hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8)));
+	}
+	if (i == n)
+		return sum16(lo, hi);
+	float acc[16];
+	_mm256_storeu_ps(acc, lo);
+	_mm256_storeu_ps(acc + 8, hi);
+	for (int j = 0; i < n; i++, j++)
+		acc[j] += a[i] * b[i];
+	for (int k = 8; k >= 1; k /= 2)
+		for (int j = 0; j < k; j++)
+			acc[j] += acc[j + k];
+	return acc[0];
+}
+
+/* dot_bf16 in AVX2: the same 16 accumulators in two registers, the same
+ * adds in the same order (the same bits), and the closing sum in registers
+ * (the compiler's version of the loop goes through the stack at each row's
+ * end; decode does that once per weight row, 1152 bytes at SmolLM2's 576). */
+__attribute__((target("avx2")))
+static float dot_bf16_avx2(const uint16_t *w, const float *x, int n)
+{
+	__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+	int i = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m256i a = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i)));
+		__m256i b = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i + 8)));
+		lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(a, 16)),
+		                                     _mm256_loadu_ps(x + i)));
+		hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(b, 16)),
+		                                     _mm256_loadu_ps(x + i + 8)));
+	}
+	if (i == n)
+		return sum16(lo, hi);
+	float acc[16];
+	_mm256_storeu_ps(acc, lo);
+	_mm256_storeu_ps(acc + 8, hi);
+	for (int j = 0; i < n; i++, j++) {
+		uint32_t u = (uint32_t)w[i] << 16;
+		float f;
+		memcpy(&f, &u, 4);
+		acc[j] += f * x[i];
+	}
+	for (int k = 8; k >= 1; k /= 2)
+		for (int j = 0; j < k; j++)
+			acc[j] += acc[j + k];
+	return acc[0];
+}
+
 static int have_avx2(void)
 {
 	static int v = -1;
@@ -235,6 +315,12 @@ static float dot_nvfp4_avx2(const struct lg_linear *W, int r, const float *x)
 	(void)W, (void)r, (void)x;
 	return 0;   /* never called: have_avx2() is 0 */
 }
+static float dot_f32_avx2(const float *a, const float *b, int n)
+{
+	(void)a, (void)b, (void)n;
+	return 0;   /* never called: have_avx2() is 0 */
+}
+#define dot_bf16_avx2 dot_bf16
 #endif
 
 void lg_nvfp4_div_table(float gs, float *out)
@@ -403,16 +489,19 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 		if (m->W->kind == LG_W_BF16 && m->T <= 2) {
 			/* one or two tokens: dot straight from the mapped BF16 row; the
 			 * row PF_ROWS ahead is prefetched (decode is bound by how many
-			 * loads are in flight, and the dot's add chain limits that) */
+			 * loads are in flight, and the dot's add chain limits that),
+			 * non-temporal: each weight is read once a token, and 269 MB a
+			 * token (SmolLM2) would only push x and the KV cache out */
+			float (*dot)(const uint16_t *, const float *, int) = have_avx2() ? dot_bf16_avx2 : dot_bf16;
 			for (; i < end; i++, r++) {
 				if (i + PF_ROWS < end) {
 					const char *nx = (const char *)(m->W->w + (size_t)(r + PF_ROWS) * K);
 					for (size_t b = 0; b < (size_t)K * 2; b += 64)
-						__builtin_prefetch(nx + b);
+						__builtin_prefetch(nx + b, 0, 0);
 				}
 				for (int t = 0; t < m->T; t++)
 					m->y[(size_t)t * m->ldy + r] =
-					    add_bias(m->W, r, dot_bf16(m->W->w + (size_t)r * K, m->x + (size_t)t * m->ldx, K));
+					    add_bias(m->W, r, dot(m->W->w + (size_t)r * K, m->x + (size_t)t * m->ldx, K));
 			}
 			continue;
 		}

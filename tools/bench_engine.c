@@ -27,7 +27,8 @@ static void usage(FILE *f)
 	"Builds the tiny synthetic Laguna (requantfs mkckpt) in a temporary directory and\n"
 	"measures CPU prefill and decode tokens/s; with --real-dims also a 4-layer stack at\n"
 	"Laguna S 2.1's real widths. Decode reads every active weight once per token: that\n"
-	"byte count times tokens/s is printed as GB/s next to memcpy's bandwidth.\n"
+	"byte count times tokens/s is printed as GB/s next to memcpy's bandwidth and the\n"
+	"all-threads read bandwidth, measured again before each of the 3 runs (best of all).\n"
 	"  --threads N        CPU threads (default: all)\n"
 	"  --prompt-tokens N  prompt length for prefill (default 128)\n"
 	"  --decode-tokens N  greedy tokens to decode (default 32; 8 for --real-dims)\n"
@@ -76,30 +77,45 @@ static void read_chunks(void *ctx, size_t begin, size_t end, int worker)
 	c->sink[worker & 63] += a0 + a1 + a2 + a3;
 }
 
-/* Bytes/s of reading `bytes` with every thread of pool, best of reps; 0 when
- * the buffer cannot be had. */
-static double read_bw_all(struct rq_pool *pool, size_t bytes, int reps)
+/* The read baseline's buffer, kept for the whole run: the baseline is
+ * measured again next to each decode run (a shared machine's load drifts;
+ * a ratio of figures taken minutes apart measures the drift), and the best
+ * of all its measurements is the one reported. */
+struct rd_buf {
+	uint64_t *buf;
+	size_t n, chunk;            /* n chunks of `chunk` bytes */
+	double best;                /* bytes/s, best so far */
+};
+
+static int rd_open(struct rd_buf *r, size_t bytes)
 {
-	size_t chunk = 1u << 20, n = bytes / chunk;
-	uint64_t *buf = malloc(n * chunk);
-	if (!buf)
-		return 0;
-	memset(buf, 1, n * chunk);
-	struct rd_ctx c = {.buf = buf, .words_per_chunk = chunk / 8};
-	double best = 0;
-	for (int r = 0; r < reps; r++) {
+	r->chunk = 1u << 20;
+	r->n = bytes / r->chunk;
+	r->best = 0;
+	r->buf = malloc(r->n * r->chunk);
+	if (!r->buf)
+		return -ENOMEM;
+	memset(r->buf, 1, r->n * r->chunk);
+	return 0;
+}
+
+/* Reads the buffer with every thread of pool `reps` times; returns the best
+ * so far (bytes/s). */
+static double rd_measure(struct rd_buf *r, struct rq_pool *pool, int reps)
+{
+	struct rd_ctx c = {.buf = r->buf, .words_per_chunk = r->chunk / 8};
+	for (int k = 0; k < reps; k++) {
 		double t = bench_now();
-		rq_pool_for(pool, n, 1, read_chunks, &c);
+		rq_pool_for(pool, r->n, 1, read_chunks, &c);
 		t = bench_now() - t;
-		if (t > 0 && n * chunk / t > best)
-			best = n * chunk / t;
+		if (t > 0 && r->n * r->chunk / t > r->best)
+			r->best = r->n * r->chunk / t;
 	}
-	free(buf);
-	return best;
+	return r->best;
 }
 
 static int bench_one(const char *label, const char *dir, struct rq_pool *pool, int np, int nd,
-                     double memcpy_bw, double read_bw)
+                     double memcpy_bw, struct rd_buf *rd)
 {
 	struct rq_err err = {0};
 	struct lg_model *m = NULL;
@@ -125,9 +141,10 @@ static int bench_one(const char *label, const char *dir, struct rq_pool *pool, i
 	uint64_t rng = 12345;
 	for (int i = 0; i < np; i++)
 		tok[i] = (int)(lg_rand(&rng) * (c->vocab - 3)) + 3;
-	/* best of 3 runs (prefill, then decode), as the baselines are best of 3 */
+	/* best of 3 runs (prefill, then decode), each after a read baseline */
 	double pre = 0, dec = 0;
 	for (int rep = 0; rep < 3; rep++) {
+		rd_measure(rd, pool, 1);
 		s->reset(s);
 		double t0 = bench_now();
 		if (s->forward(s, tok, np, logits, 1, &err)) {
@@ -146,13 +163,15 @@ static int bench_one(const char *label, const char *dir, struct rq_pool *pool, i
 		pre = np / (t1 - t0) > pre ? np / (t1 - t0) : pre;
 		dec = nd / (t2 - t1) > dec ? nd / (t2 - t1) : dec;
 	}
-	double tb = lg_model_token_bytes(m), gbs = tb * dec;
+	double tb = lg_model_token_bytes(m), gbs = tb * dec, read_bw = rd->best;
 	printf("%-10s %d layers, hidden %d, %d experts (top %d), %d NVFP4 + %d BF16 linears\n", label,
 	       c->n_layers, c->hidden, c->n_experts, c->top_k, m->n_nvfp4, m->n_bf16);
 	printf("%-10s prefill %4d tokens: %9.1f tok/s (best of 3)\n", "", np, pre);
 	printf("%-10s decode  %4d tokens: %9.2f tok/s (best of 3), %.1f MB of weights/token = %.2f GB/s "
 	       "(%.2f x memcpy, %.2f x all-threads read)\n", "", nd, dec, tb / 1e6, gbs / 1e9,
 	       gbs / memcpy_bw, gbs / read_bw);
+	printf("%-10s all-threads read, best of the run's %s: %.2f GB/s\n", "",
+	       "3 + 1 per decode run", read_bw / 1e9);
 	rc = 0;
 out:
 	free(tok);
@@ -216,12 +235,19 @@ int bench_engine(int argc, char **argv)
 	double bw = bench_memcpy_bw(dst, src, mb, 3);
 	free(src);
 	free(dst);
-	double rbw = read_bw_all(pool, 512u << 20, 3);
+	struct rd_buf rd;
+	if (rd_open(&rd, 512u << 20)) {
+		rq_pool_destroy(pool);
+		return cli_fail(1, "bench", "out of memory for the 512 MiB read baseline");
+	}
+	double rbw = rd_measure(&rd, pool, 3);
 	printf("engine (CPU, %d threads); baselines: memcpy %.2f GB/s (one thread, 256 MiB), "
-	       "read %.2f GB/s (all threads, 512 MiB)\n", rq_pool_size(pool), bw / 1e9, rbw / 1e9);
+	       "read %.2f GB/s (all threads, 512 MiB; again before each decode run)\n",
+	       rq_pool_size(pool), bw / 1e9, rbw / 1e9);
 	int rc = 0;
 	if (model) {
-		rc = bench_one("model", model, pool, np, nd > 0 ? nd : 32, bw, rbw);
+		rc = bench_one("model", model, pool, np, nd > 0 ? nd : 32, bw, &rd);
+		free(rd.buf);
 		rq_pool_destroy(pool);
 		return rc;
 	}
@@ -239,10 +265,11 @@ int bench_engine(int argc, char **argv)
 		} else {
 			printf("%-10s checkpoint made in %.1f s\n", pass ? "real-dims" : "tiny", bench_now() - t);
 			rc = bench_one(pass ? "real-dims" : "tiny", ck, pool, np,
-			               nd > 0 ? nd : pass ? 8 : 32, bw, rbw);
+			               nd > 0 ? nd : pass ? 8 : 32, bw, &rd);
 		}
 		rm_rf(dir);
 	}
+	free(rd.buf);
 	rq_pool_destroy(pool);
 	return rc;
 }
