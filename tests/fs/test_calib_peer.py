@@ -121,7 +121,7 @@ def check_model(tmp, name, model_dir):
     # the same observer: --scale-dtype f32 against the peer's FP32 forward
     cal32 = os.path.join(tmp, name + ".f32.safetensors")
     rc, out = run("calib", "run", model_dir, "--text", text, "--tokens", str(ntok), *moe,
-                  "--scale-dtype", "f32", "-o", cal32, "--quiet")
+                  "--scale-dtype", "f32", "--forward-dtype", "f32", "-o", cal32, "--quiet")
     if ok(rc == 0, f"{name}: calib run --scale-dtype f32", out):
         o32 = scales(cal32)
         p32 = {k: v["input_global_scale_fp32_forward"] for k, v in mods.items()}
