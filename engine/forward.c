@@ -238,6 +238,16 @@ static inline float bf(float x)
 	return x;
 }
 
+/* Σ a[i]·b[i] in index order, one F32 sum (torch's CPU BF16 GEMM over a head's
+ * 64 dims sums so: the same bits, checked against torch 2.14). */
+static float dot_seq(const float *a, const float *b, int n)
+{
+	float acc = 0;
+	for (int i = 0; i < n; i++)
+		acc += a[i] * b[i];
+	return acc;
+}
+
 /* One value as the state's forward holds it: BF16 in BF16 mode. */
 static inline float rd(const struct lg_state *s, float x)
 {
@@ -464,8 +474,8 @@ static void attn_items(void *vctx, size_t b, size_t e, int worker)
 		for (int j = 0; j < n; j++) {
 			int slot = (lo + j) % cap;
 			/* BF16 mode: q·k rounded, times the scaling rounded (transformers' eager) */
-			sc[j] = rd(s, rd(s, lg_dot(q, kc + (size_t)slot * s->kvd + (size_t)kvh * hd, hd))
-			              * a->scale);
+			const float *kv = kc + (size_t)slot * s->kvd + (size_t)kvh * hd;
+			sc[j] = rd(s, rd(s, s->bf16 ? dot_seq(q, kv, hd) : lg_dot(q, kv, hd)) * a->scale);
 			if (sc[j] > mx)
 				mx = sc[j];
 		}
