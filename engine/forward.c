@@ -74,6 +74,7 @@ struct lg_state {
 	struct lg_mm *mm;          /* [2·n_experts + 8] products of one parallel loop */
 	float *cosb, *sinb;        /* [2 types][B][LG_ROPE_MAX] RoPE tables of the batch */
 	float *scores;             /* [nthreads][max_cap] attention scores */
+	float *pv;                 /* [nthreads][4][head_dim] BF16 mode: P·V's 4 partial sums */
 	float *scratch;            /* [nthreads][4][stride] weight rows */
 	size_t stride;
 	size_t bytes;
@@ -155,6 +156,7 @@ int lg_state_create(const struct lg_model *m, int max_ctx, int max_batch, struct
 	s->cosb = zalloc(s, 2 * (size_t)B * LG_ROPE_MAX, sizeof(float), &fail);
 	s->sinb = zalloc(s, 2 * (size_t)B * LG_ROPE_MAX, sizeof(float), &fail);
 	s->scores = zalloc(s, (size_t)s->nthreads * s->max_cap, sizeof(float), &fail);
+	s->pv = zalloc(s, (size_t)s->nthreads * 4 * c->head_dim, sizeof(float), &fail);
 	size_t st = H;
 	int widths[] = {s->qd, c->inter, c->moe_inter, c->shared_inter};
 	for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
@@ -192,7 +194,7 @@ void lg_state_free(struct lg_state *s)
 	}
 	void *bufs[] = {s->kc, s->vc, s->cap, s->x, s->xn, s->q, s->att, s->g, s->k, s->v, s->y, s->ys,
 	                s->h1, s->h2, s->rl, s->sgl, s->tsel, s->tw, s->cnt, s->slot_tok, s->slot_w, s->xe, s->ge, s->ue, s->de,
-	                s->mm, s->cosb, s->sinb, s->scores, s->scratch, s->xq};
+	                s->mm, s->cosb, s->sinb, s->scores, s->pv, s->scratch, s->xq};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		free(bufs[i]);
 	free(s);
@@ -238,14 +240,132 @@ static inline float bf(float x)
 	return x;
 }
 
-/* Σ a[i]·b[i] in index order, one F32 sum (torch's CPU BF16 GEMM over a head's
- * 64 dims sums so: the same bits, checked against torch 2.14). */
-static float dot_seq(const float *a, const float *b, int n)
+/* The 8 lanes of an AVX2 register summed as torch's vec_reduce_all does:
+ * halves, then pairs, then the last two. */
+static inline float hsum8(const float *v)
 {
-	float acc = 0;
-	for (int i = 0; i < n; i++)
-		acc += a[i] * b[i];
-	return acc;
+	return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+/* Σ a[i]·b[i] in the order of torch's CPU BF16 dot (bf16_dot_with_fp32_arith,
+ * the x86 AVX2 build: what its BF16 GEMM runs for a Linear and for q·kᵀ):
+ * 64 F32 lanes over blocks of 64, the 8 registers folded pairwise (r += r+4,
+ * r += r+2, r += r+1) and the last summed by hsum8; then blocks of 16 into 8
+ * lanes, hsum8, added; then one product at a time. With BF16 inputs each
+ * product is exact, so this is the same bits (checked against torch 2.14's
+ * F.linear and matmul on the shapes of SmolLM2: no output differs). */
+static float dot_torch(const float *a, const float *b, int n)
+{
+	float acc[64] = {0}, t[8] = {0};
+	int n64 = n & ~63, n16 = n & ~15;
+	for (int j = 0; j < n64; j += 64)
+		for (int e = 0; e < 64; e++)
+			acc[e] += a[j + e] * b[j + e];
+	for (int off = 32; off >= 8; off /= 2)
+		for (int e = 0; e < off; e++)
+			acc[e] += acc[e + off];
+	float sum = hsum8(acc);
+	for (int j = n64; j < n16; j += 16) {
+		for (int l = 0; l < 8; l++)
+			t[l] += a[j + l] * b[j + l];
+		for (int l = 0; l < 8; l++)
+			t[l] += a[j + 8 + l] * b[j + 8 + l];
+	}
+	sum += hsum8(t);
+	for (int j = n16; j < n; j++)
+		sum += a[j] * b[j];
+	return sum;
+}
+
+/* 2^q from its exponent bits, q a normal exponent. */
+static inline float pow2i(int q)
+{
+	uint32_t u = (uint32_t)(q + 127) << 23;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* e^d as torch's Vectorized<float>::exp computes it on AVX2 (SLEEF's
+ * Sleef_expf8_u10: a Cody-Waite reduction by ln 2 in two parts, a degree-5
+ * minimax polynomial, each step one FMA, the scaling by 2^q in two halves).
+ * Used by the BF16 mode's softmax and SiLU, whose last bits decide BF16
+ * roundings. */
+static float torch_expf(float d)
+{
+	if (d != d)
+		return d;
+	if (d < -104.0f)
+		return 0.0f;
+	if (d > 100.0f)
+		return INFINITY;
+	float qf = rintf(d * 1.442695040888963407359924681001892137426645954152985934135449f);
+	int q = (int)qf;
+	float r = fmaf(qf, -0.693145751953125f, d);
+	r = fmaf(qf, -1.428606765330187045e-06f, r);
+	float u = 0.000198527617612853646278381f;
+	u = fmaf(u, r, 0.00139304355252534151077271f);
+	u = fmaf(u, r, 0.00833336077630519866943359f);
+	u = fmaf(u, r, 0.0416664853692054748535156f);
+	u = fmaf(u, r, 0.166666671633720397949219f);
+	u = fmaf(u, r, 0.5f);
+	u = 1.0f + fmaf(r * r, u, r);
+	int h = q >> 1;
+	u = u * pow2i(h);
+	return u * pow2i(q - h);
+}
+
+/* Σ x[i]² as torch's CPU sum over a contiguous last dimension adds them
+ * (SumKernel.cpp's vectorized inner sum on AVX2): 8-float vectors, taken 4 at
+ * a time into 4 vector accumulators with a cascade of 4 levels (level step
+ * 2^max(4, ceil(log2(groups)) / 4) groups), the leftover vectors into the
+ * first, the 4 accumulators added in order, then a scalar over the leftover
+ * values and the 8 lanes in order. Squares of BF16 values are exact. */
+static float torch_sumsq(const float *x, int n)
+{
+	enum { LV = 4, ILP = 4, W = 8 };
+	float acc[LV][ILP][W];
+	memset(acc, 0, sizeof acc);
+	int nv = n / W, groups = nv / ILP, lg = 0;
+	while ((1 << lg) < groups)
+		lg++;
+	int lp = lg / LV > 4 ? lg / LV : 4;
+	long step = 1L << lp, mask = step - 1;
+	long i = 0;
+#define ADDV(dst, v) for (int l = 0; l < W; l++) dst[l] += x[(size_t)(v) * W + l] * x[(size_t)(v) * W + l]
+	while (i + step <= groups) {
+		for (long j = 0; j < step; j++, i++)
+			for (int k = 0; k < ILP; k++)
+				ADDV(acc[0][k], i * ILP + k);
+		for (int j = 1; j < LV; j++) {
+			for (int k = 0; k < ILP; k++)
+				for (int l = 0; l < W; l++) {
+					acc[j][k][l] += acc[j - 1][k][l];
+					acc[j - 1][k][l] = 0;
+				}
+			if (i & (mask << (j * lp)))
+				break;
+		}
+	}
+	for (; i < groups; i++)
+		for (int k = 0; k < ILP; k++)
+			ADDV(acc[0][k], i * ILP + k);
+	for (int j = 1; j < LV; j++)
+		for (int k = 0; k < ILP; k++)
+			for (int l = 0; l < W; l++)
+				acc[0][k][l] += acc[j][k][l];
+	for (int v = groups * ILP; v < nv; v++)
+		ADDV(acc[0][0], v);
+#undef ADDV
+	for (int k = 1; k < ILP; k++)
+		for (int l = 0; l < W; l++)
+			acc[0][0][l] += acc[0][k][l];
+	float sum = 0;
+	for (int t = nv * W; t < n; t++)
+		sum += x[t] * x[t];
+	for (int l = 0; l < W; l++)
+		sum += acc[0][0][l];
+	return sum;
 }
 
 /* One value as the state's forward holds it: BF16 in BF16 mode. */
@@ -275,7 +395,8 @@ static void norm(const struct lg_state *s, float *out, const float *x, const flo
 		lg_rmsnorm(out, x, w, n, eps);
 		return;
 	}
-	float r = 1.0f / sqrtf(lg_dot(x, x, n) / (float)n + eps);
+	/* torch: pow(2).mean() = sum / n, + eps, rsqrt = 1 / sqrt */
+	float r = 1.0f / sqrtf(torch_sumsq(x, n) / (float)n + eps);
 	for (int i = 0; i < n; i++)
 		out[i] = bf(w[i] * bf(x[i] * r));
 }
@@ -291,7 +412,7 @@ static void swiglu(const struct lg_state *s, float *out, int ldo, const float *g
 	for (int t = 0; t < T; t++)
 		for (int i = 0; i < n; i++) {
 			float a = g[(size_t)t * ldg + i];
-			out[(size_t)t * ldo + i] = bf(bf(a / (1.0f + expf(-a))) * u[(size_t)t * ldu + i]);
+			out[(size_t)t * ldo + i] = bf(bf(a / (1.0f + torch_expf(-a))) * u[(size_t)t * ldu + i]);
 		}
 }
 
@@ -415,13 +536,53 @@ static void quantize_inputs(struct lg_state *s, int n)
 	rq_pool_for(s->pool, rows, 4, quantize_rows, &c);
 }
 
+struct mmb_ctx {
+	struct lg_state *s;
+	int n;
+	size_t first[];            /* [n + 1] first row of each product, numbered product after product */
+};
+
+/* BF16 mode: rows [b, e) of the products, each weight row widened into the
+ * worker's scratch, each output torch's BF16 GEMM: (bias +) dot_torch in F32,
+ * rounded to BF16. */
+static void matmul_bf16_rows(void *vctx, size_t b, size_t e, int worker)
+{
+	struct mmb_ctx *c = vctx;
+	struct lg_state *s = c->s;
+	float *row = s->scratch + (size_t)worker * 4 * s->stride;
+	int k = 0;
+	for (size_t i = b; i < e; i++) {
+		while (c->first[k + 1] <= i)
+			k++;
+		const struct lg_mm *m = &s->mm[k];
+		int r = (int)(i - c->first[k]);
+		lg_linear_row(m->W, r, row);
+		float bias = m->W->bias ? m->W->bias[r] : 0.0f;
+		for (int t = 0; t < m->T; t++) {
+			float d = dot_torch(m->x + (size_t)t * m->ldx, row, m->W->cols);
+			m->y[(size_t)t * m->ldy + r] = bf(m->W->bias ? bias + d : d);
+		}
+	}
+}
+
 static void matmul(struct lg_state *s, int n)
 {
 	if (s->xq)
 		quantize_inputs(s, n);
-	lg_matmul(s->pool, s->scratch, s->stride, s->mm, n);
-	for (int k = 0; s->bf16 && k < n; k++)   /* F32 accumulation, the output in BF16 */
-		round_rows(s, s->mm[k].y, s->mm[k].ldy, s->mm[k].T, s->mm[k].W->rows);
+	if (!s->bf16) {
+		lg_matmul(s->pool, s->scratch, s->stride, s->mm, n);
+		return;
+	}
+	struct mmb_ctx *c = malloc(sizeof *c + (n + 1) * sizeof c->first[0]);
+	if (!c)   /* a few bytes: no way to go on without the products */
+		abort();
+	c->s = s;
+	c->n = n;
+	c->first[0] = 0;
+	for (int k = 0; k < n; k++)
+		c->first[k + 1] = c->first[k] + (s->mm[k].T > 0 ? (size_t)s->mm[k].W->rows : 0);
+	rq_pool_for(s->pool, c->first[n], 4, matmul_bf16_rows, c);
+	free(c);
 }
 
 static struct lg_mm mm(const struct lg_linear *W, const float *x, int ldx, float *y, int ldy, int T)
@@ -475,25 +636,45 @@ static void attn_items(void *vctx, size_t b, size_t e, int worker)
 			int slot = (lo + j) % cap;
 			/* BF16 mode: q·k rounded, times the scaling rounded (transformers' eager) */
 			const float *kv = kc + (size_t)slot * s->kvd + (size_t)kvh * hd;
-			sc[j] = rd(s, rd(s, s->bf16 ? dot_seq(q, kv, hd) : lg_dot(q, kv, hd)) * a->scale);
+			sc[j] = rd(s, rd(s, s->bf16 ? dot_torch(q, kv, hd) : lg_dot(q, kv, hd)) * a->scale);
 			if (sc[j] > mx)
 				mx = sc[j];
 		}
 		float sum = 0;
-		for (int j = 0; j < n; j++) {
-			sc[j] = expf(sc[j] - mx);
-			sum += sc[j];
-		}
+		if (s->bf16) {   /* torch's softmax: SLEEF's exp, reduce_all's 8 lanes, × 1/sum */
+			float lane[8] = {0};
+			for (int j = 0; j < n; j++) {
+				sc[j] = torch_expf(sc[j] - mx);
+				lane[(lo + j) & 7] += sc[j];
+			}
+			sum = 1.0f / hsum8(lane);
+		} else
+			for (int j = 0; j < n; j++) {
+				sc[j] = expf(sc[j] - mx);
+				sum += sc[j];
+			}
 		float *o = s->att + (size_t)t * s->qd + (size_t)h * hd;
 		memset(o, 0, hd * sizeof *o);
+		if (s->bf16) {
+			/* torch's BF16 P·V (BlasKernel.cpp gemm_notrans_ through sum()): per
+			 * output 4 F32 partial sums, key position l into partial l mod 4,
+			 * then added in order; each probability rounded to BF16 first */
+			float *pp = s->pv + (size_t)worker * 4 * hd;
+			memset(pp, 0, 4 * hd * sizeof *pp);
+			for (int j = 0; j < n; j++) {
+				int slot = (lo + j) % cap;
+				lg_axpy(pp + (size_t)((lo + j) & 3) * hd, bf(sc[j] * sum),
+				        vc + (size_t)slot * s->kvd + (size_t)kvh * hd, hd);
+			}
+			for (int d = 0; d < hd; d++)
+				o[d] = bf(((pp[d] + pp[hd + d]) + pp[2 * hd + d]) + pp[3 * hd + d]);
+			continue;
+		}
 		for (int j = 0; j < n; j++) {
 			int slot = (lo + j) % cap;
 			/* softmax in F32, its probabilities to BF16, P·V accumulated in F32 */
-			lg_axpy(o, rd(s, sc[j] / sum), vc + (size_t)slot * s->kvd + (size_t)kvh * hd, hd);
+			lg_axpy(o, sc[j] / sum, vc + (size_t)slot * s->kvd + (size_t)kvh * hd, hd);
 		}
-		if (s->bf16)
-			for (int d = 0; d < hd; d++)
-				o[d] = bf(o[d]);
 	}
 }
 
