@@ -44,9 +44,12 @@ void lg_state_observe(struct lg_state *s, struct lg_obs *obs);
  * accumulation, then BF16); RoPE's cos/sin, products and sums; attention
  * scores, their scaling, softmax in F32 then BF16, P·V; SwiGLU's silu and
  * product; the MoE's routing weights (softmax in F32), each weighted expert
- * output and each add; the residual adds). For `calib run`, whose peer
- * observes a BF16 forward; 0 (the default): binary32 throughout. Choose it
- * before the first batch. */
+ * output and each add; the residual adds), summing and exponentiating in
+ * the order of torch 2.14's CPU kernels (AVX2 build: the BF16 GEMM's dot,
+ * P·V, softmax with SLEEF's exp, RMSNorm's sum, SiLU), so that its values are
+ * transformers' bit for bit (SmolLM2: every observed max equal). Slower
+ * (scalar-order GEMM). For `calib run`, whose peer observes a BF16 forward;
+ * 0 (the default): binary32 throughout. Choose it before the first batch. */
 void lg_state_round_bf16(struct lg_state *s, int on);
 
 /* Feeds tokens[0..n) at positions pos..pos+n-1. logits (may be NULL when
