@@ -254,7 +254,7 @@ static inline float hsum8(const float *v)
  * lanes, hsum8, added; then one product at a time. With BF16 inputs each
  * product is exact, so this is the same bits (checked against torch 2.14's
  * F.linear and matmul on the shapes of SmolLM2: no output differs). */
-static float dot_torch(const float *a, const float *b, int n)
+static inline float dot_torch(const float *a, const float *b, int n)
 {
 	float acc[64] = {0}, t[8] = {0};
 	int n64 = n & ~63, n16 = n & ~15;
@@ -536,6 +536,24 @@ static void quantize_inputs(struct lg_state *s, int n)
 	rq_pool_for(s->pool, rows, 4, quantize_rows, &c);
 }
 
+/* Vector clones where the CPU has them (as engine/ops.c): the same
+ * operations in the same order in every clone (no FMA), so the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FWD_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define FWD_CLONES
+#endif
+
+/* y[t][r] = bf(bias + row · x[t]) for the T inputs of one product. */
+FWD_CLONES static void row_bf16(const struct lg_mm *m, const float *row, int r)
+{
+	const float *bias = m->W->bias;
+	for (int t = 0; t < m->T; t++) {
+		float d = dot_torch(m->x + (size_t)t * m->ldx, row, m->W->cols);
+		m->y[(size_t)t * m->ldy + r] = bf(bias ? bias[r] + d : d);
+	}
+}
+
 struct mmb_ctx {
 	struct lg_state *s;
 	int n;
@@ -557,11 +575,7 @@ static void matmul_bf16_rows(void *vctx, size_t b, size_t e, int worker)
 		const struct lg_mm *m = &s->mm[k];
 		int r = (int)(i - c->first[k]);
 		lg_linear_row(m->W, r, row);
-		float bias = m->W->bias ? m->W->bias[r] : 0.0f;
-		for (int t = 0; t < m->T; t++) {
-			float d = dot_torch(m->x + (size_t)t * m->ldx, row, m->W->cols);
-			m->y[(size_t)t * m->ldy + r] = bf(m->W->bias ? bias + d : d);
-		}
+		row_bf16(m, row, r);
 	}
 }
 
