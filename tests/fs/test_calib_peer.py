@@ -21,6 +21,10 @@ moe_calibrate_all_experts):
   * export --scheme nvfp4 --calib: the quantization_config oneshot saved, weight_packed
     and weight_scale bytes (sha256) and weight_global_scale bit for bit the peer's,
     input_global_scale the calib file's.
+The BF16 forward on more families (tests/data/tiny llama, qwen2_moe with its shared expert
+and gate, mixtral, qwen3_moe; golden eager-bf16-families.json from
+tools/golden_bf16_eager.py: transformers' eager BF16 forward with hooks on every
+nn.Linear): calib run's scale of every module there bit for bit.
 TAP output. Usage: test_calib_peer.py REQUANTFS"""
 import hashlib, json, os, shutil, statistics, struct, sys, tempfile
 
@@ -183,7 +187,33 @@ def check_model(tmp, name, model_dir):
        "%d differ: %s" % (len(bad_i), bad_i[:10]))
 
 
+def check_families(tmp):
+    with open(os.path.join(GOLD, "eager-bf16-families.json")) as f:
+        g = json.load(f)
+    for fam, want in sorted(g["families"].items()):
+        d = os.path.join(tmp, "fam-" + fam)
+        os.makedirs(d)
+        for fn in ("config.json", "model.safetensors"):
+            shutil.copy(os.path.join(ROOT, "tests", "data", "tiny", fam, fn), d)
+        for fn in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(GOLD, "tiny-tokenizer", fn), d)
+        cal = os.path.join(d, "cal.safetensors")
+        rc, out = run("calib", "run", d, "--text", g["text"], "--tokens", str(g["tokens"]),
+                      "-o", cal, "--quiet")
+        if not ok(rc == 0, f"{fam}: calib run (BF16 forward)", out):
+            continue
+        h, _ = rqtap.st_header(cal)
+        ids = [int(x) for x in h["__metadata__"]["calib_token_ids"].split(",")]
+        ours, ref = scales(cal), want["input_global_scale"]
+        bad = ["%s ours %g eager %g" % (k, ours.get(k, float("nan")), v)
+               for k, v in sorted(ref.items()) if ours.get(k) != v]
+        ok(ids == want["token_ids"] and not bad, f"{fam}: the {len(ref)} scales transformers' "
+           "eager BF16 forward gives, bit for bit", "token ids %s; %d differ:\n%s"
+           % ("equal" if ids == want["token_ids"] else "DIFFER", len(bad), "\n".join(bad[:10])))
+
+
 def body(tmp):
+    check_families(tmp)
     tiny = os.path.join(tmp, "tiny-qwen3_moe")
     os.makedirs(tiny)
     # copies, not links: export refuses a SRC file that links out of SRC
