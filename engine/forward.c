@@ -27,13 +27,13 @@
 #include "engine/forward.h"
 #include "engine/ops.h"
 #include "engine/observe.h"
+#include "engine/torch_bf16.h"
 #include "base/err.h"
 #include "base/pool.h"
 #include "kernels/ek.h"
 
 #include <errno.h>
 #include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -225,153 +225,13 @@ void lg_state_round_bf16(struct lg_state *s, int on)
 	s->bf16 = !!on;
 }
 
-/* ------------------------------------------------- the BF16 forward's roundings */
-
-/* x rounded to the nearest BF16 (ties to even), as a float (inf stays inf,
- * overflow rounds to inf as torch's conversion does). */
-static inline float bf(float x)
-{
-	uint32_t u;
-	memcpy(&u, &x, 4);
-	if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-		return x;
-	u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-	memcpy(&x, &u, 4);
-	return x;
-}
-
-/* The 8 lanes of an AVX2 register summed as torch's vec_reduce_all does:
- * halves, then pairs, then the last two. */
-static inline float hsum8(const float *v)
-{
-	return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-}
-
-/* Σ a[i]·b[i] in the order of torch's CPU BF16 dot (bf16_dot_with_fp32_arith,
- * the x86 AVX2 build: what its BF16 GEMM runs for a Linear and for q·kᵀ):
- * 64 F32 lanes over blocks of 64, the 8 registers folded pairwise (r += r+4,
- * r += r+2, r += r+1) and the last summed by hsum8; then blocks of 16 into 8
- * lanes, hsum8, added; then one product at a time. With BF16 inputs each
- * product is exact, so this is the same bits (checked against torch 2.14's
- * F.linear and matmul on the shapes of SmolLM2: no output differs). */
-static inline float dot_torch(const float *a, const float *b, int n)
-{
-	float acc[64] = {0}, t[8] = {0};
-	int n64 = n & ~63, n16 = n & ~15;
-	for (int j = 0; j < n64; j += 64)
-		for (int e = 0; e < 64; e++)
-			acc[e] += a[j + e] * b[j + e];
-	for (int off = 32; off >= 8; off /= 2)
-		for (int e = 0; e < off; e++)
-			acc[e] += acc[e + off];
-	float sum = hsum8(acc);
-	for (int j = n64; j < n16; j += 16) {
-		for (int l = 0; l < 8; l++)
-			t[l] += a[j + l] * b[j + l];
-		for (int l = 0; l < 8; l++)
-			t[l] += a[j + 8 + l] * b[j + 8 + l];
-	}
-	sum += hsum8(t);
-	for (int j = n16; j < n; j++)
-		sum += a[j] * b[j];
-	return sum;
-}
-
-/* 2^q from its exponent bits, q a normal exponent. */
-static inline float pow2i(int q)
-{
-	uint32_t u = (uint32_t)(q + 127) << 23;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-/* e^d as torch's Vectorized<float>::exp computes it on AVX2 (SLEEF's
- * Sleef_expf8_u10: a Cody-Waite reduction by ln 2 in two parts, a degree-5
- * minimax polynomial, each step one FMA, the scaling by 2^q in two halves).
- * Used by the BF16 mode's softmax and SiLU, whose last bits decide BF16
- * roundings. */
-static float torch_expf(float d)
-{
-	if (d != d)
-		return d;
-	if (d < -104.0f)
-		return 0.0f;
-	if (d > 100.0f)
-		return INFINITY;
-	float qf = rintf(d * 1.442695040888963407359924681001892137426645954152985934135449f);
-	int q = (int)qf;
-	float r = fmaf(qf, -0.693145751953125f, d);
-	r = fmaf(qf, -1.428606765330187045e-06f, r);
-	float u = 0.000198527617612853646278381f;
-	u = fmaf(u, r, 0.00139304355252534151077271f);
-	u = fmaf(u, r, 0.00833336077630519866943359f);
-	u = fmaf(u, r, 0.0416664853692054748535156f);
-	u = fmaf(u, r, 0.166666671633720397949219f);
-	u = fmaf(u, r, 0.5f);
-	u = 1.0f + fmaf(r * r, u, r);
-	int h = q >> 1;
-	u = u * pow2i(h);
-	return u * pow2i(q - h);
-}
-
-/* Σ x[i]² as torch's CPU sum over a contiguous last dimension adds them
- * (SumKernel.cpp's vectorized inner sum on AVX2): 8-float vectors, taken 4 at
- * a time into 4 vector accumulators with a cascade of 4 levels (level step
- * 2^max(4, ceil(log2(groups)) / 4) groups), the leftover vectors into the
- * first, the 4 accumulators added in order, then a scalar over the leftover
- * values and the 8 lanes in order. Squares of BF16 values are exact. */
-static float torch_sumsq(const float *x, int n)
-{
-	enum { LV = 4, ILP = 4, W = 8 };
-	float acc[LV][ILP][W];
-	memset(acc, 0, sizeof acc);
-	int nv = n / W, groups = nv / ILP, lg = 0;
-	while ((1 << lg) < groups)
-		lg++;
-	int lp = lg / LV > 4 ? lg / LV : 4;
-	long step = 1L << lp, mask = step - 1;
-	long i = 0;
-#define ADDV(dst, v) for (int l = 0; l < W; l++) dst[l] += x[(size_t)(v) * W + l] * x[(size_t)(v) * W + l]
-	while (i + step <= groups) {
-		for (long j = 0; j < step; j++, i++)
-			for (int k = 0; k < ILP; k++)
-				ADDV(acc[0][k], i * ILP + k);
-		for (int j = 1; j < LV; j++) {
-			for (int k = 0; k < ILP; k++)
-				for (int l = 0; l < W; l++) {
-					acc[j][k][l] += acc[j - 1][k][l];
-					acc[j - 1][k][l] = 0;
-				}
-			if (i & (mask << (j * lp)))
-				break;
-		}
-	}
-	for (; i < groups; i++)
-		for (int k = 0; k < ILP; k++)
-			ADDV(acc[0][k], i * ILP + k);
-	for (int j = 1; j < LV; j++)
-		for (int k = 0; k < ILP; k++)
-			for (int l = 0; l < W; l++)
-				acc[0][k][l] += acc[j][k][l];
-	for (int v = groups * ILP; v < nv; v++)
-		ADDV(acc[0][0], v);
-#undef ADDV
-	for (int k = 1; k < ILP; k++)
-		for (int l = 0; l < W; l++)
-			acc[0][0][l] += acc[0][k][l];
-	float sum = 0;
-	for (int t = nv * W; t < n; t++)
-		sum += x[t] * x[t];
-	for (int l = 0; l < W; l++)
-		sum += acc[0][0][l];
-	return sum;
-}
+/* ------------------------------------------------- the BF16 forward's roundings
+ * (the rounding itself and torch's summation orders: engine/torch_bf16.h) */
 
 /* One value as the state's forward holds it: BF16 in BF16 mode. */
 static inline float rd(const struct lg_state *s, float x)
 {
-	return s->bf16 ? bf(x) : x;
+	return s->bf16 ? lg_bf16(x) : x;
 }
 
 /* Rows [0, T) of x (stride ldx, cols wide) rounded in place (BF16 mode only):
@@ -382,7 +242,7 @@ static void round_rows(const struct lg_state *s, float *x, size_t ldx, int T, in
 		return;
 	for (int t = 0; t < T; t++)
 		for (int i = 0; i < cols; i++)
-			x[(size_t)t * ldx + i] = bf(x[(size_t)t * ldx + i]);
+			x[(size_t)t * ldx + i] = lg_bf16(x[(size_t)t * ldx + i]);
 }
 
 /* <Family>RMSNorm: F32 mode, lg_rmsnorm; BF16 mode, transformers' order: the
@@ -396,9 +256,9 @@ static void norm(const struct lg_state *s, float *out, const float *x, const flo
 		return;
 	}
 	/* torch: pow(2).mean() = sum / n, + eps, rsqrt = 1 / sqrt */
-	float r = 1.0f / sqrtf(torch_sumsq(x, n) / (float)n + eps);
+	float r = 1.0f / sqrtf(lg_torch_sumsq(x, n) / (float)n + eps);
 	for (int i = 0; i < n; i++)
-		out[i] = bf(w[i] * bf(x[i] * r));
+		out[i] = lg_bf16(w[i] * lg_bf16(x[i] * r));
 }
 
 /* out = silu(g) · u over [T][n]; BF16 mode: silu rounded, the product rounded. */
@@ -412,7 +272,7 @@ static void swiglu(const struct lg_state *s, float *out, int ldo, const float *g
 	for (int t = 0; t < T; t++)
 		for (int i = 0; i < n; i++) {
 			float a = g[(size_t)t * ldg + i];
-			out[(size_t)t * ldo + i] = bf(bf(a / (1.0f + torch_expf(-a))) * u[(size_t)t * ldu + i]);
+			out[(size_t)t * ldo + i] = lg_bf16(lg_bf16(a / (1.0f + lg_torch_expf(-a))) * u[(size_t)t * ldu + i]);
 		}
 }
 
@@ -536,32 +396,23 @@ static void quantize_inputs(struct lg_state *s, int n)
 	rq_pool_for(s->pool, rows, 4, quantize_rows, &c);
 }
 
-/* Vector clones where the CPU has them (as engine/ops.c): the same
- * operations in the same order in every clone (no FMA), so the same bits. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FWD_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define FWD_CLONES
-#endif
-
-/* y[t][r] = bf(bias + row · x[t]) for the T inputs of one product. */
-FWD_CLONES static void row_bf16(const struct lg_mm *m, const float *row, int r)
+/* y[t][r] = lg_bf16(bias + row · x[t]) for the T inputs of one product. */
+static void row_bf16(const struct lg_mm *m, const float *row, int r)
 {
 	const float *bias = m->W->bias;
 	for (int t = 0; t < m->T; t++) {
-		float d = dot_torch(m->x + (size_t)t * m->ldx, row, m->W->cols);
-		m->y[(size_t)t * m->ldy + r] = bf(bias ? bias[r] + d : d);
+		float d = lg_torch_dot(m->x + (size_t)t * m->ldx, row, m->W->cols);
+		m->y[(size_t)t * m->ldy + r] = lg_bf16(bias ? bias[r] + d : d);
 	}
 }
 
 struct mmb_ctx {
 	struct lg_state *s;
-	int n;
 	size_t first[];            /* [n + 1] first row of each product, numbered product after product */
 };
 
 /* BF16 mode: rows [b, e) of the products, each weight row widened into the
- * worker's scratch, each output torch's BF16 GEMM: (bias +) dot_torch in F32,
+ * worker's scratch, each output torch's BF16 GEMM: (bias +) lg_torch_dot in F32,
  * rounded to BF16. */
 static void matmul_bf16_rows(void *vctx, size_t b, size_t e, int worker)
 {
@@ -591,7 +442,6 @@ static void matmul(struct lg_state *s, int n)
 	if (!c)   /* a few bytes: no way to go on without the products */
 		abort();
 	c->s = s;
-	c->n = n;
 	c->first[0] = 0;
 	for (int k = 0; k < n; k++)
 		c->first[k + 1] = c->first[k] + (s->mm[k].T > 0 ? (size_t)s->mm[k].W->rows : 0);
@@ -614,8 +464,8 @@ static void rope(const struct lg_state *s, float *x, const float *cs, const floa
 	for (int i = 0; i < half; i++) {
 		float a = x[i], b = x[i + half];
 		if (s->bf16) {
-			x[i] = bf(bf(a * cs[i]) + bf(-b * sn[i]));
-			x[i + half] = bf(bf(b * cs[i]) + bf(a * sn[i]));
+			x[i] = lg_bf16(lg_bf16(a * cs[i]) + lg_bf16(-b * sn[i]));
+			x[i + half] = lg_bf16(lg_bf16(b * cs[i]) + lg_bf16(a * sn[i]));
 		} else {
 			x[i] = a * cs[i] - b * sn[i];
 			x[i + half] = b * cs[i] + a * sn[i];
@@ -650,7 +500,7 @@ static void attn_items(void *vctx, size_t b, size_t e, int worker)
 			int slot = (lo + j) % cap;
 			/* BF16 mode: q·k rounded, times the scaling rounded (transformers' eager) */
 			const float *kv = kc + (size_t)slot * s->kvd + (size_t)kvh * hd;
-			sc[j] = rd(s, rd(s, s->bf16 ? dot_torch(q, kv, hd) : lg_dot(q, kv, hd)) * a->scale);
+			sc[j] = rd(s, rd(s, s->bf16 ? lg_torch_dot(q, kv, hd) : lg_dot(q, kv, hd)) * a->scale);
 			if (sc[j] > mx)
 				mx = sc[j];
 		}
@@ -658,10 +508,10 @@ static void attn_items(void *vctx, size_t b, size_t e, int worker)
 		if (s->bf16) {   /* torch's softmax: SLEEF's exp, reduce_all's 8 lanes, × 1/sum */
 			float lane[8] = {0};
 			for (int j = 0; j < n; j++) {
-				sc[j] = torch_expf(sc[j] - mx);
+				sc[j] = lg_torch_expf(sc[j] - mx);
 				lane[(lo + j) & 7] += sc[j];
 			}
-			sum = 1.0f / hsum8(lane);
+			sum = 1.0f / lg_torch_hsum8(lane);
 		} else
 			for (int j = 0; j < n; j++) {
 				sc[j] = expf(sc[j] - mx);
@@ -672,21 +522,23 @@ static void attn_items(void *vctx, size_t b, size_t e, int worker)
 		if (s->bf16) {
 			/* torch's BF16 P·V (BlasKernel.cpp gemm_notrans_ through sum()): per
 			 * output 4 F32 partial sums, key position l into partial l mod 4,
-			 * then added in order; each probability rounded to BF16 first */
+			 * then added in order; each probability rounded to BF16 first. (torch
+			 * puts the last K mod 4 keys of its K-key rows into partial 0; only
+			 * the last queries see them, and at 130, 253-255 tokens no observed
+			 * max differed.) */
 			float *pp = s->pv + (size_t)worker * 4 * hd;
 			memset(pp, 0, 4 * hd * sizeof *pp);
 			for (int j = 0; j < n; j++) {
 				int slot = (lo + j) % cap;
-				lg_axpy(pp + (size_t)((lo + j) & 3) * hd, bf(sc[j] * sum),
+				lg_axpy(pp + (size_t)((lo + j) & 3) * hd, lg_bf16(sc[j] * sum),
 				        vc + (size_t)slot * s->kvd + (size_t)kvh * hd, hd);
 			}
 			for (int d = 0; d < hd; d++)
-				o[d] = bf(((pp[d] + pp[hd + d]) + pp[2 * hd + d]) + pp[3 * hd + d]);
+				o[d] = lg_bf16(((pp[d] + pp[hd + d]) + pp[2 * hd + d]) + pp[3 * hd + d]);
 			continue;
 		}
 		for (int j = 0; j < n; j++) {
 			int slot = (lo + j) % cap;
-			/* softmax in F32, its probabilities to BF16, P·V accumulated in F32 */
 			lg_axpy(o, sc[j] / sum, vc + (size_t)slot * s->kvd + (size_t)kvh * hd, hd);
 		}
 	}
@@ -877,7 +729,7 @@ static void moe(struct lg_state *s, const struct lg_layer *L, int T)
 		const float *d = s->de + (size_t)i * H;
 		if (s->bf16)   /* each weighted output rounded, each add rounded (index_add_) */
 			for (int j = 0; j < H; j++)
-				y[j] = bf(y[j] + bf(d[j] * w));
+				y[j] = lg_bf16(y[j] + lg_bf16(d[j] * w));
 		else
 			lg_axpy(y, w, d, H);
 	}
