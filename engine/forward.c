@@ -27,6 +27,7 @@
 #include "engine/forward.h"
 #include "engine/ops.h"
 #include "engine/observe.h"
+#include "engine/torch_bf16.h"
 #include "base/err.h"
 #include "base/pool.h"
 #include "kernels/ek.h"
@@ -73,6 +74,7 @@ struct lg_state {
 	struct lg_mm *mm;          /* [2·n_experts + 8] products of one parallel loop */
 	float *cosb, *sinb;        /* [2 types][B][LG_ROPE_MAX] RoPE tables of the batch */
 	float *scores;             /* [nthreads][max_cap] attention scores */
+	float *pv;                 /* [nthreads][4][head_dim] BF16 mode: P·V's 4 partial sums */
 	float *scratch;            /* [nthreads][4][stride] weight rows */
 	size_t stride;
 	size_t bytes;
@@ -80,6 +82,8 @@ struct lg_state {
 	                              (models with act-quantized Linears; NULL otherwise) */
 	size_t xq_cap;
 	struct lg_obs *obs;        /* the calibration observer, or NULL (observe.h) */
+	int bf16;                  /* 1: round activations to BF16 where transformers' eager BF16
+	                              forward does (lg_state_round_bf16) */
 	int li;                    /* layer of the block running (for the observer) */
 };
 
@@ -152,6 +156,7 @@ int lg_state_create(const struct lg_model *m, int max_ctx, int max_batch, struct
 	s->cosb = zalloc(s, 2 * (size_t)B * LG_ROPE_MAX, sizeof(float), &fail);
 	s->sinb = zalloc(s, 2 * (size_t)B * LG_ROPE_MAX, sizeof(float), &fail);
 	s->scores = zalloc(s, (size_t)s->nthreads * s->max_cap, sizeof(float), &fail);
+	s->pv = zalloc(s, (size_t)s->nthreads * 4 * c->head_dim, sizeof(float), &fail);
 	size_t st = H;
 	int widths[] = {s->qd, c->inter, c->moe_inter, c->shared_inter};
 	for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
@@ -189,7 +194,7 @@ void lg_state_free(struct lg_state *s)
 	}
 	void *bufs[] = {s->kc, s->vc, s->cap, s->x, s->xn, s->q, s->att, s->g, s->k, s->v, s->y, s->ys,
 	                s->h1, s->h2, s->rl, s->sgl, s->tsel, s->tw, s->cnt, s->slot_tok, s->slot_w, s->xe, s->ge, s->ue, s->de,
-	                s->mm, s->cosb, s->sinb, s->scores, s->scratch, s->xq};
+	                s->mm, s->cosb, s->sinb, s->scores, s->pv, s->scratch, s->xq};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		free(bufs[i]);
 	free(s);
@@ -213,6 +218,69 @@ size_t lg_state_bytes(const struct lg_state *s)
 void lg_state_observe(struct lg_state *s, struct lg_obs *obs)
 {
 	s->obs = obs;
+}
+
+void lg_state_round_bf16(struct lg_state *s, int on)
+{
+	s->bf16 = !!on;
+}
+
+/* ------------------------------------------------- the BF16 forward's roundings
+ * (the rounding itself and torch's summation orders: engine/torch_bf16.h) */
+
+/* One value as the state's forward holds it: BF16 in BF16 mode. */
+static inline float rd(const struct lg_state *s, float x)
+{
+	return s->bf16 ? lg_bf16(x) : x;
+}
+
+/* Rows [0, T) of x (stride ldx, cols wide) rounded in place (BF16 mode only):
+ * a tensor op's output as torch stores it. */
+static void round_rows(const struct lg_state *s, float *x, size_t ldx, int T, int cols)
+{
+	if (!s->bf16)
+		return;
+	for (int t = 0; t < T; t++)
+		for (int i = 0; i < cols; i++)
+			x[(size_t)t * ldx + i] = lg_bf16(x[(size_t)t * ldx + i]);
+}
+
+/* <Family>RMSNorm: F32 mode, lg_rmsnorm; BF16 mode, transformers' order: the
+ * mean of squares and the product by rsqrt in F32, rounded to BF16, then
+ * times the weight, rounded again. */
+static void norm(const struct lg_state *s, float *out, const float *x, const float *w, int n,
+                 float eps)
+{
+	if (!s->bf16) {
+		lg_rmsnorm(out, x, w, n, eps);
+		return;
+	}
+	/* torch: pow(2).mean() = sum / n, + eps, rsqrt = 1 / sqrt */
+	float r = 1.0f / sqrtf(lg_torch_sumsq(x, n) / (float)n + eps);
+	for (int i = 0; i < n; i++)
+		out[i] = lg_bf16(w[i] * lg_bf16(x[i] * r));
+}
+
+/* out = silu(g) · u over [T][n]; BF16 mode: silu rounded, the product rounded. */
+static void swiglu(const struct lg_state *s, float *out, int ldo, const float *g, int ldg,
+                   const float *u, int ldu, int T, int n)
+{
+	if (!s->bf16) {
+		ek_swiglu_cpu(out, ldo, g, ldg, u, ldu, T, n);
+		return;
+	}
+	for (int t = 0; t < T; t++)
+		for (int i = 0; i < n; i++) {
+			float a = g[(size_t)t * ldg + i];
+			out[(size_t)t * ldo + i] = lg_bf16(lg_bf16(a / (1.0f + lg_torch_expf(-a))) * u[(size_t)t * ldu + i]);
+		}
+}
+
+/* x += y over n values (the residual adds); BF16 mode: each sum rounded. */
+static void add(const struct lg_state *s, float *x, const float *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = rd(s, x[i] + y[i]);
 }
 
 /* The observer: max|x| over rows [0, T) of x (row stride ldx, cols wide)
@@ -328,11 +396,57 @@ static void quantize_inputs(struct lg_state *s, int n)
 	rq_pool_for(s->pool, rows, 4, quantize_rows, &c);
 }
 
+/* y[t][r] = lg_bf16(bias + row · x[t]) for the T inputs of one product. */
+static void row_bf16(const struct lg_mm *m, const float *row, int r)
+{
+	const float *bias = m->W->bias;
+	for (int t = 0; t < m->T; t++) {
+		float d = lg_torch_dot(m->x + (size_t)t * m->ldx, row, m->W->cols);
+		m->y[(size_t)t * m->ldy + r] = lg_bf16(bias ? bias[r] + d : d);
+	}
+}
+
+struct mmb_ctx {
+	struct lg_state *s;
+	size_t first[];            /* [n + 1] first row of each product, numbered product after product */
+};
+
+/* BF16 mode: rows [b, e) of the products, each weight row widened into the
+ * worker's scratch, each output torch's BF16 GEMM: (bias +) lg_torch_dot in F32,
+ * rounded to BF16. */
+static void matmul_bf16_rows(void *vctx, size_t b, size_t e, int worker)
+{
+	struct mmb_ctx *c = vctx;
+	struct lg_state *s = c->s;
+	float *row = s->scratch + (size_t)worker * 4 * s->stride;
+	int k = 0;
+	for (size_t i = b; i < e; i++) {
+		while (c->first[k + 1] <= i)
+			k++;
+		const struct lg_mm *m = &s->mm[k];
+		int r = (int)(i - c->first[k]);
+		lg_linear_row(m->W, r, row);
+		row_bf16(m, row, r);
+	}
+}
+
 static void matmul(struct lg_state *s, int n)
 {
 	if (s->xq)
 		quantize_inputs(s, n);
-	lg_matmul(s->pool, s->scratch, s->stride, s->mm, n);
+	if (!s->bf16) {
+		lg_matmul(s->pool, s->scratch, s->stride, s->mm, n);
+		return;
+	}
+	struct mmb_ctx *c = malloc(sizeof *c + (n + 1) * sizeof c->first[0]);
+	if (!c)   /* a few bytes: no way to go on without the products */
+		abort();
+	c->s = s;
+	c->first[0] = 0;
+	for (int k = 0; k < n; k++)
+		c->first[k + 1] = c->first[k] + (s->mm[k].T > 0 ? (size_t)s->mm[k].W->rows : 0);
+	rq_pool_for(s->pool, c->first[n], 4, matmul_bf16_rows, c);
+	free(c);
 }
 
 static struct lg_mm mm(const struct lg_linear *W, const float *x, int ldx, float *y, int ldy, int T)
@@ -342,14 +456,20 @@ static struct lg_mm mm(const struct lg_linear *W, const float *x, int ldx, float
 
 /* ---------------------------------------------------------------- attention */
 
-/* q[0..rot) rotated in (i, i + rot/2) pairs, the rest passes through. */
-static void rope(float *x, const float *cs, const float *sn, int rot)
+/* q[0..rot) rotated in (i, i + rot/2) pairs, the rest passes through.
+ * BF16 mode: x·cos + rotate_half(x)·sin with each product and the sum rounded. */
+static void rope(const struct lg_state *s, float *x, const float *cs, const float *sn, int rot)
 {
 	int half = rot / 2;
 	for (int i = 0; i < half; i++) {
 		float a = x[i], b = x[i + half];
-		x[i] = a * cs[i] - b * sn[i];
-		x[i + half] = b * cs[i] + a * sn[i];
+		if (s->bf16) {
+			x[i] = lg_bf16(lg_bf16(a * cs[i]) + lg_bf16(-b * sn[i]));
+			x[i + half] = lg_bf16(lg_bf16(b * cs[i]) + lg_bf16(a * sn[i]));
+		} else {
+			x[i] = a * cs[i] - b * sn[i];
+			x[i + half] = b * cs[i] + a * sn[i];
+		}
 	}
 }
 
@@ -378,17 +498,45 @@ static void attn_items(void *vctx, size_t b, size_t e, int worker)
 		float mx = -INFINITY;
 		for (int j = 0; j < n; j++) {
 			int slot = (lo + j) % cap;
-			sc[j] = lg_dot(q, kc + (size_t)slot * s->kvd + (size_t)kvh * hd, hd) * a->scale;
+			/* BF16 mode: q·k rounded, times the scaling rounded (transformers' eager) */
+			const float *kv = kc + (size_t)slot * s->kvd + (size_t)kvh * hd;
+			sc[j] = rd(s, rd(s, s->bf16 ? lg_torch_dot(q, kv, hd) : lg_dot(q, kv, hd)) * a->scale);
 			if (sc[j] > mx)
 				mx = sc[j];
 		}
 		float sum = 0;
-		for (int j = 0; j < n; j++) {
-			sc[j] = expf(sc[j] - mx);
-			sum += sc[j];
-		}
+		if (s->bf16) {   /* torch's softmax: SLEEF's exp, reduce_all's 8 lanes, × 1/sum */
+			float lane[8] = {0};
+			for (int j = 0; j < n; j++) {
+				sc[j] = lg_torch_expf(sc[j] - mx);
+				lane[(lo + j) & 7] += sc[j];
+			}
+			sum = 1.0f / lg_torch_hsum8(lane);
+		} else
+			for (int j = 0; j < n; j++) {
+				sc[j] = expf(sc[j] - mx);
+				sum += sc[j];
+			}
 		float *o = s->att + (size_t)t * s->qd + (size_t)h * hd;
 		memset(o, 0, hd * sizeof *o);
+		if (s->bf16) {
+			/* torch's BF16 P·V (BlasKernel.cpp gemm_notrans_ through sum()): per
+			 * output 4 F32 partial sums, key position l into partial l mod 4,
+			 * then added in order; each probability rounded to BF16 first. (torch
+			 * puts the last K mod 4 keys of its K-key rows into partial 0; only
+			 * the last queries see them, and at 130, 253-255 tokens no observed
+			 * max differed.) */
+			float *pp = s->pv + (size_t)worker * 4 * hd;
+			memset(pp, 0, 4 * hd * sizeof *pp);
+			for (int j = 0; j < n; j++) {
+				int slot = (lo + j) % cap;
+				lg_axpy(pp + (size_t)((lo + j) & 3) * hd, lg_bf16(sc[j] * sum),
+				        vc + (size_t)slot * s->kvd + (size_t)kvh * hd, hd);
+			}
+			for (int d = 0; d < hd; d++)
+				o[d] = lg_bf16(((pp[d] + pp[hd + d]) + pp[2 * hd + d]) + pp[3 * hd + d]);
+			continue;
+		}
 		for (int j = 0; j < n; j++) {
 			int slot = (lo + j) % cap;
 			lg_axpy(o, sc[j] / sum, vc + (size_t)slot * s->kvd + (size_t)kvh * hd, hd);
@@ -402,7 +550,7 @@ static void attention(struct lg_state *s, int li, int T)
 	const struct lg_layer *L = &s->m->layers[li];
 	int H = c->hidden, hd = c->head_dim, nh = L->n_heads, nkv = c->n_kv_heads;
 	for (int t = 0; t < T; t++)
-		lg_rmsnorm(s->xn + (size_t)t * H, s->x + (size_t)t * H, L->attn_norm, H, c->eps);
+		norm(s, s->xn + (size_t)t * H, s->x + (size_t)t * H, L->attn_norm, H, c->eps);
 	OBS(s, s->xn, H, T, H, LG_OBS_Q, LG_OBS_K, LG_OBS_V, LG_OBS_G);
 	int n = 0;
 	s->mm[n++] = mm(&L->q, s->xn, H, s->q, s->qd, T);
@@ -421,15 +569,15 @@ static void attention(struct lg_state *s, int li, int T)
 		for (int h = 0; h < nh; h++) {
 			float *q = s->q + (size_t)t * s->qd + (size_t)h * hd;
 			if (L->q_norm)
-				lg_rmsnorm(q, q, L->q_norm, hd, c->eps);
-			rope(q, cs, sn, r->rot_dim);
+				norm(s, q, q, L->q_norm, hd, c->eps);
+			rope(s, q, cs, sn, r->rot_dim);
 		}
 		int slot = (s->pos + t) % cap;
 		for (int h = 0; h < nkv; h++) {
 			float *k = s->k + (size_t)t * s->kvd + (size_t)h * hd;
 			if (L->k_norm)
-				lg_rmsnorm(k, k, L->k_norm, hd, c->eps);
-			rope(k, cs, sn, r->rot_dim);
+				norm(s, k, k, L->k_norm, hd, c->eps);
+			rope(s, k, cs, sn, r->rot_dim);
 		}
 		memcpy(s->kc[li] + (size_t)slot * s->kvd, s->k + (size_t)t * s->kvd, s->kvd * sizeof(float));
 		memcpy(s->vc[li] + (size_t)slot * s->kvd, s->v + (size_t)t * s->kvd, s->kvd * sizeof(float));
@@ -448,14 +596,13 @@ static void attention(struct lg_state *s, int li, int T)
 		for (int h = 0; h < nh; h++)
 			for (int d = 0; d < hd; d++) {
 				float gv = lg_softplus(c->gate == LG_GATE_PER_HEAD ? g[h] : g[h * hd + d]);
-				o[h * hd + d] *= gv;
+				o[h * hd + d] = rd(s, o[h * hd + d] * rd(s, gv));
 			}
 	}
 	OBS(s, s->att, s->qd, T, nh * hd, LG_OBS_O);
 	s->mm[0] = mm(&L->o, s->att, s->qd, s->y, H, T);
 	matmul(s, 1);
-	for (size_t i = 0; i < (size_t)T * H; i++)
-		s->x[i] += s->y[i];
+	add(s, s->x, s->y, (size_t)T * H);
 }
 
 /* ---------------------------------------------------------------- MLP / MoE */
@@ -467,7 +614,7 @@ static void dense_mlp(struct lg_state *s, const struct lg_layer *L, int T)
 	s->mm[0] = mm(&L->gate, s->xn, H, s->h1, s->fd, T);
 	s->mm[1] = mm(&L->up, s->xn, H, s->h2, s->fd, T);
 	matmul(s, 2);
-	ek_swiglu_cpu(s->h1, s->fd, s->h1, s->fd, s->h2, s->fd, T, I);
+	swiglu(s, s->h1, s->fd, s->h1, s->fd, s->h2, s->fd, T, I);
 	OBS(s, s->h1, s->fd, T, I, LG_OBS_DOWN);
 	s->mm[0] = mm(&L->down, s->h1, s->fd, s->y, H, T);
 	matmul(s, 1);
@@ -490,7 +637,7 @@ static void all_experts_obs(struct lg_state *s, const struct lg_layer *L, int T)
 		matmul(s, n);
 		for (int j = 0; j < ne; j++) {
 			float *g = s->ge + (size_t)j * T * I;
-			ek_swiglu_cpu(g, I, g, I, s->ue + (size_t)j * T * I, I, T, I);
+			swiglu(s, g, I, g, I, s->ue + (size_t)j * T * I, I, T, I);
 			OBS(s, g, I, T, I, LG_OBS_FIXED + 3 * (e0 + j) + 2);
 		}
 	}
@@ -521,6 +668,8 @@ static void moe(struct lg_state *s, const struct lg_layer *L, int T)
 		ek_route_cpu(s->rl, E, L->bias, E, K, c->norm_topk, c->router_softcap, s->tsel, s->tw, T);
 	else
 		ek_route_softmax_cpu(s->rl, E, E, K, c->norm_topk, s->tsel, s->tw, T);
+	for (int i = 0; i < T * K; i++)   /* F32 routing, the weights then in the model's dtype */
+		s->tw[i] = rd(s, s->tw[i]);
 	memset(s->cnt, 0, (E + 1) * sizeof *s->cnt);
 	for (int i = 0; i < T * K; i++)
 		s->cnt[s->tsel[i] + 1]++;
@@ -551,9 +700,9 @@ static void moe(struct lg_state *s, const struct lg_layer *L, int T)
 		s->mm[n++] = mm(&L->eu[e], s->xe + (size_t)o * H, H, s->ue + (size_t)o * I, I, cnt);
 	}
 	matmul(s, n);
-	ek_swiglu_cpu(s->ge, I, s->ge, I, s->ue, I, T * K, I);
+	swiglu(s, s->ge, I, s->ge, I, s->ue, I, T * K, I);
 	if (S > 0) {
-		ek_swiglu_cpu(s->h1, s->fd, s->h1, s->fd, s->h2, s->fd, T, S);
+		swiglu(s, s->h1, s->fd, s->h1, s->fd, s->h2, s->fd, T, S);
 		OBS(s, s->h1, s->fd, T, S, LG_OBS_SD);
 	}
 	n = 0;
@@ -568,17 +717,24 @@ static void moe(struct lg_state *s, const struct lg_layer *L, int T)
 		s->mm[n++] = mm(&L->sd, s->h1, s->fd, s->ys, H, T);
 	matmul(s, n);
 	for (int t = 0; sgate && t < T; t++) {   /* σ(gate · h) · shared (qwen2_moe) */
-		float g = 1.0f / (1.0f + expf(-s->sgl[t]));
+		float g = rd(s, 1.0f / (1.0f + expf(-s->sgl[t])));
 		for (int i = 0; i < H; i++)
-			s->ys[(size_t)t * H + i] *= g;
+			s->ys[(size_t)t * H + i] = rd(s, s->ys[(size_t)t * H + i] * g);
 	}
 
 	/* y = scale · Σ_e (w · down_e) in expert order + shared (transformers' order) */
 	memset(s->y, 0, (size_t)T * H * sizeof(float));
-	for (int i = 0; i < T * K; i++)
-		lg_axpy(s->y + (size_t)s->slot_tok[i] * H, s->slot_w[i], s->de + (size_t)i * H, H);
+	for (int i = 0; i < T * K; i++) {
+		float *y = s->y + (size_t)s->slot_tok[i] * H, w = s->slot_w[i];
+		const float *d = s->de + (size_t)i * H;
+		if (s->bf16)   /* each weighted output rounded, each add rounded (index_add_) */
+			for (int j = 0; j < H; j++)
+				y[j] = lg_bf16(y[j] + lg_bf16(d[j] * w));
+		else
+			lg_axpy(y, w, d, H);
+	}
 	for (size_t i = 0; i < (size_t)T * H; i++)
-		s->y[i] = s->y[i] * c->routed_scale + (S > 0 ? s->ys[i] : 0.0f);
+		s->y[i] = rd(s, rd(s, s->y[i] * c->routed_scale) + (S > 0 ? s->ys[i] : 0.0f));
 	if (!routed_obs)
 		all_experts_obs(s, L, T);
 }
@@ -596,8 +752,8 @@ static void rope_tables(struct lg_state *s, int T)
 			float *sn = s->sinb + ((size_t)ty * s->B + t) * LG_ROPE_MAX;
 			for (int i = 0; i < r->rot_dim / 2; i++) {
 				float f = p * r->inv_freq[i];
-				cs[i] = cosf(f) * r->attn_scale;
-				sn[i] = sinf(f) * r->attn_scale;
+				cs[i] = rd(s, cosf(f) * r->attn_scale);   /* cos, sin in the model's dtype */
+				sn[i] = rd(s, sinf(f) * r->attn_scale);
 			}
 		}
 	}
@@ -614,24 +770,24 @@ static void forward_batch(struct lg_state *s, const int *tok, int T, float *logi
 	else   /* a quantized embedding: its rows dequantized like any Linear's */
 		for (int t = 0; t < T; t++)
 			lg_linear_row(&m->embed_q, tok[t], s->x + (size_t)t * H);
+	round_rows(s, s->x, H, T, H);
 	rope_tables(s, T);
 	for (int li = 0; li < c->n_layers; li++) {
 		const struct lg_layer *L = &m->layers[li];
 		s->li = li;
 		attention(s, li, T);
 		for (int t = 0; t < T; t++)
-			lg_rmsnorm(s->xn + (size_t)t * H, s->x + (size_t)t * H, L->mlp_norm, H, c->eps);
+			norm(s, s->xn + (size_t)t * H, s->x + (size_t)t * H, L->mlp_norm, H, c->eps);
 		if (L->moe)
 			moe(s, L, T);
 		else
 			dense_mlp(s, L, T);
-		for (size_t i = 0; i < (size_t)T * H; i++)
-			s->x[i] += s->y[i];
+		add(s, s->x, s->y, (size_t)T * H);
 	}
 	if (n_out > 0) {
 		int t0 = T - n_out;
 		for (int t = t0; t < T; t++)
-			lg_rmsnorm(s->xn + (size_t)t * H, s->x + (size_t)t * H, m->final_norm, H, c->eps);
+			norm(s, s->xn + (size_t)t * H, s->x + (size_t)t * H, m->final_norm, H, c->eps);
 		s->mm[0] = mm(&m->lm_head, s->xn + (size_t)t0 * H, H, logits, c->vocab, n_out);
 		matmul(s, 1);
 	}

@@ -38,6 +38,20 @@ size_t lg_state_bytes(const struct lg_state *s);
 struct lg_obs;
 void lg_state_observe(struct lg_state *s, struct lg_obs *obs);
 
+/* on = 1: the forward rounds its activations to BF16 where transformers'
+ * eager forward of a BF16 model does (embedding; RMSNorm's normed value in
+ * F32 then BF16, times the weight rounded; every Linear's output (F32
+ * accumulation, then BF16); RoPE's cos/sin, products and sums; attention
+ * scores, their scaling, softmax in F32 then BF16, P·V; SwiGLU's silu and
+ * product; the MoE's routing weights (softmax in F32), each weighted expert
+ * output and each add; the residual adds), summing and exponentiating in
+ * the order of torch 2.14's CPU kernels (AVX2 build: the BF16 GEMM's dot,
+ * P·V, softmax with SLEEF's exp, RMSNorm's sum, SiLU), so that its values are
+ * transformers' bit for bit (SmolLM2: every observed max equal). Slower
+ * (scalar-order GEMM). For `calib run`, whose peer observes a BF16 forward;
+ * 0 (the default): binary32 throughout. Choose it before the first batch. */
+void lg_state_round_bf16(struct lg_state *s, int on);
+
 /* Feeds tokens[0..n) at positions pos..pos+n-1. logits (may be NULL when
  * n_out == 0) receives [n_out][vocab]: the logits after each of the last
  * n_out tokens (0 <= n_out <= n). -EINVAL for a token id out of range,

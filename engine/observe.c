@@ -1,6 +1,7 @@
 /* observe.c — slots and names of the calibration observer (observe.h). */
 #include "engine/observe.h"
 #include "engine/model.h"
+#include "engine/torch_bf16.h"
 
 #include <errno.h>
 #include <float.h>
@@ -9,16 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* x rounded to the nearest BF16 (ties to even), as a float; x finite. */
-static float bf16_round(float x)
-{
-	uint32_t u;
-	memcpy(&u, &x, 4);
-	u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-	memcpy(&x, &u, 4);
-	return x;
-}
-
 float lg_obs_scale(float amax, int bf16)
 {
 	if (!(amax > 0) || !isfinite(amax))
@@ -26,13 +17,13 @@ float lg_obs_scale(float amax, int bf16)
 	/* torch evaluates `2688 / t` as t.reciprocal() * 2688 (Tensor.__rtruediv__):
 	 * two roundings in t's dtype, which the BF16 peer's scales show */
 	if (bf16)
-		amax = bf16_round(amax);
+		amax = lg_bf16(amax);
 	float r = 1.0f / amax;
 	if (bf16 && isfinite(r))
-		r = bf16_round(r);
+		r = lg_bf16(r);
 	float s = r * (448.0f * 6.0f);
 	if (bf16 && isfinite(s))
-		s = bf16_round(s);
+		s = lg_bf16(s);
 	return isfinite(s) && s <= FLT_MAX ? s : FLT_MAX;
 }
 

@@ -12,7 +12,11 @@
  * over its layer's experts that did (no token of this text would be clipped
  * by it; counted in the summary). An input whose amax is 0 gets the largest
  * finite F32 scale. The token ids go into __metadata__ ("calib_token_ids":
- * sequences separated by ';', ids by ','). */
+ * sequences separated by ';', ids by ','). --forward-dtype bf16, the default for
+ * a BF16 checkpoint, runs the forward with transformers' BF16 roundings
+ * (lg_state_round_bf16), so the observed inputs are the ones the peer's BF16
+ * forward computes; f32 keeps the engine's binary32 forward. Both choices go
+ * into __metadata__ (calib_scale_dtype, calib_forward_dtype). */
 #include "tools/calib_run.h"
 #include "tools/cli.h"
 #include "tools/compare_text.h"
@@ -114,15 +118,16 @@ static int read_prompts(const char *path, const struct tok *tk, int budget, stru
 }
 
 /* "calib_token_ids":"1,2;3,4" and the other members of __metadata__. */
-static char *metadata(const struct seqs *q, int all_experts, int bf16)
+static char *metadata(const struct seqs *q, int all_experts, int bf16, int fwd_bf16)
 {
 	size_t cap = (size_t)q->total * 12 + 256, l = 0;
 	char *m = malloc(cap);
 	if (!m)
 		return NULL;
 	l += snprintf(m + l, cap - l, "\"calib_source\":\"requantfs calib run\",\"calib_tokens\":\"%d\","
-	              "\"calib_all_experts\":\"%d\",\"calib_scale_dtype\":\"%s\",\"calib_token_ids\":\"",
-	              q->total, all_experts, bf16 ? "bf16" : "f32");
+	              "\"calib_all_experts\":\"%d\",\"calib_scale_dtype\":\"%s\",\"calib_forward_dtype\":"
+	              "\"%s\",\"calib_token_ids\":\"", q->total, all_experts, bf16 ? "bf16" : "f32",
+	              fwd_bf16 ? "bf16" : "f32");
 	for (int s = 0; s < q->n; s++)
 		for (int i = 0; i < q->len[s]; i++)
 			l += snprintf(m + l, cap - l, "%s%d", i ? "," : s ? ";" : "", q->tok[s][i]);
@@ -135,6 +140,7 @@ struct run_opts {
 	int tokens, all_experts, threads, quiet;
 	int skip;          /* --text: the window starts after this many tokens (--skip) */
 	int scale_dtype;   /* -1 auto (bf16 when MODEL's embedding is BF16), 0 f32, 1 bf16 */
+	int fwd_dtype;     /* the same for the forward's activations */
 };
 
 static int run(const struct run_opts *o)
@@ -202,6 +208,12 @@ static int run(const struct run_opts *o)
 		goto out;
 	}
 
+	/* the peer runs the model in its dtype: BF16 for a BF16 checkpoint */
+	int model_bf16 = m->embed != NULL || m->embed_q.kind == LG_W_BF16;
+	int bf16 = o->scale_dtype >= 0 ? o->scale_dtype : model_bf16;
+	int fwd_bf16 = o->fwd_dtype >= 0 ? o->fwd_dtype : model_bf16;
+	lg_state_round_bf16(st, fwd_bf16);
+
 	/* observe: every sequence from position 0, 64 tokens a call (the bar) */
 	lg_state_observe(st, &obs);
 	struct cli_progress *bar = o->quiet ? NULL : cli_progress_start("calib run", q.total, 0, 0);
@@ -242,9 +254,6 @@ static int run(const struct run_opts *o)
 
 	/* scales: the fallback first (max over the layer's experts that saw a token) */
 	int per = lg_obs_per_layer(m), E = m->cfg.n_experts, fallback = 0, zero = 0;
-	/* the peer computes the scale in the model's dtype: BF16 for a BF16 checkpoint */
-	int bf16 = o->scale_dtype >= 0 ? o->scale_dtype : m->embed != NULL ||
-	           m->embed_q.kind == LG_W_BF16;
 	for (int li = 0; li < m->cfg.n_layers; li++)
 		for (int p = 0; p < 3 && m->layers[li].moe; p++) {
 			float mx = 0;
@@ -278,7 +287,7 @@ static int run(const struct run_opts *o)
 		cli_fail(1, "calib run", "%s has no Linear that a W4A4 scheme quantizes", o->model);
 		goto out;
 	}
-	if (!(meta = metadata(&q, o->all_experts, bf16)) ||
+	if (!(meta = metadata(&q, o->all_experts, bf16, fwd_bf16)) ||
 	    rq_calib_write_meta(o->out, names, bits, nn, meta, &err)) {
 		cli_fail(1, "calib run", "%s", meta ? err.msg : "out of memory");
 		goto out;
@@ -287,9 +296,11 @@ static int run(const struct run_opts *o)
 		double r_obs = q.total / t_obs;
 		fprintf(stderr, "requantfs calib run: %zu scales from %d tokens in %d sequence%s written "
 		        "to %s (%d routed-expert inputs saw no token%s: given the max over their layer's "
-		        "experts; %d inputs all zero: scale = FLT_MAX; scales in %s)\n", nn, q.total, q.n,
-		        q.n == 1 ? "" : "s", o->out, fallback, o->all_experts ? " (--all-experts)" : "",
-		        zero, bf16 ? "BF16 (--scale-dtype bf16)" : "F32 (--scale-dtype f32)");
+		        "experts; %d inputs all zero: scale = FLT_MAX; scales in %s; forward in %s)\n", nn,
+		        q.total, q.n, q.n == 1 ? "" : "s", o->out, fallback,
+		        o->all_experts ? " (--all-experts)" : "", zero,
+		        bf16 ? "BF16 (--scale-dtype bf16)" : "F32 (--scale-dtype f32)",
+		        fwd_bf16 ? "BF16 (--forward-dtype bf16)" : "F32 (--forward-dtype f32)");
 		fprintf(stderr, "requantfs calib run: bench: observing %.1f tok/s, prefill of the same "
 		        "model %.1f tok/s (%d tokens as one prefill, alternated, best of 3), ratio %.2f "
 		        "(bar >= 0.8); the calibration pass: %.1f tok/s\n", r_bobs, r_pre, nb,
@@ -314,6 +325,7 @@ static void usage(FILE *f)
 	fprintf(f,
 	"usage: requantfs calib run MODEL (--text FILE | --prompts FILE) -o FILE\n"
 	"                 [--tokens N] [--skip K] [--all-experts] [--scale-dtype auto|bf16|f32]\n"
+	"                 [--forward-dtype auto|bf16|f32]\n"
 	"                 [--threads N] [--quiet]\n"
 	"       requantfs calib diff A B\n\n"
 	"run: feeds calibration tokens through MODEL (the CPU engine) and writes, for\n"
@@ -328,8 +340,11 @@ static void usage(FILE *f)
 	"saw no token gets the largest input of its layer's experts (counted).\n"
 	"--scale-dtype: bf16 rounds max|input| and the scale to BF16 as llm-compressor\n"
 	"does for a BF16 model; f32 keeps the F32 quotient; auto (default): bf16 when\n"
-	"MODEL's embedding is BF16, else f32. The token ids go into the file's\n"
-	"__metadata__.\n\n"
+	"MODEL's embedding is BF16, else f32. --forward-dtype: bf16 runs the forward\n"
+	"with the roundings of transformers' eager BF16 forward (what llm-compressor\n"
+	"observes on a BF16 model; slower), f32 the engine's binary32 forward; auto\n"
+	"(default): as --scale-dtype's auto. The token ids and both dtypes go into the\n"
+	"file's __metadata__.\n\n"
 	"diff: per-module ratio A/B of input_global_scale of two calibration files (or\n"
 	"07-22 checkpoints), a summary, and the modules only in one.\n");
 }
@@ -341,8 +356,9 @@ int calib_run_main(int argc, char **argv)
 		{"tokens", required_argument, 0, 'n'}, {"all-experts", no_argument, 0, 'a'},
 		{"output", required_argument, 0, 'o'}, {"threads", required_argument, 0, 't'},
 		{"quiet", no_argument, 0, 'q'}, {"scale-dtype", required_argument, 0, 'd'},
-		{"skip", required_argument, 0, 'k'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	struct run_opts o = {.tokens = 512, .scale_dtype = -1};
+		{"skip", required_argument, 0, 'k'}, {"forward-dtype", required_argument, 0, 'f'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	struct run_opts o = {.tokens = 512, .scale_dtype = -1, .fwd_dtype = -1};
 	int c;
 	char *end;
 	while ((c = getopt_long(argc, argv, "o:n:t:qh", opts, NULL)) != -1) {
@@ -353,11 +369,13 @@ int calib_run_main(int argc, char **argv)
 		case 'o': o.out = optarg; break;
 		case 'q': o.quiet = 1; break;
 		case 'd':
+		case 'f':
 			if (!strcmp(optarg, "auto") || !strcmp(optarg, "bf16") || !strcmp(optarg, "f32"))
-				o.scale_dtype = optarg[0] == 'a' ? -1 : optarg[0] == 'b';
+				*(c == 'd' ? &o.scale_dtype : &o.fwd_dtype) = optarg[0] == 'a' ? -1
+				                                               : optarg[0] == 'b';
 			else
-				return cli_fail(2, "calib run", "--scale-dtype: '%s' is not auto, bf16 or "
-				                "f32", optarg);
+				return cli_fail(2, "calib run", "--%s: '%s' is not auto, bf16 or f32",
+				                c == 'd' ? "scale-dtype" : "forward-dtype", optarg);
 			break;
 		case 'n':
 		case 'k':

@@ -74,15 +74,15 @@ How llm-compressor 0.14.0.1 computes the activation scale (read in its sources):
     FP4 of w * global_scale / scale (compressed-tensors' NVFP4 compressor).
 
 What is left between the engine and the peer (measured with tests/fs/test_calib_peer.py,
-N = 256): against the FP32-forward run, `calib run --scale-dtype f32` agrees within
-0.0002 % on every module (SmolLM2 and the tiny MoE): the observer is the same. Against
-the BF16 run, `calib run` (BF16 scales by default for a BF16 checkpoint) gives 126 of
-210 SmolLM2 scales bit for bit and 185 within 1 % (max 2.1 %, one module); the tiny MoE
-19 of 32 bit for bit, 28 within 1 % (max 1.3 %). The rest is the BF16 forward's rounding
-noise, not a convention: transformers' BF16 eager forward outside oneshot reproduces the
-peer's 210 SmolLM2 scales exactly, its FP32 forward gives our 126, and its BF16 forward
-with sdpa attention (transformers' default) only 149, with deviations up to 2.6 %.
-Holding every module to 1 % would mean emulating BF16 eager attention step by step.
+N = 256): against the FP32-forward run, `calib run --scale-dtype f32 --forward-dtype f32`
+agrees within 0.0002 % on every module (SmolLM2 and the tiny MoE): the observer is the
+same. Against the BF16 run, `calib run` (for a BF16 checkpoint: BF16 scales over the
+engine's BF16 forward, which rounds where transformers' eager BF16 forward does and sums
+in torch's CPU kernels' orders) is bit for bit on every module: 210 of 210 on SmolLM2, 32
+of 32 on the tiny MoE. The F32 forward gave 126 and 19 (max 2.1 % and 1.3 %): one BF16
+rounding gone the other way grows over the layers into a few ulps of an outlier's max.
+transformers' BF16 forward with sdpa attention (its default) gives only 149 of 210, up to
+2.6 % off: the peer's run is the eager one.
 
 Output: OUT/<model>.json, per model: the token ids, the source files' sha256, versions,
 and per quantized module: input_global_scale and weight_global_scale (float and F32 bit

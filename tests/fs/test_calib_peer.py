@@ -11,13 +11,20 @@ moe_calibrate_all_experts):
   * it writes a scale for exactly the modules the peer quantized;
   * --scale-dtype f32 against the peer run with an FP32 forward: the same observer
     (which inputs, which tokens, all experts, max |x|, 448*6/amax) within 0.01 %;
-  * the default (BF16 scales, rounded as the peer rounds them) against the preset's BF16
-    run: at least BAR_SAME of them bit-equal, every module within BAR_MAX, the median
-    within 1 %, the max deviation reported; the rest is the BF16 forward's rounding noise
-    (the docstring of the golden script);
+  * the default (BF16 scales, rounded as the peer rounds them, over the BF16 forward:
+    --forward-dtype bf16, transformers' eager roundings) against the preset's BF16 run:
+    per model, at least BARS[model]["same"] of them bit-equal, at least ["in1"] within 1 %,
+    every module within ["max"], the median within 1 %, the max deviation reported. The
+    BF16 forward reproduces torch's CPU kernels' summation orders and exp, so both models
+    come out bit for bit; one flipped BF16 rounding anywhere grows over the layers into a
+    few ulps of an outlier's max, so a miss shows as a module off by 0.4-3 %);
   * export --scheme nvfp4 --calib: the quantization_config oneshot saved, weight_packed
     and weight_scale bytes (sha256) and weight_global_scale bit for bit the peer's,
     input_global_scale the calib file's.
+The BF16 forward on more families (tests/data/tiny llama, qwen2_moe with its shared expert
+and gate, mixtral, qwen3_moe; golden eager-bf16-families.json from
+tools/golden_bf16_eager.py: transformers' eager BF16 forward with hooks on every
+nn.Linear): calib run's scale of every module there bit for bit.
 TAP output. Usage: test_calib_peer.py REQUANTFS"""
 import hashlib, json, os, shutil, statistics, struct, sys, tempfile
 
@@ -29,8 +36,12 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 GOLD = os.path.join(ROOT, "tests", "data", "golden", "llmc-nvfp4")
 SMOL = os.path.join(ROOT, ".models", "SmolLM2-135M-Instruct")
 TINY = os.path.join(ROOT, "tests", "data", "tiny", "qwen3_moe")
-BAR_MAX = 0.025      # any module against the BF16 peer (its BF16 forward's noise, see above)
-BAR_SAME = 0.4       # bit-equal to the BF16 peer's (measured 0.6: 126 of 210, 19 of 32)
+# against the BF16 peer, per model: fraction bit-equal, fraction within 1 %, max |deviation|
+# (the issue's bar: every module within 1 %). Measured with --forward-dtype bf16: every
+# scale bit-equal on both (32 of 32, 210 of 210); with the F32 forward: 19 of 32 (max
+# 1.3 %) and 126 of 210 (185 within 1 %, max 2.1 %)
+BARS = {"tiny-qwen3_moe": {"same": 1.0, "in1": 1.0, "max": 0.01},
+        "smollm2": {"same": 1.0, "in1": 1.0, "max": 0.01}}
 BAR_F32 = 0.0001     # against the peer's FP32 forward: same arithmetic, up to summation order
 SUF = ".input_global_scale"
 
@@ -85,13 +96,15 @@ def check_model(tmp, name, model_dir):
     cal = os.path.join(tmp, name + ".cal.safetensors")
     rc, out = run("calib", "run", model_dir, "--text", text, "--tokens", str(ntok), *moe,
                   "-o", cal)
-    if not ok(rc == 0 and "scales in BF16" in out, f"{name}: calib run (BF16 scales: a BF16 "
-              "checkpoint)", out):
+    if not ok(rc == 0 and "scales in BF16" in out and "forward in BF16" in out,
+              f"{name}: calib run (BF16 scales and a BF16 forward: a BF16 checkpoint)", out):
         return
     for line in out.splitlines():
         if "bench:" in line:
             print("# " + line)
     h, _ = rqtap.st_header(cal)
+    ok(h["__metadata__"].get("calib_forward_dtype") == "bf16", f"{name}: the file records "
+       "calib_forward_dtype bf16", str(h["__metadata__"].get("calib_forward_dtype")))
     ids = [int(x) for x in h["__metadata__"]["calib_token_ids"].split(",")]
     ok(ids == g["token_ids"], f"{name}: the {ntok} token ids are the peer's",
        "first differing at %s" % next((i for i, (a, b) in enumerate(zip(ids, g["token_ids"]))
@@ -111,17 +124,22 @@ def check_model(tmp, name, model_dir):
              sum(abs(x) <= 0.01 for x in d.values()), len(d), same))
     bf16 = all((struct.unpack("<I", struct.pack("<f", x))[0] & 0xFFFF) == 0 for x in ours.values())
     ok(bf16, f"{name}: every scale is a BF16 value, as the peer's")
-    ok(same >= BAR_SAME * len(d), f"{name}: at least {100 * BAR_SAME:g} % of the scales bit-equal "
-       "to the peer's (its rounding: BF16 reciprocal times 2688, rounded)", f"{same} of {len(d)}")
-    ok(abs(d[worst]) <= BAR_MAX and med <= 0.01, f"{name}: every scale within "
-       f"{100 * BAR_MAX:g} % of the BF16 peer's, the median within 1 %",
+    bar = BARS[name]
+    in1 = sum(abs(x) <= 0.01 for x in d.values())
+    ok(same >= bar["same"] * len(d), f"{name}: at least {100 * bar['same']:g} % of the scales "
+       "bit-equal to the peer's (its rounding: BF16 reciprocal times 2688, rounded)",
+       f"{same} of {len(d)}")
+    ok(in1 >= bar["in1"] * len(d), f"{name}: at least {100 * bar['in1']:g} % of the scales "
+       "within 1 % of the BF16 peer's", f"{in1} of {len(d)}")
+    ok(abs(d[worst]) <= bar["max"] and med <= 0.01, f"{name}: every scale within "
+       f"{100 * bar['max']:g} % of the BF16 peer's, the median within 1 %",
        "\n".join("%s %+.4f" % (k, x) for k, x in sorted(d.items(), key=lambda kv: -abs(kv[1]))
                  [:10]))
 
     # the same observer: --scale-dtype f32 against the peer's FP32 forward
     cal32 = os.path.join(tmp, name + ".f32.safetensors")
     rc, out = run("calib", "run", model_dir, "--text", text, "--tokens", str(ntok), *moe,
-                  "--scale-dtype", "f32", "-o", cal32, "--quiet")
+                  "--scale-dtype", "f32", "--forward-dtype", "f32", "-o", cal32, "--quiet")
     if ok(rc == 0, f"{name}: calib run --scale-dtype f32", out):
         o32 = scales(cal32)
         p32 = {k: v["input_global_scale_fp32_forward"] for k, v in mods.items()}
@@ -169,7 +187,33 @@ def check_model(tmp, name, model_dir):
        "%d differ: %s" % (len(bad_i), bad_i[:10]))
 
 
+def check_families(tmp):
+    with open(os.path.join(GOLD, "eager-bf16-families.json")) as f:
+        g = json.load(f)
+    for fam, want in sorted(g["families"].items()):
+        d = os.path.join(tmp, "fam-" + fam)
+        os.makedirs(d)
+        for fn in ("config.json", "model.safetensors"):
+            shutil.copy(os.path.join(ROOT, "tests", "data", "tiny", fam, fn), d)
+        for fn in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(GOLD, "tiny-tokenizer", fn), d)
+        cal = os.path.join(d, "cal.safetensors")
+        rc, out = run("calib", "run", d, "--text", g["text"], "--tokens", str(g["tokens"]),
+                      "-o", cal, "--quiet")
+        if not ok(rc == 0, f"{fam}: calib run (BF16 forward)", out):
+            continue
+        h, _ = rqtap.st_header(cal)
+        ids = [int(x) for x in h["__metadata__"]["calib_token_ids"].split(",")]
+        ours, ref = scales(cal), want["input_global_scale"]
+        bad = ["%s ours %g eager %g" % (k, ours.get(k, float("nan")), v)
+               for k, v in sorted(ref.items()) if ours.get(k) != v]
+        ok(ids == want["token_ids"] and not bad, f"{fam}: the {len(ref)} scales transformers' "
+           "eager BF16 forward gives, bit for bit", "token ids %s; %d differ:\n%s"
+           % ("equal" if ids == want["token_ids"] else "DIFFER", len(bad), "\n".join(bad[:10])))
+
+
 def body(tmp):
+    check_families(tmp)
     tiny = os.path.join(tmp, "tiny-qwen3_moe")
     os.makedirs(tiny)
     # copies, not links: export refuses a SRC file that links out of SRC
