@@ -6,7 +6,9 @@
  *
  *   cold  every file read through a fresh hf:// mount with an empty cache
  *         (fetching and quantizing as it goes) vs `curl` of every SRC file
- *         from the same server (bar: curl seconds / mount seconds >= 0.9)
+ *         from the same server into a file in the work directory (the
+ *         cache's filesystem: the mount stores what it fetches, so curl
+ *         does too) (bar: curl seconds / mount seconds >= 0.9)
  *   warm  after `warm` and a remount (same cache, page caches evicted):
  *         every file read through the mount vs the same bytes (`export` of
  *         the local copy) read natively (bar: >= 0.95)
@@ -142,14 +144,18 @@ static void free_list(char **v)
 	free(v);
 }
 
-/* curl of every file, one after the other: seconds, or -1. */
-static double curl_all(struct bm *b, struct rsrv *s, char **names)
+/* curl of every file, one after the other, each into a file under dir (the
+ * work directory: the cache's filesystem, since the mount stores what it
+ * fetches too); the files are removed after. Seconds, or -1. */
+static double curl_all(struct bm *b, struct rsrv *s, char **names, const char *dir)
 {
+	mkdir(dir, 0755);
 	double t = bench_now();
 	for (int i = 0; names[i]; i++) {
-		char url[8400];
+		char url[8400], out[8400];
 		snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", s->ep, REPO, COMMIT, names[i]);
-		char *args[] = {"curl", "-sf", "-o", "/dev/null", url, NULL};
+		snprintf(out, sizeof out, "%s/%s", dir, names[i]);
+		char *args[] = {"curl", "-sf", "-o", out, url, NULL};
 		pid_t p = fork();
 		if (p == 0) {
 			execvp("curl", args);
@@ -159,7 +165,9 @@ static double curl_all(struct bm *b, struct rsrv *s, char **names)
 		if (p < 0 || waitpid(p, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
 			return -1;
 	}
-	return bench_now() - t;
+	t = bench_now() - t;
+	bm_rm_rf(dir);
+	return t;
 }
 
 /* Every file of dir read sequentially: seconds (bytes into *bytes), or -1. */
@@ -231,10 +239,12 @@ int bench_mount_remote(struct bm *b, int experts)
 	}
 	printf("bench mount --remote: %s served by %s as hf://%s@%.10s: %d files, %.2f GB\n",
 	       b->src, s.ep, REPO, COMMIT, n_src, src_bytes / 1e9);
+	char curl_dir[4300];
+	snprintf(curl_dir, sizeof curl_dir, "%s/curl", b->work);
 	double t_curl = 1e30, t_cold = 1e30, t_mnt = 1e30, t_warm = 1e30, t_nat = 1e30;
 	for (int r = 0; r < b->reps; r++) {
 		bm_drop(b->src);
-		bm_keep_min(&t_curl, curl_all(b, &s, src_names));
+		bm_keep_min(&t_curl, curl_all(b, &s, src_names, curl_dir));
 		bm_rm_rf(b->cache);
 		bm_drop(b->src);
 		double tm;
@@ -272,7 +282,7 @@ int bench_mount_remote(struct bm *b, int experts)
 		bm_keep_min(&t_nat, read_all(b, b->exp, exp_names, &nat_bytes));
 	}
 	printf("  mount returned in          %8.2f s (model API + headers)\n", t_mnt);
-	printf("  cold: curl of SRC          %8.2f s  %7.0f MB/s\n", t_curl, src_bytes / t_curl / 1e6);
+	printf("  cold: curl of SRC to files %8.2f s  %7.0f MB/s\n", t_curl, src_bytes / t_curl / 1e6);
 	printf("  cold: hf:// mount read     %8.2f s  %7.0f MB/s of SRC fetched (%.2f GB presented)\n",
 	       t_cold, src_bytes / t_cold / 1e6, mnt_bytes / 1e9);
 	printf("  warm: native export read   %8.2f s  %7.0f MB/s\n", t_nat, nat_bytes / t_nat / 1e6);
