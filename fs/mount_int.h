@@ -249,6 +249,9 @@ struct rq_mount {
 	uint8_t **rheads;         /* [nrfiles] while the plan is built: a shard's first 8 + N
 	                             bytes (its header), or NULL; mount_remote.c */
 	uint64_t *rhead_len;
+	uint8_t **rkept;          /* [nrfiles] once planned: [chunk] 1 when the chunk holds
+	                             bytes presented unchanged (it is fetched whole and
+	                             stored anyway), or NULL; mount_remote.c */
 
 	pthread_t monitor;
 	int monitor_started;

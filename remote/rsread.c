@@ -201,11 +201,11 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
 		else if ((rc = plan_missing(s, i, &p[k], nokeep, &g, err)))
 			break;
 	}
-	if (!rc && !nokeep && s->readahead > 0 && !f->assembled) {
+	if (!rc && !nokeep && !(flags & RQ_RS_NORA) && s->readahead > 0 && !f->assembled) {
 		uint64_t prev = f->seq_next;
 		if (off <= prev && off + cs >= prev)   /* starts where the last read ended */
 			for (uint64_t c = c1 + 1; c <= c1 + (uint64_t)s->readahead && c < f->nchunks; c++)
-				if (f->st[c] == CH_ABSENT && !f->fl[c])
+				if (f->st[c] == CH_ABSENT && !f->fl[c] && (!f->ra_want || f->ra_want[c]))
 					rqr_want_chunk(s, i, c, 0, 0);
 		f->seq_next = off + len;
 	}

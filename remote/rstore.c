@@ -604,6 +604,7 @@ void rq_rs_close(struct rq_rs *s)
 		free(s->files[i].apath);
 		free(s->files[i].st);
 		free(s->files[i].fl);
+		free(s->files[i].ra_want);
 	}
 	free(s->files);
 	for (int i = 0; i < s->npool; i++)
@@ -620,6 +621,29 @@ void rq_rs_close(struct rq_rs *s)
 	pthread_cond_destroy(&s->mem_cv);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
+}
+
+int rq_rs_set_readahead_mask(struct rq_rs *s, size_t i, const uint8_t *want)
+{
+	if (i >= s->nfiles)
+		return -EINVAL;
+	struct rfile *f = &s->files[i];
+	uint8_t *w = NULL;
+	if (want && !(w = malloc(f->nchunks ? f->nchunks : 1)))
+		return -ENOMEM;
+	if (w)
+		memcpy(w, want, f->nchunks);
+	pthread_mutex_lock(&s->mu);
+	uint8_t *old = f->ra_want;
+	f->ra_want = w;
+	pthread_mutex_unlock(&s->mu);
+	free(old);
+	return 0;
+}
+
+uint32_t rq_rs_chunk_size(const struct rq_rs *s)
+{
+	return s->chunk_size;
 }
 
 const char *rq_rs_path(struct rq_rs *s, size_t i)

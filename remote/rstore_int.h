@@ -71,6 +71,7 @@ struct rfile {
 	int failed;                /* mu: two mismatches: reads fail -EIO */
 	char bad_sha[65];          /* mu: what the last mismatching bytes hashed to (want's kind) */
 	uint64_t seq_next;         /* mu: end of the last read (readahead) */
+	uint8_t *ra_want;          /* mu: [nchunks] chunks readahead may fetch, or NULL: all */
 };
 
 struct worker {
