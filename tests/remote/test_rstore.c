@@ -333,6 +333,37 @@ static void test_readahead(void)
 	       "ahead (%d of chunks 0-3 asked again)", again);
 	rq_rs_close(s);
 
+	/* A readahead mask (a mount's chunks that hold presented bytes): chunk
+	 * 2 holds only requantized weights, so readahead never fetches it. */
+	ctl_do("reset");
+	s = open_store("readahead-mask", 4, 3, 0, 0);
+	uint8_t want[64];
+	memset(want, 1, sizeof want);
+	want[2] = 0;
+	TAP_OK(rq_rs_set_readahead_mask(s, FA, want) == 0, "readahead mask set");
+	TAP_OK(read_eq(s, FA, 0, 1000, 0, NULL) == 0, "a read at offset 0 (mask: not chunk 2)");
+	for (int i = 0; i < 100 && nranges() < 3; i++)
+		usleep(30000);
+	usleep(200000);
+	st = ctl("stats");
+	TAP_OK(ranges_of(st, FA, 1) == 1 && ranges_of(st, FA, 2) == 0 && ranges_of(st, FA, 3) == 1,
+	       "readahead 3 with chunk 2 masked: chunks 1 and 3 fetched, 2 not (%d %d %d)",
+	       ranges_of(st, FA, 1), ranges_of(st, FA, 2), ranges_of(st, FA, 3));
+	cJSON_Delete(st);
+	/* RQ_RS_NORA (a job reading through a kept chunk): no readahead */
+	ctl_do("reset");
+	okr = read_eq(s, FA, 6 * CS, 1000, RQ_RS_NORA, NULL) == 0;
+	okr &= read_eq(s, FA, 6 * CS + 1000, 1000, RQ_RS_NORA, NULL) == 0;
+	usleep(300000);
+	st = ctl("stats");
+	int ahead = 0;
+	for (long c = 7; c < 12; c++)
+		ahead += ranges_of(st, FA, c);
+	TAP_OK(okr && ranges_of(st, FA, 6) == 1 && !ahead, "RQ_RS_NORA reads: chunk 6 fetched, "
+	       "nothing read ahead (%d ranges beyond it)", ahead);
+	cJSON_Delete(st);
+	rq_rs_close(s);
+
 	/* RQ_RS_NOKEEP: exactly the range, nothing stored */
 	ctl_do("reset");
 	s = open_store("nokeep", 4, 0, 0, 0);
