@@ -11,6 +11,12 @@
  * TAP. Usage: test_rstore HUB_FAULT_PY (python3 on PATH, or $RQ_PYTHON). */
 #include "tests/remote/rs_test.h"
 #include "tests/tap.h"
+#include "remote/chunk.h"
+
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include <errno.h>
 #include <pthread.h>
@@ -592,6 +598,43 @@ static void test_disk_full(void)
 	umount2(dir, MNT_DETACH);
 }
 
+/* Every chunk of a file on disk but no assembled file (a store closed right
+ * after its last chunk came, before it assembled): the next read assembles
+ * it, so it passes through from the next open. Offline: nothing fetched. */
+static void test_assembled_by_reader(void)
+{
+	char d[600];
+	snprintf(d, sizeof d, "%s/unassembled", tmp);
+	mkdir(d, 0755);
+	snprintf(d, sizeof d, "%s/unassembled/remote", tmp);
+	mkdir(d, 0755);
+	snprintf(d, sizeof d, "%s/unassembled/remote/chunks", tmp);
+	mkdir(d, 0755);
+	snprintf(d, sizeof d, "%s/unassembled/remote", tmp);
+	int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char dir[200];
+	snprintf(dir, sizeof dir, "chunks/%s-%u", shas[FA], CS);
+	uint64_t idh = XXH3_64bits(shas[FA], strlen(shas[FA])), n = (sizes[FA] + CS - 1) / CS;
+	int wrc = dfd < 0 ? -1 : 0;
+	for (uint64_t c = 0; c < n && !wrc; c++) {
+		uint64_t len = sizes[FA] - c * CS < CS ? sizes[FA] - c * CS : CS;
+		wrc = rqr_chunk_write(dfd, dir, c, CS, idh, data[FA] + c * CS, (uint32_t)len);
+	}
+	if (dfd >= 0)
+		close(dfd);
+	TAP_OK(!wrc, "%llu chunks of %s written, no assembled file", (unsigned long long)n,
+	       names[FA]);
+	struct rq_rs *s = open_store("unassembled", 2, 0, 0, 1);
+	TAP_OK(rq_rs_path(s, FA) == NULL, "opened offline: %s not assembled yet", names[FA]);
+	TAP_OK(read_eq(s, FA, 5, 1000, 0, NULL) == 0, "a read of it, from its chunks");
+	const char *p = rq_rs_path(s, FA);
+	struct stat st;
+	TAP_OK(p && stat(p, &st) == 0 && (uint64_t)st.st_size == sizes[FA],
+	       "the read assembled it: %s", p ? p : "(none)");
+	TAP_OK(read_eq(s, FA, 0, sizes[FA], 0, NULL) == 0, "read whole from the assembled file");
+	rq_rs_close(s);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -612,6 +655,7 @@ int main(int argc, char **argv)
 	test_warm_priority();
 	test_disk_full();
 	test_memory_and_close();
+	test_assembled_by_reader();
 	rs_teardown();
 	if (!tap_failed)
 		tap_rmtree(tmp);
