@@ -223,6 +223,16 @@ void rq_mnt_prefetch(struct rq_mount *m, size_t k)
 	}
 }
 
+void rq_mnt_prefetch_from(struct rq_mount *m, size_t k)
+{
+	int j = m->plan->mods[k].job;
+	if (m->o.prefetch <= 0)
+		return;
+	if (m->jobs[j].state == J_IDLE && !m->stop && !rq_mnt_job_covered(m, j))
+		q_append(m, j, 0);
+	rq_mnt_prefetch(m, k);
+}
+
 /* ---- completion -------------------------------------------------------- */
 
 /* Under m->lock: detaches job j's parked reads and returns, in the same

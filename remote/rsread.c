@@ -201,11 +201,11 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
 		else if ((rc = plan_missing(s, i, &p[k], nokeep, &g, err)))
 			break;
 	}
-	if (!rc && !nokeep && s->readahead > 0 && !f->assembled) {
+	if (!rc && !nokeep && !(flags & RQ_RS_NORA) && s->readahead > 0 && !f->assembled) {
 		uint64_t prev = f->seq_next;
 		if (off <= prev && off + cs >= prev)   /* starts where the last read ended */
 			for (uint64_t c = c1 + 1; c <= c1 + (uint64_t)s->readahead && c < f->nchunks; c++)
-				if (f->st[c] == CH_ABSENT && !f->fl[c])
+				if (f->st[c] == CH_ABSENT && !f->fl[c] && (!f->ra_want || f->ra_want[c]))
 					rqr_want_chunk(s, i, c, 0, 0);
 		f->seq_next = off + len;
 	}
@@ -242,7 +242,23 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
 	}
 	if (g.rc && !rc)
 		rc = rq_errf(err, reader_errno(g.rc), "%s", g.err.msg);
+	/* Every chunk present yet no file: a previous store stopped before it
+	 * assembled (an umount right after the last chunk came). This reader
+	 * assembles it now, once, so the file passes through from the next open
+	 * (and `warm`, which reads such files whole, ends with it assembled). */
+	int assemble = !rc && !f->assembled && !f->assembling && !f->failed &&
+	               f->nchunks && f->npresent == f->nchunks;
+	if (assemble)
+		f->assembling = 1;
 	pthread_mutex_unlock(&s->mu);
+	if (assemble) {
+		struct rq_err ae = {0};
+		if (rqr_assemble_file(s, i, &ae) == -EBADMSG) {
+			pthread_mutex_lock(&s->mu);
+			rqr_refetch_all(s, i);
+			pthread_mutex_unlock(&s->mu);
+		}
+	}
 out:
 	if (p != one)
 		free(p);

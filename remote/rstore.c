@@ -82,10 +82,22 @@ void rqr_unref(struct rq_rs *s, struct fetch *ft)
 		return;
 	if (ft->buf) {
 		s->mem_used -= ft->len;
-		free(ft->buf);
+		if (ft->len == s->chunk_size && s->pool &&
+		    s->mem_used + (uint64_t)(s->npool + 1) * s->chunk_size <= s->mem_max)
+			s->pool[s->npool++] = ft->buf;
+		else
+			free(ft->buf);
 		pthread_cond_broadcast(&s->mem_cv);
 	}
 	free(ft);
+}
+
+/* A buffer for len bytes of a chunk (mu held): a kept one when whole. */
+static void *buf_get(struct rq_rs *s, uint32_t len)
+{
+	if (len == s->chunk_size && s->npool)
+		return s->pool[--s->npool];
+	return malloc(len);
 }
 
 void rqr_log(struct rq_rs *s, const char *fmt, ...)
@@ -234,7 +246,7 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 		pthread_cond_wait(&s->mem_cv, &s->mu);
 	if (atomic_load(&s->closing)) {
 		rc = rq_errf(&e, -ECANCELED, "%s: the store is closing", f->name);
-	} else if (!(ft->buf = malloc(ft->len))) {
+	} else if (!(ft->buf = buf_get(s, ft->len))) {
 		rc = rq_errf(&e, -ENOMEM, "%s: no memory for a chunk of %u bytes", f->name, ft->len);
 	} else {
 		s->mem_used += ft->len;
@@ -476,6 +488,7 @@ int rq_rs_open(const struct rq_rs_opts *o, struct rq_rs **out, struct rq_err *er
 	s->mem_max = o->mem_max ? o->mem_max : 2ull * (uint64_t)s->nworkers * cs;
 	if (s->mem_max < cs)
 		s->mem_max = cs;                       /* one chunk at a time at least */
+	s->pool = calloc((size_t)(s->mem_max / cs) + 1, sizeof *s->pool);   /* NULL: no pool */
 	s->offline = o->offline;
 	s->log = o->log;
 	s->log_ctx = o->log_ctx;
@@ -591,8 +604,12 @@ void rq_rs_close(struct rq_rs *s)
 		free(s->files[i].apath);
 		free(s->files[i].st);
 		free(s->files[i].fl);
+		free(s->files[i].ra_want);
 	}
 	free(s->files);
+	for (int i = 0; i < s->npool; i++)
+		free(s->pool[i]);
+	free(s->pool);
 	if (s->dfd >= 0)
 		close(s->dfd);
 	free(s->root);
@@ -604,6 +621,29 @@ void rq_rs_close(struct rq_rs *s)
 	pthread_cond_destroy(&s->mem_cv);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
+}
+
+int rq_rs_set_readahead_mask(struct rq_rs *s, size_t i, const uint8_t *want)
+{
+	if (i >= s->nfiles)
+		return -EINVAL;
+	struct rfile *f = &s->files[i];
+	uint8_t *w = NULL;
+	if (want && !(w = malloc(f->nchunks ? f->nchunks : 1)))
+		return -ENOMEM;
+	if (w)
+		memcpy(w, want, f->nchunks);
+	pthread_mutex_lock(&s->mu);
+	uint8_t *old = f->ra_want;
+	f->ra_want = w;
+	pthread_mutex_unlock(&s->mu);
+	free(old);
+	return 0;
+}
+
+uint32_t rq_rs_chunk_size(const struct rq_rs *s)
+{
+	return s->chunk_size;
 }
 
 const char *rq_rs_path(struct rq_rs *s, size_t i)

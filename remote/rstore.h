@@ -58,10 +58,20 @@ int rq_rs_open(const struct rq_rs_opts *o, struct rq_rs **out, struct rq_err *er
 void rq_rs_close(struct rq_rs *s);
 
 #define RQ_RS_NOKEEP 1u
+#define RQ_RS_NORA 2u      /* not a sequential reader's: no readahead, its position kept */
 /* Bytes [off, off + len) of file i into buf; blocks until they are here.
  * 0 or -errno (-EIO, -ENETUNREACH, -EACCES, -ENOMEM) with a message. */
 int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
                unsigned flags, struct rq_err *err);
+
+/* Sequential readahead of file i fetches only chunks c with want[c] != 0
+ * (want: [chunks of file i], copied; NULL: every chunk, the default). A
+ * mount gives the chunks that hold bytes it presents unchanged, so chunks
+ * holding only what it requantizes are never fetched whole. 0 or -ENOMEM. */
+int rq_rs_set_readahead_mask(struct rq_rs *s, size_t i, const uint8_t *want);
+
+/* The chunk size in bytes (chunks are aligned on multiples of it). */
+uint32_t rq_rs_chunk_size(const struct rq_rs *s);
 
 /* The assembled, verified local file of file i, or NULL while it is not. */
 const char *rq_rs_path(struct rq_rs *s, size_t i);

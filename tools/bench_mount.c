@@ -356,8 +356,9 @@ static void usage(FILE *f)
 	"                  scheme against its own export; a table with the >= 0.9 bar\n"
 	"  --remote        instead: an hf:// mount of the checkpoint (default 2 experts)\n"
 	"                  served by a local HTTP server with the hub's layout: cold\n"
-	"                  reads vs curl of the SRC files from the same server (bar\n"
-	"                  >= 0.9), warm (after `warm`) vs native reads of the export\n"
+	"                  reads vs curl of the SRC files from the same server into\n"
+	"                  files in WORK (bar >= 0.9; curl to /dev/null shown too),\n"
+	"                  warm (after `warm`) vs native reads of the export\n"
 	"                  (bar >= 0.95)\n");
 }
 

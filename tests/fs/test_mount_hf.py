@@ -111,6 +111,7 @@ def body(T, hub, ep):
     rc, out = mount("hf://synthetic/ckpt", mnt, cache, ep, "--calib", T["cal"])
     dt = time.monotonic() - t
     ok(rc == 0, f"mount hf://synthetic/ckpt --calib (in {dt:.1f} s)", out)
+    mount_sent = hub.sent
     budget = small_budget(T["src"])
     total = sum(os.path.getsize(os.path.join(T["src"], n)) for n in os.listdir(T["src"]))
     ok(hub.sent <= budget, f"mount fetched {hub.sent} of {total} bytes: only small files and "
@@ -123,6 +124,12 @@ def body(T, hub, ep):
     bad = differing(mnt, ref_l)
     ok(not bad, "Laguna fix: every file through the hf:// mount == export of the local copy",
        "\n".join(bad))
+    # every SRC byte fetched once: jobs read through chunks that also hold presented
+    # bytes, readahead skips chunks of requantized weights only (the headers the mount
+    # fetched exactly are the only bytes that may come twice)
+    ok(hub.sent <= total + mount_sent, f"mount and a read of everything fetched {hub.sent} "
+       f"bytes for {total} bytes of SRC (<= SRC + the {mount_sent} the mount fetched)",
+       "\n".join(map(str, hub.ranges[:40])))
     st = status(mnt)
     r = st.get("remote", {})
     ok(r.get("fetched_bytes", 0) > 0 and r.get("read_errors", 1) == 0,

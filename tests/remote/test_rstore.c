@@ -11,6 +11,12 @@
  * TAP. Usage: test_rstore HUB_FAULT_PY (python3 on PATH, or $RQ_PYTHON). */
 #include "tests/remote/rs_test.h"
 #include "tests/tap.h"
+#include "remote/chunk.h"
+
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include <errno.h>
 #include <pthread.h>
@@ -333,6 +339,37 @@ static void test_readahead(void)
 	       "ahead (%d of chunks 0-3 asked again)", again);
 	rq_rs_close(s);
 
+	/* A readahead mask (a mount's chunks that hold presented bytes): chunk
+	 * 2 holds only requantized weights, so readahead never fetches it. */
+	ctl_do("reset");
+	s = open_store("readahead-mask", 4, 3, 0, 0);
+	uint8_t want[64];
+	memset(want, 1, sizeof want);
+	want[2] = 0;
+	TAP_OK(rq_rs_set_readahead_mask(s, FA, want) == 0, "readahead mask set");
+	TAP_OK(read_eq(s, FA, 0, 1000, 0, NULL) == 0, "a read at offset 0 (mask: not chunk 2)");
+	for (int i = 0; i < 100 && nranges() < 3; i++)
+		usleep(30000);
+	usleep(200000);
+	st = ctl("stats");
+	TAP_OK(ranges_of(st, FA, 1) == 1 && ranges_of(st, FA, 2) == 0 && ranges_of(st, FA, 3) == 1,
+	       "readahead 3 with chunk 2 masked: chunks 1 and 3 fetched, 2 not (%d %d %d)",
+	       ranges_of(st, FA, 1), ranges_of(st, FA, 2), ranges_of(st, FA, 3));
+	cJSON_Delete(st);
+	/* RQ_RS_NORA (a job reading through a kept chunk): no readahead */
+	ctl_do("reset");
+	okr = read_eq(s, FA, 6 * CS, 1000, RQ_RS_NORA, NULL) == 0;
+	okr &= read_eq(s, FA, 6 * CS + 1000, 1000, RQ_RS_NORA, NULL) == 0;
+	usleep(300000);
+	st = ctl("stats");
+	int ahead = 0;
+	for (long c = 7; c < 12; c++)
+		ahead += ranges_of(st, FA, c);
+	TAP_OK(okr && ranges_of(st, FA, 6) == 1 && !ahead, "RQ_RS_NORA reads: chunk 6 fetched, "
+	       "nothing read ahead (%d ranges beyond it)", ahead);
+	cJSON_Delete(st);
+	rq_rs_close(s);
+
 	/* RQ_RS_NOKEEP: exactly the range, nothing stored */
 	ctl_do("reset");
 	s = open_store("nokeep", 4, 0, 0, 0);
@@ -561,6 +598,43 @@ static void test_disk_full(void)
 	umount2(dir, MNT_DETACH);
 }
 
+/* Every chunk of a file on disk but no assembled file (a store closed right
+ * after its last chunk came, before it assembled): the next read assembles
+ * it, so it passes through from the next open. Offline: nothing fetched. */
+static void test_assembled_by_reader(void)
+{
+	char d[600];
+	snprintf(d, sizeof d, "%s/unassembled", tmp);
+	mkdir(d, 0755);
+	snprintf(d, sizeof d, "%s/unassembled/remote", tmp);
+	mkdir(d, 0755);
+	snprintf(d, sizeof d, "%s/unassembled/remote/chunks", tmp);
+	mkdir(d, 0755);
+	snprintf(d, sizeof d, "%s/unassembled/remote", tmp);
+	int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char dir[200];
+	snprintf(dir, sizeof dir, "chunks/%s-%u", shas[FA], CS);
+	uint64_t idh = XXH3_64bits(shas[FA], strlen(shas[FA])), n = (sizes[FA] + CS - 1) / CS;
+	int wrc = dfd < 0 ? -1 : 0;
+	for (uint64_t c = 0; c < n && !wrc; c++) {
+		uint64_t len = sizes[FA] - c * CS < CS ? sizes[FA] - c * CS : CS;
+		wrc = rqr_chunk_write(dfd, dir, c, CS, idh, data[FA] + c * CS, (uint32_t)len);
+	}
+	if (dfd >= 0)
+		close(dfd);
+	TAP_OK(!wrc, "%llu chunks of %s written, no assembled file", (unsigned long long)n,
+	       names[FA]);
+	struct rq_rs *s = open_store("unassembled", 2, 0, 0, 1);
+	TAP_OK(rq_rs_path(s, FA) == NULL, "opened offline: %s not assembled yet", names[FA]);
+	TAP_OK(read_eq(s, FA, 5, 1000, 0, NULL) == 0, "a read of it, from its chunks");
+	const char *p = rq_rs_path(s, FA);
+	struct stat st;
+	TAP_OK(p && stat(p, &st) == 0 && (uint64_t)st.st_size == sizes[FA],
+	       "the read assembled it: %s", p ? p : "(none)");
+	TAP_OK(read_eq(s, FA, 0, sizes[FA], 0, NULL) == 0, "read whole from the assembled file");
+	rq_rs_close(s);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -581,6 +655,7 @@ int main(int argc, char **argv)
 	test_warm_priority();
 	test_disk_full();
 	test_memory_and_close();
+	test_assembled_by_reader();
 	rs_teardown();
 	if (!tap_failed)
 		tap_rmtree(tmp);
