@@ -368,6 +368,11 @@ void rq_mnt_park(struct rq_mount *m, int j, struct mread *rd);
 void rq_mnt_prefetch(struct rq_mount *m, size_t k);
 /* Under m->lock: the same, module k's own job first (a reader nears it). */
 void rq_mnt_prefetch_from(struct rq_mount *m, size_t k);
+/* A read of virtual file `file` ended at `end` through SRC bytes of a remote
+ * SRC (fetched while no job runs): starts the next job of the file (within
+ * 256 MiB) and the prefetch after it, so quantization overlaps the
+ * fetching instead of waiting for the reader to reach the job. No lock held. */
+void rq_mnt_prefetch_ahead(struct rq_mount *m, long file, uint64_t end);
 /* Under m->lock: marks a READY job as used now (LRU). */
 void rq_mnt_touch(struct rq_mount *m, int j);
 /* Under m->lock: job j is not needed (covered): drops its output, or takes
@@ -416,11 +421,6 @@ int rq_mnt_remote_fd(struct rq_mount *m, int s);
  * RQ_RS_*). 0, or -EIO logged with the file, range and why (offline...). */
 int rq_mnt_remote_read(struct rq_mount *m, int s, uint64_t off, uint64_t len, void *buf,
                        unsigned flags);
-/* A read of virtual file `file` ended at `end` through SRC bytes of a remote
- * SRC (fetched while no job runs): starts the next job of the file (within
- * 256 MiB) and the prefetch after it, so quantization overlaps the
- * fetching instead of waiting for the reader to reach the job. No lock held. */
-void rq_mnt_remote_ahead(struct rq_mount *m, long file, uint64_t end);
 /* SRC file s's bytes now live elsewhere in the cache (a materialized shard):
  * the store drops its chunks. */
 void rq_mnt_remote_drop(struct rq_mount *m, int s);

@@ -309,7 +309,7 @@ void rq_mnt_read(fuse_req_t req, struct rq_mount *m, size_t size, off_t off,
 			return (void)fuse_reply_err(req, ENOMEM);
 		}
 		if (m->o.rs)       /* a remote SRC: quantize the next job while fetching */
-			rq_mnt_remote_ahead(m, file, (uint64_t)off + len);
+			rq_mnt_prefetch_ahead(m, file, (uint64_t)off + len);
 		int n = build(m, file, (uint64_t)off, len, bv, nseg, NULL, copy);
 		if (n < 0)
 			fuse_reply_err(req, -n);

@@ -374,31 +374,6 @@ int rq_mnt_remote_read(struct rq_mount *m, int s, uint64_t off, uint64_t len, vo
 	return -EIO;
 }
 
-/* How far ahead of a reader of SRC bytes its next job is started. */
-#define AHEAD_BYTES (256ull << 20)
-
-void rq_mnt_remote_ahead(struct rq_mount *m, long file, uint64_t end)
-{
-	const struct rq_vfile *f = &m->plan->files[file];
-	if (!m->o.rs || m->o.prefetch <= 0 || !f->changed || end >= f->size)
-		return;
-	for (size_t i = rq_vfile_seg_at(f, end); i < f->nseg; i++) {
-		const struct rq_seg *g = &f->seg[i];
-		if (g->off > end + AHEAD_BYTES)
-			return;
-		if (g->kind != RQ_SEG_JOB)
-			continue;
-		const struct rq_job *jb = &m->plan->jobs[g->job];
-		int k = 0;
-		while (k + 1 < jb->nmod && g->job_off >= jb->mod_off[k + 1])
-			k++;
-		pthread_mutex_lock(&m->lock);
-		rq_mnt_prefetch_from(m, (size_t)jb->mod[k]);
-		pthread_mutex_unlock(&m->lock);
-		return;
-	}
-}
-
 void rq_mnt_remote_drop(struct rq_mount *m, int s)
 {
 	if (m->o.rs)
