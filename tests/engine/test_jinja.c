@@ -105,6 +105,21 @@ static const char *const broken[][2] = {
 	{"{{ x is divisibleby 0 }}", "needs integers"},
 };
 
+/* s on one TAP line: newlines written as \n */
+static const char *oneline(const char *s, char *buf, size_t n)
+{
+	size_t k = 0;
+	for (; *s && k + 3 < n; s++)
+		if (*s == '\n') {
+			buf[k++] = '\\';
+			buf[k++] = 'n';
+		} else {
+			buf[k++] = *s;
+		}
+	buf[k] = 0;
+	return buf;
+}
+
 static int render(const char *tmpl, const cJSON *vars, char **out, struct rq_err *err)
 {
 	size_t n;
@@ -206,11 +221,12 @@ int main(int argc, char **argv)
 		free(out);
 	}
 	for (size_t i = 0; i < sizeof broken / sizeof *broken; i++) {
-		char *out;
+		char *out, line[256];
 		struct rq_err err = {0};
 		int rc = render(broken[i][0], vars, &out, &err);
 		TAP_OK(rc == -EINVAL && strstr(err.msg, broken[i][1]) && strstr(err.msg, "chat template"),
-		       "refused: %s -> %s", broken[i][0], rc ? err.msg : "(rendered)");
+		       "refused: %s -> %s", oneline(broken[i][0], line, sizeof line),
+		       rc ? err.msg : "(rendered)");
 		free(out);
 	}
 	deep(vars, "(", ")", 70, "parentheses");
