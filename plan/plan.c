@@ -307,7 +307,7 @@ static int choose_modules(struct rq_plan *p, const struct rq_rules *rules, size_
 	return 0;
 }
 
-static long find_mod(const struct rq_plan *p, const char *name)
+long rq_plan_find_mod(const struct rq_plan *p, const char *name)
 {
 	struct rq_module key = {.name = (char *)name};
 	struct rq_module *m = bsearch(&key, p->mods, p->nmods, sizeof *p->mods, cmp_mod);
@@ -329,7 +329,7 @@ static int make_jobs(struct rq_plan *p)
 		if (rq_scheme_shares_scale(p->mod_scheme) && ends_with(m->name, ".gate_proj")) {
 			char up[1024];
 			snprintf(up, sizeof up, "%.*s.up_proj", (int)(strlen(m->name) - 10), m->name);
-			long u = find_mod(p, up);
+			long u = rq_plan_find_mod(p, up);
 			if (u >= 0 && p->mods[u].cols == m->cols) {
 				j->nmod = 2;
 				j->mod[1] = (int)u;

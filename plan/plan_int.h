@@ -32,6 +32,8 @@ void rq_srcfiles_free(struct rq_srcfile *f, size_t n);
 
 /* Keeps every allocation the plan's MEM segments point into. */
 int rq_plan_keep(struct rq_plan *p, void *mem);
+/* Index of module `name` in p->mods (sorted by name), or -1. */
+long rq_plan_find_mod(const struct rq_plan *p, const char *name);
 
 struct rq_rules;
 

@@ -150,22 +150,6 @@ static char *layer_regex(const struct rq_plan *p, const char *m, size_t pl)
 	return out;
 }
 
-static int is_mod(const struct rq_plan *p, const char *name)
-{
-	size_t lo = 0, hi = p->nmods;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		int c = strcmp(p->mods[mid].name, name);
-		if (!c)
-			return 1;
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return 0;
-}
-
 /* 1 when regex target t matches only rule modules among SRC's modules (each
  * tensor's name without its last component), 0 if not, or -errno. */
 static int regex_exact(const struct rq_plan *p, struct st_header **hdr, const char *t,
@@ -184,7 +168,7 @@ static int regex_exact(const struct rq_plan *p, struct st_header **hdr, const ch
 			int m = rq_rule_match(&r, 0, mod, err);
 			if (m < 0)
 				rc = m;
-			else if (m && !is_mod(p, mod))
+			else if (m && rq_plan_find_mod(p, mod) < 0)
 				rc = 1;
 		}
 	rq_rules_free(&r);

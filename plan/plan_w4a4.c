@@ -71,22 +71,6 @@ static int linear_like(const struct st_tensor *t, char *mod, size_t cap)
 	       strcmp(last, "wpe");
 }
 
-static int is_chosen(const struct rq_plan *p, const char *mod)
-{
-	size_t lo = 0, hi = p->nmods;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		int c = strcmp(p->mods[mid].name, mod);
-		if (!c)
-			return 1;
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return 0;
-}
-
 /* Dotted names, numeric components as numbers; "lm_head" after the rest. */
 static int cmp_natural(const void *x, const void *y)
 {
@@ -120,7 +104,7 @@ int rq_plan_w4a4_ignore(const struct rq_plan *p, struct st_header **hdr, char **
 	int lm_head = 0, rc = 0;
 	for (size_t f = 0; f < p->nsrcs && !rc; f++)
 		for (size_t i = 0; hdr[f] && i < hdr[f]->n && !rc; i++) {
-			if (!linear_like(&hdr[f]->t[i], mod, sizeof mod) || is_chosen(p, mod))
+			if (!linear_like(&hdr[f]->t[i], mod, sizeof mod) || rq_plan_find_mod(p, mod) >= 0)
 				continue;
 			lm_head |= !strcmp(mod, "lm_head");
 			if (RQ_GROW(v, n, cap, 16) || !(v[n] = strdup(mod)))
@@ -128,7 +112,7 @@ int rq_plan_w4a4_ignore(const struct rq_plan *p, struct st_header **hdr, char **
 			else
 				n++;
 		}
-	if (!rc && !lm_head && !is_chosen(p, "lm_head")) {   /* tied: not in SRC, still a Linear */
+	if (!rc && !lm_head && rq_plan_find_mod(p, "lm_head") < 0) {   /* tied: not in SRC, still a Linear */
 		if (RQ_GROW(v, n, cap, 16) || !(v[n] = strdup("lm_head")))
 			rc = -ENOMEM;
 		else

@@ -7,144 +7,19 @@ redirected to a "CDN" path like the hub), serving mkckpt checkpoints at
 commits. The plan of the remote SRC must equal the plan of the same files on
 disk (same presented sizes, same JSON), having fetched only the small files
 the plan reads and each shard's 8-byte length + header (every body byte and
-range counted on the server); a branch moved while the plan runs must not
+range counted on the server: tests/hubsrv.py); a branch moved while the plan runs must not
 mix revisions; a missing repo, a server ignoring Range, an LFS sha256 that
 does not match and a gated repo fail naming the file and saying why.
 TAP output. Usage: test_plan_hf.py REQUANTFS"""
-import hashlib, http.server, json, os, re, shutil, struct, sys, tempfile, threading
-import urllib.parse
+import json, os, shutil, struct, sys, tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import rqtap  # noqa: E402
 from rqtap import ok, run  # noqa: E402
+from hubsrv import Hub, start  # noqa: E402  (the local hub, shared)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 C1, C2 = "1" * 39 + "a", "2" * 39 + "b"
-
-
-class Hub:
-    """repos: repo -> {"refs": {branch: commit}, "commits": {commit: dir}}."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.repos = {}
-        self.reset()
-
-    def reset(self, **kw):
-        with self.lock:
-            self.ignore_range = False
-            self.token = None          # demanded Bearer token
-            self.bad_sha = set()       # file names whose listed LFS sha256 is wrong
-            self.lie_size = set()      # file names listed one byte shorter than served
-            self.move_main = None      # (repo, commit): main moves there after the API answers
-            for k, v in kw.items():
-                setattr(self, k, v)
-            self.sent = 0              # body bytes of resolve answers
-            self.api_sent = 0
-            self.ranges = []           # (rev, file, first, last) of each resolve answer
-
-    def commit_dir(self, repo, rev):
-        r = self.repos.get(repo)
-        if not r:
-            return None, None
-        c = r["refs"].get(rev, rev)
-        return c, r["commits"].get(c)
-
-
-def sha256_of(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
-
-
-def handler(hub):
-    class H(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *a):
-            pass
-
-        def reply(self, code, body=b"", headers=()):
-            self.send_response(code)
-            for k, v in headers:
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            try:
-                self.wfile.write(body)
-            except OSError:
-                self.close_connection = True
-            return len(body)
-
-        def api(self, repo, rev):
-            c, d = hub.commit_dir(repo, rev)
-            if d is None:
-                return self.reply(404, b'{"error":"Repository not found"}',
-                                  [("X-Error-Message", "Repository not found")])
-            sib = []
-            for name in sorted(os.listdir(d)):
-                p = os.path.join(d, name)
-                e = {"rfilename": name, "size": os.path.getsize(p) - (name in hub.lie_size),
-                     "blobId": "0" * 40}
-                if name.endswith(".safetensors") or name.endswith(".index.json"):
-                    sha = sha256_of(p)
-                    if name in hub.bad_sha:
-                        sha = hashlib.sha256(b"not this").hexdigest()
-                    e["lfs"] = {"sha256": sha, "size": e["size"], "pointerSize": 134}
-                sib.append(e)
-            sib.append({"rfilename": "original/params.json", "size": 2})
-            body = json.dumps({"id": repo, "sha": c, "siblings": sib}).encode()
-            with hub.lock:
-                hub.api_sent += len(body)
-                mv = hub.move_main
-                if mv and mv[0] == repo:
-                    hub.repos[repo]["refs"]["main"] = mv[1]
-            self.reply(200, body)
-
-        def serve(self, repo, rev, name):
-            c, d = hub.commit_dir(repo, rev)
-            path = os.path.join(d, name) if d else None
-            if not path or "/" in name or not os.path.isfile(path):
-                return self.reply(404, b"Entry not found", [("X-Error-Message", "Entry not found")])
-            size = os.path.getsize(path)
-            m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
-            with open(path, "rb") as f:
-                if not m or hub.ignore_range:
-                    return self.reply(200, f.read())
-                a, b = int(m[1]), min(int(m[2]), size - 1)
-                f.seek(a)
-                n = self.reply(206, f.read(b - a + 1), [("Content-Range", f"bytes {a}-{b}/{size}"),
-                                                        ("ETag", f'"{c}-{name}"')])
-            with hub.lock:
-                hub.sent += n
-                hub.ranges.append((rev, name, a, b))
-
-        def do_GET(self):
-            u = urllib.parse.urlsplit(self.path)
-            path = urllib.parse.unquote(u.path)
-            if hub.token is not None and not path.startswith("/cdn/") and \
-                    self.headers.get("Authorization") != f"Bearer {hub.token}":
-                return self.reply(401, b"", [("X-Error-Message", "Invalid credentials")])
-            m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/(.+)", path)
-            if m:
-                if "blobs=true" not in u.query:
-                    return self.reply(400, b"test hub: ask with ?blobs=true")
-                return self.api(m[1], m[2])
-            m = re.fullmatch(r"/cdn/([^/]+/[^/]+)/([^/]+)/(.+)", path)
-            if m:
-                return self.serve(m[1], m[2], m[3])
-            m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
-            if m:   # the hub redirects resolve URLs to its CDN, at the commit
-                c, d = hub.commit_dir(m[1], m[2])
-                if d is None:
-                    return self.reply(404, b"Revision not found")
-                port = self.server.server_address[1]
-                return self.reply(302, b"", [("Location", f"http://localhost:{port}/cdn/{m[1]}/"
-                                              f"{c}/{urllib.parse.quote(m[3])}")])
-            self.reply(404, b"not found")
-    return H
 
 
 def header_len(path):
@@ -170,10 +45,7 @@ def main():
     rqtap.init(sys.argv[1])
     tmp = tempfile.mkdtemp(prefix="rq-plan-hf-")
     hub = Hub()
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler(hub))
-    srv.handle_error = lambda *a: None     # a client hanging up (Range ignored) is expected
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    ep = f"http://127.0.0.1:{srv.server_address[1]}"
+    srv, ep = start(hub)
     try:
         src, cal, src2 = (os.path.join(tmp, n) for n in ("src", "cal", "src2"))
         rc, out = run("mkckpt", src, "--calib-out", cal)
