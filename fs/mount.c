@@ -20,6 +20,9 @@
  *                           output | whole materialized file
  *             mount_mat.c   materialized files (a whole shard on disk)
  *             mount_jobs.c  single-flight jobs: park, run (job/), publish
+ *   remote    mount_rver.c  hf:// SRC: --remote-verify file (whole files checked
+ *                           before any byte), the remote pool (no FUSE thread
+ *                           waits on the network)
  *   leaves    mount_pt.c    kernel passthrough (backing ids)
  *             mount_out.c   job outputs and a read's holds on them
  *             mount_src.c   SRC identity

@@ -29,6 +29,9 @@ enum rq_passthrough { RQ_PT_AUTO, RQ_PT_ON, RQ_PT_OFF };
 
 /* What the daemon's log keeps (--log-level); 0 in the options = INFO. A
  * line is written when its level is at or below the mount's. */
+/* --remote-verify (rq_mount_opts.remote_verify). */
+enum { RQ_RV_FILE, RQ_RV_NONE };
+
 enum rq_log_level { RQ_LOG_DEFAULT, RQ_LOG_ERROR, RQ_LOG_WARN, RQ_LOG_INFO, RQ_LOG_DEBUG };
 
 struct rq_mount_opts {
@@ -41,6 +44,13 @@ struct rq_mount_opts {
 	struct rq_rs *rs;
 	const struct rq_src_entry *rfiles;
 	size_t nrfiles;
+	/* Remote SRC: RQ_RV_FILE (0, the default): no byte derived from a SRC
+	 * file (served unchanged, a job's BF16 input, a shard's header) leaves
+	 * the daemon before that whole file is fetched and its sha256 (else git
+	 * blob id) checked; RQ_RV_NONE: bytes served as chunks arrive, checked
+	 * only when the file is assembled (a server's wrong bytes can be
+	 * served). fs/mount_rver.c. */
+	int remote_verify;
 	const char *mnt;          /* mount point: an existing empty directory */
 	const char *calib;        /* CALIB directory or `calib extract` file */
 	const char *cache_dir;    /* cache directory (created if missing) */

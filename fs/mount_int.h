@@ -103,6 +103,31 @@ struct mread {
 	int nheld, capheld, hcur; /* hcur: where the last lookup hit */
 };
 
+/* A remote SRC file under --remote-verify file (mount_rver.c has the state
+ * diagram). Under m->lock but `verified`, also read without it. */
+enum mrv_state { RV_NONE, RV_FETCHING, RV_LOCAL, RV_BAD };
+
+struct mrv {
+	enum mrv_state state;
+	atomic_int verified;      /* sticky: the whole file was checked once and its head
+	                             matched the plan's: bytes the plan holds from it
+	                             (a shard's header) may be served */
+	struct mout *out;         /* LOCAL: the verified copy's fd (one reference) */
+	unsigned gen;             /* bumped when a fetch of it ends */
+	struct mread **wait;      /* reads parked until it is LOCAL/verified */
+	int nwait, capwait;
+};
+
+/* A read's hold on remote SRC file r's verified copy (mhold.job < 0). */
+#define RQ_RV_KEY(r) (-2 - (int)(r))
+
+/* A task of the remote pool: a whole-file fetch (r >= 0) or a read (rd). */
+struct rvtask {
+	struct rvtask *next;
+	long r;
+	struct mread *rd;
+};
+
 struct msrc {
 	int fd;                   /* O_RDONLY on plan->srcs[i].path, kept for the mount's life;
 	                             -1 for a remote SRC */
@@ -249,6 +274,23 @@ struct rq_mount {
 	uint8_t **rheads;         /* [nrfiles] while the plan is built: a shard's first 8 + N
 	                             bytes (its header), or NULL; mount_remote.c */
 	uint64_t *rhead_len;
+	uint8_t (*rhsha)[32];     /* [nrfiles] once planned: SHA-256 of the head the plan
+	                             used (its first rhlen[i] bytes; rhlen 0: none); */
+	uint64_t *rhlen;          /* mount_remote.c */
+	uint8_t *rwhole;          /* [nrfiles] 1: the plan read it whole, verified */
+	/* --remote-verify file (mount_rver.c): rv [nrfiles] under lock, NULL in
+	 * none mode or for a local SRC; rv_cv (with lock): a fetch ended, or
+	 * rv_stop. The remote pool (both modes): its queue under rp_mu. */
+	struct mrv *rv;
+	pthread_cond_t rv_cv;
+	int rv_stop;
+	int rv_inited;
+	pthread_mutex_t rp_mu;
+	pthread_cond_t rp_cv;
+	struct rvtask *rp_head, *rp_tail;   /* rp_mu */
+	int rp_stop;              /* rp_mu */
+	int rp_n;                 /* threads started */
+	pthread_t *rp_th;
 	uint8_t **rkept;          /* [nrfiles] once planned: [chunk] 1 when the chunk holds
 	                             bytes presented unchanged (it is fetched whole and
 	                             stored anyway), or NULL; mount_remote.c */
@@ -303,7 +345,10 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd);
 /* mount_seg.c: a segment's source, the seam under the read path (the kinds
  * and their table are at the top of mount_seg.c) */
 /* 1 when the source of g may have to park a read (acquire it under lock). */
-int rq_mnt_seg_may_park(const struct rq_seg *g);
+int rq_mnt_seg_may_park(const struct rq_mount *m, const struct rq_seg *g);
+/* 1 when the bytes of g are remote and not here yet (--remote-verify none):
+ * the read then runs on the remote pool, not a FUSE thread. */
+int rq_mnt_seg_slow(struct rq_mount *m, const struct rq_seg *g);
 /* 1 when the source of g may copy its bytes into the read's buffer (dst of
  * rq_mnt_seg_bytes): the read path then allocates one. */
 int rq_mnt_seg_copies(const struct rq_mount *m, const struct rq_seg *g);
@@ -384,6 +429,37 @@ void rq_mnt_drop_stale(struct rq_mount *m, int j, struct mout *o);
 /* Under m->lock: is every file made from job j materialized (READY)? */
 int rq_mnt_job_covered(struct rq_mount *m, int j);
 
+/* mount_rver.c: a remote SRC (hf://): --remote-verify file, the remote pool */
+/* After the plan (every mode): state, the jobs' reader in file mode. */
+int rq_mnt_rv_init(struct rq_mount *m, struct rq_err *err);
+int rq_mnt_rv_start(struct rq_mount *m);     /* the pool (remote SRC only) */
+/* Ends the session's remote waits: parked reads EIO, waiting jobs woken,
+ * queued tasks failed; then rq_mnt_rv_join waits a bounded time for the
+ * pool (a thread left in a fetch: m->stuck). */
+void rq_mnt_rv_stop(struct rq_mount *m);
+void rq_mnt_rv_join(struct rq_mount *m);
+void rq_mnt_rv_free(struct rq_mount *m);
+/* No lock: 1 when a read of plan file `file` must wait for its SRC file's
+ * verification (file mode, not verified yet). */
+int rq_mnt_rv_needs(struct rq_mount *m, long file);
+/* Under m->lock: may rd's file be read (its SRC verified)? 0 yes, 1 rd
+ * parked on the fetch, -EIO (the file failed for good). */
+int rq_mnt_rv_gate(struct rq_mount *m, struct mread *rd);
+/* Under m->lock: SRC file s's verified copy for rd: 0 held (RQ_RV_KEY), 1
+ * parked on its fetch, -EIO. */
+int rq_mnt_rv_acquire(struct rq_mount *m, struct mread *rd, int s);
+/* Hands rd to the remote pool (rd->serve runs there). 0 or -ENOMEM. */
+int rq_mnt_rv_push(struct rq_mount *m, struct mread *rd);
+/* The fd a file identical to SRC file s is served from: the local SRC fd,
+ * the remote one's verified (file mode) or assembled copy, or -1. */
+int rq_mnt_src_fd(struct rq_mount *m, int s);
+/* Bytes of SRC file s for the materializer (blocks the caller): file
+ * mode through the verified copy, else through the store. 0 or -EIO. */
+int rq_mnt_src_read(struct rq_mount *m, int s, uint64_t off, uint64_t len, void *buf);
+/* SRC file s's bytes now live elsewhere (a materialized shard): its copy
+ * is released and the store drops it. */
+void rq_mnt_rv_drop(struct rq_mount *m, int s);
+
 /* Leaves, called from above and calling no daemon file: mount_pt.c
  * (mount_pt.h), mount_out.c, mount_src.c, mount_remote.c, mount_log.c,
  * mountinfo.c. */
@@ -424,9 +500,10 @@ int rq_mnt_remote_read(struct rq_mount *m, int s, uint64_t off, uint64_t len, vo
 /* SRC file s's bytes now live elsewhere in the cache (a materialized shard):
  * the store drops its chunks. */
 void rq_mnt_remote_drop(struct rq_mount *m, int s);
-/* The fd a file identical to SRC file s is served from: the local SRC fd,
- * the remote one's assembled file, or -1 (remote, not assembled yet). */
-int rq_mnt_src_fd(struct rq_mount *m, int s);
+/* Remote file i's verified copy (fd) against the head the plan used: 0
+ * same (or no head kept), -EPROTO different (the kept head is deleted),
+ * -EIO unreadable. */
+int rq_mnt_remote_head_check(struct rq_mount *m, size_t i, int fd);
 
 /* mount_log.c: clock, log (rq_mount_log* in mount.h), thread stop */
 double rq_mnt_now(void);

@@ -347,7 +347,7 @@ static int write_file(struct rq_mount *m, long i, struct mout **outs, int *fdp,
 		for (uint64_t d = 0; d < g->len && !rc; d += MAT_CHUNK) {
 			size_t n = g->len - d < MAT_CHUNK ? (size_t)(g->len - d) : MAT_CHUNK;
 			if (remote) {
-				if ((rc = rq_mnt_remote_read(m, g->src, at + d, n, buf, 0))) {
+				if ((rc = rq_mnt_src_read(m, g->src, at + d, n, buf))) {
 					snprintf(msg, len, "reading %s bytes %llu-%llu failed (logged)",
 					         p->srcs[g->src].path, (unsigned long long)(at + d),
 					         (unsigned long long)(at + d + n - 1));
@@ -561,7 +561,7 @@ static void *mat_main(void *arg)
 			int dropped = release_covered(m, i);
 			/* a remote SRC: what the shard presents now lives in its file,
 			 * so the store drops the SRC chunks it kept (never twice) */
-			rq_mnt_remote_drop(m, p->files[i].src);
+			rq_mnt_rv_drop(m, p->files[i].src);
 			rq_mount_log(m, "%s %s (%.1f MB) in %.2f s%s; %d job entries dropped",
 			             fresh ? "materialized" : "verified the materialized", p->files[i].name,
 			             p->files[i].size / 1e6, t, fresh ? "" : " (found in the cache)",
@@ -585,7 +585,9 @@ int rq_mnt_mat_start(struct rq_mount *m)
 {
 	pthread_mutex_lock(&m->lock);
 	m->mat_on = 1;
-	m->mat_write = m->pt && rq_pt_enabled(m->pt);
+	/* (a remote SRC verified whole: written without passthrough too, so the
+	 * SRC file it needed whole can be dropped once it is: mount_rver.c) */
+	m->mat_write = (m->pt && rq_pt_enabled(m->pt)) || m->rv;
 	m->on_job_cached = job_cached;   /* published jobs may complete a file */
 	pthread_mutex_unlock(&m->lock);
 	if (pthread_create(&m->mat_thread, NULL, mat_main, m)) {

@@ -83,7 +83,7 @@ void rq_mnt_read_free(struct mread *rd)
 int rq_mnt_held_fd(const struct mread *rd)
 {
 	for (int i = 0; i < rd->nheld; i++)
-		if (rd->held[i].o->fd >= 0)
-			return 1;
+		if (rd->held[i].o->fd >= 0 && rd->held[i].job >= 0)
+			return 1;     /* (job < 0: a remote SRC's verified copy, spliced) */
 	return 0;
 }

@@ -90,16 +90,19 @@ static int build(struct rq_mount *m, long fi, uint64_t off, uint64_t size,
 }
 
 /* Segments of [off, end) of f; *may_park: a source of one may park a read;
- * *copies: a source of one copies into the read's buffer. */
-static size_t seg_count(const struct rq_mount *m, const struct rq_vfile *f, uint64_t off,
-                        uint64_t end, int *may_park, int *copies)
+ * *copies: a source of one copies into the read's buffer; *slow: one's
+ * bytes are remote and not here yet (the remote pool answers the read). */
+static size_t seg_count(struct rq_mount *m, const struct rq_vfile *f, uint64_t off,
+                        uint64_t end, int *may_park, int *copies, int *slow)
 {
 	size_t n = 0;
-	*may_park = *copies = 0;
+	*may_park = *copies = *slow = 0;
 	for (size_t s = rq_vfile_seg_at(f, off); s < f->nseg && f->seg[s].off < end; s++) {
 		n++;
-		*may_park |= rq_mnt_seg_may_park(&f->seg[s]);
+		*may_park |= rq_mnt_seg_may_park(m, &f->seg[s]);
 		*copies |= rq_mnt_seg_copies(m, &f->seg[s]);
+		if (!*slow)
+			*slow = rq_mnt_seg_slow(m, &f->seg[s]);
 	}
 	return n;
 }
@@ -150,8 +153,8 @@ static int recheck_held(struct rq_mount *m, struct mread *rd)
 	for (int i = 0; i < rd->nheld; i++) {
 		struct mout *o = rd->held[i].o;
 		int j = rd->held[i].job;
-		if (o->fd < 0)
-			continue;
+		if (o->fd < 0 || j < 0)
+			continue;     /* (j < 0: a remote SRC's verified copy, not a cache entry) */
 		struct rq_err e = {0};
 		int r = rq_cache_recheck(m->cache, &m->jobs[j].key, o->fd, m->plan->jobs[j].out_size,
 		                         &o->id, &e);
@@ -194,6 +197,17 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 	uint64_t end = rd->off + rd->size;
 	if (rq_mnt_seg_file(m, rd))
 		return;     /* a whole materialized file answered it, or it parked */
+	int gate = rq_mnt_rv_gate(m, rd);     /* a remote SRC: verified first */
+	if (gate) {
+		pthread_mutex_unlock(&m->lock);
+		if (gate > 0) {
+			atomic_fetch_add(&m->st.parked, 1);
+			return;
+		}
+		fuse_reply_err(rd->req, -gate);
+		rq_mnt_read_free(rd);
+		return;
+	}
 	long last_mod = -1, first_mod = -1;
 	size_t nseg = 0;
 	int err = 0, copies = 0;
@@ -278,6 +292,45 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 	rq_mnt_read_free(rd);
 }
 
+/* Answers [off, off + len) of file at once, for sources that never park
+ * (SRC/MEM ranges, a remote SRC's bytes under --remote-verify none): no
+ * lock. */
+static void direct(struct rq_mount *m, fuse_req_t req, long file, uint64_t off, uint64_t len)
+{
+	const struct rq_vfile *f = &m->plan->files[file];
+	int may_park, copies, slow;
+	size_t nseg = seg_count(m, f, off, off + len, &may_park, &copies, &slow);
+	struct {
+		struct fuse_bufvec v;
+		struct fuse_buf more[SMALL_SEGS - 1];
+	} small;
+	struct fuse_bufvec *bv = bufvec_alloc(nseg, &small.v);
+	uint8_t *copy = copies ? malloc(len) : NULL;
+	if (!bv || (copies && !copy)) {
+		if (bv && bv != &small.v)
+			free(bv);
+		free(copy);
+		return (void)fuse_reply_err(req, ENOMEM);
+	}
+	if (m->o.rs)       /* a remote SRC: quantize the next job while fetching */
+		rq_mnt_prefetch_ahead(m, file, off + len);
+	int n = build(m, file, off, len, bv, nseg, NULL, copy);
+	if (n < 0)
+		fuse_reply_err(req, -n);
+	else
+		reply(m, req, bv);
+	if (bv != &small.v)
+		free(bv);
+	free(copy);
+}
+
+/* A direct read the remote pool answers (its bytes are not here yet). */
+static void serve_direct(struct rq_mount *m, struct mread *rd)
+{
+	direct(m, rd->req, rd->file, rd->off, rd->size);
+	rq_mnt_read_free(rd);
+}
+
 void rq_mnt_read(fuse_req_t req, struct rq_mount *m, size_t size, off_t off,
                  struct fuse_file_info *fi)
 {
@@ -292,38 +345,22 @@ void rq_mnt_read(fuse_req_t req, struct rq_mount *m, size_t size, off_t off,
 	if (rq_mnt_src_check(m, f->src, 0))
 		return (void)fuse_reply_err(req, EIO);
 
-	int may_park, copies;
-	size_t nseg = seg_count(m, f, (uint64_t)off, (uint64_t)off + len, &may_park, &copies);
-	if (!may_park) {
-		/* Sources that never park (SRC/MEM, remote SRC): answer now, no lock. */
-		struct {
-			struct fuse_bufvec v;
-			struct fuse_buf more[SMALL_SEGS - 1];
-		} small;
-		struct fuse_bufvec *bv = bufvec_alloc(nseg, &small.v);
-		uint8_t *copy = copies ? malloc(len) : NULL;
-		if (!bv || (copies && !copy)) {
-			if (bv && bv != &small.v)
-				free(bv);
-			free(copy);
-			return (void)fuse_reply_err(req, ENOMEM);
-		}
-		if (m->o.rs)       /* a remote SRC: quantize the next job while fetching */
-			rq_mnt_prefetch_ahead(m, file, (uint64_t)off + len);
-		int n = build(m, file, (uint64_t)off, len, bv, nseg, NULL, copy);
-		if (n < 0)
-			fuse_reply_err(req, -n);
-		else
-			reply(m, req, bv);
-		if (bv != &small.v)
-			free(bv);
-		free(copy);
-		return;
-	}
+	int may_park, copies, slow;
+	seg_count(m, f, (uint64_t)off, (uint64_t)off + len, &may_park, &copies, &slow);
+	int gate = rq_mnt_rv_needs(m, file);    /* a remote SRC not verified yet */
+	if (!may_park && !slow && !gate)
+		return direct(m, req, file, (uint64_t)off, len);
 	struct mread *rd = calloc(1, sizeof *rd);
 	if (!rd)
 		return (void)fuse_reply_err(req, ENOMEM);
-	*rd = (struct mread){.serve = rq_mnt_serve, .req = req, .file = file, .ctl_job = -1,
-	                     .off = (uint64_t)off, .size = len};
+	*rd = (struct mread){.serve = may_park || gate ? rq_mnt_serve : serve_direct, .req = req,
+	                     .file = file, .ctl_job = -1, .off = (uint64_t)off, .size = len};
+	if (slow) {        /* remote bytes not here: a pool thread waits for them, not us */
+		if (rq_mnt_rv_push(m, rd)) {
+			fuse_reply_err(req, EIO);
+			rq_mnt_read_free(rd);
+		}
+		return;
+	}
 	rq_mnt_serve(m, rd);
 }

@@ -21,6 +21,13 @@
  *    the read's own buffer until the store names the file's assembled,
  *    verified copy (rq_rs_path); from then on that file is served like a
  *    local SRC file: spliced, or by passthrough (mount_open.c).
+ *  - --remote-verify file (the default; mount_rver.c): the plan reads a
+ *    file whole (config, index, a shard's bytes past its head) through a
+ *    whole-file fetch and its verified copy, never a chunk as it arrives;
+ *    the heads it was built from are remembered by their SHA-256 (rhsha)
+ *    and compared with the verified copy when the file is fetched
+ *    (rq_mnt_remote_head_check). A head is taken from the verified copy
+ *    when the store has one.
  *  - A commit never changes: there is no identity to re-check (mount_src.c).
  *  - A failed read (faults after the store's retries, offline and never
  *    fetched) answers EIO with a log line naming the file and range. */
@@ -116,10 +123,56 @@ static void head_keep(struct rq_mount *m, size_t i, const char *path)
 	free(tmp);
 }
 
+/* Reads exactly n bytes at off: 0 or -EIO. */
+static int pread_all(int fd, uint8_t *p, uint64_t n, uint64_t off)
+{
+	while (n) {
+		ssize_t r = pread(fd, p, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -EIO;
+		p += r;
+		n -= (uint64_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+/* The head of file i from its verified copy in the store: 0, or -1 when
+ * there is none (or it is unreadable). */
+static int head_from_copy(struct rq_mount *m, size_t i)
+{
+	const char *path = rq_rs_path(m->o.rs, i);
+	int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+	if (fd < 0)
+		return -1;
+	uint8_t n8[8], *b = NULL;
+	uint64_t n = 0, size = m->o.rfiles[i].size;
+	int ok = size >= 8 && !pread_all(fd, n8, 8, 0);
+	for (int k = 7; ok && k >= 0; k--)
+		n = n << 8 | n8[k];
+	ok = ok && n <= HEAD_MAX && 8 + n <= size && (b = malloc(8 + n));
+	if (ok) {
+		memcpy(b, n8, 8);
+		ok = !pread_all(fd, b + 8, n, 8);
+	}
+	close(fd);
+	if (!ok) {
+		free(b);
+		return -1;
+	}
+	m->rheads[i] = b;
+	m->rhead_len[i] = 8 + n;
+	return 0;
+}
+
 /* File i's head (8 + N bytes), from the cache or fetched exactly. */
 static int head_get(struct rq_mount *m, size_t i, struct rq_err *err)
 {
 	if (m->rheads[i])
+		return 0;
+	if (!head_from_copy(m, i))
 		return 0;
 	char *path = head_path(m, i);
 	if (!head_load(m, i, path)) {
@@ -227,15 +280,35 @@ static int job_read(struct rq_mount *m, size_t i, uint64_t off, uint64_t len, ui
 	return 0;
 }
 
+/* --remote-verify file: bytes of file i for the plan, from its whole,
+ * verified copy (fetched now if the store has none). */
+static int whole_read(struct rq_mount *m, size_t i, uint64_t off, uint64_t len, void *buf,
+                      struct rq_err *err)
+{
+	int rc = rq_rs_fetch_file(m->o.rs, i, NULL, NULL, err);
+	const char *path = rc ? NULL : rq_rs_path(m->o.rs, i);
+	int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+	if (!rc && (fd < 0 || pread_all(fd, buf, len, off)))
+		rc = rq_errf(err, -EIO, "%s/%s: its verified copy %s cannot be read", m->src,
+		             m->o.rfiles[i].name, path ? path : "(gone)");
+	if (fd >= 0)
+		close(fd);
+	if (!rc)
+		m->rwhole[i] = 1;
+	return rc;
+}
+
 static int reader_read(void *ctx, size_t i, uint64_t off, uint64_t len, void *buf,
                        struct rq_err *err)
 {
 	struct rq_mount *m = ctx;
-	if (atomic_load(&m->rs_nokeep))       /* a job's BF16 input */
+	int verify = m->o.remote_verify == RQ_RV_FILE;
+	if (atomic_load(&m->rs_nokeep))       /* a job's BF16 input (none mode) */
 		return job_read(m, i, off, len, buf, err);
 	const struct rq_src_entry *e = &m->o.rfiles[i];
-	if ((off == 0 && len == e->size) || !is_shard(e))
-		return rq_rs_read(m->o.rs, i, off, len, buf, 0, err);   /* a small file, kept */
+	if ((off == 0 && len == e->size) || !is_shard(e))   /* a small file, kept */
+		return verify ? whole_read(m, i, off, len, buf, err)
+		              : rq_rs_read(m->o.rs, i, off, len, buf, 0, err);
 	int rc = head_get(m, i, err);         /* the plan reads a shard's header */
 	if (rc)
 		return rc;
@@ -243,7 +316,8 @@ static int reader_read(void *ctx, size_t i, uint64_t off, uint64_t len, void *bu
 		memcpy(buf, m->rheads[i] + off, len);
 		return 0;
 	}
-	return rq_rs_read(m->o.rs, i, off, len, buf, RQ_RS_NOKEEP, err);
+	return verify ? whole_read(m, i, off, len, buf, err)
+	              : rq_rs_read(m->o.rs, i, off, len, buf, RQ_RS_NOKEEP, err);
 }
 
 int rq_mnt_remote_init(struct rq_mount *m, struct rq_err *err)
@@ -256,7 +330,9 @@ int rq_mnt_remote_init(struct rq_mount *m, struct rq_err *err)
 	                                    .files = m->o.rfiles, .ctx = m, .read = reader_read};
 	size_t n = m->o.nrfiles ? m->o.nrfiles : 1;
 	if (!(m->rheads = calloc(n, sizeof *m->rheads)) ||
-	    !(m->rhead_len = calloc(n, sizeof *m->rhead_len)))
+	    !(m->rhead_len = calloc(n, sizeof *m->rhead_len)) ||
+	    !(m->rhsha = calloc(n, sizeof *m->rhsha)) || !(m->rhlen = calloc(n, sizeof *m->rhlen)) ||
+	    !(m->rwhole = calloc(n, 1)))
 		return rq_errf(err, -ENOMEM, "out of memory");
 	heads_prefetch(m);
 	return 0;
@@ -301,6 +377,15 @@ void rq_mnt_remote_planned(struct rq_mount *m)
 	if (m->o.rs && m->plan && !atomic_load(&m->rs_nokeep))
 		kept_map(m);
 	atomic_store(&m->rs_nokeep, 1);
+	for (size_t i = 0; m->rheads && m->rhsha && i < m->o.nrfiles; i++) {
+		if (!m->rheads[i])
+			continue;
+		struct sha256 h;               /* what the plan was built from */
+		sha256_init(&h);
+		sha256_update(&h, m->rheads[i], m->rhead_len[i]);
+		sha256_final(&h, m->rhsha[i]);
+		m->rhlen[i] = m->rhead_len[i];
+	}
 	for (size_t i = 0; m->rheads && i < m->o.nrfiles; i++)
 		free(m->rheads[i]);
 	free(m->rheads);
@@ -315,6 +400,12 @@ void rq_mnt_remote_free(struct rq_mount *m)
 		free(m->rkept[i]);
 	free(m->rkept);
 	m->rkept = NULL;
+	free(m->rhsha);
+	free(m->rhlen);
+	free(m->rwhole);
+	m->rhsha = NULL;
+	m->rhlen = NULL;
+	m->rwhole = NULL;
 	if (!m->o.rs || !m->srcs || !m->plan)
 		return;
 	for (size_t s = 0; s < m->plan->nsrcs; s++) {
@@ -353,9 +444,30 @@ int rq_mnt_remote_fd(struct rq_mount *m, int s)
 	return fd;
 }
 
-int rq_mnt_src_fd(struct rq_mount *m, int s)
+int rq_mnt_remote_head_check(struct rq_mount *m, size_t i, int fd)
 {
-	return m->o.rs ? rq_mnt_remote_fd(m, s) : m->srcs[s].fd;
+	uint64_t n = m->rhlen ? m->rhlen[i] : 0;
+	if (!n)
+		return 0;
+	uint8_t *b = malloc(n), d[32];
+	if (!b)
+		return -EIO;
+	int rc = pread_all(fd, b, n, 0);
+	if (!rc) {
+		struct sha256 h;
+		sha256_init(&h);
+		sha256_update(&h, b, n);
+		sha256_final(&h, d);
+		rc = memcmp(d, m->rhsha[i], 32) ? -EPROTO : 0;
+	}
+	free(b);
+	if (rc == -EPROTO) {       /* the kept head lied: the next mount takes the copy's */
+		char *path = head_path(m, i);
+		if (path)
+			unlink(path);
+		free(path);
+	}
+	return rc;
 }
 
 int rq_mnt_remote_read(struct rq_mount *m, int s, uint64_t off, uint64_t len, void *buf,

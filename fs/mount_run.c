@@ -364,6 +364,8 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 	if ((rc = rq_plan_build(&po, &m->plan, err)))
 		goto fail;
 	rq_mnt_remote_planned(m);         /* from now on the reader serves jobs only */
+	if ((rc = rq_mnt_rv_init(m, err)))   /* --remote-verify file: jobs read verified copies */
+		goto fail;
 	for (size_t i = 0; i < m->plan->nskipped; i++)
 		rq_mount_log(m, "%s", m->plan->skipped[i]);
 	/* lazy_sync: job entries are checksummed and verified at first use in a
@@ -528,6 +530,8 @@ int rq_mount_run(struct rq_mount *m, void (*ready)(void *ctx, int rc, const char
 	int rc = rq_mnt_jobs_start(m, &err);
 	if (!rc)
 		rc = rq_mnt_monitor_start(m, &err);
+	if (!rc && (rc = rq_mnt_rv_start(m)))
+		rq_errf(&err, rc, "cannot start the remote read threads");
 	if (rc) {
 		if (ready)
 			ready(ctx, rc, err.msg);
@@ -552,8 +556,10 @@ int rq_mount_run(struct rq_mount *m, void (*ready)(void *ctx, int rc, const char
 		rq_mount_log(m, "unmounted%s: stopping", lrc < 0 ? " (session error)" : "");
 	/* Finish or fail what is parked before the connection goes away (then
 	 * the monitor: its page invalidations may wait on parked reads). */
+	rq_mnt_rv_stop(m);      /* parked remote reads EIO; jobs waiting on a fetch woken */
 	rq_mnt_mat_stop(m);
 	rq_mnt_jobs_stop(m);
+	rq_mnt_rv_join(m);
 	rq_mnt_monitor_stop(m);
 	fuse_session_unmount(m->se);
 	if (have_rt)
@@ -584,6 +590,7 @@ void rq_mount_close(struct rq_mount *m)
 	rq_pt_free(m->pt);        /* after the session: its hooks ran until then */
 	rq_mnt_files_free(m);
 	rq_mnt_jobs_free(m);
+	rq_mnt_rv_free(m);
 	rq_mnt_remote_planned(m);
 	rq_mnt_remote_free(m);
 	if (m->srcs && m->plan)

@@ -15,11 +15,14 @@
  *
  *   MEM   bytes the plan holds (headers, config.json, the index)
  *   SRC   a byte range of a SRC file (the mount's own fd; changed SRC: EIO)
- *   REMOTE  a SRC segment of a remote SRC (hf://, mount_remote.c): read
- *         through the chunk store into the read's own buffer (blocking
- *         this FUSE thread only: the store fetches each chunk once, several
- *         in parallel, so a slow chunk holds only its own readers), or, once
- *         the store has assembled and verified the file, spliced from it
+ *   RFILE a SRC segment of a remote SRC (hf://) under --remote-verify file
+ *         (mount_rver.c): parked until the whole file is fetched and
+ *         verified, then spliced from that copy (held until the reply)
+ *   REMOTE  the same under --remote-verify none (mount_remote.c): read
+ *         through the chunk store into the read's own buffer as chunks
+ *         arrive -- on a remote-pool thread, never a FUSE one (the read
+ *         path asks rq_mnt_seg_slow) -- or, once the store has assembled
+ *         and verified the file, spliced from it
  *   JOB   a byte range of a job's output (mount_jobs.c: parked until the job
  *         publishes; then memory, or its cache entry read into the read's
  *         buffer: see mount_read.c for why a cache fd is never spliced)
@@ -87,6 +90,32 @@ static int remote_bytes(struct rq_mount *m, struct mread *rd, const struct rq_se
 		return -EIO;    /* not reached: the read allocates it (rq_mnt_seg_copies) */
 	fb->mem = dst;
 	return rq_mnt_remote_read(m, g->src, g->src_off + d, fb->size, dst, 0);
+}
+
+static int remote_slow(struct rq_mount *m, const struct rq_seg *g)
+{
+	return rq_mnt_remote_fd(m, g->src) < 0;
+}
+
+/* ---- RFILE --------------------------------------------------------------- */
+
+static int rfile_acquire(struct rq_mount *m, struct mread *rd, const struct rq_seg *g,
+                         uint64_t d, long *unit)
+{
+	*unit = -1;
+	return rq_mnt_rv_acquire(m, rd, g->src);
+}
+
+static int rfile_bytes(struct rq_mount *m, struct mread *rd, const struct rq_seg *g, uint64_t d,
+                       uint8_t *dst, struct fuse_buf *fb)
+{
+	struct mout *o = rd ? rq_mnt_held(rd, RQ_RV_KEY(m->plan->srcs[g->src].ridx)) : NULL;
+	if (!o)
+		return -EIO;    /* not reached: acquire holds the verified copy first */
+	fb->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	fb->fd = o->fd;
+	fb->pos = (off_t)(g->src_off + d);
+	return 0;
 }
 
 /* ---- JOB ---------------------------------------------------------------- */
@@ -157,25 +186,37 @@ struct seg_source {
 	int (*bytes)(struct rq_mount *m, struct mread *rd, const struct rq_seg *g, uint64_t d,
 	             uint8_t *dst, struct fuse_buf *fb);
 	int copies;     /* 1: bytes() may copy into dst: the read gives it one */
+	/* NULL: never slow; else 1 when the bytes are remote and not here yet */
+	int (*slow)(struct rq_mount *m, const struct rq_seg *g);
 };
 
-enum { SEG_REMOTE = RQ_SEG_JOB + 1 };   /* a mount's own kind: SRC of a remote SRC */
+/* a mount's own kinds: SRC of a remote SRC, --remote-verify none / file */
+enum { SEG_REMOTE = RQ_SEG_JOB + 1, SEG_RFILE };
 
 static const struct seg_source sources[] = {
-	[RQ_SEG_MEM] = {NULL, mem_bytes, 0},
-	[RQ_SEG_SRC] = {NULL, src_bytes, 0},
-	[RQ_SEG_JOB] = {job_acquire, job_bytes, 0},
-	[SEG_REMOTE] = {NULL, remote_bytes, 1},
+	[RQ_SEG_MEM] = {NULL, mem_bytes, 0, NULL},
+	[RQ_SEG_SRC] = {NULL, src_bytes, 0, NULL},
+	[RQ_SEG_JOB] = {job_acquire, job_bytes, 0, NULL},
+	[SEG_REMOTE] = {NULL, remote_bytes, 1, remote_slow},
+	[SEG_RFILE] = {rfile_acquire, rfile_bytes, 0, NULL},
 };
 
 static const struct seg_source *source(const struct rq_mount *m, const struct rq_seg *g)
 {
-	return &sources[g->kind == RQ_SEG_SRC && m->o.rs ? SEG_REMOTE : (int)g->kind];
+	if (g->kind == RQ_SEG_SRC && m->o.rs)
+		return &sources[m->rv ? SEG_RFILE : SEG_REMOTE];
+	return &sources[g->kind];
 }
 
-int rq_mnt_seg_may_park(const struct rq_seg *g)
+int rq_mnt_seg_may_park(const struct rq_mount *m, const struct rq_seg *g)
 {
-	return sources[g->kind].acquire != NULL;
+	return source(m, g)->acquire != NULL;
+}
+
+int rq_mnt_seg_slow(struct rq_mount *m, const struct rq_seg *g)
+{
+	const struct seg_source *s = source(m, g);
+	return s->slow ? s->slow(m, g) : 0;
 }
 
 int rq_mnt_seg_copies(const struct rq_mount *m, const struct rq_seg *g)

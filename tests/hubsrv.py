@@ -4,7 +4,9 @@ a Python http.server on 127.0.0.1 answering the model API
 sizes, blob ids and LFS sha256) and /{repo}/resolve/{rev}/{file} with ranges
 (206, redirected to a "CDN" path at the commit, as the hub does), serving
 checkpoint directories at commits. Every body byte and range is counted;
-faults are injected with Hub.reset(fail=STATUS) or fail_after=BYTES.
+faults are injected with Hub.reset(fail=STATUS) or fail_after=BYTES, stall=S
+(stall_file=NAME: that file only), wrong=N + wrong_file=NAME (wrong bytes),
+wrong_head=NAME (a valid header that is not the file's).
 
     hub = Hub(); hub.repos["org/name"] = {"refs": {"main": C}, "commits": {C: dir}}
     srv, endpoint = start(hub) ... srv.shutdown()
@@ -32,6 +34,12 @@ class Hub:
             self.fail_after = None     # body bytes served before fail turns on by itself
             self.stall = 0             # seconds every resolve/CDN answer waits first
             self.cut = False           # ranges: the headers and half the body, then hang up
+            self.stall_file = None     # stall only answers of this file name
+            self.wrong = 0             # range answers of wrong_file spoiled (first byte flipped)
+            self.wrong_file = None
+            self.wrong_head = None     # file name: the range of its header JSON (from byte 8)
+                                       # answered with its last space made a tab: still valid
+                                       # JSON, but not the file's bytes
             for k, v in kw.items():
                 setattr(self, k, v)
             self.sent = 0              # body bytes of resolve answers
@@ -110,6 +118,8 @@ def handler(hub):
                 if hub.fail_after is not None and hub.sent >= hub.fail_after and not hub.fail:
                     hub.fail = 503
                 fail, stall = hub.fail, hub.stall
+                if hub.stall_file is not None and hub.stall_file != name:
+                    stall = 0
             if stall:
                 time.sleep(stall)
             if fail:
@@ -141,7 +151,14 @@ def handler(hub):
                         hub.sent += len(body) // 2
                         hub.ranges.append((rev, name, a, b))
                     return
-                n = self.reply(206, f.read(b - a + 1), [("Content-Range", f"bytes {a}-{b}/{size}"),
+                body = f.read(b - a + 1)
+                with hub.lock:
+                    if hub.wrong > 0 and name == hub.wrong_file and body:
+                        hub.wrong -= 1
+                        body = bytes([body[0] ^ 0xFF]) + body[1:]
+                    if name == hub.wrong_head and a == 8 and body.endswith(b" "):
+                        body = body[:-1] + b"\t"
+                n = self.reply(206, body, [("Content-Range", f"bytes {a}-{b}/{size}"),
                                                         ("ETag", f'"{c}-{name}"')])
             with hub.lock:
                 hub.sent += n

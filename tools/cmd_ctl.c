@@ -181,6 +181,7 @@ int cmd_status(int argc, char **argv)
 			       num(rj, "fetched_chunks"), num(rj, "cached_hits"), num(rj, "retries"),
 			       num(rj, "failures"), num(rj, "read_errors"), db,
 			       cJSON_IsArray(pend) ? cJSON_GetArraySize(pend) : 0);
+			printf("  verify      %s (--remote-verify)\n", str(rj, "verify"));
 		}
 		const char *sch = str(j, "scheme");    /* "" from a daemon before --scheme */
 		if (!sch[0] || (!strcmp(sch, "nvfp4") && str(j, "dropped_rule")[0]))

@@ -55,6 +55,11 @@ static void mount_usage(FILE *f)
 	"                         are fetched by range as read, kept as chunks in the\n"
 	"                         cache (a requantized weight's BF16: never kept);\n"
 	"                         HF_HUB_OFFLINE=1 serves what the cache holds\n"
+	"  --remote-verify MODE   hf:// SRC: file (default): a file's bytes (and the\n"
+	"                         BF16 a job quantizes, and a shard's header) are served\n"
+	"                         only once the whole file is fetched and its sha256\n"
+	"                         checked; none: served as chunks arrive, checked when\n"
+	"                         the file is whole (a server's wrong bytes can be served)\n"
 	"  --cache DIR            cache directory (default $XDG_CACHE_HOME/requantfs,\n"
 	"                         else ~/.cache/requantfs)\n"
 	"  --device D             auto (default), cpu, cuda, cuda:N\n"
@@ -211,7 +216,8 @@ static int serve(const struct rq_mount_opts *opts, struct report *r)
 /* ---- the command line ------------------------------------------------ */
 
 enum { O_CACHE = 256, O_DEVICE, O_THREADS, O_WORKERS,
-       O_PREFETCH, O_CACHEMAX, O_MEMMAX, O_GPUMEM, O_GPUIDLE, O_RA, O_FT, O_LOG, O_DEBUG, O_PT, O_LOGLEVEL, O_ENDPOINT };
+       O_PREFETCH, O_CACHEMAX, O_MEMMAX, O_GPUMEM, O_GPUIDLE, O_RA, O_FT, O_LOG, O_DEBUG, O_PT, O_LOGLEVEL, O_ENDPOINT,
+       O_RVERIFY };
 
 static const struct option mount_lo[] = {
 	CLI_SCHEME_OPTIONS, {"cache", required_argument, 0, O_CACHE},
@@ -228,6 +234,7 @@ static const struct option mount_lo[] = {
 	{"fuse-threads", required_argument, 0, O_FT}, {"log", required_argument, 0, O_LOG},
 	{"log-level", required_argument, 0, O_LOGLEVEL},
 	{"endpoint", required_argument, 0, O_ENDPOINT},
+	{"remote-verify", required_argument, 0, O_RVERIFY},
 	{"debug", no_argument, 0, O_DEBUG}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 
 /* What the command line asked for; paths still as given. */
@@ -334,6 +341,15 @@ static int word_option(int c, const char *arg, struct mount_args *a)
 			a->o.passthrough = RQ_PT_OFF;
 		else
 			return cli_fail(2, "mount", "--passthrough must be auto, on or off (got '%s')",
+			                arg);
+		break;
+	case O_RVERIFY:
+		if (!strcmp(arg, "file"))
+			a->o.remote_verify = RQ_RV_FILE;
+		else if (!strcmp(arg, "none"))
+			a->o.remote_verify = RQ_RV_NONE;
+		else
+			return cli_fail(2, "mount", "--remote-verify must be file or none (got '%s')",
 			                arg);
 		break;
 	case O_LOGLEVEL:
