@@ -93,6 +93,143 @@ def read_with_deadline(path, seconds):
     return res
 
 
+def shards(ref, src):
+    """(unchanged, requantized) shard names: byte-identical to SRC or not."""
+    same, changed = [], []
+    for n in sorted(os.listdir(ref)):
+        if n.endswith(".safetensors"):
+            with open(os.path.join(ref, n), "rb") as f, open(os.path.join(src, n), "rb") as g:
+                (same if f.read() == g.read() else changed).append(n)
+    return same, changed
+
+
+def read_ref(ref, n):
+    with open(os.path.join(ref, n), "rb") as f:
+        return f.read()
+
+
+def no_wrong_byte(mnt, ref, src, failed):
+    """Reads every file of ref through mnt: (files read with wrong bytes, files that
+    should read right but did not). Requantized shards may fail EIO (a module of theirs
+    may come from a failed SRC file); the failed files and nothing else must."""
+    wrong, bad = [], []
+    for n in sorted(os.listdir(ref)):
+        want = read_ref(ref, n)
+        kind, val = read_with_deadline(os.path.join(mnt, n), 90)
+        unchanged = os.path.exists(os.path.join(src, n)) and read_ref(src, n) == want
+        if kind == "ok" and val != want:
+            wrong.append(n)
+        elif kind == "ok" and n in failed:
+            bad.append(f"{n}: read although it failed before")
+        elif kind != "ok" and n not in failed and (unchanged or not n.endswith(".safetensors")):
+            bad.append(f"{n}: {kind} {val}")
+    return wrong, bad
+
+
+def verify_faults(T, hub, ep, ref_l):
+    """--remote-verify file (the default) against a server returning wrong bytes:
+    never a wrong byte; none: the trade-off, shown."""
+    tmp = T["tmp"]
+    mnt = os.path.join(tmp, "mnt-v")
+    same, changed = shards(ref_l, T["src"])
+    if not ok(len(same) >= 2 and len(changed) >= 3, "the checkpoint has unchanged and "
+              "requantized shards", f"{same} {changed}"):
+        return
+    X, X2, Y, Z = same[0], changed[-1], changed[0], changed[1]
+    log = os.path.join(tmp, "verify.log")
+    hub.reset()
+    rc, out = mount("hf://synthetic/ckpt", mnt, os.path.join(tmp, "cache-v1"), ep, "--calib",
+                    T["cal"], "--passthrough", "off", "--log", log)
+    if not ok(rc == 0, "mount (--remote-verify file, the default) for the wrong-bytes tests",
+              out):
+        return
+    ok(status(mnt).get("remote", {}).get("verify") == "file", "status: verify file",
+       json.dumps(status(mnt).get("remote")))
+    # a. one wrong answer: refetched, the right bytes (a requantized and an unchanged shard)
+    for n in (Y, same[1]):
+        hub.reset(wrong=1, wrong_file=n)
+        kind, val = read_with_deadline(os.path.join(mnt, n), 90)
+        ok(kind == "ok" and val == read_ref(ref_l, n) and hub.wrong == 0,
+           f"{n}: one wrong answer from the server: refetched, the right bytes",
+           f"{kind} wrong left {hub.wrong}")
+    # b. every range of a file answered with wrong bytes (armed after the mount: the heads
+    # were right): an unchanged shard, then a requantized one (its BF16 never quantized)
+    for n in (X, X2):
+        hub.reset(wrong=10**6, wrong_file=n)
+        kind, val = read_with_deadline(os.path.join(mnt, n), 90)
+        ok(kind == "err" and val == 5, f"{n}: the server's bytes always wrong: the read fails "
+           "EIO, never a wrong byte", f"{kind} {val if kind != 'ok' else len(val)}")
+    text = open(log).read() if os.path.exists(log) else ""
+    ok(X in text and X2 in text and "sha256" in text and "not the hub's" in text,
+       "the log names the file and that the hub's bytes do not match its sha256", text[-1500:])
+    hub.reset()
+    kind, val = read_with_deadline(os.path.join(mnt, X), 60)
+    ok(kind == "err" and val == 5, f"{X}: still EIO with the server right again (failed twice: "
+       "remount to retry)", f"{kind}")
+    wrong, bad = no_wrong_byte(mnt, ref_l, T["src"], (X, X2))
+    ok(not wrong and not bad, "every file read is == export (a requantized shard with a "
+       f"module from {X2} may fail EIO); every other unchanged file reads right",
+       "\n".join(wrong + bad))
+    umount(mnt)
+
+    # c. a wrong header by range at mount (valid JSON, not the file's bytes): EIO, not wrong
+    cache = os.path.join(tmp, "cache-v2")
+    hub.reset(wrong_head=Z)
+    rc, out = mount("hf://synthetic/ckpt", mnt, cache, ep, "--calib", T["cal"],
+                    "--passthrough", "off", "--log", log)
+    if ok(rc == 0, "mount with a wrong header served for " + Z, out):
+        kind, val = read_with_deadline(os.path.join(mnt, Z), 90)
+        ok(kind == "err" and val == 5, f"{Z}: its header by range differs from its verified "
+           "bytes: EIO, not a wrong byte", f"{kind} {val if kind != 'ok' else len(val)}")
+        text = open(log).read()
+        ok("does not match the file's sha256" in text and Z in text and "remount" in text,
+           "the log says the hub served a header that does not match the file's sha256",
+           text[-1200:])
+        sha = hubsrv.sha256_of(os.path.join(T["src"], Z))
+        heads = os.listdir(os.path.join(cache, "hf", "heads"))
+        ok(not any(h.startswith(sha) for h in heads) and len(heads) > 0,
+           "the kept head of that shard is deleted", " ".join(heads))
+        wrong, bad = no_wrong_byte(mnt, ref_l, T["src"], (Z,))
+        ok(not wrong and not bad, "every file read is == export; every unchanged file reads "
+           "right", "\n".join(wrong + bad))
+        umount(mnt)
+        hub.reset()
+        rc, out = mount("hf://synthetic/ckpt", mnt, cache, ep, "--calib", T["cal"],
+                        "--passthrough", "off")
+        kind, val = read_with_deadline(os.path.join(mnt, Z), 90)
+        ok(rc == 0 and kind == "ok" and val == read_ref(ref_l, Z),
+           f"remounted: {Z}'s header comes from its verified copy, the right bytes",
+           f"{out} {kind}")
+        umount(mnt)
+
+    # d. --remote-verify none: a wrong answer is served (the documented trade-off),
+    # then caught when the file is whole and dropped
+    hub.reset()
+    rc, out = mount("hf://synthetic/ckpt", mnt, os.path.join(tmp, "cache-v3"), ep, "--calib",
+                    T["cal"], "--passthrough", "off", "--remote-verify", "none")
+    if ok(rc == 0, "mount --remote-verify none", out):
+        U = same[0]
+        hub.reset(wrong=1, wrong_file=U)
+        kind, val = read_with_deadline(os.path.join(mnt, U), 90)
+        want = read_ref(ref_l, U)
+        ok(kind == "ok" and val != want and len(val) == len(want) and val[1:] == want[1:],
+           f"--remote-verify none: {U}'s one wrong answer IS served (its first byte) -- the "
+           "risk --help and the README state", f"{kind}")
+        st = status(mnt)
+        ok(st.get("remote", {}).get("verify") == "none", "status: verify none",
+           json.dumps(st.get("remote")))
+        t = time.monotonic()
+        while st.get("remote", {}).get("refetches", 0) < 1 and time.monotonic() - t < 20:
+            time.sleep(0.2)
+            st = status(mnt)
+        ok(st.get("remote", {}).get("refetches", 0) >= 1, "none: the store's whole-file check "
+           "then drops and refetches it", json.dumps(st.get("remote")))
+        umount(mnt)
+    rc, out = run("mount", "hf://synthetic/ckpt", mnt, "--calib", T["cal"], "--endpoint", ep,
+                  "--remote-verify", "sometimes")
+    ok(rc == 2 and "--remote-verify" in out, "--remote-verify takes file or none", out)
+
+
 def body(T, hub, ep):
     tmp = T["tmp"]
     tiny = os.path.join(ROOT, "tests", "data", "tiny", "llama")
@@ -321,6 +458,9 @@ def body(T, hub, ep):
     ok(rc == 0 and "6 of 6 BF16 modules reproduced" in out and "fp32" in out,
        "verify hf://SRC --against its export: every module's BF16 (fetched by range) "
        "reproduces the NVFP4 bytes", out[-1500:])
+
+    # 6b. --remote-verify: wrong bytes from the server never served (file), or shown (none)
+    verify_faults(T, hub, ep, ref_l)
 
     # 7. a gated repo: refused at mount time, saying what to do
     hub.reset(token="hf_secretTestToken")
