@@ -230,6 +230,80 @@ def verify_faults(T, hub, ep, ref_l):
     ok(rc == 2 and "--remote-verify" in out, "--remote-verify takes file or none", out)
 
 
+def slow_file_test(T, hub, ep, ref_l, mode):
+    """A stalled server for shard A and 24 readers of A at distinct offsets (more than
+    the 16 FUSE threads): a read of an already-verified shard B through the same mount
+    completes at once; umount returns promptly; A's readers end EIO (never a hang)."""
+    tmp = T["tmp"]
+    mnt = os.path.join(tmp, "mnt-s")
+    same, _ = shards(ref_l, T["src"])
+    A, B = same[0], same[1]
+    hub.reset()
+    env = dict(os.environ, HF_HUB_DOWNLOAD_TIMEOUT="6")
+    extra = ("--remote-verify", mode) if mode else ()
+    rc, out = mount("hf://synthetic/ckpt", mnt, os.path.join(tmp, f"cache-s{mode}"), ep,
+                    "--calib", T["cal"], "--passthrough", "off", *extra, env=env)
+    if not ok(rc == 0, f"mount for the slow-file test ({mode or 'default'})", out):
+        return
+    kind, val = read_with_deadline(os.path.join(mnt, B), 60)
+    ok(kind == "ok" and val == read_ref(ref_l, B), f"{B} read (fetched and verified)", kind)
+    hub.reset(stall=30, stall_file=A)
+    size = os.path.getsize(os.path.join(ref_l, A))
+    n, res = 24, []
+    lock = threading.Lock()
+
+    def reader(k):
+        try:
+            fd = os.open(os.path.join(mnt, A), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)   # one FUSE read each
+                off = (size // n) * k // 4096 * 4096
+                got = os.pread(fd, 4096, off)
+                r = ("ok", got == read_ref(ref_l, A)[off:off + 4096])
+            finally:
+                os.close(fd)
+        except OSError as e:
+            r = ("err", e.errno)
+        with lock:
+            res.append(r)
+    ths = [threading.Thread(target=reader, args=(k,), daemon=True) for k in range(n)]
+    for th in ths:
+        th.start()
+    time.sleep(1.5)
+    got = {}
+
+    def other():   # the control file and B, from the daemon (B's pages dropped first)
+        got["parked"] = status(mnt).get("parked_reads", 0)
+        fd = os.open(os.path.join(mnt, B), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            got["b"] = os.pread(fd, 1 << 24, 0)
+        finally:
+            os.close(fd)
+    t = time.monotonic()
+    th = threading.Thread(target=other, daemon=True)
+    th.start()
+    th.join(3)
+    dt = time.monotonic() - t
+    parked = got.get("parked", -1)
+    with lock:
+        waiting = n - len(res)
+    ok(got.get("b") == read_ref(ref_l, B) and dt < 3 and waiting == n,
+       f"{mode or 'default'}: {waiting} readers wait on stalled {A}; status and {B} "
+       f"(verified) read through the same mount in {dt:.2f} s", f"parked {parked} {res}")
+    if not mode:
+        ok(parked >= n, f"the {n} reads of {A} are parked on its fetch ({parked} parked), "
+           "no FUSE thread waits", str(parked))
+    hub.reset()        # (the answers already stalled stay so: retries then succeed)
+    rc, out, dt = umount(mnt)
+    ok(rc == 0 and dt < 10, f"umount with {A}'s fetch stalled returns in {dt:.1f} s", out)
+    for th in ths:
+        th.join(90)
+    ok(len(res) == n and all(r == ("err", 5) or r == ("ok", True) for r in res),
+       f"the readers of {A} end (right bytes after a retry, or EIO), none with a wrong byte",
+       str(res))
+
+
 def body(T, hub, ep):
     tmp = T["tmp"]
     tiny = os.path.join(ROOT, "tests", "data", "tiny", "llama")
@@ -461,6 +535,10 @@ def body(T, hub, ep):
 
     # 6b. --remote-verify: wrong bytes from the server never served (file), or shown (none)
     verify_faults(T, hub, ep, ref_l)
+
+    # 6c. a slow file never blocks readers of another (no FUSE thread waits on the hub)
+    slow_file_test(T, hub, ep, ref_l, None)
+    slow_file_test(T, hub, ep, ref_l, "none")
 
     # 7. a gated repo: refused at mount time, saying what to do
     hub.reset(token="hf_secretTestToken")
