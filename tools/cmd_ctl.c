@@ -422,11 +422,16 @@ int cmd_warm(int argc, char **argv)
 	if (!st)
 		return rc;
 	/* With passthrough, each requantized shard is then written whole into
-	 * the cache (materialized) so that later opens pass through: wait. */
-	if (flag(st, "passthrough") && (num(st, "files_pending") > 0 ||
-	                                  num(st, "files_materializing") > 0)) {
-		fprintf(stderr, "requantfs warm: materializing %.0f requantized shards for "
-		        "passthrough...\n", num(st, "files_pending"));
+	 * the cache (materialized) so that later opens pass through: wait. So
+	 * does an hf:// mount verifying whole files (--remote-verify file), with
+	 * passthrough or not: once written, the SRC file it needed is dropped. */
+	const cJSON *rj = cJSON_GetObjectItemCaseSensitive(st, "remote");
+	int rverify = rj && !strcmp(str(rj, "verify"), "file");
+	if ((flag(st, "passthrough") || rverify) && (num(st, "files_pending") > 0 ||
+	                                             num(st, "files_materializing") > 0)) {
+		fprintf(stderr, "requantfs warm: materializing %.0f requantized shards%s...\n",
+		        num(st, "files_pending") + num(st, "files_materializing"),
+		        flag(st, "passthrough") ? " for passthrough" : "");
 		double idle = 0;
 		while ((num(st, "files_pending") > 0 && idle < 3.0) ||
 		       num(st, "files_materializing") > 0) {

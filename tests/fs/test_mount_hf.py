@@ -377,7 +377,7 @@ def body(T, hub, ep):
         sum(os.path.getsize(os.path.join(T["src"], n)) for n in
             ("config.json", "model.safetensors.index.json") if n not in same)
     r = st.get("remote", {})
-    ok(not st.get("passthrough") or r.get("bytes_on_disk", -1) <= unchanged,
+    ok(r.get("bytes_on_disk", -1) <= unchanged,
        f"after warm the store holds {r.get('bytes_on_disk')} bytes <= the {unchanged} bytes "
        "presented unchanged + SRC's config and index (no BF16 kept)", json.dumps(r) + " " + " ".join(sorted(same)))
     umount(mnt)
@@ -385,10 +385,18 @@ def body(T, hub, ep):
     # 2b. the Laguna story: --calib hf:// too (the scales fetched as `calib fetch` does)
     hub.repos["synthetic/cal"] = {"refs": {"main": C2}, "commits": {C2: T["cal"]}}
     rc, out = mount("hf://synthetic/ckpt@main", mnt, os.path.join(tmp, "cache-cal"), ep,
-                    "--calib", "hf://synthetic/cal")
-    ok(rc == 0, "mount hf://synthetic/ckpt --calib hf://synthetic/cal", out)
+                    "--calib", "hf://synthetic/cal", "--passthrough", "off")
+    ok(rc == 0, "mount hf://synthetic/ckpt --calib hf://synthetic/cal --passthrough off", out)
     bad = differing(mnt, ref_l) if rc == 0 else ["not mounted"]
     ok(not bad, "--calib hf://: every file == export of the local copy", "\n".join(bad))
+    # without passthrough too: shards materialized, the SRC files they needed whole dropped
+    rc, out = run("warm", mnt)
+    r = status(mnt).get("remote", {})
+    ok(rc == 0 and r.get("bytes_on_disk", -1) <= unchanged, f"--passthrough off, after warm the "
+       f"store holds {r.get('bytes_on_disk')} bytes <= the {unchanged} presented unchanged (the "
+       "requantized shards' SRC files dropped)", out + json.dumps(r))
+    bad = differing(mnt, ref_l)
+    ok(not bad, "after the drop: every file == export", "\n".join(bad))
     umount(mnt)
 
     # 3. --scheme on the tiny llama
