@@ -26,6 +26,10 @@
  *          stays: the plan's bytes from it were checked; a job that must
  *          run again fetches it again)
  *
+ * A read that starts a fetch also starts the next RV_AHEAD files' (shards
+ * are loaded in name order): their transfer overlaps this one's check and
+ * quantization.
+ *
  * Gates: a read of a presented file whose SRC is remote waits for
  * `verified` (rq_mnt_rv_gate: its header comes from the head); a SRC
  * segment waits for LOCAL and holds the copy (a struct mout, RQ_RV_KEY)
@@ -63,6 +67,7 @@
 
 #define RV_POOL 16          /* 2 x the store's default connections */
 #define RV_STOP_WAIT_S 2
+#define RV_AHEAD 2          /* files fetched ahead of a reader (ahead()) */
 
 static int on(const struct rq_mount *m)
 {
@@ -230,13 +235,33 @@ static int start(struct rq_mount *m, size_t r)
 	return rc;
 }
 
+/* Under m->lock: a read starts the fetch of file r: the next RV_AHEAD
+ * files not fetched nor verified are fetched too (a loader reads shards in
+ * order), so their transfer overlaps the check and quantization of r. */
+static void ahead(struct rq_mount *m, size_t r)
+{
+	int n = 0;
+	for (size_t k = r + 1; k < m->o.nrfiles && n < RV_AHEAD; k++) {
+		if (m->rv[k].state != RV_NONE || atomic_load(&m->rv[k].verified))
+			continue;
+		if (start(m, k))
+			return;
+		n++;
+	}
+}
+
 /* Under m->lock: parks rd on file r's fetch (started if need be). */
 static int park(struct rq_mount *m, struct mread *rd, size_t r)
 {
 	struct mrv *v = &m->rv[r];
 	if (v->state == RV_BAD || m->rv_stop)
 		return -EIO;
-	if (start(m, r) || RQ_GROW(v->wait, v->nwait, v->capwait, 4))
+	if (v->state == RV_NONE) {
+		if (start(m, r))
+			return -EIO;
+		ahead(m, r);
+	}
+	if (RQ_GROW(v->wait, v->nwait, v->capwait, 4))
 		return -EIO;
 	v->wait[v->nwait++] = rd;
 	rd->pending++;
