@@ -5,7 +5,7 @@ sizes, blob ids and LFS sha256) and /{repo}/resolve/{rev}/{file} with ranges
 (206, redirected to a "CDN" path at the commit, as the hub does), serving
 checkpoint directories at commits. Every body byte and range is counted;
 faults are injected with Hub.reset(fail=STATUS) or fail_after=BYTES, stall=S
-(stall_file=NAME: that file only), wrong=N + wrong_file=NAME (wrong bytes),
+(stall_file=NAME: that file only), wrong={NAME: N} (wrong bytes),
 wrong_head=NAME (a valid header that is not the file's).
 
     hub = Hub(); hub.repos["org/name"] = {"refs": {"main": C}, "commits": {C: dir}}
@@ -35,8 +35,8 @@ class Hub:
             self.stall = 0             # seconds every resolve/CDN answer waits first
             self.cut = False           # ranges: the headers and half the body, then hang up
             self.stall_file = None     # stall only answers of this file name
-            self.wrong = 0             # range answers of wrong_file spoiled (first byte flipped)
-            self.wrong_file = None
+            self.wrong = {}            # file name -> range answers of it spoiled (their first
+                                       # byte flipped), counted down
             self.wrong_head = None     # file name: the range of its header JSON (from byte 8)
                                        # answered with its last space made a tab: still valid
                                        # JSON, but not the file's bytes
@@ -153,8 +153,8 @@ def handler(hub):
                     return
                 body = f.read(b - a + 1)
                 with hub.lock:
-                    if hub.wrong > 0 and name == hub.wrong_file and body:
-                        hub.wrong -= 1
+                    if hub.wrong.get(name, 0) > 0 and body:
+                        hub.wrong[name] -= 1
                         body = bytes([body[0] ^ 0xFF]) + body[1:]
                     if name == hub.wrong_head and a == 8 and body.endswith(b" "):
                         body = body[:-1] + b"\t"

@@ -145,17 +145,19 @@ def verify_faults(T, hub, ep, ref_l):
         return
     ok(status(mnt).get("remote", {}).get("verify") == "file", "status: verify file",
        json.dumps(status(mnt).get("remote")))
+    # every range of X and X2 answered with wrong bytes, one of Y and U1 (armed after the
+    # mount: the heads were right; all at once: a read fetches the next files too)
+    U1 = same[1]
+    hub.reset(wrong={X: 10**6, X2: 10**6, Y: 1, U1: 1})
     # a. one wrong answer: refetched, the right bytes (a requantized and an unchanged shard)
-    for n in (Y, same[1]):
-        hub.reset(wrong=1, wrong_file=n)
+    for n in (Y, U1):
         kind, val = read_with_deadline(os.path.join(mnt, n), 90)
-        ok(kind == "ok" and val == read_ref(ref_l, n) and hub.wrong == 0,
+        ok(kind == "ok" and val == read_ref(ref_l, n) and hub.wrong[n] == 0,
            f"{n}: one wrong answer from the server: refetched, the right bytes",
            f"{kind} wrong left {hub.wrong}")
-    # b. every range of a file answered with wrong bytes (armed after the mount: the heads
-    # were right): an unchanged shard, then a requantized one (its BF16 never quantized)
+    # b. wrong bytes for ever: an unchanged shard and a requantized one (its BF16 never
+    # quantized)
     for n in (X, X2):
-        hub.reset(wrong=10**6, wrong_file=n)
         kind, val = read_with_deadline(os.path.join(mnt, n), 90)
         ok(kind == "err" and val == 5, f"{n}: the server's bytes always wrong: the read fails "
            "EIO, never a wrong byte", f"{kind} {val if kind != 'ok' else len(val)}")
@@ -209,7 +211,7 @@ def verify_faults(T, hub, ep, ref_l):
                     T["cal"], "--passthrough", "off", "--remote-verify", "none")
     if ok(rc == 0, "mount --remote-verify none", out):
         U = same[0]
-        hub.reset(wrong=1, wrong_file=U)
+        hub.reset(wrong={U: 1})
         kind, val = read_with_deadline(os.path.join(mnt, U), 90)
         want = read_ref(ref_l, U)
         ok(kind == "ok" and val != want and len(val) == len(want) and val[1:] == want[1:],
