@@ -6,9 +6,12 @@
  * kind of source answered.
  *
  * A read whose source is not ready never blocks a FUSE thread: it is parked
- * (on every missing job, mount_jobs.c) and answered by the thread that
- * completes the last of them. Reads whose sources never park (SRC/MEM
- * ranges) never take the lock.
+ * (on every missing job, mount_jobs.c; on a remote SRC file's whole-file
+ * fetch under --remote-verify file, mount_rver.c) and answered by the
+ * thread that completes the last of them; under --remote-verify none a read
+ * of remote bytes not here yet is handed to the remote pool (mount_rver.c)
+ * and answered there. Reads whose sources never park (SRC/MEM ranges) never
+ * take the lock.
  *
  * Cache entries are files someone else may change under us (cache.c's trust
  * model). A range served from a READY job's cache fd is therefore pread into
