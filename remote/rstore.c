@@ -691,6 +691,11 @@ int rq_rs_set_readahead_mask(struct rq_rs *s, size_t i, const uint8_t *want)
 	return 0;
 }
 
+const char *rq_rs_file_id(const struct rq_rs *s, size_t i)
+{
+	return i < s->nfiles ? s->files[i].id : NULL;
+}
+
 uint32_t rq_rs_chunk_size(const struct rq_rs *s)
 {
 	return s->chunk_size;

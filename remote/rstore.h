@@ -77,6 +77,13 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
  * holding only what it requantizes are never fetched whole. 0 or -ENOMEM. */
 int rq_rs_set_readahead_mask(struct rq_rs *s, size_t i, const uint8_t *want);
 
+/* File i's identity (chunk.h): its LFS sha256 (64 hex), else "git-" + its
+ * git blob id (a small repo's plain git file), else "name-" + a hash of
+ * repo, commit and name; stable for the commit, safe in a file name. The
+ * key for what a caller keeps about the file beside the store (the mount's
+ * shard heads, for offline mounts). NULL when i is out of range. */
+const char *rq_rs_file_id(const struct rq_rs *s, size_t i);
+
 /* The chunk size in bytes (chunks are aligned on multiples of it). */
 uint32_t rq_rs_chunk_size(const struct rq_rs *s);
 

@@ -10,7 +10,8 @@
  *  - a file being read, or pinned, is never evicted; what cannot be evicted
  *    is served but not kept, and fetch_file says --cache-max;
  *  - the budget shared with another's bytes (the quantized cache): trimmed
- *    at once when the other grows; a smaller limit at open trims at open.
+ *    at once when the other grows; a smaller limit at open trims at open;
+ *  - rq_rs_file_id: LFS sha256, else git-<blob id>.
  * TAP. Usage: test_rsbudget HUB_FAULT_PY (python3 on PATH, or $RQ_PYTHON). */
 #include "tests/remote/rs_test.h"
 #include "tests/tap.h"
@@ -305,6 +306,19 @@ static void test_shared_budget(void)
 	rq_rs_close(s);
 }
 
+/* The identity callers key what they keep by (the mount's shard heads). */
+static void test_file_id(void)
+{
+	struct rq_rs *s = open_limited("ids", 1, 0);
+	char git[48];
+	snprintf(git, sizeof git, "git-%s", blobs[FC]);
+	const char *a = rq_rs_file_id(s, FA), *c = rq_rs_file_id(s, FC);
+	TAP_OK(a && !strcmp(a, shas[FA]) && c && !strcmp(c, git) && !rq_rs_file_id(s, NF),
+	       "rq_rs_file_id: the LFS sha256 (%s), else git-<blob id> (%s), NULL past the end",
+	       a ? a : "(null)", c ? c : "(null)");
+	rq_rs_close(s);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -317,6 +331,7 @@ int main(int argc, char **argv)
 	test_readers();
 	test_in_use();
 	test_shared_budget();
+	test_file_id();
 	rs_teardown();
 	if (!tap_failed)
 		tap_rmtree(tmp);
