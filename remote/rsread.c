@@ -73,6 +73,17 @@ static void forget_chunk(struct rq_rs *s, struct rfile *f, uint64_t c)
 	s->st.bytes_on_disk -= b < s->st.bytes_on_disk ? b : s->st.bytes_on_disk;
 }
 
+/* f's assembled file was made by another store sharing the cache (mu
+ * held): counted as ours now, its chunks forgotten (that store removed them). */
+static void adopt_assembled(struct rq_rs *s, struct rfile *f)
+{
+	for (uint64_t c = 0; c < f->nchunks; c++)
+		forget_chunk(s, f, c);
+	f->assembled = 1;
+	f->last_use = rqr_now_ns();
+	s->st.bytes_on_disk += f->size;
+}
+
 /* Plans piece p of file fi for a missing chunk (mu held): a fetch to wait
  * for, or (nokeep, nothing in flight) a range of its own. */
 static int plan_missing(struct rq_rs *s, size_t fi, struct piece *p, int nokeep,
@@ -127,8 +138,10 @@ static int serve_disk(struct rq_rs *s, size_t fi, struct piece *p, int nokeep, s
 		return 0;
 	}
 	int assembled = f->assembled;
-	if (rc == -ENOENT && !assembled && on_disk(f))   /* assembled by another store? */
-		assembled = f->assembled = 1;
+	if (rc == -ENOENT && !assembled && on_disk(f)) {   /* assembled by another store? */
+		adopt_assembled(s, f);
+		assembled = 1;
+	}
 	if (p->how != P_FILE && assembled) {           /* our chunks were assembled meanwhile */
 		p->how = P_FILE;
 		pthread_mutex_unlock(&s->mu);
@@ -435,7 +448,8 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 			int other = on_disk(f);        /* another store sharing the cache made it */
 			pthread_mutex_lock(&s->mu);
 			if (other) {
-				f->assembled = 1;
+				if (!f->assembled)
+					adopt_assembled(s, f);
 				continue;
 			}
 			rc = rq_errf(err, -ENOSPC, "%s: fetched, but its chunks could not be stored under "
