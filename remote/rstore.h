@@ -87,12 +87,18 @@ const char *rq_rs_file_id(const struct rq_rs *s, size_t i);
 /* The chunk size in bytes (chunks are aligned on multiples of it). */
 uint32_t rq_rs_chunk_size(const struct rq_rs *s);
 
-/* The assembled, verified local file of file i, or NULL while it is not. */
+/* The assembled, verified local file of file i, or NULL while it is not.
+ * Under a budget an unpinned file may be evicted at any time: a caller that
+ * opens it pins it first (rq_rs_pin) and keeps the pin while it holds the
+ * fd (an fd on an evicted file still reads the right bytes, but its disk
+ * space is then freed only at close, uncounted). */
 const char *rq_rs_path(struct rq_rs *s, size_t i);
 
 /* Fetches every missing chunk of file i (in parallel), assembles and verifies
  * it (warm). progress(ctx, bytes_done) may be NULL. Its chunks queue behind
- * readers' (a warm never delays a read). */
+ * readers' (a warm never delays a read). Not evicted while it runs; pin i
+ * before it to keep the result (rq_rs_path). Under a budget that cannot
+ * hold it: -ENOSPC naming --cache-max. */
 int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint64_t bytes),
                      void *ctx, struct rq_err *err);
 
