@@ -124,7 +124,10 @@ static uint64_t others_bytes(struct rq_rs *s)
 int rqr_reserve(struct rq_rs *s, size_t fi, uint64_t need)
 {
 	for (int tries = 0; tries < 3; tries++) {
-		uint64_t other = others_bytes(s);
+		pthread_mutex_lock(&s->mu);
+		int limited = s->max_bytes != 0;
+		pthread_mutex_unlock(&s->mu);
+		uint64_t other = limited ? others_bytes(s) : 0;   /* (no limit: nobody asked) */
 		pthread_mutex_lock(&s->mu);
 		uint64_t max = s->max_bytes, have = s->st.bytes_on_disk;
 		if (!max || have + other + need <= max) {
