@@ -562,6 +562,7 @@ void rq_cache_get_stats(struct rq_cache *c, struct rq_cache_stats *s)
 	s->bytes = c->bytes;
 	s->files = c->files;
 	s->file_bytes = c->file_bytes;
+	s->writing = c->writing;
 	pthread_mutex_unlock(&c->mu);
 }
 

@@ -32,6 +32,7 @@ struct rq_cache_stats {
 	uint64_t files, file_bytes; /* whole files (rq_cache_file_*) among them: their count
 	                             and bytes (also included in entries and bytes) */
 	uint64_t hits, misses, corrupt, evicted, put_failed;
+	uint64_t writing;         /* bytes of whole files being written (room made at begin) */
 };
 
 /* -EACCES/-ENOTDIR/-EROFS... with a message naming the directory when it is
@@ -108,6 +109,28 @@ int rq_cache_put_open(struct rq_cache *c, const struct rq_cache_key *k, const ui
                       struct rq_err *err);
 
 void rq_cache_get_stats(struct rq_cache *c, struct rq_cache_stats *s);
+
+/* ---- a neighbour under the same limit -------------------------------------
+ * Another store whose bytes count against max_bytes too (an hf:// mount's
+ * remote chunk store, remote/rstore.h: one --cache-max for both). bytes(ctx)
+ * says what it holds now; trim(ctx, n) evicts what it can of its least
+ * recently used, unused files, up to about n bytes, and returns the bytes it
+ * freed. Eviction here then keeps entries + files + bytes(ctx) <= max_bytes,
+ * asking trim for the excess first (the neighbour's bytes are the cheaper
+ * to get back), evicting entries and files least recently used for the
+ * rest. The callbacks are called without the cache's lock, from any
+ * thread; the neighbour must outlive the cache (or be unset by NULL). */
+struct rq_cache_peer {
+	uint64_t (*bytes)(void *ctx);
+	uint64_t (*trim)(void *ctx, uint64_t n);
+	void *ctx;
+};
+void rq_cache_set_peer(struct rq_cache *c, const struct rq_cache_peer *p);
+
+/* Evicts least-recently-used entries and files (never a pinned file) until
+ * n bytes are freed or nothing evictable is left; the bytes freed. For a
+ * neighbour that needs room under the shared limit. The peer is not asked. */
+uint64_t rq_cache_trim(struct rq_cache *c, uint64_t n);
 
 /* ---- whole files ---------------------------------------------------------
  * A materialized virtual file (a whole requantized shard) stored so that the

@@ -73,6 +73,7 @@ struct rq_cache_writer {
 	uint64_t written;          /* bytes given so far (the next write's offset) */
 	int fd;                    /* the data temp, O_WRONLY */
 	bool failed;               /* a write failed: commit refuses */
+	bool counted;              /* size is in c->writing (from begin to commit/abort) */
 	XXH3_state_t *xs;          /* XXH3-128 of bytes 0..written */
 	char tmp[RQC_REL_MAX];     /* "files/<hex>.bin.tmp.<pid>.<n>" */
 	char path[PATH_MAX];       /* "<dir>/files/<hex>.bin", for messages */
@@ -303,8 +304,14 @@ int rq_cache_file_begin(struct rq_cache *c, const struct rq_cache_key *k, uint64
 		fsync(c->dfd);   /* make the new subdirectory itself durable */
 	else if (errno != EEXIST)
 		goto fail_errno;
-	/* Make room first (room for `size` more bytes under max_bytes). */
+	/* Make room first (room for `size` more bytes under max_bytes), then
+	 * count them as being written, so that later evictions (and the peer
+	 * sharing the limit) see them before the commit does. */
 	rqc_evict(c, k, size);
+	pthread_mutex_lock(&c->mu);
+	c->writing += size;
+	w->counted = true;
+	pthread_mutex_unlock(&c->mu);
 	what = "creating its temp file";
 	for (int tries = 0; w->fd < 0 && tries < 8; tries++) {
 		unsigned seq = __atomic_fetch_add(&c->tmp_seq, 1, __ATOMIC_RELAXED);
@@ -357,6 +364,11 @@ void rq_cache_file_abort(struct rq_cache_writer *w)
 {
 	if (!w)
 		return;
+	if (w->counted) {
+		pthread_mutex_lock(&w->c->mu);
+		w->c->writing -= w->size < w->c->writing ? w->size : w->c->writing;
+		pthread_mutex_unlock(&w->c->mu);
+	}
 	if (w->fd >= 0) {
 		close(w->fd);
 		unlinkat(w->c->dfd, w->tmp, 0);
@@ -470,6 +482,9 @@ int rq_cache_file_commit(struct rq_cache_writer *w, int *fdp, struct rq_cache_id
 	bool ours = fstatat(c->dfd, nm.bin, &pub, AT_SYMLINK_NOFOLLOW) == 0 &&
 	            rqc_same_file(&pub, &after);
 	pthread_mutex_lock(&c->mu);
+	if (w->counted)                /* no longer being written: counted as a file now */
+		c->writing -= w->size < c->writing ? w->size : c->writing;
+	w->counted = false;
 	adopt(c, &w->key, w->size, sum, &after, ours, now);
 	pthread_mutex_unlock(&c->mu);
 	struct rq_cache_key k = w->key;

@@ -592,13 +592,14 @@ static size_t pick_victims(struct rq_cache *c, const struct rq_cache_key *keep, 
 	return n;
 }
 
-void rqc_evict(struct rq_cache *c, const struct rq_cache_key *keep, uint64_t room)
+/* Evicts least-recently-used records (never keep, never a pinned file)
+ * until c->bytes <= limit; the payload bytes dropped from the index. */
+static uint64_t evict_to(struct rq_cache *c, const struct rq_cache_key *keep, uint64_t limit)
 {
 	pthread_mutex_lock(&c->mu);
-	uint64_t limit = c->max_bytes > room ? c->max_bytes - room : 0;
-	if (!c->max_bytes || c->bytes <= limit) {
+	if (c->bytes <= limit) {
 		pthread_mutex_unlock(&c->mu);
-		return;
+		return 0;
 	}
 	int64_t now = rqc_now_ns();
 	if (now - c->last_scan >= RQC_RESCAN_NS) {
@@ -616,9 +617,12 @@ void rqc_evict(struct rq_cache *c, const struct rq_cache_key *keep, uint64_t roo
 	 * next scan. A whole file loses its sidecar first (a .bin alone is a
 	 * miss), then its data. A process still reading it (an open fd, the
 	 * kernel's passthrough) keeps its bytes alive. */
+	uint64_t dropped = 0;
 	for (;;) {
 		struct victim vict[64];
+		uint64_t b0 = c->bytes;
 		size_t n = pick_victims(c, keep, limit, vict, 64);
+		dropped += b0 > c->bytes ? b0 - c->bytes : 0;
 		bool more = n == 64 && c->bytes > limit;
 		pthread_mutex_unlock(&c->mu);
 		uint64_t gone = 0;
@@ -638,4 +642,39 @@ void rqc_evict(struct rq_cache *c, const struct rq_cache_key *keep, uint64_t roo
 			break;
 	}
 	pthread_mutex_unlock(&c->mu);
+	return dropped;
+}
+
+void rqc_evict(struct rq_cache *c, const struct rq_cache_key *keep, uint64_t room)
+{
+	pthread_mutex_lock(&c->mu);
+	uint64_t max = c->max_bytes, own = c->bytes + c->writing, writing = c->writing;
+	struct rq_cache_peer p = c->peer;
+	pthread_mutex_unlock(&c->mu);
+	if (!max)
+		return;
+	/* The neighbour's bytes share the limit; it frees the excess first. */
+	uint64_t other = p.bytes ? p.bytes(p.ctx) : 0;
+	if (other && p.trim && own + other + room > max) {
+		uint64_t over = own + other + room - max;
+		uint64_t got = p.trim(p.ctx, over < other ? over : other);
+		other -= got < other ? got : other;
+	}
+	evict_to(c, keep, max > room + other + writing ? max - room - other - writing : 0);
+}
+
+void rq_cache_set_peer(struct rq_cache *c, const struct rq_cache_peer *p)
+{
+	pthread_mutex_lock(&c->mu);
+	c->peer = p ? *p : (struct rq_cache_peer){0};
+	pthread_mutex_unlock(&c->mu);
+}
+
+uint64_t rq_cache_trim(struct rq_cache *c, uint64_t n)
+{
+	struct rq_cache_key none = { { 0 } };
+	pthread_mutex_lock(&c->mu);
+	uint64_t limit = c->bytes > n ? c->bytes - n : 0;
+	pthread_mutex_unlock(&c->mu);
+	return evict_to(c, &none, limit);
 }

@@ -100,6 +100,10 @@ struct rq_cache {
 	int64_t clock;             /* last value handed out by rqc_tick */
 	int64_t last_scan;         /* ns since the epoch */
 	struct rq_cache_stats st;  /* entries/bytes filled in by get_stats */
+	struct rq_cache_peer peer; /* bytes under the same max_bytes (rq_cache_set_peer) */
+	uint64_t writing;          /* bytes of whole files begun and not yet committed nor
+	                              aborted: counted against max_bytes (and shown to the
+	                              peer) from rq_cache_file_begin on */
 };
 
 int64_t rqc_now_ns(void);
@@ -139,7 +143,9 @@ bool rqc_dir_unsafe(const struct stat *st);
  * newer of the two recencies, re-sorts. mu held. */
 void rqc_merge(struct rq_cache *c, const struct rqc_found *f, size_t n, int64_t scan_start);
 /* Removes least-recently-used entries and files (never `keep`, never a
- * pinned file) until bytes + room <= max_bytes. Takes mu itself. */
+ * pinned file) until bytes + room + the peer's bytes <= max_bytes, after
+ * asking the peer (rq_cache_set_peer) to trim the excess. Takes mu itself;
+ * calls the peer without it. */
 void rqc_evict(struct rq_cache *c, const struct rq_cache_key *keep, uint64_t room);
 
 /* ---- cache_io.c: what entries and files share ---- */

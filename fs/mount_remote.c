@@ -8,7 +8,8 @@
  *    chunk, fetched exactly); a shard's header is not: a 16 MiB chunk per
  *    shard would turn Laguna's mount into a download. The first 8 + N bytes
  *    of a shard (its head) are fetched exactly (RQ_RS_NOKEEP) once and kept
- *    under <cache>/hf/heads/<LFS sha256>-<size>.head, their own SHA-256
+ *    under <cache>/hf/heads/<id>-<size>.head (id: rq_rs_file_id, the LFS
+ *    sha256 or git-<blob id> of a plain git file), their own SHA-256
  *    appended (a damaged head is refetched), so a mount fetches headers
  *    only, and a second mount (or HF_HUB_OFFLINE=1) nothing. Once the plan
  *    is built the reader serves only jobs, whose BF16 inputs are fetched
@@ -52,9 +53,10 @@
 static char *head_path(const struct rq_mount *m, size_t i)
 {
 	const struct rq_src_entry *e = &m->o.rfiles[i];
+	const char *id = rq_rs_file_id(m->o.rs, i);   /* LFS sha256, else git-<blob id> */
 	char *p = NULL;
-	if (!e->sha256 || asprintf(&p, "%s/hf/heads/%s-%llu.head", m->cache_dir, e->sha256,
-	                           (unsigned long long)e->size) < 0)
+	if (!id || asprintf(&p, "%s/hf/heads/%s-%llu.head", m->cache_dir, id,
+	                    (unsigned long long)e->size) < 0)
 		return NULL;
 	return p;
 }

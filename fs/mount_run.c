@@ -25,6 +25,7 @@
 #include "fs/mount_pt.h"
 #include "fs/mountinfo.h"
 #include "qdev/qdev.h"
+#include "remote/rstore.h"
 
 /* ---- the SRC monitor (mount_src.c says what a change does) ---------- */
 
@@ -272,6 +273,28 @@ static char *build_fuse_opts(struct rq_mount *m)
 /* Raises the soft limit on open files; returns the limit. */
 /* qdev's GPU state changes (failures, back-off, watchdog, releases). Called
  * with qdev's lock held: it only logs, never calls back into qdev. */
+/* --cache-max, one budget for the quantized cache and a remote SRC's chunk
+ * store (rstore.c "Disk budget"): each counts the other's bytes; the
+ * cache asks the store to evict first. */
+static uint64_t budget_cache_bytes(void *c)
+{
+	struct rq_cache_stats st;
+	rq_cache_get_stats(c, &st);
+	return st.bytes + st.writing;
+}
+
+static uint64_t budget_rs_bytes(void *s)
+{
+	struct rq_rs_stats st;
+	rq_rs_stats(s, &st);
+	return st.bytes_on_disk;
+}
+
+static uint64_t budget_rs_trim(void *s, uint64_t n)
+{
+	return rq_rs_trim(s, n);
+}
+
 static void qdev_log(void *arg, const char *line)
 {
 	rq_mount_logl(arg, RQ_LOG_WARN, "quantizer: %s", line);
@@ -378,6 +401,12 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 			snprintf(err->msg + l, sizeof err->msg - l, "; choose another with --cache");
 		}
 		goto fail;
+	}
+	if (o->rs) {
+		struct rq_cache_peer peer = {.bytes = budget_rs_bytes, .trim = budget_rs_trim,
+		                             .ctx = o->rs};
+		rq_cache_set_peer(m->cache, &peer);
+		rq_rs_set_budget(o->rs, o->cache_max, budget_cache_bytes, m->cache);
 	}
 	if ((rc = open_srcs(m, err)) || (rc = rq_mnt_tree_build(m, err)) ||
 	    (rc = rq_mnt_jobs_init(m, err)) || (rc = rq_mnt_files_init(m, err)))
@@ -601,6 +630,8 @@ void rq_mount_close(struct rq_mount *m)
 	free(m->src_fds);
 	rq_mnt_tree_free(m);
 	rq_quantizer_close(m->q);
+	if (m->o.rs && m->cache)           /* the store outlives the cache */
+		rq_rs_set_budget(m->o.rs, m->o.cache_max, NULL, NULL);
 	rq_cache_close(m->cache);
 	rq_plan_free(m->plan);
 	if (m->logf)

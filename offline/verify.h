@@ -26,6 +26,8 @@ struct rq_vsummary {
 	uint64_t compared, equal, differ, only_dir, only_ref;
 	uint64_t modules, modules_reproduced;
 	unsigned variants_all;   /* recipes that reproduced every module checked */
+	uint64_t requests[3], fetched[3];   /* remote DIR, REF, source: range reads made and
+	                                       bytes they fetched (coalesced; 0 when local) */
 };
 
 typedef void (*rq_verify_fn)(void *ctx, const struct rq_vresult *r);

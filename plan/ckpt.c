@@ -360,26 +360,35 @@ int rq_ckpt_read(struct rq_ckpt *c, int shard, const struct st_tensor *t, void *
 int rq_ckpt_pread(struct rq_ckpt *c, int shard, const struct st_tensor *t, uint64_t at,
                   void *buf, uint64_t len, struct rq_err *err)
 {
-	const char *path = c->shard_path[shard];
 	if (at + len > t->end - t->begin)
-		return rq_errf(err, -EINVAL, "%s: read past the end of %s", path, t->name);
+		return rq_errf(err, -EINVAL, "%s: read past the end of %s", c->shard_path[shard],
+		               t->name);
+	return rq_ckpt_pread_data(c, shard, t->begin + at, len, buf, t->name, err);
+}
+
+int rq_ckpt_pread_data(struct rq_ckpt *c, int shard, uint64_t at, uint64_t len, void *buf,
+                       const char *what, struct rq_err *err)
+{
+	const char *path = c->shard_path[shard];
+	if (!c->hdr[shard])
+		return rq_errf(err, -EINVAL, "%s: its header was not read", path);
 	if (c->rd) {
 		int rc = len ? c->rd->read(c->rd->ctx, c->ridx[shard], c->hdr[shard]->data_start +
-		                           t->begin + at, len, buf, err) : 0;
+		                           at, len, buf, err) : 0;
 		if (rc)
-			rq_err_prefix(err, "reading %s", t->name);
+			rq_err_prefix(err, "reading %s", what);
 		return rc;
 	}
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return rq_errf(err, -errno, "%s: %s", path, strerror(errno));
-	uint64_t off = c->hdr[shard]->data_start + t->begin + at, got = 0;
+	uint64_t off = c->hdr[shard]->data_start + at, got = 0;
 	while (got < len) {
 		ssize_t r = pread(fd, (char *)buf + got, len - got, off + got);
 		if (r <= 0) {
 			int e = r < 0 ? -errno : -EIO;
 			close(fd);
-			return rq_errf(err, e, "%s: reading %s: %s", path, t->name,
+			return rq_errf(err, e, "%s: reading %s: %s", path, what,
 			               r < 0 ? strerror(-e) : "file is shorter than its header says");
 		}
 		got += r;

@@ -35,6 +35,13 @@ int rq_ckpt_read(struct rq_ckpt *c, int shard, const struct st_tensor *t, void *
 int rq_ckpt_pread(struct rq_ckpt *c, int shard, const struct st_tensor *t, uint64_t off,
                   void *buf, uint64_t len, struct rq_err *err);
 
+/* Reads len bytes at offset at of a shard's data section (the offsets of
+ * st_tensor begin/end: several neighbouring tensors in one read); the
+ * shard's header must have been read (a tensor of it found). `what` names
+ * the bytes in messages. */
+int rq_ckpt_pread_data(struct rq_ckpt *c, int shard, uint64_t at, uint64_t len, void *buf,
+                       const char *what, struct rq_err *err);
+
 /* Every tensor name (parses every shard): calls fn for each; stops on non-zero. */
 int rq_ckpt_each(struct rq_ckpt *c, int (*fn)(void *ctx, const char *name,
                  const struct st_tensor *t, int shard), void *ctx, struct rq_err *err);

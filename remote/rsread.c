@@ -73,6 +73,17 @@ static void forget_chunk(struct rq_rs *s, struct rfile *f, uint64_t c)
 	s->st.bytes_on_disk -= b < s->st.bytes_on_disk ? b : s->st.bytes_on_disk;
 }
 
+/* f's assembled file was made by another store sharing the cache (mu
+ * held): counted as ours now, its chunks forgotten (that store removed them). */
+static void adopt_assembled(struct rq_rs *s, struct rfile *f)
+{
+	for (uint64_t c = 0; c < f->nchunks; c++)
+		forget_chunk(s, f, c);
+	f->assembled = 1;
+	f->last_use = rqr_now_ns();
+	s->st.bytes_on_disk += f->size;
+}
+
 /* Plans piece p of file fi for a missing chunk (mu held): a fetch to wait
  * for, or (nokeep, nothing in flight) a range of its own. */
 static int plan_missing(struct rq_rs *s, size_t fi, struct piece *p, int nokeep,
@@ -127,8 +138,10 @@ static int serve_disk(struct rq_rs *s, size_t fi, struct piece *p, int nokeep, s
 		return 0;
 	}
 	int assembled = f->assembled;
-	if (rc == -ENOENT && !assembled && on_disk(f))   /* assembled by another store? */
-		assembled = f->assembled = 1;
+	if (rc == -ENOENT && !assembled && on_disk(f)) {   /* assembled by another store? */
+		adopt_assembled(s, f);
+		assembled = 1;
+	}
 	if (p->how != P_FILE && assembled) {           /* our chunks were assembled meanwhile */
 		p->how = P_FILE;
 		pthread_mutex_unlock(&s->mu);
@@ -136,7 +149,11 @@ static int serve_disk(struct rq_rs *s, size_t fi, struct piece *p, int nokeep, s
 	}
 	int corrupt = 0;
 	if (p->how == P_FILE) {
-		f->assembled = 0;                          /* dropped under us: fetch again */
+		if (f->assembled) {                        /* dropped under us: fetch again */
+			f->assembled = 0;
+			s->st.bytes_on_disk -= f->size < s->st.bytes_on_disk ? f->size
+			                                                     : s->st.bytes_on_disk;
+		}
 	} else {
 		if (rc == -EBADMSG && f->st[p->c] != CH_ABSENT) {
 			corrupt = 1;
@@ -181,6 +198,8 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
 		return -ENOMEM;
 	}
 	pthread_mutex_lock(&s->mu);
+	f->users++;                                /* not evicted while this read runs */
+	f->last_use = rqr_now_ns();
 	if (f->failed) {
 		pthread_mutex_unlock(&s->mu);
 		rc = rq_errf(err, -EIO, "%s: its bytes from the server hashed twice to %s %s, not "
@@ -262,6 +281,9 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
 out:
 	if (p != one)
 		free(p);
+	pthread_mutex_lock(&s->mu);
+	f->users--;
+	pthread_mutex_unlock(&s->mu);
 	rqr_leave(s);
 	return rc;
 }
@@ -285,6 +307,7 @@ int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err)
 	if (!rc) {
 		pthread_mutex_lock(&s->mu);
 		f->assembled = 1;                  /* readers of chunks that vanish turn to it */
+		f->last_use = rqr_now_ns();
 		pthread_mutex_unlock(&s->mu);
 		rqr_chunk_drop_all(s->dfd, f->dir);   /* the sum files: the data was renamed */
 	} else if (rc == -EBADMSG && bad < 0) {
@@ -343,6 +366,8 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 	}
 	int rc = 0;
 	pthread_mutex_lock(&s->mu);
+	f->users++;                                /* not evicted while it is fetched */
+	f->last_use = rqr_now_ns();
 	for (;;) {
 		if (atomic_load(&s->closing)) {
 			rc = rq_errf(err, -ECANCELED, "%s: the remote store is closing", f->name);
@@ -423,11 +448,13 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 			int other = on_disk(f);        /* another store sharing the cache made it */
 			pthread_mutex_lock(&s->mu);
 			if (other) {
-				f->assembled = 1;
+				if (!f->assembled)
+					adopt_assembled(s, f);
 				continue;
 			}
 			rc = rq_errf(err, -ENOSPC, "%s: fetched, but its chunks could not be stored under "
-			             "%s (disk full?); free space in the cache directory", f->name,
+			             "%s: the disk is full, or the cache is at its --cache-max with "
+			             "what is over in use; free space or raise --cache-max", f->name,
 			             s->root);
 			break;
 		}
@@ -435,6 +462,7 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 	for (uint64_t c = 0; c < f->nchunks; c++)
 		if (fts[c])
 			rqr_unref(s, fts[c]);
+	f->users--;
 	pthread_mutex_unlock(&s->mu);
 	free(fts);
 	if (!rc && progress)

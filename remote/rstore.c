@@ -50,8 +50,36 @@
  * asked for) straight into the caller's buffer through the same workers,
  * and stores nothing; chunks already present or in flight serve it.
  *
+ * Disk budget (--cache-max). The store's bytes on disk (chunks: their
+ * bytes + sum files; assembled files: their size) and the quantized cache's
+ * (cache/: job entries and materialized files) share one limit: the mount
+ * gives the store max_bytes and the cache's byte count (rq_rs_set_budget),
+ * and the cache the store's count and rq_rs_trim (rq_cache_set_peer).
+ *  - Before a worker stores a chunk it reserves its bytes: if the store +
+ *    the cache + the chunk exceed the limit, the least recently used whole
+ *    files of the store that nothing uses now (no read, fetch, assembly,
+ *    chunk in flight or pin) are evicted, oldest first (rsbudget.c); if that
+ *    cannot free enough, nothing is evicted and the chunk is served to its
+ *    readers but not kept (counted not_kept, logged once): a read never
+ *    fails for the budget, its bytes are simply fetched again next time.
+ *    fetch_file (warm) then fails -ENOSPC saying to raise --cache-max.
+ *  - When the cache needs room (a put, a materialized file) it asks the
+ *    store first to evict what is over, the same way, then evicts its own
+ *    least recently used entries for the rest: remote bytes are the cheaper
+ *    to get back (a fetch, no quantization).
+ *  - So on disk: store + cache <= limit. Each side counts what it is about
+ *    to write before writing it (a chunk here, a materialized file there),
+ *    so the other sees it; only two writers checking at the same instant
+ *    can cross the limit, by one chunk or file, until the next write.
+ *    Other processes sharing the directory count what they see at open.
+ *  - A file opened over its limit (a smaller --cache-max than last time) is
+ *    trimmed at open. A chunk's bytes are never evicted alone (they live in
+ *    the file's sparse data); eviction never breaks a reader: the file is
+ *    marked absent first and its chunk writers wait for the unlinks.
+ *
  * Locking: one mutex (s->mu) guards the queues, every file's and fetch's
- * state and the counters; no I/O happens under it. done_cv: a fetch or a
+ * state and the counters; no I/O happens under it. budget_mu guards the
+ * budget's callback and is never held with mu. done_cv: a fetch or a
  * range piece finished, an assembly ended, or the store closes; work_cv:
  * a job queued; mem_cv: a buffer freed.
  */
@@ -273,7 +301,20 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 	int whole = f->assembled;                     /* assembled meanwhile: nothing to store */
 	pthread_mutex_unlock(&s->mu);
 	int wrc = rc ? rc : whole ? -EEXIST : 0;
+	uint64_t need = rqr_chunk_file_size(ft->len);
+	int reserved = 0;
+	if (!wrc) {   /* room under the budget (evicting other files), counted now */
+		reserved = !(wrc = rqr_reserve(s, fi, need));
+		if (wrc && !atomic_exchange(&s->warned_budget, 1))
+			rqr_log(s, "remote: the cache is at its --cache-max and nothing more can be "
+			        "evicted now (in use): chunks of %s and others are served but not "
+			        "kept (fetched again when read); raise --cache-max", f->name);
+	}
 	if (!wrc) {   /* the waiters copy from the buffer meanwhile */
+		pthread_mutex_lock(&s->mu);
+		while (f->evicting && !atomic_load(&s->closing))   /* its unlinks end first */
+			pthread_cond_wait(&s->done_cv, &s->mu);
+		pthread_mutex_unlock(&s->mu);
 		wrc = rqr_chunk_write(s->dfd, f->dir, c, s->chunk_size, f->idhash, ft->buf, ft->len);
 		if (wrc && !atomic_exchange(&s->warned_write, 1)) {
 			rqr_log(s, "remote: cannot store chunks under %s/%s (%s): serving from memory "
@@ -287,14 +328,15 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 	pthread_cond_broadcast(&s->done_cv);          /* fetch_file waits for this */
 	int complete = 0;
 	ft->stored = !wrc;
-	if (!wrc && f->st[c] == CH_ABSENT) {
+	if (!wrc && f->st[c] == CH_ABSENT) {   /* its bytes were counted by rqr_reserve */
 		f->st[c] = CH_PRESENT;
 		f->npresent++;
-		s->st.bytes_on_disk += rqr_chunk_file_size(ft->len);
 		complete = f->npresent == f->nchunks && !f->assembled && !f->assembling &&
 		           !f->failed;
 		if (complete)
 			f->assembling = 1;
+	} else if (reserved) {
+		s->st.bytes_on_disk -= need < s->st.bytes_on_disk ? need : s->st.bytes_on_disk;
 	}
 	rqr_unref(s, ft);
 	pthread_mutex_unlock(&s->mu);
@@ -403,6 +445,7 @@ static void scan_file(struct rq_rs *s, struct rfile *f)
 {
 	struct stat st;
 	if (stat(f->apath, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == f->size) {
+		f->last_use = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
 		f->assembled = 1;
 		s->st.bytes_on_disk += f->size;
 		rqr_chunk_drop_all(s->dfd, f->dir);   /* left by a crash after the rename */
@@ -415,6 +458,8 @@ static void scan_file(struct rq_rs *s, struct rfile *f)
 			close(fd);
 		return;
 	}
+	if (fstatat(fd, "data", &st, AT_SYMLINK_NOFOLLOW) == 0)   /* its last chunk stored */
+		f->last_use = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		char *end;
@@ -477,6 +522,7 @@ int rq_rs_open(const struct rq_rs_opts *o, struct rq_rs **out, struct rq_err *er
 	int rc = -ENOMEM;
 	s->dfd = -1;
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_mutex_init(&s->budget_mu, NULL);
 	pthread_cond_init(&s->work_cv, NULL);
 	pthread_cond_init(&s->done_cv, NULL);
 	pthread_cond_init(&s->mem_cv, NULL);
@@ -490,6 +536,7 @@ int rq_rs_open(const struct rq_rs_opts *o, struct rq_rs **out, struct rq_err *er
 		s->mem_max = cs;                       /* one chunk at a time at least */
 	s->pool = calloc((size_t)(s->mem_max / cs) + 1, sizeof *s->pool);   /* NULL: no pool */
 	s->offline = o->offline;
+	s->max_bytes = o->max_bytes;
 	s->log = o->log;
 	s->log_ctx = o->log_ctx;
 	s->repo = strdup(o->repo);
@@ -552,6 +599,8 @@ int rq_rs_open(const struct rq_rs_opts *o, struct rq_rs **out, struct rq_err *er
 			s->workers[i].started = 1;
 		}
 	}
+	if (s->max_bytes && s->st.bytes_on_disk > s->max_bytes)   /* a smaller limit than before */
+		rq_rs_trim(s, s->st.bytes_on_disk - s->max_bytes);
 	*out = s;
 	return 0;
 fail:
@@ -619,6 +668,7 @@ void rq_rs_close(struct rq_rs *s)
 	pthread_cond_destroy(&s->work_cv);
 	pthread_cond_destroy(&s->done_cv);
 	pthread_cond_destroy(&s->mem_cv);
+	pthread_mutex_destroy(&s->budget_mu);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
 }
@@ -639,6 +689,11 @@ int rq_rs_set_readahead_mask(struct rq_rs *s, size_t i, const uint8_t *want)
 	pthread_mutex_unlock(&s->mu);
 	free(old);
 	return 0;
+}
+
+const char *rq_rs_file_id(const struct rq_rs *s, size_t i)
+{
+	return i < s->nfiles ? s->files[i].id : NULL;
 }
 
 uint32_t rq_rs_chunk_size(const struct rq_rs *s)
@@ -662,7 +717,7 @@ void rq_rs_drop(struct rq_rs *s, size_t i)
 		return;
 	struct rfile *f = &s->files[i];
 	pthread_mutex_lock(&s->mu);
-	while (f->assembling && !atomic_load(&s->closing))
+	while ((f->assembling || f->evicting) && !atomic_load(&s->closing))
 		pthread_cond_wait(&s->done_cv, &s->mu);
 	int had = f->assembled;
 	uint64_t was = had ? f->size : 0;

@@ -21,6 +21,11 @@
  *    hub/; then the read fails -EIO with a message naming file and range.
  *    Memory: at most mem_max bytes of chunk buffers in flight, whatever the
  *    readers do. rq_rs_close() returns promptly with fetches in flight.
+ *  - Disk: the store's files count against a byte budget (max_bytes: the
+ *    mount's --cache-max, shared with the quantized cache through
+ *    rq_rs_set_budget); the least recently used whole files not in use are
+ *    evicted to stay under it, else a chunk is served but not kept (rstore.c
+ *    says the policy).
  * Thread-safe: every function but open/close may be called from any thread. */
 #ifndef RQ_REMOTE_RSTORE_H
 #define RQ_REMOTE_RSTORE_H
@@ -50,6 +55,8 @@ struct rq_rs_opts {
 	int readahead;             /* chunks ahead of a sequential reader; -1: the default, 0: off */
 	uint64_t mem_max;          /* 0: the default */
 	int offline;               /* 1: never connect (HF_HUB_OFFLINE=1) */
+	uint64_t max_bytes;        /* budget of bytes on disk (with rq_rs_set_budget's others);
+	                              0: unlimited */
 	void (*log)(void *ctx, const char *msg);   /* faults and refetches, may be NULL */
 	void *log_ctx;
 };
@@ -70,15 +77,28 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
  * holding only what it requantizes are never fetched whole. 0 or -ENOMEM. */
 int rq_rs_set_readahead_mask(struct rq_rs *s, size_t i, const uint8_t *want);
 
+/* File i's identity (chunk.h): its LFS sha256 (64 hex), else "git-" + its
+ * git blob id (a small repo's plain git file), else "name-" + a hash of
+ * repo, commit and name; stable for the commit, safe in a file name. The
+ * key for what a caller keeps about the file beside the store (the mount's
+ * shard heads, for offline mounts). NULL when i is out of range. */
+const char *rq_rs_file_id(const struct rq_rs *s, size_t i);
+
 /* The chunk size in bytes (chunks are aligned on multiples of it). */
 uint32_t rq_rs_chunk_size(const struct rq_rs *s);
 
-/* The assembled, verified local file of file i, or NULL while it is not. */
+/* The assembled, verified local file of file i, or NULL while it is not.
+ * Under a budget an unpinned file may be evicted at any time: a caller that
+ * opens it pins it first (rq_rs_pin) and keeps the pin while it holds the
+ * fd (an fd on an evicted file still reads the right bytes, but its disk
+ * space is then freed only at close, uncounted). */
 const char *rq_rs_path(struct rq_rs *s, size_t i);
 
 /* Fetches every missing chunk of file i (in parallel), assembles and verifies
  * it (warm). progress(ctx, bytes_done) may be NULL. Its chunks queue behind
- * readers' (a warm never delays a read). */
+ * readers' (a warm never delays a read). Not evicted while it runs; pin i
+ * before it to keep the result (rq_rs_path). Under a budget that cannot
+ * hold it: -ENOSPC naming --cache-max. */
 int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint64_t bytes),
                      void *ctx, struct rq_err *err);
 
@@ -86,9 +106,31 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
  * e.g. a materialized shard). Reads still work: they fetch again. */
 void rq_rs_drop(struct rq_rs *s, size_t i);
 
+/* The budget: the store's bytes on disk plus others(ctx) (the bytes of the
+ * quantized cache sharing --cache-max; NULL: none) stay <= max_bytes (0:
+ * unlimited). Takes effect at once (trims what is over). others is called
+ * without the store's lock, from any thread, never after this returns with
+ * another function: pass NULL before what ctx names goes away. */
+void rq_rs_set_budget(struct rq_rs *s, uint64_t max_bytes, uint64_t (*others)(void *ctx),
+                      void *ctx);
+
+/* Evicts least recently used whole files of the store (a file's chunks, or
+ * its assembled copy) that nothing uses now (no read, fetch, assembly or
+ * pin) until `bytes` are freed or none is left; the bytes freed. Evicted
+ * bytes are fetched again when read. Safe from any thread not holding the
+ * caller's own locks that the store's `others` takes. */
+uint64_t rq_rs_trim(struct rq_rs *s, uint64_t bytes);
+
+/* Pins (+1) or unpins (-1) file i: never evicted while pinned (a caller
+ * that keeps an fd on rq_rs_path's file pins it first, so its bytes stay
+ * counted while they are on disk). rq_rs_drop still drops it. */
+void rq_rs_pin(struct rq_rs *s, size_t i, int delta);
+
 struct rq_rs_stats {
 	uint64_t fetched_bytes, fetched_chunks, cached_hits, retries, failures, refetches;
-	uint64_t bytes_on_disk;
+	uint64_t bytes_on_disk;    /* chunks (bytes + sums) and assembled files, as counted */
+	uint64_t evicted_files, evicted_bytes;   /* by the budget */
+	uint64_t not_kept;         /* chunks served but not stored: over budget */
 	uint64_t mem_peak;         /* the most bytes of chunk buffers held at once (<= mem_max) */
 };
 void rq_rs_stats(struct rq_rs *s, struct rq_rs_stats *out);

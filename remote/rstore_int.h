@@ -72,6 +72,11 @@ struct rfile {
 	char bad_sha[65];          /* mu: what the last mismatching bytes hashed to (want's kind) */
 	uint64_t seq_next;         /* mu: end of the last read (readahead) */
 	uint8_t *ra_want;          /* mu: [nchunks] chunks readahead may fetch, or NULL: all */
+	/* the budget (rstore.c "Disk budget") */
+	int users;                 /* mu: reads and fetch_files of it running now */
+	int pins;                  /* mu: rq_rs_pin count */
+	int evicting;              /* mu: its names being unlinked: chunk writers wait */
+	int64_t last_use;          /* mu: ns since the epoch of its last read, store or scan */
 };
 
 struct worker {
@@ -108,7 +113,14 @@ struct rq_rs {
 	int active;                /* mu: API calls running (close waits for them) */
 	atomic_int closing;        /* set once by close */
 	atomic_int warned_write;   /* the cannot-store line was logged (once per store) */
+	atomic_int warned_budget;  /* the over-budget line was logged (once per store) */
 	struct rq_rs_stats st;     /* mu */
+	uint64_t max_bytes;        /* mu: the budget (0: none) */
+	/* budget_mu (taken alone, never with mu): others() is called under it,
+	 * so rq_rs_set_budget returns only once no call is running. */
+	pthread_mutex_t budget_mu;
+	uint64_t (*others)(void *ctx);   /* budget_mu */
+	void *others_ctx;                /* budget_mu */
 };
 
 void rqr_log(struct rq_rs *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -125,6 +137,12 @@ void rqr_enqueue_range(struct rq_rs *s, struct job *j);      /* mu held */
 int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err);
 /* Queues every chunk of fi not present nor in flight (readahead queue). */
 void rqr_refetch_all(struct rq_rs *s, size_t fi);            /* mu held */
+/* Makes room for `need` more bytes of file fi under the budget (evicting
+ * other files) and counts them in bytes_on_disk: 0, or -ENOSPC when what is
+ * over cannot be evicted now (nothing counted). No lock held. */
+int rqr_reserve(struct rq_rs *s, size_t fi, uint64_t need);
+/* ns since the epoch, for last_use. */
+int64_t rqr_now_ns(void);
 int rqr_enter(struct rq_rs *s);                              /* -ECANCELED when closing */
 void rqr_leave(struct rq_rs *s);
 

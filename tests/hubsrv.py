@@ -29,6 +29,7 @@ class Hub:
             self.token = None          # demanded Bearer token
             self.bad_sha = set()       # file names whose listed LFS sha256 is wrong
             self.lie_size = set()      # file names listed one byte shorter than served
+            self.no_lfs = set()        # file names listed without "lfs" (plain git: blob id)
             self.move_main = None      # (repo, commit): main moves there after the API answers
             self.fail = 0              # resolve/CDN answers: 0 serve, else this HTTP status
             self.fail_after = None     # body bytes served before fail turns on by itself
@@ -98,7 +99,8 @@ def handler(hub):
                 p = os.path.join(d, name)
                 e = {"rfilename": name, "size": os.path.getsize(p) - (name in hub.lie_size),
                      "blobId": git_blob_id(p)}
-                if name.endswith(".safetensors") or name.endswith(".index.json"):
+                if (name.endswith(".safetensors") or name.endswith(".index.json")) and \
+                        name not in hub.no_lfs:
                     sha = sha256_of(p)
                     if name in hub.bad_sha:
                         sha = hashlib.sha256(b"not this").hexdigest()

@@ -24,7 +24,8 @@ static void usage(FILE *f)
 	"  requantfs verify SRC-0801 --against LAGUNA-0722 --tensors 'layers\\.40\\.'\n\n"
 	"DIR, REF and SRC are directories, hub repo ids ORG/NAME[@REV] in the local\n"
 	"hub cache, or hf://ORG/NAME[@REV] read from the hub by range (only the\n"
-	"headers and the tensors compared are fetched; --endpoint URL, $HF_ENDPOINT,\n"
+	"headers and the tensors compared are fetched, neighbours merged into requests\n"
+	"of up to 64 MiB, at most 128 MiB held per side; --endpoint URL, $HF_ENDPOINT,\n"
 	"$HF_TOKEN as `calib fetch`).\n"
 	"  --tensors REGEX  only tensors whose name contains a match (Python re.search)\n"
 	"  --source SRC     BF16 checkpoint for the recipe diagnosis of modules that differ\n"
@@ -161,6 +162,10 @@ int cmd_verify(int argc, char **argv)
 	       "%llu only in REF\n", (unsigned long long)s.compared, (unsigned long long)s.equal,
 	       (unsigned long long)s.differ, (unsigned long long)s.only_dir,
 	       (unsigned long long)s.only_ref);
+	for (int i = 0; i < 3; i++)      /* hf:// sides: how their reads were coalesced */
+		if (rd[i])
+			printf("remote: %s read in %llu range requests (%.1f MB)\n", arg[i],
+			       (unsigned long long)s.requests[i], s.fetched[i] / 1e6);
 	if (s.modules) {
 		char v[64];
 		variants_text(s.variants_all, v, sizeof v);
