@@ -8,7 +8,8 @@ same cache, once the mount has settled (status: nothing pending or being
 verified), every safetensors shard passes through (requantized shards from
 their materialized files, shards identical to SRC from the store's
 assembled, verified copies), and only the files the mount rewrites without
-a job (config.json, the index) go the copy path. Proved by the daemon's own
+a job (config.json, the index) go the copy path; the materialized shards
+are verified in file order (the order a loader opens them in). Proved by the daemon's own
 counters: reading every shard whole, its page caches dropped first, adds no
 FUSE read at the daemon; reading everything adds at most the copy-path
 files' bytes; every byte equals `export` of the local copy. The local hub is
@@ -59,11 +60,11 @@ def settle(mnt, seconds=60):
     return st
 
 
-def mount(mnt, cache, ep, cal):
+def mount(mnt, cache, ep, cal, *extra):
     os.makedirs(mnt, exist_ok=True)
     rqtap.MOUNTS.append(os.path.abspath(mnt))
     return run("mount", "hf://synthetic/ckpt", mnt, "--cache", cache, "--endpoint", ep,
-               "--calib", cal)
+               "--calib", cal, *extra)
 
 
 def body(T, hub, ep):
@@ -96,10 +97,18 @@ def body(T, hub, ep):
 
     # the warmed cache, mounted again
     hub.reset()
-    rc, out = mount(mnt, cache, ep, T["cal"])
+    log = os.path.join(tmp, "mount.log")
+    rc, out = mount(mnt, cache, ep, T["cal"], "--log", log)
     if not ok(rc == 0, "remount with the warmed cache", out):
         return 1
     st = settle(mnt)
+    # found materialized shards are verified first and in file order (the order a
+    # loader opens them in): the first one opened is the first verified
+    mark = "verified the materialized "
+    order = [ln.split(mark, 1)[1].split(" ", 1)[0] for ln in open(log).read().splitlines()
+             if mark in ln] if os.path.exists(log) else []
+    ok(order == sorted(changed), "the materialized shards are verified in file order",
+       f"{order} vs {sorted(changed)}")
     keys = ("passthrough", "passthrough_why", "files", "files_passthrough", "files_copy",
             "files_pending", "files_materializing", "mat_verified", "remote_pending")
     if not ok(st.get("passthrough") is True,
