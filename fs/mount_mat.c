@@ -12,7 +12,8 @@
  *     the bytes the plan holds (header) and its jobs' keys (recipe + version,
  *     SRC identity, calibration), so a changed SRC or recipe never reuses it.
  *     A file already in the cache at mount time is verified (hashed whole)
- *     before its first passthrough open. Once READY, the jobs' own entries
+ *     before its first passthrough open; such files are verified first, in
+ *     file order (a loader's order: it rarely waits for more than one). Once READY, the jobs' own entries
  *     are dropped: the bytes are kept once.
  *   - everything else (config.json, the index, shards still incomplete) goes
  *     the copy path (mount_read.c).
@@ -172,6 +173,41 @@ static void mat_first(struct rq_mount *m, long i)
 			m->mat_head = (int)i;
 			return;
 		}
+}
+
+/* Moves QUEUED file i behind the files being verified at the head of the
+ * queue (ahead of every write): found files are verified in file order,
+ * the order a loader opens them in, so that the first shard it opens is
+ * the first verified and the others are verified while it reads. */
+static void mat_after_verifying(struct rq_mount *m, long i)
+{
+	if (m->files[i].mat != MAT_QUEUED)
+		return;
+	long prev = -1;                       /* unlink i */
+	for (long p = m->mat_head; p >= 0; prev = p, p = m->files[p].mat_next)
+		if (p == i)
+			break;
+	if (prev < 0 && m->mat_head != i)
+		return;                           /* not in the queue */
+	long next = m->files[i].mat_next;
+	if (prev < 0)
+		m->mat_head = (int)next;
+	else
+		m->files[prev].mat_next = (int)next;
+	if (m->mat_tail == i)
+		m->mat_tail = (int)prev;
+	long at = -1;                         /* the last verifying file at the head */
+	for (long p = m->mat_head; p >= 0 && m->files[p].verifying; p = m->files[p].mat_next)
+		at = p;
+	if (at < 0) {
+		m->files[i].mat_next = m->mat_head;
+		m->mat_head = (int)i;
+	} else {
+		m->files[i].mat_next = m->files[at].mat_next;
+		m->files[at].mat_next = (int)i;
+	}
+	if (m->files[i].mat_next < 0)
+		m->mat_tail = (int)i;
 }
 
 static long mat_pop(struct rq_mount *m)
@@ -493,8 +529,8 @@ static void *mat_main(void *arg)
 			pthread_mutex_lock(&m->lock);
 			mat_push(m, (long)i);
 			mf->verifying = file && mf->mat == MAT_QUEUED;
-			if (mf->verifying)
-				mat_first(m, (long)i);     /* verifications unblock opens: first */
+			if (mf->verifying)     /* verifications unblock opens: first, in file order */
+				mat_after_verifying(m, (long)i);
 			pthread_mutex_unlock(&m->lock);
 		}
 	}

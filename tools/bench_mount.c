@@ -357,9 +357,13 @@ static void usage(FILE *f)
 	"  --remote        instead: an hf:// mount of the checkpoint (default 2 experts)\n"
 	"                  served by a local HTTP server with the hub's layout: cold\n"
 	"                  reads vs curl of the SRC files from the same server into\n"
-	"                  files in WORK (bar >= 0.9; curl to /dev/null shown too),\n"
-	"                  warm (after `warm`) vs native reads of the export\n"
-	"                  (bar >= 0.95)\n");
+	"                  files in WORK (bar >= 0.9; curl to /dev/null shown too;\n"
+	"                  mount and curl alternate which goes first), warm (after\n"
+	"                  `warm`, one mount kept mounted and settled) vs native reads\n"
+	"                  of the export in 4 x --reps pairs of alternating order,\n"
+	"                  page caches dropped (bar >= 0.95) and warm; the first read\n"
+	"                  after mounting (shards verified) and the FUSE reads that\n"
+	"                  reach the daemon are printed too\n");
 }
 
 /* Figures, seconds (best of reps); [k]: 0 passthrough auto, 1 off. */
