@@ -11,8 +11,9 @@
  * takes the file as it is. A routed expert that saw no
  * token gets the fallback amax = the largest amax of the same projection
  * over its layer's experts that did (no token of this text would be clipped
- * by it; counted in the summary). An input whose amax is 0 gets the largest
- * finite F32 scale. The token ids go into __metadata__ ("calib_token_ids":
+ * by it; counted in the summary; llm-compressor leaves such a module's scale
+ * uninitialized, torch.empty). An input whose amax is 0 gets 1.0, what
+ * compressed-tensors' generate_gparam writes there (lg_obs_scale). The token ids go into __metadata__ ("calib_token_ids":
  * sequences separated by ';', ids by ','). --forward-dtype bf16, the default for
  * a BF16 checkpoint, runs the forward with transformers' BF16 roundings
  * (lg_state_round_bf16), so the observed inputs are the ones the peer's BF16
@@ -373,7 +374,7 @@ static int run(const struct run_opts *o)
 		double r_obs = q.total / t_obs;
 		fprintf(stderr, "requantfs calib run: %zu scales from %d tokens in %d sequence%s written "
 		        "to %s (%d routed-expert inputs saw no token%s: given the max over their layer's "
-		        "experts; %d inputs all zero: scale = FLT_MAX; scales in %s; forward in %s on the "
+		        "experts; %d inputs all zero: scale 1.0, as the peer; scales in %s; forward in %s on the "
 		        "%s)\n", nn, q.total, q.n, q.n == 1 ? "" : "s", o->out, fallback,
 		        o->all_experts ? " (--all-experts)" : "", zero,
 		        bf16 ? "BF16 (--scale-dtype bf16)" : "F32 (--scale-dtype f32)",
