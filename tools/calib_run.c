@@ -27,9 +27,12 @@
  * products round activations to fp16/BF16 at other points than transformers'
  * eager BF16 forward), so the peer-exact BF16 forward is the CPU's only:
  * `--device cuda --forward-dtype bf16` is refused (exit 2) with what to use
- * instead; `--device auto --forward-dtype bf16` (the user asks exact peer
- * parity) runs on the CPU and says so; `--forward-dtype auto` means bf16 on the
- * CPU for a BF16 model and f32 on the GPU. The device goes into __metadata__
+ * instead. --device auto picks the CPU whenever the forward is BF16 — asked
+ * (--forward-dtype bf16) or the default for a BF16 model (--forward-dtype auto:
+ * exact parity with the peer, the same file on every machine) — and says how
+ * to use the GPU; it picks the GPU (when usable) for an F32 forward: a
+ * non-BF16 model, or --forward-dtype f32. --device cuda with --forward-dtype
+ * auto runs the F32 forward there. The device goes into __metadata__
  * (calib_device). The scales' rounding (--scale-dtype) is the host's, the
  * same on both. The CUDA engine keeps an F32 KV cache here (the CPU's). */
 #include "tools/calib_run.h"
@@ -248,13 +251,17 @@ static int run(const struct run_opts *o)
 		cli_fail(1, "calib run", "out of memory");
 		goto out;
 	}
-	/* the device: the BF16 forward is the CPU's only (the top comment) */
+	/* the device: the BF16 forward is the CPU's only (the top comment); the
+	 * peer runs the model in its dtype: BF16 for a BF16 checkpoint */
+	int model_bf16 = m->embed != NULL || m->embed_q.kind == LG_W_BF16;
 	enum lg_device dev = o->device;
-	if (o->fwd_dtype == 1 && dev == LG_DEVICE_AUTO) {
+	int want_bf16 = o->fwd_dtype >= 0 ? o->fwd_dtype : model_bf16;
+	if (want_bf16 && dev == LG_DEVICE_AUTO) {
 		dev = LG_DEVICE_CPU;
 		if (!o->quiet)
-			fprintf(stderr, "requantfs calib run: --forward-dtype bf16: on the CPU (the CUDA engine "
-			        "has no BF16-rounding forward)\n");
+			fprintf(stderr, "requantfs calib run: the BF16 forward (--forward-dtype %s, the peer's "
+			        "roundings) runs on the CPU: the CUDA engine has none; --forward-dtype f32 "
+			        "or --device cuda observes on the GPU\n", o->fwd_dtype == 1 ? "bf16" : "auto");
 	}
 	char plan[1024];
 	struct lg_backend_opts bo = {.device = dev, .max_ctx = maxlen, .max_batch = 64, .pool = pool,
@@ -273,10 +280,8 @@ static int run(const struct run_opts *o)
 		fprintf(stderr, "requantfs calib run: CUDA engine unavailable (%s); using the CPU\n",
 		        eng.b->fallback);
 
-	/* the peer runs the model in its dtype: BF16 for a BF16 checkpoint */
-	int model_bf16 = m->embed != NULL || m->embed_q.kind == LG_W_BF16;
 	int bf16 = o->scale_dtype >= 0 ? o->scale_dtype : model_bf16;
-	int fwd_bf16 = o->fwd_dtype >= 0 ? o->fwd_dtype : eng.st ? model_bf16 : 0;
+	int fwd_bf16 = eng.st ? want_bf16 : 0;   /* --device cuda: F32 (bf16 refused at parsing) */
 	if (eng.st)
 		lg_state_round_bf16(eng.st, fwd_bf16);
 
@@ -422,12 +427,13 @@ static void usage(FILE *f)
 	"MODEL's embedding is BF16, else f32. --forward-dtype: bf16 runs the forward\n"
 	"with the roundings of transformers' eager BF16 forward (what llm-compressor\n"
 	"observes on a BF16 model; slower), f32 the engine's binary32 forward; auto\n"
-	"(default): as --scale-dtype's auto on the CPU, f32 on the GPU. --device: cuda\n"
+	"(default): as --scale-dtype's auto (f32 with --device cuda). --device: cuda\n"
 	"observes on the GPU (the CUDA engine, maxima reduced on the device), cpu on the\n"
-	"CPU engine, auto (default) the GPU when one is usable. The BF16 forward is the\n"
-	"CPU's only: --device cuda --forward-dtype bf16 is refused, and --device auto\n"
-	"--forward-dtype bf16 (exact parity with the BF16 peer) runs on the CPU. The\n"
-	"token ids, both dtypes and the device go into the file's __metadata__.\n\n"
+	"CPU engine, auto (default) on the GPU when one is usable and the forward is\n"
+	"F32. The BF16 forward is the CPU's only: --device cuda --forward-dtype bf16 is\n"
+	"refused, and auto runs a BF16 forward (a BF16 model's default: exact parity\n"
+	"with the peer) on the CPU; --forward-dtype f32 or --device cuda uses the GPU.\n"
+	"The token ids, both dtypes and the device go into the file's __metadata__.\n\n"
 	"diff: per-module ratio A/B of input_global_scale of two calibration files (or\n"
 	"07-22 checkpoints), a summary, and the modules only in one.\n");
 }

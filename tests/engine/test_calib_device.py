@@ -4,9 +4,9 @@ engine's observer writes matches the CPU engine's, on mkckpt's synthetic Laguna
 (NVFP4 W4A4 experts with BF16 layers, and all BF16), top-k and --all-experts: the
 same module names, every tensor F32 [1], scales within TOL relative, the same token
 ids; __metadata__ names the device and the forward's dtype. The --device choice:
-cuda refuses --forward-dtype bf16 (exit 2, says what to use), auto runs
---forward-dtype bf16 on the CPU and says so, auto alone uses the GPU with an F32
-forward.
+cuda refuses --forward-dtype bf16 (exit 2, says what to use); auto runs a BF16
+forward (asked, or a BF16 model's default) on the CPU and says how to use the GPU,
+an F32 forward on the GPU; cuda with --forward-dtype auto runs F32 there.
 
 usage: test_calib_device.py REQUANTFS CUDA_REQUANTFS [--gpu]
   CUDA_REQUANTFS: tests/kernels' requantfs-emul (the CLI on the host emulation of
@@ -112,15 +112,27 @@ def body(tmp, cuda_rq, gpu):
     rc, out = run_cuda(cuda_rq, "calib", "run", src, "--text", txt, "--tokens", "40",
                        "--forward-dtype", "bf16", "-o", o)
     meta = rqtap.st_header(o)[0].get("__metadata__", {}) if rc == 0 else {}
-    ok(rc == 0 and "on the CPU" in out and meta.get("calib_device") == "cpu" and
+    ok(rc == 0 and "runs on the CPU" in out and meta.get("calib_device") == "cpu" and
        meta.get("calib_forward_dtype") == "bf16",
        "--device auto --forward-dtype bf16: runs on the CPU (BF16 forward) and says why", out)
-    rc, out = run_cuda(cuda_rq, "calib", "run", src, "--text", txt, "--tokens", "40", "-o", o)
-    meta = rqtap.st_header(o)[0].get("__metadata__", {}) if rc == 0 else {}
-    ok(rc == 0 and meta.get("calib_device") == "cuda" and
-       meta.get("calib_forward_dtype") == "f32",
-       "--device auto (default) with a device: the GPU, F32 forward (--forward-dtype auto)",
-       out + str({k: v for k, v in meta.items() if k != "calib_token_ids"}))
+
+    def auto(name, want_dev, want_fwd, *extra):
+        if os.path.exists(o):
+            os.unlink(o)
+        rc, out = run_cuda(cuda_rq, "calib", "run", src, "--text", txt, "--tokens", "40", *extra,
+                           "-o", o)
+        meta = rqtap.st_header(o)[0].get("__metadata__", {}) if rc == 0 else {}
+        ok(rc == 0 and meta.get("calib_device") == want_dev and
+           meta.get("calib_forward_dtype") == want_fwd, name,
+           out + str({k: v for k, v in meta.items() if k != "calib_token_ids"}))
+        return out
+    out = auto("a BF16 model, the defaults (--device auto --forward-dtype auto) with a device: "
+               "the CPU's BF16 forward, the peer's (the same file on every machine)", "cpu", "bf16")
+    ok("--forward-dtype f32 or --device cuda" in out, "... and it says how to use the GPU", out)
+    auto("--forward-dtype f32 (--device auto) with a device: the GPU", "cuda", "f32",
+         "--forward-dtype", "f32")
+    auto("--device cuda (--forward-dtype auto) on a BF16 model: the GPU, F32 forward", "cuda",
+         "f32", "--device", "cuda")
     rc, out = run_cuda(cuda_rq, "calib", "run", src, "--text", txt, "--device", "tpu", "-o", o)
     ok(rc == 2 and "--device" in out, "--device tpu: a usage error naming --device", out)
 
