@@ -104,7 +104,10 @@ int lgc_time_step(struct lgc *g, int token, int reps, double *seconds, struct rq
  * routed to each; all_experts: every token through every routed expert for
  * the observer only, the forward keeping its top-k), on the device, with no
  * copy to the host. Single-token steps run without the decode graph while
- * observing. lgc_observe_read copies the maxima and counts back (one copy)
+ * observing. The maxima are those of the CUDA engine's activations: its
+ * products round their inputs to fp16/BF16 (kernels/ek.h), so they differ
+ * from the CPU engine's binary32 forward by about that (tests: obs-gpu).
+ * lgc_observe_read copies the maxima and counts back (one copy)
  * and folds them into obs (amax: max; tokens: sum); lgc_observe_stop turns
  * observing off. -EINVAL (all_experts without routed experts), -ENOMEM, -EIO. */
 int lgc_observe_start(struct lgc *g, int all_experts, struct rq_err *err);

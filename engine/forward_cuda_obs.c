@@ -57,12 +57,11 @@ int lgc_observe_start(struct lgc *g, int all_experts, struct rq_err *err)
 		            !(o->all_w = lgc_dalloc(g, (size_t)B * K * sizeof(float))) ||
 		            !(o->all_out = lgc_dalloc(g, (size_t)B * c->hidden * sizeof(float)))))
 			rc = -ENOMEM;
-		if (!rc && ((rc = ek_h2d(g->d, o->all_ids, h, nid * sizeof(int))) ||
-		            (rc = ek_memset(g->d, o->all_w, 0, (size_t)B * K * sizeof(float))) ||
-		            (rc = ek_sync(g->d))))
-			o->all_ids = NULL;
+		if (!rc && (!(rc = ek_h2d(g->d, o->all_ids, h, nid * sizeof(int))) &&
+		            !(rc = ek_memset(g->d, o->all_w, 0, (size_t)B * K * sizeof(float)))))
+			rc = ek_sync(g->d);
 		free(h);
-		if (rc) {
+		if (rc) {                  /* made again at the next start */
 			o->all_ids = NULL;
 			return rq_errf(err, rc, "CUDA engine: observer (all experts): %s", ek_error(g->d));
 		}

@@ -23,9 +23,9 @@ TEXT = ("Calibration needs real words: the quick brown fox jumps over the lazy d
         "while a ledger of numbers 3.14159, 2.71828 and 1729 goes by. ") * 30
 
 
-def run_cuda(cuda_rq, *args):
+def run_cuda(cuda_rq, *args, env=None):
     p = subprocess.run([cuda_rq, *args], capture_output=True, text=True, errors="replace",
-                       timeout=rqtap.TIMEOUT)
+                       timeout=rqtap.TIMEOUT, env=env)
     return p.returncode, p.stdout + p.stderr
 
 
@@ -84,7 +84,7 @@ def body(tmp, cuda_rq, gpu):
                         "ek_open" in out or "no device" in out or "CUDA driver" in out):
             print("1..0 # SKIP no usable CUDA device: " + out.strip().splitlines()[-1])
             sys.exit(0)
-    models = [("laguna nvfp4 W4A4", "nvfp4", ["--layers", "4"]),
+    models = [("laguna nvfp4 A16" if gpu else "laguna nvfp4 W4A4", "nvfp4", ["--layers", "4"]),
               ("laguna bf16", "bf16", ["--layers", "4", "--dense"])]
     for name, d, flags in models:
         src = os.path.join(tmp, d)
@@ -96,9 +96,13 @@ def body(tmp, cuda_rq, gpu):
             c, g = (os.path.join(tmp, f"{d}{len(all_e)}.{x}.safetensors") for x in ("cpu", "cuda"))
             common = ["calib", "run", src, "--text", txt, "--tokens", "150", "--scale-dtype", "f32",
                       *all_e]
-            rc, out = run(*common, "--device", "cpu", "--forward-dtype", "f32", "-o", c)
+            # on the device the W4A4 model runs A16 (both engines): its inputs' NVFP4
+            # rounding is discontinuous and the kernels' fp16/BF16 activations would flip
+            # some, moving later maxima past TOL (the W4A4 path: emulated, test_ek_gpu)
+            env = dict(os.environ, RQ_ENGINE_ACT_QUANT="0") if gpu and d == "nvfp4" else None
+            rc, out = run(*common, "--device", "cpu", "--forward-dtype", "f32", "-o", c, env=env)
             ok(rc == 0 and "on the CPU" in out, f"{nm}: calib run --device cpu", out)
-            rc, out = run_cuda(cuda_rq, *common, "--device", "cuda", "-o", g)
+            rc, out = run_cuda(cuda_rq, *common, "--device", "cuda", "-o", g, env=env)
             if not ok(rc == 0 and "on the GPU" in out, f"{nm}: calib run --device cuda", out):
                 continue
             compare(nm, c, g, tol)
