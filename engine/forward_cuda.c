@@ -29,6 +29,7 @@
  * from the copy of hstep to the copy of the logits, is captured once as a
  * CUDA graph (after WARM direct steps) and replayed for every decoded token. */
 #include "engine/forward_cuda_int.h"
+#include "engine/observe.h"
 #include "base/err.h"
 
 #include <errno.h>
@@ -160,6 +161,7 @@ void lgc_free(struct lgc *g)
 		ek_host_free(g->d, g->hlogits);
 		ek_close(g->d);
 	}
+	free(g->ob.tok);
 	free(g->allocs);
 	free(g->L);
 	free(g);
@@ -276,6 +278,7 @@ static int layer(struct lgc *g, int li, int T, int fuse)
 	int H = c->hidden, hd = c->head_dim, nkv = c->n_kv_heads, W = L->qkvg.width, rc;
 	int sliding = L->type == LG_SLIDING, window = sliding ? c->sliding_window : 0;
 	if ((rc = norm_group(g, &L->qkvg, g->x, L->attn_norm, g->qkvg, T, fuse)) ||
+	    (rc = LGC_OBS(g, li, g->xn, H, T, H, LG_OBS_Q, LG_OBS_K, LG_OBS_V, LG_OBS_G)) ||
 	    (L->qkvg_b && (rc = ek_bias(g->d, g->qkvg, W, L->qkvg_b, T, W))) ||
 	    (rc = ek_qk_rope_kv(g->d, g->qkvg + L->qo, W, g->qkvg + L->ko, W, g->qkvg + L->vo, W, T,
 	                        L->nh, nkv, hd, L->q_norm, L->k_norm, c->eps, g->inv_freq[L->type],
@@ -283,33 +286,44 @@ static int layer(struct lgc *g, int li, int T, int fuse)
 	    (rc = ek_attn(g->d, g->att, g->qd, g->qkvg + L->qo, W, g->qkvg + L->go, W, (int)c->gate, T,
 	                  L->nh, nkv, hd, L->kc, L->vc, g->kv_type, L->cap, g->dstep, window,
 	                  sliding && window < g->o.max_ctx ? window : g->o.max_ctx, g->attn_work)) ||
+	    (rc = LGC_OBS(g, li, g->att, g->qd, T, L->nh * hd, LG_OBS_O)) ||
 	    (rc = qlinear(g, &L->aq_o, &L->o, g->att, g->qd, g->x, H, T, 1)) ||
 	    (L->o_b && (rc = ek_bias(g->d, g->x, H, L->o_b, T, H))))
 		return rc;
 	if (!L->moe) {
 		int I = c->inter;
 		if ((rc = norm_group(g, &L->gu, g->x, L->mlp_norm, g->gu, T, fuse)) ||
+		    (rc = LGC_OBS(g, li, g->xn, H, T, H, LG_OBS_GATE, LG_OBS_UP)) ||
 		    (L->gu_b && (rc = ek_bias(g->d, g->gu, L->gu.width, L->gu_b, T, L->gu.width))) ||
 		    (rc = ek_swiglu(g->d, g->h, I, g->gu, L->gu.width, g->gu + I, L->gu.width, T, I)) ||
+		    (rc = LGC_OBS(g, li, g->h, I, T, I, LG_OBS_DOWN)) ||
 		    (rc = qlinear(g, &L->aq_down, &L->down, g->h, I, g->x, H, T, 1)))
 			return rc;
 		return L->down_b ? ek_bias(g->d, g->x, H, L->down_b, T, H) : 0;
 	}
 	int E = c->n_experts, S = c->shared_inter, RW = L->rsu.width;
+	float *obs_dn = lgc_obs_moe_dn(g, li);
 	if ((rc = norm_group(g, &L->rsu, g->x, L->mlp_norm, g->rsu, T, fuse)) ||
+	    (S > 0 && (rc = LGC_OBS(g, li, g->xn, H, T, H, LG_OBS_SG, LG_OBS_SU, LG_OBS_SGATE))) ||
 	    (rc = c->arch->router == LG_ROUTER_SIGMOID
 	          ? ek_route(g->d, g->rsu, RW, L->bias, E, c->top_k, c->norm_topk, c->router_softcap,
 	                     g->ids, g->wts, T)
 	          : ek_route_softmax(g->d, g->rsu, RW, E, c->top_k, c->norm_topk, g->ids, g->wts, T)) ||
-	    (rc = L->egs_gu
+	    (rc = lgc_obs_routed(g, li, T)) ||
+	    (rc = obs_dn
+	          ? ek_moe_obs(g->d, &L->eg, &L->eu, &L->ed, g->ids, g->wts, c->top_k, c->routed_scale,
+	                       g->xn, H, g->x, H, T, 1, g->moe_work, L->egs_gu, L->egs_dn, obs_dn, 3)
+	          : L->egs_gu
 	          ? ek_moe_q(g->d, &L->eg, &L->eu, &L->ed, g->ids, g->wts, c->top_k, c->routed_scale,
 	                     g->xn, H, g->x, H, T, 1, g->moe_work, L->egs_gu, L->egs_dn)
 	          : ek_moe(g->d, &L->eg, &L->eu, &L->ed, g->ids, g->wts, c->top_k, c->routed_scale,
-	                   g->xn, H, g->x, H, T, 1, g->moe_work)))
+	                   g->xn, H, g->x, H, T, 1, g->moe_work)) ||
+	    (rc = lgc_obs_all_experts(g, li, T)))
 		return rc;
 	if (S <= 0)
 		return 0;
 	if ((rc = ek_swiglu(g->d, g->h, S, g->rsu + E, RW, g->rsu + E + S, RW, T, S)) ||
+	    (rc = LGC_OBS(g, li, g->h, S, T, S, LG_OBS_SD)) ||
 	    (L->sgo >= 0 && (rc = ek_sigmoid_scale(g->d, g->h, S, g->rsu + L->sgo, RW, T, S))))
 		return rc;
 	return qlinear(g, &L->aq_sd, &L->sd, g->h, S, g->x, H, T, 1);
@@ -357,7 +371,7 @@ static int batch(struct lgc *g, const int *tok, int T, float *dst, int nb, struc
 {
 	const struct lg_config *c = &g->m->cfg;
 	double t0 = now();
-	int rc, graph = T == 1 && nb == 1 && !g->o.no_graph;
+	int rc, graph = T == 1 && nb == 1 && !g->o.no_graph && !g->ob.on;   /* no observer in the graph */
 	g->hstep[0] = g->pos;
 	memcpy(g->hstep + 1, tok, sizeof(int) * T);
 	if (graph && !g->graph && g->warm >= WARM) {

@@ -28,6 +28,7 @@
 
 struct rq_err;
 struct lgc;
+struct lg_obs;
 
 struct lgc_opts {
 	int device;                /* CUDA ordinal */
@@ -94,5 +95,23 @@ int lgc_forward(struct lgc *g, const int *tokens, int n, float *logits, int n_ou
 /* Seconds of device time of `reps` graph replays of one decode step at the
  * current position (the position does not advance; KV slot rewritten). */
 int lgc_time_step(struct lgc *g, int token, int reps, double *seconds, struct rq_err *err);
+
+/* The calibration observer (engine/observe.h) on the device, for `calib run`.
+ * lgc_observe_start zeroes the device maxima of every slot of lg_obs_count(m)
+ * and turns observing on: each later lgc_forward folds max|x| of every
+ * observed Linear's input into them, the CPU observer's slots and rules
+ * (lg_state_observe: the unquantized input; routed experts over the tokens
+ * routed to each; all_experts: every token through every routed expert for
+ * the observer only, the forward keeping its top-k), on the device, with no
+ * copy to the host. Single-token steps run without the decode graph while
+ * observing. The maxima are those of the CUDA engine's activations: its
+ * products round their inputs to fp16/BF16 (kernels/ek.h), so they differ
+ * from the CPU engine's binary32 forward by about that (tests: obs-gpu).
+ * lgc_observe_read copies the maxima and counts back (one copy)
+ * and folds them into obs (amax: max; tokens: sum); lgc_observe_stop turns
+ * observing off. -EINVAL (all_experts without routed experts), -ENOMEM, -EIO. */
+int lgc_observe_start(struct lgc *g, int all_experts, struct rq_err *err);
+int lgc_observe_read(struct lgc *g, struct lg_obs *obs, struct rq_err *err);
+void lgc_observe_stop(struct lgc *g);
 
 #endif

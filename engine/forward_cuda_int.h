@@ -54,6 +54,21 @@ struct lgc_layer {
 	int cap;                   /* positions in the cache (ring for sliding layers) */
 };
 
+/* The calibration observer on the device (forward_cuda_obs.c); buffers made
+ * at the first lgc_observe_start, kept until lgc_free. */
+struct lgc_obs {
+	int on;                    /* lgc_forward observes */
+	int all;                   /* every token through every expert, for the observer only */
+	int per;                   /* slots per layer (lg_obs_per_layer) */
+	size_t n;                  /* slots (lg_obs_count) */
+	float *amax;               /* device [n] running max|x| (atomicMax on the bits) */
+	unsigned *cnt;             /* device [n] tokens routed (experts' gate slots) */
+	long *tok;                 /* host [n] tokens seen by the other slots */
+	int *all_ids;              /* device [ceil(E/K)][B][kk]: chunk c picks experts c·K + j */
+	float *all_w;              /* device [B·K] zero weights (all) */
+	float *all_out;            /* device [B][hidden] the all-experts pass's discarded output */
+};
+
 /* Invariant: pos == positions fed; hstep/dstep are [1 + B] ints, position
  * then tokens (the decode graph copies hstep → dstep as its first node). */
 struct lgc {
@@ -91,6 +106,7 @@ struct lgc {
 	float *hlogits;            /* pinned [LGC_LOGIT_ROWS][vocab] */
 	struct ek_graph *graph;
 	int warm;                  /* decode steps run directly before capturing */
+	struct lgc_obs ob;         /* the calibration observer (off unless ob.on) */
 	void **allocs;             /* device allocations, freed at lgc_free */
 	int nallocs, capallocs;
 };
@@ -101,5 +117,19 @@ void *lgc_dalloc(struct lgc *g, size_t bytes);
 size_t lgc_act_bytes(const struct lg_model *m, int B, int max_ctx);
 /* Columns of lgc.xq: the widest input of a non-expert Linear. */
 int lgc_xq_width(const struct lg_model *m);
+
+/* forward_cuda_obs.c: the observer's hooks in the pass (each returns 0 at
+ * once when not observing). lgc_obs_x: x observed for slots[0..ns) of layer
+ * li; lgc_obs_routed: the routed experts' gate/up inputs after routing;
+ * lgc_obs_moe_dn: the down inputs' maxima for ek_moe_obs (NULL: plain MoE);
+ * lgc_obs_all_experts: the all-experts pass after the layer's MoE. */
+int lgc_obs_x(struct lgc *g, int li, const int *slots, int ns, const float *x, int ldx, int T,
+              int cols);
+int lgc_obs_routed(struct lgc *g, int li, int T);
+float *lgc_obs_moe_dn(struct lgc *g, int li);
+int lgc_obs_all_experts(struct lgc *g, int li, int T);
+#define LGC_OBS(g, li, x, ldx, T, cols, ...)                                                    \
+	lgc_obs_x(g, li, (const int[]){__VA_ARGS__}, sizeof((const int[]){__VA_ARGS__}) / sizeof(int), \
+	          x, ldx, T, cols)
 
 #endif

@@ -12,8 +12,10 @@
 
 float lg_obs_scale(float amax, int bf16)
 {
+	/* generate_gparam: amax clamped to F32's tiny, 2688 / amax, NaN and inf
+	 * (an all-zero input, a quotient past the dtype's range) replaced by 1.0 */
 	if (!(amax > 0) || !isfinite(amax))
-		return FLT_MAX;
+		return 1.0f;
 	/* torch evaluates `2688 / t` as t.reciprocal() * 2688 (Tensor.__rtruediv__):
 	 * two roundings in t's dtype, which the BF16 peer's scales show */
 	if (bf16)
@@ -24,7 +26,7 @@ float lg_obs_scale(float amax, int bf16)
 	float s = r * (448.0f * 6.0f);
 	if (bf16 && isfinite(s))
 		s = lg_bf16(s);
-	return isfinite(s) && s <= FLT_MAX ? s : FLT_MAX;
+	return isfinite(s) && s <= FLT_MAX ? s : 1.0f;
 }
 
 int lg_obs_per_layer(const struct lg_model *m)

@@ -45,7 +45,10 @@ struct lg_obs {
  * activations the peer observes, since rounding is monotonic — and the
  * reciprocal and the product are each rounded to BF16 (to nearest even), then
  * widened to F32; bf16 = 0: the same in F32. amax <= 0 (an input that was all
- * zero), NaN or a result past F32: FLT_MAX (the peer writes 1.0 there). */
+ * zero), NaN or a result past the dtype's range (amax below ~2.7e-36): 1.0, as
+ * generate_gparam writes (its nan_to_num: "no global scaling"). Not the
+ * fallback of a routed expert that saw no token: calib run gives it its
+ * layer's largest amax (the peer leaves that scale uninitialized). */
 float lg_obs_scale(float amax, int bf16);
 
 int lg_obs_per_layer(const struct lg_model *m);

@@ -233,6 +233,19 @@ int ek_moe_q_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *
                  float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
                  const float *gs_dn);
 size_t ek_moe_work_bytes(int T, int k, int inter, int hidden);
+/* ek_moe (gs_gu NULL) or ek_moe_q that also feeds the calibration observer
+ * (engine/observe.h): for every slot s = t·k + j, the down projection's input
+ * (the SwiGLU of the token through expert e = ids[s], before ek_moe_q
+ * quantizes it) is folded into obs_dn[e·obs_stride] as ek_obs_rows does
+ * (obs_dn: device memory; host memory for the twin). Same results otherwise. */
+int ek_moe_obs(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+               const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+               float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
+               const float *gs_dn, float *obs_dn, int obs_stride);
+int ek_moe_obs_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+                   const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+                   float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
+                   const float *gs_dn, float *obs_dn, int obs_stride);
 
 /* ek_moe keeps arrival counters in the first EK_WORK_CNT_BYTES of its work
  * buffer, at offsets that do not depend on T: one buffer sized for the
@@ -276,6 +289,24 @@ void ek_sigmoid_scale_cpu(float *h, int ldh, const float *g, int ldg, int T, int
 int ek_embed(struct ek_dev *d, float *x, const uint16_t *table, const int *tokens, int T,
              int hidden);
 void ek_embed_cpu(float *x, const uint16_t *table, const int *tokens, int T, int hidden);
+
+/* ------------------------------------------------- calibration observer */
+
+/* The observer's running maxima (engine/observe.h; ek_obs.cu): folded on the
+ * device with atomicMax on the float's bits (values >= 0, where the bits'
+ * unsigned order is the numeric order), so any order gives the same bits as
+ * the twin. NaN inputs are skipped. amax must hold a value >= 0 (start at 0).
+ *   ek_obs_amax: amax[0] = max(amax[0], max |x[t][c]|), t < T, c < cols.
+ *   ek_obs_rows: per slot s < S, row r = (rowmap ? rowmap[s] : s) / xdiv of x
+ *     and expert e = ids[s] (skipped unless 0 <= e < E):
+ *     amax[e·stride] = max(.., max_c |x[r][c]|), and cnt[e·stride] += 1 when
+ *     cnt is not NULL (the tokens routed to e). rowmap, ids: device memory. */
+int ek_obs_amax(struct ek_dev *d, const float *x, int ldx, int T, int cols, float *amax);
+void ek_obs_amax_cpu(const float *x, int ldx, int T, int cols, float *amax);
+int ek_obs_rows(struct ek_dev *d, const float *x, int ldx, const int *rowmap, int xdiv, int S,
+                int cols, const int *ids, int E, float *amax, unsigned *cnt, int stride);
+void ek_obs_rows_cpu(const float *x, int ldx, const int *rowmap, int xdiv, int S, int cols,
+                     const int *ids, int E, float *amax, unsigned *cnt, int stride);
 
 /* ------------------------------------------------------------- attention */
 

@@ -123,11 +123,13 @@ static int group_slots(const int *ids, int T, int k, int E, int *slot_tok, int *
 	return nt;
 }
 
-/* ek_moe, and ek_moe_q when gs_gu (and gs_dn) are given. */
+/* ek_moe, and ek_moe_q when gs_gu (and gs_dn) are given; obs_dn (ek_moe_obs):
+ * the calibration observer of the down inputs, fed from h before its
+ * quantization (GEMV path: h row = slot; prefill: h row = pos_of[slot]). */
 static int moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
                const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
                float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
-               const float *gs_dn)
+               const float *gs_dn, float *obs_dn, int obs_stride)
 {
 	if (!G || !U || !D || T < 1 || k < 1 || !work)
 		return ek_fail(d, -EINVAL, "moe: bad arguments (T %d, k %d)", T, k);
@@ -160,9 +162,13 @@ static int moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, con
 		if (q) {   /* xq[s] = quantized x[s / k] under its expert's scale; GEMVs with k = 1 */
 			if ((rc = moe_actq(d, x, ldx, NULL, k, xq, H, S, H, gs_gu, ids, NULL)) ||
 			    (rc = ek_gv(d, GV_GU, G, U, ids, 1, xq, H, h, I, S, 0, NULL, 0, NULL, 0, NULL)) ||
+			    (obs_dn && (rc = ek_obs_rows(d, h, I, NULL, 1, S, I, ids, E, obs_dn, NULL,
+			                                 obs_stride))) ||
 			    (rc = moe_actq(d, h, I, NULL, 1, h, I, S, I, gs_dn, ids, NULL)))
 				return rc;
-		} else if ((rc = ek_gv(d, GV_GU, G, U, ids, k, x, ldx, h, I, S, 0, NULL, 0, NULL, 0, NULL))) {
+		} else if ((rc = ek_gv(d, GV_GU, G, U, ids, k, x, ldx, h, I, S, 0, NULL, 0, NULL, 0, NULL)) ||
+		           (obs_dn && (rc = ek_obs_rows(d, h, I, NULL, 1, S, I, ids, E, obs_dn, NULL,
+		                                        obs_stride)))) {
 			return rc;
 		}
 		return ek_gv(d, GV_DOWN, D, NULL, ids, k, h, I, dd, H, S, acc, wts, scale, out, ldo, cnt);
@@ -198,12 +204,16 @@ static int moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, con
 		    (rc = ek_gm(d, G, xq, H, NULL, g, I, S, 0, tiles, nt)) ||
 		    (rc = ek_gm(d, U, xq, H, NULL, u, I, S, 0, tiles, nt)) ||
 		    (rc = ek_swiglu(d, h, I, g, I, u, I, S, I)) ||
+		    (obs_dn && (rc = ek_obs_rows(d, h, I, pos_of, 1, S, I, ids, E, obs_dn, NULL,
+		                                 obs_stride))) ||
 		    (rc = moe_actq(d, h, I, NULL, 1, h, I, S, I, gs_dn, ids, inv)) ||
 		    (rc = ek_gm(d, D, h, I, NULL, dd, H, S, 0, tiles, nt)))
 			return rc;
 	} else if ((rc = ek_gm(d, G, x, ldx, slot_tok, g, I, S, 0, tiles, nt)) ||
 	           (rc = ek_gm(d, U, x, ldx, slot_tok, u, I, S, 0, tiles, nt)) ||
 	           (rc = ek_swiglu(d, h, I, g, I, u, I, S, I)) ||
+	           (obs_dn && (rc = ek_obs_rows(d, h, I, pos_of, 1, S, I, ids, E, obs_dn, NULL,
+	                                        obs_stride))) ||
 	           (rc = ek_gm(d, D, h, I, NULL, dd, H, S, 0, tiles, nt))) {
 		return rc;
 	}
@@ -217,7 +227,7 @@ extern "C" int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w 
                       const struct ek_w *D, const int *ids, const float *wts, int k, float scale,
                       const float *x, int ldx, float *out, int ldo, int T, int acc, void *work)
 {
-	return moe(d, G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, work, NULL, NULL);
+	return moe(d, G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, work, NULL, NULL, NULL, 0);
 }
 
 extern "C" int ek_moe_q(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U,
@@ -227,5 +237,18 @@ extern "C" int ek_moe_q(struct ek_dev *d, const struct ek_w *G, const struct ek_
 {
 	if (!gs_gu)
 		return ek_fail(d, -EINVAL, "moe_q: no input global scales");
-	return moe(d, G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, work, gs_gu, gs_dn);
+	return moe(d, G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, work, gs_gu, gs_dn, NULL, 0);
+}
+
+extern "C" int ek_moe_obs(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U,
+                          const struct ek_w *D, const int *ids, const float *wts, int k,
+                          float scale, const float *x, int ldx, float *out, int ldo, int T,
+                          int acc, void *work, const float *gs_gu, const float *gs_dn,
+                          float *obs_dn, int obs_stride)
+{
+	if (!obs_dn || obs_stride < 1 || (gs_gu && !gs_dn))
+		return ek_fail(d, -EINVAL, "moe_obs: no observer (stride %d) or one scale vector only",
+		               obs_stride);
+	return moe(d, G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, work, gs_gu, gs_dn,
+	           obs_dn, obs_stride);
 }

@@ -95,10 +95,12 @@ size_t ek_moe_work_bytes(int T, int k, int inter, int hidden)
 	return (b + 255) & ~(size_t)255;
 }
 
-/* ek_moe_cpu and ek_moe_q_cpu: gs_gu/gs_dn NULL: no input quantization. */
+/* ek_moe_cpu and ek_moe_q_cpu: gs_gu/gs_dn NULL: no input quantization;
+ * obs_dn (ek_moe_obs_cpu): the observer of the down inputs, or NULL. */
 static int moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
                    const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
-                   float *out, int ldo, int T, int acc, const float *gs_gu, const float *gs_dn)
+                   float *out, int ldo, int T, int acc, const float *gs_gu, const float *gs_dn,
+                   float *obs_dn, int obs_stride)
 {
 	int I = G->rows, H = D->rows, mode = T <= EK_GEMV_MAX_T ? 0 : 1, rc = 0;
 	float *g = malloc(sizeof(float) * ((size_t)I * 3 + (size_t)H * (k + 2)));
@@ -118,6 +120,8 @@ static int moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w
 				break;
 			for (int i = 0; i < I; i++)
 				h[i] = ek_silu(g[i]) * u[i];
+			if (obs_dn)
+				ek_obs_rows_cpu(h, I, NULL, 1, 1, I, &e, G->n, obs_dn, NULL, obs_stride);
 			if (gs_dn)
 				ek_actq_nvfp4_cpu(h, I, h, I, 1, I, gs_dn[e]);
 			rc = ek_matvec_cpu(D, e, h, 0, dd + (size_t)j * H, 0, 1, 0, mode);
@@ -142,7 +146,7 @@ int ek_moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
                float *out, int ldo, int T, int acc, void *work)
 {
 	(void)work;
-	return moe_cpu(G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, NULL, NULL);
+	return moe_cpu(G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, NULL, NULL, NULL, 0);
 }
 
 int ek_moe_q_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
@@ -153,5 +157,17 @@ int ek_moe_q_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *
 	(void)work;
 	if (!gs_gu || !gs_dn || G->cols % 16 || G->rows % 16)
 		return -EINVAL;
-	return moe_cpu(G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, gs_gu, gs_dn);
+	return moe_cpu(G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, gs_gu, gs_dn, NULL, 0);
+}
+
+int ek_moe_obs_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+                   const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+                   float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
+                   const float *gs_dn, float *obs_dn, int obs_stride)
+{
+	(void)work;
+	if ((gs_gu && (!gs_dn || G->cols % 16 || G->rows % 16)) || !obs_dn || obs_stride < 1)
+		return -EINVAL;
+	return moe_cpu(G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, gs_gu, gs_dn, obs_dn,
+	               obs_stride);
 }

@@ -94,6 +94,13 @@ int ek_moe_q(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const
              const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
              float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
              const float *gs_dn) NODEV
+int ek_moe_obs(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+               const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+               float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
+               const float *gs_dn, float *obs_dn, int obs_stride) NODEV
+int ek_obs_amax(struct ek_dev *d, const float *x, int ldx, int T, int cols, float *amax) NODEV
+int ek_obs_rows(struct ek_dev *d, const float *x, int ldx, const int *rowmap, int xdiv, int S,
+                int cols, const int *ids, int E, float *amax, unsigned *cnt, int stride) NODEV
 int ek_rmsnorm(struct ek_dev *d, float *out, int ldo, const float *x, int ldx, const float *w,
                int T, int n, float eps) NODEV
 int ek_swiglu(struct ek_dev *d, float *out, int ldo, const float *g, int ldg, const float *u,

@@ -1,8 +1,9 @@
 /* calib_run.c — `requantfs calib run MODEL (--text FILE | --prompts FILE)
  * [--tokens N] [--all-experts] -o FILE` and `requantfs calib diff A B`.
  *
- * run: the CPU engine reads MODEL and feeds the calibration tokens with the
- * observer on (engine/observe.h); each observed Linear gets
+ * run: the engine (CPU or CUDA, --device) reads MODEL and feeds the
+ * calibration tokens with the observer on (engine/observe.h); each observed
+ * Linear gets
  * input_global_scale = 448·6 / amax (F32 [1], compressed-tensors'
  * convention; --scale-dtype bf16, the default for a BF16 checkpoint, rounds
  * amax and the scale to BF16 as llm-compressor does: lg_obs_scale), written
@@ -10,19 +11,38 @@
  * takes the file as it is. A routed expert that saw no
  * token gets the fallback amax = the largest amax of the same projection
  * over its layer's experts that did (no token of this text would be clipped
- * by it; counted in the summary). An input whose amax is 0 gets the largest
- * finite F32 scale. The token ids go into __metadata__ ("calib_token_ids":
+ * by it; counted in the summary; llm-compressor leaves such a module's scale
+ * uninitialized, torch.empty). An input whose amax is 0 gets 1.0, what
+ * compressed-tensors' generate_gparam writes there (lg_obs_scale). The token ids go into __metadata__ ("calib_token_ids":
  * sequences separated by ';', ids by ','). --forward-dtype bf16, the default for
  * a BF16 checkpoint, runs the forward with transformers' BF16 roundings
  * (lg_state_round_bf16), so the observed inputs are the ones the peer's BF16
  * forward computes; f32 keeps the engine's binary32 forward. Both choices go
- * into __metadata__ (calib_scale_dtype, calib_forward_dtype). */
+ * into __metadata__ (calib_scale_dtype, calib_forward_dtype).
+ *
+ * --device auto|cpu|cuda (generate's convention, engine/backend.h): the CUDA
+ * engine observes on the device (lgc_observe_*: the CPU observer's slots and
+ * rules, maxima reduced on the GPU, one copy back at the end). Decision on
+ * --forward-dtype bf16 there: the CUDA engine has no BF16-rounding mode (its
+ * products round activations to fp16/BF16 at other points than transformers'
+ * eager BF16 forward), so the peer-exact BF16 forward is the CPU's only:
+ * `--device cuda --forward-dtype bf16` is refused (exit 2) with what to use
+ * instead. --device auto picks the CPU whenever the forward is BF16 — asked
+ * (--forward-dtype bf16) or the default for a BF16 model (--forward-dtype auto:
+ * exact parity with the peer, the same file on every machine) — and says how
+ * to use the GPU; it picks the GPU (when usable) for an F32 forward: a
+ * non-BF16 model, or --forward-dtype f32. --device cuda with --forward-dtype
+ * auto runs the F32 forward there. The device goes into __metadata__
+ * (calib_device). The scales' rounding (--scale-dtype) is the host's, the
+ * same on both. The CUDA engine keeps an F32 KV cache here (the CPU's). */
 #include "tools/calib_run.h"
 #include "tools/cli.h"
 #include "tools/compare_text.h"
 #include "base/err.h"
 #include "base/pool.h"
+#include "engine/backend.h"
 #include "engine/forward.h"
+#include "engine/forward_cuda.h"
 #include "engine/model.h"
 #include "engine/observe.h"
 #include "engine/tokenizer.h"
@@ -118,7 +138,8 @@ static int read_prompts(const char *path, const struct tok *tk, int budget, stru
 }
 
 /* "calib_token_ids":"1,2;3,4" and the other members of __metadata__. */
-static char *metadata(const struct seqs *q, int all_experts, int bf16, int fwd_bf16)
+static char *metadata(const struct seqs *q, int all_experts, int bf16, int fwd_bf16,
+                      const char *device)
 {
 	size_t cap = (size_t)q->total * 12 + 256, l = 0;
 	char *m = malloc(cap);
@@ -126,8 +147,8 @@ static char *metadata(const struct seqs *q, int all_experts, int bf16, int fwd_b
 		return NULL;
 	l += snprintf(m + l, cap - l, "\"calib_source\":\"requantfs calib run\",\"calib_tokens\":\"%d\","
 	              "\"calib_all_experts\":\"%d\",\"calib_scale_dtype\":\"%s\",\"calib_forward_dtype\":"
-	              "\"%s\",\"calib_token_ids\":\"", q->total, all_experts, bf16 ? "bf16" : "f32",
-	              fwd_bf16 ? "bf16" : "f32");
+	              "\"%s\",\"calib_device\":\"%s\",\"calib_token_ids\":\"", q->total, all_experts,
+	              bf16 ? "bf16" : "f32", fwd_bf16 ? "bf16" : "f32", device);
 	for (int s = 0; s < q->n; s++)
 		for (int i = 0; i < q->len[s]; i++)
 			l += snprintf(m + l, cap - l, "%s%d", i ? "," : s ? ";" : "", q->tok[s][i]);
@@ -141,7 +162,31 @@ struct run_opts {
 	int skip;          /* --text: the window starts after this many tokens (--skip) */
 	int scale_dtype;   /* -1 auto (bf16 when MODEL's embedding is BF16), 0 f32, 1 bf16 */
 	int fwd_dtype;     /* the same for the forward's activations */
+	enum lg_device device;   /* --device */
 };
+
+/* The engine that observes: the CPU state or the CUDA engine behind one backend. */
+struct eng {
+	struct lg_backend *b;
+	struct lg_state *st;       /* cpu, else NULL */
+	struct lgc *g;             /* cuda, else NULL */
+};
+
+/* Observer on (obs) or off (NULL). The CUDA engine's start zeroes its
+ * device maxima: the calibration pass reads them before the bench turns
+ * the observer on again. */
+static int eng_observe(struct eng *e, struct lg_obs *obs, struct rq_err *err)
+{
+	if (e->st) {
+		lg_state_observe(e->st, obs);
+		return 0;
+	}
+	if (!obs) {
+		lgc_observe_stop(e->g);
+		return 0;
+	}
+	return lgc_observe_start(e->g, obs->all_experts, err);
+}
 
 static int run(const struct run_opts *o)
 {
@@ -149,7 +194,7 @@ static int run(const struct run_opts *o)
 	struct lg_model *m = NULL;
 	struct tok *tk = NULL;
 	struct rq_pool *pool = NULL;
-	struct lg_state *st = NULL;
+	struct eng eng = {0};
 	struct seqs q = {0};
 	struct lg_obs obs = {.all_experts = o->all_experts};
 	char **names = NULL, *meta = NULL;
@@ -202,33 +247,67 @@ static int run(const struct run_opts *o)
 	for (int i = 0; i < q.n; i++)
 		if (q.len[i] > maxlen)
 			maxlen = q.len[i];
-	if (!obs.amax || !obs.tokens || !names || !bits || rq_pool_create(o->threads, &pool) ||
-	    lg_state_create(m, maxlen, 64, pool, &st, &err)) {
-		cli_fail(1, "calib run", "%s", err.msg[0] ? err.msg : "out of memory");
+	if (!obs.amax || !obs.tokens || !names || !bits || rq_pool_create(o->threads, &pool)) {
+		cli_fail(1, "calib run", "out of memory");
 		goto out;
 	}
-
-	/* the peer runs the model in its dtype: BF16 for a BF16 checkpoint */
+	/* the device: the BF16 forward is the CPU's only (the top comment); the
+	 * peer runs the model in its dtype: BF16 for a BF16 checkpoint */
 	int model_bf16 = m->embed != NULL || m->embed_q.kind == LG_W_BF16;
+	enum lg_device dev = o->device;
+	int want_bf16 = o->fwd_dtype >= 0 ? o->fwd_dtype : model_bf16;
+	if (want_bf16 && dev == LG_DEVICE_AUTO) {
+		dev = LG_DEVICE_CPU;
+		if (!o->quiet)
+			fprintf(stderr, "requantfs calib run: the BF16 forward (--forward-dtype %s, the peer's "
+			        "roundings) runs on the CPU: the CUDA engine has none; --forward-dtype f32 "
+			        "or --device cuda observes on the GPU\n", o->fwd_dtype == 1 ? "bf16" : "auto");
+	}
+	char plan[1024];
+	struct lg_backend_opts bo = {.device = dev, .max_ctx = maxlen, .max_batch = 64, .pool = pool,
+	                             .kv = "f32", .plan = plan, .plan_len = sizeof plan};
+	if (lg_backend_open(m, &bo, &eng.b, &err)) {
+		if (plan[0])
+			fprintf(stderr, "%s\n", plan);
+		cli_fail(1, "calib run", "%s", err.msg);
+		goto out;
+	}
+	if (!strcmp(eng.b->name, "cuda"))
+		eng.g = eng.b->impl;
+	else
+		eng.st = eng.b->impl;
+	if (eng.b->fallback[0] && !o->quiet)
+		fprintf(stderr, "requantfs calib run: CUDA engine unavailable (%s); using the CPU\n",
+		        eng.b->fallback);
+
 	int bf16 = o->scale_dtype >= 0 ? o->scale_dtype : model_bf16;
-	int fwd_bf16 = o->fwd_dtype >= 0 ? o->fwd_dtype : model_bf16;
-	lg_state_round_bf16(st, fwd_bf16);
+	int fwd_bf16 = eng.st ? want_bf16 : 0;   /* --device cuda: F32 (bf16 refused at parsing) */
+	if (eng.st)
+		lg_state_round_bf16(eng.st, fwd_bf16);
 
 	/* observe: every sequence from position 0, 64 tokens a call (the bar) */
-	lg_state_observe(st, &obs);
+	if (eng_observe(&eng, &obs, &err)) {
+		cli_fail(1, "calib run", "%s", err.msg);
+		goto out;
+	}
 	struct cli_progress *bar = o->quiet ? NULL : cli_progress_start("calib run", q.total, 0, 0);
 	double t0 = now();
 	for (int s = 0; s < q.n && rc == 1; s++) {
-		lg_state_reset(st);
+		eng.b->reset(eng.b);
 		for (int d = 0; d < q.len[s]; d += 64) {
 			int T = q.len[s] - d < 64 ? q.len[s] - d : 64;
-			if (lg_forward(st, q.tok[s] + d, T, NULL, 0, &err)) {
+			if (eng.b->forward(eng.b, q.tok[s] + d, T, NULL, 0, &err)) {
 				cli_progress_end(bar);
 				cli_fail(1, "calib run", "%s", err.msg);
 				goto out;
 			}
 			cli_progress_add(bar, T, 0);
 		}
+	}
+	if (eng.g && lgc_observe_read(eng.g, &obs, &err)) {   /* the one copy back */
+		cli_progress_end(bar);
+		cli_fail(1, "calib run", "%s", err.msg);
+		goto out;
 	}
 	double t_obs = now() - t0;
 	cli_progress_end(bar);
@@ -239,10 +318,14 @@ static int run(const struct run_opts *o)
 	double r_pre = 0, r_bobs = 0;
 	int nb = q.len[0] < BENCH_TOKENS ? q.len[0] : BENCH_TOKENS;
 	for (int rep = 0; rep < 6 && !o->quiet; rep++) {
-		lg_state_observe(st, rep % 2 ? &obs : NULL);
-		lg_state_reset(st);
+		if (eng_observe(&eng, rep % 2 ? &obs : NULL, &err)) {
+			cli_fail(1, "calib run", "%s", err.msg);
+			goto out;
+		}
+		eng.b->reset(eng.b);
 		t0 = now();
-		if (lg_forward(st, q.tok[0], nb, NULL, 0, &err)) {
+		/* the CUDA engine queues its work: the forward returns once it ran */
+		if (eng.b->forward(eng.b, q.tok[0], nb, NULL, 0, &err)) {
 			cli_fail(1, "calib run", "%s", err.msg);
 			goto out;
 		}
@@ -250,7 +333,7 @@ static int run(const struct run_opts *o)
 		if (r > *best)
 			*best = r;
 	}
-	lg_state_observe(st, NULL);
+	eng_observe(&eng, NULL, &err);
 
 	/* scales: the fallback first (max over the layer's experts that saw a token) */
 	int per = lg_obs_per_layer(m), E = m->cfg.n_experts, fallback = 0, zero = 0;
@@ -287,7 +370,7 @@ static int run(const struct run_opts *o)
 		cli_fail(1, "calib run", "%s has no Linear that a W4A4 scheme quantizes", o->model);
 		goto out;
 	}
-	if (!(meta = metadata(&q, o->all_experts, bf16, fwd_bf16)) ||
+	if (!(meta = metadata(&q, o->all_experts, bf16, fwd_bf16, eng.b->name)) ||
 	    rq_calib_write_meta(o->out, names, bits, nn, meta, &err)) {
 		cli_fail(1, "calib run", "%s", meta ? err.msg : "out of memory");
 		goto out;
@@ -296,11 +379,12 @@ static int run(const struct run_opts *o)
 		double r_obs = q.total / t_obs;
 		fprintf(stderr, "requantfs calib run: %zu scales from %d tokens in %d sequence%s written "
 		        "to %s (%d routed-expert inputs saw no token%s: given the max over their layer's "
-		        "experts; %d inputs all zero: scale = FLT_MAX; scales in %s; forward in %s)\n", nn,
-		        q.total, q.n, q.n == 1 ? "" : "s", o->out, fallback,
+		        "experts; %d inputs all zero: scale 1.0, as the peer; scales in %s; forward in %s on the "
+		        "%s)\n", nn, q.total, q.n, q.n == 1 ? "" : "s", o->out, fallback,
 		        o->all_experts ? " (--all-experts)" : "", zero,
 		        bf16 ? "BF16 (--scale-dtype bf16)" : "F32 (--scale-dtype f32)",
-		        fwd_bf16 ? "BF16 (--forward-dtype bf16)" : "F32 (--forward-dtype f32)");
+		        fwd_bf16 ? "BF16 (--forward-dtype bf16)" : "F32 (--forward-dtype f32)",
+		        eng.g ? "GPU (--device)" : "CPU (--device)");
 		fprintf(stderr, "requantfs calib run: bench: observing %.1f tok/s, prefill of the same "
 		        "model %.1f tok/s (%d tokens as one prefill, alternated, best of 3), ratio %.2f "
 		        "(bar >= 0.8); the calibration pass: %.1f tok/s\n", r_bobs, r_pre, nb,
@@ -312,7 +396,7 @@ out:
 	free(meta);
 	free(obs.amax);
 	free(obs.tokens);
-	lg_state_free(st);
+	lg_backend_close(eng.b);
 	rq_pool_destroy(pool);
 	seqs_free(&q);
 	tok_free(tk);
@@ -326,9 +410,9 @@ static void usage(FILE *f)
 	"usage: requantfs calib run MODEL (--text FILE | --prompts FILE) -o FILE\n"
 	"                 [--tokens N] [--skip K] [--all-experts] [--scale-dtype auto|bf16|f32]\n"
 	"                 [--forward-dtype auto|bf16|f32]\n"
-	"                 [--threads N] [--quiet]\n"
+	"                 [--device auto|cpu|cuda] [--threads N] [--quiet]\n"
 	"       requantfs calib diff A B\n\n"
-	"run: feeds calibration tokens through MODEL (the CPU engine) and writes, for\n"
+	"run: feeds calibration tokens through MODEL (the CPU or CUDA engine) and writes, for\n"
 	"every Linear a W4A4 scheme quantizes (attention, MLP, shared and routed experts;\n"
 	"not lm_head, the embedding or the routers), <module>.input_global_scale =\n"
 	"448*6 / max|input| as F32 [1]: the file --calib takes. --text: the first N\n"
@@ -343,8 +427,13 @@ static void usage(FILE *f)
 	"MODEL's embedding is BF16, else f32. --forward-dtype: bf16 runs the forward\n"
 	"with the roundings of transformers' eager BF16 forward (what llm-compressor\n"
 	"observes on a BF16 model; slower), f32 the engine's binary32 forward; auto\n"
-	"(default): as --scale-dtype's auto. The token ids and both dtypes go into the\n"
-	"file's __metadata__.\n\n"
+	"(default): as --scale-dtype's auto (f32 with --device cuda). --device: cuda\n"
+	"observes on the GPU (the CUDA engine, maxima reduced on the device), cpu on the\n"
+	"CPU engine, auto (default) on the GPU when one is usable and the forward is\n"
+	"F32. The BF16 forward is the CPU's only: --device cuda --forward-dtype bf16 is\n"
+	"refused, and auto runs a BF16 forward (a BF16 model's default: exact parity\n"
+	"with the peer) on the CPU; --forward-dtype f32 or --device cuda uses the GPU.\n"
+	"The token ids, both dtypes and the device go into the file's __metadata__.\n\n"
 	"diff: per-module ratio A/B of input_global_scale of two calibration files (or\n"
 	"07-22 checkpoints), a summary, and the modules only in one.\n");
 }
@@ -357,7 +446,7 @@ int calib_run_main(int argc, char **argv)
 		{"output", required_argument, 0, 'o'}, {"threads", required_argument, 0, 't'},
 		{"quiet", no_argument, 0, 'q'}, {"scale-dtype", required_argument, 0, 'd'},
 		{"skip", required_argument, 0, 'k'}, {"forward-dtype", required_argument, 0, 'f'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"device", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	struct run_opts o = {.tokens = 512, .scale_dtype = -1, .fwd_dtype = -1};
 	int c;
 	char *end;
@@ -368,6 +457,11 @@ int calib_run_main(int argc, char **argv)
 		case 'a': o.all_experts = 1; break;
 		case 'o': o.out = optarg; break;
 		case 'q': o.quiet = 1; break;
+		case 'D':
+			if (lg_device_parse(optarg, &o.device))
+				return cli_fail(2, "calib run", "--device: expected cpu, cuda or auto, got '%s'",
+				                optarg);
+			break;
 		case 'd':
 		case 'f':
 			if (!strcmp(optarg, "auto") || !strcmp(optarg, "bf16") || !strcmp(optarg, "f32"))
@@ -398,6 +492,10 @@ int calib_run_main(int argc, char **argv)
 	if (!o.text == !o.prompts)
 		return cli_fail(2, "calib run", "give the calibration tokens: --text FILE or --prompts "
 		                "FILE (one of them)");
+	if (o.device == LG_DEVICE_CUDA && o.fwd_dtype == 1)
+		return cli_fail(2, "calib run", "--forward-dtype bf16 (transformers' BF16 roundings) runs on "
+		                "the CPU engine only; use --device cpu for it, or --forward-dtype f32 on "
+		                "the GPU");
 	if (o.skip && !o.text)
 		return cli_fail(2, "calib run", "--skip is for --text (tokens of one window)");
 	o.model = argv[optind];

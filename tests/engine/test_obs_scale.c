@@ -3,8 +3,10 @@
  * expected values below were printed by compressed-tensors 0.19.0 (torch 2.14, CPU)
  * for a BF16 tensor holding amax (torch computes 2688 / t as t.reciprocal() * 2688, two
  * BF16 roundings: 9.96875 -> 10 -> 0.10009765625 -> 270, not 268); the F32 mode is
- * the same in F32; the edge cases
- * (an input that was all zero, NaN, overflow) give FLT_MAX. */
+ * the same in F32; the edge cases (an input that was all zero, NaN, a quotient
+ * past the range) give 1.0, as generate_gparam's nan_to_num (printed by the same
+ * peer: amax 0, NaN, 1e-40, 1e-36 -> 1.0 in both dtypes; 1e-35 -> 2.68504055e38
+ * in BF16, 2.68799976e38 in F32). */
 #include "engine/observe.h"
 #include "tests/tap.h"
 
@@ -41,11 +43,17 @@ int main(void)
 	TAP_OK(good, "f32: reciprocal(amax) * 448*6 in F32, as torch evaluates 2688 / t");
 	TAP_OK(lg_obs_scale(4.4655f, 0) != lg_obs_scale(4.4655f, 1), "f32 and bf16 differ where "
 	       "rounding matters");
-	TAP_OK(lg_obs_scale(0.0f, 1) == FLT_MAX && lg_obs_scale(0.0f, 0) == FLT_MAX &&
-	       lg_obs_scale(-1.0f, 1) == FLT_MAX && lg_obs_scale(NAN, 0) == FLT_MAX,
-	       "an all-zero (or NaN) input: FLT_MAX");
-	TAP_OK(lg_obs_scale(1e-40f, 0) == FLT_MAX && lg_obs_scale(1e-40f, 1) == FLT_MAX,
-	       "a quotient past F32's range: FLT_MAX, never inf");
+	TAP_OK(lg_obs_scale(0.0f, 1) == 1.0f && lg_obs_scale(0.0f, 0) == 1.0f &&
+	       lg_obs_scale(-1.0f, 1) == 1.0f && lg_obs_scale(NAN, 0) == 1.0f &&
+	       lg_obs_scale(NAN, 1) == 1.0f,
+	       "an all-zero (or NaN) input: 1.0, as generate_gparam writes");
+	TAP_OK(lg_obs_scale(1e-40f, 0) == 1.0f && lg_obs_scale(1e-40f, 1) == 1.0f &&
+	       lg_obs_scale(1e-36f, 0) == 1.0f && lg_obs_scale(1e-36f, 1) == 1.0f,
+	       "a quotient past the range: 1.0, never inf or FLT_MAX");
+	float b35 = lg_obs_scale(1e-35f, 1), f35 = lg_obs_scale(1e-35f, 0);
+	TAP_OK(b35 == 2.68504055148553e+38f && f35 == 2.687999755046703e+38f,
+	       "amax 1e-35, just inside the range: the peer's %.9g (bf16) and %.9g (f32); got %.9g, "
+	       "%.9g", 2.68504055148553e+38, 2.687999755046703e+38, b35, f35);
 	printf("1..%d\n", tap_n);
 	return tap_failed ? 1 : 0;
 }

@@ -21,8 +21,9 @@ moe_calibrate_all_experts):
   * export --scheme nvfp4 --calib: the quantization_config oneshot saved, weight_packed
     and weight_scale bytes (sha256) and weight_global_scale bit for bit the peer's,
     input_global_scale the calib file's.
-The BF16 forward on more families (tests/data/tiny llama, qwen2_moe with its shared expert
-and gate, mixtral, qwen3_moe; golden eager-bf16-families.json from
+The BF16 forward on more families (tests/data/tiny llama with q/k/v/o biases, the dense
+qwen2 with q/k/v biases, qwen2_moe with its shared expert and gate and q/k/v biases,
+mixtral, qwen3_moe; golden eager-bf16-families.json from
 tools/golden_bf16_eager.py: transformers' eager BF16 forward with hooks on every
 nn.Linear): calib run's scale of every module there bit for bit.
 TAP output. Usage: test_calib_peer.py REQUANTFS"""

@@ -10,6 +10,8 @@
  *   chunks, splits and merge; differences: fmaf vs multiply-add, exp ulps);
  *   MoE: 2^-10 · magnitude for NVFP4 experts (a token's fp16 exponent may
  *   land on the other side of a power of two), 1e-5 for BF16 experts.
+ *   observer (ek_obs_*): maxima and counts exact; ek_moe_obs's down maxima
+ *   2e-3 (GEMV) / 1e-2 (GEMM) relative, its output ek_moe's bit for bit.
  * Also: counters left at zero (each stateful op run twice), a decode step
  * captured in a CUDA graph and replayed at a new position, copy bandwidth. */
 #include "tests/kernels/test_ek_dev.h"
@@ -345,6 +347,110 @@ static void test_moe(int kind, int H, int I, int E, int k, int T)
 	tu_w_free(&G); tu_w_free(&U); tu_w_free(&Dn);
 }
 
+/* ------------------------------------------------ calibration observer */
+
+/* ek_obs_amax / ek_obs_rows against their twins, bit for bit (maxima are
+ * exact in any order; NaN skipped, negative rows, a skipped expert id -1,
+ * a row map), and ek_moe_obs: the same output as ek_moe / ek_moe_q bit for
+ * bit, and the down inputs' maxima within 2e-3 (GEMV) / 1e-2 (GEMM) of the
+ * twin's (h from each side's own activation roundings and summation order). */
+static void test_obs(int H, int I, int E, int k, int T, int q)
+{
+	int ldx = H + 8, S = T * k;
+	float *x = tu_floats((size_t)T * ldx, -1, 1);
+	for (int t = 0; t < T; t++)
+		x[(size_t)t * ldx + (t * 7) % H] = ldexpf(1.0f + t, t % 5);   /* one large value a row */
+	x[3] = NAN;
+	float a0 = 0.25f, ac = a0, ag = 0;
+	float *dx = up(x, sizeof(float) * T * ldx), *da = up(&a0, sizeof a0);
+	int ok = ok_rc(ek_obs_amax(D, dx, ldx, T, H, da), "obs_amax") &&
+	         ok_rc(ek_obs_amax(D, dx, ldx, 0, H, da), "obs_amax T=0");
+	down(&ag, da, sizeof ag);
+	ek_obs_amax_cpu(x, ldx, T, H, &ac);
+	TAP_OK(ok && !memcmp(&ag, &ac, 4) && ac > a0, "obs_amax T=%d cols=%d: GPU == twin bit for bit "
+	       "(%.9g; a NaN skipped)", T, H, ac);
+	int *ids = tu_alloc(sizeof(int) * S), *map = tu_alloc(sizeof(int) * S);
+	for (int i = 0; i < S; i++) {
+		ids[i] = i == 1 ? -1 : (int)(tu_next() % E);
+		map[i] = (i * 5 + 3) % T;   /* slot i < T reads row map[i] (m 1) */
+	}
+	int *dids = up(ids, sizeof(int) * S), *dmap = up(map, sizeof(int) * S);
+	for (int m = 0; m < 2; m++) {
+		float *amc = tu_alloc(sizeof(float) * E * 3), *amg = tu_alloc(sizeof(float) * E * 3);
+		unsigned *cc = tu_alloc(sizeof(unsigned) * E * 3), *cg = tu_alloc(sizeof(unsigned) * E * 3);
+		memset(amc, 0, sizeof(float) * E * 3);
+		memset(cc, 0, sizeof(unsigned) * E * 3);
+		float *dam = up(amc, sizeof(float) * E * 3);
+		unsigned *dc = up(cc, sizeof(unsigned) * E * 3);
+		/* m 0: the routed gate/up input (row = slot / k, x of the token); m 1: a row map */
+		ok = ok_rc(ek_obs_rows(D, dx, ldx, m ? dmap : NULL, m ? 1 : k, m ? T : S, H, dids, E,
+		                       dam + 1, dc + 1, 3), "obs_rows");
+		down(amg, dam, sizeof(float) * E * 3);
+		down(cg, dc, sizeof(unsigned) * E * 3);
+		ek_obs_rows_cpu(x, ldx, m ? map : NULL, m ? 1 : k, m ? T : S, H, ids, E, amc + 1, cc + 1, 3);
+		TAP_OK(ok && !memcmp(amg, amc, sizeof(float) * E * 3) &&
+		       !memcmp(cg, cc, sizeof(unsigned) * E * 3),
+		       "obs_rows E=%d k=%d T=%d (%s): maxima and counts GPU == twin bit for bit, other slots "
+		       "untouched", E, k, T, m ? "row map" : "rows slot / k");
+		free(amc); free(amg); free(cc); free(cg);
+		ek_free(D, dam); ek_free(D, dc);
+	}
+	for (int i = 0; i < S; i++)
+		ids[i] = (int)(tu_next() % E);
+	ek_h2d(D, dids, ids, sizeof(int) * S);
+	/* ek_moe_obs: the MoE's output unchanged, the down inputs' maxima */
+	struct tu_w G, U, Dn;
+	int kind = EK_NVFP4;
+	tu_w_make(&G, kind, I, H, E, 0.05f);
+	tu_w_make(&U, kind, I, H, E, 0.05f);
+	tu_w_make(&Dn, kind, H, I, E, 0.05f);
+	struct ek_w g = wdev(&G), u = wdev(&U), dn = wdev(&Dn);
+	float *wts = tu_floats((size_t)S, 0.05f, 0.3f), *gs = tu_alloc(sizeof(float) * 2 * E);
+	for (int e = 0; e < 2 * E; e++)
+		gs[e] = 2688.0f / tu_unif(0.05f, 2.0f);
+	x[3] = 0.5f;
+	ek_h2d(D, dx, x, sizeof(float) * T * ldx);
+	float *dw = up(wts, sizeof(float) * S), *dgs = up(gs, sizeof(float) * 2 * E);
+	size_t wb = ek_moe_work_bytes(T, k, I, H), ob = sizeof(float) * T * H;
+	void *work = ek_alloc(D, wb);
+	float *o1 = ek_alloc(D, ob), *o2 = ek_alloc(D, ob), *dob = ek_alloc(D, sizeof(float) * E * 3);
+	ek_memset(D, work, 0, wb);
+	ek_memset(D, dob, 0, sizeof(float) * E * 3);
+	const float *gsg = q ? dgs : NULL, *gsd = q ? dgs + E : NULL;
+	ok = ok_rc(q ? ek_moe_q(D, &g, &u, &dn, dids, dw, k, 1.5f, dx, ldx, o1, H, T, 0, work, gsg, gsd)
+	             : ek_moe(D, &g, &u, &dn, dids, dw, k, 1.5f, dx, ldx, o1, H, T, 0, work), "moe") &&
+	     ok_rc(ek_moe_obs(D, &g, &u, &dn, dids, dw, k, 1.5f, dx, ldx, o2, H, T, 0, work, gsg, gsd,
+	                      dob + 2, 3), "moe_obs");
+	float *h1 = tu_alloc(ob), *h2 = tu_alloc(ob), *obg = tu_alloc(sizeof(float) * E * 3);
+	float *obc = tu_alloc(sizeof(float) * E * 3), *oc = tu_alloc(ob);
+	down(h1, o1, ob);
+	down(h2, o2, ob);
+	down(obg, dob, sizeof(float) * E * 3);
+	memset(obc, 0, sizeof(float) * E * 3);
+	ek_moe_obs_cpu(&G.w, &U.w, &Dn.w, ids, wts, k, 1.5f, x, ldx, oc, H, T, 0, NULL,
+	               q ? gs : NULL, q ? gs + E : NULL, obc + 2, 3);
+	double worst = 0;
+	int seen = 0, others = 1;
+	for (int e = 0; e < E; e++) {
+		others &= obg[3 * e] == 0 && obg[3 * e + 1] == 0;
+		seen += obc[3 * e + 2] > 0;
+		worst = fmax(worst, fabs((double)obg[3 * e + 2] - obc[3 * e + 2]) /
+		                    fmax(obc[3 * e + 2], 1e-30));
+	}
+	double tol = T <= EK_GEMV_MAX_T ? 2e-3 : 1e-2;   /* fp16 / BF16 activations (ek.h) */
+	TAP_OK(ok && !memcmp(h1, h2, ob) && others && seen > 0 && worst <= tol,
+	       "moe_obs %s H=%d I=%d E=%d k=%d T=%d (%s path): output == ek_moe%s bit for bit; down "
+	       "inputs' maxima of %d experts within %.0e of the twin (worst %.2e)", q ? "W4A4" : "nvfp4",
+	       H, I, E, k, T, T <= EK_GEMV_MAX_T ? "gemv" : "grouped gemm", q ? "_q" : "", seen, tol,
+	       worst);
+	free(x); free(ids); free(map); free(wts); free(gs); free(h1); free(h2); free(obg); free(obc);
+	free(oc);
+	ek_free(D, dx); ek_free(D, da); ek_free(D, dids); ek_free(D, dmap); ek_free(D, dw);
+	ek_free(D, dgs); ek_free(D, work); ek_free(D, o1); ek_free(D, o2); ek_free(D, dob);
+	wdev_free(&g); wdev_free(&u); wdev_free(&dn);
+	tu_w_free(&G); tu_w_free(&U); tu_w_free(&Dn);
+}
+
 /* ------------------------------------------------ small ops, rope, kv */
 
 static void test_small_ops(void)
@@ -590,6 +696,10 @@ int main(void)
 	test_actq(40, 272, 0.5f);
 	test_moe_q(512, 256, 16, 4, 3);
 	test_moe_q(256, 128, 16, 4, 40);
+	test_obs(256, 128, 16, 4, 3, 0);
+	test_obs(256, 128, 16, 4, 3, 1);
+	test_obs(256, 128, 16, 4, 41, 0);
+	test_obs(256, 128, 16, 4, 41, 1);
 	test_small_ops();
 	test_family_ops(8, 2, 1);      /* mixtral */
 	test_family_ops(60, 4, 0);     /* qwen2_moe */
