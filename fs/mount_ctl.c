@@ -153,9 +153,11 @@ static char *status_json(struct rq_mount *m)
 		sb_printf(&b, ",\n  \"remote\": {\"fetched_bytes\": %" PRIu64 ", \"fetched_chunks\": %"
 		          PRIu64 ", \"cached_hits\": %" PRIu64 ", \"retries\": %" PRIu64
 		          ", \"failures\": %" PRIu64 ", \"refetches\": %" PRIu64 ", \"bytes_on_disk\": %"
-		          PRIu64 ", \"read_errors\": %llu, \"verify\": \"%s\"}", rs.fetched_bytes,
-		          rs.fetched_chunks, rs.cached_hits, rs.retries, rs.failures, rs.refetches,
-		          rs.bytes_on_disk, atomic_load(&m->st.remote_failed),
+		          PRIu64 ", \"evicted_files\": %" PRIu64 ", \"evicted_bytes\": %" PRIu64
+		          ", \"not_kept\": %" PRIu64 ", \"read_errors\": %llu, \"verify\": \"%s\"}",
+		          rs.fetched_bytes, rs.fetched_chunks, rs.cached_hits, rs.retries, rs.failures,
+		          rs.refetches, rs.bytes_on_disk, rs.evicted_files, rs.evicted_bytes,
+		          rs.not_kept, atomic_load(&m->st.remote_failed),
 		          m->o.remote_verify == RQ_RV_NONE ? "none" : "file");
 	}
 	sb_printf(&b, ",\n  \"cache_dir\": ");

@@ -145,8 +145,10 @@ static int pread_all(int fd, uint8_t *p, uint64_t n, uint64_t off)
  * there is none (or it is unreadable). */
 static int head_from_copy(struct rq_mount *m, size_t i)
 {
+	rq_rs_pin(m->o.rs, i, 1);      /* not evicted under --cache-max while open */
 	const char *path = rq_rs_path(m->o.rs, i);
 	int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+	rq_rs_pin(m->o.rs, i, -1);     /* an open fd reads on; the pin only kept the name */
 	if (fd < 0)
 		return -1;
 	uint8_t n8[8], *b = NULL;
@@ -287,9 +289,11 @@ static int job_read(struct rq_mount *m, size_t i, uint64_t off, uint64_t len, ui
 static int whole_read(struct rq_mount *m, size_t i, uint64_t off, uint64_t len, void *buf,
                       struct rq_err *err)
 {
+	rq_rs_pin(m->o.rs, i, 1);
 	int rc = rq_rs_fetch_file(m->o.rs, i, NULL, NULL, err);
 	const char *path = rc ? NULL : rq_rs_path(m->o.rs, i);
 	int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+	rq_rs_pin(m->o.rs, i, -1);
 	if (!rc && (fd < 0 || pread_all(fd, buf, len, off)))
 		rc = rq_errf(err, -EIO, "%s/%s: its verified copy %s cannot be read", m->src,
 		             m->o.rfiles[i].name, path ? path : "(gone)");
@@ -412,8 +416,10 @@ void rq_mnt_remote_free(struct rq_mount *m)
 		return;
 	for (size_t s = 0; s < m->plan->nsrcs; s++) {
 		int fd = atomic_exchange(&m->srcs[s].rfd, -1);
-		if (fd >= 0)
+		if (fd >= 0) {
 			close(fd);
+			rq_rs_pin(m->o.rs, m->plan->srcs[s].ridx, -1);
+		}
 	}
 }
 
@@ -424,21 +430,22 @@ int rq_mnt_remote_fd(struct rq_mount *m, int s)
 	if (fd >= 0)
 		return fd;
 	const struct rq_srcfile *sf = &m->plan->srcs[s];
+	rq_rs_pin(m->o.rs, sf->ridx, 1);   /* kept while ms->rfd holds it (--cache-max) */
 	const char *path = rq_rs_path(m->o.rs, sf->ridx);
-	if (!path)
-		return -1;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
 	struct stat st;
 	if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != sf->size) {
 		/* the store says it is whole, but it is not (yet) what the plan
 		 * listed: keep reading through the store */
 		if (fd >= 0)
 			close(fd);
+		rq_rs_pin(m->o.rs, sf->ridx, -1);
 		return -1;
 	}
 	int none = -1;
 	if (!atomic_compare_exchange_strong(&ms->rfd, &none, fd)) {
 		close(fd);           /* another thread opened it first */
+		rq_rs_pin(m->o.rs, sf->ridx, -1);
 		return none;
 	}
 	rq_mount_logl(m, RQ_LOG_DEBUG, "%s: assembled and verified; served from %s", sf->path,

@@ -149,6 +149,7 @@ static void fetch(struct rq_mount *m, size_t r)
 {
 	struct rq_err e = {0};
 	double t = rq_mnt_now();
+	rq_rs_pin(m->o.rs, r, 1);     /* kept while v->out holds the copy open (--cache-max) */
 	int rc = rq_rs_fetch_file(m->o.rs, r, NULL, NULL, &e), fd = -1, bad = 0;
 	const char *path = rc ? NULL : rq_rs_path(m->o.rs, r);
 	struct stat st;
@@ -167,6 +168,8 @@ static void fetch(struct rq_mount *m, size_t r)
 		rc = rq_errf(&e, -ENOMEM, "out of memory");
 	if (!o && fd >= 0)
 		close(fd);
+	if (!o)
+		rq_rs_pin(m->o.rs, r, -1);
 	int n;
 	pthread_mutex_lock(&m->lock);
 	struct mrv *v = &m->rv[r];
@@ -405,6 +408,7 @@ void rq_mnt_rv_drop(struct rq_mount *m, int s)
 			o = v->out;            /* readers still holding it keep the fd */
 			v->out = NULL;
 			v->state = RV_NONE;
+			rq_rs_pin(m->o.rs, ridx(m, s), -1);
 		}
 		pthread_mutex_unlock(&m->lock);
 	}
@@ -511,6 +515,8 @@ void rq_mnt_rv_free(struct rq_mount *m)
 	if (!m->rv_inited || m->rp_n)
 		return;
 	for (size_t r = 0; m->rv && r < m->o.nrfiles; r++) {
+		if (m->rv[r].out)     /* the store outlives the mount */
+			rq_rs_pin(m->o.rs, r, -1);
 		rq_mout_unref(m->rv[r].out);
 		free(m->rv[r].wait);
 	}
