@@ -11,6 +11,13 @@ cache share the limit (remote/rstore.c "Disk budget"), against the local hub
   - status: the store's bytes_on_disk + cache_bytes <= the limit;
   - files were evicted (the log names the store's evictions), and bytes
     evicted were fetched again (the second pass fetched from the hub).
+All that with --remote-verify none (chunks served as they come, or served
+and not kept when over the limit). The default, --remote-verify file, serves
+a file only from its whole verified copy, which must then fit: with a limit
+of what the mount presents + the largest SRC file every read is right and
+the disk stays under the limit; with the tight limit a file that cannot be
+stored whole fails EIO (never unverified bytes) and the log says to raise
+--cache-max.
 Root and /dev/fuse (CI). TAP output. Usage: test_mount_hf_budget.py REQUANTFS"""
 import json, os, sys, time
 
@@ -68,9 +75,10 @@ def body(T, hub, ep):
         # cache would answer it): what was evicted is fetched again
         hub.reset()
         rc, out = run("mount", "hf://synthetic/ckpt", mnt, "--cache", cache, "--endpoint", ep,
-                      "--calib", T["cal"], "--cache-max", str(limit), "--log", log)
-        if not ok(rc == 0, f"mount {rnd + 1} of hf://synthetic/ckpt --cache-max {limit} (the "
-                  f"mount presents {presented} bytes)", out):
+                      "--calib", T["cal"], "--cache-max", str(limit), "--log", log,
+                      "--remote-verify", "none")
+        if not ok(rc == 0, f"mount {rnd + 1} of hf://synthetic/ckpt --cache-max {limit} "
+                  f"--remote-verify none (the mount presents {presented} bytes)", out):
             return 1
         for n in order:
             with open(os.path.join(mnt, n), "rb") as f, open(os.path.join(ref, n), "rb") as g:
@@ -103,6 +111,45 @@ def body(T, hub, ep):
     ok(refetched > 0, f"the second pass fetched {refetched} bytes again (evicted, not kept)")
     rc, out = run("umount", mnt, timeout=60)
     ok(rc == 0, "umount", out)
+    return file_mode(T, ep, ref, names, presented, limit)
+
+
+def file_mode(T, ep, ref, names, presented, tight):
+    """--remote-verify file (the default) under --cache-max."""
+    tmp = T["tmp"]
+    largest = max(os.path.getsize(os.path.join(T["src"], n)) for n in os.listdir(T["src"]))
+    for what, limit in (("enough", presented + largest), ("tight", tight)):
+        cache, mnt, log = (os.path.join(tmp, f"{x}-{what}") for x in ("cache", "mnt", "log"))
+        os.makedirs(mnt)
+        rqtap.MOUNTS.append(mnt)
+        rc, out = run("mount", "hf://synthetic/ckpt", mnt, "--cache", cache, "--endpoint", ep,
+                      "--calib", T["cal"], "--cache-max", str(limit), "--log", log)
+        if not ok(rc == 0, f"--remote-verify file: mount with --cache-max {limit} ({what})", out):
+            return 1
+        worst, bad, failed = 0, [], []
+        for n in names:
+            try:
+                with open(os.path.join(mnt, n), "rb") as f, open(os.path.join(ref, n), "rb") as g:
+                    if f.read() != g.read():
+                        bad.append(n)
+            except OSError as e:
+                failed.append(f"{n}: {e.strerror}")
+            worst = max(worst, budgeted(cache))
+        time.sleep(0.2)
+        text = open(log).read() if os.path.exists(log) else ""
+        if what == "enough":
+            ok(not bad and not failed, f"--remote-verify file, --cache-max = what the mount "
+               f"presents + the largest SRC file ({limit}): every file == export",
+               "\n".join(bad + failed) + text[-1500:])
+            ok(0 < worst <= limit + CHUNK, f"... the cache directory held at most {worst} bytes "
+               f"(limit {limit})")
+        else:
+            ok(not bad and failed and "--cache-max" in text, f"--remote-verify file, --cache-max "
+               f"{limit} (below what must be whole at once): {len(failed)} of {len(names)} files "
+               f"fail EIO, none with wrong bytes ({len(bad)}), the log says to raise --cache-max",
+               "\n".join(bad + failed) + text[-1500:])
+        rc, out = run("umount", mnt, timeout=60)
+        ok(rc == 0, "umount", out)
     return 0
 
 
