@@ -222,7 +222,7 @@ static char *status_json(struct rq_mount *m)
 		mat_q += mf->mat == MAT_QUEUED;
 		/* a remote file identical to SRC passes through once assembled */
 		int whole = !p->files[i].changed &&
-		            (!m->o.rs || rq_mnt_remote_fd(m, p->files[i].src) >= 0);
+		            (!m->o.rs || rq_mnt_rv_whole(m, p->files[i].src));
 		if (pt_on && !mf->pt_err && (whole || mf->mat == MAT_READY)) {
 			f_pt++;
 		} else if (pt_on && mf->njobs && !mf->pt_err) {
@@ -258,11 +258,13 @@ static char *status_json(struct rq_mount *m)
 		/* remote files identical to SRC not assembled yet (`warm` reads them) */
 		int n = 0;
 		sb_printf(&b, "  \"remote_pending\": [");
+		pthread_mutex_lock(&m->lock);
 		for (size_t i = 0; i < p->nfiles; i++)
-			if (!p->files[i].changed && rq_mnt_remote_fd(m, p->files[i].src) < 0) {
+			if (!p->files[i].changed && !rq_mnt_rv_whole(m, p->files[i].src)) {
 				sb_printf(&b, "%s", n++ ? ", " : "");
 				sb_jstr(&b, p->files[i].name);
 			}
+		pthread_mutex_unlock(&m->lock);
 		sb_printf(&b, "],\n");
 	}
 	int nchanged = 0;

@@ -453,6 +453,9 @@ int rq_mnt_rv_push(struct rq_mount *m, struct mread *rd);
 /* The fd a file identical to SRC file s is served from: the local SRC fd,
  * the remote one's verified (file mode) or assembled copy, or -1. */
 int rq_mnt_src_fd(struct rq_mount *m, int s);
+/* Under m->lock: is SRC file s served from a whole local copy now (file
+ * mode: verified and open; none mode: assembled)? For status. */
+int rq_mnt_rv_whole(struct rq_mount *m, int s);
 /* Bytes of SRC file s for the materializer (blocks the caller): file
  * mode through the verified copy, else through the store. 0 or -EIO. */
 int rq_mnt_src_read(struct rq_mount *m, int s, uint64_t off, uint64_t len, void *buf);

@@ -238,14 +238,32 @@ static int start(struct rq_mount *m, size_t r)
 	return rc;
 }
 
+/* Under m->lock: does any presented file still need remote file r's
+ * bytes? Not when every file made from it is a requantized shard already
+ * materialized (or found so in the cache): its SRC was dropped for good. */
+static int wanted(struct rq_mount *m, size_t r)
+{
+	const struct rq_plan *p = m->plan;
+	for (size_t f = 0; f < p->nfiles; f++) {
+		int s = p->files[f].src;
+		if (s < 0 || (size_t)s >= p->nsrcs || ridx(m, s) != r)
+			continue;
+		const struct mfile *mf = &m->files[f];
+		if (!mf->njobs || (mf->mat != MAT_READY && !mf->verifying))
+			return 1;
+	}
+	return 0;
+}
+
 /* Under m->lock: a read starts the fetch of file r: the next RV_AHEAD
- * files not fetched nor verified are fetched too (a loader reads shards in
- * order), so their transfer overlaps the check and quantization of r. */
+ * files not fetched nor verified, and still wanted, are fetched too (a
+ * loader reads shards in order), so their transfer overlaps the check and
+ * quantization of r. */
 static void ahead(struct rq_mount *m, size_t r)
 {
 	int n = 0;
 	for (size_t k = r + 1; k < m->o.nrfiles && n < RV_AHEAD; k++) {
-		if (m->rv[k].state != RV_NONE || atomic_load(&m->rv[k].verified))
+		if (m->rv[k].state != RV_NONE || atomic_load(&m->rv[k].verified) || !wanted(m, k))
 			continue;
 		if (start(m, k))
 			return;
@@ -383,6 +401,15 @@ int rq_mnt_src_read(struct rq_mount *m, int s, uint64_t off, uint64_t len, void 
 	return rc ? -EIO : 0;
 }
 
+int rq_mnt_rv_whole(struct rq_mount *m, int s)
+{
+	if (s < 0 || (size_t)s >= m->plan->nsrcs)
+		return 0;
+	if (!on(m))
+		return rq_mnt_remote_fd(m, s) >= 0;
+	return m->rv[ridx(m, s)].state == RV_LOCAL;
+}
+
 int rq_mnt_src_fd(struct rq_mount *m, int s)
 {
 	if (!m->o.rs)
@@ -444,7 +471,19 @@ int rq_mnt_rv_start(struct rq_mount *m)
 		return -ENOMEM;
 	while (m->rp_n < RV_POOL && !pthread_create(&m->rp_th[m->rp_n], NULL, pool_main, m))
 		m->rp_n++;
-	return m->rp_n ? 0 : -EAGAIN;
+	if (!m->rp_n)
+		return -EAGAIN;
+	/* file mode: files a mount before assembled and verified become LOCAL
+	 * at once (a pool fetch finds them whole: no transfer), so a remount
+	 * serves them by passthrough from their first open */
+	for (size_t r = 0; on(m) && r < m->o.nrfiles; r++) {
+		if (!rq_rs_path(m->o.rs, r))
+			continue;
+		pthread_mutex_lock(&m->lock);
+		start(m, r);
+		pthread_mutex_unlock(&m->lock);
+	}
+	return 0;
 }
 
 void rq_mnt_rv_stop(struct rq_mount *m)

@@ -54,7 +54,8 @@ def settle(mnt, seconds=60):
     end = time.monotonic() + seconds
     st = status(mnt)
     while time.monotonic() < end and not (st.get("files_pending") == 0 and
-                                          st.get("files_materializing") == 0):
+                                          st.get("files_materializing") == 0 and
+                                          st.get("remote_pending") == []):
         time.sleep(0.1)
         st = status(mnt)
     return st
