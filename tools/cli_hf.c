@@ -337,6 +337,12 @@ static int hf_open(const char *spec, const char *endpoint, const char *cache_dir
 	size_t len = 0;
 	int offline = cache_dir && cli_hf_offline();
 	int rc = !s->repo || !s->rev ? -ENOMEM : 0;
+	/* plan, export, verify keep nothing between runs: offline, nothing to read */
+	if (!rc && !cache_dir && cli_hf_offline())
+		rc = rq_errf(err, -ENETUNREACH, "%s: HF_HUB_OFFLINE=1, and this command reads hf:// "
+		             "from the hub itself (it keeps no cache): unset HF_HUB_OFFLINE, or give "
+		             "a local snapshot (`hf download %s --revision %s`, then %s@%s)", spec,
+		             s->repo, s->rev, s->repo, s->rev);
 	if (!rc && offline)
 		rc = cached_info(s, spec, cache_dir, &text, &len, err);
 	else if (!rc)
@@ -428,6 +434,9 @@ int cli_hf_calib(const char *spec, const char *endpoint, char **path, struct rq_
 {
 	if (!cli_hf_is(spec) || !rq_hub_is_repo_id(spec + 5))
 		return rq_errf(err, -EINVAL, "--calib %s: expected hf://ORG/NAME[@REV]", spec);
+	if (cli_hf_offline())
+		return rq_errf(err, -ENETUNREACH, "--calib %s: HF_HUB_OFFLINE=1: fetch the scales once "
+		               "with `requantfs calib fetch` and pass the file", spec);
 	const char *id = spec + 5, *at = strchr(id, '@'), *tmpd = getenv("TMPDIR");
 	char *repo = at ? strndup(id, (size_t)(at - id)) : strdup(id);
 	size_t l = strlen(tmpd && *tmpd ? tmpd : "/tmp") + 40;

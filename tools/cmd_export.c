@@ -162,9 +162,11 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 		usage(stderr);
 		return 2;
 	}
-	if ((rc = cli_scheme_check(sc, "export", "--calib is required: the 2026-07-22 checkpoint "
-	                           "directory or a file from `requantfs calib extract` (or choose "
-	                           "a data-free --scheme)")) >= 0)
+	if ((rc = cli_scheme_check(sc, "export", "--calib is required: the 2026-07-22 checkpoint, "
+	                           "or the file of `requantfs calib fetch` (its scales over HTTP) "
+	                           "or of `requantfs calib run SRC --text FILE -o FILE` (calibrated "
+	                           "here); or --rule-scheme nvfp4a16|fp8-dynamic (no calibration), "
+	                           "or a data-free --scheme")) >= 0)
 		return rc;
 	CLI_SCHEME_TO(&po, sc);
 	int laguna = po.scheme == RQ_SCHEME_NVFP4;

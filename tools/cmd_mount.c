@@ -47,7 +47,8 @@ static void mount_usage(FILE *f)
 	"ORG/NAME[@REV] found in the local hub cache, or hf://ORG/NAME[@REV] read\n"
 	"straight from the hub) at MNT as the requantized checkpoint. Modules are\n"
 	"quantized on first read and kept in the cache.\n\n"
-	"  --calib CALIB          07-22 checkpoint directory or `calib extract` file (required)\n"
+	"  --calib CALIB          07-22 checkpoint directory or `calib extract`/`fetch`/`run`\n"
+	"                         file, or hf://ORG/NAME[@REV] (fetched as `calib fetch`)\n"
 	"  --endpoint URL         for hf://: the hub or a mirror with its resolve layout\n"
 	"                         (default $HF_ENDPOINT, else https://huggingface.co);\n"
 	"                         the token: $HF_TOKEN or huggingface_hub's token file.\n"
@@ -520,9 +521,11 @@ static int parse_args(int argc, char **argv, struct mount_args *a)
 		mount_usage(stderr);
 		return cli_fail(2, "mount", "needs SRC and MNT (got %d arguments)", argc - optind);
 	}
-	rc = cli_scheme_check(&a->sc, "mount", "--calib CALIB is required (the 07-22 "
-	                           "checkpoint directory or a `requantfs calib extract` file; -o "
-	                           "calib=CALIB in the fstab form), or choose a data-free --scheme");
+	rc = cli_scheme_check(&a->sc, "mount", "--calib CALIB is required (-o calib=CALIB in the "
+	                           "fstab form): the 07-22 checkpoint, or the file of `requantfs "
+	                           "calib fetch` (its scales over HTTP) or of `requantfs calib run "
+	                           "SRC --text FILE -o FILE` (calibrated here); or --rule-scheme "
+	                           "nvfp4a16|fp8-dynamic (no calibration), or a data-free --scheme");
 	if (rc < 0)
 		CLI_SCHEME_TO(&a->o, &a->sc);
 	return rc;
