@@ -239,6 +239,12 @@ static int run(const struct run_opts *o)
 		cli_fail(1, "calib run", "%s", err.msg);
 		goto out;
 	}
+	if (q.total < o->tokens && !o->quiet)   /* the file was shorter than asked: say so */
+		fprintf(stderr, "requantfs calib run: warning: %s %s holds only %d token%s%s: "
+		        "calibrating on those, not the %d of --tokens (a longer text covers more of "
+		        "the activations' range)\n", o->text ? "--text" : "--prompts",
+		        o->text ? o->text : o->prompts, q.total, q.total == 1 ? "" : "s",
+		        o->skip ? " after --skip" : "", o->tokens);
 	size_t ns = lg_obs_count(m);
 	obs.amax = calloc(ns, sizeof *obs.amax);
 	obs.tokens = calloc(ns, sizeof *obs.tokens);

@@ -6,6 +6,7 @@ on mkckpt's synthetic Laguna:
   - calib diff of two calibrations that share no module (another model's file):
     exit 1, saying so (before: exit 0 and a table of "only A"/"only B");
   - calib run on a machine without a usable GPU does not tell the user to use one;
+  - calib run on a text shorter than --tokens warns that it calibrates on fewer;
   - mount/export of the 08-01 form without --calib, and export with another model's
     calibration: the message names all the ways out (calib fetch, calib run,
     --rule-scheme nvfp4a16|fp8-dynamic).
@@ -71,6 +72,16 @@ def body(tmp):
     rc, out = run("calib", "diff", ext, ext)
     ok(rc == 0 and "summary:" in out and "min 1.0000" in out and "max 1.0000" in out,
        "calib diff of a file with itself: exit 0, every ratio 1 (the control)", out[-400:])
+
+    short = os.path.join(tmp, "short.txt")
+    with open(short, "w") as g:
+        g.write("Only a few words here.")
+    rc, out = run("calib", "run", src, "--text", short, "--tokens", "400", "-o", f)
+    ok(rc == 0 and "warning" in out and "not the 400 of --tokens" in out,
+       "calib run on a text shorter than --tokens: warns that it calibrates on fewer", out)
+    rc, out = run("calib", "run", src, "--text", txt, "--tokens", "32", "-o", f)
+    ok(rc == 0 and "warning" not in out, "calib run on a long enough text: no warning "
+       "(the control)", out)
 
     # the GPU note: only where a GPU is usable (calib run --device cuda tells which)
     rc_gpu, gout = run("calib", "run", src, "--text", txt, "--tokens", "8", "--device",

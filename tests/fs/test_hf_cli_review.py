@@ -5,7 +5,8 @@ local hub (tests/hubsrv.py) that counts every request:
     and verify of hf://, `--calib hf://` and `calib fetch` are refused at once,
     saying so and what to do, and the hub sees no request (before: they went online,
     and with the server down waited out every retry);
-  - the same plan online works (the control); bench --help names --remote;
+  - the same plan online works (the control); status --help names the pinned commit,
+    bench --help bench mount --remote;
   - a gated repo answering 403 to a token without access: plan, export and mount
     refused naming HTTP 403, where the token came from and what to do.
 Stdlib only; the mount line needs root and /dev/fuse. TAP output.
@@ -69,6 +70,9 @@ def body(tmp, hub, ep):
     env = dict(os.environ, HF_TOKEN="", HF_TOKEN_PATH=os.path.join(tmp, "no-token"))
     env.pop("HF_HUB_OFFLINE", None)
 
+    rc, out = run("status", "--help")
+    ok(rc == 0 and "hf://ORG/NAME@<commit>" in out, "status --help says an hf:// SRC shows "
+       "its pinned commit", out)
     rc, out = run("bench", "--help")
     ok(rc == 0 and "--remote" in out, "bench --help names bench mount --remote (issue 20's "
        "bench)", out)
