@@ -37,6 +37,7 @@
  * same on both. The CUDA engine keeps an F32 KV cache here (the CPU's). */
 #include "tools/calib_run.h"
 #include "tools/cli.h"
+#include "tools/cli_hf.h"
 #include "tools/compare_text.h"
 #include "base/err.h"
 #include "base/pool.h"
@@ -508,7 +509,10 @@ int calib_run_main(int argc, char **argv)
 	if (o.skip && !o.text)
 		return cli_fail(2, "calib run", "--skip is for --text (tokens of one window)");
 	o.model = argv[optind];
-	int hc = cli_hub_args("calib run", &o.model, NULL);
+	int hc = cli_hf_engine_refuse("calib run", o.model);
+	if (hc >= 0)
+		return hc;
+	hc = cli_hub_args("calib run", &o.model, NULL);
 	if (hc >= 0)
 		return hc;
 	return run(&o);

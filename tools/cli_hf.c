@@ -1,5 +1,6 @@
 /* cli_hf.c — hf://ORG/NAME[@REV] as a SRC: model API, pinned commit, range reads. */
 #include "tools/cli_hf.h"
+#include "tools/cli.h"
 #include "base/sha256.h"
 #include "base/err.h"
 #include "hub/hub.h"
@@ -36,6 +37,18 @@ struct cli_hf {
 int cli_hf_is(const char *s)
 {
 	return s && !strncmp(s, "hf://", 5);
+}
+
+int cli_hf_engine_refuse(const char *cmd, const char *arg)
+{
+	if (!cli_hf_is(arg))
+		return -1;
+	const char *id = arg + 5, *at = strchr(id, '@');
+	int n = at ? (int)(at - id) : (int)strlen(id);
+	return cli_fail(2, cmd, "%s: the engine reads a model directory, and hf:// is read by "
+	                "mount, export, plan and verify only: mount it (`requantfs mount %s MNT "
+	                "...`) and give MNT, or download a snapshot (`hf download %.*s%s%s`) and "
+	                "give %s", arg, arg, n, id, at ? " --revision " : "", at ? at + 1 : "", id);
 }
 
 static int is_hex(const char *s, size_t n)

@@ -7,6 +7,8 @@ on mkckpt's synthetic Laguna:
     exit 1, saying so (before: exit 0 and a table of "only A"/"only B");
   - calib run on a machine without a usable GPU does not tell the user to use one;
   - calib run on a text shorter than --tokens warns that it calibrates on fewer;
+  - calib run, generate and compare given hf://ORG/NAME: say to mount it or download
+    a snapshot (before: "hf://.../config.json: No such file or directory");
   - mount/export of the 08-01 form without --calib, and export with another model's
     calibration: the message names all the ways out (calib fetch, calib run,
     --rule-scheme nvfp4a16|fp8-dynamic).
@@ -90,6 +92,17 @@ def body(tmp):
     note = "observes on the GPU" in out
     ok(rc == 0 and note == (rc_gpu == 0), f"calib run points at the GPU only when one is "
        f"usable (GPU usable: {rc_gpu == 0}, note printed: {note})", out + gout[-300:])
+
+    # the engine's commands given hf://: say what to do, not "config.json: No such file"
+    for cmd in (["calib", "run", "hf://org/model@v1", "--text", txt, "-o", f],
+                ["generate", "hf://org/model@v1", "--prompt", "hi"],
+                ["compare", src, "hf://org/model@v1"],
+                ["compare", "hf://org/model@v1", "--schemes", "nvfp4a16", "--text", txt]):
+        rc, out = run(*cmd)
+        ok(rc == 2 and "requantfs mount hf://org/model@v1 MNT" in out and
+           "hf download org/model --revision v1" in out,
+           f"{cmd[0]}{' run' if cmd[0] == 'calib' else ''}{' --schemes' if '--schemes' in cmd else ''}"
+           f" given hf://: says to mount it or download a snapshot", out)
 
     # the 08-01 form without a calibration, or with another model's
     for cmd in (["export", src, os.path.join(tmp, "e1")],
