@@ -469,11 +469,12 @@ static void print_table(const struct rq_plan *p, const struct summary *s, const 
 	printf("%-34s %12s  (%llu bytes)\n", label, a, (unsigned long long)(v)); } while (0)
 	LINE("source size:", s->source);
 	LINE("presented size:", s->presented);
-	for (int k = 0; k < s->nrule; k++) {
+	for (int k = 0; k < s->nrule; k++) {   /* "(this)" last: the labels stay aligned */
 		char label[64];
-		snprintf(label, sizeof label, "  with --rule-scheme %s%s:", rule_name(s->rule[k]),
-		         s->rule[k] == p->mod_scheme ? " (this)" : "");
-		LINE(label, s->rule_size[k]);
+		snprintf(label, sizeof label, "  with --rule-scheme %s:", rule_name(s->rule[k]));
+		gb(s->rule_size[k], a, sizeof a);
+		printf("%-34s %12s  (%llu bytes)%s\n", label, a, (unsigned long long)s->rule_size[k],
+		       s->rule[k] == p->mod_scheme ? " (this)" : "");
 	}
 	LINE("cache, job entries:", s->cache_jobs);
 	LINE("cache, materialized (passthrough):", s->cache_files);

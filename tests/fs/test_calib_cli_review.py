@@ -7,6 +7,7 @@ on mkckpt's synthetic Laguna:
     exit 1, saying so (before: exit 0 and a table of "only A"/"only B");
   - calib run on a machine without a usable GPU does not tell the user to use one;
   - calib run on a text shorter than --tokens warns that it calibrates on fewer;
+  - plan's --rule-scheme size lines aligned with the table (the "(this)" mark last);
   - calib run, generate and compare given hf://ORG/NAME: say to mount it or download
     a snapshot (before: "hf://.../config.json: No such file or directory");
   - mount/export of the 08-01 form without --calib, and export with another model's
@@ -103,6 +104,14 @@ def body(tmp):
            "hf download org/model --revision v1" in out,
            f"{cmd[0]}{' run' if cmd[0] == 'calib' else ''}{' --schemes' if '--schemes' in cmd else ''}"
            f" given hf://: says to mount it or download a snapshot", out)
+
+    # plan's --rule-scheme lines: the chosen one marked, the size column aligned
+    rc, out = run("plan", src, "--rule-scheme", "fp8-dynamic")
+    rows = [ln for ln in out.splitlines() if "--rule-scheme" in ln or "presented size" in ln]
+    cols = {ln.index(" GB ") for ln in rows if " GB " in ln}
+    ok(rc == 0 and len(rows) == 4 and len(cols) == 1 and rows[-1].endswith("(this)"),
+       "plan --rule-scheme fp8-dynamic: the three sizes in the table's column, this one "
+       "marked at the end", out)
 
     # the 08-01 form without a calibration, or with another model's
     for cmd in (["export", src, os.path.join(tmp, "e1")],
