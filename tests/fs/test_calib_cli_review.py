@@ -55,6 +55,12 @@ def body(tmp):
     ok(rc == 0 and "calib run" in out and "calib diff" in out,
        "requantfs --help lists calib run and calib diff", out)
 
+    for cmd in ("mount", "export", "plan"):
+        rc, out = run(cmd, "--help")
+        i = out.find("  --calib CALIB")
+        opt = out[i:i + 300] if i >= 0 else ""
+        ok(rc == 0 and "calib run" in opt and "fetch" in opt,
+           f"{cmd} --help: --calib names calib fetch and calib run files", opt or out)
     f = os.path.join(tmp, "f.safetensors")
     rc, out = run("calib", "run", src, "--text", txt, "--tokens", "64")
     ok(rc == 2 and "-o FILE is required" in out, "calib run without -o: says -o FILE is "
