@@ -174,6 +174,10 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 	po.src = argv[optind];
 	const char *dst = argv[optind + 1];
 	struct rq_plan *p;
+	if (cli_hf_is(po.src) && eo.link)   /* before anything is fetched or planned */
+		return cli_fail(2, "export", "--link: SRC %s is remote, there is nothing on disk to "
+		                "link to: export it without --link (or `hf download` it and export "
+		                "that snapshot with --link)", po.src);
 	if (cli_hf_is(po.src)) {     /* closed by cmd_export, after the plan is freed */
 		struct rq_err herr = {0};
 		if (cli_hf_open(po.src, endpoint, &export_hf, &herr))

@@ -246,6 +246,7 @@ struct mount_args {
 	struct rq_mount_opts o;
 	const char *cache, *log;
 	const char *endpoint; /* --endpoint (hf:// SRC or --calib) */
+	int rv_given;         /* --remote-verify given (hf:// SRC only) */
 	int fg;
 	int helper;           /* run as mount(8)'s helper: accept -s -n -v -N -t */
 	char *fuse_extra;     /* the -o words for libfuse, comma separated (owned) */
@@ -348,6 +349,7 @@ static int word_option(int c, const char *arg, struct mount_args *a)
 			                arg);
 		break;
 	case O_RVERIFY:
+		a->rv_given = 1;
 		if (!strcmp(arg, "file"))
 			a->o.remote_verify = RQ_RV_FILE;
 		else if (!strcmp(arg, "none"))
@@ -639,6 +641,11 @@ int cmd_mount(int argc, char **argv)
 	if (a.endpoint && !cli_hf_is(src_arg) && !cli_hf_is(o->calib)) {
 		args_free(&a);
 		return cli_fail(2, "mount", "--endpoint is for an hf://ORG/NAME[@REV] SRC or --calib");
+	}
+	if (a.rv_given && !cli_hf_is(src_arg)) {
+		args_free(&a);
+		return cli_fail(2, "mount", "--remote-verify is for an hf://ORG/NAME[@REV] SRC: %s is "
+		                "read from disk, leave it out", src_arg);
 	}
 	if (!cli_hf_is(src_arg) && (rc = cli_hub_args("mount", &src_arg, &o->calib)) >= 0) {
 		args_free(&a);

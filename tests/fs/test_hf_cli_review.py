@@ -7,6 +7,7 @@ local hub (tests/hubsrv.py) that counts every request:
     and with the server down waited out every retry);
   - the same plan online works (the control); status --help names the pinned commit,
     bench --help bench mount --remote;
+  - mount of a local SRC with --remote-verify: a usage error;
   - a gated repo answering 403 to a token without access: plan, export and mount
     refused naming HTTP 403, where the token came from and what to do.
 Stdlib only; the mount line needs root and /dev/fuse. TAP output.
@@ -85,6 +86,14 @@ def body(tmp, hub, ep):
                   env=dict(env, HF_HUB_OFFLINE="1"))
     ok(rc == 1 and "hf download synthetic/ckpt --revision main" in out,
        "offline plan hf:// says how to get a local snapshot instead", out)
+
+    # options that make no sense for the SRC given: usage errors before any work
+    mrv = os.path.join(tmp, "mnt-rv")
+    os.makedirs(mrv)
+    rqtap.MOUNTS.append(mrv)       # unmounted at exit should it mount
+    rc, out = run("mount", src, mrv, "--calib", cal, "--remote-verify", "none", env=env)
+    ok(rc == 2 and "--remote-verify is for an hf://" in out,
+       "mount of a local SRC with --remote-verify: a usage error (like --endpoint)", out)
 
     # a gated repo: a token that has no access gets 403
     tok = dict(env, HF_TOKEN="hf_noAccess")
