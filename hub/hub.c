@@ -683,11 +683,14 @@ static int perform(struct rq_hub *h, const char *url, struct xfer *x, struct rq_
 			continue;
 		}
 		if (st == 401 || st == 403)
-			return rq_errf(err, -EACCES, "%s: HTTP %ld (%s%s%s): %s", url, st,
+			return rq_errf(err, -EACCES, "%s: HTTP %ld (%s%s%s): %s%s%s", url, st,
 			               st == 401 ? "unauthorized" : "forbidden", *why(x) ? ": " : "",
-			               why(x), h->token_src ? "the token may be wrong or lack access "
-			               "to this repository" : "no token was sent (gated or private "
-			               "repository?): set HF_TOKEN or log in with huggingface_hub");
+			               why(x), h->token_src ? "the token from " : "no token was sent "
+			               "(gated or private repository?): set HF_TOKEN or log in with "
+			               "huggingface_hub", h->token_src ? h->token_src : "",
+			               h->token_src ? " may be wrong or lack access to this repository "
+			               "(a gated one: request access on its page on the hub, then retry "
+			               "with a token of that account)" : "");
 		if (st == 404)
 			return rq_errf(err, -ENOENT, "%s: HTTP 404 (not found)%s%s", url,
 			               *why(x) ? ": " : "", why(x));

@@ -440,8 +440,9 @@ int rq_calib_read_scale(struct rq_ckpt *c, const char *calib, const char *name, 
 	int rc = rq_ckpt_find(c, name, &t, &s, err);
 	if (rc == -ENOENT)
 		return rq_errf(err, -ENOENT, "calibration scale %s is not in %s; give the 2026-07-22 "
-		               "checkpoint (or a file from `requantfs calib extract`) as --calib",
-		               name, calib);
+		               "checkpoint (or a file from `requantfs calib extract`/`calib fetch`), "
+		               "or calibrate SRC itself with `requantfs calib run SRC --text FILE "
+		               "-o FILE`, as --calib", name, calib);
 	if (rc)
 		return rq_err_prefix(err, "calibration %s", calib);
 	rc = rq_calib_check(name, rq_ckpt_shard_path(c, s), t, NULL, NULL, err);

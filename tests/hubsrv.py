@@ -27,6 +27,7 @@ class Hub:
         with self.lock:
             self.ignore_range = False
             self.token = None          # demanded Bearer token
+            self.forbid = False        # API and resolve answer 403 (gated, no access)
             self.bad_sha = set()       # file names whose listed LFS sha256 is wrong
             self.lie_size = set()      # file names listed one byte shorter than served
             self.no_lfs = set()        # file names listed without "lfs" (plain git: blob id)
@@ -172,6 +173,9 @@ def handler(hub):
             if hub.token is not None and not path.startswith("/cdn/") and \
                     self.headers.get("Authorization") != f"Bearer {hub.token}":
                 return self.reply(401, b"", [("X-Error-Message", "Invalid credentials")])
+            if hub.forbid and not path.startswith("/cdn/"):
+                return self.reply(403, b"", [("X-Error-Message", "Access to this model is "
+                                              "restricted")])
             m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/(.+)", path)
             if m:
                 if "blobs=true" not in u.query:

@@ -37,6 +37,7 @@
  * same on both. The CUDA engine keeps an F32 KV cache here (the CPU's). */
 #include "tools/calib_run.h"
 #include "tools/cli.h"
+#include "tools/cli_hf.h"
 #include "tools/compare_text.h"
 #include "base/err.h"
 #include "base/pool.h"
@@ -46,6 +47,7 @@
 #include "engine/model.h"
 #include "engine/observe.h"
 #include "engine/tokenizer.h"
+#include "kernels/ek.h"
 #include "offline/calib.h"
 
 #include <errno.h>
@@ -238,6 +240,12 @@ static int run(const struct run_opts *o)
 		cli_fail(1, "calib run", "%s", err.msg);
 		goto out;
 	}
+	if (q.total < o->tokens && !o->quiet)   /* the file was shorter than asked: say so */
+		fprintf(stderr, "requantfs calib run: warning: %s %s holds only %d token%s%s: "
+		        "calibrating on those, not the %d of --tokens (a longer text covers more of "
+		        "the activations' range)\n", o->text ? "--text" : "--prompts",
+		        o->text ? o->text : o->prompts, q.total, q.total == 1 ? "" : "s",
+		        o->skip ? " after --skip" : "", o->tokens);
 	size_t ns = lg_obs_count(m);
 	obs.amax = calloc(ns, sizeof *obs.amax);
 	obs.tokens = calloc(ns, sizeof *obs.tokens);
@@ -258,7 +266,7 @@ static int run(const struct run_opts *o)
 	int want_bf16 = o->fwd_dtype >= 0 ? o->fwd_dtype : model_bf16;
 	if (want_bf16 && dev == LG_DEVICE_AUTO) {
 		dev = LG_DEVICE_CPU;
-		if (!o->quiet)
+		if (!o->quiet && ek_device_count() > 0)   /* no GPU: nothing to point at */
 			fprintf(stderr, "requantfs calib run: the BF16 forward (--forward-dtype %s, the peer's "
 			        "roundings) runs on the CPU: the CUDA engine has none; --forward-dtype f32 "
 			        "or --device cuda observes on the GPU\n", o->fwd_dtype == 1 ? "bf16" : "auto");
@@ -435,7 +443,8 @@ static void usage(FILE *f)
 	"with the peer) on the CPU; --forward-dtype f32 or --device cuda uses the GPU.\n"
 	"The token ids, both dtypes and the device go into the file's __metadata__.\n\n"
 	"diff: per-module ratio A/B of input_global_scale of two calibration files (or\n"
-	"07-22 checkpoints), a summary, and the modules only in one.\n");
+	"07-22 checkpoints), a summary, and the modules only in one; exit status 1\n"
+	"when A and B share no module (calibrations of different models).\n");
 }
 
 int calib_run_main(int argc, char **argv)
@@ -487,7 +496,8 @@ int calib_run_main(int argc, char **argv)
 	}
 	if (argc - optind != 1 || !o.out) {
 		usage(stderr);
-		return 2;
+		return cli_fail(2, "calib run", "%s", !o.out ? "-o FILE is required (where to write "
+		                "the scales)" : "needs exactly one MODEL");
 	}
 	if (!o.text == !o.prompts)
 		return cli_fail(2, "calib run", "give the calibration tokens: --text FILE or --prompts "
@@ -499,7 +509,10 @@ int calib_run_main(int argc, char **argv)
 	if (o.skip && !o.text)
 		return cli_fail(2, "calib run", "--skip is for --text (tokens of one window)");
 	o.model = argv[optind];
-	int hc = cli_hub_args("calib run", &o.model, NULL);
+	int hc = cli_hf_engine_refuse("calib run", o.model);
+	if (hc >= 0)
+		return hc;
+	hc = cli_hub_args("calib run", &o.model, NULL);
 	if (hc >= 0)
 		return hc;
 	return run(&o);
@@ -536,7 +549,8 @@ int calib_diff_main(int argc, char **argv)
 	}
 	if (argc != 3) {
 		usage(stderr);
-		return 2;
+		return cli_fail(2, "calib diff", "needs two calibration files (or 07-22 checkpoints) "
+		                "A and B, got %d", argc - 1);
 	}
 	struct rq_err err = {0};
 	char **na = NULL, **nb = NULL;
@@ -585,6 +599,13 @@ int calib_diff_main(int argc, char **argv)
 	else
 		printf("summary: no module in both; %zu only in A (%s), %zu only in B (%s)\n", only_a,
 		       argv[1], only_b, argv[2]);
+	/* nothing compared: two different models, not a calibration difference */
+	if (!nr) {
+		cli_fail(1, "calib diff", "%s and %s share no module: calibrations of different "
+		         "models? (A's first: %s; B's first: %s)", argv[1], argv[2], a ? na[0] : "none",
+		         b ? nb[0] : "none");
+		goto out;
+	}
 	rc = 0;
 out:
 	free(r);

@@ -1,5 +1,6 @@
 /* cli_hf.c — hf://ORG/NAME[@REV] as a SRC: model API, pinned commit, range reads. */
 #include "tools/cli_hf.h"
+#include "tools/cli.h"
 #include "base/sha256.h"
 #include "base/err.h"
 #include "hub/hub.h"
@@ -36,6 +37,18 @@ struct cli_hf {
 int cli_hf_is(const char *s)
 {
 	return s && !strncmp(s, "hf://", 5);
+}
+
+int cli_hf_engine_refuse(const char *cmd, const char *arg)
+{
+	if (!cli_hf_is(arg))
+		return -1;
+	const char *id = arg + 5, *at = strchr(id, '@');
+	int n = at ? (int)(at - id) : (int)strlen(id);
+	return cli_fail(2, cmd, "%s: the engine reads a model directory, and hf:// is read by "
+	                "mount, export, plan and verify only: mount it (`requantfs mount %s MNT "
+	                "...`) and give MNT, or download a snapshot (`hf download %.*s%s%s`) and "
+	                "give %s", arg, arg, n, id, at ? " --revision " : "", at ? at + 1 : "", id);
 }
 
 static int is_hex(const char *s, size_t n)
@@ -337,6 +350,12 @@ static int hf_open(const char *spec, const char *endpoint, const char *cache_dir
 	size_t len = 0;
 	int offline = cache_dir && cli_hf_offline();
 	int rc = !s->repo || !s->rev ? -ENOMEM : 0;
+	/* plan, export, verify keep nothing between runs: offline, nothing to read */
+	if (!rc && !cache_dir && cli_hf_offline())
+		rc = rq_errf(err, -ENETUNREACH, "%s: HF_HUB_OFFLINE=1, and this command reads hf:// "
+		             "from the hub itself (it keeps no cache): unset HF_HUB_OFFLINE, or give "
+		             "a local snapshot (`hf download %s --revision %s`, then %s@%s)", spec,
+		             s->repo, s->rev, s->repo, s->rev);
 	if (!rc && offline)
 		rc = cached_info(s, spec, cache_dir, &text, &len, err);
 	else if (!rc)
@@ -428,6 +447,9 @@ int cli_hf_calib(const char *spec, const char *endpoint, char **path, struct rq_
 {
 	if (!cli_hf_is(spec) || !rq_hub_is_repo_id(spec + 5))
 		return rq_errf(err, -EINVAL, "--calib %s: expected hf://ORG/NAME[@REV]", spec);
+	if (cli_hf_offline())
+		return rq_errf(err, -ENETUNREACH, "--calib %s: HF_HUB_OFFLINE=1: fetch the scales once "
+		               "with `requantfs calib fetch` and pass the file", spec);
 	const char *id = spec + 5, *at = strchr(id, '@'), *tmpd = getenv("TMPDIR");
 	char *repo = at ? strndup(id, (size_t)(at - id)) : strdup(id);
 	size_t l = strlen(tmpd && *tmpd ? tmpd : "/tmp") + 40;

@@ -13,6 +13,10 @@ struct cli_hf;
 
 /* 1 when s starts with "hf://". */
 int cli_hf_is(const char *s);
+/* For the engine's commands (generate, compare, calib run), which read a
+ * model directory: when arg is hf://..., prints why not and what to do
+ * instead and returns 2 (a usage error); else -1. */
+int cli_hf_engine_refuse(const char *cmd, const char *arg);
 
 /* Resolves spec (hf://ORG/NAME[@REV], REV default main) on endpoint (NULL:
  * $HF_ENDPOINT, else the hub). 0, -EINVAL (not a repo id), -ENOENT (no such

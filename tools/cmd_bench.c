@@ -33,6 +33,7 @@ static void usage(FILE *f)
 	           "  quant    BF16->NVFP4 throughput vs memcpy (CPU; --device cuda for the GPU)\n"
 	           "  export   export of a --real-dims checkpoint vs cp of the same source\n"
 	           "  mount    cold/warm/random reads through the mount vs export and native reads\n"
+	           "           (--remote: an hf:// mount from a local server vs curl of the same files)\n"
 	           "  engine   prefill/decode tokens/s and weight GB/s vs memcpy\n"
 	           "Run `requantfs bench <what> --help` for the options of each.\n");
 }

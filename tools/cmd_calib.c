@@ -3,6 +3,7 @@
  * from a 07-22 checkpoint on disk or on a Hugging Face hub. */
 #include "tools/cli.h"
 #include "tools/calib_run.h"
+#include "tools/cli_hf.h"
 #include "base/err.h"
 #include "offline/calib.h"
 #include "plan/ckpt.h"
@@ -26,9 +27,12 @@ static void usage(FILE *f)
 	"       requantfs calib fetch [REPO[@REV]] -o FILE [--endpoint URL] [--quiet]\n"
 	"       requantfs calib run MODEL (--text FILE | --prompts FILE) -o FILE [...]\n"
 	"       requantfs calib diff A B     (calib run --help)\n\n"
-	"Saves every <module>.input_global_scale of a 2026-07-22 (all-NVFP4) checkpoint\n"
-	"into FILE, a small safetensors file that --calib accepts instead of the whole\n"
-	"checkpoint. Only the headers and the 4-byte scalars are read.\n\n"
+	"extract and fetch save every <module>.input_global_scale of a 2026-07-22\n"
+	"(all-NVFP4) checkpoint into FILE, a small safetensors file that --calib accepts\n"
+	"instead of the whole checkpoint. Only the headers and the 4-byte scalars are read.\n"
+	"run calibrates any model itself (the engine over your text: W4A4 for --scheme\n"
+	"nvfp4, or Laguna 08-01 without the 07-22 revision); diff compares two\n"
+	"calibration files module by module (see `requantfs calib run --help`).\n\n"
 	"extract reads CALIB_DIR on disk. fetch reads a hub repository over HTTP(S)\n"
 	"with range requests: the index, each needed shard's header and the scalars\n"
 	"(kilobytes to megabytes, never the weights); both write the same bytes.\n"
@@ -62,7 +66,8 @@ static int do_extract(int argc, char **argv)
 	}
 	if (argc - optind != 1 || !out) {
 		usage(stderr);
-		return 2;
+		return cli_fail(2, "calib extract", "%s", !out ? "-o FILE is required (where to write "
+		                "the scales)" : "needs one CALIB_DIR");
 	}
 	struct rq_err err = {0};
 	size_t n = 0;
@@ -100,8 +105,13 @@ static int do_fetch(int argc, char **argv)
 	}
 	if (argc - optind > 1 || !out) {
 		usage(stderr);
-		return 2;
+		return cli_fail(2, "calib fetch", "%s", !out ? "-o FILE is required (where to write "
+		                "the scales)" : "takes at most one REPO[@REV]");
 	}
+	if (cli_hf_offline())   /* huggingface_hub's meaning: connect to nothing */
+		return cli_fail(1, "calib fetch", "HF_HUB_OFFLINE=1: calib fetch reads the hub over "
+		                "HTTP; unset HF_HUB_OFFLINE, or run `requantfs calib extract` on a "
+		                "local copy of the 07-22 checkpoint");
 	char id[1024];
 	const char *arg = argc - optind == 1 ? argv[optind] : DEFAULT_REPO "@" DEFAULT_REV;
 	snprintf(id, sizeof id, "%s", arg);

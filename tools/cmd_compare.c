@@ -8,6 +8,7 @@
  * next token (perplexity over the stream). */
 #include "base/grow.h"
 #include "tools/cli.h"
+#include "tools/cli_hf.h"
 #include "base/err.h"
 #include "base/pool.h"
 #include "engine/backend.h"
@@ -212,7 +213,9 @@ static int compare_text_mode(char **dirs, const char *schemes, struct cs_opts *c
 {
 	const char *da = dirs[0], *db = schemes ? NULL : dirs[1], *text = co->text;
 	int ntok = co->ntok, hc;
-	if ((hc = cli_hub_args("compare", &da, NULL)) >= 0 ||
+	if ((hc = cli_hf_engine_refuse("compare", da)) >= 0 ||
+	    (db && (hc = cli_hf_engine_refuse("compare", db)) >= 0) ||
+	    (hc = cli_hub_args("compare", &da, NULL)) >= 0 ||
 	    (db && (hc = cli_hub_args("compare", &db, NULL)) >= 0))
 		return hc;
 	if (schemes) {
@@ -347,7 +350,9 @@ int cmd_compare(int argc, char **argv)
 	}
 	const char *da = argv[optind], *db = argv[optind + 1];
 	int hc;
-	if ((hc = cli_hub_args("compare", &da, NULL)) >= 0 ||    /* ORG/NAME[@REV] ids */
+	if ((hc = cli_hf_engine_refuse("compare", da)) >= 0 ||
+	    (hc = cli_hf_engine_refuse("compare", db)) >= 0 ||
+	    (hc = cli_hub_args("compare", &da, NULL)) >= 0 ||    /* ORG/NAME[@REV] ids */
 	    (hc = cli_hub_args("compare", &db, NULL)) >= 0)
 		return hc;
 	struct rq_err err = {0};

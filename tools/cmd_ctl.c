@@ -146,7 +146,9 @@ int cmd_status(int argc, char **argv)
 		if (c == 'h') {
 			printf("usage: requantfs status MNT [--json]\n\n"
 			       "What a mount has cached, hits/misses, device, quantizer throughput,\n"
-			       "and whether its SRC files are unchanged. --json prints the raw status.\n");
+			       "and whether its SRC files are unchanged. --json prints the raw status.\n"
+			       "An hf:// SRC shows as hf://ORG/NAME@<commit> (the revision pinned at\n"
+			       "mount time), with its remote traffic and files not yet fetched.\n");
 			return 0;
 		}
 		if (c == 'j') {

@@ -41,7 +41,8 @@ static void usage(FILE *f)
 	"  --endpoint URL     for hf://: the hub or mirror (default $HF_ENDPOINT, else\n"
 	"                     https://huggingface.co)\n"
 	"  --calib CALIB      the 2026-07-22 checkpoint directory (or repo id), or a file\n"
-	"                     from `requantfs calib extract` (input_global_scale of each module)\n"
+	"                     from `requantfs calib extract`/`fetch` (input_global_scale of\n"
+	"                     each module) or from `requantfs calib run SRC` (calibrated here)\n"
 	"  --recipe V         fp32 (default, poolside's bytes), bf16, fp32div\n"
 	"  --drop-ignore RULE the ignore entry to drop (default: detected)\n"
 	"  --rule-scheme S    what the rule's modules become: nvfp4 (default: NVFP4 with\n"
@@ -162,15 +163,21 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 		usage(stderr);
 		return 2;
 	}
-	if ((rc = cli_scheme_check(sc, "export", "--calib is required: the 2026-07-22 checkpoint "
-	                           "directory or a file from `requantfs calib extract` (or choose "
-	                           "a data-free --scheme)")) >= 0)
+	if ((rc = cli_scheme_check(sc, "export", "--calib is required: the 2026-07-22 checkpoint, "
+	                           "or the file of `requantfs calib fetch` (its scales over HTTP) "
+	                           "or of `requantfs calib run SRC --text FILE -o FILE` (calibrated "
+	                           "here); or --rule-scheme nvfp4a16|fp8-dynamic (no calibration), "
+	                           "or a data-free --scheme")) >= 0)
 		return rc;
 	CLI_SCHEME_TO(&po, sc);
 	int laguna = po.scheme == RQ_SCHEME_NVFP4;
 	po.src = argv[optind];
 	const char *dst = argv[optind + 1];
 	struct rq_plan *p;
+	if (cli_hf_is(po.src) && eo.link)   /* before anything is fetched or planned */
+		return cli_fail(2, "export", "--link: SRC %s is remote, there is nothing on disk to "
+		                "link to: export it without --link (or `hf download` it and export "
+		                "that snapshot with --link)", po.src);
 	if (cli_hf_is(po.src)) {     /* closed by cmd_export, after the plan is freed */
 		struct rq_err herr = {0};
 		if (cli_hf_open(po.src, endpoint, &export_hf, &herr))

@@ -1,6 +1,7 @@
 /* cmd_generate.c — `requantfs generate MODEL_DIR --prompt TEXT ...`: run
  * Laguna on a prompt and stream the continuation to stdout; speeds on stderr. */
 #include "tools/cli.h"
+#include "tools/cli_hf.h"
 #include "tools/utf8_stream.h"
 #include "base/err.h"
 #include "base/pool.h"
@@ -152,7 +153,8 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 	if ((o->system || !o->think) && !o->chat)
 		return cli_fail(2, "generate", "--system and --no-think need --chat");
 	o->dir = argv[optind];
-	return cli_hub_args("generate", &o->dir, NULL);   /* ORG/NAME[@REV] ids */
+	int hc = cli_hf_engine_refuse("generate", o->dir);
+	return hc >= 0 ? hc : cli_hub_args("generate", &o->dir, NULL);   /* ORG/NAME[@REV] ids */
 }
 
 /* The prompt's token ids (rendered as a chat first with --chat; *text keeps

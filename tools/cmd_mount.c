@@ -47,7 +47,9 @@ static void mount_usage(FILE *f)
 	"ORG/NAME[@REV] found in the local hub cache, or hf://ORG/NAME[@REV] read\n"
 	"straight from the hub) at MNT as the requantized checkpoint. Modules are\n"
 	"quantized on first read and kept in the cache.\n\n"
-	"  --calib CALIB          07-22 checkpoint directory or `calib extract` file (required)\n"
+	"  --calib CALIB          07-22 checkpoint directory, a `calib extract`/`fetch` file,\n"
+	"                         a `calib run SRC` file (calibrated here), or\n"
+	"                         hf://ORG/NAME[@REV] (fetched as `calib fetch` does)\n"
 	"  --endpoint URL         for hf://: the hub or a mirror with its resolve layout\n"
 	"                         (default $HF_ENDPOINT, else https://huggingface.co);\n"
 	"                         the token: $HF_TOKEN or huggingface_hub's token file.\n"
@@ -244,6 +246,7 @@ struct mount_args {
 	struct rq_mount_opts o;
 	const char *cache, *log;
 	const char *endpoint; /* --endpoint (hf:// SRC or --calib) */
+	int rv_given;         /* --remote-verify given (hf:// SRC only) */
 	int fg;
 	int helper;           /* run as mount(8)'s helper: accept -s -n -v -N -t */
 	char *fuse_extra;     /* the -o words for libfuse, comma separated (owned) */
@@ -346,6 +349,7 @@ static int word_option(int c, const char *arg, struct mount_args *a)
 			                arg);
 		break;
 	case O_RVERIFY:
+		a->rv_given = 1;
 		if (!strcmp(arg, "file"))
 			a->o.remote_verify = RQ_RV_FILE;
 		else if (!strcmp(arg, "none"))
@@ -520,9 +524,11 @@ static int parse_args(int argc, char **argv, struct mount_args *a)
 		mount_usage(stderr);
 		return cli_fail(2, "mount", "needs SRC and MNT (got %d arguments)", argc - optind);
 	}
-	rc = cli_scheme_check(&a->sc, "mount", "--calib CALIB is required (the 07-22 "
-	                           "checkpoint directory or a `requantfs calib extract` file; -o "
-	                           "calib=CALIB in the fstab form), or choose a data-free --scheme");
+	rc = cli_scheme_check(&a->sc, "mount", "--calib CALIB is required (-o calib=CALIB in the "
+	                           "fstab form): the 07-22 checkpoint, or the file of `requantfs "
+	                           "calib fetch` (its scales over HTTP) or of `requantfs calib run "
+	                           "SRC --text FILE -o FILE` (calibrated here); or --rule-scheme "
+	                           "nvfp4a16|fp8-dynamic (no calibration), or a data-free --scheme");
 	if (rc < 0)
 		CLI_SCHEME_TO(&a->o, &a->sc);
 	return rc;
@@ -635,6 +641,11 @@ int cmd_mount(int argc, char **argv)
 	if (a.endpoint && !cli_hf_is(src_arg) && !cli_hf_is(o->calib)) {
 		args_free(&a);
 		return cli_fail(2, "mount", "--endpoint is for an hf://ORG/NAME[@REV] SRC or --calib");
+	}
+	if (a.rv_given && !cli_hf_is(src_arg)) {
+		args_free(&a);
+		return cli_fail(2, "mount", "--remote-verify is for an hf://ORG/NAME[@REV] SRC: %s is "
+		                "read from disk, leave it out", src_arg);
 	}
 	if (!cli_hf_is(src_arg) && (rc = cli_hub_args("mount", &src_arg, &o->calib)) >= 0) {
 		args_free(&a);

@@ -51,8 +51,9 @@ static void usage(FILE *f)
 	"  --targets T        a module to quantize (name, re:PATTERN, Linear); repeatable\n"
 	"  --ignore I         a module to leave alone; repeatable (default: lm_head,\n"
 	"                     re:.*embed_tokens$, re:.*\\.gate$; see `requantfs export --help`)\n"
-	"  --calib CALIB      alone: the Laguna fix (its 2026-07-22 checkpoint or `calib\n"
-	"                     extract` file); with --scheme nvfp4: a `calib run` file\n"
+	"  --calib CALIB      alone: the Laguna fix (its 2026-07-22 checkpoint, a `calib\n"
+	"                     extract`/`fetch` file or a `calib run SRC` file); with --scheme\n"
+	"                     nvfp4: a `calib run` file\n"
 	"  --drop-ignore RULE Laguna fix: the ignore entry to drop (default: detected)\n"
 	"  --rule-scheme S    Laguna fix: what the rule's modules become: nvfp4 (default,\n"
 	"                     with CALIB's input scales), nvfp4a16 or fp8-dynamic (no CALIB\n"
@@ -469,11 +470,12 @@ static void print_table(const struct rq_plan *p, const struct summary *s, const 
 	printf("%-34s %12s  (%llu bytes)\n", label, a, (unsigned long long)(v)); } while (0)
 	LINE("source size:", s->source);
 	LINE("presented size:", s->presented);
-	for (int k = 0; k < s->nrule; k++) {
+	for (int k = 0; k < s->nrule; k++) {   /* "(this)" last: the labels stay aligned */
 		char label[64];
-		snprintf(label, sizeof label, "  with --rule-scheme %s%s:", rule_name(s->rule[k]),
-		         s->rule[k] == p->mod_scheme ? " (this)" : "");
-		LINE(label, s->rule_size[k]);
+		snprintf(label, sizeof label, "  with --rule-scheme %s:", rule_name(s->rule[k]));
+		gb(s->rule_size[k], a, sizeof a);
+		printf("%-34s %12s  (%llu bytes)%s\n", label, a, (unsigned long long)s->rule_size[k],
+		       s->rule[k] == p->mod_scheme ? " (this)" : "");
 	}
 	LINE("cache, job entries:", s->cache_jobs);
 	LINE("cache, materialized (passthrough):", s->cache_files);

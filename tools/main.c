@@ -22,8 +22,9 @@ static const struct {
 	{"export", cmd_export, "write the requantized checkpoint as real files"},
 	{"plan", cmd_plan, "what mount/export would present: modules, sizes, cache cost"},
 	{"verify", cmd_verify, "compare tensors of two checkpoints byte for byte"},
-	{"calib", cmd_calib, "calib extract|fetch: save the calibration scales of a 07-22 checkpoint (local or over HTTP)"},
-	{"generate", cmd_generate, "run Laguna on a prompt from a model directory"},
+	{"calib", cmd_calib, "calib extract|fetch: the scales of a 07-22 checkpoint (local or over HTTP);\n"
+	                      "            calib run: calibrate any model on your text; calib diff: compare two"},
+	{"generate", cmd_generate, "run a model (Laguna, llama, qwen, mixtral, ...) on a prompt"},
 	{"compare", cmd_compare, "KL divergence / agreement between two model directories"},
 	{"bench", cmd_bench, "benchmarks: quant, export, mount, engine"},
 	{"mkckpt", cmd_mkckpt, "make a synthetic Laguna-shaped checkpoint"},
@@ -33,7 +34,8 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: requantfs <command> [options]   (requantfs <command> --help)\n\n"
 	           "A FUSE filesystem that presents a Laguna NVFP4 checkpoint whose BF16 experts\n"
-	           "(layers 40-47 of the 2026-08-01 release) are requantized to NVFP4 on first read.\n\n"
+	           "(layers 40-47 of the 2026-08-01 release) are requantized to NVFP4 on first read,\n"
+	           "or any safetensors checkpoint quantized (--scheme); SRC may be hf://ORG/NAME[@REV].\n\n"
 	           "commands:\n");
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);

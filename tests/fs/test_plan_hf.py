@@ -151,10 +151,12 @@ def main():
             ok(0 < hub.sent <= lim,
                f"{label}: fetched {hub.sent} bytes <= plan's download {lim} (with headers)",
                json.dumps(pj and pj["remote"]))
+        hub.reset()
         rc, out = run("export", "hf://synthetic/ckpt", os.path.join(tmp, "exp-link"), "--calib",
                       cal, "--link", "--no-cache", "--endpoint", ep)
-        ok(rc == 1 and "remote" in out and "--link" in out,
-           "export --link of a remote SRC is refused, saying why", out)
+        ok(rc == 2 and "remote" in out and "--link" in out and hub.sent == 0 and
+           hub.api_sent == 0, "export --link of a remote SRC is a usage error, saying why, "
+           "before anything is fetched", out)
 
         # 6. --calib hf://: the scales fetched as calib fetch does, the temp file removed
         hub.repos["synthetic/cal"] = {"refs": {"main": C2}, "commits": {C2: cal}}
