@@ -7,7 +7,8 @@ checkpoint directories at commits. Every body byte and range is counted;
 faults are injected with Hub.reset(fail=STATUS) or fail_after=BYTES, stall=S
 (stall_file=NAME: that file only), wrong={NAME: N} (wrong bytes; wrong_from=B: the
 byte at B or the first after it, so reads of a header before B stay right),
-wrong_head=NAME (a valid header that is not the file's).
+wrong_head=NAME (a valid header that is not the file's); no_lfs, no_blob: names listed
+without "lfs" or "blobId".
 
     hub = Hub(); hub.repos["org/name"] = {"refs": {"main": C}, "commits": {C: dir}}
     srv, endpoint = start(hub) ... srv.shutdown()
@@ -31,6 +32,7 @@ class Hub:
             self.bad_sha = set()       # file names whose listed LFS sha256 is wrong
             self.lie_size = set()      # file names listed one byte shorter than served
             self.no_lfs = set()        # file names listed without "lfs" (plain git: blob id)
+            self.no_blob = set()       # file names listed without "blobId"
             self.move_main = None      # (repo, commit): main moves there after the API answers
             self.fail = 0              # resolve/CDN answers: 0 serve, else this HTTP status
             self.fail_after = None     # body bytes served before fail turns on by itself
@@ -102,6 +104,8 @@ def handler(hub):
                 p = os.path.join(d, name)
                 e = {"rfilename": name, "size": os.path.getsize(p) - (name in hub.lie_size),
                      "blobId": git_blob_id(p)}
+                if name in hub.no_blob:
+                    del e["blobId"]
                 if (name.endswith(".safetensors") or name.endswith(".index.json")) and \
                         name not in hub.no_lfs:
                     sha = sha256_of(p)

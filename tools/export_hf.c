@@ -127,6 +127,7 @@ struct prog {
 	const char *name;
 	uint64_t size;
 	double t0, last;
+	int drawn;                 /* a live line is on the terminal */
 };
 
 static void on_fetch(void *ctx, uint64_t bytes)
@@ -136,6 +137,7 @@ static void on_fetch(void *ctx, uint64_t bytes)
 	if (!p->h->tty || p->h->o.quiet || t - p->last < 0.2)
 		return;
 	p->last = t;
+	p->drawn = 1;
 	char a[32], b[32], r[32];
 	cli_human_bytes((double)bytes, a, sizeof a);
 	cli_human_bytes((double)p->size, b, sizeof b);
@@ -172,8 +174,8 @@ static int check_pieces(struct export_hf *h, size_t i, struct rq_err *err)
 			               h->up->label, h->up->files[i].name, strerror(-rc));
 		if (memcmp(d, pc->sha, 32))
 			return rq_errf(err, -EPROTO, "%s/%s: bytes %llu-%llu the plan was built from (its "
-			               "safetensors header, fetched by range) differ from the file's, "
-			               "whose sha256 checked: the server answered that range with other "
+			               "safetensors header, fetched by range) differ from the verified "
+			               "file's: the server answered that range with other "
 			               "bytes; nothing of the file was exported (retry, or check the "
 			               "server: --endpoint / HF_ENDPOINT)", h->up->label,
 			               h->up->files[i].name, (unsigned long long)pc->off,
@@ -187,6 +189,11 @@ static int make_local(struct export_hf *h, size_t i, struct rq_err *err)
 {
 	struct lfile *lf = &h->f[i];
 	const struct rq_src_entry *e = &h->up->files[i];
+	if (!e->sha256 && !h->rf[i].blob_id)
+		return rq_errf(err, -EPROTO, "%s/%s: the model API lists no LFS sha256 and no git "
+		               "blob id for it, so its bytes cannot be verified; export uses no "
+		               "unverified byte (use a server whose model API gives them, or a "
+		               "local copy as SRC)", h->up->label, e->name);
 	int rc = h->rs ? 0 : open_store(h, err);
 	if (rc)
 		return rc;
@@ -195,7 +202,8 @@ static int make_local(struct export_hf *h, size_t i, struct rq_err *err)
 		lf->ours = 1;                         /* even a failed fetch leaves chunks */
 	struct prog pg = {.h = h, .name = e->name, .size = e->size, .t0 = now_s()};
 	rq_rs_pin(h->rs, i, 1);
-	rc = rq_rs_fetch_file(h->rs, i, on_fetch, &pg, err);
+	if ((rc = rq_rs_fetch_file(h->rs, i, on_fetch, &pg, err)))
+		rq_err_prefix(err, "%s", h->up->label);   /* the store names the file */
 	double dt = now_s() - pg.t0;
 	const char *path = rc ? NULL : rq_rs_path(h->rs, i);
 	struct stat st;
@@ -203,8 +211,9 @@ static int make_local(struct export_hf *h, size_t i, struct rq_err *err)
 	            fstat(lf->fd, &st) || (uint64_t)st.st_size != e->size))
 		rc = rq_errf(err, -EIO, "%s/%s: its verified copy %s cannot be read", h->up->label,
 		             e->name, path ? path : "(gone)");
-	if (rc == -EIO || rc == -EPROTO)
-		rq_err_prefix(err, "%s", h->up->label);
+	int line = !rc && !had && !h->o.quiet && (e->size >= (1u << 20) || is_shard(e->name));
+	if (pg.drawn && !line)
+		fprintf(stderr, "\r\033[K");          /* the live line, not followed by one */
 	if (!rc && !had) {
 		h->held += e->size;
 		h->held_files++;
@@ -215,15 +224,14 @@ static int make_local(struct export_hf *h, size_t i, struct rq_err *err)
 		h->st.files++;
 		h->st.bytes += e->size;
 		h->st.seconds += dt;
-		if (!h->o.quiet && (e->size >= (1u << 20) || is_shard(e->name))) {
-			char a[32], r[32];
-			cli_human_bytes((double)e->size, a, sizeof a);
-			cli_human_bytes(dt > 0 ? e->size / dt : 0, r, sizeof r);
-			fprintf(stderr, "%srequantfs export: fetched %s (%s in %.1f s, %s/s), %s\n",
-			        h->tty ? "\r\033[K" : "", e->name, a, dt, r,
-			        e->sha256 ? "sha256 checked" : h->rf[i].blob_id ? "git blob id checked"
-			        : "NOT checked: the hub lists no sha256 or blob id for it");
-		}
+	}
+	if (line) {
+		char a[32], r[32];
+		cli_human_bytes((double)e->size, a, sizeof a);
+		cli_human_bytes(dt > 0 ? e->size / dt : 0, r, sizeof r);
+		fprintf(stderr, "%srequantfs export: fetched %s (%s in %.1f s, %s/s), %s checked\n",
+		        h->tty ? "\r\033[K" : "", e->name, a, dt, r,
+		        e->sha256 ? "sha256" : "git blob id");
 	}
 	if (!rc)
 		rc = check_pieces(h, i, err);

@@ -9,6 +9,8 @@ no byte the hub sent reaches OUT or a cache key unverified.
     came; OUT holds no file (no wrong byte), nothing left next to OUT;
   - a wrong header by range (valid JSON, not the file's): export fails naming the file;
   - --cache C: the store lives in C/remote/ and is empty again after the export;
+  - a shard without LFS sha256 is checked by its git blob id; a file with neither hash
+    is refused;
   - cache keys: a --remote-verify none mount's entries (root, /dev/fuse) are not taken
     by export --cache of the same cache; a file-mode mount's are.
 Standard library only. TAP output. Usage: test_export_hf.py REQUANTFS"""
@@ -148,6 +150,21 @@ def body(T, hub, ep):
             os.walk(os.path.join(cache, "remote")) for f in fs]
     ok(os.path.isdir(os.path.join(cache, "remote")) and not kept,
        "the fetched SRC files lived in C/remote/ and were dropped once written", kept)
+
+    # 5b. a shard without LFS sha256 is checked by its git blob id; a file with
+    # neither hash is refused, named (its bytes could not be verified)
+    out = os.path.join(tmp, "out5b")
+    hub.reset(no_lfs={X})
+    rc, o = export(T, ep, out, "--no-cache")
+    ok(rc == 0 and not differing(out, ref) and re.search(re.escape(X) + r".*git blob id checked",
+                                                         o),
+       f"{X} listed without LFS sha256: checked by its git blob id, export == local", o[-800:])
+    out = os.path.join(tmp, "out5c")
+    hub.reset(no_blob={"tokenizer.json"})
+    rc, o = export(T, ep, out, "--no-cache")
+    files = os.listdir(out) if os.path.isdir(out) else []
+    ok(rc == 1 and "tokenizer.json" in o and "cannot be verified" in o and not files,
+       "a file listed with no sha256 and no blob id: export refuses, naming it", o[-800:])
 
     # 6. cache keys: a --remote-verify none mount's entries are its own
     none_mode_keys(T, hub, ep)
