@@ -201,6 +201,7 @@ static int make_local(struct export_hf *h, size_t i, struct rq_err *err)
 	if (!had)
 		lf->ours = 1;                         /* even a failed fetch leaves chunks */
 	struct prog pg = {.h = h, .name = e->name, .size = e->size, .t0 = now_s()};
+	pg.last = pg.t0;                          /* a quick fetch draws no live line */
 	rq_rs_pin(h->rs, i, 1);
 	if ((rc = rq_rs_fetch_file(h->rs, i, on_fetch, &pg, err)))
 		rq_err_prefix(err, "%s", h->up->label);   /* the store names the file */
