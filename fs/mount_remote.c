@@ -333,7 +333,8 @@ int rq_mnt_remote_init(struct rq_mount *m, struct rq_err *err)
 	if (!m->o.rfiles && m->o.nrfiles)
 		return rq_errf(err, -EINVAL, "remote SRC %s: no file list", m->src);
 	m->rreader = (struct rq_src_reader){.label = m->src, .nfiles = m->o.nrfiles,
-	                                    .files = m->o.rfiles, .ctx = m, .read = reader_read};
+	                                    .files = m->o.rfiles, .ctx = m, .read = reader_read,
+	                                    .unverified = m->o.remote_verify == RQ_RV_NONE};
 	size_t n = m->o.nrfiles ? m->o.nrfiles : 1;
 	if (!(m->rheads = calloc(n, sizeof *m->rheads)) ||
 	    !(m->rhead_len = calloc(n, sizeof *m->rhead_len)) ||

@@ -219,6 +219,8 @@ int rq_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char
 			rc = append(&s, &len, &cap, "src dev=%ju ino=%ju size=%" PRIu64 " mtime_ns=%"
 			            PRId64 " ctime_ns=%" PRId64 "\n", (uintmax_t)sf->dev,
 			            (uintmax_t)sf->ino, sf->size, sf->mtime_ns, sf->ctime_ns);
+		if (!rc && p->reader && p->reader->unverified)   /* not the sha256's bytes, maybe */
+			rc = append(&s, &len, &cap, "src unverified ranges\n");
 		if (!rc)
 			rc = append(&s, &len, &cap, "tensor %s.weight %s [%" PRIu64 ",%" PRIu64 "] at %"
 			            PRIu64 " len %" PRIu64 " slot %d at %" PRIu64 "\ncalib %08" PRIx32 "\n",
@@ -270,6 +272,8 @@ int rq_file_key(const struct rq_plan *p, size_t i, struct rq_cache_key *key)
 		n += snprintf(s + n, cap - (size_t)n, "src dev=%ju ino=%ju size=%" PRIu64 " mtime_ns=%"
 		              PRId64 " ctime_ns=%" PRId64 "\n", (uintmax_t)sf->dev, (uintmax_t)sf->ino,
 		              sf->size, sf->mtime_ns, sf->ctime_ns);
+	if (p->reader && p->reader->unverified)   /* its SRC ranges too, not only its jobs */
+		n += snprintf(s + n, cap - (size_t)n, "src unverified ranges\n");
 	n += snprintf(s + n, cap - (size_t)n, "mem %016" PRIx64 "%016" PRIx64 "\n", mh.high64,
 	              mh.low64);
 	/* each job once, in the order of its first segment */

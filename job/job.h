@@ -15,14 +15,18 @@ struct rq_cache_key;
  * RQ_RECIPE_VERSION, and per module: SRC identity, tensor name, dtype,
  * shape, byte range, calibration bits; the partner is the job's other
  * module). desc, if non-NULL, gets the malloc'd descriptor text. 0 or
- * -ENOMEM. The mount and export key the same job the same way. */
+ * -ENOMEM. The mount and export key the same job the same way. A remote
+ * SRC whose reader is unverified (plan.h) adds a line per module: a
+ * --remote-verify none mount's entries are its own, never a verifying
+ * reader's. */
 int rq_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char **desc);
 
 /* The cache key of virtual file i stored whole (the mount's materialized
  * shard, rq_cache_file_*): XXH3-128 of its name and size, its SRC file's
  * identity (a hub blob's sha256, else dev, inode, size, mtime, ctime), the
  * bytes the plan holds for it, and the keys of its jobs in the order they
- * first appear. The mount and export key a file the same way. 0 or -ENOMEM. */
+ * first appear (and the unverified line as rq_job_key). The mount and export
+ * key a file the same way. 0 or -ENOMEM. */
 int rq_file_key(const struct rq_plan *p, size_t i, struct rq_cache_key *key);
 
 /* Runs job j: checks that each SRC file it reads is still the plan's

@@ -8,7 +8,10 @@
  *   otherwise                       its segments: plan bytes, SRC ranges, job outputs
  *                                   (a job's output from the cache when it is there,
  *                                   else quantized now)
- * then every temporary is renamed; with links, the manifest goes last. */
+ * then every temporary is renamed; with links, the manifest goes last.
+ * A remote SRC (hf://) is read through the plan's reader (the CLI's answers
+ * from whole files fetched and verified first); o->src_done says when a SRC
+ * file is needed no more, so files in name order hold about two at once. */
 #include "offline/export.h"
 #include "plan/plan.h"
 #include "job/job.h"
@@ -107,7 +110,7 @@ static int copy_range(int in, uint64_t off, uint64_t len, int out, const char *s
 	return rc;
 }
 
-/* A range of a remote SRC file (hf://) into out, 8 MiB requests at a time. */
+/* A range of a remote SRC file (hf://) into out through the reader, 8 MiB at a time. */
 static int copy_remote(const struct rq_plan *p, int src, uint64_t off, uint64_t len, int out,
                        const char *path, struct rq_err *err)
 {
@@ -259,6 +262,32 @@ static int job_output(struct rq_quantizer *q, const struct rq_plan *p, size_t j,
 	return rc;
 }
 
+/* last[s]: the last virtual file (in export's order) that may read SRC file
+ * s -- a SRC range of it, or a job first needed there (a job runs once, at
+ * its first file) with a module in s -- else -1. 0 or -ENOMEM. */
+static int src_last_use(const struct rq_plan *p, long *last)
+{
+	uint8_t *seen = calloc(p->njobs ? p->njobs : 1, 1);
+	if (!seen)
+		return -ENOMEM;
+	for (size_t s = 0; s < p->nsrcs; s++)
+		last[s] = -1;
+	for (size_t i = 0; i < p->nfiles; i++)
+		for (size_t k = 0; k < p->files[i].nseg; k++) {
+			const struct rq_seg *g = &p->files[i].seg[k];
+			if (g->kind == RQ_SEG_SRC) {
+				last[g->src] = (long)i;
+			} else if (g->kind == RQ_SEG_JOB && !seen[g->job]) {
+				seen[g->job] = 1;
+				const struct rq_job *jb = &p->jobs[g->job];
+				for (int m = 0; m < jb->nmod; m++)
+					last[p->mods[jb->mod[m]].src] = (long)i;
+			}
+		}
+	free(seen);
+	return 0;
+}
+
 /* The manifest of a linked export: each link's name, kind, target and the
  * identity of the file it resolved to. */
 static int write_manifest(const struct rq_plan *p, const uint8_t *linked, enum rq_export_link mode,
@@ -325,9 +354,10 @@ int rq_export(const struct rq_plan *p, struct rq_quantizer *q, const char *dst,
 	int *refs = calloc(p->njobs ? p->njobs : 1, sizeof *refs);
 	uint8_t *linked = calloc(p->nfiles ? p->nfiles : 1, 1);
 	char (*tmp)[PATH_MAX] = calloc(p->nfiles ? p->nfiles : 1, sizeof *tmp);
+	long *last_use = malloc((p->nsrcs ? p->nsrcs : 1) * sizeof *last_use);
 	size_t written = 0;
 	uint64_t bytes = 0;
-	if (!fds || !out || !refs || !linked || !tmp) {
+	if (!fds || !out || !refs || !linked || !tmp || !last_use) {
 		rc = -ENOMEM;
 		goto done;
 	}
@@ -342,6 +372,10 @@ int rq_export(const struct rq_plan *p, struct rq_quantizer *q, const char *dst,
 			rc = rq_errf(err, fds[s], "SRC %s: %s", p->srcs[s].path,
 			             fds[s] == -EINVAL ? "no longer a regular file" : strerror(-fds[s]));
 	}
+	if (!rc && o->src_done && !(rc = src_last_use(p, last_use)))
+		for (size_t s = 0; s < p->nsrcs; s++)
+			if (last_use[s] < 0)
+				o->src_done(o->src_ctx, s);    /* read only by the plan, if at all */
 	/* how many files still need each job's output */
 	for (size_t i = 0; i < p->nfiles; i++) {
 		const struct rq_vfile *f = &p->files[i];
@@ -427,6 +461,9 @@ int rq_export(const struct rq_plan *p, struct rq_quantizer *q, const char *dst,
 		}
 		if (o->progress)
 			o->progress(o->ctx, st.jobs_run + st.jobs_from_cache, bytes);
+		for (size_t s = 0; s < p->nsrcs && o->src_done && !rc; s++)
+			if (last_use[s] == (long)i)
+				o->src_done(o->src_ctx, s);
 	}
 	if (!rc && st.files_linked) {
 		snprintf(man_tmp, sizeof man_tmp, "%s/.%s.requantfs-tmp", dst, EXPORT_MANIFEST);
@@ -472,6 +509,7 @@ done:
 	free(refs);
 	free(linked);
 	free(tmp);
+	free(last_use);
 	return rc;
 }
 

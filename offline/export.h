@@ -37,6 +37,13 @@ struct rq_export_opts {
 	                             whose output is there is not run again */
 	rq_export_progress_fn progress;
 	void *ctx;
+	/* May be NULL: called once per SRC file s (index into plan->srcs) as soon
+	 * as this export will read no more of it (at the start for a file it never
+	 * reads, else after the last virtual file that reads it: its SRC ranges,
+	 * or the jobs first needed there), so a caller holding a fetched copy
+	 * (hf://) may drop it. Not called for the rest after a failure. */
+	void (*src_done)(void *src_ctx, size_t src);
+	void *src_ctx;
 };
 
 struct rq_export_stats {

@@ -34,6 +34,12 @@ struct rq_src_reader {
 	 * -errno with a message naming the file and range. */
 	int (*read)(void *ctx, size_t i, uint64_t off, uint64_t len, void *buf,
 	            struct rq_err *err);
+	/* 1: read() may answer bytes never checked against the file's sha256
+	 * (a mount's --remote-verify none: ranges served as they arrive). The
+	 * cache keys then say so (rq_job_key), so what was computed from them is
+	 * never taken as the sha256's bytes by a verifying reader (a file-mode
+	 * mount, export). 0: every byte used was verified first. */
+	int unverified;
 };
 
 struct rq_plan_opts {

@@ -5,8 +5,10 @@ sizes, blob ids and LFS sha256) and /{repo}/resolve/{rev}/{file} with ranges
 (206, redirected to a "CDN" path at the commit, as the hub does), serving
 checkpoint directories at commits. Every body byte and range is counted;
 faults are injected with Hub.reset(fail=STATUS) or fail_after=BYTES, stall=S
-(stall_file=NAME: that file only), wrong={NAME: N} (wrong bytes),
-wrong_head=NAME (a valid header that is not the file's).
+(stall_file=NAME: that file only), wrong={NAME: N} (wrong bytes; wrong_from=B: the
+byte at B or the first after it, so reads of a header before B stay right),
+wrong_head=NAME (a valid header that is not the file's); no_lfs, no_blob: names listed
+without "lfs" or "blobId".
 
     hub = Hub(); hub.repos["org/name"] = {"refs": {"main": C}, "commits": {C: dir}}
     srv, endpoint = start(hub) ... srv.shutdown()
@@ -31,6 +33,7 @@ class Hub:
             self.bad_sha = set()       # file names whose listed LFS sha256 is wrong
             self.lie_size = set()      # file names listed one byte shorter than served
             self.no_lfs = set()        # file names listed without "lfs" (plain git: blob id)
+            self.no_blob = set()       # file names listed without "blobId"
             self.move_main = None      # (repo, commit): main moves there after the API answers
             self.fail = 0              # resolve/CDN answers: 0 serve, else this HTTP status
             self.fail_after = None     # body bytes served before fail turns on by itself
@@ -39,6 +42,8 @@ class Hub:
             self.stall_file = None     # stall only answers of this file name
             self.wrong = {}            # file name -> range answers of it spoiled (their first
                                        # byte flipped), counted down
+            self.wrong_from = 0        # ... the first byte at or past this offset flipped
+                                       # instead (answers ending before it kept, not counted)
             self.wrong_head = None     # file name: the range of its header JSON (from byte 8)
                                        # answered with its last space made a tab: still valid
                                        # JSON, but not the file's bytes
@@ -100,6 +105,8 @@ def handler(hub):
                 p = os.path.join(d, name)
                 e = {"rfilename": name, "size": os.path.getsize(p) - (name in hub.lie_size),
                      "blobId": git_blob_id(p)}
+                if name in hub.no_blob:
+                    del e["blobId"]
                 if (name.endswith(".safetensors") or name.endswith(".index.json")) and \
                         name not in hub.no_lfs:
                     sha = sha256_of(p)
@@ -156,9 +163,10 @@ def handler(hub):
                     return
                 body = f.read(b - a + 1)
                 with hub.lock:
-                    if hub.wrong.get(name, 0) > 0 and body:
+                    k = max(hub.wrong_from - a, 0)
+                    if hub.wrong.get(name, 0) > 0 and k < len(body):
                         hub.wrong[name] -= 1
-                        body = bytes([body[0] ^ 0xFF]) + body[1:]
+                        body = body[:k] + bytes([body[k] ^ 0xFF]) + body[k + 1:]
                     if name == hub.wrong_head and a == 8 and body.endswith(b" "):
                         body = body[:-1] + b"\t"
                 n = self.reply(206, body, [("Content-Range", f"bytes {a}-{b}/{size}"),

@@ -4,6 +4,7 @@
 #include "tools/cli.h"
 #include "tools/cli_scheme.h"
 #include "tools/cli_hf.h"
+#include "tools/export_hf.h"
 #include "base/err.h"
 #include "offline/export.h"
 #include "plan/plan.h"
@@ -36,7 +37,13 @@ static void usage(FILE *f)
 	"  SRC                the 2026-08-01 checkpoint (a directory, a hub snapshot, or\n"
 	"                     a hub repo id ORG/NAME[@REV] found in the local hub cache), or\n"
 	"                     hf://ORG/NAME[@REV] read from the hub itself: REV pinned to its\n"
-	"                     commit, each byte fetched once by range requests (no --link)\n"
+	"                     commit; each SRC file is fetched whole (16 MiB range requests\n"
+	"                     in parallel) and checked against the hub's sha256 before any\n"
+	"                     byte of it is used (a mismatch: fetched again once, then export\n"
+	"                     fails naming the file), read from that copy, and dropped once\n"
+	"                     written: about two SRC files on disk at once, under\n"
+	"                     <cache>/remote/ (--cache, the default cache), or with\n"
+	"                     --no-cache in a temporary directory next to DST (no --link)\n"
 	"                     (also --calib hf://ORG/NAME[@REV]: fetched as `calib fetch` does)\n"
 	"  --endpoint URL     for hf://: the hub or mirror (default $HF_ENDPOINT, else\n"
 	"                     https://huggingface.co)\n"
@@ -89,6 +96,32 @@ static void on_progress(void *ctx, uint64_t jobs, uint64_t bytes)
 	cli_progress_set(pg->bar, jobs, bytes);
 }
 
+/* A remote SRC (hf://) the plan reads through; outlives the plan. */
+static struct export_hf *export_hf;
+static char *export_store;    /* hf://: the cache whose remote/ holds the files fetched */
+
+/* Export reads SRC file s no more: its fetched copy (hf://) is dropped. */
+static void on_src_done(void *ctx, size_t s)
+{
+	const struct rq_plan *p = ctx;
+	export_hf_done(export_hf, p->srcs[s].ridx);
+}
+
+static void print_fetched(const char *label)
+{
+	struct export_hf_stats hs;
+	export_hf_stats(export_hf, &hs);
+	char b[32], r[32], m[32];
+	cli_human_bytes((double)hs.bytes, b, sizeof b);
+	cli_human_bytes(hs.seconds > 0 ? hs.bytes / hs.seconds : 0, r, sizeof r);
+	cli_human_bytes((double)hs.held_max, m, sizeof m);
+	fprintf(stderr, "requantfs export: fetched %zu SRC files of %s (%s in %.1f s, %s/s), each "
+	        "checked against the hub's sha256 (or git blob id) before use (%llu hash "
+	        "mismatches, each file fetched again once); at most %zu files (%s) on disk at "
+	        "once\n", hs.files, label, b, hs.seconds, r, (unsigned long long)hs.refetches,
+	        hs.held_files_max, m);
+}
+
 /* The cache export reads from: dir, else the default one when it exists
  * (a default cache that cannot be opened is only a warning: export then
  * quantizes). 0, or 1 after printing why an explicit --cache is refused. */
@@ -114,8 +147,6 @@ static int open_cache(const char *dir, struct rq_cache **out)
 	return 0;
 }
 
-/* A remote SRC (hf://) the plan reads through; outlives the plan. */
-static struct cli_hf *export_hf;
 static char *export_calib;    /* --calib hf://: the scales fetched into a temporary file */
 
 /* sc: the scheme options, freed by cmd_export. */
@@ -174,15 +205,29 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 	po.src = argv[optind];
 	const char *dst = argv[optind + 1];
 	struct rq_plan *p;
+	if (no_cache && cache_dir)
+		return cli_fail(2, "export", "--cache and --no-cache: pick one");
 	if (cli_hf_is(po.src) && eo.link)   /* before anything is fetched or planned */
 		return cli_fail(2, "export", "--link: SRC %s is remote, there is nothing on disk to "
 		                "link to: export it without --link (or `hf download` it and export "
 		                "that snapshot with --link)", po.src);
 	if (cli_hf_is(po.src)) {     /* closed by cmd_export, after the plan is freed */
 		struct rq_err herr = {0};
-		if (cli_hf_open(po.src, endpoint, &export_hf, &herr))
+		struct stat cst;
+		/* the files fetched live in the cache export reads (as a mount's), else
+		 * in a temporary directory next to DST */
+		if (!no_cache && !(export_store = cache_dir ? strdup(cache_dir) : cli_default_cache()))
+			return cli_fail(1, "export", "out of memory");
+		if (export_store && !cache_dir && stat(export_store, &cst) < 0) {
+			free(export_store);
+			export_store = NULL;
+		}
+		struct export_hf_opts ho = {.spec = po.src, .endpoint = endpoint,
+		                            .cache_dir = export_store, .dst = argv[optind + 1],
+		                            .quiet = quiet};
+		if (export_hf_open(&ho, &export_hf, &herr))
 			return cli_fail(1, "export", "%s", herr.msg);
-		po.reader = cli_hf_reader(export_hf);
+		po.reader = export_hf_reader(export_hf);
 		po.src = po.reader->label;
 	} else if (endpoint && !cli_hf_is(po.calib)) {
 		return cli_fail(2, "export", "--endpoint is for an hf://ORG/NAME[@REV] SRC or --calib");
@@ -195,10 +240,8 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 	}
 	if ((rc = cli_scheme_plan("export", &po, &p)) >= 0)
 		return rc;
-	if (no_cache && cache_dir) {
-		rq_plan_free(p);
-		return cli_fail(2, "export", "--cache and --no-cache: pick one");
-	}
+	if (export_hf)
+		export_hf_planned(export_hf);
 	struct rq_err err = {0};
 	struct rq_cache *cache = NULL;
 	if (!no_cache && open_cache(cache_dir, &cache)) {
@@ -232,8 +275,14 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 	eo.cache = cache;
 	eo.progress = on_progress;
 	eo.ctx = &pg;
+	if (export_hf) {
+		eo.src_done = on_src_done;
+		eo.src_ctx = p;
+	}
 	rc = rq_export(p, q, dst, &eo, &st, &err);
 	cli_progress_end(pg.bar);
+	if (export_hf)
+		print_fetched(po.src);
 	if (rc) {
 		cli_fail(1, "export", "%s", err.msg);
 	} else {
@@ -257,8 +306,10 @@ int cmd_export(int argc, char **argv)
 	struct cli_scheme sc = {0};
 	int rc = export_main(argc, argv, &sc);
 	cli_scheme_free(&sc);
-	cli_hf_close(export_hf);
+	export_hf_close(export_hf);   /* its fetched files dropped */
 	export_hf = NULL;
+	free(export_store);
+	export_store = NULL;
 	if (export_calib)
 		unlink(export_calib);
 	free(export_calib);

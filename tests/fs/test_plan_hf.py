@@ -128,7 +128,8 @@ def main():
         ok(rc == 0 and f"@{C2}" in out, "a commit as REV is served as itself", out)
 
         # 5. export hf:// reads SRC through the same seam: the same bytes as export of
-        # the local copy, each SRC byte fetched about once (no whole-file download)
+        # the local copy; each SRC file fetched whole once and sha256-checked before use
+        # (issue 20: no unverified byte exported), so every SRC byte about once
         for label, rsrc, lsrc, args in (
                 ("Laguna fix", "hf://synthetic/ckpt", src, ("--calib", cal)),
                 ("--scheme", "hf://synthetic/tiny-llama", tiny, ("--scheme", "nvfp4a16"))):
@@ -147,9 +148,10 @@ def main():
             ok(rc == 0 and not diff and sorted(os.listdir(d_loc)) == sorted(os.listdir(d_rem)),
                f"{label}: export hf:// equals export of the local copy, byte for byte",
                "differ: " + " ".join(diff))
-            lim = pj["remote"]["download_bytes"] + pj["remote"]["plan_fetched_bytes"] if pj else 0
-            ok(0 < hub.sent <= lim,
-               f"{label}: fetched {hub.sent} bytes <= plan's download {lim} (with headers)",
+            lim = pj["source_bytes"] + pj["remote"]["plan_fetched_bytes"] if pj else 0
+            ok(pj and pj["source_bytes"] <= hub.sent <= lim,
+               f"{label}: fetched {hub.sent} bytes: each SRC byte once (whole files, "
+               f"verified), <= {lim} with the plan's headers",
                json.dumps(pj and pj["remote"]))
         hub.reset()
         rc, out = run("export", "hf://synthetic/ckpt", os.path.join(tmp, "exp-link"), "--calib",
