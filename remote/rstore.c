@@ -326,9 +326,10 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 	if (f->fl[c] == ft)                           /* (a failed one may be replaced already) */
 		f->fl[c] = NULL;
 	pthread_cond_broadcast(&s->done_cv);          /* fetch_file waits for this */
-	int complete = 0;
+	int complete = 0, stored = 0;
 	ft->stored = !wrc;
 	if (!wrc && f->st[c] == CH_ABSENT) {   /* its bytes were counted by rqr_reserve */
+		stored = 1;
 		f->st[c] = CH_PRESENT;
 		f->npresent++;
 		complete = f->npresent == f->nchunks && !f->assembled && !f->assembling &&
@@ -338,6 +339,10 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 	} else if (reserved) {
 		s->st.bytes_on_disk -= need < s->st.bytes_on_disk ? need : s->st.bytes_on_disk;
 	}
+	pthread_mutex_unlock(&s->mu);
+	if (stored)   /* the in-order hash, from this buffer when c is next */
+		rqr_hash_stored(s, fi, c, ft->buf);
+	pthread_mutex_lock(&s->mu);
 	rqr_unref(s, ft);
 	pthread_mutex_unlock(&s->mu);
 	if (complete) {   /* the last chunk: the file becomes one real file */
@@ -654,6 +659,7 @@ void rq_rs_close(struct rq_rs *s)
 		free(s->files[i].st);
 		free(s->files[i].fl);
 		free(s->files[i].ra_want);
+		rqr_hash_free(s->files[i].hash);
 	}
 	free(s->files);
 	for (int i = 0; i < s->npool; i++)
@@ -727,6 +733,7 @@ void rq_rs_drop(struct rq_rs *s, size_t i)
 		f->st[c] = CH_ABSENT;
 	}
 	f->npresent = 0;
+	rqr_hash_reset(s, f);
 	f->assembled = 0;
 	f->failed = 0;                            /* a fresh start: fetched again if read */
 	f->sha_fails = 0;
@@ -743,5 +750,7 @@ void rq_rs_stats(struct rq_rs *s, struct rq_rs_stats *out)
 	pthread_mutex_lock(&s->mu);
 	*out = s->st;
 	out->mem_peak = s->mem_peak;
+	out->hashed_from_buffer = s->hashed_buf;
+	out->hashed_from_disk = s->hashed_disk;
 	pthread_mutex_unlock(&s->mu);
 }
