@@ -26,9 +26,13 @@
  *          stays: the plan's bytes from it were checked; a job that must
  *          run again fetches it again)
  *
- * A read that starts a fetch also starts the next RV_AHEAD files' (shards
- * are loaded in name order): their transfer overlaps this one's check and
- * quantization.
+ * Every gated read of a file (fetching or verified) starts the fetch of
+ * the next RV_AHEAD files not yet fetched (shards are loaded in name
+ * order): their transfer overlaps this one's check, quantization and
+ * reading, so the connections never idle between files. (Once only the
+ * read that started a fetch did: reading files 1-3 started nothing, and
+ * file 4 was fetched only when its first read came: a stall every third
+ * file.)
  *
  * Gates: a read of a presented file whose SRC is remote waits for
  * `verified` (rq_mnt_rv_gate: its header comes from the head); a SRC
@@ -283,9 +287,14 @@ int rq_mnt_rv_needs(struct rq_mount *m, long file)
 
 int rq_mnt_rv_gate(struct rq_mount *m, struct mread *rd)
 {
-	if (!rq_mnt_rv_needs(m, rd->file))
+	if (!on(m))
 		return 0;
-	size_t r = ridx(m, m->plan->files[rd->file].src);
+	int s = m->plan->files[rd->file].src;
+	if (s < 0 || (size_t)s >= m->plan->nsrcs)
+		return 0;
+	size_t r = ridx(m, s);
+	if (!m->rv_stop)
+		ahead(m, r);        /* every read of r keeps the next files coming */
 	if (atomic_load(&m->rv[r].verified))
 		return 0;
 	return park(m, rd, r);

@@ -6,9 +6,11 @@
  *                            in place at c * chunk_size (pwrite, no fsync)
  *     <index, 16 hex>        chunk c's sum file: present = its bytes are in data
  *
- * so a whole file is stored once: assembly checks data against the sums
- * and the hub's hash, fsyncs it and renames it to files/<id> (no copy; a
- * 100 GB checkpoint never needs twice its size on disk).
+ * so a whole file is stored once: the store hashes it in order as its
+ * chunks come (rstore.c), a chunk read back from data checked against its
+ * sums (rqr_chunk_hash); assembly fsyncs data and renames it to
+ * files/<id> (rqr_publish: no copy; a 100 GB checkpoint never needs twice
+ * its size on disk).
  *
  * Sum file, integers little-endian, exactly 64 + 8 * nb bytes:
  *
