@@ -242,14 +242,28 @@ static int start(struct rq_mount *m, size_t r)
 	return rc;
 }
 
-/* Under m->lock: a read starts the fetch of file r: the next RV_AHEAD
- * files not fetched nor verified are fetched too (a loader reads shards in
- * order), so their transfer overlaps the check and quantization of r. */
+/* Under m->lock: a read of file r: the next RV_AHEAD files not fetched,
+ * verified nor materialized are fetched too (a loader reads shards in
+ * order), so their transfer overlaps the check, quantization and reading
+ * of r. */
+/* Under m->lock: whether a file presented from remote file r is (being)
+ * materialized: its SRC bytes are not needed (the store dropped them). */
+static int made(const struct rq_mount *m, size_t r)
+{
+	for (size_t i = 0; m->files && i < m->plan->nfiles; i++) {
+		int s = m->plan->files[i].src;
+		if (s >= 0 && (size_t)s < m->plan->nsrcs && ridx(m, s) == r &&
+		    m->files[i].mat != MAT_NONE)
+			return 1;
+	}
+	return 0;
+}
+
 static void ahead(struct rq_mount *m, size_t r)
 {
 	int n = 0;
 	for (size_t k = r + 1; k < m->o.nrfiles && n < RV_AHEAD; k++) {
-		if (m->rv[k].state != RV_NONE || atomic_load(&m->rv[k].verified))
+		if (m->rv[k].state != RV_NONE || atomic_load(&m->rv[k].verified) || made(m, k))
 			continue;
 		if (start(m, k))
 			return;
