@@ -21,13 +21,15 @@ void rqr_hash_reset(struct rq_rs *s, struct rfile *f)
 	f->hnext = 0;
 }
 
-/* Feeds f's hash from hnext on while the next chunk is present: chunk cb
- * from buf (its bytes as they were written; buf may be NULL), the others
- * read back from disk with their block sums checked. The caller set
+/* Feeds f's hash from hnext on while the next chunk is present: chunk
+ * ft->j.c from ft's buffer (its bytes as they were written), the others
+ * read back from disk with their block sums checked. ft (may be NULL): a
+ * reference the caller hands over, dropped as soon as the first chunk is
+ * fed (so a buffer is held for the hash of one chunk only). The caller set
  * f->hashing; it is cleared here (done_cv broadcast). 0 when it stopped at
  * a missing chunk or the end; else -errno (-EBADMSG, -ENOENT: chunk *bad is
  * bad or gone on disk) and the hash starts again from chunk 0. */
-static int advance(struct rq_rs *s, size_t fi, uint64_t cb, const uint8_t *buf, int64_t *bad)
+static int advance(struct rq_rs *s, size_t fi, struct fetch *ft, int64_t *bad)
 {
 	struct rfile *f = &s->files[fi];
 	int rc = 0;
@@ -36,17 +38,21 @@ static int advance(struct rq_rs *s, size_t fi, uint64_t cb, const uint8_t *buf, 
 	for (;;) {
 		uint64_t c = f->hnext;
 		unsigned gen = f->hgen;
+		if (ft && c != ft->j.c) {            /* its buffer is not needed (any more) */
+			rqr_unref(s, ft);
+			ft = NULL;
+		}
 		if (c >= f->nchunks || f->st[c] == CH_ABSENT || f->assembled ||
 		    atomic_load(&s->closing))
 			break;
 		pthread_mutex_unlock(&s->mu);
 		uint32_t len = rqr_chunk_len(s, f, c);
-		int from_buf = buf && c == cb;
+		int from_buf = ft && c == ft->j.c;
 		if (!f->hash && !(f->hash = rqr_hash_new(f->sha256[0] ? f->sha256 : NULL,
 		                                         f->blob_id[0] ? f->blob_id : NULL, f->size)))
 			rc = -ENOMEM;
 		else if (from_buf)
-			rc = rqr_hash_update(f->hash, buf, len);
+			rc = rqr_hash_update(f->hash, ft->buf, len);
 		else
 			rc = rqr_chunk_hash(s->dfd, f->dir, c, s->chunk_size, f->idhash, len, f->hash);
 		pthread_mutex_lock(&s->mu);
@@ -54,6 +60,10 @@ static int advance(struct rq_rs *s, size_t fi, uint64_t cb, const uint8_t *buf, 
 			rqr_hash_free(f->hash);
 			f->hash = NULL;
 			f->hnext = 0;
+			if (ft) {                        /* from disk from now on */
+				rqr_unref(s, ft);
+				ft = NULL;
+			}
 			if (!rc)
 				continue;
 			f->hgen++;
@@ -66,13 +76,15 @@ static int advance(struct rq_rs *s, size_t fi, uint64_t cb, const uint8_t *buf, 
 		else
 			s->hashed_disk += len;
 	}
+	if (ft)
+		rqr_unref(s, ft);
 	f->hashing = 0;
 	pthread_cond_broadcast(&s->done_cv);
 	pthread_mutex_unlock(&s->mu);
 	return rc;
 }
 
-void rqr_hash_stored(struct rq_rs *s, size_t fi, uint64_t c, const uint8_t *buf)
+void rqr_hash_stored(struct rq_rs *s, size_t fi, struct fetch *ft)
 {
 	struct rfile *f = &s->files[fi];
 	pthread_mutex_lock(&s->mu);
@@ -80,11 +92,13 @@ void rqr_hash_stored(struct rq_rs *s, size_t fi, uint64_t c, const uint8_t *buf)
 	         !f->assembled && !f->failed;
 	if (go)
 		f->hashing = 1;
+	else
+		rqr_unref(s, ft);
 	pthread_mutex_unlock(&s->mu);
 	if (!go)
 		return;
 	int64_t bad;
-	int rc = advance(s, fi, c, buf, &bad);
+	int rc = advance(s, fi, ft, &bad);
 	if ((rc != -EBADMSG && rc != -ENOENT) || bad < 0)
 		return;
 	/* a chunk bad (or gone) on disk: forgotten and fetched again, as a
@@ -132,7 +146,7 @@ int rqr_hash_finish(struct rq_rs *s, size_t fi, int64_t *bad, char got[65])
 		}
 		f->hashing = 1;
 		pthread_mutex_unlock(&s->mu);
-		rc = advance(s, fi, 0, NULL, bad);
+		rc = advance(s, fi, NULL, bad);
 		pthread_mutex_lock(&s->mu);
 		if (rc)
 			break;

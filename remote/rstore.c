@@ -372,12 +372,11 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 	} else if (reserved) {
 		s->st.bytes_on_disk -= need < s->st.bytes_on_disk ? need : s->st.bytes_on_disk;
 	}
+	if (!stored)
+		rqr_unref(s, ft);
 	pthread_mutex_unlock(&s->mu);
-	if (stored)   /* the in-order hash, from this buffer when c is next */
-		rqr_hash_stored(s, fi, c, ft->buf);
-	pthread_mutex_lock(&s->mu);
-	rqr_unref(s, ft);
-	pthread_mutex_unlock(&s->mu);
+	if (stored)   /* the in-order hash (from this buffer when c is next); it unrefs ft */
+		rqr_hash_stored(s, fi, ft);
 	if (complete) {   /* the last chunk: the file becomes one real file */
 		struct rq_err ae = {0};
 		int arc = rqr_assemble_file(s, fi, &ae);

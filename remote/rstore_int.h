@@ -149,10 +149,12 @@ void rqr_forget_chunk(struct rq_rs *s, struct rfile *f, uint64_t c);
 /* rshash.c. The bytes hashed so far may have changed (mu held): the hash
  * starts again from chunk 0 (at once, else when its hasher next looks). */
 void rqr_hash_reset(struct rq_rs *s, struct rfile *f);
-/* A worker stored chunk c of fi from buf (no lock held): if no one hashes
- * fi now, it feeds the hash from hnext on, c from buf, the other present
- * chunks read back from disk, until a chunk is missing. */
-void rqr_hash_stored(struct rq_rs *s, size_t fi, uint64_t c, const uint8_t *buf);
+/* A worker stored chunk ft->j.c of fi (no lock held; it hands over its
+ * reference on ft): if no one hashes fi now, it feeds the hash from hnext
+ * on, that chunk from ft's buffer, the other present chunks read back from
+ * disk, until a chunk is missing. ft is unreferenced as soon as its buffer
+ * is no longer needed. */
+void rqr_hash_stored(struct rq_rs *s, size_t fi, struct fetch *ft);
 /* For assembly (fi's `assembling` set, every chunk present; no lock held):
  * waits for a running hasher, hashes what is left from disk and finishes
  * the hash. 0 matches; -EBADMSG with *bad >= 0: chunk *bad is bad on disk
