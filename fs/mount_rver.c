@@ -26,9 +26,13 @@
  *          stays: the plan's bytes from it were checked; a job that must
  *          run again fetches it again)
  *
- * A read that starts a fetch also starts the next RV_AHEAD files' (shards
- * are loaded in name order): their transfer overlaps this one's check and
- * quantization.
+ * Every gated read of a file (fetching or verified) starts the fetch of
+ * the next RV_AHEAD files not yet fetched (shards are loaded in name
+ * order): their transfer overlaps this one's check, quantization and
+ * reading, so the connections never idle between files. (Once only the
+ * read that started a fetch did: reading files 1-3 started nothing, and
+ * file 4 was fetched only when its first read came: a stall every third
+ * file.)
  *
  * Gates: a read of a presented file whose SRC is remote waits for
  * `verified` (rq_mnt_rv_gate: its header comes from the head); a SRC
@@ -255,14 +259,15 @@ static int wanted(struct rq_mount *m, size_t r)
 	return 0;
 }
 
-/* Under m->lock: a read starts the fetch of file r: the next RV_AHEAD
- * files not fetched nor verified, and still wanted, are fetched too (a
- * loader reads shards in order), so their transfer overlaps the check and
- * quantization of r. */
+/* Under m->lock: a read of file r: the next RV_AHEAD files not fetched nor
+ * verified, and still wanted, are fetched too (a loader reads shards in
+ * order), so their transfer overlaps the check, quantization and reading
+ * of r. */
 static void ahead(struct rq_mount *m, size_t r)
 {
 	int n = 0;
-	for (size_t k = r + 1; k < m->o.nrfiles && n < RV_AHEAD; k++) {
+	/* a bounded window: this runs under the lock on every gated read */
+	for (size_t k = r + 1; k < m->o.nrfiles && k <= r + 4 * RV_AHEAD && n < RV_AHEAD; k++) {
 		if (m->rv[k].state != RV_NONE || atomic_load(&m->rv[k].verified) || !wanted(m, k))
 			continue;
 		if (start(m, k))
@@ -301,9 +306,14 @@ int rq_mnt_rv_needs(struct rq_mount *m, long file)
 
 int rq_mnt_rv_gate(struct rq_mount *m, struct mread *rd)
 {
-	if (!rq_mnt_rv_needs(m, rd->file))
+	if (!on(m))
 		return 0;
-	size_t r = ridx(m, m->plan->files[rd->file].src);
+	int s = m->plan->files[rd->file].src;
+	if (s < 0 || (size_t)s >= m->plan->nsrcs)
+		return 0;
+	size_t r = ridx(m, s);
+	if (!m->rv_stop)
+		ahead(m, r);        /* every read of r keeps the next files coming */
 	if (atomic_load(&m->rv[r].verified))
 		return 0;
 	return park(m, rd, r);

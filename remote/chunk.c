@@ -6,9 +6,11 @@
  *                            in place at c * chunk_size (pwrite, no fsync)
  *     <index, 16 hex>        chunk c's sum file: present = its bytes are in data
  *
- * so a whole file is stored once: assembly checks data against the sums
- * and the hub's hash, fsyncs it and renames it to files/<id> (no copy; a
- * 100 GB checkpoint never needs twice its size on disk).
+ * so a whole file is stored once: the store hashes it in order as its
+ * chunks come (rstore.c), a chunk read back from data checked against its
+ * sums (rqr_chunk_hash); assembly fsyncs data and renames it to
+ * files/<id> (rqr_publish: no copy; a 100 GB checkpoint never needs twice
+ * its size on disk).
  *
  * Sum file, integers little-endian, exactly 64 + 8 * nb bytes:
  *
@@ -167,6 +169,8 @@ static int chunk_write_once(int dfd, const char *dir, uint64_t idx, uint32_t chu
 	if (fd < 0)
 		return -errno;
 	rc = pwrite_all(fd, buf, len, idx * chunk_size);
+	if (!rc)   /* writeback starts now, so assembly's fsync waits for little */
+		sync_file_range(fd, (off64_t)(idx * chunk_size), len, SYNC_FILE_RANGE_WRITE);
 	if (close(fd) < 0 && !rc)
 		rc = -errno;
 	if (rc)
@@ -347,13 +351,87 @@ int rqr_chunk_read(int dfd, const char *dir, uint64_t idx, uint32_t chunk_size, 
 	return rc;
 }
 
-int rqr_assemble(int dfd, const char *dir, const char *id, uint64_t idhash, uint64_t size,
-                 uint32_t chunk_size, const char *sha256, const char *blob_id,
-                 const atomic_int *stop, int64_t *bad_chunk, char got_hex[65])
+/* The hash of a whole file, fed in file order (OpenSSL's digests, SHA-NI
+ * where the CPU has it: ~7x the portable base/sha256.c here, 724 vs 109
+ * MB/s on a loaded 2-core runner, and every byte of a 100 GB checkpoint is
+ * hashed once). */
+struct rqr_hash {
+	EVP_MD_CTX *md;            /* NULL: nothing to check (no sha256, no blob id) */
+	char want[65];             /* the hex the bytes must hash to */
+};
+
+struct rqr_hash *rqr_hash_new(const char *sha256, const char *blob_id, uint64_t size)
+{
+	struct rqr_hash *h = calloc(1, sizeof *h);
+	if (!h)
+		return NULL;
+	int use_git = !sha256 && blob_id;
+	if (!sha256 && !blob_id)
+		return h;
+	snprintf(h->want, sizeof h->want, "%s", sha256 ? sha256 : blob_id);
+	if (!(h->md = EVP_MD_CTX_new()) ||
+	    !EVP_DigestInit_ex(h->md, use_git ? EVP_sha1() : EVP_sha256(), NULL)) {
+		rqr_hash_free(h);
+		return NULL;
+	}
+	if (use_git) {                        /* git's blob id: sha1("blob <size>\0" + bytes) */
+		char hdr[32];
+		int hn = snprintf(hdr, sizeof hdr, "blob %llu", (unsigned long long)size);
+		EVP_DigestUpdate(h->md, hdr, (size_t)hn + 1);
+	}
+	return h;
+}
+
+int rqr_hash_update(struct rqr_hash *h, const void *p, size_t n)
+{
+	return !h->md || EVP_DigestUpdate(h->md, p, n) ? 0 : -EIO;
+}
+
+int rqr_hash_final(struct rqr_hash *h, char got_hex[65])
+{
+	got_hex[0] = 0;
+	if (!h->md)
+		return 0;
+	unsigned char d[EVP_MAX_MD_SIZE];
+	unsigned int dn = 0;
+	if (!EVP_DigestFinal_ex(h->md, d, &dn))
+		return -EIO;
+	for (unsigned i = 0; i < dn && i < 32; i++)
+		snprintf(got_hex + 2 * i, 3, "%02x", d[i]);
+	return strcmp(got_hex, h->want) ? -EBADMSG : 0;
+}
+
+void rqr_hash_free(struct rqr_hash *h)
+{
+	if (!h)
+		return;
+	EVP_MD_CTX_free(h->md);
+	free(h);
+}
+
+int rqr_chunk_hash(int dfd, const char *dir, uint64_t idx, uint32_t chunk_size,
+                   uint64_t idhash, uint32_t len, struct rqr_hash *h)
+{
+	struct ochunk o;
+	uint8_t *piece = malloc(PIECE);
+	int rc = piece ? open_chunk(dfd, dir, idx, chunk_size, idhash, len, -1, &o) : -ENOMEM;
+	for (uint32_t b = 0; !rc && b < o.nb; b += PIECE / RQR_BLOCK) {
+		uint32_t k = o.nb - b < PIECE / RQR_BLOCK ? o.nb - b : PIECE / RQR_BLOCK;
+		uint64_t a = (uint64_t)b * RQR_BLOCK, e = a + (uint64_t)k * RQR_BLOCK;
+		if (e > len)
+			e = len;
+		if (!(rc = read_blocks(&o, b, k, piece)))
+			rc = rqr_hash_update(h, piece, e - a);
+	}
+	if (piece)
+		close_chunk(&o);
+	free(piece);
+	return rc;
+}
+
+int rqr_publish(int dfd, const char *dir, const char *id, uint64_t size)
 {
 	char name[512], dname[512];
-	*bad_chunk = -1;
-	got_hex[0] = 0;
 	if (snprintf(name, sizeof name, "files/%s", id) >= (int)sizeof name ||
 	    data_name(dname, sizeof dname, dir))
 		return -ENAMETOOLONG;
@@ -361,60 +439,13 @@ int rqr_assemble(int dfd, const char *dir, const char *id, uint64_t idhash, uint
 		return -errno;                       /* an empty file has no chunk: make it */
 	int fd = openat(dfd, dname, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (size ? 0 : O_CREAT), 0644);
 	if (fd < 0)
-		return errno == ENOENT ? -EBADMSG : -errno;   /* *bad_chunk -1: refetch all */
-	uint8_t *piece = malloc(PIECE);
-	/* OpenSSL's digests (SHA-NI where the CPU has it): ~7x the portable
-	 * base/sha256.c here (724 vs 109 MB/s on a loaded 2-core runner), and
-	 * assembly hashes every byte of a 100 GB checkpoint once. */
-	int use_git = !sha256 && blob_id;
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
-	int rc = piece && md && EVP_DigestInit_ex(md, use_git ? EVP_sha1() : EVP_sha256(), NULL)
-	         ? 0 : -ENOMEM;
-	if (!rc && use_git) {                 /* git's blob id: sha1("blob <size>\0" + bytes) */
-		char hdr[32];
-		int hn = snprintf(hdr, sizeof hdr, "blob %llu", (unsigned long long)size);
-		EVP_DigestUpdate(md, hdr, (size_t)hn + 1);
-	}
-	uint64_t nchunks = (size + chunk_size - 1) / chunk_size;
-	for (uint64_t c = 0; c < nchunks && !rc; c++) {
-		if (atomic_load(stop)) {
-			rc = -ECANCELED;
-			break;
-		}
-		uint32_t len = (uint32_t)(size - c * chunk_size < chunk_size ? size - c * chunk_size
-		                                                            : chunk_size);
-		struct ochunk o;
-		rc = open_chunk(dfd, dir, c, chunk_size, idhash, len, fd, &o);
-		if (rc == -ENOENT)
-			rc = -EBADMSG;                   /* vanished (dropped): refetch it */
-		for (uint32_t b = 0; !rc && b < o.nb; b += PIECE / RQR_BLOCK) {
-			uint32_t k = o.nb - b < PIECE / RQR_BLOCK ? o.nb - b : PIECE / RQR_BLOCK;
-			uint64_t a = (uint64_t)b * RQR_BLOCK, e = a + (uint64_t)k * RQR_BLOCK;
-			if (e > len)
-				e = len;
-			rc = read_blocks(&o, b, k, piece);
-			if (!rc && !EVP_DigestUpdate(md, piece, e - a))
-				rc = -EIO;
-		}
-		close_chunk(&o);
-		if (rc == -EBADMSG)
-			*bad_chunk = (int64_t)c;
-	}
-	free(piece);
+		return errno == ENOENT ? -EBADMSG : -errno;   /* gone: refetch all */
 	struct stat st;
-	if (!rc && (fstat(fd, &st) < 0 || (uint64_t)st.st_size != size)) {
+	int rc = 0;
+	if (fstat(fd, &st) < 0)
+		rc = -errno;
+	else if ((uint64_t)st.st_size != size)
 		rc = -EBADMSG;                       /* bytes past the end: not this file */
-		*bad_chunk = -1;
-	}
-	unsigned char d[EVP_MAX_MD_SIZE];
-	unsigned int dn = 0;
-	if (!rc && !EVP_DigestFinal_ex(md, d, &dn))
-		rc = -EIO;
-	EVP_MD_CTX_free(md);
-	for (unsigned i = 0; !rc && i < dn && i < 32; i++)
-		snprintf(got_hex + 2 * i, 3, "%02x", d[i]);
-	if (!rc && ((use_git && strcmp(got_hex, blob_id)) || (sha256 && strcmp(got_hex, sha256))))
-		rc = -EBADMSG;
 	if (!rc && fsync(fd) < 0)
 		rc = -errno;
 	if (close(fd) < 0 && !rc)

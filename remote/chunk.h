@@ -44,17 +44,30 @@ int rqr_chunk_write(int dfd, const char *dir, uint64_t idx, uint32_t chunk_size,
 int rqr_chunk_read(int dfd, const char *dir, uint64_t idx, uint32_t chunk_size, uint64_t idhash,
                    uint32_t len, uint64_t at, uint64_t n, void *dst);
 
-/* Assembles files/<id>: dir/data read through, every block checked and
- * the whole file hashed, then fsync, rename of dir/data to files/<id>, fsync
- * files/ (no copy; the caller then drops dir's sum files). The hash: SHA-256 against sha256 (64 hex) when
- * given, else the git blob id (SHA-1 of "blob <size>\0" + bytes) against
- * blob_id (40 hex) when given, else none. 0 published; -EBADMSG +
- * *bad_chunk (>= 0): that chunk is bad (the caller drops it); -EBADMSG +
- * *bad_chunk = -1: the hash differs (got_hex says what came); -ECANCELED
- * when *stop became nonzero; other -errno. */
-int rqr_assemble(int dfd, const char *dir, const char *id, uint64_t idhash, uint64_t size,
-                 uint32_t chunk_size, const char *sha256, const char *blob_id,
-                 const atomic_int *stop, int64_t *bad_chunk, char got_hex[65]);
+/* The whole-file hash, fed the file's bytes in order: SHA-256 checked
+ * against sha256 (64 hex) when given, else the git blob id (SHA-1 of "blob
+ * <size>\0" + bytes) against blob_id (40 hex) when given, else nothing
+ * (final always matches). new: NULL on -ENOMEM. update: 0 or -EIO. final
+ * (once): 0 matches, -EBADMSG differs (got_hex: what came, "" when nothing
+ * is checked), -EIO. free accepts NULL. */
+struct rqr_hash;
+struct rqr_hash *rqr_hash_new(const char *sha256, const char *blob_id, uint64_t size);
+int rqr_hash_update(struct rqr_hash *h, const void *p, size_t n);
+int rqr_hash_final(struct rqr_hash *h, char got_hex[65]);
+void rqr_hash_free(struct rqr_hash *h);
+
+/* Feeds chunk idx (len bytes) of dir to h, read back from dir/data 1 MiB
+ * at a time, every block checked against its sum first. 0; -ENOENT
+ * absent; -EBADMSG a bad chunk (h was fed part of it: start h again);
+ * other -errno. */
+int rqr_chunk_hash(int dfd, const char *dir, uint64_t idx, uint32_t chunk_size,
+                   uint64_t idhash, uint32_t len, struct rqr_hash *h);
+
+/* Publishes dir/data, whose bytes the caller has checked, as files/<id>:
+ * its size checked, fsync, rename (no copy), fsync files/ (the caller then
+ * drops dir's sum files). 0; -EBADMSG: data is gone or not size bytes
+ * (refetch it all); other -errno. */
+int rqr_publish(int dfd, const char *dir, const char *id, uint64_t size);
 
 /* Unlinks every chunk of dir and dir itself; the bytes it freed. */
 uint64_t rqr_chunk_drop_all(int dfd, const char *dir);

@@ -91,6 +91,7 @@ static uint64_t trim(struct rq_rs *s, uint64_t want, size_t keep)
 		for (uint64_t c = 0; c < f->nchunks; c++)
 			f->st[c] = CH_ABSENT;
 		f->npresent = 0;
+		rqr_hash_reset(s, f);
 		f->assembled = 0;
 		f->evicting = 1;
 		s->st.bytes_on_disk -= b < s->st.bytes_on_disk ? b : s->st.bytes_on_disk;

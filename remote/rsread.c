@@ -62,11 +62,12 @@ static int on_disk(const struct rfile *f)
 	return stat(f->apath, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == f->size;
 }
 
-/* Chunk c of f is bad on disk (mu held): forgotten, so it is fetched again. */
-static void forget_chunk(struct rq_rs *s, struct rfile *f, uint64_t c)
+void rqr_forget_chunk(struct rq_rs *s, struct rfile *f, uint64_t c)
 {
 	if (f->st[c] == CH_ABSENT)
 		return;
+	if (c < f->hnext || (f->hashing && c == f->hnext))
+		rqr_hash_reset(s, f);            /* its bytes were (being) hashed */
 	f->st[c] = CH_ABSENT;
 	f->npresent--;
 	uint64_t b = rqr_chunk_file_size(rqr_chunk_len(s, f, c));
@@ -78,7 +79,7 @@ static void forget_chunk(struct rq_rs *s, struct rfile *f, uint64_t c)
 static void adopt_assembled(struct rq_rs *s, struct rfile *f)
 {
 	for (uint64_t c = 0; c < f->nchunks; c++)
-		forget_chunk(s, f, c);
+		rqr_forget_chunk(s, f, c);
 	f->assembled = 1;
 	f->last_use = rqr_now_ns();
 	s->st.bytes_on_disk += f->size;
@@ -162,7 +163,7 @@ static int serve_disk(struct rq_rs *s, size_t fi, struct piece *p, int nokeep, s
 			snprintf(name, sizeof name, "%s/%016llx", f->dir, (unsigned long long)p->c);
 			unlinkat(s->dfd, name, 0);
 		}
-		forget_chunk(s, f, p->c);
+		rqr_forget_chunk(s, f, p->c);
 	}
 	uint64_t c = p->c;
 	rc = plan_missing(s, fi, p, nokeep, g, err);
@@ -301,9 +302,11 @@ int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err)
 	struct rfile *f = &s->files[fi];
 	int64_t bad;
 	char got[65];
-	int rc = rqr_assemble(s->dfd, f->dir, f->id, f->idhash, f->size, s->chunk_size,
-	                      f->sha256[0] ? f->sha256 : NULL, f->blob_id[0] ? f->blob_id : NULL,
-	                      &s->closing, &bad, got);
+	/* the hash fed as the chunks came (rshash.c), finished; then the data
+	 * published as it is: no read-through of the file */
+	int rc = rqr_hash_finish(s, fi, &bad, got);
+	if (!rc && (rc = rqr_publish(s->dfd, f->dir, f->id, f->size)) == -EBADMSG)
+		bad = -1;
 	if (!rc) {
 		pthread_mutex_lock(&s->mu);
 		f->assembled = 1;                  /* readers of chunks that vanish turn to it */
@@ -319,14 +322,15 @@ int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err)
 	}
 	pthread_mutex_lock(&s->mu);
 	f->assembling = 0;
+	rqr_hash_reset(s, f);                  /* taken (or fed in part): begins again */
 	if (!rc || (rc == -EBADMSG && bad < 0)) {
 		for (uint64_t c = 0; c < f->nchunks; c++)
-			forget_chunk(s, f, c);
+			rqr_forget_chunk(s, f, c);
 		if (!rc)
 			s->st.bytes_on_disk += f->size;
 	}
 	if (rc == -EBADMSG && bad >= 0) {
-		forget_chunk(s, f, (uint64_t)bad);
+		rqr_forget_chunk(s, f, (uint64_t)bad);
 		s->st.refetches++;
 		rq_errf(err, -EBADMSG, "%s: chunk %lld on disk is corrupt", f->name, (long long)bad);
 	} else if (rc == -EBADMSG) {

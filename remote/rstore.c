@@ -32,14 +32,47 @@
  * State of one file:
  *
  *   chunks --every chunk present (the worker storing the last one, or
- *     ^      fetch_file): assembling--> its data read through, every block
- *     |      checked, SHA-256 (else git blob id) against the hub's; renamed
- *     |      to files/<id> (no copy)--> assembled (reads pread it;
- *     |      rq_rs_path names it; its sum files are deleted)
+ *     ^      fetch_file): assembling--> the in-order hash (below) finished
+ *     |      and compared, SHA-256 (else git blob id) against the hub's;
+ *     |      data fsynced and renamed to files/<id> (no copy)--> assembled
+ *     |      (reads pread it; rq_rs_path names it; its sum files deleted)
  *     +-- assembling --SHA-256 differs (wrong bytes came): every chunk
  *     |      dropped, logged, refetched once--> chunks; a second
  *     |      mismatch--> failed (reads and fetch_file: -EIO, logged)
  *     +-- assembled --rq_rs_drop: chunks and file deleted--> chunks (empty)
+ *
+ * In-order hash (rshash.c; rfile's hash, hnext, hashing, hgen). The hub
+ * gives one hash per file, so a file's bytes are hashed once, in order, as
+ * they arrive, instead of read back whole after the last chunk (that
+ * read-through at ~0.7 GB/s, SHA-256 by OpenSSL, sat on the critical path
+ * of every cold file). Per file: an incremental hash state and hnext, the
+ * first chunk not yet fed to it.
+ *  - The worker that stores chunk c (its sum file published, c present)
+ *    becomes the file's hasher if there is none (`hashing`, under mu: one
+ *    at a time) and chunk hnext is present: it feeds chunk c from its own
+ *    buffer when c == hnext (the bytes just written from that buffer, so
+ *    nothing is read back), then every following chunk already present
+ *    (those that came early), read back from disk (usually the page cache)
+ *    with each block checked against its sum, until a chunk is missing.
+ *    The worker keeps its buffer only while it hashes it (one chunk): the
+ *    memory bound holds. Others just store their chunk.
+ *  - fetch_file and readahead queue chunks in file order and the workers
+ *    take them in order, so most chunks are hashed from their buffer; one
+ *    that came before its predecessors is read back once.
+ *  - Assembly waits for a running hasher, feeds what is left from disk
+ *    and finishes: when every chunk was fed as it came, no byte is read
+ *    back. A store opened over chunks of an earlier one (a crash, an
+ *    umount, another mount) has no state for them: its first hasher reads
+ *    them back, which is the old read-through, done earlier.
+ *  - Anything that may change bytes already fed (a fed chunk forgotten:
+ *    bad on disk, evicted, dropped, assembled by another store) resets the
+ *    hash to chunk 0 (hgen + 1; a hasher at work notices when it next
+ *    takes mu and starts again). A chunk found bad while hashing is
+ *    forgotten and refetched, as a reader finding it would.
+ *  - A mismatch behaves as before: every chunk dropped, refetched once,
+ *    then failed. What is no longer caught: a chunk's bytes changed on
+ *    disk after they were hashed from the buffer and before assembly (the
+ *    same trust the assembled file gets afterwards).
  *
  * A read without RQ_RS_NOKEEP takes a reference on every fetch it needs
  * (creating the missing ones, in order, at the queue's tail), then copies
@@ -326,9 +359,10 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 	if (f->fl[c] == ft)                           /* (a failed one may be replaced already) */
 		f->fl[c] = NULL;
 	pthread_cond_broadcast(&s->done_cv);          /* fetch_file waits for this */
-	int complete = 0;
+	int complete = 0, stored = 0;
 	ft->stored = !wrc;
 	if (!wrc && f->st[c] == CH_ABSENT) {   /* its bytes were counted by rqr_reserve */
+		stored = 1;
 		f->st[c] = CH_PRESENT;
 		f->npresent++;
 		complete = f->npresent == f->nchunks && !f->assembled && !f->assembling &&
@@ -338,8 +372,11 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 	} else if (reserved) {
 		s->st.bytes_on_disk -= need < s->st.bytes_on_disk ? need : s->st.bytes_on_disk;
 	}
-	rqr_unref(s, ft);
+	if (!stored)
+		rqr_unref(s, ft);
 	pthread_mutex_unlock(&s->mu);
+	if (stored)   /* the in-order hash (from this buffer when c is next); it unrefs ft */
+		rqr_hash_stored(s, fi, ft);
 	if (complete) {   /* the last chunk: the file becomes one real file */
 		struct rq_err ae = {0};
 		int arc = rqr_assemble_file(s, fi, &ae);
@@ -654,6 +691,7 @@ void rq_rs_close(struct rq_rs *s)
 		free(s->files[i].st);
 		free(s->files[i].fl);
 		free(s->files[i].ra_want);
+		rqr_hash_free(s->files[i].hash);
 	}
 	free(s->files);
 	for (int i = 0; i < s->npool; i++)
@@ -727,6 +765,7 @@ void rq_rs_drop(struct rq_rs *s, size_t i)
 		f->st[c] = CH_ABSENT;
 	}
 	f->npresent = 0;
+	rqr_hash_reset(s, f);
 	f->assembled = 0;
 	f->failed = 0;                            /* a fresh start: fetched again if read */
 	f->sha_fails = 0;
@@ -743,5 +782,7 @@ void rq_rs_stats(struct rq_rs *s, struct rq_rs_stats *out)
 	pthread_mutex_lock(&s->mu);
 	*out = s->st;
 	out->mem_peak = s->mem_peak;
+	out->hashed_from_buffer = s->hashed_buf;
+	out->hashed_from_disk = s->hashed_disk;
 	pthread_mutex_unlock(&s->mu);
 }

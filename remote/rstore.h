@@ -132,6 +132,10 @@ struct rq_rs_stats {
 	uint64_t evicted_files, evicted_bytes;   /* by the budget */
 	uint64_t not_kept;         /* chunks served but not stored: over budget */
 	uint64_t mem_peak;         /* the most bytes of chunk buffers held at once (<= mem_max) */
+	/* the whole-file hash fed as chunks come (rstore.c "In-order hash"): bytes
+	 * hashed from the fetch's buffer, and read back from disk (a chunk that
+	 * came before the ones ahead of it, or one stored by an earlier store) */
+	uint64_t hashed_from_buffer, hashed_from_disk;
 };
 void rq_rs_stats(struct rq_rs *s, struct rq_rs_stats *out);
 

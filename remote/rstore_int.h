@@ -77,7 +77,14 @@ struct rfile {
 	int pins;                  /* mu: rq_rs_pin count */
 	int evicting;              /* mu: its names being unlinked: chunk writers wait */
 	int64_t last_use;          /* mu: ns since the epoch of its last read, store or scan */
+	/* the in-order hash (rshash.c): bytes [0, hnext * chunk_size) fed to hash */
+	struct rqr_hash *hash;     /* owned by the hasher while `hashing`, else mu; NULL: none yet */
+	uint64_t hnext;            /* mu: the next chunk to hash (nchunks: all hashed) */
+	int hashing;               /* mu: a thread is feeding hash (one at a time) */
+	unsigned hgen;             /* mu: +1 when hashed bytes may have changed (rqr_hash_reset) */
 };
+
+struct rqr_hash;
 
 struct worker {
 	struct rq_rs *s;
@@ -104,6 +111,7 @@ struct rq_rs {
 	pthread_cond_t work_cv, done_cv, mem_cv;
 	struct job *hi_head, *hi_tail, *lo_head, *lo_tail;   /* mu */
 	uint64_t mem_used, mem_peak;                         /* mu: bytes of fetch buffers */
+	uint64_t hashed_buf, hashed_disk;   /* mu: bytes hashed from fetch buffers, from disk */
 	/* mu: freed whole-chunk buffers kept for the next fetch (their pages
 	 * stay mapped: a fresh 16 MiB buffer costs 4096 page faults, ~10 % of
 	 * the daemon's CPU on a cold read). mem_used + npool * chunk_size <=
@@ -135,6 +143,24 @@ void rqr_enqueue_range(struct rq_rs *s, struct job *j);      /* mu held */
  * broadcasts done_cv. Returns 0, -EBADMSG (mismatch or bad chunk: dropped,
  * chunks to refetch), -EIO (failed for good), other -errno. */
 int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err);
+/* Chunk c of f is gone or bad on disk (mu held): absent, uncounted (and
+ * the in-order hash started again if it had fed c). */
+void rqr_forget_chunk(struct rq_rs *s, struct rfile *f, uint64_t c);
+/* rshash.c. The bytes hashed so far may have changed (mu held): the hash
+ * starts again from chunk 0 (at once, else when its hasher next looks). */
+void rqr_hash_reset(struct rq_rs *s, struct rfile *f);
+/* A worker stored chunk ft->j.c of fi (no lock held; it hands over its
+ * reference on ft): if no one hashes fi now, it feeds the hash from hnext
+ * on, that chunk from ft's buffer, the other present chunks read back from
+ * disk, until a chunk is missing. ft is unreferenced as soon as its buffer
+ * is no longer needed. */
+void rqr_hash_stored(struct rq_rs *s, size_t fi, struct fetch *ft);
+/* For assembly (fi's `assembling` set, every chunk present; no lock held):
+ * waits for a running hasher, hashes what is left from disk and finishes
+ * the hash. 0 matches; -EBADMSG with *bad >= 0: chunk *bad is bad on disk
+ * (not yet forgotten), with *bad -1: the file hashes to got (not the hub's);
+ * -ECANCELED; other -errno. The caller then calls rqr_hash_reset (mu). */
+int rqr_hash_finish(struct rq_rs *s, size_t fi, int64_t *bad, char got[65]);
 /* Queues every chunk of fi not present nor in flight (readahead queue). */
 void rqr_refetch_all(struct rq_rs *s, size_t fi);            /* mu held */
 /* Makes room for `need` more bytes of file fi under the budget (evicting

@@ -11,7 +11,10 @@
  *         cache's filesystem: the mount stores what it fetches, so curl
  *         does too) (bar: curl seconds / mount seconds >= 0.9); curl to
  *         /dev/null is printed as a reference. Mount and curl take turns
- *         going first, rep by rep.
+ *         going first, rep by rep. Each pass's CPU seconds are printed
+ *         (the daemon's during the reads, from /proc/<status pid>/stat;
+ *         curl's, as its children): on a small machine cold reads are
+ *         CPU-bound, and the figures show whose CPU it was.
  *   warm  after `warm`, one mount that stays mounted (as a served model's
  *         does): every file read through it vs the same bytes (`export` of
  *         the local copy) read natively, 4 x --reps passes; in each, every
@@ -51,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -178,11 +182,22 @@ static void free_list(char **v)
  * work directory: the cache's filesystem, since the mount stores what it
  * fetches too; the files are removed after), or to /dev/null when dir is
  * NULL (a reference only). Seconds, or -1. */
-static double curl_all(struct bm *b, struct rsrv *s, char **names, const char *dir)
+/* CPU seconds (user + system) of the children waited for so far. */
+static double children_cpu(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_CHILDREN, &ru))
+		return 0;
+	return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+	       (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+static double curl_all(struct bm *b, struct rsrv *s, char **names, const char *dir,
+                       double *cpu)
 {
 	if (dir)
 		mkdir(dir, 0755);
-	double t = bench_now();
+	double c0 = children_cpu(), t = bench_now();
 	for (int i = 0; names[i]; i++) {
 		char url[8400], out[8400] = "/dev/null";
 		snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", s->ep, REPO, COMMIT, names[i]);
@@ -199,6 +214,7 @@ static double curl_all(struct bm *b, struct rsrv *s, char **names, const char *d
 			return -1;
 	}
 	t = bench_now() - t;
+	*cpu = children_cpu() - c0;
 	if (dir)
 		bm_rm_rf(dir);
 	return t;
@@ -243,6 +259,7 @@ struct wst {
 	long long reads, read_bytes;          /* FUSE reads the daemon answered, their bytes */
 	long long pt, copy, pending, mating;  /* files: passthrough, copy path, pending, materializing */
 	long long opens_pt, opens_copy;
+	long long pid;                        /* the daemon's */
 };
 
 static long long jnum(const cJSON *j, const char *key)
@@ -269,6 +286,7 @@ static int mnt_status(struct bm *b, struct wst *w)
 	if (!j)
 		return -1;
 	w->reads = jnum(j, "reads");
+	w->pid = jnum(j, "pid");
 	w->read_bytes = jnum(j, "read_bytes");
 	w->pt = jnum(j, "files_passthrough");
 	w->copy = jnum(j, "files_copy");
@@ -380,18 +398,42 @@ static int warm_pairs(struct bm *b, char **names, int npairs, int drop, struct w
 	return 0;
 }
 
+/* CPU seconds (user + system) process pid has used, or -1. */
+static double proc_cpu(long long pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof path, "/proc/%lld/stat", pid);
+	FILE *f = pid > 0 ? fopen(path, "re") : NULL;
+	size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = 0;
+	char *p = strrchr(buf, ')');
+	unsigned long long ut, st;
+	/* after the name: state ppid pgrp session tty tpgid flags minflt cminflt
+	 * majflt cmajflt utime stime */
+	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+	                 &st) != 2)
+		return -1;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
 /* One cold pass: a fresh hf:// mount (--remote-verify VERIFY) with an empty
- * cache, every file read; seconds into *t_mount (mount) and *t_read (reads).
- * 0, or -1. */
+ * cache, every file read; seconds into *t_mount (mount), *t_read (reads)
+ * and *cpu (the daemon's CPU during the reads, -1 unknown). 0, or -1. */
 static int cold_pass(struct bm *b, struct rsrv *s, const char *verify, char **names,
-                     double *t_mount, double *t_read, uint64_t *bytes)
+                     double *t_mount, double *t_read, uint64_t *bytes, double *cpu)
 {
 	bm_rm_rf(b->cache);
 	sync();
 	bm_drop(b->src);
 	if (mount_hf(b, s, t_mount, verify))
 		return -1;
+	struct wst w = {0};
+	double c0 = mnt_status(b, &w) ? -1 : proc_cpu(w.pid);
 	*t_read = read_all(b, b->mnt, names, bytes);
+	double c1 = c0 >= 0 ? proc_cpu(w.pid) : -1;
+	*cpu = c1 >= 0 ? c1 - c0 : -1;
 	bm_umount(b);
 	return *t_read < 0 ? -1 : 0;
 }
@@ -437,6 +479,7 @@ int bench_mount_remote(struct bm *b, int experts)
 	double t_lazy = 1e30;             /* cold with --remote-verify none */
 	double la_cold0 = load1();
 	char passes[3][512] = {"", "", ""};   /* each cold pass, s: mount, curl to files, none */
+	char cpus[3][512] = {"", "", ""};     /* the CPU s of each: the daemon's, curl's, the daemon's */
 	for (int r = 0; r < b->reps; r++) {
 		/* each timed phase starts with nothing dirty: no phase pays for
 		 * the writeback of what the one before stored; the mount and the
@@ -447,18 +490,20 @@ int bench_mount_remote(struct bm *b, int experts)
 			 * with --remote-verify none */
 			int what = (k + r) % 4;
 			if (what == 3) {
-				double tm, tr;
+				double tm, tr, cpu;
 				uint64_t lb;
-				if (!cold_pass(b, &s, "none", exp_names, &tm, &tr, &lb)) {
+				if (!cold_pass(b, &s, "none", exp_names, &tm, &tr, &lb, &cpu)) {
 					bm_keep_min(&t_lazy, tr);
 					size_t l = strlen(passes[2]);
 					snprintf(passes[2] + l, sizeof passes[2] - l, " %.2f", tr);
+					l = strlen(cpus[2]);
+					snprintf(cpus[2] + l, sizeof cpus[2] - l, " %.2f", cpu);
 				}
 				continue;
 			}
 			if (what == 0) {
-				double tm, tr;
-				if (cold_pass(b, &s, "file", exp_names, &tm, &tr, &mnt_bytes)) {
+				double tm, tr, cpu;
+				if (cold_pass(b, &s, "file", exp_names, &tm, &tr, &mnt_bytes, &cpu)) {
 					cli_fail(1, "bench", "mount --remote: the hf:// mount or a read "
 					         "through it failed (see %s)", b->log);
 					goto out;
@@ -467,15 +512,20 @@ int bench_mount_remote(struct bm *b, int experts)
 				bm_keep_min(&t_cold, tr);
 				size_t l = strlen(passes[0]);
 				snprintf(passes[0] + l, sizeof passes[0] - l, " %.2f", tr);
+				l = strlen(cpus[0]);
+				snprintf(cpus[0] + l, sizeof cpus[0] - l, " %.2f", cpu);
 				continue;
 			}
 			sync();
 			bm_drop(b->src);
-			double tc = curl_all(b, &s, src_names, what == 1 ? curl_dir : NULL);
+			double cc = -1, tc = curl_all(b, &s, src_names, what == 1 ? curl_dir : NULL, &cc);
 			bm_keep_min(what == 1 ? &t_curl : &t_null, tc);
 			size_t l = strlen(passes[1]);
 			if (what == 1)
 				snprintf(passes[1] + l, sizeof passes[1] - l, " %.2f", tc);
+			l = strlen(cpus[1]);
+			if (what == 1)
+				snprintf(cpus[1] + l, sizeof cpus[1] - l, " %.2f", cc);
 		}
 	}
 	double la_cold1 = load1();
@@ -526,6 +576,8 @@ int bench_mount_remote(struct bm *b, int experts)
 	       "ratio %.2f)\n", t_lazy, src_bytes / t_lazy / 1e6, t_curl / t_lazy);
 	printf("  cold passes, s: mount%s; curl to files%s; verify none%s\n", passes[0], passes[1],
 	       passes[2]);
+	printf("  cold CPU of those passes, s (user + system, %ld CPUs): the daemon%s; curl%s; the "
+	       "daemon, verify none%s\n", sysconf(_SC_NPROCESSORS_ONLN), cpus[0], cpus[1], cpus[2]);
 	printf("  warm: after `warm`: %lld files pass through, %lld on the copy path, %lld pending%s\n",
 	       w0.pt, w0.copy, w0.pending, settled ? " (NOT settled after 60 s)" : "");
 	printf("  warm: first read after mounting %6.2f s (waits for the materialized shards' "
