@@ -343,12 +343,15 @@ static void json_item(size_t i, const char *key, const char *val)
 	print_json_string(val);
 }
 
-/* A remote SRC: what a mount would download (SRC bytes presented unchanged,
- * and the weights its jobs read) and what its cache would hold (everything
- * presented, once: the replaced weights never), and what this plan fetched. */
+/* A remote SRC: what a mount would download (--remote-verify file, the
+ * default, and export: every SRC file whole, as its sha256 is checked
+ * before a byte of it is used; none: only the SRC bytes presented
+ * unchanged and the weights its jobs read), what its cache would hold
+ * (everything presented, once: the replaced weights never), and what this
+ * plan fetched. */
 struct remote {
 	const char *commit;
-	uint64_t download, cache, requests, fetched;
+	uint64_t download, lazy, cache, requests, fetched;
 };
 
 static void remote_figures(const struct rq_plan *p, struct cli_hf *hf, struct remote *r)
@@ -358,9 +361,11 @@ static void remote_figures(const struct rq_plan *p, struct cli_hf *hf, struct re
 	for (size_t i = 0; i < p->nfiles; i++)
 		for (size_t k = 0; k < p->files[i].nseg; k++)
 			if (p->files[i].seg[k].kind == RQ_SEG_SRC)
-				r->download += p->files[i].seg[k].len;
+				r->lazy += p->files[i].seg[k].len;
 	for (size_t j = 0; j < p->njobs; j++)
-		r->download += p->jobs[j].in_size;
+		r->lazy += p->jobs[j].in_size;
+	for (size_t s = 0; s < p->nsrcs; s++)
+		r->download += p->srcs[s].size;
 	r->cache = p->total_size;
 	cli_hf_traffic(hf, &r->requests, &r->fetched);
 }
@@ -440,8 +445,10 @@ static void print_json(const struct rq_plan *p, const struct summary *s, const c
 	printf("]");
 	if (r)
 		printf(",\n \"remote\": {\"commit\": \"%s\", \"download_bytes\": %llu, "
+		       "\"download_bytes_verify_none\": %llu, "
 		       "\"cache_bytes\": %llu, \"plan_requests\": %llu, \"plan_fetched_bytes\": %llu}",
-		       r->commit, (unsigned long long)r->download, (unsigned long long)r->cache,
+		       r->commit, (unsigned long long)r->download, (unsigned long long)r->lazy,
+		       (unsigned long long)r->cache,
 		       (unsigned long long)r->requests, (unsigned long long)r->fetched);
 	printf("}\n");
 }
@@ -494,6 +501,7 @@ static void print_table(const struct rq_plan *p, const struct summary *s, const 
 	if (r) {
 		printf("remote SRC at commit %s:\n", r->commit);
 		LINE("  a mount downloads:", r->download);
+		LINE("  ... with --remote-verify none:", r->lazy);
 		LINE("  its cache holds:", r->cache);
 		LINE("  fetched for this plan:", r->fetched);
 	}

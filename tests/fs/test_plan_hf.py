@@ -71,8 +71,14 @@ def main():
                "main is pinned to its commit (src and remote.commit)", json.dumps(r))
             ok(r.get("cache_bytes") == loc["presented_bytes"],
                "cache bytes = presented bytes (what the mount holds, once)", json.dumps(r))
-            ok(loc["weight_bytes_read"] <= r.get("download_bytes", -1) <= loc["source_bytes"],
-               "download bytes: at least the weights quantized, at most SRC", json.dumps(r))
+            shards = sum(os.path.getsize(os.path.join(src, n)) for n in os.listdir(src)
+                         if n.endswith(".safetensors"))
+            ok(shards <= r.get("download_bytes", -1) <= loc["source_bytes"],
+               "download bytes (--remote-verify file): every SRC shard whole, at most SRC",
+               json.dumps(r))
+            ok(loc["weight_bytes_read"] <= r.get("download_bytes_verify_none", -1) <
+               r.get("download_bytes", -1), "download bytes with --remote-verify none: at "
+               "least the weights quantized, less than whole files", json.dumps(r))
         # only small files and headers came over the wire
         small = {"config.json", "model.safetensors.index.json"}
         bad = [x for x in hub.ranges
