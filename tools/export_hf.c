@@ -19,8 +19,10 @@
 #include "plan/plan.h"
 #include "remote/rstore.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <ftw.h>
 #include <libgen.h>
 #include <limits.h>
@@ -90,12 +92,55 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 	return 0;
 }
 
+/* Removes what an export to the same DST that died left next to it: the
+ * directories .<base>.requantfs-fetch-* in parent whose owner (the pid in
+ * their file "owner") is gone, or, with no owner file, older than an hour.
+ * A live export's directory is left alone. */
+static void sweep_stale(const char *parent, const char *base)
+{
+	char pre[NAME_MAX + 1];
+	int np = snprintf(pre, sizeof pre, ".%s.requantfs-fetch-", base);
+	DIR *dir = np > 0 && (size_t)np < sizeof pre ? opendir(parent) : NULL;
+	if (!dir)
+		return;
+	struct dirent *e;
+	while ((e = readdir(dir))) {
+		if (strncmp(e->d_name, pre, (size_t)np))
+			continue;
+		char path[PATH_MAX], own[PATH_MAX + 8];
+		if (snprintf(path, sizeof path, "%s/%s", parent, e->d_name) >= (int)sizeof path)
+			continue;
+		snprintf(own, sizeof own, "%s/owner", path);
+		FILE *f = fopen(own, "re");
+		long pid = 0;
+		int stale;
+		if (f) {
+			stale = fscanf(f, "%ld", &pid) != 1 || pid <= 0 ||
+			        (kill((pid_t)pid, 0) < 0 && errno == ESRCH);
+			fclose(f);
+		} else {
+			struct stat st;
+			stale = !lstat(path, &st) && S_ISDIR(st.st_mode) &&
+			        time(NULL) - st.st_mtime > 3600;
+		}
+		if (stale)
+			nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	}
+	closedir(dir);
+}
+
 /* The store, in the cache or in a new temporary directory next to dst. */
 static int open_store(struct export_hf *h, struct rq_err *err)
 {
 	const char *dir = h->o.cache_dir;
 	if (!dir) {
 		char *d = strdup(h->o.dst), *b = strdup(h->o.dst);
+		if (d && b)
+			sweep_stale(dirname(d), basename(b));
+		free(d);
+		free(b);
+		d = strdup(h->o.dst);
+		b = strdup(h->o.dst);
 		if (!d || !b || asprintf(&h->tmpdir, "%s/.%s.requantfs-fetch-XXXXXX", dirname(d),
 		                         basename(b)) < 0)
 			h->tmpdir = NULL;
@@ -110,6 +155,13 @@ static int open_store(struct export_hf *h, struct rq_err *err)
 			free(h->tmpdir);
 			h->tmpdir = NULL;
 			return -e;
+		}
+		char own[PATH_MAX + 8];
+		snprintf(own, sizeof own, "%s/owner", h->tmpdir);
+		FILE *f = fopen(own, "we");
+		if (f) {                  /* a later export sweeps it if this one dies */
+			fprintf(f, "%ld\n", (long)getpid());
+			fclose(f);
 		}
 		dir = h->tmpdir;
 	}

@@ -14,7 +14,7 @@ no byte the hub sent reaches OUT or a cache key unverified.
   - cache keys: a --remote-verify none mount's entries (root, /dev/fuse) are not taken
     by export --cache of the same cache; a file-mode mount's are.
 Standard library only. TAP output. Usage: test_export_hf.py REQUANTFS"""
-import glob, hashlib, json, os, re, struct, sys
+import glob, hashlib, json, os, re, shutil, struct, subprocess, sys, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import hubsrv  # noqa: E402
@@ -87,6 +87,21 @@ def body(T, hub, ep):
 
     # 1. clean: == the local export, each byte fetched about once, <= 2 files held
     out = os.path.join(tmp, "out1")
+    # what dead exports to the same OUT left beside it (their owner gone, or no
+    # owner file and old), and a live one's: swept, and left alone
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = {}
+    for tag, owner, age in (("dead", str(dead.pid), 0), ("old", None, 7200),
+                            ("live", str(os.getpid()), 7200)):
+        d = os.path.join(tmp, ".out1.requantfs-fetch-" + tag)
+        os.makedirs(os.path.join(d, "remote"))
+        if owner:
+            with open(os.path.join(d, "owner"), "w") as f:
+                f.write(owner + "\n")
+        if age:
+            os.utime(d, (time.time() - age, time.time() - age))
+        stale[tag] = d
     hub.reset()
     rc, o = export(T, ep, out, "--no-cache")
     ok(rc == 0, "export hf://synthetic/ckpt OUT --no-cache", o)
@@ -99,7 +114,10 @@ def body(T, hub, ep):
        "at most 2 SRC files on disk at once (dropped once written)", o[-600:])
     ok(hub.sent <= total + 2 * 1024 * 1024, f"about each SRC byte fetched once: {hub.sent} "
        f"bytes for {total} of SRC (+ headers)")
-    ok(not left_next_to(out), "the temporary store next to OUT is removed", left_next_to(out))
+    left = left_next_to(out)
+    ok(left == [stale["live"]], "the temporary store next to OUT is removed, and those of "
+       "dead exports (owner gone, or no owner and an hour old); a live export's kept", left)
+    shutil.rmtree(stale["live"])
 
     # 2. one wrong answer each for a requantized and an unchanged shard: fetched again
     start = max(header_len(os.path.join(src, n)) for n in (U, X)) + 100
