@@ -396,37 +396,38 @@ static void quantize_inputs(struct lg_state *s, int n)
 	rq_pool_for(s->pool, rows, 4, quantize_rows, &c);
 }
 
-/* y[t][r] = lg_bf16(bias + row · x[t]) for the T inputs of one product. */
-static void row_bf16(const struct lg_mm *m, const float *row, int r)
-{
-	const float *bias = m->W->bias;
-	for (int t = 0; t < m->T; t++) {
-		float d = lg_torch_dot(m->x + (size_t)t * m->ldx, row, m->W->cols);
-		m->y[(size_t)t * m->ldy + r] = lg_bf16(bias ? bias[r] + d : d);
-	}
-}
-
 struct mmb_ctx {
 	struct lg_state *s;
 	size_t first[];            /* [n + 1] first row of each product, numbered product after product */
 };
 
-/* BF16 mode: rows [b, e) of the products, each weight row widened into the
- * worker's scratch, each output torch's BF16 GEMM: (bias +) lg_torch_dot in F32,
- * rounded to BF16. */
+/* BF16 mode: rows [b, e) of the products, up to 4 rows of one product at a
+ * time widened into the worker's scratch, each output torch's BF16 GEMM:
+ * lg_torch_gemm (each dot lg_torch_dot's bits) in F32, (bias +,) rounded to
+ * BF16. */
 static void matmul_bf16_rows(void *vctx, size_t b, size_t e, int worker)
 {
 	struct mmb_ctx *c = vctx;
 	struct lg_state *s = c->s;
-	float *row = s->scratch + (size_t)worker * 4 * s->stride;
+	float *w = s->scratch + (size_t)worker * 4 * s->stride;
 	int k = 0;
-	for (size_t i = b; i < e; i++) {
+	for (size_t i = b; i < e;) {
 		while (c->first[k + 1] <= i)
 			k++;
 		const struct lg_mm *m = &s->mm[k];
-		int r = (int)(i - c->first[k]);
-		lg_linear_row(m->W, r, row);
-		row_bf16(m, row, r);
+		size_t end = e < c->first[k + 1] ? e : c->first[k + 1];
+		int r = (int)(i - c->first[k]), R = end - i < 4 ? (int)(end - i) : 4;
+		for (int j = 0; j < R; j++)
+			lg_linear_row(m->W, r + j, w + (size_t)j * s->stride);
+		float *y = m->y + r;
+		lg_torch_gemm(m->x, m->ldx, m->T, w, s->stride, R, m->W->cols, y, m->ldy);
+		const float *bias = m->W->bias;
+		for (int t = 0; t < m->T; t++)
+			for (int j = 0; j < R; j++) {
+				float d = y[(size_t)t * m->ldy + j];
+				y[(size_t)t * m->ldy + j] = lg_bf16(bias ? bias[r + j] + d : d);
+			}
+		i += R;
 	}
 }
 

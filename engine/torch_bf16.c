@@ -132,3 +132,135 @@ float lg_torch_sumsq(const float *x, int n)
 	return sum;
 }
 
+
+/* ------------------------------------------------------ lg_torch_gemm
+ * The same dots, tiled. lg_torch_dot's 64 lanes are 8 groups of 8 that never
+ * meet before the fold, so each group g can be summed on its own over all the
+ * 64-blocks (lanes 8g..8g+7 of each block, in block order): one AVX2 register
+ * per (row, token) and group. A tile of 4 weight rows x 3 tokens keeps its 12
+ * accumulators in registers, each x load serves 4 rows and each w load 3
+ * tokens. The 8 group sums are then folded as lg_torch_dot folds (g0..3 +=
+ * g4..7, g0..1 += g2..3, g0 += g1, hsum8), the 16-blocks' 8 lanes summed in
+ * order, hsum8, added, then the scalar tail. Every add and multiply is the
+ * scalar's, separately rounded (no FMA), in the scalar's order: same bits
+ * (tests/engine/test_torch_gemm.c checks every bit on awkward shapes). */
+
+static void gemm_portable(const float *x, size_t ldx, int T, const float *w, size_t ldw, int R,
+                          int n, float *y, size_t ldy)
+{
+	for (int t = 0; t < T; t++)
+		for (int r = 0; r < R; r++)
+			y[(size_t)t * ldy + r] = lg_torch_dot(x + (size_t)t * ldx, w + (size_t)r * ldw, n);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#include <stdlib.h>
+
+enum { TR = 4, TU = 3 };   /* a tile: rows x tokens */
+
+/* One tile of R <= TR rows x U <= TU tokens; R and U are constants where it
+ * is inlined, so the loops unroll and the accumulators stay in registers. */
+__attribute__((target("avx2"), always_inline))
+static inline void tile_avx2(const float *x, size_t ldx, int U, const float *w, size_t ldw, int R,
+                             int n, float *y, size_t ldy)
+{
+	int n64 = n & ~63, n16 = n & ~15;
+	__m256 grp[TR][TU][8];   /* each (row, token)'s 8 group sums */
+	for (int g = 0; g < 8; g++) {
+		__m256 acc[TR][TU];
+		for (int r = 0; r < R; r++)
+			for (int u = 0; u < U; u++)
+				acc[r][u] = _mm256_setzero_ps();
+		for (int j = 8 * g; j < n64; j += 64) {
+			__m256 xv[TU];
+			for (int u = 0; u < U; u++)
+				xv[u] = _mm256_loadu_ps(x + (size_t)u * ldx + j);
+			for (int r = 0; r < R; r++) {
+				__m256 wv = _mm256_loadu_ps(w + (size_t)r * ldw + j);
+				for (int u = 0; u < U; u++)
+					acc[r][u] = _mm256_add_ps(acc[r][u], _mm256_mul_ps(xv[u], wv));
+			}
+		}
+		for (int r = 0; r < R; r++)
+			for (int u = 0; u < U; u++)
+				grp[r][u][g] = acc[r][u];
+	}
+	for (int r = 0; r < R; r++)
+		for (int u = 0; u < U; u++) {
+			const float *a = x + (size_t)u * ldx, *b = w + (size_t)r * ldw;
+			__m256 *v = grp[r][u];
+			for (int k = 4; k >= 1; k /= 2)
+				for (int e = 0; e < k; e++)
+					v[e] = _mm256_add_ps(v[e], v[e + k]);
+			__m256 t = _mm256_setzero_ps();
+			for (int j = n64; j < n16; j += 16) {
+				t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j)));
+				t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_loadu_ps(a + j + 8),
+				                                   _mm256_loadu_ps(b + j + 8)));
+			}
+			float l0[8], lt[8];
+			_mm256_storeu_ps(l0, v[0]);
+			_mm256_storeu_ps(lt, t);
+			float sum = lg_torch_hsum8(l0);
+			sum += lg_torch_hsum8(lt);
+			for (int j = n16; j < n; j++)
+				sum += a[j] * b[j];
+			y[(size_t)u * ldy + r] = sum;
+		}
+}
+
+/* Rows [0, R) x tokens [0, T): full tiles, then the edges, each a tile of
+ * constant size. */
+__attribute__((target("avx2")))
+static void gemm_avx2(const float *x, size_t ldx, int T, const float *w, size_t ldw, int R, int n,
+                      float *y, size_t ldy)
+{
+	for (int r = 0; r < R; r += TR) {
+		const float *wr = w + (size_t)r * ldw;
+		float *yr = y + r;
+		int rr = R - r < TR ? R - r : TR, t = 0;
+#define TILE(RR, UU) tile_avx2(x + (size_t)t * ldx, ldx, UU, wr, ldw, RR, n, yr + (size_t)t * ldy, ldy)
+#define ROWS(RR)                                            \
+	do {                                                \
+		for (; t + TU <= T; t += TU)                \
+			TILE(RR, TU);                       \
+		if (T - t == 2)                             \
+			TILE(RR, 2);                        \
+		else if (T - t == 1)                        \
+			TILE(RR, 1);                        \
+	} while (0)
+		switch (rr) {
+		case 4: ROWS(4); break;
+		case 3: ROWS(3); break;
+		case 2: ROWS(2); break;
+		default: ROWS(1); break;
+		}
+#undef ROWS
+#undef TILE
+	}
+}
+
+static int use_avx2(void)
+{
+	static int v = -1;
+	if (v < 0) {   /* RQ_ENGINE_NO_AVX2 (tests): the portable path, as engine/ops.c */
+		const char *e = getenv("RQ_ENGINE_NO_AVX2");
+		__builtin_cpu_init();
+		v = __builtin_cpu_supports("avx2") && !(e && *e && strcmp(e, "0")) ? 1 : 0;
+	}
+	return v;
+}
+#endif
+
+void lg_torch_gemm(const float *x, size_t ldx, int T, const float *w, size_t ldw, int R, int n,
+                   float *y, size_t ldy)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (use_avx2()) {
+		gemm_avx2(x, ldx, T, w, ldw, R, n, y, ldy);
+		return;
+	}
+#endif
+	gemm_portable(x, ldx, T, w, ldw, R, n, y, ldy);
+}

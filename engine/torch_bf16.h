@@ -7,6 +7,7 @@
 #ifndef RQ_ENGINE_TORCH_BF16_H
 #define RQ_ENGINE_TORCH_BF16_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -32,6 +33,11 @@ static inline float lg_torch_hsum8(const float *v)
 
 /* Σ a[i]·b[i] as torch's BF16 GEMM dot sums it (see torch_bf16.c). */
 float lg_torch_dot(const float *a, const float *b, int n);
+/* y[t·ldy + r] = lg_torch_dot(x + t·ldx, w + r·ldw, n) for t < T, r < R,
+ * every bit the same: a GEMM tile kernel (AVX2 where the CPU has it and
+ * RQ_ENGINE_NO_AVX2 is unset) that keeps each dot's lane order. */
+void lg_torch_gemm(const float *x, size_t ldx, int T, const float *w, size_t ldw, int R, int n,
+                   float *y, size_t ldy);
 /* e^d as torch's Vectorized<float>::exp (SLEEF's expf, u10). */
 float lg_torch_expf(float d);
 /* Σ x[i]² as torch's sum over a contiguous last dimension adds them. */

@@ -1,0 +1,82 @@
+/* test_torch_gemm.c — lg_torch_gemm (engine/torch_bf16.h), the tiled BF16
+ * GEMM of the calibration forward, gives every bit of lg_torch_dot, the
+ * scalar dot in torch's order that the goldens pin: BF16-valued inputs
+ * (the forward's) and arbitrary floats (where the products round), widths
+ * below, at and around 16 and 64 and the SmolLM2 ones with and without a
+ * tail, 1..7 tokens, odd row counts, strides wider than a row, and nothing
+ * written outside the [T][R] block of y. Run twice by meson: with the AVX2
+ * path and with RQ_ENGINE_NO_AVX2=1 (the portable one). A control checks
+ * that the inputs are such that another summation order shows in the bits. */
+#include "engine/ops.h"
+#include "engine/torch_bf16.h"
+#include "tests/tap.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* a float with a spread of exponents and signs, so that order shows in the bits */
+static float rnd(uint64_t *s, int bf16)
+{
+	float m = (float)(tap_xorshift(s) & 0xFFFFFF) / 16777216.0f - 0.5f;
+	float f = ldexpf(m, (int)(tap_xorshift(s) % 24) - 12);
+	return bf16 ? lg_bf16(f) : f;
+}
+
+int main(void)
+{
+	const char *e = getenv("RQ_ENGINE_NO_AVX2");
+	printf("# path: %s\n", e && *e && strcmp(e, "0") ? "portable (RQ_ENGINE_NO_AVX2)" : "AVX2 where the CPU has it");
+	static const int ns[] = {1, 7, 15, 16, 17, 31, 48, 63, 64, 65, 79, 80, 127, 128, 129, 200,
+	                         575, 576, 577, 1536, 1549};
+	static const int rs[] = {1, 2, 3, 4, 5, 7, 9, 13};
+	enum { PAD = 5, TMAX = 7, RMAX = 13, NMAX = 1549 + PAD };
+	const float SENT = -1234.5f;
+	float *x = malloc(sizeof(float) * TMAX * NMAX), *w = malloc(sizeof(float) * RMAX * NMAX);
+	float y[TMAX * (RMAX + 3)];
+	if (!x || !w)
+		return 1;
+	uint64_t s = 0x2545F4914F6CDD1Dull;
+	for (int bf = 1; bf >= 0; bf--) {
+		long cases = 0, bad = 0, outside = 0, order_shows = 0;
+		for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+			for (int T = 1; T <= TMAX; T++)
+				for (size_t ri = 0; ri < sizeof rs / sizeof rs[0]; ri++) {
+					int n = ns[ni], R = rs[ri];
+					size_t ldx = (size_t)n + (T & 1 ? PAD : 0), ldw = (size_t)n + (R & 1 ? 0 : 3);
+					size_t ldy = (size_t)R + (T % 3);
+					for (size_t i = 0; i < (size_t)TMAX * NMAX; i++)
+						x[i] = rnd(&s, bf);
+					for (size_t i = 0; i < (size_t)RMAX * NMAX; i++)
+						w[i] = rnd(&s, bf);
+					for (size_t i = 0; i < sizeof y / sizeof y[0]; i++)
+						y[i] = SENT;
+					lg_torch_gemm(x, ldx, T, w, ldw, R, n, y, ldy);
+					for (int t = 0; t < T; t++)
+						for (int r = 0; r < R; r++) {
+							float want = lg_torch_dot(x + t * ldx, w + r * ldw, n);
+							float got = y[t * ldy + r];
+							cases++;
+							if (memcmp(&want, &got, 4) && bad++ < 5)
+								printf("# %s n=%d T=%d R=%d t=%d r=%d: %.9g, lg_torch_dot %.9g\n",
+								       bf ? "bf16" : "f32", n, T, R, t, r, got, want);
+							float other = lg_dot(x + t * ldx, w + r * ldw, n);
+							order_shows += memcmp(&want, &other, 4) != 0;
+						}
+					for (size_t i = 0; i < sizeof y / sizeof y[0]; i++) {
+						size_t t = i / ldy, r = i % ldy;
+						if ((t >= (size_t)T || r >= (size_t)R) && memcmp(&y[i], &SENT, 4))
+							outside++;
+					}
+				}
+		TAP_OK(!bad, "%s inputs: lg_torch_gemm == lg_torch_dot bit for bit (%ld of %ld outputs differ)",
+		       bf ? "BF16-valued" : "binary32", bad, cases);
+		TAP_OK(!outside, "%s inputs: nothing written outside y's [T][R] block (%ld values)",
+		       bf ? "BF16-valued" : "binary32", outside);
+		TAP_OK(order_shows > cases / 4, "%s inputs: another order (lg_dot) differs in %ld of %ld outputs "
+		       "(the comparison can see an order change)", bf ? "BF16-valued" : "binary32",
+		       order_shows, cases);
+	}
+	free(x);
+	free(w);
+	return tap_done();
+}
