@@ -261,7 +261,37 @@ static void norm(const struct lg_state *s, float *out, const float *x, const flo
 		out[i] = lg_bf16(w[i] * lg_bf16(x[i] * r));
 }
 
-/* out = silu(g) · u over [T][n]; BF16 mode: silu rounded, the product rounded. */
+struct swiglu_ctx {
+	float *out;
+	const float *g, *u;
+	int ldo, ldg, ldu, n;
+};
+
+/* BF16 mode's rows [b, e): silu(a) = a / (1 + e^-a) with torch's exp (the
+ * exps 64 at a time, vectorized: lg_torch_expf_n), rounded, times u, rounded. */
+static void swiglu_bf16_rows(void *vctx, size_t b, size_t e, int worker)
+{
+	const struct swiglu_ctx *c = vctx;
+	(void)worker;
+	float ex[64];
+	for (size_t t = b; t < e; t++) {
+		const float *g = c->g + t * c->ldg, *u = c->u + t * c->ldu;
+		float *out = c->out + t * c->ldo;
+		for (int i0 = 0; i0 < c->n; i0 += 64) {
+			int m = c->n - i0 < 64 ? c->n - i0 : 64;
+			for (int i = 0; i < m; i++)
+				ex[i] = -g[i0 + i];
+			lg_torch_expf_n(ex, ex, m);
+			for (int i = 0; i < m; i++) {
+				float a = g[i0 + i];
+				out[i0 + i] = lg_bf16(lg_bf16(a / (1.0f + ex[i])) * u[i0 + i]);
+			}
+		}
+	}
+}
+
+/* out = silu(g) · u over [T][n]; BF16 mode: silu rounded, the product rounded
+ * (rows in parallel over the pool). */
 static void swiglu(const struct lg_state *s, float *out, int ldo, const float *g, int ldg,
                    const float *u, int ldu, int T, int n)
 {
@@ -269,11 +299,8 @@ static void swiglu(const struct lg_state *s, float *out, int ldo, const float *g
 		ek_swiglu_cpu(out, ldo, g, ldg, u, ldu, T, n);
 		return;
 	}
-	for (int t = 0; t < T; t++)
-		for (int i = 0; i < n; i++) {
-			float a = g[(size_t)t * ldg + i];
-			out[(size_t)t * ldo + i] = lg_bf16(lg_bf16(a / (1.0f + lg_torch_expf(-a))) * u[(size_t)t * ldu + i]);
-		}
+	struct swiglu_ctx c = {.out = out, .g = g, .u = u, .ldo = ldo, .ldg = ldg, .ldu = ldu, .n = n};
+	rq_pool_for(s->pool, (size_t)T, 1, swiglu_bf16_rows, &c);
 }
 
 /* x += y over n values (the residual adds); BF16 mode: each sum rounded. */
@@ -508,10 +535,11 @@ static void attn_items(void *vctx, size_t b, size_t e, int worker)
 		float sum = 0;
 		if (s->bf16) {   /* torch's softmax: SLEEF's exp, reduce_all's 8 lanes, × 1/sum */
 			float lane[8] = {0};
-			for (int j = 0; j < n; j++) {
-				sc[j] = lg_torch_expf(sc[j] - mx);
+			for (int j = 0; j < n; j++)
+				sc[j] = sc[j] - mx;
+			lg_torch_expf_n(sc, sc, n);
+			for (int j = 0; j < n; j++)
 				lane[(lo + j) & 7] += sc[j];
-			}
 			sum = 1.0f / lg_torch_hsum8(lane);
 		} else
 			for (int j = 0; j < n; j++) {

@@ -251,7 +251,62 @@ static int use_avx2(void)
 	}
 	return v;
 }
+/* lg_torch_expf on 8 lanes: the same operations (the reduction and the
+ * polynomial's steps as FMAs, as fmaf; rintf as round-to-nearest-even; the
+ * 2^q scaling in two halves), the same special cases blended in last. */
+__attribute__((target("avx2,fma")))
+static void expf_avx2(const float *in, float *out, int n)
+{
+	const __m256 l2e = _mm256_set1_ps(1.442695040888963407359924681001892137426645954152985934135449f);
+	int i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256 d = _mm256_loadu_ps(in + i);
+		__m256 qf = _mm256_round_ps(_mm256_mul_ps(d, l2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+		__m256i q = _mm256_cvtps_epi32(qf);
+		__m256 r = _mm256_fmadd_ps(qf, _mm256_set1_ps(-0.693145751953125f), d);
+		r = _mm256_fmadd_ps(qf, _mm256_set1_ps(-1.428606765330187045e-06f), r);
+		__m256 u = _mm256_set1_ps(0.000198527617612853646278381f);
+		u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(0.00139304355252534151077271f));
+		u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(0.00833336077630519866943359f));
+		u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(0.0416664853692054748535156f));
+		u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(0.166666671633720397949219f));
+		u = _mm256_fmadd_ps(u, r, _mm256_set1_ps(0.5f));
+		u = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_mul_ps(r, r), u, r));
+		__m256i h = _mm256_srai_epi32(q, 1), k = _mm256_set1_epi32(127);
+		__m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, k), 23));
+		__m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(q, h), k), 23));
+		u = _mm256_mul_ps(_mm256_mul_ps(u, p1), p2);
+		u = _mm256_blendv_ps(u, _mm256_setzero_ps(), _mm256_cmp_ps(d, _mm256_set1_ps(-104.0f), _CMP_LT_OQ));
+		u = _mm256_blendv_ps(u, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(d, _mm256_set1_ps(100.0f), _CMP_GT_OQ));
+		u = _mm256_blendv_ps(u, d, _mm256_cmp_ps(d, d, _CMP_UNORD_Q));
+		_mm256_storeu_ps(out + i, u);
+	}
+	for (; i < n; i++)
+		out[i] = lg_torch_expf(in[i]);
+}
+
+static int use_fma(void)
+{
+	static int v = -1;
+	if (v < 0) {
+		__builtin_cpu_init();
+		v = use_avx2() && __builtin_cpu_supports("fma");
+	}
+	return v;
+}
 #endif
+
+void lg_torch_expf_n(const float *in, float *out, int n)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (use_fma()) {
+		expf_avx2(in, out, n);
+		return;
+	}
+#endif
+	for (int i = 0; i < n; i++)
+		out[i] = lg_torch_expf(in[i]);
+}
 
 void lg_torch_gemm(const float *x, size_t ldx, int T, const float *w, size_t ldw, int R, int n,
                    float *y, size_t ldy)

@@ -40,6 +40,10 @@ void lg_torch_gemm(const float *x, size_t ldx, int T, const float *w, size_t ldw
                    float *y, size_t ldy);
 /* e^d as torch's Vectorized<float>::exp (SLEEF's expf, u10). */
 float lg_torch_expf(float d);
+/* out[i] = lg_torch_expf(in[i]) for i < n, the same bits (AVX2 + FMA, as
+ * SLEEF's, where the CPU has them and RQ_ENGINE_NO_AVX2 is unset); in place
+ * (out == in) allowed. */
+void lg_torch_expf_n(const float *in, float *out, int n);
 /* Σ x[i]² as torch's sum over a contiguous last dimension adds them. */
 float lg_torch_sumsq(const float *x, int n);
 

@@ -6,7 +6,9 @@
  * tail, 1..7 tokens, odd row counts, strides wider than a row, and nothing
  * written outside the [T][R] block of y. Run twice by meson: with the AVX2
  * path and with RQ_ENGINE_NO_AVX2=1 (the portable one). A control checks
- * that the inputs are such that another summation order shows in the bits. */
+ * that the inputs are such that another summation order shows in the bits.
+ * lg_torch_expf_n, the vectorized exp of the softmax and SiLU, is checked the
+ * same way against lg_torch_expf. */
 #include "engine/ops.h"
 #include "engine/torch_bf16.h"
 #include "tests/tap.h"
@@ -76,6 +78,38 @@ int main(void)
 		       "(the comparison can see an order change)", bf ? "BF16-valued" : "binary32",
 		       order_shows, cases);
 	}
+	/* lg_torch_expf_n (the softmax's and SiLU's exp, vectorized) == lg_torch_expf:
+	 * the whole range it sees, past both cut-offs, specials, odd lengths */
+	enum { NE = 1 << 16 };
+	float *in = malloc(sizeof(float) * NE), *out = malloc(sizeof(float) * NE);
+	if (!in || !out)
+		return 1;
+	for (int i = 0; i < NE; i++)
+		in[i] = (float)((int)(tap_xorshift(&s) % 2200001) - 1200000) / 10000.0f;   /* -120 .. 100 */
+	static const float sp[] = {0.0f, -0.0f, -104.0f, -103.99f, 100.0f, 100.01f, 88.7f, -87.4f,
+	                           INFINITY, -INFINITY, NAN, 1e-8f, -1e-8f, 0.5f, -0.5f};
+	memcpy(in, sp, sizeof sp);
+	long ebad = 0;
+	for (int len = NE; len > NE - 8; len--) {
+		lg_torch_expf_n(in, out, len);
+		for (int i = 0; i < len; i++) {
+			float want = lg_torch_expf(in[i]);
+			if (memcmp(&want, &out[i], 4) && ebad++ < 5)
+				printf("# expf(%.9g): %.9g, lg_torch_expf %.9g\n", in[i], out[i], want);
+		}
+	}
+	TAP_OK(!ebad, "lg_torch_expf_n == lg_torch_expf bit for bit on %d values x 8 lengths (%ld differ)",
+	       NE, ebad);
+	memcpy(out, in, sizeof(float) * 37);
+	lg_torch_expf_n(out, out, 37);   /* in place */
+	long ipbad = 0;
+	for (int i = 0; i < 37; i++) {
+		float want = lg_torch_expf(in[i]);
+		ipbad += memcmp(&want, &out[i], 4) != 0;
+	}
+	TAP_OK(!ipbad, "lg_torch_expf_n in place (%ld of 37 differ)", ipbad);
+	free(in);
+	free(out);
 	free(x);
 	free(w);
 	return tap_done();
