@@ -524,11 +524,18 @@ static void attn_items(void *vctx, size_t b, size_t e, int worker)
 		int n = p - lo + 1;
 		const float *q = s->q + (size_t)t * s->qd + (size_t)h * hd;
 		float mx = -INFINITY;
+		if (s->bf16)   /* the q·k dots as lg_torch_dot's, by runs of adjacent cache slots */
+			for (int j = 0; j < n;) {
+				int slot = (lo + j) % cap, run = n - j < cap - slot ? n - j : cap - slot;
+				lg_torch_gemm(q, (size_t)hd, 1, kc + (size_t)slot * s->kvd + (size_t)kvh * hd,
+				              (size_t)s->kvd, run, hd, sc + j, (size_t)run);
+				j += run;
+			}
 		for (int j = 0; j < n; j++) {
 			int slot = (lo + j) % cap;
 			/* BF16 mode: q·k rounded, times the scaling rounded (transformers' eager) */
 			const float *kv = kc + (size_t)slot * s->kvd + (size_t)kvh * hd;
-			sc[j] = rd(s, rd(s, s->bf16 ? lg_torch_dot(q, kv, hd) : lg_dot(q, kv, hd)) * a->scale);
+			sc[j] = s->bf16 ? lg_bf16(lg_bf16(sc[j]) * a->scale) : lg_dot(q, kv, hd) * a->scale;
 			if (sc[j] > mx)
 				mx = sc[j];
 		}
