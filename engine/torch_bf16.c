@@ -159,6 +159,16 @@ static void gemm_portable(const float *x, size_t ldx, int T, const float *w, siz
 
 enum { TR = 4, TU = 3 };   /* a tile: rows x tokens */
 
+/* lg_torch_hsum8 in registers: s = (v0+v4, v1+v5, v2+v6, v3+v7), then
+ * (s0+s2, s1+s3), then their sum: the same three levels of adds. */
+__attribute__((target("avx2"), always_inline))
+static inline float hsum8_avx2(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+
 /* One tile of R <= TR rows x U <= TU tokens; R and U are constants where it
  * is inlined, so the loops unroll and the accumulators stay in registers. */
 __attribute__((target("avx2"), always_inline))
@@ -199,11 +209,8 @@ static inline void tile_avx2(const float *x, size_t ldx, int U, const float *w, 
 				t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_loadu_ps(a + j + 8),
 				                                   _mm256_loadu_ps(b + j + 8)));
 			}
-			float l0[8], lt[8];
-			_mm256_storeu_ps(l0, v[0]);
-			_mm256_storeu_ps(lt, t);
-			float sum = lg_torch_hsum8(l0);
-			sum += lg_torch_hsum8(lt);
+			float sum = hsum8_avx2(v[0]);
+			sum += hsum8_avx2(t);
 			for (int j = n16; j < n; j++)
 				sum += a[j] * b[j];
 			y[(size_t)u * ldy + r] = sum;
