@@ -267,27 +267,13 @@ struct swiglu_ctx {
 	int ldo, ldg, ldu, n;
 };
 
-/* BF16 mode's rows [b, e): silu(a) = a / (1 + e^-a) with torch's exp (the
- * exps 64 at a time, vectorized: lg_torch_expf_n), rounded, times u, rounded. */
+/* BF16 mode's rows [b, e) (lg_torch_swiglu_row). */
 static void swiglu_bf16_rows(void *vctx, size_t b, size_t e, int worker)
 {
 	const struct swiglu_ctx *c = vctx;
 	(void)worker;
-	float ex[64];
-	for (size_t t = b; t < e; t++) {
-		const float *g = c->g + t * c->ldg, *u = c->u + t * c->ldu;
-		float *out = c->out + t * c->ldo;
-		for (int i0 = 0; i0 < c->n; i0 += 64) {
-			int m = c->n - i0 < 64 ? c->n - i0 : 64;
-			for (int i = 0; i < m; i++)
-				ex[i] = -g[i0 + i];
-			lg_torch_expf_n(ex, ex, m);
-			for (int i = 0; i < m; i++) {
-				float a = g[i0 + i];
-				out[i0 + i] = lg_bf16(lg_bf16(a / (1.0f + ex[i])) * u[i0 + i]);
-			}
-		}
-	}
+	for (size_t t = b; t < e; t++)
+		lg_torch_swiglu_row(c->out + t * c->ldo, c->g + t * c->ldg, c->u + t * c->ldu, c->n);
 }
 
 /* out = silu(g) · u over [T][n]; BF16 mode: silu rounded, the product rounded

@@ -326,3 +326,18 @@ void lg_torch_gemm(const float *x, size_t ldx, int T, const float *w, size_t ldw
 #endif
 	gemm_portable(x, ldx, T, w, ldw, R, n, y, ldy);
 }
+
+void lg_torch_swiglu_row(float *out, const float *g, const float *u, int n)
+{
+	float ex[64];
+	for (int i0 = 0; i0 < n; i0 += 64) {
+		int m = n - i0 < 64 ? n - i0 : 64;
+		for (int i = 0; i < m; i++)
+			ex[i] = -g[i0 + i];
+		lg_torch_expf_n(ex, ex, m);
+		for (int i = 0; i < m; i++) {
+			float a = g[i0 + i];
+			out[i0 + i] = lg_bf16(lg_bf16(a / (1.0f + ex[i])) * u[i0 + i]);
+		}
+	}
+}

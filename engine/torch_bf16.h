@@ -44,6 +44,10 @@ float lg_torch_expf(float d);
  * SLEEF's, where the CPU has them and RQ_ENGINE_NO_AVX2 is unset); in place
  * (out == in) allowed. */
 void lg_torch_expf_n(const float *in, float *out, int n);
+/* out[i] = bf16(bf16(silu(g[i])) · u[i]) for i < n, silu(a) = a / (1 + e^-a)
+ * with lg_torch_expf's bits (vectorized, 64 at a time): transformers' eager
+ * act_fn(gate) · up in BF16. out may be g. */
+void lg_torch_swiglu_row(float *out, const float *g, const float *u, int n);
 /* Σ x[i]² as torch's sum over a contiguous last dimension adds them. */
 float lg_torch_sumsq(const float *x, int n);
 

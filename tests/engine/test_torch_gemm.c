@@ -8,7 +8,8 @@
  * path and with RQ_ENGINE_NO_AVX2=1 (the portable one). A control checks
  * that the inputs are such that another summation order shows in the bits.
  * lg_torch_expf_n, the vectorized exp of the softmax and SiLU, is checked the
- * same way against lg_torch_expf. */
+ * same way against lg_torch_expf, and lg_torch_swiglu_row against the scalar
+ * SiLU·up. */
 #include "engine/ops.h"
 #include "engine/torch_bf16.h"
 #include "tests/tap.h"
@@ -108,6 +109,25 @@ int main(void)
 		ipbad += memcmp(&want, &out[i], 4) != 0;
 	}
 	TAP_OK(!ipbad, "lg_torch_expf_n in place (%ld of 37 differ)", ipbad);
+	/* lg_torch_swiglu_row == the scalar silu·up of the BF16 forward, in place too */
+	long sbad = 0;
+	for (int n = 1; n <= 200; n += 13) {
+		float g[200], u[200], o[200], g2[200];
+		for (int i = 0; i < n; i++) {
+			g[i] = lg_bf16(in[i] / 8.0f);
+			u[i] = rnd(&s, 1);
+			g2[i] = g[i];
+		}
+		lg_torch_swiglu_row(o, g, u, n);
+		lg_torch_swiglu_row(g2, g2, u, n);
+		for (int i = 0; i < n; i++) {
+			float a = g[i], want = lg_bf16(lg_bf16(a / (1.0f + lg_torch_expf(-a))) * u[i]);
+			sbad += memcmp(&want, &o[i], 4) != 0;
+			sbad += memcmp(&want, &g2[i], 4) != 0;
+		}
+	}
+	TAP_OK(!sbad, "lg_torch_swiglu_row == bf16(bf16(a / (1 + lg_torch_expf(-a))) * u), in place too "
+	       "(%ld differ)", sbad);
 	free(in);
 	free(out);
 	free(x);
