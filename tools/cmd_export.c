@@ -107,6 +107,19 @@ static void on_src_done(void *ctx, size_t s)
 	export_hf_done(export_hf, p->srcs[s].ridx);
 }
 
+/* The order export reads SRC files in: the next one is fetched meanwhile. */
+static void on_src_order(void *ctx, const size_t *order, size_t n)
+{
+	const struct rq_plan *p = ctx;
+	size_t *r = malloc((n ? n : 1) * sizeof *r);
+	if (!r)
+		return;                 /* no prefetch: each file fetched when reached */
+	for (size_t k = 0; k < n; k++)
+		r[k] = p->srcs[order[k]].ridx;
+	export_hf_order(export_hf, r, n);
+	free(r);
+}
+
 static void print_fetched(const char *label)
 {
 	struct export_hf_stats hs;
@@ -117,9 +130,10 @@ static void print_fetched(const char *label)
 	cli_human_bytes((double)hs.held_max, m, sizeof m);
 	fprintf(stderr, "requantfs export: fetched %zu SRC files of %s (%s in %.1f s, %s/s), each "
 	        "checked against the hub's sha256 (or git blob id) before use (%llu hash "
-	        "mismatches, each file fetched again once); at most %zu files (%s) on disk at "
-	        "once\n", hs.files, label, b, hs.seconds, r, (unsigned long long)hs.refetches,
-	        hs.held_files_max, m);
+	        "mismatches, each file fetched again once); %zu fetched ahead while export worked, "
+	        "export waited %.1f s for fetches; at most %zu files (%s) on disk at once\n",
+	        hs.files, label, b, hs.seconds, r, (unsigned long long)hs.refetches,
+	        hs.prefetched, hs.waited, hs.held_files_max, m);
 }
 
 /* The cache export reads from: dir, else the default one when it exists
@@ -277,6 +291,7 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 	eo.ctx = &pg;
 	if (export_hf) {
 		eo.src_done = on_src_done;
+		eo.src_order = on_src_order;
 		eo.src_ctx = p;
 	}
 	rc = rq_export(p, q, dst, &eo, &st, &err);
