@@ -41,7 +41,8 @@ static void usage(FILE *f)
 	"                     in parallel) and checked against the hub's sha256 before any\n"
 	"                     byte of it is used (a mismatch: fetched again once, then export\n"
 	"                     fails naming the file), read from that copy, and dropped once\n"
-	"                     written: about two SRC files on disk at once, under\n"
+	"                     written; the next SRC file is fetched while export works on\n"
+	"                     one: at most 3 SRC files on disk at once, under\n"
 	"                     <cache>/remote/ (--cache, the default cache), or with\n"
 	"                     --no-cache in a temporary directory next to DST (no --link)\n"
 	"                     (also --calib hf://ORG/NAME[@REV]: fetched as `calib fetch` does)\n"
@@ -106,6 +107,8 @@ static void on_src_done(void *ctx, size_t s)
 	const struct rq_plan *p = ctx;
 	export_hf_done(export_hf, p->srcs[s].ridx);
 }
+
+_Static_assert(EXPORT_HF_HOLD == 3, "export --help and README say at most 3 SRC files");
 
 /* The order export reads SRC files in: the next one is fetched meanwhile. */
 static void on_src_order(void *ctx, const size_t *order, size_t n)

@@ -358,6 +358,8 @@ static int make_local(struct export_hf *h, size_t i, struct rq_err *err)
 	if (rc)
 		return rc;
 	double w0 = now_s(), dt;
+	if (h->want == (long)i)
+		h->want = -1;             /* held back, and now needed: fetched here */
 	if (h->pf.running && h->pf.i == i)
 		pf_join(h);
 	int pre = lf->pre == PRE_DONE, had = 0, counted = pre;
@@ -541,6 +543,8 @@ void export_hf_done(struct export_hf *h, size_t i)
 	if (lf->ours && h->rs)
 		rq_rs_drop(h->rs, i);
 	lf->ours = 0;
+	if (h->want == (long)i)
+		h->want = -1;
 	if (h->want >= 0 && !h->pf.running)
 		pf_start(h, (size_t)h->want);   /* held back by EXPORT_HF_HOLD until now */
 }
