@@ -10,8 +10,9 @@
  *                                   else quantized now)
  * then every temporary is renamed; with links, the manifest goes last.
  * A remote SRC (hf://) is read through the plan's reader (the CLI's answers
- * from whole files fetched and verified first); o->src_done says when a SRC
- * file is needed no more, so files in name order hold about two at once. */
+ * from whole files fetched and verified first); o->src_order says in which
+ * order SRC files will be read (so the next may be fetched while export works
+ * on one), o->src_done when one is needed no more. */
 #include "offline/export.h"
 #include "plan/plan.h"
 #include "job/job.h"
@@ -288,6 +289,36 @@ static int src_last_use(const struct rq_plan *p, long *last)
 	return 0;
 }
 
+/* order[0..*n): the SRC files export may read, in the order it first reads
+ * them (the walk of src_last_use, each file at its first sight). */
+static int src_first_use(const struct rq_plan *p, size_t *order, size_t *n)
+{
+	uint8_t *seen = calloc(p->njobs ? p->njobs : 1, 1), *got = calloc(p->nsrcs ? p->nsrcs : 1, 1);
+	if (!seen || !got) {
+		free(seen);
+		free(got);
+		return -ENOMEM;
+	}
+	*n = 0;
+#define ADD(s) do { if (!got[s]) { got[s] = 1; order[(*n)++] = (s); } } while (0)
+	for (size_t i = 0; i < p->nfiles; i++)
+		for (size_t k = 0; k < p->files[i].nseg; k++) {
+			const struct rq_seg *g = &p->files[i].seg[k];
+			if (g->kind == RQ_SEG_SRC) {
+				ADD(g->src);
+			} else if (g->kind == RQ_SEG_JOB && !seen[g->job]) {
+				seen[g->job] = 1;
+				const struct rq_job *jb = &p->jobs[g->job];
+				for (int m = 0; m < jb->nmod; m++)
+					ADD(p->mods[jb->mod[m]].src);
+			}
+		}
+#undef ADD
+	free(seen);
+	free(got);
+	return 0;
+}
+
 /* The manifest of a linked export: each link's name, kind, target and the
  * identity of the file it resolved to. */
 static int write_manifest(const struct rq_plan *p, const uint8_t *linked, enum rq_export_link mode,
@@ -376,6 +407,14 @@ int rq_export(const struct rq_plan *p, struct rq_quantizer *q, const char *dst,
 		for (size_t s = 0; s < p->nsrcs; s++)
 			if (last_use[s] < 0)
 				o->src_done(o->src_ctx, s);    /* read only by the plan, if at all */
+	if (!rc && o->src_order) {
+		size_t *order = malloc((p->nsrcs ? p->nsrcs : 1) * sizeof *order), n = 0;
+		if (!order || (rc = src_first_use(p, order, &n)))
+			rc = rc ? rc : -ENOMEM;
+		else
+			o->src_order(o->src_ctx, order, n);
+		free(order);
+	}
 	/* how many files still need each job's output */
 	for (size_t i = 0; i < p->nfiles; i++) {
 		const struct rq_vfile *f = &p->files[i];

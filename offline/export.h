@@ -43,6 +43,13 @@ struct rq_export_opts {
 	 * or the jobs first needed there), so a caller holding a fetched copy
 	 * (hf://) may drop it. Not called for the rest after a failure. */
 	void (*src_done)(void *src_ctx, size_t src);
+	/* May be NULL: called once, before the first file is made, with the SRC
+	 * files this export may read ([n] indices into plan->srcs) in the order
+	 * it first reads them (a file's SRC ranges and the jobs first needed
+	 * there, file by file), so a caller fetching them (hf://) may fetch the
+	 * next while export works on one. A file whose output comes whole from
+	 * the cache reads nothing, so the order may name a file never read. */
+	void (*src_order)(void *src_ctx, const size_t *order, size_t n);
 	void *src_ctx;
 };
 

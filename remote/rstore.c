@@ -645,7 +645,7 @@ fail:
 	return rc;
 }
 
-void rq_rs_close(struct rq_rs *s)
+void rq_rs_cancel(struct rq_rs *s)
 {
 	if (!s)
 		return;
@@ -675,6 +675,13 @@ void rq_rs_close(struct rq_rs *s)
 	for (int i = 0; s->workers && i < s->nworkers; i++)
 		if (s->workers[i].hub)
 			rq_hub_cancel(s->workers[i].hub);   /* requests in flight end at once */
+}
+
+void rq_rs_close(struct rq_rs *s)
+{
+	if (!s)
+		return;
+	rq_rs_cancel(s);                           /* again, if a caller did: nothing queued */
 	for (int i = 0; s->workers && i < s->nworkers; i++)
 		if (s->workers[i].started)
 			pthread_join(s->workers[i].tid, NULL);

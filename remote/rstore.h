@@ -62,6 +62,12 @@ struct rq_rs_opts {
 };
 
 int rq_rs_open(const struct rq_rs_opts *o, struct rq_rs **out, struct rq_err *err);
+/* Ends every read and fetch in flight or queued (-ECANCELED) and makes every
+ * later call fail so (rq_rs_drop: does nothing); the store stays valid until
+ * rq_rs_close. For a caller whose other threads may be inside the store:
+ * cancel, join them, then close (close frees what they would touch).
+ * Idempotent; NULL is fine. */
+void rq_rs_cancel(struct rq_rs *s);
 void rq_rs_close(struct rq_rs *s);
 
 #define RQ_RS_NOKEEP 1u

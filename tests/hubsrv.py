@@ -5,7 +5,7 @@ sizes, blob ids and LFS sha256) and /{repo}/resolve/{rev}/{file} with ranges
 (206, redirected to a "CDN" path at the commit, as the hub does), serving
 checkpoint directories at commits. Every body byte and range is counted;
 faults are injected with Hub.reset(fail=STATUS) or fail_after=BYTES, stall=S
-(stall_file=NAME: that file only), wrong={NAME: N} (wrong bytes; wrong_from=B: the
+(stall_file=NAME: that file only; stall_from=B: its ranges reaching byte B), wrong={NAME: N} (wrong bytes; wrong_from=B: the
 byte at B or the first after it, so reads of a header before B stay right),
 wrong_head=NAME (a valid header that is not the file's); no_lfs, no_blob: names listed
 without "lfs" or "blobId".
@@ -40,6 +40,9 @@ class Hub:
             self.stall = 0             # seconds every resolve/CDN answer waits first
             self.cut = False           # ranges: the headers and half the body, then hang up
             self.stall_file = None     # stall only answers of this file name
+            self.stall_from = None     # ... and only ranges reaching this byte (a shard's
+                                       # header read by range before it is not stalled)
+            self.stalled = []          # file names of the answers stalled (counted first)
             self.wrong = {}            # file name -> range answers of it spoiled (their first
                                        # byte flipped), counted down
             self.wrong_from = 0        # ... the first byte at or past this offset flipped
@@ -130,6 +133,11 @@ def handler(hub):
                 fail, stall = hub.fail, hub.stall
                 if hub.stall_file is not None and hub.stall_file != name:
                     stall = 0
+                r = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+                if hub.stall_from is not None and r and int(r[2]) < hub.stall_from:
+                    stall = 0
+                if stall:
+                    hub.stalled.append(name)
             if stall:
                 time.sleep(stall)
             if fail:

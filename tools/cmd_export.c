@@ -41,7 +41,8 @@ static void usage(FILE *f)
 	"                     in parallel) and checked against the hub's sha256 before any\n"
 	"                     byte of it is used (a mismatch: fetched again once, then export\n"
 	"                     fails naming the file), read from that copy, and dropped once\n"
-	"                     written: about two SRC files on disk at once, under\n"
+	"                     written; the next SRC file is fetched while export works on\n"
+	"                     one: at most 3 SRC files on disk at once, under\n"
 	"                     <cache>/remote/ (--cache, the default cache), or with\n"
 	"                     --no-cache in a temporary directory next to DST (no --link)\n"
 	"                     (also --calib hf://ORG/NAME[@REV]: fetched as `calib fetch` does)\n"
@@ -107,6 +108,21 @@ static void on_src_done(void *ctx, size_t s)
 	export_hf_done(export_hf, p->srcs[s].ridx);
 }
 
+_Static_assert(EXPORT_HF_HOLD == 3, "export --help and README say at most 3 SRC files");
+
+/* The order export reads SRC files in: the next one is fetched meanwhile. */
+static void on_src_order(void *ctx, const size_t *order, size_t n)
+{
+	const struct rq_plan *p = ctx;
+	size_t *r = malloc((n ? n : 1) * sizeof *r);
+	if (!r)
+		return;                 /* no prefetch: each file fetched when reached */
+	for (size_t k = 0; k < n; k++)
+		r[k] = p->srcs[order[k]].ridx;
+	export_hf_order(export_hf, r, n);
+	free(r);
+}
+
 static void print_fetched(const char *label)
 {
 	struct export_hf_stats hs;
@@ -117,9 +133,10 @@ static void print_fetched(const char *label)
 	cli_human_bytes((double)hs.held_max, m, sizeof m);
 	fprintf(stderr, "requantfs export: fetched %zu SRC files of %s (%s in %.1f s, %s/s), each "
 	        "checked against the hub's sha256 (or git blob id) before use (%llu hash "
-	        "mismatches, each file fetched again once); at most %zu files (%s) on disk at "
-	        "once\n", hs.files, label, b, hs.seconds, r, (unsigned long long)hs.refetches,
-	        hs.held_files_max, m);
+	        "mismatches, each file fetched again once); %zu fetched ahead while export worked, "
+	        "export waited %.1f s for fetches; at most %zu files (%s) on disk at once\n",
+	        hs.files, label, b, hs.seconds, r, (unsigned long long)hs.refetches,
+	        hs.prefetched, hs.waited, hs.held_files_max, m);
 }
 
 /* The cache export reads from: dir, else the default one when it exists
@@ -277,6 +294,7 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 	eo.ctx = &pg;
 	if (export_hf) {
 		eo.src_done = on_src_done;
+		eo.src_order = on_src_order;
 		eo.src_ctx = p;
 	}
 	rc = rq_export(p, q, dst, &eo, &st, &err);

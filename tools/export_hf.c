@@ -10,6 +10,25 @@
  *     |     (a failure: the read fails, naming the file; nothing of it used)
  *   local --export_hf_done: fd closed, unpinned; dropped from the store when
  *     export fetched it (ours)--> remote (a later read fetches it again)
+ *
+ * Prefetch (export only, once planned; export_hf_order gave the order export
+ * reads SRC files in): as soon as file order[k] is local, file order[k+1] is
+ * fetched on one background thread while export works on order[k]:
+ *
+ *   remote --prefetch started (pinned, ours, its bytes counted held; only if
+ *     |      fewer than EXPORT_HF_HOLD files are held, else started when one
+ *     |      is done)--> prefetching
+ *   prefetching --export reads it (make_local joins the thread, the wait
+ *     |      counted), or export_hf_done, or close (the store cancelled
+ *     |      first)--> fetched (verified in the store, pinned) or failed
+ *   fetched --make_local: opened as any verified copy--> local
+ *   failed --unpinned, nothing counted; make_local fetches it again in the
+ *            foreground, and reports that error--> remote or local
+ *
+ * One prefetch at a time; the thread touches only its struct prefetch and
+ * the store (thread-safe), never the rest of h; everything it did is read
+ * after pthread_join. It prints nothing: the main thread prints each file's
+ * line when export reaches it, so lines never interleave.
  */
 #include "tools/export_hf.h"
 #include "tools/cli_hf.h"
@@ -26,6 +45,7 @@
 #include <ftw.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,11 +58,24 @@ struct piece {                 /* a range the plan read from the hub, unverified
 	uint8_t sha[32];
 };
 
+enum { PRE_NONE, PRE_RUN, PRE_DONE };
+
 struct lfile {
 	int fd;                    /* the verified copy, or -1 */
 	int ours;                  /* export fetched it: dropped when done */
+	int pre;                   /* PRE_*: a prefetch runs, or ended well (pinned, counted) */
 	struct piece *pc;          /* [npc] */
 	size_t npc;
+};
+
+struct prefetch {              /* one background fetch; the thread writes rc, err, t1 */
+	struct rq_rs *rs;
+	size_t i;
+	pthread_t tid;
+	int running;               /* created, not yet joined (main thread only) */
+	int rc;
+	struct rq_err err;
+	double t0, t1;
 };
 
 struct export_hf {
@@ -55,9 +88,14 @@ struct export_hf {
 	struct rq_rs *rs;          /* opened at the first verified read */
 	char *tmpdir;              /* no cache: <dir of dst>/.<dst>.requantfs-fetch-XXXXXX */
 	int planned, tty;
-	uint64_t held;             /* bytes of ours on disk now */
+	uint64_t held;             /* bytes of ours on disk now (prefetching included) */
 	size_t held_files;
 	struct export_hf_stats st;
+	size_t *order;             /* [norder] reader indices, in the order export reads them */
+	size_t norder;
+	long *opos;                /* [n] position of file i in order, or -1 */
+	long want;                 /* a reader index to prefetch when a file is done, or -1 */
+	struct prefetch pf;
 };
 
 static double now_s(void)
@@ -236,7 +274,77 @@ static int check_pieces(struct export_hf *h, size_t i, struct rq_err *err)
 	return 0;
 }
 
-/* File i fetched whole, verified and open (lf->fd). */
+static void count_held(struct export_hf *h, size_t i, int delta)
+{
+	uint64_t size = h->up->files[i].size;
+	if (delta > 0) {
+		h->held += size;
+		h->held_files++;
+		if (h->held > h->st.held_max)
+			h->st.held_max = h->held;
+		if (h->held_files > h->st.held_files_max)
+			h->st.held_files_max = h->held_files;
+	} else {
+		h->held -= size;
+		h->held_files--;
+	}
+}
+
+static void *pf_main(void *arg)
+{
+	struct prefetch *pf = arg;
+	pf->rc = rq_rs_fetch_file(pf->rs, pf->i, NULL, NULL, &pf->err);
+	pf->t1 = now_s();
+	return NULL;
+}
+
+/* Starts fetching file i in the background if it is needed from the hub and
+ * the hold limit allows (else remembers it for export_hf_done). */
+static void pf_start(struct export_hf *h, size_t i)
+{
+	struct lfile *lf = &h->f[i];
+	const struct rq_src_entry *e = &h->up->files[i];
+	if (h->pf.running || !h->rs || lf->fd >= 0 || lf->pre != PRE_NONE ||
+	    (!e->sha256 && !h->rf[i].blob_id) || rq_rs_path(h->rs, i))
+		return;                   /* busy, local already, or make_local reports it */
+	if (h->held_files + 1 > EXPORT_HF_HOLD) {
+		h->want = (long)i;
+		return;
+	}
+	h->want = -1;
+	lf->ours = 1;
+	rq_rs_pin(h->rs, i, 1);
+	count_held(h, i, 1);
+	h->pf = (struct prefetch){.rs = h->rs, .i = i, .t0 = now_s()};
+	if (pthread_create(&h->pf.tid, NULL, pf_main, &h->pf)) {
+		count_held(h, i, -1);    /* no thread: export fetches it when it gets there */
+		rq_rs_pin(h->rs, i, -1);
+		return;
+	}
+	h->pf.running = 1;
+	lf->pre = PRE_RUN;
+}
+
+/* Waits for the prefetch in flight, if any: its file fetched (pinned,
+ * counted) or failed (unpinned, uncounted: fetched again when read). */
+static void pf_join(struct export_hf *h)
+{
+	if (!h->pf.running)
+		return;
+	pthread_join(h->pf.tid, NULL);
+	h->pf.running = 0;
+	size_t i = h->pf.i;
+	if (h->pf.rc) {
+		h->f[i].pre = PRE_NONE;
+		count_held(h, i, -1);
+		rq_rs_pin(h->rs, i, -1);
+	} else {
+		h->f[i].pre = PRE_DONE;
+	}
+}
+
+/* File i fetched whole (now, or by the prefetch), verified and open (lf->fd);
+ * then the next file in export's order starts prefetching. */
 static int make_local(struct export_hf *h, size_t i, struct rq_err *err)
 {
 	struct lfile *lf = &h->f[i];
@@ -249,15 +357,27 @@ static int make_local(struct export_hf *h, size_t i, struct rq_err *err)
 	int rc = h->rs ? 0 : open_store(h, err);
 	if (rc)
 		return rc;
-	int had = rq_rs_path(h->rs, i) != NULL;   /* a mount's: read, never dropped */
-	if (!had)
-		lf->ours = 1;                         /* even a failed fetch leaves chunks */
+	double w0 = now_s(), dt;
+	if (h->want == (long)i)
+		h->want = -1;             /* held back, and now needed: fetched here */
+	if (h->pf.running && h->pf.i == i)
+		pf_join(h);
+	int pre = lf->pre == PRE_DONE, had = 0, counted = pre;
 	struct prog pg = {.h = h, .name = e->name, .size = e->size, .t0 = now_s()};
-	pg.last = pg.t0;                          /* a quick fetch draws no live line */
-	rq_rs_pin(h->rs, i, 1);
-	if ((rc = rq_rs_fetch_file(h->rs, i, on_fetch, &pg, err)))
-		rq_err_prefix(err, "%s", h->up->label);   /* the store names the file */
-	double dt = now_s() - pg.t0;
+	if (pre) {
+		lf->pre = PRE_NONE;
+		dt = h->pf.t1 - h->pf.t0;
+	} else {
+		had = rq_rs_path(h->rs, i) != NULL;   /* a mount's: read, never dropped */
+		if (!had)
+			lf->ours = 1;                     /* even a failed fetch leaves chunks */
+		pg.last = pg.t0;                      /* a quick fetch draws no live line */
+		rq_rs_pin(h->rs, i, 1);
+		if ((rc = rq_rs_fetch_file(h->rs, i, on_fetch, &pg, err)))
+			rq_err_prefix(err, "%s", h->up->label);   /* the store names the file */
+		dt = now_s() - pg.t0;
+	}
+	double waited = now_s() - w0;
 	const char *path = rc ? NULL : rq_rs_path(h->rs, i);
 	struct stat st;
 	if (!rc && (!path || (lf->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 ||
@@ -267,14 +387,14 @@ static int make_local(struct export_hf *h, size_t i, struct rq_err *err)
 	int line = !rc && !had && !h->o.quiet && (e->size >= (1u << 20) || is_shard(e->name));
 	if (pg.drawn && !line)
 		fprintf(stderr, "\r\033[K");          /* the live line, not followed by one */
+	if (h->planned)
+		h->st.waited += waited;
 	if (!rc && !had) {
-		h->held += e->size;
-		h->held_files++;
-		if (h->held > h->st.held_max)
-			h->st.held_max = h->held;
-		if (h->held_files > h->st.held_files_max)
-			h->st.held_files_max = h->held_files;
+		if (!counted)
+			count_held(h, i, 1);
+		counted = 1;
 		h->st.files++;
+		h->st.prefetched += pre;
 		h->st.bytes += e->size;
 		h->st.seconds += dt;
 	}
@@ -282,16 +402,25 @@ static int make_local(struct export_hf *h, size_t i, struct rq_err *err)
 		char a[32], r[32];
 		cli_human_bytes((double)e->size, a, sizeof a);
 		cli_human_bytes(dt > 0 ? e->size / dt : 0, r, sizeof r);
-		fprintf(stderr, "%srequantfs export: fetched %s (%s in %.1f s, %s/s), %s checked\n",
-		        h->tty ? "\r\033[K" : "", e->name, a, dt, r,
-		        e->sha256 ? "sha256" : "git blob id");
+		if (pre)
+			fprintf(stderr, "%srequantfs export: fetched %s ahead (%s in %.1f s, %s/s, "
+			        "waited %.1f s for it), %s checked\n", h->tty ? "\r\033[K" : "",
+			        e->name, a, dt, r, waited, e->sha256 ? "sha256" : "git blob id");
+		else
+			fprintf(stderr, "%srequantfs export: fetched %s (%s in %.1f s, %s/s), %s "
+			        "checked\n", h->tty ? "\r\033[K" : "", e->name, a, dt, r,
+			        e->sha256 ? "sha256" : "git blob id");
 	}
+	if (!rc && h->planned && h->opos[i] >= 0 && (size_t)h->opos[i] + 1 < h->norder)
+		pf_start(h, h->order[h->opos[i] + 1]);   /* fetched while export works on i */
 	if (!rc)
 		rc = check_pieces(h, i, err);
 	if (rc) {
 		if (lf->fd >= 0)
 			close(lf->fd);
 		lf->fd = -1;
+		if (counted && !had)
+			count_held(h, i, -1);
 		rq_rs_pin(h->rs, i, -1);
 	}
 	return rc;
@@ -342,7 +471,9 @@ int export_hf_open(const struct export_hf_opts *o, struct export_hf **out, struc
 	}
 	h->up = cli_hf_reader(h->hf);
 	size_t n = h->up->nfiles ? h->up->nfiles : 1;
-	if (!(h->rf = calloc(n, sizeof *h->rf)) || !(h->f = calloc(n, sizeof *h->f))) {
+	h->want = -1;
+	if (!(h->rf = calloc(n, sizeof *h->rf)) || !(h->f = calloc(n, sizeof *h->f)) ||
+	    !(h->opos = malloc(n * sizeof *h->opos))) {
 		export_hf_close(h);
 		return -ENOMEM;
 	}
@@ -351,6 +482,7 @@ int export_hf_open(const struct export_hf_opts *o, struct export_hf **out, struc
 		h->rf[i] = (struct rq_rs_file){.name = e->name, .size = e->size, .sha256 = e->sha256,
 		                               .blob_id = cli_hf_blob_id(h->hf, i)};
 		h->f[i].fd = -1;
+		h->opos[i] = -1;
 	}
 	h->rd = *h->up;
 	h->rd.ctx = h;
@@ -369,11 +501,36 @@ void export_hf_planned(struct export_hf *h)
 	h->planned = 1;
 }
 
+int export_hf_order(struct export_hf *h, const size_t *order, size_t n)
+{
+	size_t *o = malloc((n ? n : 1) * sizeof *o);
+	if (!o)
+		return -ENOMEM;
+	free(h->order);
+	h->order = o;
+	h->norder = 0;
+	for (size_t i = 0; i < h->up->nfiles; i++)
+		h->opos[i] = -1;
+	for (size_t k = 0; k < n; k++)
+		if (order[k] < h->up->nfiles && h->opos[order[k]] < 0) {
+			h->opos[order[k]] = (long)h->norder;
+			o[h->norder++] = order[k];
+		}
+	return 0;
+}
+
 void export_hf_done(struct export_hf *h, size_t i)
 {
 	if (!h || i >= h->up->nfiles)
 		return;
 	struct lfile *lf = &h->f[i];
+	if (h->pf.running && h->pf.i == i)
+		pf_join(h);              /* prefetched but not read after all */
+	if (lf->pre == PRE_DONE) {
+		lf->pre = PRE_NONE;
+		count_held(h, i, -1);
+		rq_rs_pin(h->rs, i, -1);
+	}
 	if (lf->fd >= 0) {
 		close(lf->fd);
 		lf->fd = -1;
@@ -386,6 +543,10 @@ void export_hf_done(struct export_hf *h, size_t i)
 	if (lf->ours && h->rs)
 		rq_rs_drop(h->rs, i);
 	lf->ours = 0;
+	if (h->want == (long)i)
+		h->want = -1;
+	if (h->want >= 0 && !h->pf.running)
+		pf_start(h, (size_t)h->want);   /* held back by EXPORT_HF_HOLD until now */
 }
 
 void export_hf_stats(const struct export_hf *h, struct export_hf_stats *st)
@@ -402,10 +563,22 @@ void export_hf_close(struct export_hf *h)
 {
 	if (!h)
 		return;
-	for (size_t i = 0; h->f && i < h->up->nfiles; i++) {
+	h->want = -1;
+	/* the files not in flight dropped while the store works; then the
+	 * prefetch cancelled and joined before the store goes (its file's
+	 * chunks stay in --cache's store: the cancelled store drops nothing;
+	 * a temporary one is removed whole) */
+	for (size_t i = 0; h->f && i < h->up->nfiles; i++)
+		if (!h->pf.running || h->pf.i != i)
+			export_hf_done(h, i);
+	if (h->pf.running) {
+		rq_rs_cancel(h->rs);
+		size_t i = h->pf.i;
+		pf_join(h);
 		export_hf_done(h, i);
-		free(h->f[i].pc);
 	}
+	for (size_t i = 0; h->f && i < h->up->nfiles; i++)
+		free(h->f[i].pc);
 	rq_rs_close(h->rs);
 	if (h->tmpdir) {
 		nftw(h->tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
@@ -413,6 +586,8 @@ void export_hf_close(struct export_hf *h)
 	}
 	free(h->f);
 	free(h->rf);
+	free(h->opos);
+	free(h->order);
 	cli_hf_close(h->hf);
 	free(h);
 }

@@ -13,16 +13,28 @@
  * through the store too, so they are checked even without an LFS sha256
  * (by their git blob id).
  *
+ * Overlap: once export said in which order it reads SRC files
+ * (export_hf_order), the next file is fetched on a background thread while
+ * export works on the current one, so fetching and quantizing/writing
+ * overlap; a failed prefetch fails nothing by itself (the file is fetched
+ * again when export reaches it, and that error is reported).
+ *
  * Disk: export calls export_hf_done(F) once it no longer needs F (after the
  * last virtual file that reads it), which drops F from the store; export goes
- * shard by shard, so about two SRC files are on disk at once. A file the
- * store already held verified before export (a mount's) is read, not
- * dropped. Single-threaded, like rq_export. */
+ * shard by shard, so about two SRC files are on disk at once, and never more
+ * than EXPORT_HF_HOLD fetched or being fetched (a prefetch that would pass it
+ * waits for a file to be done). A file the store already held verified
+ * before export (a mount's) is read, not dropped. Every function is called
+ * from one thread (export's); the prefetch thread is internal. */
 #ifndef RQ_TOOLS_EXPORT_HF_H
 #define RQ_TOOLS_EXPORT_HF_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* The most SRC files export fetched that are on disk (or being fetched) at
+ * once: the one export finishes, the one it works on, the next, prefetched. */
+#define EXPORT_HF_HOLD 3
 
 struct rq_err;
 struct rq_src_reader;
@@ -47,6 +59,10 @@ int export_hf_open(const struct export_hf_opts *o, struct export_hf **out, struc
 const struct rq_src_reader *export_hf_reader(struct export_hf *h);
 /* The plan is built: from now on every read is of a verified copy. */
 void export_hf_planned(struct export_hf *h);
+/* Export reads reader files order[0..n) in this order (rq_export's
+ * src_order, mapped to reader indices; copied): the next one is prefetched
+ * while export works on one. Without it nothing is prefetched. 0 or -ENOMEM. */
+int export_hf_order(struct export_hf *h, const size_t *order, size_t n);
 /* Reader file i is no longer needed: dropped from the store if export
  * fetched it. */
 void export_hf_done(struct export_hf *h, size_t i);
@@ -54,14 +70,19 @@ void export_hf_done(struct export_hf *h, size_t i);
 struct export_hf_stats {
 	size_t files;              /* SRC files fetched and verified */
 	uint64_t bytes;            /* their bytes */
-	double seconds;            /* spent fetching and verifying them */
+	double seconds;            /* spent fetching and verifying them (summed per file: with
+	                              prefetch, more than the wall time export waited) */
+	double waited;             /* export waited for fetches (foreground ones, and the end of
+	                              a prefetch it reached): the part not overlapped */
+	size_t prefetched;         /* files fetched in the background */
 	uint64_t held_max;         /* the most bytes of fetched SRC files on disk at once */
 	size_t held_files_max;     /* the most fetched SRC files on disk at once */
 	uint64_t refetches;        /* hash mismatches (a file is fetched again once) */
 };
 void export_hf_stats(const struct export_hf *h, struct export_hf_stats *st);
 
-/* Drops what export fetched, closes the store, removes the temporary
+/* Cancels a prefetch in flight (the store's requests end at once) and
+ * joins it, drops what export fetched, closes the store, removes the temporary
  * directory. NULL is fine. */
 void export_hf_close(struct export_hf *h);
 

@@ -2,12 +2,15 @@
 """`requantfs export hf://ORG/NAME@REV OUT` against a local hub (tests/hubsrv.py), issue 20:
 no byte the hub sent reaches OUT or a cache key unverified.
   - a clean export (--no-cache) equals export of the local copy, each SRC byte fetched
-    about once, its temporary store next to OUT removed, at most 2 SRC files on disk;
+    about once, its temporary store next to OUT removed, at most 3 SRC files on disk
+    (the next fetched ahead while export works on one);
   - one wrong answer for a requantized and an unchanged shard: fetched again, export
     succeeds and equals the local export;
   - wrong answers for ever: export fails naming the file, the hub's sha256 and what
     came; OUT holds no file (no wrong byte), nothing left next to OUT;
   - a wrong header by range (valid JSON, not the file's): export fails naming the file;
+    when it fails so while the next file is being fetched ahead (stalled by the hub),
+    export returns promptly (the prefetch cancelled), nothing in or next to OUT;
   - --cache C: the store lives in C/remote/ and is empty again after the export;
   - a shard without LFS sha256 is checked by its git blob id; a file with neither hash
     is refused;
@@ -110,8 +113,12 @@ def body(T, hub, ep):
     ok(re.search(r"fetched %d SRC files of hf://synthetic/ckpt@%s" % (len(sizes), C1), o) and
        "fetched " + X in o, "export says what it fetched (per shard, and in all)", o)
     nf, nb = held(o)
-    ok(nf is not None and nf <= 2 and nb <= sizes[0] + sizes[1] + 1024,
-       "at most 2 SRC files on disk at once (dropped once written)", o[-600:])
+    ok(nf is not None and nf <= 3 and nb <= sizes[0] + sizes[1] + sizes[2] + 1024,
+       "at most 3 SRC files on disk at once (dropped once written; the one export finishes, "
+       "the one it works on, the next, fetched meanwhile)", o[-600:])
+    m = re.search(r"(\d+) fetched ahead while export worked", o)
+    ok(m and int(m[1]) >= len([n for n in sizes if n]) // 2,
+       "most SRC files were fetched ahead, while export worked on the one before", o[-600:])
     ok(hub.sent <= total + 2 * 1024 * 1024, f"about each SRC byte fetched once: {hub.sent} "
        f"bytes for {total} of SRC (+ headers)")
     left = left_next_to(out)
@@ -157,6 +164,30 @@ def body(T, hub, ep):
         ok(rc == 1 and Z in o and "header" in o and not files,
            f"{Z}'s header answered wrong by range: export fails naming it, OUT empty",
            f"rc {rc} files {files}\n{o[-1500:]}")
+
+    # 4b. export fails while the next file is being fetched ahead: the prefetch
+    # (stalled by the hub for longer than the test waits) is cancelled, export
+    # returns promptly with the error, nothing in OUT or next to it
+    shards = sorted(same + changed)
+    Z = next((n for n in shards[:-1]
+              if read(os.path.join(src, n))[header_len(os.path.join(src, n)) - 1:
+                                           header_len(os.path.join(src, n))] == b" "), None)
+    if ok(Z is not None, "a shard but the last whose header ends in padding"):
+        Y = shards[shards.index(Z) + 1]
+        out = os.path.join(tmp, "out4b")
+        hub.reset(wrong_head=Z, stall=60, stall_file=Y,
+                  stall_from=header_len(os.path.join(src, Y)) + 1)
+        t0 = time.monotonic()
+        rc, o = export(T, ep, out, "--no-cache")
+        dt = time.monotonic() - t0
+        files = os.listdir(out) if os.path.isdir(out) else []
+        ok(Y in hub.stalled, f"{Y} was being fetched ahead when export of {Z} failed",
+           hub.stalled)
+        ok(rc == 1 and Z in o and "header" in o and dt < 20,
+           f"export fails naming {Z} in {dt:.1f} s (the prefetch of {Y}, stalled 60 s by the "
+           "hub, cancelled, not waited for)", f"rc {rc}\n{o[-1500:]}")
+        ok(not files and not left_next_to(out), "OUT empty, nothing left next to OUT",
+           (files, left_next_to(out)))
 
     # 5. --cache C: the store in C/remote/, empty again after the export
     out, cache = os.path.join(tmp, "out5"), os.path.join(tmp, "cache5")
