@@ -39,7 +39,10 @@
  * blocks fail their checksums, a miss, never a wrong byte. Stores sharing
  * the directory (other mounts, other nodes) write the same bytes at the
  * same offsets; one that assembles renames data away and removes the
- * directory, and the others find files/<id> instead.
+ * directory, and the others find files/<id> instead. A store whose chunks
+ * went that way may write a later chunk into a new, sparse data file (of
+ * the full size when it is the last chunk): rqr_publish publishes data only
+ * when every chunk's sum file is beside it, and never over files/<id>.
  */
 #include "remote/chunk.h"
 
@@ -429,9 +432,9 @@ int rqr_chunk_hash(int dfd, const char *dir, uint64_t idx, uint32_t chunk_size,
 	return rc;
 }
 
-int rqr_publish(int dfd, const char *dir, const char *id, uint64_t size)
+int rqr_publish(int dfd, const char *dir, const char *id, uint64_t size, uint64_t nchunks)
 {
-	char name[512], dname[512];
+	char name[512], dname[512], sname[512];
 	if (snprintf(name, sizeof name, "files/%s", id) >= (int)sizeof name ||
 	    data_name(dname, sizeof dname, dir))
 		return -ENAMETOOLONG;
@@ -439,19 +442,36 @@ int rqr_publish(int dfd, const char *dir, const char *id, uint64_t size)
 		return -errno;                       /* an empty file has no chunk: make it */
 	int fd = openat(dfd, dname, O_RDWR | O_CLOEXEC | O_NOFOLLOW | (size ? 0 : O_CREAT), 0644);
 	if (fd < 0)
-		return errno == ENOENT ? -EBADMSG : -errno;   /* gone: refetch all */
+		return errno == ENOENT ? -ESTALE : -errno;   /* moved by another store's publish */
 	struct stat st;
 	int rc = 0;
 	if (fstat(fd, &st) < 0)
 		rc = -errno;
 	else if ((uint64_t)st.st_size != size)
 		rc = -EBADMSG;                       /* bytes past the end: not this file */
+	/* Every chunk's sum is here: else another store sharing the cache
+	 * assembled the file and removed dir, and this data is a new one that
+	 * holds only the chunks written since (sparse, zeros elsewhere, maybe
+	 * already of the full size): the bytes the caller hashed are not in it. */
+	for (uint64_t c = 0; !rc && c < nchunks; c++)
+		if (sum_name(sname, sizeof sname, dir, c) ||
+		    fstatat(dfd, sname, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			rc = -ESTALE;
 	if (!rc && fsync(fd) < 0)
 		rc = -errno;
 	if (close(fd) < 0 && !rc)
 		rc = -errno;
-	if (!rc && renameat(dfd, dname, dfd, name) < 0)
+	/* Never over a published file: files/<id> is only ever made by this
+	 * rename of checked bytes (another store's: the caller takes it). */
+	if (!rc && renameat2(dfd, dname, dfd, name, RENAME_NOREPLACE) < 0) {
 		rc = -errno;
+		if (rc == -EINVAL) {                 /* a file system without NOREPLACE */
+			rc = faccessat(dfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0 ? -EEXIST
+			     : renameat(dfd, dname, dfd, name) < 0 ? -errno : 0;
+		}
+		if (rc == -ENOENT)
+			rc = -ESTALE;                    /* moved meanwhile by another store's publish */
+	}
 	if (rc)
 		return rc;
 	int ffd = openat(dfd, "files", O_RDONLY | O_DIRECTORY | O_CLOEXEC);

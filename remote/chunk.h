@@ -64,10 +64,14 @@ int rqr_chunk_hash(int dfd, const char *dir, uint64_t idx, uint32_t chunk_size,
                    uint64_t idhash, uint32_t len, struct rqr_hash *h);
 
 /* Publishes dir/data, whose bytes the caller has checked, as files/<id>:
- * its size checked, fsync, rename (no copy), fsync files/ (the caller then
- * drops dir's sum files). 0; -EBADMSG: data is gone or not size bytes
- * (refetch it all); other -errno. */
-int rqr_publish(int dfd, const char *dir, const char *id, uint64_t size);
+ * its size and the sum files of its nchunks chunks checked, fsync, rename
+ * (no copy, never over an existing files/<id>), fsync files/ (the caller
+ * then drops dir's sum files). 0; -EBADMSG: data is not size bytes (refetch
+ * it all); -ESTALE: data is gone or a chunk's sum is (another store sharing
+ * the cache assembled the file and removed dir: this data is not the bytes
+ * the caller checked); -EEXIST: files/<id> is there (published by another
+ * store), data left as it is; other -errno. */
+int rqr_publish(int dfd, const char *dir, const char *id, uint64_t size, uint64_t nchunks);
 
 /* Unlinks every chunk of dir and dir itself; the bytes it freed. */
 uint64_t rqr_chunk_drop_all(int dfd, const char *dir);

@@ -305,8 +305,12 @@ int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err)
 	/* the hash fed as the chunks came (rshash.c), finished; then the data
 	 * published as it is: no read-through of the file */
 	int rc = rqr_hash_finish(s, fi, &bad, got);
-	if (!rc && (rc = rqr_publish(s->dfd, f->dir, f->id, f->size)) == -EBADMSG)
+	if (!rc && (rc = rqr_publish(s->dfd, f->dir, f->id, f->size, f->nchunks)) == -EBADMSG)
 		bad = -1;
+	if (rc == -EEXIST && !on_disk(f) && unlink(f->apath) == 0)   /* a wrong-size leftover */
+		rc = rqr_publish(s->dfd, f->dir, f->id, f->size, f->nchunks);
+	if (rc == -EEXIST || rc == -ESTALE)     /* another store sharing the cache assembled it */
+		rc = on_disk(f) ? 0 : -ESTALE;      /* published (verified by it): taken as ours */
 	if (!rc) {
 		pthread_mutex_lock(&s->mu);
 		f->assembled = 1;                  /* readers of chunks that vanish turn to it */
@@ -323,13 +327,18 @@ int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err)
 	pthread_mutex_lock(&s->mu);
 	f->assembling = 0;
 	rqr_hash_reset(s, f);                  /* taken (or fed in part): begins again */
-	if (!rc || (rc == -EBADMSG && bad < 0)) {
+	if (!rc || (rc == -EBADMSG && bad < 0) || rc == -ESTALE) {
 		for (uint64_t c = 0; c < f->nchunks; c++)
 			rqr_forget_chunk(s, f, c);
 		if (!rc)
 			s->st.bytes_on_disk += f->size;
 	}
-	if (rc == -EBADMSG && bad >= 0) {
+	if (rc == -ESTALE) {                       /* our chunks went with another's assembly */
+		s->st.refetches++;
+		rc = rq_errf(err, -EBADMSG, "%s: its chunks under %s/%s were taken by another store "
+		             "sharing the cache (it assembled the file, which is gone since): "
+		             "fetching them again", f->name, s->root, f->dir);
+	} else if (rc == -EBADMSG && bad >= 0) {
 		rqr_forget_chunk(s, f, (uint64_t)bad);
 		s->st.refetches++;
 		rq_errf(err, -EBADMSG, "%s: chunk %lld on disk is corrupt", f->name, (long long)bad);

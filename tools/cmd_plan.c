@@ -10,6 +10,7 @@
 #include "tools/cli.h"
 #include "tools/cli_scheme.h"
 #include "tools/cli_hf.h"
+#include "tools/cli_hf_cache.h"
 #include "base/err.h"
 #include "base/grow.h"
 #include "job/job.h"
@@ -19,6 +20,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <stdint.h>
@@ -29,7 +31,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	"usage: requantfs plan SRC --scheme S [--targets T]... [--ignore I]... [--recipe R] [--json]\n"
-	"                      [--endpoint URL]\n"
+	"                      [--endpoint URL] [--cache DIR]\n"
 	"       requantfs plan SRC --calib CALIB [--drop-ignore RULE] [--rule-scheme S]\n"
 	"                      [--recipe R] [--json]\n"
 	"                      [--measure N [--device D] [--threads N]]\n\n"
@@ -46,6 +48,11 @@ static void usage(FILE *f)
 	"  --calib hf://ORG/NAME[@REV]  the scales fetched as `calib fetch` does\n"
 	"  --endpoint URL     for hf://: the hub or mirror to ask (default $HF_ENDPOINT, else\n"
 	"                     https://huggingface.co); token: $HF_TOKEN or huggingface_hub's file\n"
+	"  --cache DIR        for hf:// with HF_HUB_OFFLINE=1: answer from the cache of a mount\n"
+	"                     that saw the revision (its file list, small files and shard\n"
+	"                     headers; nothing is fetched); default: the mount's default cache\n"
+	"                     ($XDG_CACHE_HOME/requantfs, else ~/.cache/requantfs). Online it is\n"
+	"                     not read: the plan asks the hub, as without it\n"
 	"  --scheme S         nvfp4 (W4A4, with --calib from `calib run`), nvfp4a16,\n"
 	"                     fp8-dynamic, w8a16, w4a16 (see `requantfs export --help`)\n"
 	"  --targets T        a module to quantize (name, re:PATTERN, Linear); repeatable\n"
@@ -524,6 +531,31 @@ static int plan_remote(const struct rq_plan_opts *cpo, struct cli_hf *hf, long n
 static int plan_remote_memo(const struct rq_plan_opts *cpo, struct cli_hf *hf, long nmeasure,
                             const struct rq_quantizer_opts *qo, int json, const char *src);
 
+/* HF_HUB_OFFLINE=1: spec from the cache dir (NULL: the mount's default),
+ * which must exist: its kept model API answer (cli_hf_open_cached) and what a
+ * mount left there (cli_hf_cache). 0 or -errno with a message. */
+static int open_offline(const char *spec, const char *endpoint, const char *dir,
+                        struct cli_hf **hf, struct cli_hf_cache **hc, struct rq_err *err)
+{
+	char *def = dir ? NULL : cli_default_cache();
+	const char *d = dir ? dir : def;
+	struct stat st;
+	int rc;
+	if (!d)
+		return -ENOMEM;
+	if (stat(d, &st) || !S_ISDIR(st.st_mode))
+		rc = rq_errf(err, -ENOENT, "%s: HF_HUB_OFFLINE=1 and %s cache %s does not exist: give "
+		             "--cache DIR of a mount that saw this revision, or unset HF_HUB_OFFLINE "
+		             "to ask the hub", spec, dir ? "the" : "the default", d);
+	else if (!(rc = cli_hf_open_cached(spec, endpoint, d, hf, err)) &&
+	         (rc = cli_hf_cache_open(*hf, d, hc, err))) {
+		cli_hf_close(*hf);
+		*hf = NULL;
+	}
+	free(def);
+	return rc;
+}
+
 /* sc: the scheme options, freed by cmd_plan. */
 static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 {
@@ -531,8 +563,8 @@ static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 		CLI_SCHEME_OPTIONS, {"json", no_argument, 0, 'j'},
 		{"measure", required_argument, 0, 'm'}, {"device", required_argument, 0, 'D'},
 		{"threads", required_argument, 0, 't'}, {"endpoint", required_argument, 0, 'e'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	const char *endpoint = NULL;
+		{"cache", required_argument, 0, 'C'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	const char *endpoint = NULL, *cache = NULL;
 	struct rq_plan_opts po = {0};
 	struct rq_quantizer_opts qo = {.device = "auto"};
 	int c, rc, json = 0;
@@ -554,6 +586,7 @@ static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 		case 'D': qo.device = optarg; break;
 		case 't': qo.threads = atoi(optarg); break;
 		case 'e': endpoint = optarg; break;
+		case 'C': cache = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -571,23 +604,32 @@ static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 	const char *src = argv[optind];
 	struct rq_err err = {0};
 	struct cli_hf *hf = NULL;
+	struct cli_hf_cache *hc = NULL;
 	if (cli_hf_is(src)) {
 		if (nmeasure)
 			return cli_fail(2, "plan", "--measure needs the weights on disk; not with an "
 			                "hf:// SRC");
-		if ((rc = cli_hf_open(src, endpoint, &hf, &err)))
+		if (cli_hf_offline())
+			rc = open_offline(src, endpoint, cache, &hf, &hc, &err);
+		else
+			rc = cli_hf_open(src, endpoint, &hf, &err);
+		if (rc)
 			return cli_fail(1, "plan", "%s", err.msg);
-		po.reader = cli_hf_reader(hf);
+		po.reader = hc ? cli_hf_cache_reader(hc) : cli_hf_reader(hf);
 		po.src = src = po.reader->label;   /* the pinned commit is what was planned */
 		if (cli_hf_skipped(hf))
 			fprintf(stderr, "requantfs plan: warning: %s: %zu file(s) in subdirectories are "
 			        "not part of SRC\n", po.src, cli_hf_skipped(hf));
 	} else if (endpoint && !cli_hf_is(po.calib)) {
 		return cli_fail(2, "plan", "--endpoint is for an hf://ORG/NAME[@REV] SRC or --calib");
+	} else if (cache) {
+		return cli_fail(2, "plan", "--cache %s is for an hf://ORG/NAME[@REV] SRC (planned "
+		                "offline from a mount's cache)", cache);
 	}
 	char *calib_tmp = NULL;
 	if (cli_hf_is(po.calib)) {
 		if ((rc = cli_hf_calib(po.calib, endpoint, &calib_tmp, &err))) {
+			cli_hf_cache_close(hc);
 			cli_hf_close(hf);
 			return cli_fail(1, "plan", "%s", err.msg);
 		}
@@ -597,6 +639,7 @@ static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 	if (calib_tmp)
 		unlink(calib_tmp);
 	free(calib_tmp);
+	cli_hf_cache_close(hc);
 	cli_hf_close(hf);
 	return rc;
 }

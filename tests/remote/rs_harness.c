@@ -38,6 +38,20 @@ void on_log(void *ctx, const char *msg)
 	pthread_mutex_unlock(&log_mu);
 }
 
+const char *logbuf_tail(void)
+{
+	static char tail[320];
+	pthread_mutex_lock(&log_mu);
+	size_t l = strlen(logbuf);
+	size_t from = l > 300 ? l - 300 : 0;
+	memcpy(tail, logbuf + from, l - from + 1);
+	pthread_mutex_unlock(&log_mu);
+	for (char *p = tail; *p; p++)
+		if (*p == '\n')
+			*p = '|';
+	return tail;
+}
+
 int log_has(const char *s)
 {
 	pthread_mutex_lock(&log_mu);

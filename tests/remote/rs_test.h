@@ -28,6 +28,7 @@ void rs_teardown(void);
 
 void on_log(void *ctx, const char *msg);
 int log_has(const char *s);        /* a store logged a line holding s */
+const char *logbuf_tail(void);    /* the last 300 bytes the stores logged ('|' for newlines) */
 double now_s(void);
 cJSON *ctl(const char *q);         /* GET /_ctl/<q>: the hub's state (caller frees) */
 void ctl_do(const char *q);        /* "reset" first waits for requests in flight (<= 2 s) */

@@ -212,6 +212,40 @@ static void test_drop_mid(void)
 	rq_rs_close(s);
 }
 
+/* Two stores sharing a cache: store b holds chunks 0..n-2 of a file (hashed
+ * from its buffers); store a fetches the file whole, assembles and publishes
+ * it (its chunk directory, data and sums, removed); then b fetches the last
+ * chunk, which lands in a new, sparse data file: b's hash is right (its
+ * buffers), but the data it would publish holds only that chunk. The
+ * published file must stay the right bytes, and b must serve right bytes. */
+static void test_shared_publish(void)
+{
+	ctl_do("reset");
+	uint64_t n = (sizes[FB] + CS - 1) / CS, last = (n - 1) * CS;
+	struct rq_rs *a = open_store("sharepub", 2, 0, 0, 0), *b = open_store("sharepub", 2, 0, 0, 0);
+	int bad = read_eq(b, FB, 0, last, 0, NULL) != 0;
+	bad += !wait_sums("sharepub", FB, 0, n - 2);
+	struct rq_err e = {0};
+	int rc = rq_rs_fetch_file(a, FB, NULL, NULL, &e);
+	const char *pa = rq_rs_path(a, FB);
+	char path[700];
+	snprintf(path, sizeof path, "%s", pa ? pa : "(none)");
+	int first = rc == 0 && pa && file_equals(pa, FB);
+	int rb = read_eq(b, FB, last, sizes[FB] - last, 0, NULL);
+	struct rq_err e2 = {0};
+	int rc2 = rq_rs_fetch_file(b, FB, NULL, NULL, &e2);
+	const char *pb = rq_rs_path(b, FB);
+	TAP_OK(!bad && first && rb == 0 && file_equals(path, FB),
+	       "store a published %s while store b held chunks 0-%llu; b fetched the last chunk "
+	       "after: the published file is still right (rc %d %s; b's read %d)", names[FB],
+	       (unsigned long long)(n - 2), rc, e.msg, rb);
+	TAP_OK(rc2 == 0 && pb && !strcmp(pb, path) && file_equals(pb, FB) &&
+	       read_eq(b, FB, 0, sizes[FB], 0, NULL) == 0,
+	       "and store b serves that file: its path, right bytes whole (rc %d %s)", rc2, e2.msg);
+	rq_rs_close(a);
+	rq_rs_close(b);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -224,6 +258,7 @@ int main(int argc, char **argv)
 	test_out_of_order();
 	test_reopened();
 	test_drop_mid();
+	test_shared_publish();
 	rs_teardown();
 	if (!tap_failed)
 		tap_rmtree(tmp);

@@ -215,10 +215,13 @@ static void test_basic_and_cache(void)
 	struct rq_rs_stats s2;
 	rq_rs_stats(s, &s2);
 	st = ctl("stats");
-	TAP_OK(c >= 0 && rc == 0 && file_equals(rq_rs_path(s, FB), FB) &&
-	       s2.refetches == ss.refetches + 1 && ranges_of(st, FB, 1) == 1,
+	int right = file_equals(rq_rs_path(s, FB), FB);
+	TAP_OK(c >= 0 && rc == 0 && right && s2.refetches == ss.refetches + 1 &&
+	       ranges_of(st, FB, 1) == 1,
 	       "assembly finds a chunk bad on disk: it alone is refetched, the file right (rc %d "
-	       "%s; chunk 1 asked %d times)", rc, e.msg, ranges_of(st, FB, 1));
+	       "%s; file right %d; %llu refetches; chunk 1 asked %d times; logged: %.300s)", rc,
+	       e.msg, right, (unsigned long long)(s2.refetches - ss.refetches),
+	       ranges_of(st, FB, 1), logbuf_tail());
 	cJSON_Delete(st);
 
 	/* drop: the file and its chunks go; a read fetches again */
