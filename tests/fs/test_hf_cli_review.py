@@ -84,8 +84,10 @@ def body(tmp, hub, ep):
     offline(tmp, hub, ep)
     rc, out = run("plan", "hf://synthetic/ckpt@main", "--calib", cal, "--endpoint", ep,
                   env=dict(env, HF_HUB_OFFLINE="1"))
-    ok(rc == 1 and "hf download synthetic/ckpt --revision main" in out,
-       "offline plan hf:// says how to get a local snapshot instead", out)
+    ok(rc == 1 and "HF_HUB_OFFLINE=1" in out and "synthetic/ckpt" in out and
+       ("mount it once online" in out or "--cache DIR" in out),
+       "offline plan hf:// of a revision no mount's cache has seen: refused, saying what to "
+       "do (plan_hf_offline covers one that was seen)", out)
 
     # options that make no sense for the SRC given: usage errors before any work
     mrv = os.path.join(tmp, "mnt-rv")
