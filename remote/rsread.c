@@ -303,8 +303,18 @@ int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err)
 	int64_t bad;
 	char got[65];
 	/* the hash fed as the chunks came (rshash.c), finished; then the data
-	 * published as it is: no read-through of the file */
+	 * published as it is, unless another live store shares the cache: then
+	 * its bytes may no longer be the ones hashed, and they are read back
+	 * and checked whole first (rsshare.c) */
 	int rc = rqr_hash_finish(s, fi, &bad, got);
+	if (!rc && rqr_share_shared(s)) {
+		rc = rqr_verify_disk(s, fi, &bad, got);
+		pthread_mutex_lock(&s->mu);
+		s->st.verified_from_disk++;
+		pthread_mutex_unlock(&s->mu);
+		if (rc == -ENOENT)                  /* chunks gone: assembled by another? */
+			rc = on_disk(f) ? -EEXIST : -ESTALE;
+	}
 	if (!rc && (rc = rqr_publish(s->dfd, f->dir, f->id, f->size, f->nchunks)) == -EBADMSG)
 		bad = -1;
 	if (rc == -EEXIST && !on_disk(f) && unlink(f->apath) == 0)   /* a wrong-size leftover */

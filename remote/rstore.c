@@ -70,9 +70,9 @@
  *    takes mu and starts again). A chunk found bad while hashing is
  *    forgotten and refetched, as a reader finding it would.
  *  - A mismatch behaves as before: every chunk dropped, refetched once,
- *    then failed. What is no longer caught: a chunk's bytes changed on
- *    disk after they were hashed from the buffer and before assembly (the
- *    same trust the assembled file gets afterwards).
+ *    then failed. A chunk's bytes changed on disk after they were hashed
+ *    from the buffer (another store writing the same data file) are caught
+ *    by the read-back of "Sharing" below, done whenever that can happen.
  *
  * A read without RQ_RS_NOKEEP takes a reference on every fetch it needs
  * (creating the missing ones, in order, at the queue's tail), then copies
@@ -109,6 +109,14 @@
  *    trimmed at open. A chunk's bytes are never evicted alone (they live in
  *    the file's sparse data); eviction never breaks a reader: the file is
  *    marked absent first and its chunk writers wait for the unlinks.
+ *
+ * Sharing (rsshare.c). Stores on one cache (two mounts, nodes over NFS)
+ * write the same chunks/<id>-<size>/data, so another store's wrong bytes
+ * can overwrite a chunk this one hashed from its buffer. Each store holds
+ * a flock'd stores/<host>-<pid>-<random> while open; assembly asks whether
+ * another is live (stale entries removed): if so (or flock fails) it reads
+ * the data back, block sums and SHA-256 checked, before publishing
+ * (verified_from_disk); else the in-order hash alone decides (fast path).
  *
  * Locking: one mutex (s->mu) guards the queues, every file's and fetch's
  * state and the counters; no I/O happens under it. budget_mu guards the
@@ -557,7 +565,7 @@ int rq_rs_open(const struct rq_rs_opts *o, struct rq_rs **out, struct rq_err *er
 	if (!s)
 		return -ENOMEM;
 	int rc = -ENOMEM;
-	s->dfd = -1;
+	s->dfd = s->reg_fd = -1;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->budget_mu, NULL);
 	pthread_cond_init(&s->work_cv, NULL);
@@ -600,6 +608,7 @@ int rq_rs_open(const struct rq_rs_opts *o, struct rq_rs **out, struct rq_err *er
 		rc = rq_errf(err, -errno, "remote store: cannot open %s: %s", s->root, strerror(errno));
 		goto fail;
 	}
+	rqr_share_register(s);
 	rc = -ENOMEM;
 	s->files = calloc(o->nfiles ? o->nfiles : 1, sizeof *s->files);
 	if (!s->files)
@@ -704,8 +713,10 @@ void rq_rs_close(struct rq_rs *s)
 	for (int i = 0; i < s->npool; i++)
 		free(s->pool[i]);
 	free(s->pool);
-	if (s->dfd >= 0)
+	if (s->dfd >= 0) {
+		rqr_share_unregister(s);
 		close(s->dfd);
+	}
 	free(s->root);
 	free(s->repo);
 	free(s->commit);

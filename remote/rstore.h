@@ -142,6 +142,9 @@ struct rq_rs_stats {
 	 * hashed from the fetch's buffer, and read back from disk (a chunk that
 	 * came before the ones ahead of it, or one stored by an earlier store) */
 	uint64_t hashed_from_buffer, hashed_from_disk;
+	/* assemblies that read the whole file back from disk before publishing
+	 * it, because another live store shares the cache (rstore.c) */
+	uint64_t verified_from_disk;
 };
 void rq_rs_stats(struct rq_rs *s, struct rq_rs_stats *out);
 

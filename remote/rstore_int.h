@@ -129,6 +129,10 @@ struct rq_rs {
 	pthread_mutex_t budget_mu;
 	uint64_t (*others)(void *ctx);   /* budget_mu */
 	void *others_ctx;                /* budget_mu */
+	/* sharing (rsshare.c): our registration stores/<reg_name>, held locked */
+	int reg_fd;                /* -1: not registered */
+	char reg_name[128];
+	int share_always;          /* not registered (or no flock): always "shared" */
 };
 
 void rqr_log(struct rq_rs *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -169,6 +173,17 @@ void rqr_refetch_all(struct rq_rs *s, size_t fi);            /* mu held */
 int rqr_reserve(struct rq_rs *s, size_t fi, uint64_t need);
 /* ns since the epoch, for last_use. */
 int64_t rqr_now_ns(void);
+/* rsshare.c (no lock held). register: at open, never fails (a store that
+ * cannot register counts the cache as shared); unregister: at close.
+ * shared: 1 when another live store may write into this cache's chunks
+ * (stale registrations removed on the way), else 0. verify_disk: file fi's
+ * bytes read back from disk, every block checked against its sum, hashed
+ * and compared with the hub's: 0; -EBADMSG with *bad >= 0 (chunk *bad bad)
+ * or *bad -1 (hashes to got); -ENOENT with *bad: chunk *bad gone; -errno. */
+void rqr_share_register(struct rq_rs *s);
+void rqr_share_unregister(struct rq_rs *s);
+int rqr_share_shared(struct rq_rs *s);
+int rqr_verify_disk(struct rq_rs *s, size_t fi, int64_t *bad, char got[65]);
 int rqr_enter(struct rq_rs *s);                              /* -ECANCELED when closing */
 void rqr_leave(struct rq_rs *s);
 
