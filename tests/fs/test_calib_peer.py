@@ -101,7 +101,7 @@ def check_model(tmp, name, model_dir):
               f"{name}: calib run (BF16 scales and a BF16 forward: a BF16 checkpoint)", out):
         return
     for line in out.splitlines():
-        if "bench:" in line:
+        if "bench:" in line or "calibration pass:" in line:
             print("# " + line)
     h, _ = rqtap.st_header(cal)
     ok(h["__metadata__"].get("calib_forward_dtype") == "bf16", f"{name}: the file records "

@@ -47,8 +47,12 @@ def body(tmp):
     f = os.path.join(tmp, "f.safetensors")
     rc, out = run("calib", "run", src, "--text", txt, "--tokens", "150", "-o", f)
     ok(rc == 0 and "scales from 150 tokens" in out, "calib run --text writes scales", out)
-    ok("bench: observing" in out and "prefill of the same model" in out,
-       "calib run prints the bench line (observing vs prefill tok/s)", out)
+    ok("the calibration pass: 150 tokens" in out and "bench:" not in out,
+       "calib run gives the pass's rate, and no bench without --bench", out)
+    rc, out = run("calib", "run", src, "--text", txt, "--tokens", "150", "--bench", "-o", f)
+    ok(rc == 0 and "bench: observing" in out and "prefill of the same model" in out
+       and "the first 150 tokens as one prefill" in out,
+       "calib run --bench times the same tokens as one prefill (observing vs prefill tok/s)", out)
     h, _ = rqtap.st_header(f)
     meta = h.get("__metadata__", {})
     ids = meta.get("calib_token_ids", "")
