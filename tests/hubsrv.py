@@ -2,7 +2,9 @@
 a Python http.server on 127.0.0.1 answering the model API
 (/api/models/{repo}/revision/{rev}?blobs=true: commit "sha", "siblings" with
 sizes, blob ids and LFS sha256) and /{repo}/resolve/{rev}/{file} with ranges
-(206, redirected to a "CDN" path at the commit, as the hub does), serving
+(206, redirected to a "CDN" path at the commit on a second port and host name,
+localhost instead of 127.0.0.1, as the hub sends its CDN's; hub.cdn_auth keeps
+the Authorization header of every CDN request: a token must never reach it), serving
 checkpoint directories at commits. Every body byte and range is counted;
 faults are injected with Hub.reset(fail=STATUS) or fail_after=BYTES, stall=S
 (stall_file=NAME: that file only; stall_from=B: its ranges reaching byte B), wrong={NAME: N} (wrong bytes; wrong_from=B: the
@@ -55,6 +57,7 @@ class Hub:
             self.sent = 0              # body bytes of resolve answers
             self.api_sent = 0
             self.ranges = []           # (rev, file, first, last) of each resolve answer
+            self.cdn_auth = []         # the Authorization header (or None) of each CDN request
 
     def commit_dir(self, repo, rev):
         r = self.repos.get(repo)
@@ -186,6 +189,9 @@ def handler(hub):
         def do_GET(self):
             u = urllib.parse.urlsplit(self.path)
             path = urllib.parse.unquote(u.path)
+            if path.startswith("/cdn/"):
+                with hub.lock:
+                    hub.cdn_auth.append(self.headers.get("Authorization"))
             if hub.token is not None and not path.startswith("/cdn/") and \
                     self.headers.get("Authorization") != f"Bearer {hub.token}":
                 return self.reply(401, b"", [("X-Error-Message", "Invalid credentials")])
@@ -205,17 +211,37 @@ def handler(hub):
                 c, d = hub.commit_dir(m[1], m[2])
                 if d is None:
                     return self.reply(404, b"Revision not found")
-                port = self.server.server_address[1]
-                return self.reply(302, b"", [("Location", f"http://localhost:{port}/cdn/{m[1]}/"
+                return self.reply(302, b"", [("Location", f"http://localhost:{hub.cdn_port}/cdn/{m[1]}/"
                                               f"{c}/{urllib.parse.quote(m[3])}")])
             self.reply(404, b"not found")
     return H
 
 
+class Servers:
+    """The hub's server and its CDN's; shutdown() stops both and closes their
+    sockets (the hub gone: connections refused), once however often called."""
+
+    def __init__(self, *srvs):
+        self.srvs = list(srvs)
+
+    def shutdown(self):
+        while self.srvs:
+            s = self.srvs.pop()
+            s.shutdown()
+            s.server_close()
+
+    server_close = shutdown
+
+
 def start(hub):
-    """A threaded server for hub on 127.0.0.1 (an ephemeral port): (server, endpoint)."""
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler(hub))
-    srv.daemon_threads = True
-    srv.handle_error = lambda *a: None     # clients hanging up are expected
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv, f"http://127.0.0.1:{srv.server_address[1]}"
+    """Threaded servers for hub on 127.0.0.1 (ephemeral ports), the hub's and
+    the CDN's its resolve answers redirect to: (servers, endpoint)."""
+    srvs = []
+    for _ in range(2):
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler(hub))
+        srv.daemon_threads = True
+        srv.handle_error = lambda *a: None     # clients hanging up are expected
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        srvs.append(srv)
+    hub.cdn_port = srvs[1].server_address[1]
+    return Servers(*srvs), f"http://127.0.0.1:{srvs[0].server_address[1]}"

@@ -557,6 +557,18 @@ def body(T, hub, ep):
                     "--scheme", "nvfp4a16", env=env)
     ok(rc == 1 and "401" in out and "HF_TOKEN" in out,
        "a gated repo without a token: mount refused, saying to set HF_TOKEN", out)
+    # with HF_TOKEN: the hub sees it, the CDN (another host and port) never does
+    env["HF_TOKEN"] = "hf_secretTestToken"
+    mnt5 = os.path.join(tmp, "mnt5")
+    rc, out = mount("hf://synthetic/tiny-llama", mnt5, os.path.join(tmp, "c5"), ep,
+                    "--scheme", "nvfp4a16", env=env)
+    if ok(rc == 0, "a gated repo with HF_TOKEN: mounted", out):
+        bad = differing(mnt5, ref_t)
+        ok(not bad, "with a token: every file through the mount == export", "\n".join(bad))
+        umount(mnt5)
+    ok(hub.cdn_auth and all(a is None for a in hub.cdn_auth),
+       f"the token is sent to the hub, never across the redirect to the CDN "
+       f"({len(hub.cdn_auth)} CDN requests, port {hub.cdn_port})", str(hub.cdn_auth[:5]))
     rc, out = run("mount", T["src"], mnt2, "--calib", T["cal"], "--endpoint", ep)
     ok(rc == 2 and "--endpoint" in out, "--endpoint without hf:// is a usage error", out)
     return 0
