@@ -82,7 +82,7 @@ def git_blob_id(path):
     return hashlib.sha1(b"blob %d\0" % len(b) + b).hexdigest()
 
 
-def handler(hub):
+def handler(hub, cdn=False):
     class H(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -189,7 +189,9 @@ def handler(hub):
         def do_GET(self):
             u = urllib.parse.urlsplit(self.path)
             path = urllib.parse.unquote(u.path)
-            if path.startswith("/cdn/"):
+            if path.startswith("/cdn/") != cdn:   # each server answers only its part
+                return self.reply(404, b"not found on this server")
+            if cdn:
                 with hub.lock:
                     hub.cdn_auth.append(self.headers.get("Authorization"))
             if hub.token is not None and not path.startswith("/cdn/") and \
@@ -237,8 +239,8 @@ def start(hub):
     """Threaded servers for hub on 127.0.0.1 (ephemeral ports), the hub's and
     the CDN's its resolve answers redirect to: (servers, endpoint)."""
     srvs = []
-    for _ in range(2):
-        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler(hub))
+    for cdn in (False, True):
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler(hub, cdn))
         srv.daemon_threads = True
         srv.handle_error = lambda *a: None     # clients hanging up are expected
         threading.Thread(target=srv.serve_forever, daemon=True).start()

@@ -472,7 +472,7 @@ static void usage(FILE *f)
 	"The token ids, both dtypes and the device go into the file's __metadata__.\n"
 	"--bench: then time the first sequence (up to 512 tokens) as one prefill with\n"
 	"the observer off and on, and generate's binary32 prefill, alternated, best of 3,\n"
-	"and print the ratios (issue 21's bar: observing >= 0.8 of the prefill).\n\n"
+	"and print the ratios (the bar: observing >= 0.8 of the prefill).\n\n"
 	"diff: per-module ratio A/B of input_global_scale of two calibration files (or\n"
 	"07-22 checkpoints), a summary, and the modules only in one; exit status 1\n"
 	"when A and B share no module (calibrations of different models).\n");
