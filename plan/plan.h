@@ -176,6 +176,21 @@ void rq_plan_free(struct rq_plan *p);
  * regular file. An fd, or -errno (-ELOOP, -EINVAL for a non-regular file). */
 int rq_src_open(const struct rq_srcfile *f);
 
+/* requantfs's own names in a checkpoint directory all begin with this: the
+ * mount's control directory (.requantfs), export's record of linked files
+ * (.requantfs-export.json) and export's private directory of temporaries
+ * (.requantfs-tmp.XXXXXX); older exports' temporaries end in
+ * RQ_OLD_TMP_SUFFIX. */
+#define RQ_RESERVED_PREFIX ".requantfs"
+#define RQ_OLD_TMP_SUFFIX ".requantfs-tmp"
+
+/* Why a SRC entry's name (from a directory listing or a hub's siblings) is
+ * not a name requantfs presents, in words ("is . or .."), or NULL when it
+ * is one: empty, "." or "..", a '/' or '\\' in it, or one of our own names
+ * (above). A name so refused is skipped with a warning (p->skipped) by the
+ * plan, so plan, mount and export treat it alike. */
+const char *rq_src_name_refused(const char *name);
+
 /* Index of the virtual file called name, or -1. */
 long rq_plan_find_file(const struct rq_plan *p, const char *name);
 /* Index of the first segment of f that overlaps offset off (off < f->size). */

@@ -14,8 +14,12 @@ struct rq_err;
  * snapshot, inside the same repo's blobs/ directory. Other entries (and a
  * dangling link, a link loop, a file this process cannot open) are skipped
  * (p->skipped says why), except that a checkpoint file (config.json, the
- * index, *.safetensors) that would be skipped is refused. */
+ * index, *.safetensors) that would be skipped is refused. An entry whose
+ * name rq_src_name_refused refuses is skipped, whatever it is. */
 int rq_src_scan(struct rq_plan *p, const char *src, struct rq_err *err);
+/* One line more in p->skipped (a SRC entry not presented, for the CLI and
+ * the daemon to log), its %s arguments escaped (base/esc.h). 0 or -ENOMEM. */
+int rq_plan_skip(struct rq_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* srcread.c: SRC's files listed by p->reader (remote SRC) instead of a scan. */
 int rq_src_scan_reader(struct rq_plan *p, const struct rq_src_reader *r, struct rq_err *err);
 /* A whole small SRC file (local or remote) into a NUL-terminated malloc'd

@@ -3,6 +3,7 @@
 #include "plan/plan_int.h"
 #include "plan/ckpt.h"
 #include "base/err.h"
+#include "base/esc.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -106,24 +107,38 @@ static int essential(const char *name)
 	       (l > 12 && !strcmp(name + l - 12, ".safetensors"));
 }
 
-static int skip(struct rq_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int skip(struct rq_plan *p, const char *fmt, ...)
+int rq_plan_skip(struct rq_plan *p, const char *fmt, ...)
 {
-	char *line;
+	char line[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	int r = vasprintf(&line, fmt, ap);
+	rq_vfmt_esc(line, sizeof line, fmt, ap);    /* names from SRC may hold control bytes */
 	va_end(ap);
-	if (r < 0)
-		return -ENOMEM;
-	char **v = realloc(p->skipped, (p->nskipped + 1) * sizeof *v);
+	char *dup = strdup(line);
+	char **v = dup ? realloc(p->skipped, (p->nskipped + 1) * sizeof *v) : NULL;
 	if (!v) {
-		free(line);
+		free(dup);
 		return -ENOMEM;
 	}
 	p->skipped = v;
-	p->skipped[p->nskipped++] = line;
+	p->skipped[p->nskipped++] = dup;
 	return 0;
+}
+
+const char *rq_src_name_refused(const char *name)
+{
+	size_t l = strlen(name), r = strlen(RQ_OLD_TMP_SUFFIX);
+	if (!l)
+		return "is empty";
+	if (!strcmp(name, ".") || !strcmp(name, ".."))
+		return "is . or .., not a file name";
+	if (strchr(name, '/') || strchr(name, '\\'))
+		return "holds a / or \\, a path and not a file name";
+	if (!strncmp(name, RQ_RESERVED_PREFIX, strlen(RQ_RESERVED_PREFIX)) ||
+	    (l >= r && !strcmp(name + l - r, RQ_OLD_TMP_SUFFIX)))
+		return "is kept for requantfs's own files (" RQ_RESERVED_PREFIX "*, *"
+		       RQ_OLD_TMP_SUFFIX ")";
+	return NULL;
 }
 
 /* An entry that cannot be followed, examined or read: skipped and logged
@@ -140,7 +155,7 @@ static int odd_entry(struct rq_plan *p, const char *path, const char *name, cons
 		return rq_errf(err, -e, "SRC file %s is %s%s%s (%s): a "
 		               "checkpoint file cannot be left out; %s", path, what,
 		               *target ? " to " : "", target, strerror(e), todo ? todo : "fix it");
-	return skip(p, "SRC entry %s is %s%s%s (%s): not presented", path, what,
+	return rq_plan_skip(p, "SRC entry %s is %s%s%s (%s): not presented", path, what,
 	            *target ? " to " : "", target, strerror(e));
 }
 
@@ -199,6 +214,12 @@ int rq_src_scan(struct rq_plan *p, const char *src, struct rq_err *err)
 	while (!rc && (de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
+		const char *bad = rq_src_name_refused(de->d_name);
+		if (bad) {
+			rc = rq_plan_skip(p, "SRC entry %s/%s: its name %s; not presented", dir,
+			                  de->d_name, bad);
+			continue;
+		}
 		char path[PATH_MAX];
 		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
 		struct stat ls, fs;
@@ -246,7 +267,7 @@ int rq_src_scan(struct rq_plan *p, const char *src, struct rq_err *err)
 				             "file must be a regular file inside SRC (or a hub snapshot's "
 				             "link into its blobs/)", path, why, S_ISLNK(ls.st_mode) ? real : "");
 			else
-				rc = skip(p, "SRC entry %s is %s%s%s: not presented", path, why,
+				rc = rq_plan_skip(p, "SRC entry %s is %s%s%s: not presented", path, why,
 				          S_ISLNK(ls.st_mode) ? " to " : "", S_ISLNK(ls.st_mode) ? real : "");
 			free(real);
 			continue;

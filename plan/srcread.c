@@ -32,15 +32,23 @@ int rq_src_scan_reader(struct rq_plan *p, const struct rq_src_reader *r, struct 
 	struct rq_srcfile *f = calloc(r->nfiles ? r->nfiles : 1, sizeof *f);
 	if (!f)
 		return -ENOMEM;
-	for (size_t i = 0; i < r->nfiles; i++) {
+	size_t n = 0;
+	int rc = 0;
+	for (size_t i = 0; i < r->nfiles && !rc; i++) {
 		const struct rq_src_entry *e = &r->files[i];
-		struct rq_srcfile *s = &f[i];
+		const char *bad = rq_src_name_refused(e->name);
+		if (bad) {       /* as a local SRC's entry of that name: skipped, logged */
+			rc = rq_plan_skip(p, "SRC entry %s: the name \"%s\" %s; not presented",
+			                  r->label, e->name, bad);
+			continue;
+		}
+		struct rq_srcfile *s = &f[n++];
 		size_t pl = strlen(r->label) + strlen(e->name) + 2;
 		s->name = strdup(e->name);
 		s->path = malloc(pl);
 		if (!s->name || !s->path) {
-			rq_srcfiles_free(f, i + 1);
-			return -ENOMEM;
+			rc = -ENOMEM;
+			break;
 		}
 		snprintf(s->path, pl, "%s/%s", r->label, e->name);
 		s->size = e->size;
@@ -51,15 +59,17 @@ int rq_src_scan_reader(struct rq_plan *p, const struct rq_src_reader *r, struct 
 		if (e->sha256 && strlen(e->sha256) == 64)
 			memcpy(s->blob_sha256, e->sha256, 65);
 	}
-	qsort(f, r->nfiles, sizeof *f, by_name);
-	for (size_t i = 1; i < r->nfiles; i++)
-		if (!strcmp(f[i - 1].name, f[i].name)) {
-			int rc = rq_errf(err, -EPROTO, "remote SRC %s lists %s twice", r->label, f[i].name);
-			rq_srcfiles_free(f, r->nfiles);
-			return rc;
-		}
+	if (!rc && n)
+		qsort(f, n, sizeof *f, by_name);
+	for (size_t i = 1; i < n && !rc; i++)
+		if (!strcmp(f[i - 1].name, f[i].name))
+			rc = rq_errf(err, -EPROTO, "remote SRC %s lists %s twice", r->label, f[i].name);
+	if (rc) {
+		rq_srcfiles_free(f, n);
+		return rc;
+	}
 	p->srcs = f;
-	p->nsrcs = r->nfiles;
+	p->nsrcs = n;
 	return 0;
 }
 

@@ -108,9 +108,27 @@ static int hf_read(void *ctx, size_t i, uint64_t off, uint64_t len, void *buf,
 	return 0;
 }
 
+/* Does JSON text hold a \u0000 escape (outside strings a backslash is not JSON)? */
+static int has_nul_escape(const char *t, size_t len)
+{
+	for (size_t i = 0; i + 1 < len; i++)
+		if (t[i] == '\\') {
+			if (t[i + 1] == 'u' && i + 6 <= len && !memcmp(t + i + 2, "0000", 4))
+				return 1;
+			i++;    /* the escaped character: "\\\\u0000" is no NUL */
+		}
+	return 0;
+}
+
 /* {"sha": "<40 hex>", "siblings": [{"rfilename", "size", "lfs": {"sha256"}}]} */
 static int parse_info(struct cli_hf *s, const char *text, size_t len, struct rq_err *err)
 {
+	/* cJSON's strings are C strings: "a\u0000b" would read as "a", another
+	 * file's name perhaps. No hub answers that (git cannot hold the name). */
+	if (has_nul_escape(text, len))
+		return rq_errf(err, -EPROTO, "hf://%s@%s: the model API's answer holds \\u0000 (a NUL "
+		               "byte, which no file name can hold); refused: is the endpoint a "
+		               "Hugging Face hub (set HF_ENDPOINT or --endpoint)?", s->repo, s->rev);
 	cJSON *j = cJSON_ParseWithLength(text, len);
 	const cJSON *sha = cJSON_GetObjectItemCaseSensitive(j, "sha");
 	const cJSON *sib = cJSON_GetObjectItemCaseSensitive(j, "siblings");
