@@ -1,6 +1,8 @@
 /* export.c — the virtual checkpoint as real files (or links to SRC's).
  *
- * Each virtual file is made under a temporary name in DST, in order:
+ * Each virtual file is made under its own name in a private directory inside
+ * DST (.requantfs-tmp.XXXXXX: SRC cannot hold that name, see
+ * rq_src_name_refused), in order:
  *   identical to SRC, link mode     a link to SRC's resolved file, after checking it is
  *                                   still the file the plan saw, inside SRC
  *   requantized, in the cache whole the materialized copy (hash-verified on open,
@@ -8,22 +10,22 @@
  *   otherwise                       its segments: plan bytes, SRC ranges, job outputs
  *                                   (a job's output from the cache when it is there,
  *                                   else quantized now)
- * then every temporary is renamed; with links, the manifest goes last.
+ * then each is renamed into DST; with links, what every link shows is
+ * recorded (its identity now, the hash taken before it was made) in the
+ * manifest, which is named last; then the private directory is removed.
+ * Crash safety: until the renames, DST holds only that directory, which a
+ * later export refuses to write over (a dead export's leftovers, named).
  * A remote SRC (hf://) is read through the plan's reader (the CLI's answers
  * from whole files fetched and verified first); o->src_order says in which
  * order SRC files will be read (so the next may be fetched while export works
  * on one), o->src_done when one is needed no more. */
-#include "offline/export.h"
+#include "offline/export_int.h"
 #include "plan/plan.h"
 #include "job/job.h"
 #include "cache/cache.h"
 #include "base/err.h"
-#include "st/jcheck.h"
-
-#include <cjson/cJSON.h>
 
 #include <dirent.h>
-#include <inttypes.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -32,6 +34,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#define TMPDIR_PREFIX RQ_RESERVED_PREFIX "-tmp."
 
 static int check_dst(const char *dst, struct rq_err *err)
 {
@@ -50,9 +54,18 @@ static int check_dst(const char *dst, struct rq_err *err)
 		return rq_errf(err, -errno, "DST %s: %s", dst, strerror(errno));
 	struct dirent *de;
 	int used = 0;
-	while ((de = readdir(d)))
+	char left[256] = "";
+	while ((de = readdir(d))) {
 		used |= strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+		size_t l = strlen(de->d_name), r = strlen(RQ_OLD_TMP_SUFFIX);
+		if (!strncmp(de->d_name, TMPDIR_PREFIX, strlen(TMPDIR_PREFIX)) ||
+		    (l > r && !strcmp(de->d_name + l - r, RQ_OLD_TMP_SUFFIX)))
+			snprintf(left, sizeof left, "%s", de->d_name);
+	}
 	closedir(d);
+	if (left[0])
+		return rq_errf(err, -EEXIST, "DST %s holds %s, the temporaries of an export that did "
+		               "not finish; remove DST (rm -r) and export again", dst, left);
 	if (used)
 		return rq_errf(err, -EEXIST, "DST %s is not empty; export writes into a new or empty "
 		               "directory", dst);
@@ -319,51 +332,89 @@ static int src_first_use(const struct rq_plan *p, size_t *order, size_t *n)
 	return 0;
 }
 
-/* The manifest of a linked export: each link's name, kind, target and the
- * identity of the file it resolved to. */
-static int write_manifest(const struct rq_plan *p, const uint8_t *linked, enum rq_export_link mode,
-                          const char *path, struct rq_err *err)
+static int64_t ns(struct timespec t)
 {
-	cJSON *root = cJSON_CreateObject(), *arr = cJSON_CreateArray();
-	if (!root || !arr) {
-		cJSON_Delete(root);
-		cJSON_Delete(arr);
-		return rq_errf(err, -ENOMEM, "out of memory");
-	}
-	cJSON_AddNumberToObject(root, "format", 1);
-	cJSON_AddStringToObject(root, "link", mode == RQ_LINK_HARD ? "hard" : "symbolic");
-	cJSON_AddStringToObject(root, "src", p->src_dir);
-	cJSON_AddItemToObject(root, "linked", arr);
-	for (size_t i = 0; i < p->nfiles; i++) {
-		if (!linked[i])
-			continue;
-		const struct rq_srcfile *s = &p->srcs[p->files[i].src];
-		cJSON *o = cJSON_CreateObject();
-		if (!o)
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* SRC file s's bytes hashed through fd (opened at the start) into rec, with
+ * its identity then, which must still be the plan's: a file rewritten while
+ * it was read would be recorded with the hash of neither version. */
+static int hash_linked(const struct rq_plan *p, int s, int fd, struct rq_link_rec *rec,
+                       struct rq_err *err)
+{
+	const struct rq_srcfile *f = &p->srcs[s];
+	struct stat st;
+	char hex[33];
+	int rc = rq_export_hash_fd(fd, f->size, f->path, hex, err);
+	if (rc)
+		return rc;
+	if (fstat(fd, &st) < 0)
+		return rq_errf(err, -errno, "SRC %s: %s", f->path, strerror(errno));
+	if (st.st_dev != f->dev || st.st_ino != f->ino || (uint64_t)st.st_size != f->size ||
+	    ns(st.st_mtim) != f->mtime_ns || ns(st.st_ctim) != f->ctime_ns)
+		return rq_errf(err, -ESTALE, "SRC %s changed while export read it (size, time or "
+		               "inode); run the export again", f->name);
+	*rec = (struct rq_link_rec){.size = f->size, .ino = f->ino, .mtime_ns = f->mtime_ns,
+	                            .ctime_ns = f->ctime_ns};
+	memcpy(rec->xxh3, hex, sizeof hex);
+	return 0;
+}
+
+/* What linked file i shows under its final name in dst: still the file
+ * hashed (its ctime taken now: making and naming a hard link moves it;
+ * a symbolic link's target must not have moved at all). */
+static int link_shows(const struct rq_plan *p, size_t i, const char *dst,
+                      enum rq_export_link mode, struct rq_link_rec *rec, struct rq_err *err)
+{
+	char path[PATH_MAX + 256];
+	struct stat st;
+	snprintf(path, sizeof path, "%s/%s", dst, p->files[i].name);
+	if (stat(path, &st) < 0)
+		return rq_errf(err, -errno, "%s: %s", path, strerror(errno));
+	if ((uint64_t)st.st_ino != rec->ino || (uint64_t)st.st_size != rec->size ||
+	    ns(st.st_mtim) != rec->mtime_ns ||
+	    (mode == RQ_LINK_SYMLINK && ns(st.st_ctim) != rec->ctime_ns))
+		return rq_errf(err, -ESTALE, "SRC %s changed while it was exported (size, time or "
+		               "inode); run the export again", p->files[i].name);
+	rec->ctime_ns = ns(st.st_ctim);
+	return 0;
+}
+
+/* Every file is complete in tmpdir: give them their names in dst; with
+ * links, record what each shows and name the manifest last. On failure the
+ * names given are taken back (dst was empty: what is there is ours). */
+static int publish(const struct rq_plan *p, const char *dst, const char *tmpdir,
+                   char (*tmp)[PATH_MAX], const uint8_t *linked, struct rq_link_rec *rec,
+                   enum rq_export_link mode, size_t nlinked, struct rq_err *err)
+{
+	char final[PATH_MAX + 256], man[PATH_MAX + 64];
+	size_t named = 0;
+	int rc = 0;
+	for (; named < p->nfiles; named++) {
+		snprintf(final, sizeof final, "%s/%s", dst, p->files[named].name);
+		if (rename(tmp[named], final) < 0) {
+			rc = rq_errf(err, -errno, "rename %s -> %s: %s", tmp[named], final,
+			             strerror(errno));
 			break;
-		cJSON_AddItemToArray(arr, o);
-		char num[32];
-		cJSON_AddStringToObject(o, "name", p->files[i].name);
-		cJSON_AddStringToObject(o, "target", s->path);
-		snprintf(num, sizeof num, "%" PRIu64, s->size);
-		cJSON_AddStringToObject(o, "size", num);
-		snprintf(num, sizeof num, "%" PRId64, s->mtime_ns);
-		cJSON_AddStringToObject(o, "mtime_ns", num);
-		snprintf(num, sizeof num, "%ju", (uintmax_t)s->ino);
-		cJSON_AddStringToObject(o, "ino", num);
+		}
 	}
-	char *text = cJSON_Print(root);
-	cJSON_Delete(root);
-	if (!text)
-		return rq_errf(err, -ENOMEM, "out of memory");
-	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	int rc = fd < 0 ? rq_errf(err, -errno, "cannot create %s: %s", path, strerror(errno))
-	                : write_all(fd, (const uint8_t *)text, strlen(text), path, err);
-	if (fd >= 0 && !rc && fsync(fd) < 0)
-		rc = rq_errf(err, -errno, "fsync %s: %s", path, strerror(errno));
-	if (fd >= 0)
-		close(fd);
-	free(text);
+	for (size_t i = 0; i < p->nfiles && !rc; i++)
+		if (linked[i])
+			rc = link_shows(p, i, dst, mode, &rec[i], err);
+	if (!rc && nlinked) {
+		snprintf(man, sizeof man, "%s/%s", tmpdir, EXPORT_MANIFEST);
+		snprintf(final, sizeof final, "%s/%s", dst, EXPORT_MANIFEST);
+		rc = rq_export_manifest_write(p, linked, rec, mode, man, err);
+		if (!rc && rename(man, final) < 0)
+			rc = rq_errf(err, -errno, "rename %s -> %s: %s", man, final, strerror(errno));
+		if (rc)
+			unlink(man);
+	}
+	for (size_t i = 0; i < named && rc; i++) {
+		snprintf(final, sizeof final, "%s/%s", dst, p->files[i].name);
+		unlink(final);
+	}
 	return rc;
 }
 
@@ -377,18 +428,24 @@ int rq_export(const struct rq_plan *p, struct rq_quantizer *q, const char *dst,
 	if (rc)
 		return rc;
 	struct rq_export_stats st = {0};
-	char dst_real[PATH_MAX], man_tmp[PATH_MAX + 32] = "";
+	char dst_real[PATH_MAX], tmpdir[PATH_MAX];
 	if (!realpath(dst, dst_real))
 		return rq_errf(err, -errno, "DST %s: %s", dst, strerror(errno));
+	if (snprintf(tmpdir, sizeof tmpdir, "%s/" TMPDIR_PREFIX "XXXXXX", dst) >= (int)sizeof tmpdir)
+		return rq_errf(err, -ENAMETOOLONG, "DST %s: path too long", dst);
+	if (!mkdtemp(tmpdir))
+		return rq_errf(err, -errno, "cannot create a directory in DST %s: %s", dst,
+		               strerror(errno));
 	int *fds = malloc((p->nsrcs ? p->nsrcs : 1) * sizeof *fds);
 	uint8_t **out = calloc(p->njobs ? p->njobs : 1, sizeof *out);
 	int *refs = calloc(p->njobs ? p->njobs : 1, sizeof *refs);
 	uint8_t *linked = calloc(p->nfiles ? p->nfiles : 1, 1);
+	struct rq_link_rec *rec = calloc(p->nfiles ? p->nfiles : 1, sizeof *rec);
 	char (*tmp)[PATH_MAX] = calloc(p->nfiles ? p->nfiles : 1, sizeof *tmp);
 	long *last_use = malloc((p->nsrcs ? p->nsrcs : 1) * sizeof *last_use);
 	size_t written = 0;
 	uint64_t bytes = 0;
-	if (!fds || !out || !refs || !linked || !tmp || !last_use) {
+	if (!fds || !out || !refs || !linked || !rec || !tmp || !last_use) {
 		rc = -ENOMEM;
 		goto done;
 	}
@@ -425,10 +482,15 @@ int rq_export(const struct rq_plan *p, struct rq_quantizer *q, const char *dst,
 	}
 	for (size_t i = 0; i < p->nfiles && !rc; i++) {
 		const struct rq_vfile *f = &p->files[i];
-		snprintf(tmp[i], sizeof tmp[i], "%s/.%s.requantfs-tmp", dst, f->name);
+		if (snprintf(tmp[i], sizeof tmp[i], "%s/%s", tmpdir, f->name) >= (int)sizeof tmp[i]) {
+			rc = rq_errf(err, -ENAMETOOLONG, "DST %s: the path of %s is too long", dst,
+			             f->name);
+			break;
+		}
 		written = i + 1;
 		if (!f->changed && o->link != RQ_LINK_NONE) {
-			if (!(rc = make_link(p, f, dst_real, o->link, tmp[i], err))) {
+			if (!(rc = hash_linked(p, f->src, fds[f->src], &rec[i], err)) &&
+			    !(rc = make_link(p, f, dst_real, o->link, tmp[i], err))) {
 				linked[i] = 1;
 				st.files_linked++;
 				st.bytes_linked += f->size;
@@ -504,23 +566,10 @@ int rq_export(const struct rq_plan *p, struct rq_quantizer *q, const char *dst,
 			if (last_use[s] == (long)i)
 				o->src_done(o->src_ctx, s);
 	}
-	if (!rc && st.files_linked) {
-		snprintf(man_tmp, sizeof man_tmp, "%s/.%s.requantfs-tmp", dst, EXPORT_MANIFEST);
-		rc = write_manifest(p, linked, o->link, man_tmp, err);
-	}
-	/* every file is complete: give them their names (the manifest last) */
-	for (size_t i = 0; i < p->nfiles && !rc; i++) {
-		char final[PATH_MAX + 8];
-		snprintf(final, sizeof final, "%s/%s", dst, p->files[i].name);
-		if (rename(tmp[i], final) < 0)
-			rc = rq_errf(err, -errno, "rename %s -> %s: %s", tmp[i], final, strerror(errno));
-	}
-	if (!rc && man_tmp[0]) {
-		char final[PATH_MAX + 32];
-		snprintf(final, sizeof final, "%s/%s", dst, EXPORT_MANIFEST);
-		if (rename(man_tmp, final) < 0)
-			rc = rq_errf(err, -errno, "rename %s -> %s: %s", man_tmp, final, strerror(errno));
-	}
+	if (!rc)
+		rc = publish(p, dst, tmpdir, tmp, linked, rec, o->link, st.files_linked, err);
+	if (!rc && rmdir(tmpdir) < 0)
+		rc = rq_errf(err, -errno, "removing %s: %s", tmpdir, strerror(errno));
 	if (!rc) {
 		int dfd = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (dfd >= 0) {
@@ -534,8 +583,8 @@ done:
 	if (rc && tmp)
 		for (size_t i = 0; i < written; i++)
 			unlink(tmp[i]);
-	if (rc && man_tmp[0])
-		unlink(man_tmp);
+	if (rc)
+		rmdir(tmpdir);
 	if (fds)
 		for (size_t s = 0; s < p->nsrcs; s++)
 			if (fds[s] >= 0)
@@ -547,89 +596,8 @@ done:
 	free(out);
 	free(refs);
 	free(linked);
+	free(rec);
 	free(tmp);
 	free(last_use);
-	return rc;
-}
-
-static int jnum(const cJSON *o, const char *key, uint64_t *v)
-{
-	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-	char *end;
-	if (!cJSON_IsString(x) || !*x->valuestring)
-		return -1;
-	errno = 0;
-	*v = strtoull(x->valuestring, &end, 10);
-	return errno || *end ? -1 : 0;
-}
-
-int rq_export_check_links(const char *dst, void (*fn)(void *ctx, const char *name, const char *why),
-                          void *ctx, size_t *nlinks, size_t *nbad, struct rq_err *err)
-{
-	char path[PATH_MAX + 32];
-	snprintf(path, sizeof path, "%s/%s", dst, EXPORT_MANIFEST);
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-	if (fd < 0 && errno == ENOENT)
-		return -ENOENT;
-	struct stat st;
-	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (64 << 20)) {
-		if (fd >= 0)
-			close(fd);
-		return rq_errf(err, -EPROTO, "%s: not a readable regular file of at most 64 MiB", path);
-	}
-	char *text = malloc((size_t)st.st_size + 1);
-	ssize_t n = text ? read(fd, text, (size_t)st.st_size) : -1;
-	close(fd);
-	if (n != st.st_size) {
-		free(text);
-		return rq_errf(err, -EPROTO, "%s: cannot be read", path);
-	}
-	text[n] = 0;
-	cJSON *root = jc_parse(text, (size_t)n, path, err);
-	free(text);
-	if (!root)
-		return -EPROTO;
-	const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "linked"), *o;
-	if (!cJSON_IsArray(arr)) {
-		cJSON_Delete(root);
-		return rq_errf(err, -EPROTO, "%s: not an export manifest (no \"linked\" array)", path);
-	}
-	size_t links = 0, bad = 0;
-	int rc = 0;
-	cJSON_ArrayForEach(o, arr) {
-		const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
-		uint64_t size, mtime, ino;
-		if (!cJSON_IsString(name) || strchr(name->valuestring, '/') || jnum(o, "size", &size) ||
-		    jnum(o, "mtime_ns", &mtime) || jnum(o, "ino", &ino)) {
-			rc = rq_errf(err, -EPROTO, "%s: a \"linked\" entry lacks name, size, mtime_ns or ino",
-			             path);
-			break;
-		}
-		links++;
-		char fp[2 * PATH_MAX], why[256] = "";
-		snprintf(fp, sizeof fp, "%s/%s", dst, name->valuestring);
-		struct stat s;
-		if (stat(fp, &s) < 0)
-			snprintf(why, sizeof why, "%s (a dangling link: its SRC file is gone)", strerror(errno));
-		else if (!S_ISREG(s.st_mode))
-			snprintf(why, sizeof why, "no longer leads to a regular file");
-		else if ((uint64_t)s.st_size != size)
-			snprintf(why, sizeof why, "SRC's file changed since the export (%" PRIu64 " bytes then, "
-			         "%jd now)", size, (intmax_t)s.st_size);
-		else if ((uint64_t)s.st_ino != ino)
-			snprintf(why, sizeof why, "SRC's file was replaced since the export (another inode)");
-		else if ((uint64_t)((int64_t)s.st_mtim.tv_sec * 1000000000 + s.st_mtim.tv_nsec) != mtime)
-			snprintf(why, sizeof why, "SRC's file was modified since the export (its mtime moved)");
-		if (why[0]) {
-			bad++;
-			if (fn)
-				fn(ctx, name->valuestring, why);
-		}
-	}
-	cJSON_Delete(root);
-	if (!rc) {
-		*nlinks = links;
-		*nbad = bad;
-	}
 	return rc;
 }

@@ -4,8 +4,9 @@
  * With a link mode, a file identical to SRC is not copied: DST gets a link
  * to SRC's bytes (the resolved file: a hub snapshot's blob), and only what
  * differs (the rewritten shards, config.json, the index) is written. DST then
- * holds a manifest, EXPORT_MANIFEST, recording each linked file's identity,
- * so `verify` can say which links no longer show the bytes the export saw. */
+ * holds a manifest, EXPORT_MANIFEST, recording each linked file's identity
+ * and a hash of its bytes, so `verify` can say which links no longer show
+ * the bytes the export saw. */
 #ifndef RQ_OFFLINE_EXPORT_H
 #define RQ_OFFLINE_EXPORT_H
 
@@ -61,23 +62,30 @@ struct rq_export_stats {
 };
 
 /* Writes every virtual file under dst (created if missing; an existing
- * non-empty dst is refused with -EEXIST). Files (and links) are made under
- * temporary names (.<name>.requantfs-tmp), fsync'd, and renamed only when
- * all are complete; on failure the temporaries are removed, so nothing in
- * dst ever looks complete unless it is. Before a file is linked, its SRC
- * path is checked: still a regular file inside SRC (or the snapshot's
- * blobs/) with the identity the plan saw (-ESTALE otherwise, named). st may
- * be NULL. */
+ * non-empty dst is refused with -EEXIST, and one holding a dead export's
+ * temporaries says so). Files (and links) are made in a private directory
+ * inside dst (RQ_RESERVED_PREFIX "-tmp.XXXXXX", mkdtemp: no name SRC can
+ * hold, see rq_src_name_refused), fsync'd, and renamed into dst only when all
+ * are complete; on failure what was made is removed, so nothing in dst ever
+ * looks complete unless it is. Before a file is linked, its SRC path is
+ * checked: still a regular file inside SRC (or the snapshot's blobs/) with
+ * the identity the plan saw (-ESTALE otherwise, named), and its bytes are
+ * hashed (XXH3-128) for the manifest. st may be NULL. */
 int rq_export(const struct rq_plan *p, struct rq_quantizer *q, const char *dst,
               const struct rq_export_opts *o, struct rq_export_stats *st, struct rq_err *err);
 
 /* The links of an export made with a link mode, checked against its
- * manifest: fn is called for each linked file that no longer resolves to a
- * regular file with the recorded size, mtime and inode (what it found, in
- * words). *nlinks gets the number of links checked, *nbad the number that
- * failed. -ENOENT when dst has no manifest (not a linked export), -EPROTO for
- * a manifest that cannot be read (named). */
-int rq_export_check_links(const char *dst, void (*fn)(void *ctx, const char *name, const char *why),
+ * manifest (what each check proves: export_manifest.c). fn is called for
+ * each linked file that no longer shows what was exported, with what was
+ * found, in words: without full, a file that is not a regular file with the
+ * recorded size, inode and mtime, or whose ctime moved and whose bytes
+ * (XXH3-128) differ from the export's; with full, one whose size or bytes
+ * differ, whatever its metadata. *nlinks gets the number of links
+ * checked, *nbad the number that failed. -ENOENT when dst has no manifest
+ * (not a linked export), -EPROTO for a manifest that cannot be read (named),
+ * -ENODATA for full on a manifest without hashes (an older export's). */
+int rq_export_check_links(const char *dst, int full,
+                          void (*fn)(void *ctx, const char *name, const char *why),
                           void *ctx, size_t *nlinks, size_t *nbad, struct rq_err *err);
 
 #endif

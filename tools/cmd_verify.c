@@ -14,7 +14,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	"usage: requantfs verify DIR --against REF [--tensors REGEX] [--source SRC] [--quiet]\n"
-	"       requantfs verify DIR          (DIR made by `requantfs export --link`)\n\n"
+	"       requantfs verify DIR [--full]  (DIR made by `requantfs export --link`)\n\n"
 	"Compares, byte for byte, every tensor present in both checkpoints and prints,\n"
 	"per tensor, 'equal' or how many bytes differ. Where DIR (or --source) holds a\n"
 	"module as a BF16 weight and REF holds it as NVFP4, it quantizes it with each\n"
@@ -34,7 +34,15 @@ static void usage(FILE *f)
 	"  --quiet          print only differences and the summary\n"
 	"When DIR was made by `export --link`, its links are checked first against the\n"
 	"manifest the export left: each file SRC changed (or removed) since is named,\n"
-	"and verify fails; without --against that is all it checks.\n"
+	"and verify fails; without --against that is all it checks. By default a link\n"
+	"passes when the file it shows has the size, inode and mtime recorded, and the\n"
+	"ctime recorded or, when its ctime moved (a rewrite in place with the mtime set\n"
+	"back, or chmod, chown, a hard link added or removed), the bytes the export\n"
+	"hashed: only those files are read.\n"
+	"  --full           read every linked file whole: it passes when its bytes hash\n"
+	"                   (XXH3-128) to what the export hashed, whatever its metadata\n"
+	"                   did; it also catches what no metadata shows (bit rot, a\n"
+	"                   rewrite that set the ctime back)\n"
 	"Exit status: 0 when every compared tensor is equal and every diagnosed module is\n"
 	"reproduced by some variant (and every link still shows what was exported), 1\n"
 	"otherwise.\n");
@@ -83,24 +91,27 @@ static void on_bad_link(void *ctx, const char *name, const char *why)
 /* The links of an `export --link` DIR: 0 all good (or not a linked export),
  * 1 some changed, -1 an error (printed), -2 a usage error (printed). must: DIR has to be a linked export
  * (verify DIR without --against). */
-static int check_links(const char *dir, int must)
+static int check_links(const char *dir, int must, int full)
 {
 	struct rq_err err = {0};
 	size_t n = 0, bad = 0;
-	int rc = rq_export_check_links(dir, on_bad_link, NULL, &n, &bad, &err);
+	int rc = rq_export_check_links(dir, full, on_bad_link, NULL, &n, &bad, &err);
 	if (rc == -ENOENT) {
-		if (!must)
+		if (!must && !full)
 			return 0;
 		usage(stderr);
-		cli_fail(2, "verify", "%s has no %s (it was not made by `export --link`): give "
-		         "--against REF", dir, EXPORT_MANIFEST);
+		cli_fail(2, "verify", "%s has no %s (it was not made by `export --link`): %s", dir,
+		         EXPORT_MANIFEST, full ? "--full checks the links of a linked export; leave "
+		         "it out" : "give --against REF");
 		return -2;
 	}
 	if (rc) {
 		cli_fail(1, "verify", "%s", err.msg);
 		return -1;
 	}
-	printf("links: %zu of %zu linked files still show the bytes exported%s\n", n - bad, n,
+	printf("links: %zu of %zu linked files still show the bytes exported (%s)%s\n", n - bad,
+	       n, full ? "every byte hashed and compared with the export's XXH3-128" :
+	       "size, inode, mtime, ctime; --full reads every byte",
 	       bad ? "; export again from SRC as it is now" : "");
 	return bad ? 1 : 0;
 }
@@ -110,11 +121,11 @@ int cmd_verify(int argc, char **argv)
 	static const struct option opts[] = {
 		{"against", required_argument, 0, 'a'}, {"tensors", required_argument, 0, 't'},
 		{"source", required_argument, 0, 's'}, {"quiet", no_argument, 0, 'q'},
-		{"endpoint", required_argument, 0, 'e'},
+		{"endpoint", required_argument, 0, 'e'}, {"full", no_argument, 0, 'F'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *ref = NULL, *regex = NULL, *source = NULL, *endpoint = NULL;
 	struct out o = {0};
-	int c;
+	int c, full = 0;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'a': ref = optarg; break;
@@ -122,6 +133,7 @@ int cmd_verify(int argc, char **argv)
 		case 's': source = optarg; break;
 		case 'q': o.quiet = 1; break;
 		case 'e': endpoint = optarg; break;
+		case 'F': full = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -131,7 +143,12 @@ int cmd_verify(int argc, char **argv)
 		return 2;
 	}
 	const char *dir = argv[optind];
-	int links = cli_hf_is(dir) ? (ref ? 0 : -2) : check_links(dir, !ref);
+	if (full && cli_hf_is(dir)) {
+		usage(stderr);
+		return cli_fail(2, "verify", "--full checks the links of an `export --link` DIR on "
+		                "this machine, not %s", dir);
+	}
+	int links = cli_hf_is(dir) ? (ref ? 0 : -2) : check_links(dir, !ref, full);
 	if (links == -2 && cli_hf_is(dir)) {
 		usage(stderr);
 		return cli_fail(2, "verify", "%s: give --against REF", dir);
