@@ -10,7 +10,8 @@ faults are injected with Hub.reset(fail=STATUS) or fail_after=BYTES, stall=S
 (stall_file=NAME: that file only; stall_from=B: its ranges reaching byte B), wrong={NAME: N} (wrong bytes; wrong_from=B: the
 byte at B or the first after it, so reads of a header before B stay right),
 wrong_head=NAME (a valid header that is not the file's); no_lfs, no_blob: names listed
-without "lfs" or "blobId".
+without "lfs" or "blobId"; extra={NAME: BYTES}: more siblings, served from memory (names
+no directory holds: "..", ".", "a\\b", "x\0y").
 
     hub = Hub(); hub.repos["org/name"] = {"refs": {"main": C}, "commits": {C: dir}}
     srv, endpoint = start(hub) ... srv.shutdown()
@@ -37,6 +38,7 @@ class Hub:
             self.no_lfs = set()        # file names listed without "lfs" (plain git: blob id)
             self.no_blob = set()       # file names listed without "blobId"
             self.move_main = None      # (repo, commit): main moves there after the API answers
+            self.extra = {}            # name -> bytes: siblings listed after the directory's
             self.fail = 0              # resolve/CDN answers: 0 serve, else this HTTP status
             self.fail_after = None     # body bytes served before fail turns on by itself
             self.stall = 0             # seconds every resolve/CDN answer waits first
@@ -121,6 +123,7 @@ def handler(hub, cdn=False):
                     e["lfs"] = {"sha256": sha, "size": e["size"], "pointerSize": 134}
                 sib.append(e)
             sib.append({"rfilename": "original/params.json", "size": 2})
+            sib += [{"rfilename": n, "size": len(b)} for n, b in hub.extra.items()]
             body = json.dumps({"id": repo, "sha": c, "siblings": sib}).encode()
             with hub.lock:
                 hub.api_sent += len(body)
@@ -146,6 +149,8 @@ def handler(hub, cdn=False):
             if fail:
                 return self.reply(fail, b"injected fault", [("Retry-After", "0")])
             c, d = hub.commit_dir(repo, rev)
+            if d and name in hub.extra:
+                return self.reply(200, hub.extra[name])
             path = os.path.join(d, name) if d else None
             if not path or "/" in name or not os.path.isfile(path):
                 return self.reply(404, b"Entry not found", [("X-Error-Message", "Entry not found")])
