@@ -307,7 +307,9 @@ void rq_mnt_ctl_serve(struct rq_mount *m, struct mread *rd)
 	int disk = covered || o->fd >= 0;
 	pthread_mutex_unlock(&m->lock);
 	char *line = rq_mnt_job_line(m, j, disk);
-	if (!line) {
+	if (!rq_mnt_read_claim(rd)) {
+		;                     /* interrupted meanwhile: answered EINTR */
+	} else if (!line) {
 		fuse_reply_err(rd->req, ENOMEM);
 	} else {
 		size_t len = strlen(line);
@@ -352,6 +354,7 @@ void rq_mnt_ctl_read(fuse_req_t req, struct rq_mount *m, fuse_ino_t ino, size_t 
 	*rd = (struct mread){.serve = rq_mnt_ctl_serve, .req = req, .file = -1,
 	                     .ctl_job = (long)(ino - m->ctl_base - 3), .off = (uint64_t)off,
 	                     .size = size};
+	rq_mnt_read_watch(rd);      /* `warm` stopped or killed: answered EINTR at once */
 	rq_mnt_ctl_serve(m, rd);
 }
 

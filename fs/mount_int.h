@@ -86,7 +86,9 @@ struct mhold {
 };
 
 /* A parked read (or a control-file read of one job). Fields under m->lock
- * while parked; owned by the answering thread once pending reaches 0. */
+ * while parked; owned by the answering thread once pending reaches 0.
+ * Its FUSE request is answered once: by that thread, or by FUSE_INTERRUPT
+ * (EINTR) while it waits -- whoever wins `answered` (mount_out.c). */
 struct mread {
 	/* how it is answered once nothing holds it back: rq_mnt_serve (a data
 	 * read) or rq_mnt_ctl_serve (a jobs/<j> read) */
@@ -101,6 +103,9 @@ struct mread {
 	int rebuilds;             /* times a changed cache entry sent it back to park */
 	struct mhold *held;       /* outputs of the jobs it touches, once ready */
 	int nheld, capheld, hcur; /* hcur: where the last lookup hit */
+	atomic_int answered;      /* 1 once req is answered or about to be (a reply
+	                             claimed it, or an interrupt answered EINTR) */
+	int watched;              /* an interrupt callback is registered (rq_mnt_read_watch) */
 };
 
 /* A remote SRC file under --remote-verify file (mount_rver.c has the state
@@ -392,9 +397,10 @@ void rq_mnt_mat_await(struct rq_mount *m, long i);
 /* Under m->lock: if file i is being verified, parks rd on it (answered by
  * rd->serve once the verification is done) and returns 1. */
 int rq_mnt_mat_park(struct rq_mount *m, long i, struct mread *rd);
-/* A copy-path read of a materialized file: 1 when answered, 0 when file i is
- * not (or no longer) materialized and must be served through its jobs. */
-int rq_mnt_read_mat(struct rq_mount *m, fuse_req_t req, long i, uint64_t off, uint64_t size);
+/* A copy-path read rd of a materialized file: 1 when answered (rd freed), 0
+ * when its file is not (or no longer) materialized and must be served
+ * through its jobs. */
+int rq_mnt_read_mat(struct rq_mount *m, struct mread *rd);
 
 /* mount_jobs.c: single-flight jobs: park, run, publish */
 int rq_mnt_jobs_init(struct rq_mount *m, struct rq_err *err);
@@ -477,6 +483,15 @@ struct mout *rq_mnt_held(struct mread *rd, int j);
 /* 1 when an output rd holds is in a cache fd (its bytes are copied). */
 int rq_mnt_held_fd(const struct mread *rd);
 void rq_mnt_read_free(struct mread *rd);   /* drops its holds, frees */
+/* Registers rd for FUSE_INTERRUPT before rd is visible to other threads (a
+ * reader killed or interrupted while its read waits is answered EINTR at
+ * once; the work it waited for goes on). The callback may run at once. */
+void rq_mnt_read_watch(struct mread *rd);
+/* Before answering rd->req: 1 when the caller answers it (no interrupt
+ * will any more), 0 when an interrupt already did (then only free rd). */
+int rq_mnt_read_claim(struct mread *rd);
+/* Answers rd with -err (or nothing when an interrupt did) and frees it. */
+void rq_mnt_read_fail(struct mread *rd, int err);
 /* The start of answering rd: takes m->lock and returns 1, or (rd failed
  * while parked) answers its error, frees it and returns 0 unlocked. */
 int rq_mnt_serve_begin(struct rq_mount *m, struct mread *rd);

@@ -657,8 +657,10 @@ void rq_mnt_mat_stop(struct rq_mount *m)
 
 /* ---- copy-path reads of a materialized file ------------------------------ */
 
-int rq_mnt_read_mat(struct rq_mount *m, fuse_req_t req, long i, uint64_t off, uint64_t size)
+int rq_mnt_read_mat(struct rq_mount *m, struct mread *rd)
 {
+	long i = rd->file;
+	uint64_t off = rd->off, size = rd->size;
 	struct mfile *mf = &m->files[i];
 	struct mout *o = NULL;
 	pthread_mutex_lock(&m->lock);
@@ -692,13 +694,16 @@ int rq_mnt_read_mat(struct rq_mount *m, fuse_req_t req, long i, uint64_t off, ui
 		}
 		rc = -EIO;
 	}
-	if (rc) {
-		fuse_reply_err(req, -rc);
-	} else if (fuse_reply_buf(req, (const char *)buf, size) == 0) {
+	if (!rq_mnt_read_claim(rd)) {
+		;                      /* interrupted meanwhile: answered EINTR */
+	} else if (rc) {
+		fuse_reply_err(rd->req, -rc);
+	} else if (fuse_reply_buf(rd->req, (const char *)buf, size) == 0) {
 		atomic_fetch_add(&m->st.reads, 1);
 		atomic_fetch_add(&m->st.read_bytes, size);
 	}
 	free(buf);
 	rq_mout_unref(o);
+	rq_mnt_read_free(rd);
 	return 1;
 }

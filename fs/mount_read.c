@@ -207,8 +207,7 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 			atomic_fetch_add(&m->st.parked, 1);
 			return;
 		}
-		fuse_reply_err(rd->req, -gate);
-		rq_mnt_read_free(rd);
+		rq_mnt_read_fail(rd, -gate);
 		return;
 	}
 	long last_mod = -1, first_mod = -1;
@@ -285,7 +284,9 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 			n = -EIO;
 		}
 	}
-	if (n < 0)
+	if (!rq_mnt_read_claim(rd))
+		;                     /* interrupted meanwhile: answered EINTR */
+	else if (n < 0)
 		fuse_reply_err(rd->req, -n);
 	else
 		reply(m, rd->req, bv);
@@ -297,8 +298,10 @@ void rq_mnt_serve(struct rq_mount *m, struct mread *rd)
 
 /* Answers [off, off + len) of file at once, for sources that never park
  * (SRC/MEM ranges, a remote SRC's bytes under --remote-verify none): no
- * lock. */
-static void direct(struct rq_mount *m, fuse_req_t req, long file, uint64_t off, uint64_t len)
+ * lock. rd: the read when the remote pool answers it (it may have been
+ * interrupted meanwhile), else NULL. */
+static void direct(struct rq_mount *m, fuse_req_t req, struct mread *rd, long file, uint64_t off,
+                   uint64_t len)
 {
 	const struct rq_vfile *f = &m->plan->files[file];
 	int may_park, copies, slow;
@@ -313,12 +316,16 @@ static void direct(struct rq_mount *m, fuse_req_t req, long file, uint64_t off, 
 		if (bv && bv != &small.v)
 			free(bv);
 		free(copy);
-		return (void)fuse_reply_err(req, ENOMEM);
+		if (!rd || rq_mnt_read_claim(rd))
+			fuse_reply_err(req, ENOMEM);
+		return;
 	}
 	if (m->o.rs)       /* a remote SRC: quantize the next job while fetching */
 		rq_mnt_prefetch_ahead(m, file, off + len);
 	int n = build(m, file, off, len, bv, nseg, NULL, copy);
-	if (n < 0)
+	if (rd && !rq_mnt_read_claim(rd))
+		;                 /* interrupted while the bytes were fetched */
+	else if (n < 0)
 		fuse_reply_err(req, -n);
 	else
 		reply(m, req, bv);
@@ -330,7 +337,9 @@ static void direct(struct rq_mount *m, fuse_req_t req, long file, uint64_t off, 
 /* A direct read the remote pool answers (its bytes are not here yet). */
 static void serve_direct(struct rq_mount *m, struct mread *rd)
 {
-	direct(m, rd->req, rd->file, rd->off, rd->size);
+	if (atomic_load(&rd->answered))
+		return rq_mnt_read_free(rd);     /* interrupted while queued */
+	direct(m, rd->req, rd, rd->file, rd->off, rd->size);
 	rq_mnt_read_free(rd);
 }
 
@@ -352,17 +361,16 @@ void rq_mnt_read(fuse_req_t req, struct rq_mount *m, size_t size, off_t off,
 	seg_count(m, f, (uint64_t)off, (uint64_t)off + len, &may_park, &copies, &slow);
 	int gate = rq_mnt_rv_needs(m, file);    /* a remote SRC not verified yet */
 	if (!may_park && !slow && !gate)
-		return direct(m, req, file, (uint64_t)off, len);
+		return direct(m, req, NULL, file, (uint64_t)off, len);
 	struct mread *rd = calloc(1, sizeof *rd);
 	if (!rd)
 		return (void)fuse_reply_err(req, ENOMEM);
 	*rd = (struct mread){.serve = may_park || gate ? rq_mnt_serve : serve_direct, .req = req,
 	                     .file = file, .ctl_job = -1, .off = (uint64_t)off, .size = len};
+	rq_mnt_read_watch(rd);      /* it may wait: a killed reader must not */
 	if (slow) {        /* remote bytes not here: a pool thread waits for them, not us */
-		if (rq_mnt_rv_push(m, rd)) {
-			fuse_reply_err(req, EIO);
-			rq_mnt_read_free(rd);
-		}
+		if (rq_mnt_rv_push(m, rd))
+			rq_mnt_read_fail(rd, EIO);
 		return;
 	}
 	rq_mnt_serve(m, rd);

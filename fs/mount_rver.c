@@ -527,8 +527,7 @@ void rq_mnt_rv_stop(struct rq_mount *m)
 	while (t) {
 		struct rvtask *next = t->next;
 		if (t->rd) {
-			fuse_reply_err(t->rd->req, EIO);
-			rq_mnt_read_free(t->rd);
+			rq_mnt_read_fail(t->rd, EIO);
 		} else if (m->rv) {
 			pthread_mutex_lock(&m->lock);
 			if (m->rv[t->r].state == RV_FETCHING)

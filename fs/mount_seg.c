@@ -253,10 +253,8 @@ int rq_mnt_seg_file(struct rq_mount *m, struct mread *rd)
 	if (m->files[rd->file].mat != MAT_READY)
 		return 0;
 	pthread_mutex_unlock(&m->lock);
-	if (rq_mnt_read_mat(m, rd->req, rd->file, rd->off, rd->size)) {
-		rq_mnt_read_free(rd);
+	if (rq_mnt_read_mat(m, rd))
 		return 1;
-	}
 	pthread_mutex_lock(&m->lock);
 	return 0;
 }

@@ -204,6 +204,17 @@ void cli_progress_end(struct cli_progress *p)
 	free(p);
 }
 
+void cli_progress_stop(struct cli_progress *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->mu);
+	if (p->draw)
+		draw(p, 1);
+	p->draw = 0;
+	pthread_mutex_unlock(&p->mu);
+}
+
 char *cli_default_cache(void)
 {
 	const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");

@@ -54,5 +54,8 @@ struct cli_progress *cli_progress_start(const char *label, unsigned long long to
 void cli_progress_add(struct cli_progress *p, unsigned long long units, unsigned long long bytes);
 void cli_progress_set(struct cli_progress *p, unsigned long long units, unsigned long long bytes);
 void cli_progress_end(struct cli_progress *p);   /* final line; NULL is fine */
+/* The final line while other threads may still add: later adds draw
+ * nothing; p is not freed (for a command about to exit). NULL is fine. */
+void cli_progress_stop(struct cli_progress *p);
 
 #endif

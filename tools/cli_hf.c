@@ -498,3 +498,49 @@ int cli_hf_calib(const char *spec, const char *endpoint, char **path, struct rq_
 	*path = p;
 	return 0;
 }
+
+/* ---- --calib hf:// kept in a mount's cache ----------------------------------
+ * <cache>/hf/models--ORG--NAME/calib/<commit>.calib   the scales `calib fetch`
+ * makes of that commit (rq_calib_write: tmp, fsync, rename), next to the
+ * repo's kept model API answers: REV resolves as for a SRC (online through
+ * the model API, keeping info/ and refs/; offline from them), and a commit
+ * whose scales are here is never fetched again. */
+
+int cli_hf_calib_cached(const char *spec, const char *endpoint, const char *cache_dir,
+                        char **path, struct rq_err *err)
+{
+	struct cli_hf *s = NULL;
+	int rc = hf_open(spec, endpoint, cache_dir, &s, err);
+	if (rc) {
+		rq_err_prefix(err, "--calib");
+		if (rc == -ENETUNREACH)      /* offline, REV never seen here */
+			rq_err_append(err, "; or fetch the scales once with `requantfs calib fetch` "
+			              "and pass the file");
+		return rc;
+	}
+	char *d = repo_dir(cache_dir, s->repo), *dir = NULL, *p = NULL;
+	if (!d || asprintf(&dir, "%s/calib", d) < 0 || asprintf(&p, "%s/%s.calib", dir, s->commit) < 0)
+		rc = -ENOMEM;
+	if (!rc && access(p, R_OK)) {
+		size_t n = 0;
+		if (cli_hf_offline())
+			rc = rq_errf(err, -ENETUNREACH, "--calib %s: HF_HUB_OFFLINE=1 and the scales of "
+			             "commit %s were never fetched into cache %s (no %s): mount once online "
+			             "with this --calib, or fetch them with `requantfs calib fetch` and pass "
+			             "the file", spec, s->commit, cache_dir, p);
+		else if ((rc = mkdirs(dir)))
+			rc = rq_errf(err, rc, "--calib %s: cannot create %s: %s", spec, dir, strerror(-rc));
+		else if ((rc = rq_calib_fetch(endpoint, s->repo, s->commit, p, &n, NULL, NULL, NULL,
+		                              err)))
+			rq_err_prefix(err, "--calib %s", spec);
+	}
+	if (!rc) {
+		*path = p;
+		p = NULL;
+	}
+	free(p);
+	free(dir);
+	free(d);
+	cli_hf_close(s);
+	return rc;
+}

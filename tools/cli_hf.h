@@ -49,5 +49,13 @@ void cli_hf_traffic(const struct cli_hf *s, uint64_t *requests, uint64_t *bytes)
  * whose path (*path, malloc'd) the caller unlinks and frees once the plan is
  * built. 0 or -errno with a message naming the repo. */
 int cli_hf_calib(const char *spec, const char *endpoint, char **path, struct rq_err *err);
+/* The same for a mount, kept in its cache as huggingface_hub keeps a file:
+ * REV resolved to its commit (the model API's answer kept, as for a SRC),
+ * the scales fetched once per commit into <cache_dir>/hf/models--ORG--NAME/
+ * calib/<commit>.calib (*path, malloc'd; the caller keeps the file). With
+ * HF_HUB_OFFLINE=1 a commit or a branch seen before is served from there;
+ * anything else is refused (-ENETUNREACH) saying what to do. */
+int cli_hf_calib_cached(const char *spec, const char *endpoint, const char *cache_dir,
+                        char **path, struct rq_err *err);
 
 #endif

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,7 +247,18 @@ int cmd_status(int argc, char **argv)
 	return 0;
 }
 
-/* ---- warm -------------------------------------------------------------- */
+/* ---- warm --------------------------------------------------------------
+ * Ctrl-C means stop. Worker threads ask the mount for each job (a read of
+ * /.requantfs/jobs/<j>, answered when the job is in the cache) and read
+ * the remote files whole; such a read may wait minutes (a stalled hub).
+ * SIGINT and SIGTERM are blocked in every thread and taken by the main
+ * thread (sigtimedwait) while it waits: it says what was done and exits at
+ * once, and the exit kills the workers where they wait. That cannot leave
+ * them in D state: the daemon answers an interrupted read EINTR at once
+ * (FUSE_INTERRUPT, fs/mount_out.c), and page-cache reads of data files wait
+ * killably. Why not a child to abandon, or the reads elsewhere: a reader
+ * the kernel will not let go of pins the mount whoever it is; the fix
+ * belongs in the daemon, for every reader (a killed `cat` as much). */
 
 struct warm {
 	const char *mnt;
@@ -255,7 +267,8 @@ struct warm {
 	char **files;         /* remote SRC: files identical to SRC not assembled yet, */
 	long nfiles;          /* read whole through the mount after the jobs */
 	atomic_long next_file;
-	atomic_long failed, done;
+	atomic_long failed, done, files_done;
+	atomic_int running;   /* worker threads not finished */
 	struct cli_progress *prog;
 	pthread_mutex_t mu;
 	char first_err[512];
@@ -318,11 +331,47 @@ static void *warm_thread(void *arg)
 				         strerror(e));
 			pthread_mutex_unlock(&w->mu);
 		} else {
+			atomic_fetch_add(&w->files_done, 1);
 			cli_progress_add(w->prog, 1, 0);
 		}
 	}
 	free(buf);
+	atomic_fetch_sub(&w->running, 1);
 	return NULL;
+}
+
+static double since(const struct timespec *t0)
+{
+	struct timespec t1;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (t1.tv_sec - t0->tv_sec) + (t1.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* SIGINT/SIGTERM: says what was done and exits now (128 + sig), the worker
+ * threads killed where they wait (see the top of this part). */
+_Noreturn static void warm_stopped(struct warm *w, int sig, const struct timespec *t0,
+                                   const char *doing)
+{
+	cli_progress_stop(w->prog);
+	fprintf(stderr, "requantfs warm: stopped by %s after %.1f s, %s: %ld of %ld jobs ready",
+	        sig == SIGINT ? "SIGINT" : "SIGTERM", since(t0), doing, (long)atomic_load(&w->done),
+	        w->njobs);
+	if (w->nfiles)
+		fprintf(stderr, ", %ld of %ld remote files fetched", (long)atomic_load(&w->files_done),
+		        w->nfiles);
+	fprintf(stderr, "; jobs already started finish in the mount. Run `requantfs warm %s` "
+	        "again to go on (what is ready is only checked).\n", w->mnt);
+	fflush(stdout);
+	fflush(stderr);
+	_exit(128 + sig);
+}
+
+/* Waits up to ms for one of the signals in stop: the signal, or 0. */
+static int stop_signal(const sigset_t *stop, long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+	int sig = sigtimedwait(stop, NULL, &ts);
+	return sig > 0 ? sig : 0;
 }
 
 /* Remote SRC (status "remote_pending"): the files to read whole; their
@@ -398,19 +447,31 @@ int cmd_warm(int argc, char **argv)
 		fetched0 = num(cJSON_GetObjectItemCaseSensitive(st, "remote"), "fetched_bytes");
 	}
 	cJSON_Delete(st);
-	struct timespec t0, t1;
+	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	sigset_t stop;          /* taken by this thread alone, the workers inherit the mask */
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &stop, NULL);
 	w.prog = cli_progress_start("warm", mods, bytes, force);
 	pthread_t th[256];
 	int nt = 0;
-	for (int i = 0; i < par && i < w.njobs + w.nfiles; i++)
+	for (int i = 0; i < par && i < w.njobs + w.nfiles; i++) {
+		atomic_fetch_add(&w.running, 1);
 		if (!pthread_create(&th[nt], NULL, warm_thread, &w))
 			nt++;
+		else
+			atomic_fetch_sub(&w.running, 1);
+	}
+	for (int sig; atomic_load(&w.running) > 0;)
+		if ((sig = stop_signal(&stop, 50)))
+			warm_stopped(&w, sig, &t0, "waiting for jobs and files");
 	for (int i = 0; i < nt; i++)
 		pthread_join(th[i], NULL);
 	cli_progress_end(w.prog);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double dt = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	w.prog = NULL;
+	double dt = since(&t0);
 	for (long f = 0; f < w.nfiles; f++)
 		free(w.files[f]);
 	free(w.files);
@@ -441,8 +502,9 @@ int cmd_warm(int argc, char **argv)
 			 * materialized now (its log line says why) */
 			idle = num(st, "files_materializing") > 0 ? 0 : idle + 0.1;
 			cJSON_Delete(st);
-			struct timespec ts = {0, 100000000};
-			nanosleep(&ts, NULL);
+			int sig = stop_signal(&stop, 100);
+			if (sig)
+				warm_stopped(&w, sig, &t0, "waiting for shards to be materialized");
 			if (!(st = get_status("warm", mnt, NULL, &rc)))
 				return rc;
 		}

@@ -6,7 +6,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/err.h"
 #include "fs/mount.h"
@@ -16,7 +15,8 @@ struct mount_hf {
 	struct cli_hf *hf;
 	struct rq_rs *rs;
 	struct rq_rs_file *files;     /* [n], strings borrowed from hf */
-	char *calib_tmp;              /* --calib hf://: the fetched scales, until attach */
+	char *calib;                  /* --calib hf://: the scales kept in the cache (the
+	                                 plan reads them before attach) */
 	pthread_mutex_t mu;
 	struct rq_mount *m;           /* where the store logs (mu) */
 };
@@ -39,13 +39,8 @@ int mount_hf_open(struct rq_mount_opts *o, const char *endpoint, struct mount_hf
 	pthread_mutex_init(&h->mu, NULL);
 	int offline = cli_hf_offline();
 	int rc = cli_hf_open_cached(o->src, endpoint, o->cache_dir, &h->hf, err);
-	if (!rc && o->calib && cli_hf_is(o->calib)) {
-		if (offline)
-			rc = rq_errf(err, -ENETUNREACH, "--calib %s: HF_HUB_OFFLINE=1: fetch the scales "
-			             "once with `requantfs calib fetch` and pass the file", o->calib);
-		else
-			rc = cli_hf_calib(o->calib, endpoint, &h->calib_tmp, err);
-	}
+	if (!rc && o->calib && cli_hf_is(o->calib))     /* offline too, once fetched */
+		rc = cli_hf_calib_cached(o->calib, endpoint, o->cache_dir, &h->calib, err);
 	const struct rq_src_reader *r = rc ? NULL : cli_hf_reader(h->hf);
 	if (r && !(h->files = calloc(r->nfiles ? r->nfiles : 1, sizeof *h->files)))
 		rc = -ENOMEM;
@@ -67,8 +62,8 @@ int mount_hf_open(struct rq_mount_opts *o, const char *endpoint, struct mount_hf
 		return rc;
 	}
 	o->src = r->label;
-	if (h->calib_tmp)
-		o->calib = h->calib_tmp;
+	if (h->calib)
+		o->calib = h->calib;
 	o->rs = h->rs;
 	o->rfiles = r->files;
 	o->nrfiles = r->nfiles;
@@ -83,11 +78,8 @@ void mount_hf_attach(struct mount_hf *h, struct rq_mount *m)
 	pthread_mutex_lock(&h->mu);
 	h->m = m;
 	pthread_mutex_unlock(&h->mu);
-	if (h->calib_tmp) {
-		unlink(h->calib_tmp);
-		free(h->calib_tmp);
-		h->calib_tmp = NULL;
-	}
+	free(h->calib);
+	h->calib = NULL;
 }
 
 void mount_hf_close(struct mount_hf *h)
