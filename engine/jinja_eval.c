@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,7 +69,7 @@ static struct jv no_attr(struct jctx *c, struct jv obj, const char *name)
 static struct jv lookup(struct jctx *c, const char *name)
 {
 	for (struct jframe *f = c->frame; f; f = f->parent) {
-		struct jv *v = jd_getc(&f->vars, name);
+		struct jv *v = jd_getc(c->st, &f->vars, name);
 		if (v)
 			return *v;
 	}
@@ -98,7 +99,7 @@ struct jv jctx_getattr(struct jctx *c, size_t pos, struct jv obj, const char *na
 	if (obj.kind == JV_DICT && !obj.u.d->ns && jb_has_method(obj, name))
 		return method(c, obj, name);
 	if (obj.kind == JV_DICT) {
-		struct jv *v = jd_getc(obj.u.d, name);
+		struct jv *v = jd_getc(c->st, obj.u.d, name);
 		return v ? *v : no_attr(c, obj, name);
 	}
 	if (jb_has_method(obj, name))
@@ -117,6 +118,7 @@ static int64_t index_of(int64_t i, size_t n)
 static struct jv str_char(struct jctx *c, struct jv s, int64_t i)
 {
 	size_t at = 0, k = 0;
+	jwork(c->st, 2 * s.u.s.n);   /* decoding: 2 units a byte */
 	while (at < s.u.s.n) {
 		size_t from = at;
 		jutf8_next(s.u.s.p, s.u.s.n, &at);
@@ -126,9 +128,10 @@ static struct jv str_char(struct jctx *c, struct jv s, int64_t i)
 	return jv_undef("string index out of range");
 }
 
-static size_t str_len(struct jv s)
+static size_t str_len(struct jctx *c, struct jv s)
 {
 	size_t at = 0, k = 0;
+	jwork(c->st, 2 * s.u.s.n);
 	while (at < s.u.s.n)
 		jutf8_next(s.u.s.p, s.u.s.n, &at), k++;
 	return k;
@@ -138,7 +141,7 @@ static struct jv getitem(struct jctx *c, size_t pos, struct jv obj, struct jv ke
 {
 	need_defined(c, pos, obj);
 	if (obj.kind == JV_DICT) {
-		struct jv *v = jd_get(obj.u.d, key);
+		struct jv *v = jd_get(c->st, obj.u.d, key);
 		if (v)
 			return *v;
 		if (key.kind == JV_STR && !obj.u.d->ns && jb_has_method(obj, key.u.s.p))
@@ -152,7 +155,7 @@ static struct jv getitem(struct jctx *c, size_t pos, struct jv obj, struct jv ke
 			i = index_of(i, obj.u.l->n);
 			return i < 0 ? jv_undef("list index out of range") : obj.u.l->v[i];
 		}
-		i = index_of(i, str_len(obj));
+		i = index_of(i, str_len(c, obj));
 		return i < 0 ? jv_undef("string index out of range") : str_char(c, obj, i);
 	}
 	if (key.kind == JV_STR)
@@ -190,7 +193,7 @@ static struct jv slice(struct jctx *c, const struct jx *x, struct jv obj)
 		n = obj.u.l->n;
 		items = obj.u.l->v;
 	} else {
-		n = str_len(obj);
+		n = str_len(c, obj);
 		items = ja_alloc(c->st, (n + 1) * sizeof *items);
 		for (size_t i = 0, at = 0; i < n; i++) {
 			size_t from = at;
@@ -213,8 +216,11 @@ static struct jv slice(struct jctx *c, const struct jx *x, struct jv obj)
 	hi = have[1] ? v[1] : step > 0 ? N : -1;
 	struct jv r = jv_list(c->st);
 	r.tuple = obj.tuple;
-	for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step)
+	for (int64_t i = lo; step > 0 ? i < hi : i > hi;) {
 		jl_push(c->st, r.u.l, items[i]);
+		if (__builtin_add_overflow(i, step, &i))   /* past either end: done */
+			break;
+	}
 	if (obj.kind == JV_LIST)
 		return r;
 	struct jbuf b = {0};
@@ -240,11 +246,17 @@ static struct jv repeat(struct jctx *c, const struct jx *x, struct jv seq, int64
 	size_t unit = seq.kind == JV_STR ? seq.u.s.n : seq.u.l->n * 16;
 	if (k > 0 && unit && (uint64_t)k > MAX_OUT / unit)
 		jfail(c->st, x->pos, -EINVAL, "'*' would make a value larger than %u bytes", MAX_OUT);
-	if (seq.kind == JV_STR) {
-		struct jbuf b = {0};
-		for (int64_t i = 0; i < k; i++)
-			jb_put(c->st, &b, seq.u.s.p, seq.u.s.n);
-		return (struct jv){.kind = JV_STR, .u.s = {b.s ? b.s : "", b.n}};
+	if (!unit || k <= 0)   /* empty, however many times */
+		k = 0;
+	if (seq.kind == JV_STR) {   /* one copy, then doubling: the bytes written once */
+		size_t n = seq.u.s.n * (size_t)k, have = seq.u.s.n;
+		char *p = ja_alloc(c->st, n + 1);
+		if (!n)
+			return jv_cstr("");
+		memcpy(p, seq.u.s.p, have);
+		for (; have < n; have *= 2)
+			memcpy(p + have, p, have < n - have ? have : n - have);
+		return (struct jv){.kind = JV_STR, .u.s = {p, n}};
 	}
 	struct jv r = jv_list(c->st);
 	r.tuple = seq.tuple;
@@ -252,6 +264,31 @@ static struct jv repeat(struct jctx *c, const struct jx *x, struct jv seq, int64
 		for (size_t j = 0; j < seq.u.l->n; j++)
 			jl_push(c->st, r.u.l, seq.u.l->v[j]);
 	return r;
+}
+
+/* a ** b: exact for ints (refused past 64 bits), Python's float rules otherwise. */
+static struct jv power(struct jctx *c, const struct jx *x, struct jv a, struct jv b)
+{
+	if (a.kind != JV_FLOAT && b.kind != JV_FLOAT && inum(b) >= 0) {
+		int64_t base = inum(a), e = inum(b), r = 1;
+		while (e) {   /* square and multiply: at most 63 rounds */
+			if ((e & 1) && __builtin_mul_overflow(r, base, &r))
+				joverflow(c->st, x->pos, x->name);
+			e >>= 1;
+			if (e && __builtin_mul_overflow(base, base, &base))
+				joverflow(c->st, x->pos, x->name);
+		}
+		return jv_int(r);
+	}
+	double f = fnum(a), g = fnum(b), r;
+	if (f == 0 && g < 0)
+		jfail(c->st, x->pos, -EINVAL, "0.0 cannot be raised to a negative power");
+	if (f < 0 && g != floor(g))
+		jfail(c->st, x->pos, -EINVAL, "a negative number to a fractional power is complex: not supported");
+	r = pow(f, g);
+	if (isinf(r) && isfinite(f) && isfinite(g))
+		jfail(c->st, x->pos, -EINVAL, "'**' overflows a float (Python: OverflowError)");
+	return jv_float(r);
 }
 
 static struct jv arith(struct jctx *c, const struct jx *x, struct jv a, struct jv b)
@@ -266,35 +303,40 @@ static struct jv arith(struct jctx *c, const struct jx *x, struct jv a, struct j
 	}
 	if (isnum(a) && isnum(b)) {
 		int ints = a.kind != JV_FLOAT && b.kind != JV_FLOAT;
-		int64_t i = inum(a), j = inum(b);
+		int64_t i = inum(a), j = inum(b), r;
 		double f = fnum(a), g = fnum(b);
 		if ((op == '/' || op == '%') && (ints ? j == 0 : g == 0))
 			jfail(c->st, x->pos, -EINVAL, "division by zero");
 		switch (op) {
-		case '+': return ints ? jv_int(i + j) : jv_float(f + g);
-		case '-': return ints ? jv_int(i - j) : jv_float(f - g);
+		case '+':
+			if (ints && __builtin_add_overflow(i, j, &r))
+				joverflow(c->st, x->pos, x->name);
+			return ints ? jv_int(r) : jv_float(f + g);
+		case '-':
+			if (ints && __builtin_sub_overflow(i, j, &r))
+				joverflow(c->st, x->pos, x->name);
+			return ints ? jv_int(r) : jv_float(f - g);
 		case '*':
-			if (two) {
-				if (ints && j >= 0) {
-					int64_t r = 1;
-					for (int64_t k = 0; k < j && k < 64; k++)
-						r *= i;
-					return jv_int(r);
-				}
-				return jv_float(pow(f, g));
-			}
-			return ints ? jv_int(i * j) : jv_float(f * g);
+			if (two)
+				return power(c, x, a, b);
+			if (ints && __builtin_mul_overflow(i, j, &r))
+				joverflow(c->st, x->pos, x->name);
+			return ints ? jv_int(r) : jv_float(f * g);
 		case '/':
 			if (!two)
 				return jv_float(f / g);
 			if (ints) {
+				if (j == -1 && i == INT64_MIN)   /* -2**63 // -1 traps */
+					joverflow(c->st, x->pos, x->name);
+				if (j == -1)
+					return jv_int(-i);
 				int64_t q = i / j;
 				return jv_int(q - ((i % j != 0) && ((i < 0) != (j < 0))));
 			}
 			return jv_float(floor(f / g));
 		case '%':
 			if (ints) {
-				int64_t r = i % j;
+				r = j == -1 ? 0 : i % j;   /* INT64_MIN % -1 traps */
 				return jv_int(r && ((r < 0) != (j < 0)) ? r + j : r);
 			} else {
 				double r = fmod(f, g);
@@ -324,37 +366,46 @@ static struct jv arith(struct jctx *c, const struct jx *x, struct jv a, struct j
 	bad_operands(c, x, a, b);
 }
 
-/* <, >, <=, >= as Python orders numbers, strings and lists. */
-static int order(struct jctx *c, const struct jx *x, const char *op, struct jv a, struct jv b)
+/* Python's ordering of a and b for op (named in the error): -1, 0, 1, or 2
+ * when unordered (a NaN); numbers, strings and lists, else an error. */
+static int cmp3(struct jctx *c, size_t pos, const char *op, struct jv a, struct jv b)
 {
-	int r;
-	if (isnum(a) && isnum(b)) {
-		double f = fnum(a), g = fnum(b);
-		r = f < g ? -1 : f > g;
-	} else if (a.kind == JV_STR && b.kind == JV_STR) {
+	jwork(c->st, JW_STEP);
+	if (isnum(a) && isnum(b))
+		return jv_numcmp(a, b);
+	if (a.kind == JV_STR && b.kind == JV_STR) {
 		size_t m = a.u.s.n < b.u.s.n ? a.u.s.n : b.u.s.n;
-		r = memcmp(a.u.s.p, b.u.s.p, m);
-		r = r ? r : a.u.s.n < b.u.s.n ? -1 : a.u.s.n > b.u.s.n;
-	} else if (a.kind == JV_LIST && b.kind == JV_LIST) {
+		jwork(c->st, m);
+		int r = memcmp(a.u.s.p, b.u.s.p, m);
+		return r ? (r < 0 ? -1 : 1) : a.u.s.n < b.u.s.n ? -1 : a.u.s.n > b.u.s.n;
+	}
+	if (a.kind == JV_LIST && b.kind == JV_LIST) {   /* depth: JV_MAX_DEPTH at most */
 		size_t i = 0;
-		while (i < a.u.l->n && i < b.u.l->n && jv_equal(a.u.l->v[i], b.u.l->v[i]))
+		while (i < a.u.l->n && i < b.u.l->n && jv_equal(c->st, a.u.l->v[i], b.u.l->v[i]))
 			i++;
 		if (i < a.u.l->n && i < b.u.l->n)
-			return order(c, x, op, a.u.l->v[i], b.u.l->v[i]);
-		r = a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
-	} else {
-		need_defined(c, x->pos, a);
-		need_defined(c, x->pos, b);
-		jfail(c->st, x->pos, -EINVAL, "'%s' not supported between instances of '%s' and '%s'", op,
-		      jv_type(a), jv_type(b));
+			return cmp3(c, pos, op, a.u.l->v[i], b.u.l->v[i]);
+		return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
 	}
+	need_defined(c, pos, a);
+	need_defined(c, pos, b);
+	jfail(c->st, pos, -EINVAL, "'%s' not supported between instances of '%s' and '%s'", op, jv_type(a),
+	      jv_type(b));
+}
+
+/* <, >, <=, >= */
+static int order(struct jctx *c, const struct jx *x, const char *op, struct jv a, struct jv b)
+{
+	int r = cmp3(c, x->pos, op, a, b);
+	if (r == 2)   /* NaN: every ordering is false */
+		return 0;
 	return op[0] == '<' ? (op[1] ? r <= 0 : r < 0) : (op[1] ? r >= 0 : r > 0);
 }
 
 int jv_order(struct jctx *c, size_t pos, struct jv a, struct jv b)
 {
-	struct jx x = {.pos = pos};
-	return order(c, &x, "<", a, b) ? -1 : order(c, &x, "<", b, a) ? 1 : 0;
+	int r = cmp3(c, pos, "<", a, b);
+	return r == 2 ? 0 : r;
 }
 
 int jv_contains(struct jctx *c, size_t pos, struct jv hay, struct jv needle)
@@ -365,19 +416,14 @@ int jv_contains(struct jctx *c, size_t pos, struct jv hay, struct jv needle)
 		if (needle.kind != JV_STR)
 			jfail(c->st, pos, -EINVAL, "'in <string>' requires string as left operand, not %s",
 			      jv_type(needle));
-		if (!needle.u.s.n)
-			return 1;
-		for (size_t i = 0; i + needle.u.s.n <= hay.u.s.n; i++)
-			if (!memcmp(hay.u.s.p + i, needle.u.s.p, needle.u.s.n))
-				return 1;
-		return 0;
+		return jfind(c->st, hay.u.s.p, hay.u.s.n, needle.u.s.p, needle.u.s.n, 0, 0) >= 0;
 	case JV_LIST:
 		for (size_t i = 0; i < hay.u.l->n; i++)
-			if (jv_equal(hay.u.l->v[i], needle))
+			if (jv_equal(c->st, hay.u.l->v[i], needle))
 				return 1;
 		return 0;
 	case JV_DICT:
-		return !hay.u.d->ns && jd_get(hay.u.d, needle) != NULL;
+		return !hay.u.d->ns && jd_get(c->st, hay.u.d, needle) != NULL;
 	default:
 		jfail(c->st, pos, -EINVAL, "argument of type '%s' is not iterable", jv_type(hay));
 	}
@@ -456,7 +502,20 @@ static struct jv call(struct jctx *c, const struct jx *x)
 	}
 }
 
+static struct jv eval_node(struct jctx *c, const struct jx *x);
+
+/* Every expression evaluated: paid for, and where failures below it point. */
 static struct jv eval(struct jctx *c, const struct jx *x)
+{
+	size_t outer = c->st->at;
+	c->st->at = x->pos;
+	jwork(c->st, JW_STEP);
+	struct jv r = eval_node(c, x);
+	c->st->at = outer;
+	return r;
+}
+
+static struct jv eval_node(struct jctx *c, const struct jx *x)
 {
 	struct jv a, b, *args, *kwv, r;
 	switch (x->kind) {
@@ -506,6 +565,8 @@ static struct jv eval(struct jctx *c, const struct jx *x)
 		}
 		if (x->kind == JX_POS)
 			return a.kind == JV_BOOL ? jv_int(a.u.b) : a;
+		if (a.kind == JV_INT && a.u.i == INT64_MIN)
+			joverflow(c->st, x->pos, "unary -");
 		return a.kind == JV_FLOAT ? jv_float(-a.u.f) : jv_int(-inum(a));
 	case JX_BIN:
 		a = eval(c, x->a);
@@ -517,9 +578,9 @@ static struct jv eval(struct jctx *c, const struct jx *x)
 			int t;
 			b = eval(c, x->args[i]);
 			if (!strcmp(op, "=="))
-				t = jv_equal(a, b);
+				t = jv_equal(c->st, a, b);
 			else if (!strcmp(op, "!="))
-				t = !jv_equal(a, b);
+				t = !jv_equal(c->st, a, b);
 			else if (!strcmp(op, "in"))
 				t = jv_contains(c, x->pos, b, a);
 			else if (!strcmp(op, "not in"))
@@ -643,6 +704,8 @@ static void exec(struct jctx *c, const struct js *s)
 	for (; s && !c->ctl; s = s->next) {
 		if (++c->steps > MAX_STEPS)
 			jfail(c->st, s->pos, -EINVAL, "the template ran more than %ld statements", MAX_STEPS);
+		c->st->at = s->pos;
+		jwork(c->st, JW_STEP);
 		switch (s->kind) {
 		case JS_TEXT:
 			jb_put(c->st, c->out, s->text, s->n);
@@ -765,11 +828,20 @@ static int run(struct jstate *st, const char *tmpl, size_t len, const cJSON *var
 	return 0;
 }
 
+int jinja_render_budget(const char *tmpl, size_t len, const cJSON *vars, uint64_t budget, uint64_t *used,
+                        char **out, size_t *out_len, struct rq_err *err)
+{
+	struct jstate st = {.err = err, .work_max = budget ? budget : JINJA_WORK_DEFAULT};
+	if (vars && !cJSON_IsObject(vars))
+		return rq_errf(err, -EINVAL, "chat template: the variables must be a JSON object");
+	int rc = run(&st, tmpl, len, vars, out, out_len);
+	if (used)
+		*used = st.work;
+	return rc;
+}
+
 int jinja_render(const char *tmpl, size_t len, const cJSON *vars, char **out, size_t *out_len,
                  struct rq_err *err)
 {
-	struct jstate st = {.err = err};
-	if (vars && !cJSON_IsObject(vars))
-		return rq_errf(err, -EINVAL, "chat template: the variables must be a JSON object");
-	return run(&st, tmpl, len, vars, out, out_len);
+	return jinja_render_budget(tmpl, len, vars, 0, NULL, out, out_len, err);
 }
