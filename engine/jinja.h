@@ -41,8 +41,9 @@ struct rq_err;
 int jinja_render(const char *tmpl, size_t len, const struct cJSON *vars, char **out, size_t *out_len,
                  struct rq_err *err);
 
-/* The default work budget: about a second of work on a slow core; the real
- * chat templates use well under a thousandth of it on a conversation. */
+/* The default work budget: under a second of work on one loaded core; the
+ * real chat templates of the tests use under a 500th of it on each golden
+ * conversation (test_chat renders them all with budget / 500). */
 #define JINJA_WORK_DEFAULT (1ULL << 28)
 
 /* jinja_render with a work budget (0: JINJA_WORK_DEFAULT); *used (when not

@@ -254,6 +254,10 @@ struct jv jctx_getattr(struct jctx *c, size_t pos, struct jv obj, const char *na
 /* Python's `needle in hay`, and -1/0/1 ordering (numbers, strings, lists); both fail on other types. */
 int jv_contains(struct jctx *c, size_t pos, struct jv hay, struct jv needle);
 int jv_order(struct jctx *c, size_t pos, struct jv a, struct jv b);
+/* The operators (jinja_ops.c): x->name's arithmetic on a and b; x->name is
+ * also the operator named in errors. jx_order: a op b for <, <=, >, >=. */
+struct jv jx_arith(struct jctx *c, const struct jx *x, struct jv a, struct jv b);
+int jx_order(struct jctx *c, const struct jx *x, const char *op, struct jv a, struct jv b);
 
 /* Shared by filters and methods (jinja_filters.c). */
 /* Argument idx (positional) or name (keyword), else def. */

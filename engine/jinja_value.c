@@ -83,7 +83,7 @@ void jfail(struct jstate *st, size_t pos, int code, const char *fmt, ...)
 void jwork_fail(struct jstate *st)
 {
 	jfail(st, st->at, -EINVAL, "work budget of %llu exceeded: the template loops, copies or compares "
-	      "far more than a chat template needs (real ones use under a thousandth of it)",
+	      "far more than a chat template needs (real ones use well under 1%% of it)",
 	      (unsigned long long)st->work_max);
 }
 
@@ -512,6 +512,15 @@ static void json_str(struct jstate *st, struct jbuf *b, const char *s, size_t n,
 {
 	jb_puts(st, b, "\"");
 	for (size_t i = 0; i < n; i++) {
+		size_t run = i;   /* bytes written as they are: one put */
+		while (run < n && (unsigned char)s[run] >= 0x20 && s[run] != '"' && s[run] != '\\' &&
+		       !(ascii && (unsigned char)s[run] >= 0x80))
+			run++;
+		if (run > i) {
+			jb_put(st, b, s + i, run - i);
+			i = run - 1;
+			continue;
+		}
 		unsigned char c = (unsigned char)s[i];
 		char e[16];
 		if (ascii && c >= 0x80) {

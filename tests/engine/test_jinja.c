@@ -159,7 +159,9 @@ static const char *const bits[] = {
 	"{{", "}}", "{%", "%}", "{#", "#}", "-", "+", "(", ")", "[", "]", "{", "}", "'", "\"", "\\", "|",
 	".", ",", ":", "=", "~", "*", "not ", " in ", " if ", " else ", "endfor", "endif", "{% endif %}",
 	"{% else %}", "{% for m in messages %}", "{% if x %}", "loop.", "ns.", "messages[0]", "|tojson",
-	"\n", " ", "0", "1e9", "range(99999)", "{% macro q(a) %}{{ q(a) }}{% endmacro %}{{ q(1) }}"};
+	"\n", " ", "0", "1e9", "range(99999)", "{% macro q(a) %}{{ q(a) }}{% endmacro %}{{ q(1) }}",
+	"(-2**63)", "// -1", "% -1", "**99", "* 10**18", "[::9223372036854775807]", "|abs", "|int", "|sort",
+	".rfind('a')", "99999999999999999999"};
 
 /* Mutants of tmpl: each renders (0) or fails with a message (-EINVAL). */
 static void mutate(const char *name, const char *tmpl, const cJSON *vars, int rounds)
