@@ -21,6 +21,7 @@ struct chat_template {
 	char *text;                  /* the Jinja source */
 	char *special[N_SPECIAL];    /* special_names' values, or NULL */
 	cJSON *extra;                /* chat_template_set_var's variables: an object, or NULL */
+	uint64_t budget;             /* work budget of a render (0: jinja's default) */
 	char source[4200];           /* the file it came from, for messages */
 };
 
@@ -48,6 +49,11 @@ static int set_item(struct chat_template *t, const char *name, cJSON *item)
 int chat_template_set_var(struct chat_template *t, const char *name, const char *value)
 {
 	return set_item(t, name, cJSON_CreateString(value));
+}
+
+void chat_template_set_budget(struct chat_template *t, uint64_t units)
+{
+	t->budget = units;
 }
 
 int chat_template_set_json(struct chat_template *t, const char *name, const char *json, struct rq_err *err)
@@ -226,7 +232,7 @@ int chat_render(const struct chat_template *t, const struct chat_msg *msgs, size
 	cJSON *v = variables(t, msgs, n, add_generation_prompt, enable_thinking);
 	if (!v)
 		return rq_errf(err, -ENOMEM, "chat: out of memory");
-	int rc = jinja_render(t->text, strlen(t->text), v, out, out_len, err);
+	int rc = jinja_render_budget(t->text, strlen(t->text), v, t->budget, NULL, out, out_len, err);
 	cJSON_Delete(v);
 	if (rc && err)
 		rq_err_prefix(err, "%s", t->source);

@@ -21,6 +21,7 @@
 #define RQ_ENGINE_CHAT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct rq_err;
 struct chat_template;
@@ -47,6 +48,8 @@ int chat_template_set_var(struct chat_template *t, const char *name, const char 
 /* The same with a JSON value (e.g. "tools" and a list of function schemas).
  * 0, -EINVAL (not JSON: named in err) or -ENOMEM. */
 int chat_template_set_json(struct chat_template *t, const char *name, const char *json, struct rq_err *err);
+/* The work budget of each render (jinja.h; 0: JINJA_WORK_DEFAULT, the default). */
+void chat_template_set_budget(struct chat_template *t, uint64_t units);
 
 /* Renders msgs into a malloc'd NUL-terminated string. 0; -EINVAL when a
  * message has no role or content, or the template cannot render the

@@ -23,14 +23,32 @@
 #define RQ_ENGINE_JINJA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct cJSON;
 struct rq_err;
 
 /* Renders tmpl[0..len) into a malloc'd NUL-terminated string. 0; -EINVAL when
  * the template cannot be parsed or rendered, or raises (raise_exception): err
- * says where and why; -ENOMEM. */
+ * says where and why; -ENOMEM.
+ *
+ * Bounded: at most 1 GiB of memory, values nested at most 200 deep, and the
+ * work budget: every operation is charged for what it touches (a byte
+ * copied, compared or scanned: 1 unit; an expression, a statement, an item
+ * or a value compared: 32), and the render fails at the line and column where
+ * it runs past the budget. Integers are 64-bit: a result jinja2 would give
+ * as a bigger exact integer is refused, never wrapped. */
 int jinja_render(const char *tmpl, size_t len, const struct cJSON *vars, char **out, size_t *out_len,
                  struct rq_err *err);
+
+/* The default work budget: under a second of work on one loaded core; the
+ * real chat templates of the tests use under a 500th of it on each golden
+ * conversation (test_chat renders them all with budget / 500). */
+#define JINJA_WORK_DEFAULT (1ULL << 28)
+
+/* jinja_render with a work budget (0: JINJA_WORK_DEFAULT); *used (when not
+ * NULL): the work charged, on success or failure. */
+int jinja_render_budget(const char *tmpl, size_t len, const struct cJSON *vars, uint64_t budget, uint64_t *used,
+                        char **out, size_t *out_len, struct rq_err *err);
 
 #endif

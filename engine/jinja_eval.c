@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,7 +69,7 @@ static struct jv no_attr(struct jctx *c, struct jv obj, const char *name)
 static struct jv lookup(struct jctx *c, const char *name)
 {
 	for (struct jframe *f = c->frame; f; f = f->parent) {
-		struct jv *v = jd_getc(&f->vars, name);
+		struct jv *v = jd_getc(c->st, &f->vars, name);
 		if (v)
 			return *v;
 	}
@@ -98,7 +99,7 @@ struct jv jctx_getattr(struct jctx *c, size_t pos, struct jv obj, const char *na
 	if (obj.kind == JV_DICT && !obj.u.d->ns && jb_has_method(obj, name))
 		return method(c, obj, name);
 	if (obj.kind == JV_DICT) {
-		struct jv *v = jd_getc(obj.u.d, name);
+		struct jv *v = jd_getc(c->st, obj.u.d, name);
 		return v ? *v : no_attr(c, obj, name);
 	}
 	if (jb_has_method(obj, name))
@@ -117,6 +118,7 @@ static int64_t index_of(int64_t i, size_t n)
 static struct jv str_char(struct jctx *c, struct jv s, int64_t i)
 {
 	size_t at = 0, k = 0;
+	jwork(c->st, 2 * s.u.s.n);   /* decoding: 2 units a byte */
 	while (at < s.u.s.n) {
 		size_t from = at;
 		jutf8_next(s.u.s.p, s.u.s.n, &at);
@@ -126,9 +128,10 @@ static struct jv str_char(struct jctx *c, struct jv s, int64_t i)
 	return jv_undef("string index out of range");
 }
 
-static size_t str_len(struct jv s)
+static size_t str_len(struct jctx *c, struct jv s)
 {
 	size_t at = 0, k = 0;
+	jwork(c->st, 2 * s.u.s.n);
 	while (at < s.u.s.n)
 		jutf8_next(s.u.s.p, s.u.s.n, &at), k++;
 	return k;
@@ -138,7 +141,7 @@ static struct jv getitem(struct jctx *c, size_t pos, struct jv obj, struct jv ke
 {
 	need_defined(c, pos, obj);
 	if (obj.kind == JV_DICT) {
-		struct jv *v = jd_get(obj.u.d, key);
+		struct jv *v = jd_get(c->st, obj.u.d, key);
 		if (v)
 			return *v;
 		if (key.kind == JV_STR && !obj.u.d->ns && jb_has_method(obj, key.u.s.p))
@@ -152,7 +155,7 @@ static struct jv getitem(struct jctx *c, size_t pos, struct jv obj, struct jv ke
 			i = index_of(i, obj.u.l->n);
 			return i < 0 ? jv_undef("list index out of range") : obj.u.l->v[i];
 		}
-		i = index_of(i, str_len(obj));
+		i = index_of(i, str_len(c, obj));
 		return i < 0 ? jv_undef("string index out of range") : str_char(c, obj, i);
 	}
 	if (key.kind == JV_STR)
@@ -190,7 +193,7 @@ static struct jv slice(struct jctx *c, const struct jx *x, struct jv obj)
 		n = obj.u.l->n;
 		items = obj.u.l->v;
 	} else {
-		n = str_len(obj);
+		n = str_len(c, obj);
 		items = ja_alloc(c->st, (n + 1) * sizeof *items);
 		for (size_t i = 0, at = 0; i < n; i++) {
 			size_t from = at;
@@ -213,8 +216,11 @@ static struct jv slice(struct jctx *c, const struct jx *x, struct jv obj)
 	hi = have[1] ? v[1] : step > 0 ? N : -1;
 	struct jv r = jv_list(c->st);
 	r.tuple = obj.tuple;
-	for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step)
+	for (int64_t i = lo; step > 0 ? i < hi : i > hi;) {
 		jl_push(c->st, r.u.l, items[i]);
+		if (__builtin_add_overflow(i, step, &i))   /* past either end: done */
+			break;
+	}
 	if (obj.kind == JV_LIST)
 		return r;
 	struct jbuf b = {0};
@@ -224,164 +230,7 @@ static struct jv slice(struct jctx *c, const struct jx *x, struct jv obj)
 }
 
 static int isnum(struct jv v) { return v.kind == JV_INT || v.kind == JV_FLOAT || v.kind == JV_BOOL; }
-static double fnum(struct jv v) { return v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : v.u.b; }
 static int64_t inum(struct jv v) { return v.kind == JV_INT ? v.u.i : v.u.b; }
-
-_Noreturn static void bad_operands(struct jctx *c, const struct jx *x, struct jv a, struct jv b)
-{
-	need_defined(c, x->pos, a);
-	need_defined(c, x->pos, b);
-	jfail(c->st, x->pos, -EINVAL, "unsupported operand type(s) for %s: '%s' and '%s'", x->name,
-	      jv_type(a), jv_type(b));
-}
-
-static struct jv repeat(struct jctx *c, const struct jx *x, struct jv seq, int64_t k)
-{
-	size_t unit = seq.kind == JV_STR ? seq.u.s.n : seq.u.l->n * 16;
-	if (k > 0 && unit && (uint64_t)k > MAX_OUT / unit)
-		jfail(c->st, x->pos, -EINVAL, "'*' would make a value larger than %u bytes", MAX_OUT);
-	if (seq.kind == JV_STR) {
-		struct jbuf b = {0};
-		for (int64_t i = 0; i < k; i++)
-			jb_put(c->st, &b, seq.u.s.p, seq.u.s.n);
-		return (struct jv){.kind = JV_STR, .u.s = {b.s ? b.s : "", b.n}};
-	}
-	struct jv r = jv_list(c->st);
-	r.tuple = seq.tuple;
-	for (int64_t i = 0; i < k; i++)
-		for (size_t j = 0; j < seq.u.l->n; j++)
-			jl_push(c->st, r.u.l, seq.u.l->v[j]);
-	return r;
-}
-
-static struct jv arith(struct jctx *c, const struct jx *x, struct jv a, struct jv b)
-{
-	char op = x->name[0];
-	int two = x->name[1] != 0;
-	if (op == '~') {
-		struct jbuf s = {0};
-		jv_tostr(c->st, &s, a);
-		jv_tostr(c->st, &s, b);
-		return (struct jv){.kind = JV_STR, .u.s = {s.s ? s.s : "", s.n}};
-	}
-	if (isnum(a) && isnum(b)) {
-		int ints = a.kind != JV_FLOAT && b.kind != JV_FLOAT;
-		int64_t i = inum(a), j = inum(b);
-		double f = fnum(a), g = fnum(b);
-		if ((op == '/' || op == '%') && (ints ? j == 0 : g == 0))
-			jfail(c->st, x->pos, -EINVAL, "division by zero");
-		switch (op) {
-		case '+': return ints ? jv_int(i + j) : jv_float(f + g);
-		case '-': return ints ? jv_int(i - j) : jv_float(f - g);
-		case '*':
-			if (two) {
-				if (ints && j >= 0) {
-					int64_t r = 1;
-					for (int64_t k = 0; k < j && k < 64; k++)
-						r *= i;
-					return jv_int(r);
-				}
-				return jv_float(pow(f, g));
-			}
-			return ints ? jv_int(i * j) : jv_float(f * g);
-		case '/':
-			if (!two)
-				return jv_float(f / g);
-			if (ints) {
-				int64_t q = i / j;
-				return jv_int(q - ((i % j != 0) && ((i < 0) != (j < 0))));
-			}
-			return jv_float(floor(f / g));
-		case '%':
-			if (ints) {
-				int64_t r = i % j;
-				return jv_int(r && ((r < 0) != (j < 0)) ? r + j : r);
-			} else {
-				double r = fmod(f, g);
-				return jv_float(r && ((r < 0) != (g < 0)) ? r + g : r);
-			}
-		}
-	}
-	if (op == '+' && a.kind == JV_STR && b.kind == JV_STR) {
-		struct jbuf s = {0};
-		jb_put(c->st, &s, a.u.s.p, a.u.s.n);
-		jb_put(c->st, &s, b.u.s.p, b.u.s.n);
-		return (struct jv){.kind = JV_STR, .u.s = {s.s ? s.s : "", s.n}};
-	}
-	if (op == '+' && a.kind == JV_LIST && b.kind == JV_LIST && a.tuple == b.tuple) {
-		struct jv r = jv_list(c->st);
-		r.tuple = a.tuple;
-		for (size_t i = 0; i < a.u.l->n; i++)
-			jl_push(c->st, r.u.l, a.u.l->v[i]);
-		for (size_t i = 0; i < b.u.l->n; i++)
-			jl_push(c->st, r.u.l, b.u.l->v[i]);
-		return r;
-	}
-	if (op == '*' && !two && (a.kind == JV_STR || a.kind == JV_LIST) && (b.kind == JV_INT || b.kind == JV_BOOL))
-		return repeat(c, x, a, inum(b));
-	if (op == '*' && !two && (b.kind == JV_STR || b.kind == JV_LIST) && (a.kind == JV_INT || a.kind == JV_BOOL))
-		return repeat(c, x, b, inum(a));
-	bad_operands(c, x, a, b);
-}
-
-/* <, >, <=, >= as Python orders numbers, strings and lists. */
-static int order(struct jctx *c, const struct jx *x, const char *op, struct jv a, struct jv b)
-{
-	int r;
-	if (isnum(a) && isnum(b)) {
-		double f = fnum(a), g = fnum(b);
-		r = f < g ? -1 : f > g;
-	} else if (a.kind == JV_STR && b.kind == JV_STR) {
-		size_t m = a.u.s.n < b.u.s.n ? a.u.s.n : b.u.s.n;
-		r = memcmp(a.u.s.p, b.u.s.p, m);
-		r = r ? r : a.u.s.n < b.u.s.n ? -1 : a.u.s.n > b.u.s.n;
-	} else if (a.kind == JV_LIST && b.kind == JV_LIST) {
-		size_t i = 0;
-		while (i < a.u.l->n && i < b.u.l->n && jv_equal(a.u.l->v[i], b.u.l->v[i]))
-			i++;
-		if (i < a.u.l->n && i < b.u.l->n)
-			return order(c, x, op, a.u.l->v[i], b.u.l->v[i]);
-		r = a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
-	} else {
-		need_defined(c, x->pos, a);
-		need_defined(c, x->pos, b);
-		jfail(c->st, x->pos, -EINVAL, "'%s' not supported between instances of '%s' and '%s'", op,
-		      jv_type(a), jv_type(b));
-	}
-	return op[0] == '<' ? (op[1] ? r <= 0 : r < 0) : (op[1] ? r >= 0 : r > 0);
-}
-
-int jv_order(struct jctx *c, size_t pos, struct jv a, struct jv b)
-{
-	struct jx x = {.pos = pos};
-	return order(c, &x, "<", a, b) ? -1 : order(c, &x, "<", b, a) ? 1 : 0;
-}
-
-int jv_contains(struct jctx *c, size_t pos, struct jv hay, struct jv needle)
-{
-	switch (hay.kind) {
-	case JV_UNDEF: return 0;
-	case JV_STR:
-		if (needle.kind != JV_STR)
-			jfail(c->st, pos, -EINVAL, "'in <string>' requires string as left operand, not %s",
-			      jv_type(needle));
-		if (!needle.u.s.n)
-			return 1;
-		for (size_t i = 0; i + needle.u.s.n <= hay.u.s.n; i++)
-			if (!memcmp(hay.u.s.p + i, needle.u.s.p, needle.u.s.n))
-				return 1;
-		return 0;
-	case JV_LIST:
-		for (size_t i = 0; i < hay.u.l->n; i++)
-			if (jv_equal(hay.u.l->v[i], needle))
-				return 1;
-		return 0;
-	case JV_DICT:
-		return !hay.u.d->ns && jd_get(hay.u.d, needle) != NULL;
-	default:
-		jfail(c->st, pos, -EINVAL, "argument of type '%s' is not iterable", jv_type(hay));
-	}
-}
 
 static struct jv call_macro(struct jctx *c, size_t pos, const struct js *m, struct jv *args, int nargs,
                             const char **kwn, struct jv *kwv, int nkw)
@@ -456,7 +305,20 @@ static struct jv call(struct jctx *c, const struct jx *x)
 	}
 }
 
+static struct jv eval_node(struct jctx *c, const struct jx *x);
+
+/* Every expression evaluated: paid for, and where failures below it point. */
 static struct jv eval(struct jctx *c, const struct jx *x)
+{
+	size_t outer = c->st->at;
+	c->st->at = x->pos;
+	jwork(c->st, JW_STEP);
+	struct jv r = eval_node(c, x);
+	c->st->at = outer;
+	return r;
+}
+
+static struct jv eval_node(struct jctx *c, const struct jx *x)
 {
 	struct jv a, b, *args, *kwv, r;
 	switch (x->kind) {
@@ -506,10 +368,12 @@ static struct jv eval(struct jctx *c, const struct jx *x)
 		}
 		if (x->kind == JX_POS)
 			return a.kind == JV_BOOL ? jv_int(a.u.b) : a;
+		if (a.kind == JV_INT && a.u.i == INT64_MIN)
+			joverflow(c->st, x->pos, "unary -");
 		return a.kind == JV_FLOAT ? jv_float(-a.u.f) : jv_int(-inum(a));
 	case JX_BIN:
 		a = eval(c, x->a);
-		return arith(c, x, a, eval(c, x->b));
+		return jx_arith(c, x, a, eval(c, x->b));
 	case JX_CMP:
 		a = eval(c, x->args[0]);
 		for (int i = 1; i < x->nargs; i++) {
@@ -517,15 +381,15 @@ static struct jv eval(struct jctx *c, const struct jx *x)
 			int t;
 			b = eval(c, x->args[i]);
 			if (!strcmp(op, "=="))
-				t = jv_equal(a, b);
+				t = jv_equal(c->st, a, b);
 			else if (!strcmp(op, "!="))
-				t = !jv_equal(a, b);
+				t = !jv_equal(c->st, a, b);
 			else if (!strcmp(op, "in"))
 				t = jv_contains(c, x->pos, b, a);
 			else if (!strcmp(op, "not in"))
 				t = !jv_contains(c, x->pos, b, a);
 			else
-				t = order(c, x, op, a, b);
+				t = jx_order(c, x, op, a, b);
 			if (!t)
 				return jv_bool(0);
 			a = b;
@@ -643,6 +507,8 @@ static void exec(struct jctx *c, const struct js *s)
 	for (; s && !c->ctl; s = s->next) {
 		if (++c->steps > MAX_STEPS)
 			jfail(c->st, s->pos, -EINVAL, "the template ran more than %ld statements", MAX_STEPS);
+		c->st->at = s->pos;
+		jwork(c->st, JW_STEP);
 		switch (s->kind) {
 		case JS_TEXT:
 			jb_put(c->st, c->out, s->text, s->n);
@@ -765,11 +631,20 @@ static int run(struct jstate *st, const char *tmpl, size_t len, const cJSON *var
 	return 0;
 }
 
+int jinja_render_budget(const char *tmpl, size_t len, const cJSON *vars, uint64_t budget, uint64_t *used,
+                        char **out, size_t *out_len, struct rq_err *err)
+{
+	struct jstate st = {.err = err, .work_max = budget ? budget : JINJA_WORK_DEFAULT};
+	if (vars && !cJSON_IsObject(vars))
+		return rq_errf(err, -EINVAL, "chat template: the variables must be a JSON object");
+	int rc = run(&st, tmpl, len, vars, out, out_len);
+	if (used)
+		*used = st.work;
+	return rc;
+}
+
 int jinja_render(const char *tmpl, size_t len, const cJSON *vars, char **out, size_t *out_len,
                  struct rq_err *err)
 {
-	struct jstate st = {.err = err};
-	if (vars && !cJSON_IsObject(vars))
-		return rq_errf(err, -EINVAL, "chat template: the variables must be a JSON object");
-	return run(&st, tmpl, len, vars, out, out_len);
+	return jinja_render_budget(tmpl, len, vars, 0, NULL, out, out_len, err);
 }

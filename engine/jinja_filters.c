@@ -33,39 +33,58 @@ static void need(struct jctx *c, size_t pos, struct jv v)
 		jfail(jctx_state(c), pos, -EINVAL, "%s", v.u.s.p);
 }
 
+static int cpcmp(const void *x, const void *y)
+{
+	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+	return a < b ? -1 : a > b;
+}
+
+/* The characters strip removes: white space (set NULL), or set[0..n), sorted. */
+static int strips(uint32_t c, const uint32_t *set, size_t n)
+{
+	return set ? bsearch(&c, set, n, sizeof c, cpcmp) != NULL : jpy_space(c);
+}
+
+/* The start of the code point that ends at s[end) (a bad byte: itself). */
+static size_t cp_start(const char *s, size_t end)
+{
+	size_t i = end - 1;
+	while (i > 0 && end - i < 4 && ((unsigned char)s[i] & 0xC0) == 0x80)
+		i--;
+	size_t k = i;
+	jutf8_next(s, end, &k);
+	return k == end ? i : end - 1;
+}
+
+/* Linear in the string and the set: the set is sorted once, each character
+ * looked up in it; only the stripped ends are walked. */
 struct jv jstrip(struct jstate *st, struct jv s, struct jv chars, int which)
 {
-	(void)st;
-	size_t lo = 0, hi = s.u.s.n, i = 0;
-	int first = 1;
-	while (i < s.u.s.n) {
-		size_t from = i;
-		uint32_t c = jutf8_next(s.u.s.p, s.u.s.n, &i);
-		int strip;
-		if (chars.kind == JV_STR) {
-			strip = 0;
-			for (size_t k = 0; k < chars.u.s.n;)
-				if (jutf8_next(chars.u.s.p, chars.u.s.n, &k) == c)
-					strip = 1;
-		} else {
-			strip = jpy_space(c);
-		}
-		if (!strip) {
-			if (first)
-				lo = from;
-			first = 0;
-			hi = i;
-		}
+	const char *p = s.u.s.p;
+	size_t lo = 0, hi = s.u.s.n, nset = 0;
+	uint32_t *set = NULL;
+	if (chars.kind == JV_STR) {
+		set = ja_alloc(st, (chars.u.s.n + 1) * sizeof *set);
+		for (size_t k = 0; k < chars.u.s.n;)
+			set[nset++] = jutf8_next(chars.u.s.p, chars.u.s.n, &k);
+		qsort(set, nset, sizeof *set, cpcmp);
+		jwork(st, (uint64_t)nset * JW_STEP);
 	}
-	if (first)
-		lo = hi = which & 1 ? s.u.s.n : 0;
-	if (!(which & 1))
-		lo = 0;
-	if (!(which & 2))
-		hi = s.u.s.n;
-	if (first && which == 2)
-		hi = 0;
-	return (struct jv){.kind = JV_STR, .u.s = {s.u.s.p + lo, hi - lo}};
+	while ((which & 1) && lo < hi) {
+		size_t k = lo;
+		if (!strips(jutf8_next(p, hi, &k), set, nset))
+			break;
+		lo = k;
+	}
+	while ((which & 2) && hi > lo) {
+		size_t k = cp_start(p, hi), e = k;
+		if (!strips(jutf8_next(p, hi, &e), set, nset))
+			break;
+		hi = k;
+	}
+	if (st)
+		jwork(st, (lo + s.u.s.n - hi) * (set ? 4 : 1));
+	return (struct jv){.kind = JV_STR, .u.s = {p + lo, hi - lo}};
 }
 
 /* Simple case mapping of one code point: ASCII, Latin-1, Latin Extended-A,
@@ -102,6 +121,7 @@ struct jv jcase(struct jstate *st, struct jv s, int mode)
 	struct jbuf b = {0};
 	uint32_t prev = 0;
 	int first = 1;
+	jwork(st, 4 * s.u.s.n);   /* decoding and mapping each character */
 	for (size_t i = 0; i < s.u.s.n;) {
 		size_t from = i;
 		uint32_t c = jutf8_next(s.u.s.p, s.u.s.n, &i), o;
@@ -148,16 +168,15 @@ struct jv jreplace(struct jstate *st, struct jv s, struct jv old, struct jv new,
 			jb_put(st, &b, s.u.s.p + i, s.u.s.n - i);
 		return sv(&b);
 	}
-	while (i < s.u.s.n) {
-		if ((count < 0 || done < count) && i + old.u.s.n <= s.u.s.n &&
-		    !memcmp(s.u.s.p + i, old.u.s.p, old.u.s.n)) {
-			jb_put(st, &b, new.u.s.p, new.u.s.n);
-			i += old.u.s.n;
-			done++;
-		} else {
-			jb_put(st, &b, s.u.s.p + i++, 1);
-		}
+	for (int64_t at; count < 0 || done < count; done++) {
+		at = jfind(st, s.u.s.p, s.u.s.n, old.u.s.p, old.u.s.n, i, 0);
+		if (at < 0)
+			break;
+		jb_put(st, &b, s.u.s.p + i, (size_t)at - i);
+		jb_put(st, &b, new.u.s.p, new.u.s.n);
+		i = (size_t)at + old.u.s.n;
 	}
+	jb_put(st, &b, s.u.s.p + i, s.u.s.n - i);
 	return sv(&b);
 }
 
@@ -167,6 +186,7 @@ static int64_t jlen(struct jctx *c, size_t pos, struct jv v)
 	case JV_UNDEF: return 0;
 	case JV_STR: {
 		int64_t k = 0;
+		jwork(jctx_state(c), 2 * v.u.s.n);   /* decoding: 2 units a byte */
 		for (size_t i = 0; i < v.u.s.n; k++)
 			jutf8_next(v.u.s.p, v.u.s.n, &i);
 		return k;
@@ -303,39 +323,64 @@ static struct jv sorted(struct jctx *c, size_t pos, struct jlist *l, struct jv a
 		else if (attr.kind != JV_NONE)
 			v = attr_path(c, pos, v, attr);
 		keys[i] = sort_key(st, v, cs);
-		jl_push(st, out.u.l, l->v[i]);
+		jl_push(st, out.u.l, l->v[i]);   /* placeholders: the sorted order is written below */
 	}
-	for (size_t i = 1; i < n; i++)   /* insertion sort: stable */
-		for (size_t j = i; j > 0; j--) {
-			int r = jv_order(c, pos, keys[j - 1], keys[j]);
-			if (rev ? r >= 0 : r <= 0)
-				break;
-			struct jv t = keys[j]; keys[j] = keys[j - 1]; keys[j - 1] = t;
-			t = out.u.l->v[j]; out.u.l->v[j] = out.u.l->v[j - 1]; out.u.l->v[j - 1] = t;
+	/* a stable merge sort of the indexes, by key: n log n comparisons */
+	size_t *ix = ja_alloc(st, (n + 1) * sizeof *ix), *tmp = ja_alloc(st, (n + 1) * sizeof *tmp);
+	for (size_t i = 0; i < n; i++)
+		ix[i] = i;
+	for (size_t w = 1; w < n; w *= 2) {
+		for (size_t lo = 0; lo < n; lo += 2 * w) {
+			size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+			size_t a = lo, b = mid, k = lo;
+			while (a < mid && b < hi) {   /* the right one first only when strictly before */
+				int r = jv_order(c, pos, keys[ix[b]], keys[ix[a]]);
+				tmp[k++] = (rev ? r > 0 : r < 0) ? ix[b++] : ix[a++];
+			}
+			while (a < mid)
+				tmp[k++] = ix[a++];
+			while (b < hi)
+				tmp[k++] = ix[b++];
 		}
+		size_t *t = ix; ix = tmp; tmp = t;
+	}
+	for (size_t i = 0; i < n; i++)
+		out.u.l->v[i] = l->v[ix[i]];
 	return out;
 }
 
-static struct jv to_int(struct jv v, struct jv def)
+/* int(f) for a finite float; refused past 64 bits (Python: an exact big int). */
+static struct jv float_int(struct jstate *st, size_t pos, double f)
+{
+	if (!(f > -9223372036854775809.0 && f < 9223372036854775808.0))
+		joverflow(st, pos, "int");
+	return jv_int((int64_t)f);
+}
+
+/* jinja's int filter: int(v), else int(float(v)), else def; inf is an error
+ * in jinja2 too (OverflowError), NaN the default. */
+static struct jv to_int(struct jstate *st, size_t pos, struct jv v, struct jv def)
 {
 	if (v.kind == JV_INT)
 		return v;
 	if (v.kind == JV_BOOL)
 		return jv_int(v.u.b);
 	if (v.kind == JV_FLOAT)
-		return isfinite(v.u.f) ? jv_int((int64_t)v.u.f) : def;
+		return isnan(v.u.f) ? def : float_int(st, pos, v.u.f);
 	if (v.kind == JV_STR) {
-		char buf[64], *e;
-		struct jv t = jstrip(NULL, v, jv_none(), 3);
-		if (!t.u.s.n || t.u.s.n >= sizeof buf)
+		char *e;
+		struct jv t = jstrip(st, v, jv_none(), 3);
+		if (!t.u.s.n)
 			return def;
-		memcpy(buf, t.u.s.p, t.u.s.n);
-		buf[t.u.s.n] = 0;
+		char *buf = ja_strndup(st, t.u.s.p, t.u.s.n);
+		errno = 0;
 		long long i = strtoll(buf, &e, 10);
+		if (!*e && errno == ERANGE)
+			joverflow(st, pos, "int");
 		if (!*e)
 			return jv_int(i);
-		double f = strtod(buf, &e);   /* jinja's int filter: int(float(s)) as a fallback */
-		return !*e && isfinite(f) ? jv_int((int64_t)f) : def;
+		double f = strtod(buf, &e);
+		return !*e && !isnan(f) ? float_int(st, pos, f) : def;
 	}
 	return def;
 }
@@ -345,6 +390,7 @@ int jb_filter(struct jctx *c, size_t pos, const char *name, struct jv self, stru
 {
 	struct jstate *st = jctx_state(c);
 	struct jbuf b = {0};
+	jwork(st, 4 * JW_STEP);   /* finding the filter by name */
 #define IS(s) (!strcmp(name, s))
 	if (IS("trim") || IS("upper") || IS("lower") || IS("capitalize") || IS("title")) {
 		need(c, pos, self);
@@ -372,7 +418,11 @@ int jb_filter(struct jctx *c, size_t pos, const char *name, struct jv self, stru
 		} else if (sep.kind != JV_NONE) {
 			jfail(st, pos, -EINVAL, "tojson: separators must be a pair of strings");
 		}
-		if (jv_tojson(st, &b, self, ind.kind == JV_INT ? (int)ind.u.i : -1, isep, ksep, jv_truthy(sk),
+		if (ind.kind == JV_INT && ind.u.i > 1000000)   /* also keeps indent x depth in an int */
+			jfail(st, pos, -EINVAL, "tojson: indent %lld is too large", (long long)ind.u.i);
+		/* Python: a negative indent means newlines without indentation */
+		if (jv_tojson(st, &b, self, ind.kind == JV_INT ? (ind.u.i < 0 ? 0 : (int)ind.u.i) : -1, isep, ksep,
+			       jv_truthy(sk),
 			       jv_truthy(ea)))
 			jfail(st, pos, -EINVAL, "Object of type %s is not JSON serializable", jv_type(self));
 		*out = sv(&b);
@@ -405,13 +455,12 @@ int jb_filter(struct jctx *c, size_t pos, const char *name, struct jv self, stru
 		return 0;
 	}
 	if (IS("int")) {
-		*out = to_int(self, ARG(0, "default", jv_int(0)));
+		*out = to_int(st, pos, self, ARG(0, "default", jv_int(0)));
 		return 0;
 	}
 	if (IS("float")) {
-		struct jv i = to_int(self, jv_none());
-		*out = self.kind == JV_FLOAT ? self : i.kind == JV_INT && self.kind != JV_STR ? jv_float((double)i.u.i)
-			: ARG(0, "default", jv_float(0));
+		*out = self.kind == JV_FLOAT ? self : self.kind == JV_INT ? jv_float((double)self.u.i) :
+			self.kind == JV_BOOL ? jv_float(self.u.b) : ARG(0, "default", jv_float(0));
 		if (self.kind == JV_STR) {
 			char *e, *t = ja_strndup(st, self.u.s.p, self.u.s.n);
 			double f = strtod(t, &e);
@@ -496,6 +545,8 @@ int jb_filter(struct jctx *c, size_t pos, const char *name, struct jv self, stru
 		return 0;
 	}
 	if (IS("abs")) {
+		if (self.kind == JV_INT && self.u.i == INT64_MIN)
+			joverflow(st, pos, "abs");
 		if (self.kind == JV_INT)
 			*out = jv_int(self.u.i < 0 ? -self.u.i : self.u.i);
 		else if (self.kind == JV_FLOAT)
@@ -527,6 +578,7 @@ int jb_test(struct jctx *c, size_t pos, const char *name, struct jv self, struct
 {
 	struct jv a = nargs > 0 ? args[0] : jv_undef("the test needs an argument");
 	int k = self.kind;
+	jwork(jctx_state(c), 2 * JW_STEP);   /* finding the test by name */
 #define IS(s) (!strcmp(name, s))
 	if (IS("defined")) *out = k != JV_UNDEF;
 	else if (IS("undefined")) *out = k == JV_UNDEF;
@@ -545,10 +597,11 @@ int jb_test(struct jctx *c, size_t pos, const char *name, struct jv self, struct
 	else if (IS("odd") || IS("even") || IS("divisibleby")) {
 		if (k != JV_INT || (IS("divisibleby") && (a.kind != JV_INT || !a.u.i)))
 			jfail(jctx_state(c), pos, -EINVAL, "the test '%s' needs integers", name);
-		*out = IS("odd") ? (self.u.i & 1) != 0 : IS("even") ? !(self.u.i & 1) : self.u.i % a.u.i == 0;
-	} else if (IS("eq") || IS("equalto") || IS("==")) *out = jv_equal(self, a);
-	else if (IS("ne") || IS("!=")) *out = !jv_equal(self, a);
-	else if (IS("sameas")) *out = jv_equal(self, a) && (k <= JV_BOOL || k == a.kind);
+		*out = IS("odd") ? (self.u.i & 1) != 0 : IS("even") ? !(self.u.i & 1) :
+			a.u.i == -1 || self.u.i % a.u.i == 0;   /* INT64_MIN % -1 traps */
+	} else if (IS("eq") || IS("equalto") || IS("==")) *out = jv_equal(jctx_state(c), self, a);
+	else if (IS("ne") || IS("!=")) *out = !jv_equal(jctx_state(c), self, a);
+	else if (IS("sameas")) *out = jv_equal(jctx_state(c), self, a) && (k <= JV_BOOL || k == a.kind);
 	else if (IS("in")) *out = jv_contains(c, pos, a, self);
 	else if (IS("lower") || IS("upper")) {
 		int any = 0, ok = k == JV_STR;

@@ -6,7 +6,26 @@
  * end. Errors (syntax, undefined, type, raise_exception, out of memory) are
  * raised with jfail(): it formats the message ("line L col C: ...") into the
  * caller's rq_err and longjmps back to jinja_render, which frees the arena and
- * returns the code. Nothing outside these files sees the jump. */
+ * returns the code. Nothing outside these files sees the jump.
+ *
+ * Bounds (each an error with the template's line and column, never a hang
+ * or a crash):
+ *   memory  the arena (ARENA_MAX, jinja_value.c);
+ *   work    every operation charges jwork() with what it touches: a byte
+ *           copied, allocated, compared or scanned is one unit, a node
+ *           evaluated, a statement run, a value compared or an item pushed
+ *           JW_STEP; the render fails past st->work_max (jinja.h's budget).
+ *           So every loop over data is paid for as it runs, and nothing is
+ *           worse than linear in what it touches (substring searches use
+ *           memmem or KMP, sorts are merge sorts);
+ *   depth   no list or dict is nested deeper than JV_MAX_DEPTH: jl_push and
+ *           jd_set refuse to build one, so every recursive walk of a value
+ *           (==, in, <, sort keys, repr, tojson) is bounded by construction
+ *           (a namespace is a leaf: no walk enters it, so the cycles it can
+ *           hold are never followed);
+ *   ints    64-bit, checked: an operation whose exact result does not fit
+ *           (jinja2 would give a big integer) is refused (joverflow), never
+ *           wrapped. */
 #ifndef RQ_ENGINE_JINJA_INT_H
 #define RQ_ENGINE_JINJA_INT_H
 
@@ -27,7 +46,24 @@ struct jstate {
 	int code;                /* the error jfail raised */
 	const char *src;         /* the normalized template text (positions index it) */
 	size_t src_len;
+	size_t at;               /* the node being evaluated: where work and memory
+	                            failures below eval are reported */
+	uint64_t work, work_max; /* units charged so far; the budget */
 };
+
+#define JW_STEP 32               /* the units one node, statement, item or compare costs */
+#define JV_MAX_DEPTH 200         /* lists and dicts nested at most this deep */
+
+_Noreturn void jwork_fail(struct jstate *st);
+/* Charges n units of work; fails at st->at past the budget. */
+static inline void jwork(struct jstate *st, uint64_t n)
+{
+	st->work += n;
+	if (st->work > st->work_max)
+		jwork_fail(st);
+}
+/* Refuses an integer result that does not fit 64 bits (op: the operator). */
+_Noreturn void joverflow(struct jstate *st, size_t pos, const char *op);
 
 void *ja_alloc(struct jstate *st, size_t n);              /* zeroed; never NULL */
 char *ja_strndup(struct jstate *st, const char *s, size_t n);
@@ -78,11 +114,13 @@ struct jv {
 
 struct jlist {
 	size_t n, cap;
+	int depth;               /* 1 + the deepest item's (0: no lists or dicts inside) */
 	struct jv *v;
 };
 
 struct jdict {
 	size_t n, cap;
+	int depth;               /* as jlist's (a namespace: 0, it is never walked) */
 	int ns;                  /* a namespace(): attributes can be set */
 	struct jv *k, *v;
 };
@@ -103,11 +141,18 @@ struct jv jv_list(struct jstate *st);
 struct jv jv_dict(struct jstate *st);
 void jl_push(struct jstate *st, struct jlist *l, struct jv v);
 void jd_set(struct jstate *st, struct jdict *d, struct jv k, struct jv v);
-struct jv *jd_get(const struct jdict *d, struct jv k);            /* NULL when absent */
-struct jv *jd_getc(const struct jdict *d, const char *key);
+/* Every item of from into d (into an empty d without lookups: linear). */
+void jd_copy(struct jstate *st, struct jdict *d, const struct jdict *from);
+struct jv *jd_get(struct jstate *st, const struct jdict *d, struct jv k);   /* NULL when absent */
+struct jv *jd_getc(struct jstate *st, const struct jdict *d, const char *key);
 
 int jv_truthy(struct jv v);
-int jv_equal(struct jv a, struct jv b);
+int jv_equal(struct jstate *st, struct jv a, struct jv b);
+/* Python's ordering of two numbers (ints exactly, also against floats): -1, 0, 1; 2 when unordered (NaN). */
+int jv_numcmp(struct jv a, struct jv b);
+/* The first byte offset of needle in hay[from..), or -1; rev: the last
+ * (overlapping hits count, as str.rfind). Linear; charges what it scans. */
+int64_t jfind(struct jstate *st, const char *hay, size_t n, const char *needle, size_t m, size_t from, int rev);
 const char *jv_type(struct jv v);                                  /* Python's type name */
 /* str(v) as Python/Jinja prints it (undefined: ""), appended to b. */
 void jv_tostr(struct jstate *st, struct jbuf *b, struct jv v);
@@ -209,6 +254,10 @@ struct jv jctx_getattr(struct jctx *c, size_t pos, struct jv obj, const char *na
 /* Python's `needle in hay`, and -1/0/1 ordering (numbers, strings, lists); both fail on other types. */
 int jv_contains(struct jctx *c, size_t pos, struct jv hay, struct jv needle);
 int jv_order(struct jctx *c, size_t pos, struct jv a, struct jv b);
+/* The operators (jinja_ops.c): x->name's arithmetic on a and b; x->name is
+ * also the operator named in errors. jx_order: a op b for <, <=, >, >=. */
+struct jv jx_arith(struct jctx *c, const struct jx *x, struct jv a, struct jv b);
+int jx_order(struct jctx *c, const struct jx *x, const char *op, struct jv a, struct jv b);
 
 /* Shared by filters and methods (jinja_filters.c). */
 /* Argument idx (positional) or name (keyword), else def. */

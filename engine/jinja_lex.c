@@ -155,22 +155,23 @@ static int isname(char c, int first)
 	return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (!first && c >= '0' && c <= '9');
 }
 
+/* A number literal: an int (64-bit: a longer one is refused, jinja2 would
+ * keep it exact) or a float; '_' separates digits. */
 static size_t lex_number(struct lexer *L, size_t i)
 {
-	size_t start = i;
-	char buf[64];
-	size_t k = 0;
+	size_t start = i, k = 0;
+	char *buf = ja_alloc(L->st, 2 * (L->n - i) + 2);   /* the digits, without '_' */
 	int isf = 0;
 	int after_dot = L->nt && L->t[L->nt - 1].kind == JT_OP && L->t[L->nt - 1].n == 1 &&
 		L->t[L->nt - 1].p[0] == '.';
 	while (i < L->n && ((L->s[i] >= '0' && L->s[i] <= '9') || L->s[i] == '_'))
-		if (L->s[i++] != '_' && k < 60)
+		if (L->s[i++] != '_')
 			buf[k++] = L->s[i - 1];
 	if (!after_dot && i + 1 < L->n && L->s[i] == '.' && L->s[i + 1] >= '0' && L->s[i + 1] <= '9') {
 		isf = 1;
 		buf[k++] = L->s[i++];
 		while (i < L->n && ((L->s[i] >= '0' && L->s[i] <= '9') || L->s[i] == '_'))
-			if (L->s[i++] != '_' && k < 60)
+			if (L->s[i++] != '_')
 				buf[k++] = L->s[i - 1];
 	}
 	if (!after_dot && i < L->n && (L->s[i] == 'e' || L->s[i] == 'E')) {
@@ -179,21 +180,22 @@ static size_t lex_number(struct lexer *L, size_t i)
 			j++;
 		if (j < L->n && L->s[j] >= '0' && L->s[j] <= '9') {
 			isf = 1;
-			while (i < j && k < 60)
+			while (i < j)
 				buf[k++] = L->s[i++];
 			while (i < L->n && L->s[i] >= '0' && L->s[i] <= '9')
-				if (k < 60)
-					buf[k++] = L->s[i++];
-				else
-					i++;
+				buf[k++] = L->s[i++];
 		}
 	}
 	buf[k] = 0;
 	struct jtok *t = emit(L, isf ? JT_FLOAT : JT_INT, start, L->s + start, i - start);
+	errno = 0;
 	if (isf)
 		t->f = strtod(buf, NULL);
 	else
 		t->i = strtoll(buf, NULL, 10);
+	if (!isf && errno == ERANGE)
+		jfail(L->st, start, -EINVAL, "the integer %.40s%s is larger than 2**63-1: jinja2 would keep it "
+		      "exact; not supported", buf, k > 40 ? "..." : "");
 	return i;
 }
 

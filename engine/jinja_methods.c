@@ -6,6 +6,7 @@
 #include "engine/jinja_int.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -57,19 +58,14 @@ static struct jv split(struct jstate *st, size_t pos, struct jv s, struct jv sep
 	if (sep.kind == JV_STR) {
 		if (!sep.u.s.n)
 			jfail(st, pos, -EINVAL, "split: empty separator");
-		size_t from = 0;
-		int64_t done = 0;
-		while (i + sep.u.s.n <= n) {
-			if ((maxsplit < 0 || done < maxsplit) && !memcmp(p + i, sep.u.s.p, sep.u.s.n)) {
-				jl_push(st, out.u.l, sub(p + from, i - from));
-				i += sep.u.s.n;
-				from = i;
-				done++;
-			} else {
-				i++;
-			}
+		for (int64_t done = 0, at; maxsplit < 0 || done < maxsplit; done++) {
+			at = jfind(st, p, n, sep.u.s.p, sep.u.s.n, i, 0);
+			if (at < 0)
+				break;
+			jl_push(st, out.u.l, sub(p + i, (size_t)at - i));
+			i = (size_t)at + sep.u.s.n;
 		}
-		jl_push(st, out.u.l, sub(p + from, n - from));
+		jl_push(st, out.u.l, sub(p + i, n - i));
 		return out;
 	}
 	if (sep.kind != JV_NONE)
@@ -117,12 +113,14 @@ static int affix(struct jstate *st, size_t pos, struct jv s, struct jv a, int en
 		      end ? "endswith" : "startswith", jv_type(a));
 	if (a.u.s.n > s.u.s.n)
 		return 0;
+	jwork(st, a.u.s.n);
 	return !memcmp(s.u.s.p + (end ? s.u.s.n - a.u.s.n : 0), a.u.s.p, a.u.s.n);
 }
 
-static int64_t cp_index(struct jv s, size_t byte)
+static int64_t cp_index(struct jstate *st, struct jv s, size_t byte)
 {
 	int64_t k = 0;
+	jwork(st, byte);
 	for (size_t i = 0; i < byte;)
 		jutf8_next(s.u.s.p, s.u.s.n, &i), k++;
 	return k;
@@ -154,22 +152,18 @@ static struct jv str_method(struct jstate *st, size_t pos, const char *m, struct
 	if (!strcmp(m, "find") || !strcmp(m, "rfind") || !strcmp(m, "count")) {
 		if (a0.kind != JV_STR)
 			jfail(st, pos, -EINVAL, "%s needs a string", m);
-		int64_t hit = -1, count = 0;
-		for (size_t i = 0; i + a0.u.s.n <= s.u.s.n;) {
-			if (!memcmp(s.u.s.p + i, a0.u.s.p, a0.u.s.n)) {
-				if (hit < 0 || m[0] == 'r')
-					hit = cp_index(s, i);
+		const char *p = s.u.s.p, *q = a0.u.s.p;
+		size_t n = s.u.s.n, k = a0.u.s.n;
+		if (m[0] == 'c') {   /* non-overlapping hits; '' is found between every character */
+			if (!k)
+				return jv_int(cp_index(st, s, n) + 1);
+			int64_t count = 0;
+			for (int64_t at = 0; (at = jfind(st, p, n, q, k, (size_t)at, 0)) >= 0; at += (int64_t)k)
 				count++;
-				i += a0.u.s.n ? a0.u.s.n : 1;
-				if (!a0.u.s.n && i > s.u.s.n)
-					break;
-			} else {
-				i++;
-			}
+			return jv_int(count);
 		}
-		if (m[0] == 'c')
-			return jv_int(a0.u.s.n ? count : cp_index(s, s.u.s.n) + 1);
-		return jv_int(hit);
+		int64_t at = jfind(st, p, n, q, k, 0, m[0] == 'r');
+		return jv_int(at < 0 ? -1 : cp_index(st, s, (size_t)at));
 	}
 	if (!strcmp(m, "join")) {
 		if (a0.kind != JV_LIST)
@@ -230,6 +224,7 @@ int jb_method(struct jctx *c, size_t pos, const struct jmethod *meth, struct jv 
 	struct jstate *st = jctx_state(c);
 	struct jv self = meth->self;
 	const char *m = meth->name;
+	jwork(st, 2 * JW_STEP);   /* finding the method by name */
 	if ((self.kind == JV_LIST || self.kind == JV_DICT) && in_list(mutating, m))
 		jfail(st, pos, -EINVAL, "%s.%s() changes the %s: not allowed in the sandbox chat templates "
 		      "run in (build a new value instead)", jv_type(self), m, jv_type(self));
@@ -238,23 +233,22 @@ int jb_method(struct jctx *c, size_t pos, const struct jmethod *meth, struct jv 
 		*out = str_method(st, pos, m, self, args, nargs, kwn, kwv, nkw, &found);
 		return found ? 0 : -ENOENT;
 	}
-	if (self.kind == JV_DICT && !strcmp(m, "cycle") && jd_getc(self.u.d, "index0")) {   /* loop.cycle */
+	if (self.kind == JV_DICT && !strcmp(m, "cycle") && jd_getc(st, self.u.d, "index0")) {   /* loop.cycle */
 		if (nargs < 1)
 			jfail(st, pos, -EINVAL, "loop.cycle needs at least one value");
-		*out = args[jd_getc(self.u.d, "index0")->u.i % nargs];
+		*out = args[jd_getc(st, self.u.d, "index0")->u.i % nargs];
 		return 0;
 	}
 	if (self.kind == JV_DICT) {
 		struct jdict *d = self.u.d;
 		if (!strcmp(m, "get")) {
-			struct jv *v = nargs >= 1 ? jd_get(d, args[0]) : NULL;
+			struct jv *v = nargs >= 1 ? jd_get(st, d, args[0]) : NULL;
 			*out = v ? *v : nargs >= 2 ? args[1] : jv_none();
 			return 0;
 		}
 		if (!strcmp(m, "copy")) {
 			*out = jv_dict(st);
-			for (size_t i = 0; i < d->n; i++)
-				jd_set(st, out->u.d, d->k[i], d->v[i]);
+			jd_copy(st, out->u.d, d);
 			return 0;
 		}
 		int which = !strcmp(m, "keys") ? 0 : !strcmp(m, "values") ? 1 : !strcmp(m, "items") ? 2 : -1;
@@ -276,7 +270,7 @@ int jb_method(struct jctx *c, size_t pos, const struct jmethod *meth, struct jv 
 	if (self.kind == JV_LIST && (!strcmp(m, "index") || !strcmp(m, "count"))) {
 		int64_t count = 0, first = -1;
 		for (size_t i = 0; i < self.u.l->n; i++)
-			if (nargs >= 1 && jv_equal(self.u.l->v[i], args[0])) {
+			if (nargs >= 1 && jv_equal(st, self.u.l->v[i], args[0])) {
 				count++;
 				if (first < 0)
 					first = (int64_t)i;
@@ -287,6 +281,24 @@ int jb_method(struct jctx *c, size_t pos, const struct jmethod *meth, struct jv 
 		return 0;
 	}
 	return -ENOENT;
+}
+
+#define RAISE_SHOWN 512   /* bytes of a raise_exception message shown (the rest: counted) */
+
+/* The longest prefix of s no longer than max that ends on a character boundary. */
+static size_t jutf8_cut(const char *s, size_t max)
+{
+	size_t k = max;
+	while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80)
+		k--;
+	return k;
+}
+
+static const char *ellipsis(struct jstate *st, size_t n)
+{
+	char *t = ja_alloc(st, 48);
+	snprintf(t, 48, " ... (%zu bytes in all)", n);
+	return t;
 }
 
 static const char *const globals[] = {"namespace", "dict", "range", "raise_exception", "strftime_now", NULL};
@@ -305,8 +317,8 @@ int jb_call_global(struct jctx *c, size_t pos, const char *fn, struct jv *args, 
 		out->u.d->ns = fn[0] == 'n';
 		if (nargs > 1 || (nargs == 1 && (args[0].kind != JV_DICT || args[0].u.d->ns)))
 			jfail(st, pos, -EINVAL, "%s() takes at most one mapping and keyword arguments", fn);
-		for (size_t i = 0; nargs == 1 && i < args[0].u.d->n; i++)
-			jd_set(st, out->u.d, args[0].u.d->k[i], args[0].u.d->v[i]);
+		if (nargs == 1)
+			jd_copy(st, out->u.d, args[0].u.d);
 		for (int k = 0; k < nkw; k++)
 			jd_set(st, out->u.d, jv_cstr(kwn[k]), kwv[k]);
 		for (size_t i = 0; out->u.d->ns && i < out->u.d->n; i++)
@@ -328,19 +340,24 @@ int jb_call_global(struct jctx *c, size_t pos, const char *fn, struct jv *args, 
 		if (!v[2])
 			jfail(st, pos, -EINVAL, "range() arg 3 must not be zero");
 		*out = jv_list(st);
-		for (int64_t i = v[0]; v[2] > 0 ? i < v[1] : i > v[1]; i += v[2]) {
+		for (int64_t i = v[0]; v[2] > 0 ? i < v[1] : i > v[1];) {
 			if (out->u.l->n >= 100000)
 				jfail(st, pos, -EINVAL, "range() longer than 100000 items");
 			jl_push(st, out->u.l, jv_int(i));
+			if (__builtin_add_overflow(i, v[2], &i))   /* past the end */
+				break;
 		}
 		return 0;
 	}
 	if (!strcmp(fn, "raise_exception")) {
 		struct jbuf b = {0};
-		if (nargs >= 1)
+		if (nargs >= 1 && args[0].kind == JV_STR)   /* no copy of a long message */
+			b = (struct jbuf){(char *)args[0].u.s.p, args[0].u.s.n, args[0].u.s.n};
+		else if (nargs >= 1)
 			jv_tostr(st, &b, args[0]);
-		jfail(st, pos, -EINVAL, "the template refused this conversation: raise_exception(\"%s\")",
-		      b.s ? b.s : "");
+		size_t shown = b.n <= RAISE_SHOWN ? b.n : jutf8_cut(b.s, RAISE_SHOWN);
+		jfail(st, pos, -EINVAL, "the template refused this conversation: raise_exception(\"%.*s\")%s",
+		      (int)shown, b.s ? b.s : "", shown < b.n ? ellipsis(st, b.n) : "");
 	}
 	if (!strcmp(fn, "strftime_now")) {
 		char buf[256];

@@ -27,7 +27,7 @@ void *ja_alloc(struct jstate *st, size_t n)
 	if (!c || c->cap - c->used < n) {
 		size_t cap = n > CHUNK ? n : CHUNK;
 		if (st->arena_bytes + cap > ARENA_MAX)
-			jfail(st, (size_t)-1, -EINVAL, "rendering needs more than %u MiB", ARENA_MAX >> 20);
+			jfail(st, st->at, -EINVAL, "rendering needs more than %u MiB", ARENA_MAX >> 20);
 		st->arena_bytes += cap;
 		c = malloc(sizeof *c + cap);
 		if (!c)
@@ -39,6 +39,7 @@ void *ja_alloc(struct jstate *st, size_t n)
 	}
 	void *p = (char *)c->data + c->used;
 	c->used += n;
+	jwork(st, n);
 	memset(p, 0, n);
 	return p;
 }
@@ -79,8 +80,22 @@ void jfail(struct jstate *st, size_t pos, int code, const char *fmt, ...)
 	longjmp(st->fail, 1);
 }
 
+void jwork_fail(struct jstate *st)
+{
+	jfail(st, st->at, -EINVAL, "work budget of %llu exceeded: the template loops, copies or compares "
+	      "far more than a chat template needs (real ones use well under 1%% of it)",
+	      (unsigned long long)st->work_max);
+}
+
+void joverflow(struct jstate *st, size_t pos, const char *op)
+{
+	jfail(st, pos, -EINVAL, "integer overflow in '%s': jinja2 would give an exact big integer; not "
+	      "supported (integers here are 64-bit)", op);
+}
+
 void jb_put(struct jstate *st, struct jbuf *b, const char *s, size_t n)
 {
+	jwork(st, n + 8);   /* a call costs more than a byte */
 	if (b->n + n + 1 > b->cap) {
 		size_t cap = b->cap ? b->cap : 64;
 		while (cap < b->n + n + 1)
@@ -145,8 +160,21 @@ struct jv jv_dict(struct jstate *st)
 	return v;
 }
 
+/* The nesting depth v adds to a container holding it (JV_MAX_DEPTH bounds it). */
+static void nest(struct jstate *st, int *depth, struct jv v)
+{
+	int d = v.kind == JV_LIST ? v.u.l->depth + 1 : v.kind == JV_DICT && !v.u.d->ns ? v.u.d->depth + 1 : 0;
+	if (d > JV_MAX_DEPTH)
+		jfail(st, st->at, -EINVAL, "a value nested deeper than %d lists or dicts (chat templates do not "
+		      "need more)", JV_MAX_DEPTH);
+	if (d > *depth)
+		*depth = d;
+}
+
 void jl_push(struct jstate *st, struct jlist *l, struct jv v)
 {
+	jwork(st, sizeof v);
+	nest(st, &l->depth, v);
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 8;
 		struct jv *p = ja_alloc(st, cap * sizeof *p);
@@ -158,22 +186,26 @@ void jl_push(struct jstate *st, struct jlist *l, struct jv v)
 	l->v[l->n++] = v;
 }
 
-struct jv *jd_get(const struct jdict *d, struct jv k)
+struct jv *jd_get(struct jstate *st, const struct jdict *d, struct jv k)
 {
 	for (size_t i = 0; i < d->n; i++)
-		if (jv_equal(d->k[i], k))
+		if (jv_equal(st, d->k[i], k))
 			return &d->v[i];
 	return NULL;
 }
 
-struct jv *jd_getc(const struct jdict *d, const char *key)
+struct jv *jd_getc(struct jstate *st, const struct jdict *d, const char *key)
 {
-	return jd_get(d, jv_cstr(key));
+	return jd_get(st, d, jv_cstr(key));
 }
 
 void jd_set(struct jstate *st, struct jdict *d, struct jv k, struct jv v)
 {
-	struct jv *old = jd_get(d, k);
+	if (!d->ns) {
+		nest(st, &d->depth, k);
+		nest(st, &d->depth, v);
+	}
+	struct jv *old = jd_get(st, d, k);
 	if (old) {
 		*old = v;
 		return;
@@ -191,6 +223,29 @@ void jd_set(struct jstate *st, struct jdict *d, struct jv k, struct jv v)
 	}
 	d->k[d->n] = k;
 	d->v[d->n++] = v;
+}
+
+void jd_copy(struct jstate *st, struct jdict *d, const struct jdict *from)
+{
+	if (d->n) {
+		for (size_t i = 0; i < from->n; i++)
+			jd_set(st, d, from->k[i], from->v[i]);
+		return;
+	}
+	/* into an empty dict: from's keys are distinct already, no lookups */
+	size_t cap = from->n ? from->n : 1;
+	d->k = ja_alloc(st, cap * sizeof *d->k);
+	d->v = ja_alloc(st, cap * sizeof *d->v);
+	d->cap = cap;
+	for (size_t i = 0; i < from->n; i++) {
+		if (!d->ns) {
+			nest(st, &d->depth, from->k[i]);
+			nest(st, &d->depth, from->v[i]);
+		}
+		d->k[i] = from->k[i];
+		d->v[i] = from->v[i];
+	}
+	d->n = from->n;
 }
 
 /* ---- Python semantics ---------------------------------------------------- */
@@ -214,28 +269,57 @@ static int numeric(struct jv v)
 	return v.kind == JV_INT || v.kind == JV_FLOAT || v.kind == JV_BOOL;
 }
 
-static double num(struct jv v)
+/* An int against a float, exactly (Python compares the mathematical values). */
+static int int_float_cmp(int64_t i, double f)
 {
-	return v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : v.u.b;
+	if (isnan(f))
+		return 2;
+	if (f >= 9223372036854775808.0)
+		return -1;
+	if (f < -9223372036854775808.0)
+		return 1;
+	double t = trunc(f);
+	int64_t k = (int64_t)t;   /* in range: |t| < 2**63, or t == -2**63 */
+	if (i != k)
+		return i < k ? -1 : 1;
+	return t == f ? 0 : f > t ? -1 : 1;
 }
 
-int jv_equal(struct jv a, struct jv b)
+int jv_numcmp(struct jv a, struct jv b)
 {
-	if (numeric(a) && numeric(b)) {
-		if (a.kind != JV_FLOAT && b.kind != JV_FLOAT)
-			return (a.kind == JV_INT ? a.u.i : a.u.b) == (b.kind == JV_INT ? b.u.i : b.u.b);
-		return num(a) == num(b);
+	if (a.kind != JV_FLOAT && b.kind != JV_FLOAT) {
+		int64_t i = a.kind == JV_INT ? a.u.i : a.u.b, j = b.kind == JV_INT ? b.u.i : b.u.b;
+		return i < j ? -1 : i > j;
 	}
+	if (a.kind == JV_FLOAT && b.kind == JV_FLOAT)
+		return isnan(a.u.f) || isnan(b.u.f) ? 2 : a.u.f < b.u.f ? -1 : a.u.f > b.u.f;
+	if (a.kind == JV_FLOAT) {
+		int r = int_float_cmp(b.kind == JV_INT ? b.u.i : b.u.b, a.u.f);
+		return r == 2 ? 2 : -r;
+	}
+	return int_float_cmp(a.kind == JV_INT ? a.u.i : a.u.b, b.u.f);
+}
+
+/* Recursive, but values are at most JV_MAX_DEPTH deep (jl_push, jd_set). */
+int jv_equal(struct jstate *st, struct jv a, struct jv b)
+{
+	jwork(st, JW_STEP);
+	if (numeric(a) && numeric(b))
+		return jv_numcmp(a, b) == 0;
 	if (a.kind != b.kind)
 		return 0;
 	switch (a.kind) {
 	case JV_UNDEF: case JV_NONE: return 1;
-	case JV_STR: return a.u.s.n == b.u.s.n && !memcmp(a.u.s.p, b.u.s.p, a.u.s.n);
+	case JV_STR:
+		if (a.u.s.n != b.u.s.n)
+			return 0;
+		jwork(st, a.u.s.n);
+		return !memcmp(a.u.s.p, b.u.s.p, a.u.s.n);
 	case JV_LIST:
 		if (a.u.l->n != b.u.l->n || a.tuple != b.tuple)
 			return 0;
 		for (size_t i = 0; i < a.u.l->n; i++)
-			if (!jv_equal(a.u.l->v[i], b.u.l->v[i]))
+			if (!jv_equal(st, a.u.l->v[i], b.u.l->v[i]))
 				return 0;
 		return 1;
 	case JV_DICT:
@@ -244,8 +328,8 @@ int jv_equal(struct jv a, struct jv b)
 		if (a.u.d->n != b.u.d->n)
 			return 0;
 		for (size_t i = 0; i < a.u.d->n; i++) {
-			struct jv *o = jd_get(b.u.d, a.u.d->k[i]);
-			if (!o || !jv_equal(a.u.d->v[i], *o))
+			struct jv *o = jd_get(st, b.u.d, a.u.d->k[i]);
+			if (!o || !jv_equal(st, a.u.d->v[i], *o))
 				return 0;
 		}
 		return 1;
@@ -428,6 +512,15 @@ static void json_str(struct jstate *st, struct jbuf *b, const char *s, size_t n,
 {
 	jb_puts(st, b, "\"");
 	for (size_t i = 0; i < n; i++) {
+		size_t run = i;   /* bytes written as they are: one put */
+		while (run < n && (unsigned char)s[run] >= 0x20 && s[run] != '"' && s[run] != '\\' &&
+		       !(ascii && (unsigned char)s[run] >= 0x80))
+			run++;
+		if (run > i) {
+			jb_put(st, b, s + i, run - i);
+			i = run - 1;
+			continue;
+		}
 		unsigned char c = (unsigned char)s[i];
 		char e[16];
 		if (ascii && c >= 0x80) {
@@ -457,9 +550,25 @@ static void json_str(struct jstate *st, struct jbuf *b, const char *s, size_t n,
 
 static void json_nl(struct jstate *st, struct jbuf *b, int indent, int depth)
 {
+	static const char sp[64] = "                                                                ";
 	jb_puts(st, b, "\n");
-	for (int i = 0; i < indent * depth; i++)
-		jb_puts(st, b, " ");
+	for (size_t left = (size_t)indent * (size_t)depth, k; left; left -= k) {
+		k = left < sizeof sp ? left : sizeof sp;
+		jb_put(st, b, sp, k);
+	}
+}
+
+struct skey {
+	const char *p;
+	size_t n, idx;           /* the key's bytes; its item's index in the dict */
+};
+
+static int keycmp(const void *x, const void *y)
+{
+	const struct skey *a = x, *b = y;
+	size_t m = a->n < b->n ? a->n : b->n;
+	int c = memcmp(a->p, b->p, m);
+	return c ? c : a->n < b->n ? -1 : a->n > b->n ? 1 : a->idx < b->idx ? -1 : a->idx > b->idx;
 }
 
 struct jsonfmt {
@@ -471,7 +580,7 @@ struct jsonfmt {
 
 static int tojson(struct jstate *st, struct jbuf *b, struct jv v, const struct jsonfmt *f, int depth)
 {
-	if (depth > 200)
+	if (depth > JV_MAX_DEPTH)   /* not reached: values are never deeper */
 		return -EINVAL;
 	switch (v.kind) {
 	case JV_NONE: jb_puts(st, b, "null"); return 0;
@@ -502,21 +611,21 @@ static int tojson(struct jstate *st, struct jbuf *b, struct jv v, const struct j
 		if (v.u.d->ns)
 			return -EINVAL;
 		size_t n = v.u.d->n, *ord = ja_alloc(st, (n + 1) * sizeof *ord);
+		struct skey *keys = ja_alloc(st, (n + 1) * sizeof *keys);
 		for (size_t i = 0; i < n; i++) {
 			if (v.u.d->k[i].kind != JV_STR)
 				return -EINVAL;   /* keys other than strings: not needed by templates */
-			ord[i] = i;
+			keys[i] = (struct skey){v.u.d->k[i].u.s.p, v.u.d->k[i].u.s.n, i};
 		}
-		if (f->sort)   /* insertion sort by key bytes (UTF-8 order == code point order) */
-			for (size_t i = 1; i < n; i++)
-				for (size_t j = i; j > 0; j--) {
-					struct jv x = v.u.d->k[ord[j - 1]], y = v.u.d->k[ord[j]];
-					size_t m = x.u.s.n < y.u.s.n ? x.u.s.n : y.u.s.n;
-					int c = memcmp(x.u.s.p, y.u.s.p, m);
-					if (c < 0 || (c == 0 && x.u.s.n <= y.u.s.n))
-						break;
-					size_t t = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = t;
-				}
+		if (f->sort) {   /* by key bytes (UTF-8 order == code point order) */
+			size_t lg = 1;
+			while ((size_t)1 << lg < n)
+				lg++;
+			jwork(st, (uint64_t)n * lg * JW_STEP);
+			qsort(keys, n, sizeof *keys, keycmp);
+		}
+		for (size_t i = 0; i < n; i++)
+			ord[i] = keys[i].idx;
 		jb_puts(st, b, "{");
 		for (size_t i = 0; i < n; i++) {
 			if (i)
@@ -573,4 +682,47 @@ uint32_t jutf8_next(const char *s, size_t n, size_t *i)
 	}
 	*i += len;
 	return c;
+}
+
+/* The last hit of needle in hay[from..n), overlapping hits counted: KMP run
+ * backwards (the failure table of the reversed needle), linear in n + m. */
+static int64_t rfind_kmp(struct jstate *st, const char *hay, size_t n, const char *needle, size_t m,
+                         size_t from)
+{
+	size_t *fail = ja_alloc(st, (m + 1) * sizeof *fail);
+#define R(k) needle[m - 1 - (k)]   /* the reversed needle */
+	for (size_t q = 1, k = 0; q < m; q++) {
+		while (k && R(q) != R(k))
+			k = fail[k - 1];
+		if (R(q) == R(k))
+			k++;
+		fail[q] = k;
+	}
+	for (size_t i = n, k = 0; i > from;) {
+		char c = hay[--i];
+		while (k && c != R(k))
+			k = fail[k - 1];
+		if (c == R(k) && ++k == m)
+			return (int64_t)i;
+	}
+#undef R
+	return -1;
+}
+
+int64_t jfind(struct jstate *st, const char *hay, size_t n, const char *needle, size_t m, size_t from, int rev)
+{
+	jwork(st, JW_STEP);
+	if (from > n || m > n - from)
+		return -1;
+	if (!m)
+		return (int64_t)(rev ? n : from);
+	if (rev) {
+		jwork(st, m * (1 + sizeof(size_t)));
+		int64_t at = rfind_kmp(st, hay, n, needle, m, from);
+		jwork(st, at < 0 ? n - from : n - (size_t)at);
+		return at;
+	}
+	const char *p = memmem(hay + from, n - from, needle, m);   /* glibc: linear */
+	jwork(st, m + (p ? (size_t)(p - hay) - from + m : n - from));
+	return p ? (int64_t)(p - hay) : -1;
 }

@@ -6,14 +6,24 @@
  * test templates: every mutant renders or fails with a message, never
  * crashes (run it in an ASan build too).
  *
- * usage: test_jinja TEMPLATE.jinja...   (tests/data/chat_templates/) */
+ * The hostile templates of tests/fuzz/jinja/ (issue "hostile inputs, fourth
+ * round", item 7): each renders or is refused within seconds, with the value
+ * jinja2 gives or a message saying why (integer overflow, nesting, the work
+ * budget), never a trap, a stack overflow or a hang.
+ *
+ * usage: test_jinja TEMPLATE.jinja... [SEED_DIR]   (tests/data/chat_templates/,
+ *        tests/fuzz/jinja/) */
 #include "engine/jinja.h"
 #include "base/err.h"
 #include "tests/tap.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 
 static const char VARS[] =
 	"{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", "
@@ -149,7 +159,9 @@ static const char *const bits[] = {
 	"{{", "}}", "{%", "%}", "{#", "#}", "-", "+", "(", ")", "[", "]", "{", "}", "'", "\"", "\\", "|",
 	".", ",", ":", "=", "~", "*", "not ", " in ", " if ", " else ", "endfor", "endif", "{% endif %}",
 	"{% else %}", "{% for m in messages %}", "{% if x %}", "loop.", "ns.", "messages[0]", "|tojson",
-	"\n", " ", "0", "1e9", "range(99999)", "{% macro q(a) %}{{ q(a) }}{% endmacro %}{{ q(1) }}"};
+	"\n", " ", "0", "1e9", "range(99999)", "{% macro q(a) %}{{ q(a) }}{% endmacro %}{{ q(1) }}",
+	"(-2**63)", "// -1", "% -1", "**99", "* 10**18", "[::9223372036854775807]", "|abs", "|int", "|sort",
+	".rfind('a')", "99999999999999999999"};
 
 /* Mutants of tmpl: each renders (0) or fails with a message (-EINVAL). */
 static void mutate(const char *name, const char *tmpl, const cJSON *vars, int rounds)
@@ -206,6 +218,107 @@ static void mutate(const char *name, const char *tmpl, const cJSON *vars, int ro
 	       name, rounds, rendered, refused, bad, first_bad);
 }
 
+/* ---- hostile templates (tests/fuzz/jinja/NAME.jinja, also fuzz seeds) ------
+ * Each starts with {# expect: TEXT #}: its rendering, or its error message,
+ * must contain TEXT. Each runs in a child process with a time limit, so a
+ * crash (a trap, a stack overflow) or a hang is one failed line, not the end
+ * of the test. */
+
+#define SEED_LIMIT_S 10
+
+/* Renders tmpl in a child: "rc work\n" then the output or the message, in *res. */
+static int run_child(const char *tmpl, const cJSON *vars, char *res, size_t cap, int *status, double *secs)
+{
+	int fd[2];
+	struct timespec t0, t1;
+	if (pipe(fd))
+		return -1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		char *out = NULL;
+		size_t n = 0;
+		uint64_t used = 0;
+		struct rq_err err = {0};
+		close(fd[0]);
+		alarm(SEED_LIMIT_S);
+		int rc = jinja_render_budget(tmpl, strlen(tmpl), vars, 0, &used, &out, &n, &err);
+		FILE *f = fdopen(fd[1], "w");
+		fprintf(f, "%d %llu\n%.*s", rc, (unsigned long long)used, (int)(rc ? strlen(err.msg) : n < 4000 ? n : 4000),
+			rc ? err.msg : out);
+		fclose(f);
+		_exit(0);
+	}
+	close(fd[1]);
+	size_t k = 0;
+	ssize_t r;
+	while ((r = read(fd[0], res + k, cap - 1 - k)) > 0)
+		k += (size_t)r;
+	res[k] = 0;
+	close(fd[0]);
+	waitpid(pid, status, 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	*secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	return 0;
+}
+
+static void hostile(const char *dir, const cJSON *vars)
+{
+	struct dirent **ents;
+	int n = scandir(dir, &ents, NULL, alphasort), seen = 0;
+	TAP_OK(n > 0, "hostile templates in %s", dir);
+	for (int i = 0; i < n; i++) {
+		char path[4200], res[8192], want[512] = "";
+		const char *name = ents[i]->d_name;
+		size_t len = strlen(name);
+		if (len < 7 || strcmp(name + len - 6, ".jinja")) {
+			free(ents[i]);
+			continue;
+		}
+		snprintf(path, sizeof path, "%s/%s", dir, name);
+		char *t = tap_slurp(path, NULL);
+		const char *e = t ? strstr(t, " #}") : NULL;
+		if (t && !strncmp(t, "{# expect: ", 11) && e && e - t - 11 < (long)sizeof want)
+			memcpy(want, t + 11, (size_t)(e - t - 11));
+		int status = 0;
+		double secs = 0;
+		seen++;
+		if (!*want || run_child(t, vars, res, sizeof res, &status, &secs)) {
+			TAP_OK(0, "%s: no {# expect: ... #} first, or no child", name);
+		} else {
+			int rc = atoi(res);
+			char *body = strchr(res, '\n');
+			body = body ? body + 1 : res;
+			int done = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+			TAP_OK(done && strstr(body, want) && (rc == 0 || (rc == -EINVAL && strstr(body, "chat template"))) &&
+			       secs < SEED_LIMIT_S, "%s: %s in %.2f s (work %s): %.300s", name,
+			       !done ? (WIFSIGNALED(status) ? (WTERMSIG(status) == SIGALRM ? "HUNG" : "CRASHED") : "died")
+			       : rc ? "refused" : "rendered", secs, strchr(res, ' ') ? strtok(strchr(res, ' ') + 1, "\n") : "?",
+			       WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : body);
+			if (done && !strstr(body, want))
+				printf("#   wanted: %s\n", want);
+		}
+		free(t);
+		free(ents[i]);
+	}
+	free(ents);
+	TAP_OK(seen >= 30, "%d hostile templates ran", seen);
+}
+
+/* The real templates on a conversation use a tiny part of the work budget. */
+static void margin(const char *name, const char *tmpl, const cJSON *vars)
+{
+	char *out = NULL;
+	size_t n;
+	uint64_t used = 0;
+	struct rq_err err = {0};
+	int rc = jinja_render_budget(tmpl, strlen(tmpl), vars, 0, &used, &out, &n, &err);
+	TAP_OK(rc == 0 && used * 1000 < JINJA_WORK_DEFAULT, "%s renders using %llu units of work, under a "
+	       "thousandth of the budget (%llu) %s", name, (unsigned long long)used,
+	       (unsigned long long)JINJA_WORK_DEFAULT, rc ? err.msg : "");
+	free(out);
+}
+
 int main(int argc, char **argv)
 {
 	cJSON *vars = cJSON_Parse(VARS);
@@ -244,14 +357,24 @@ int main(int argc, char **argv)
 		TAP_OK(rc == -EINVAL && strstr(err.msg, "nested"), "100000 nested {%% if %%} refused: %s", err.msg);
 		free(t);
 	}
-	TAP_OK(argc > 1, "templates to mutate given (%d)", argc - 1);
+	int ntmpl = 0;
 	for (int i = 1; i < argc; i++) {
+		struct stat sb;
+		if (!stat(argv[i], &sb) && S_ISDIR(sb.st_mode)) {
+			hostile(argv[i], vars);
+			continue;
+		}
 		char *t = tap_slurp(argv[i], NULL);
+		const char *name = strrchr(argv[i], '/') ? strrchr(argv[i], '/') + 1 : argv[i];
 		TAP_OK(t != NULL, "read %s", argv[i]);
-		if (t)
-			mutate(strrchr(argv[i], '/') ? strrchr(argv[i], '/') + 1 : argv[i], t, vars, 3000);
+		ntmpl++;
+		if (t) {
+			margin(name, t, vars);
+			mutate(name, t, vars, 3000);
+		}
 		free(t);
 	}
+	TAP_OK(ntmpl > 0, "templates to mutate given (%d)", ntmpl);
 	cJSON_Delete(vars);
 	return tap_done();
 }
