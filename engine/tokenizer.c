@@ -18,6 +18,7 @@
 #include "engine/tokenizer.h"
 #include "engine/tok_int.h"
 #include "base/err.h"
+#include "base/file.h"
 #include "st/jcheck.h"
 
 #include <cjson/cJSON.h>
@@ -413,26 +414,18 @@ int tok_load(const char *path, struct tok **out, struct rq_err *err)
 	if (stat(path, &st))
 		return rq_errf(err, -errno, "%s: %s", path, strerror(errno));
 	snprintf(file, sizeof file, S_ISDIR(st.st_mode) ? "%s/tokenizer.json" : "%s", path);
-	FILE *f = fopen(file, "rb");
-	if (!f)
-		return rq_errf(err, -errno, "%s: %s", file, strerror(errno));
 	char *text = NULL;
-	long size = -1;
-	if (!fseek(f, 0, SEEK_END) && (size = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
-	    (text = malloc(size + 1)) && fread(text, 1, size, f) != (size_t)size)
-		size = -1;
-	fclose(f);
-	if (size < 0 || !text) {
-		free(text);
-		return rq_errf(err, text ? -EIO : -ENOMEM, "%s: cannot read", file);
-	}
+	size_t size = 0;
+	int rc = rq_file_read(file, TOK_FILE_MAX, &text, &size, err);   /* no FIFO, no device */
+	if (rc)
+		return rc;
 	cJSON *root = jc_parse(text, size, file, err);
 	free(text);
 	if (!root)
 		return err ? err->code : -EPROTO;   /* jc_parse said why */
 	pthread_once(&alphabet_once, init_alphabet);
 	struct tok *t = calloc(1, sizeof *t);
-	int rc = t ? build(t, root, file, err) : -ENOMEM;
+	rc = t ? build(t, root, file, err) : -ENOMEM;
 	cJSON_Delete(root);
 	if (rc) {
 		if (rc == -ENOMEM)
