@@ -121,8 +121,9 @@ static int read_prompts(const char *path, const struct tok *tk, int budget, stru
 		if (pr.cut_at)
 			fprintf(stderr, "calib run: note: --prompts %s line %zu is longer than %zu bytes "
 			        "(%d bytes a token for the %d tokens still wanted): only its first %zu "
-			        "bytes are read\n", path, pr.line, pr.cut_at, PROMPT_BYTES_PER_TOKEN,
-			        budget - q->total, pr.cut_at);
+			        "bytes are read\n", path, pr.line,
+			        (size_t)PROMPT_BYTES_PER_TOKEN * (size_t)(budget - q->total),
+			        PROMPT_BYTES_PER_TOKEN, budget - q->total, pr.cut_at);
 		rc = seqs_add(q, pr.tok, pr.n) ? rq_errf(err, -ENOMEM, "out of memory") : 0;
 	}
 	prompts_close(pf);

@@ -144,7 +144,8 @@ static int read_prompts(const char *path, const struct tok *tk, int max_tokens,
 		if (p.cut_at)
 			fprintf(stderr, "compare: note: --prompts %s line %zu is longer than %zu bytes (%d "
 			        "bytes a token for --tokens %d): only its first %zu bytes are read\n", path,
-			        p.line, p.cut_at, PROMPT_BYTES_PER_TOKEN, max_tokens, p.cut_at);
+			        p.line, (size_t)PROMPT_BYTES_PER_TOKEN * (size_t)max_tokens,
+			        PROMPT_BYTES_PER_TOKEN, max_tokens, p.cut_at);
 		rc = RQ_GROW(v, cnt, cap, 64) ? rq_errf(err, -ENOMEM, "out of memory") : 0;
 		if (rc)
 			free(p.tok);

@@ -64,7 +64,7 @@ static int put(struct prompts *p, size_t n, int c)
 }
 
 /* Reads the next line, at most max bytes of it, into p->buf[*len]; *cut_at
- * = max when the line went on (the rest skipped by the next call). Returns
+ * = *len when the line went on (the rest skipped by the next call). Returns
  * 1 (a line, maybe empty), 0 at the end of the file, or -errno. */
 static int read_line(struct prompts *p, size_t max, size_t *len, size_t *cut_at)
 {
@@ -91,7 +91,7 @@ static int read_line(struct prompts *p, size_t max, size_t *len, size_t *cut_at)
 					if (n && ((unsigned char)p->buf[n - 1] & 0xC0) == 0xC0)
 						n--;
 				}
-				*cut_at = max;
+				*cut_at = n;
 				p->skip = 1;
 				break;
 			}

@@ -24,7 +24,8 @@ struct prompt {
 	int *tok;          /* [n] token ids, malloc'd: the caller frees */
 	int n;             /* 1 <= n <= the max_tokens asked for */
 	size_t line;       /* 1-based line number in FILE */
-	size_t cut_at;     /* 0, or the bytes read of a longer line (its rest unread) */
+	size_t cut_at;     /* 0, or the bytes used of a line longer than PROMPT_BYTES_PER_TOKEN
+	                      x max_tokens (a whole number of characters; the rest unread) */
 };
 
 /* Opens path (what = the option, for messages: "--prompts"). */

@@ -143,6 +143,14 @@ def prompts_budget(base, work):
     ok(b'"calib_tokens":"16"' in meta and meta.count(b";") == 0,
        "the 16 tokens are one sequence, the long line's first", meta[:400])
 
+    utf = os.path.join(work, "utf8-line.txt")
+    with open(utf, "w", encoding="utf-8") as f:
+        f.write("x" + "\u00e9" * 500 + "\n")       # byte 128 is inside an e-acute
+    rc, o, t = run("calib", "run", base, "--prompts", utf, "--tokens", "2", "-o", out)
+    ok(rc == 0 and "line 1 is longer than 128 bytes (64 bytes a token for the 2 tokens still "
+       "wanted): only its first 127 bytes are read" in o,
+       "a cut never splits a UTF-8 character (127 of 128 bytes kept)", o)
+
     rc, o, t = run("compare", base, base, "--prompts", big, "--tokens", "16", "-n", "1", "--threads", "1")
     ok(rc == 0 and "compare: note: --prompts %s line 1 is longer than 1024 bytes" % big in o
        and "2 prompts" in o,
