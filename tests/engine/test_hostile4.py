@@ -29,7 +29,7 @@ import rqtap  # noqa: E402
 from rqtap import ok  # noqa: E402
 
 LIMIT_AS = 3 << 30      # bytes of address space a command may take
-LIMIT_S = 30            # seconds a command may take
+LIMIT_S = int(os.environ.get("RQ_HOSTILE4_LIMIT_S", "30"))   # seconds a command may take
 
 
 def limited():
