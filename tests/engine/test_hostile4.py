@@ -32,12 +32,10 @@ LIMIT_AS = 3 << 30      # bytes of address space a command may take
 LIMIT_S = int(os.environ.get("RQ_HOSTILE4_LIMIT_S", "30"))   # seconds a command may take
 
 
-def limited():
-    resource.setrlimit(resource.RLIMIT_AS, (LIMIT_AS, LIMIT_AS))
-
-
-def run(*args):
+def run(*args, limit_as=LIMIT_AS):
     """(rc, stdout + stderr, seconds); rc -999 when the time limit hit."""
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (limit_as, limit_as))
     t = time.monotonic()
     try:
         p = subprocess.run([rqtap.RQ, *args], capture_output=True, text=True, errors="replace",
@@ -76,7 +74,7 @@ def generate(d):
 
 
 def refused(what, rc_out, words, absent=()):
-    rc, out, _ = rc_out
+    rc, out = rc_out[:2]
     return ok(rc == 1 and all(w in out for w in words) and not any(a in out for a in absent),
               what, "rc %d, wanted %s\n%s" % (rc, words, out))
 
@@ -128,13 +126,17 @@ def bounded_reads(base, work, text):
 
 
 def prompts_budget(base, work):
+    # a 64 MB line: read whole and tokenized it took more than the 256 MiB of
+    # address space given here; a tenth of that is what 16 tokens need
     big = os.path.join(work, "long-line.txt")
     with open(big, "w") as f:
-        f.write("The quick brown fox " * ((24 << 20) // 20) + "\nsecond line\n")
+        f.write("The quick brown fox " * ((64 << 20) // 20) + "\nsecond line\n")
     out = os.path.join(work, "p.safetensors")
-    rc, o, t = run("calib", "run", base, "--prompts", big, "--tokens", "16", "-o", out)
+    rc, o, t = run("calib", "run", base, "--prompts", big, "--tokens", "16", "-o", out,
+                   "--threads", "1", limit_as=256 << 20)
     ok(rc == 0 and "calib run: note: --prompts %s line 1 is longer than 1024 bytes" % big in o,
-       "calib run --prompts: a 24 MB line with --tokens 16 reads 1024 bytes of it, noted (%.1f s)" % t, o)
+       "calib run --prompts: a 64 MB line with --tokens 16 reads 1024 bytes of it, noted, within "
+       "256 MiB of address space (%.1f s)" % t, o)
     meta = b""
     if rc == 0:
         with open(out, "rb") as f:
@@ -146,16 +148,17 @@ def prompts_budget(base, work):
     utf = os.path.join(work, "utf8-line.txt")
     with open(utf, "w", encoding="utf-8") as f:
         f.write("x" + "\u00e9" * 500 + "\n")       # byte 128 is inside an e-acute
-    rc, o, t = run("calib", "run", base, "--prompts", utf, "--tokens", "2", "-o", out)
+    rc, o = run("calib", "run", base, "--prompts", utf, "--tokens", "2", "-o", out)[:2]
     ok(rc == 0 and "line 1 is longer than 128 bytes (64 bytes a token for the 2 tokens still "
        "wanted): only its first 127 bytes are read" in o,
        "a cut never splits a UTF-8 character (127 of 128 bytes kept)", o)
 
-    rc, o, t = run("compare", base, base, "--prompts", big, "--tokens", "16", "-n", "1", "--threads", "1")
+    rc, o, t = run("compare", base, base, "--prompts", big, "--tokens", "16", "-n", "1",
+                   "--threads", "1", limit_as=256 << 20)
     ok(rc == 0 and "compare: note: --prompts %s line 1 is longer than 1024 bytes" % big in o
        and "2 prompts" in o,
-       "compare --prompts --tokens 16: the 24 MB line cut to 1024 bytes, noted; the next line read "
-       "(%.1f s)" % t, o)
+       "compare --prompts --tokens 16: the 64 MB line cut to 1024 bytes, noted, within 256 MiB of "
+       "address space; the next line read (%.1f s)" % t, o)
 
 
 def edit_json(d, name, fn):
@@ -189,10 +192,10 @@ def true_messages(base, work, text):
         edit_json(d, f, fn)
         refused("a float token id in %s: %s" % (f, words[0]), generate(d), words,
                 [absent] if absent else ())
-    rc, o, _ = run("compare", base, base, "--text", text, "--tokens", "2000000")
+    rc, o = run("compare", base, base, "--text", text, "--tokens", "2000000")[:2]
     ok(rc == 2 and "--tokens: expected a count in [2, 1048576], got '2000000'" in o,
        "compare --tokens too large names the real limit", o)
-    rc, o, _ = run("calib", "run", base, "--text", text, "--tokens", "20000000", "-o", "x")
+    rc, o = run("calib", "run", base, "--text", text, "--tokens", "20000000", "-o", "x")[:2]
     ok(rc == 2 and "--tokens: '20000000' is not a count in [2, 16777216]" in o,
        "calib run --tokens too large names the real limit", o)
 
@@ -202,13 +205,14 @@ def main():
     work = tempfile.mkdtemp(prefix="rq-hostile4-")
     try:
         base = os.path.join(work, "base")
-        rc, out, _ = run("mkckpt", base, "--dense", "--layers", "2", "--bf16-layers", "1-1", "--experts", "4")
+        rc, out = run("mkckpt", base, "--dense", "--layers", "2", "--bf16-layers", "1-1",
+                      "--experts", "4")[:2]
         if not ok(rc == 0, "mkckpt --dense --layers 2", out):
             return rqtap.finish()
         text = os.path.join(work, "text.txt")
         with open(text, "w") as f:
             f.write("The quick brown fox jumps over the lazy dog.\n" * 50)
-        rc, out, _ = generate(base)
+        rc, out = generate(base)[:2]
         ok(rc == 0, "control: generate on the unmodified directory", out)
         bounded_reads(base, work, text)
         prompts_budget(base, work)
