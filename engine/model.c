@@ -81,6 +81,8 @@ static int list_shards(const char *dir, char ***names, size_t *n, int *from_inde
 		free(ipath);
 		return rc;
 	}
+	if (rc && err)
+		*err = (struct rq_err){0};   /* no index is no error */
 	*from_index = text != NULL;
 	if (text) {
 		cJSON *root = jc_parse(text, tlen, ipath, err), *e;
@@ -390,6 +392,8 @@ int lg_model_open(const char *dir, struct lg_model **out, struct rq_err *err)
 	rc = rq_file_read(path, LG_CONFIG_MAX, &text, &tlen, err);
 	if (rc && rc != -ENOENT)
 		goto fail;
+	if (rc && err)
+		*err = (struct rq_err){0};   /* optional: transformers' defaults */
 	if ((rc = lg_gen_parse(text, &m->cfg, &m->gen, err)))
 		goto fail;
 	m->layers = calloc(m->cfg.n_layers, sizeof *m->layers);
