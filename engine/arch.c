@@ -336,7 +336,9 @@ static int hf(const cJSON *root, const struct family *f, const char *path, struc
 	cJSON *empty = rp ? NULL : cJSON_CreateObject();
 	const cJSON *p = rp ? rp : empty;
 	rc = lg_rope_init(&c->rope[LG_FULL], p, p, root, c->head_dim, c->max_pos, f->theta,
-	                  "rope", path, err);
+	                  !rp ? "rope (no rope_parameters)" : cfg_key(root, "rope_parameters") ?
+	                  "rope_parameters" : "rope_scaling",
+	                  path, err);
 	cJSON_Delete(empty);
 	if (rc)
 		return rc;

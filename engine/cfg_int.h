@@ -30,7 +30,8 @@ int cfg_check_quant(const cJSON *q, const char *path, struct rq_err *err);
  * rope_scaling); top: the dict transformers reads `truncate` from; root: the
  * config (top-level rope_theta, partial_rotary_factor,
  * original_max_position_embeddings); theta_def: the family's default_theta;
- * what: the layer type, for messages. */
+ * what: where the dict is, for messages ("rope_scaling",
+ * "rope_parameters.full_attention", ...). */
 int lg_rope_init(struct lg_rope *r, const cJSON *p, const cJSON *top, const cJSON *root,
                  int head_dim, long max_pos, double theta_def, const char *what,
                  const char *path, struct rq_err *err);

@@ -4,7 +4,9 @@
 #include "base/err.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 
@@ -73,24 +75,45 @@ int cfg_refuse_true(const cJSON *root, const char *k, const char *path, struct r
 }
 
 
+/* One eos id: an integer, never a float truncated onto another token's id
+ * (a negative one, which transformers only warns about, never matches). */
+static int eos_id(const cJSON *e, const char *where, int *out, const char *path, struct rq_err *err)
+{
+	if (!cJSON_IsNumber(e))
+		return rq_errf(err, -EINVAL, "%s: %s is not a number: it must be an integer token id",
+		               path, where);
+	double d = e->valuedouble;
+	if (d != floor(d) || d < INT_MIN || d > INT_MAX)
+		return rq_errf(err, -EINVAL, "%s: %s = %.17g: it must be an integer token id", path,
+		               where, d);
+	*out = (int)d;
+	return 0;
+}
+
 int cfg_eos(const cJSON *o, int *eos, int *n, const char *path, struct rq_err *err)
 {
 	const cJSON *v = cfg_key(o, "eos_token_id"), *e;
 	if (!v)
 		return 0;
-	*n = 0;
 	if (cJSON_IsNumber(v)) {
-		eos[(*n)++] = (int)v->valuedouble;
-		return 0;
+		int rc = eos_id(v, "\"eos_token_id\"", &eos[0], path, err);
+		if (!rc)
+			*n = 1;
+		return rc;
 	}
 	if (!cJSON_IsArray(v))
 		return rq_errf(err, -EINVAL, "%s: \"eos_token_id\" is neither a number nor a list", path);
+	int k = 0, got = 0, ids[8];
 	cJSON_ArrayForEach(e, v) {
-		if (!cJSON_IsNumber(e))
-			return rq_errf(err, -EINVAL, "%s: \"eos_token_id\" holds a non-number", path);
-		if (*n < 8)
-			eos[(*n)++] = (int)e->valuedouble;
+		char where[48];
+		snprintf(where, sizeof where, "\"eos_token_id\"[%d]", k++);
+		int id = 0, rc = eos_id(e, where, &id, path, err);
+		if (rc)
+			return rc;
+		if (got < 8)
+			ids[got++] = id;
 	}
+	memcpy(eos, ids, sizeof(int) * got);
+	*n = got;
 	return 0;
 }
-

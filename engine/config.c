@@ -434,7 +434,13 @@ static int rope_plan(const cJSON *root, struct lg_config *c, const int used[2], 
 			p = t == LG_SLIDING && swa ? swa : rp ? rp : empty;
 			top = p;
 		}
-		rc = lg_rope_init(&c->rope[t], p, top, root, c->head_dim, c->max_pos, 10000.0, tname[t],
+		/* for messages: where the dict is */
+		char where[64];
+		snprintf(where, sizeof where, "%s%s%s", nested ? "rope_parameters." : "",
+		         nested ? tname[t] : p == empty ? "rope (no rope_parameters)" :
+		         p == rp ? "rope_parameters" : "swa_rope_parameters",
+		         !nested && t == LG_SLIDING && p == empty ? " of sliding layers" : "");
+		rc = lg_rope_init(&c->rope[t], p, top, root, c->head_dim, c->max_pos, 10000.0, where,
 		                  path, err);
 		if (rc) {
 			cJSON_Delete(empty);

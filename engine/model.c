@@ -16,6 +16,7 @@
  *      silently skip (attention sinks, biases, ...) */
 #include "engine/model_int.h"
 #include "base/err.h"
+#include "base/file.h"
 #include "base/grow.h"
 #include "st/st.h"
 #include "st/jcheck.h"
@@ -31,44 +32,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static char *read_text(const char *path, int *rc)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f) {
-		*rc = -errno;
-		return NULL;
-	}
-	char *buf = NULL;
-	size_t len = 0, cap = 0;
-	for (;;) {
-		if (len + 4096 + 1 > cap) {
-			cap = cap ? cap * 2 : 65536;
-			char *nb = realloc(buf, cap);
-			if (!nb) {
-				free(buf);
-				fclose(f);
-				*rc = -ENOMEM;
-				return NULL;
-			}
-			buf = nb;
-		}
-		size_t got = fread(buf + len, 1, cap - len - 1, f);
-		len += got;
-		if (got == 0)
-			break;
-	}
-	int bad = ferror(f);
-	fclose(f);
-	if (bad) {
-		free(buf);
-		*rc = -EIO;
-		return NULL;
-	}
-	buf[len] = 0;
-	*rc = 0;
-	return buf;
-}
 
 static char *join(const char *dir, const char *name)
 {
@@ -108,10 +71,21 @@ static int list_shards(const char *dir, char ***names, size_t *n, int *from_inde
 	char *ipath = join(dir, "model.safetensors.index.json");
 	if (!ipath)
 		return rq_errf(err, -ENOMEM, "out of memory");
-	char *text = read_text(ipath, &rc);
+	/* No index: the directory's *.safetensors. An index that is there but
+	 * cannot be read (a FIFO, too large, no access) is an error, never a
+	 * silent fallback to a listing that may hold other shards. */
+	char *text = NULL;
+	size_t tlen = 0;
+	rc = rq_file_read(ipath, LG_INDEX_MAX, &text, &tlen, err);
+	if (rc && rc != -ENOENT) {
+		free(ipath);
+		return rc;
+	}
+	if (rc && err)
+		*err = (struct rq_err){0};   /* no index is no error */
 	*from_index = text != NULL;
 	if (text) {
-		cJSON *root = jc_parse(text, strlen(text), ipath, err), *e;
+		cJSON *root = jc_parse(text, tlen, ipath, err), *e;
 		free(text);
 		const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
 		if (!cJSON_IsObject(wm)) {
@@ -178,9 +152,9 @@ static int list_shards(const char *dir, char ***names, size_t *n, int *from_inde
 
 static int map_file(struct lg_file *f, struct rq_err *err)
 {
-	int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+	int fd = rq_file_open(f->path, NULL, err);   /* a FIFO or device is refused */
 	if (fd < 0)
-		return rq_errf(err, -errno, "%s: %s", f->path, strerror(errno));
+		return fd;
 	int rc = st_parse_fd(fd, f->path, &f->h, err);
 	if (rc) {
 		close(fd);
@@ -391,6 +365,7 @@ int lg_model_open(const char *dir, struct lg_model **out, struct rq_err *err)
 	char **shards = NULL;
 	size_t nshards = 0;
 	char *path = NULL, *text = NULL;
+	size_t tlen = 0;
 	struct lg_model *m = calloc(1, sizeof *m);
 	if (!m || !(m->dir = strdup(dir))) {
 		free(m);
@@ -403,10 +378,8 @@ int lg_model_open(const char *dir, struct lg_model **out, struct rq_err *err)
 		rc = rq_errf(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
-	if (!(text = read_text(path, &rc))) {
-		rc = rq_errf(err, rc, "%s: %s", path, strerror(-rc));
+	if ((rc = rq_file_read(path, LG_CONFIG_MAX, &text, &tlen, err)))
 		goto fail;
-	}
 	if ((rc = lg_config_parse(text, path, &m->cfg, &types, &heads, &moe, err)))
 		goto fail;
 	free(text);
@@ -416,11 +389,11 @@ int lg_model_open(const char *dir, struct lg_model **out, struct rq_err *err)
 		rc = rq_errf(err, -ENOMEM, "out of memory");
 		goto fail;
 	}
-	text = read_text(path, &rc);
-	if (!text && rc != -ENOENT) {
-		rc = rq_errf(err, rc, "%s: %s", path, strerror(-rc));
+	rc = rq_file_read(path, LG_CONFIG_MAX, &text, &tlen, err);
+	if (rc && rc != -ENOENT)
 		goto fail;
-	}
+	if (rc && err)
+		*err = (struct rq_err){0};   /* optional: transformers' defaults */
 	if ((rc = lg_gen_parse(text, &m->cfg, &m->gen, err)))
 		goto fail;
 	m->layers = calloc(m->cfg.n_layers, sizeof *m->layers);

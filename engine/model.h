@@ -236,6 +236,13 @@ struct lg_model {
 /* Opens MODEL_DIR. -ENOENT/-EIO (files), -EPROTO (bad file or missing
  * tensor), -EINVAL (bad config), -ENOTSUP (a feature this engine refuses). */
 int lg_model_open(const char *dir, struct lg_model **out, struct rq_err *err);
+/* The most lg_model_open() reads of a model directory's small files; a
+ * larger one is refused naming the cap (real ones are far below: a config a
+ * few KiB, an index a few MiB). Each of them, and each shard, must be a
+ * regular file or a link to one: a FIFO or a device is refused, never
+ * waited on or read without end (base/file.h). */
+#define LG_CONFIG_MAX ((size_t)16 << 20)   /* config.json, generation_config.json */
+#define LG_INDEX_MAX ((size_t)64 << 20)    /* model.safetensors.index.json */
 void lg_model_close(struct lg_model *m);
 
 /* Weight bytes read to decode one token: every dense weight, the shared

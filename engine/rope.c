@@ -48,7 +48,7 @@ static int scaled_init(struct lg_rope *r, const cJSON *p, const cJSON *top, cons
 	if ((rc = cfg_num(p, "factor", 1, 0, &factor, path, err)))
 		return rc;
 	if (!(factor >= 1))
-		return rq_errf(err, -EINVAL, "%s: %s rope %s factor %g must be >= 1", path, what, r->type,
+		return rq_errf(err, -EINVAL, "%s: %s (%s): factor %g must be >= 1", path, what, r->type,
 		               factor);
 	float ff = (float)factor;
 	if (!strcmp(r->type, "linear")) {
@@ -73,9 +73,12 @@ static int scaled_init(struct lg_rope *r, const cJSON *p, const cJSON *top, cons
 	    (rc = cfg_num(p, "high_freq_factor", 1, 0, &hi, path, err)) ||
 	    (rc = orig_max(p, top, root, max_pos, &omax, path, err)))
 		return rc;
-	if (!(hi > lo) || !(lo > 0) || !(omax > 0))
-		return rq_errf(err, -EINVAL, "%s: %s rope llama3 needs high_freq_factor > low_freq_factor > 0 "
-		               "(%g, %g)", path, what, hi, lo);
+	if (!(omax > 0))
+		return rq_errf(err, -EINVAL, "%s: %s (llama3): original_max_position_embeddings is %g; it "
+		               "must be > 0 (the context length the model was trained with)", path, what, omax);
+	if (!(hi > lo) || !(lo > 0))
+		return rq_errf(err, -EINVAL, "%s: %s (llama3): needs high_freq_factor > low_freq_factor > 0 "
+		               "(high_freq_factor %g, low_freq_factor %g)", path, what, hi, lo);
 	float lo_wl = (float)(omax / lo), hi_wl = (float)(omax / hi), two_pi = (float)(2 * M_PI);
 	float fo = (float)omax, flo = (float)lo, span = (float)(hi - lo);
 	for (int i = 0; i < half; i++) {
@@ -110,7 +113,7 @@ int lg_rope_init(struct lg_rope *r, const cJSON *p, const cJSON *top, const cJSO
 	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
 		ok |= !strcmp(type, known[i]);
 	if (!ok)
-		return rq_errf(err, -ENOTSUP, "%s: %s rope_type \"%s\" is not supported (default, linear, "
+		return rq_errf(err, -ENOTSUP, "%s: %s: rope_type \"%s\" is not supported (default, linear, "
 		               "dynamic, llama3, yarn)", path, what, type);
 	snprintf(r->type, sizeof r->type, "%s", type);
 	/* rope_theta / partial_rotary_factor: the per-type value, else the
@@ -122,12 +125,12 @@ int lg_rope_init(struct lg_rope *r, const cJSON *p, const cJSON *top, const cJSO
 	    (rc = cfg_num(p, "partial_rotary_factor", 0, d, &prf, path, err)))
 		return rc;
 	if (!(theta > 1) || !(prf > 0 && prf <= 1))
-		return rq_errf(err, -EINVAL, "%s: %s rope_theta %g / partial_rotary_factor %g out of range",
-		               path, what, theta, prf);
+		return rq_errf(err, -EINVAL, "%s: %s: rope_theta %g must be > 1 and partial_rotary_factor "
+		               "%g in (0, 1]", path, what, theta, prf);
 	int dim = (int)(head_dim * prf);
 	if (dim < 2 || dim % 2 || dim / 2 > LG_ROPE_MAX)
-		return rq_errf(err, -EINVAL, "%s: %s rotary dim %d (head_dim %d x %g) must be even and <= %d",
-		               path, what, dim, head_dim, prf, 2 * LG_ROPE_MAX);
+		return rq_errf(err, -EINVAL, "%s: %s: rotary dim %d (head_dim %d x partial_rotary_factor "
+		               "%g) must be even, >= 2 and <= %d", path, what, dim, head_dim, prf, 2 * LG_ROPE_MAX);
 	r->rot_dim = dim;
 	r->theta = theta;
 	r->attn_scale = 1.0f;
@@ -155,9 +158,11 @@ int lg_rope_init(struct lg_rope *r, const cJSON *p, const cJSON *top, const cJSO
 	    (rc = cfg_num(p, "beta_slow", 0, 0, &beta_slow, path, err)) ||
 	    (rc = orig_max(p, top, root, max_pos, &omax, path, err)))
 		return rc;
-	if (!(factor > 0) || !(omax > 0))
-		return rq_errf(err, -EINVAL, "%s: %s yarn factor %g / original_max_position_embeddings %g",
-		               path, what, factor, omax);
+	if (!(factor > 0))
+		return rq_errf(err, -EINVAL, "%s: %s (yarn): factor %g must be > 0", path, what, factor);
+	if (!(omax > 0))
+		return rq_errf(err, -EINVAL, "%s: %s (yarn): original_max_position_embeddings is %g; it "
+		               "must be > 0 (the context length the model was trained with)", path, what, omax);
 	if (cfg_key(p, "attention_factor")) {
 		if ((rc = cfg_num(p, "attention_factor", 1, 0, &attn_factor, path, err)))
 			return rc;

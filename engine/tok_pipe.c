@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,12 +296,19 @@ static int load_post(struct tok *t, const cJSON *pp, const char *field, const ch
 		if (!name || !get(specials, name))
 			return rq_errf(err, -EPROTO, "%s: %s.single: an item that is neither Sequence nor a "
 				       "SpecialToken listed in special_tokens", path, field);
+		int k = 0;
 		cJSON_ArrayForEach(id, get(get(specials, name), "ids")) {
 			int32_t *dst = seen_seq ? t->post : t->pre;
 			int *n = seen_seq ? &t->n_post : &t->n_pre;
-			if (!cJSON_IsNumber(id) || *n >= 8)
-				return rq_errf(err, -EPROTO, "%s: %s.special_tokens[\"%s\"].ids: not numbers, or "
-					       "more than 8 around the sequence", path, field, name);
+			/* an integer token id: a float would be truncated onto another token */
+			if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) ||
+			    id->valuedouble != floor(id->valuedouble))
+				return rq_errf(err, -EPROTO, "%s: %s.special_tokens[\"%s\"].ids[%d]: must be an "
+					       "integer token id in [0, %d]", path, field, name, k, (1 << 24) - 1);
+			k++;
+			if (*n >= 8)
+				return rq_errf(err, -EPROTO, "%s: %s.special_tokens[\"%s\"].ids: more than 8 "
+					       "around the sequence", path, field, name);
 			dst[(*n)++] = (int32_t)id->valueint;
 		}
 	}

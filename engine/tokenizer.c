@@ -18,10 +18,12 @@
 #include "engine/tokenizer.h"
 #include "engine/tok_int.h"
 #include "base/err.h"
+#include "base/file.h"
 #include "st/jcheck.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,6 +209,25 @@ static int flag(const cJSON *o, const char *k)
 	return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, k));
 }
 
+/* An integer in [0, max]: a token id as tokenizers reads one (a u32), never
+ * a float that would be truncated onto another token's id. */
+static int is_id(const cJSON *v, double max)
+{
+	return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= max &&
+	       v->valuedouble == floor(v->valuedouble);
+}
+
+/* What a bad id is, for messages: the number, else its JSON type. */
+static const char *id_text(const cJSON *v, char *b, size_t cap)
+{
+	if (cJSON_IsNumber(v))
+		snprintf(b, cap, "%.17g", v->valuedouble);
+	else
+		snprintf(b, cap, "%s", cJSON_IsString(v) ? "a string" : cJSON_IsNull(v) ? "null" :
+		         cJSON_IsBool(v) ? "a boolean" : "an array or object");
+	return b;
+}
+
 static int load_model(struct tok *t, const cJSON *model, const char *path, struct rq_err *err)
 {
 	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
@@ -228,8 +249,11 @@ static int load_model(struct tok *t, const cJSON *model, const char *path, struc
 	t->byte_fallback = flag(model, "byte_fallback");
 	t->fuse_unk = flag(model, "fuse_unk");
 	cJSON_ArrayForEach(it, vocab) {
-		if (!cJSON_IsNumber(it) || it->valueint < 0 || it->valueint >= (1 << 24))
-			return rq_errf(err, -EPROTO, "%s: model.vocab[\"%s\"]: bad id", path, it->string);
+		char b[40];
+		if (!is_id(it, (1 << 24) - 1))
+			return rq_errf(err, -EPROTO, "%s: model.vocab[\"%s\"]: the id must be an integer in "
+			               "[0, %d], not %s", path, it->string, (1 << 24) - 1,
+			               id_text(it, b, sizeof b));
 		if (it->valueint >= t->n_ids)
 			t->n_ids = it->valueint + 1;
 	}
@@ -310,6 +334,11 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 		const cJSON *ct = cJSON_GetObjectItemCaseSensitive(it, "content");
 		if (!cJSON_IsString(ct) || !ct->valuestring[0])
 			return rq_errf(err, -EPROTO, "%s: added_tokens[%d]: no content", path, i);
+		const cJSON *idj = cJSON_GetObjectItemCaseSensitive(it, "id");
+		char b[40];
+		if (idj && !is_id(idj, 4294967295.0))   /* not what decides the id; tokenizers reads a u32 */
+			return rq_errf(err, -EPROTO, "%s: added_tokens[%d].id: must be an integer in [0, "
+			               "4294967295], not %s", path, i, id_text(idj, b, sizeof b));
 		struct added *a = &t->added[i++];
 		if (!(a->content = strdup(ct->valuestring)))
 			return -ENOMEM;
@@ -413,26 +442,18 @@ int tok_load(const char *path, struct tok **out, struct rq_err *err)
 	if (stat(path, &st))
 		return rq_errf(err, -errno, "%s: %s", path, strerror(errno));
 	snprintf(file, sizeof file, S_ISDIR(st.st_mode) ? "%s/tokenizer.json" : "%s", path);
-	FILE *f = fopen(file, "rb");
-	if (!f)
-		return rq_errf(err, -errno, "%s: %s", file, strerror(errno));
 	char *text = NULL;
-	long size = -1;
-	if (!fseek(f, 0, SEEK_END) && (size = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
-	    (text = malloc(size + 1)) && fread(text, 1, size, f) != (size_t)size)
-		size = -1;
-	fclose(f);
-	if (size < 0 || !text) {
-		free(text);
-		return rq_errf(err, text ? -EIO : -ENOMEM, "%s: cannot read", file);
-	}
+	size_t size = 0;
+	int rc = rq_file_read(file, TOK_FILE_MAX, &text, &size, err);   /* no FIFO, no device */
+	if (rc)
+		return rc;
 	cJSON *root = jc_parse(text, size, file, err);
 	free(text);
 	if (!root)
 		return err ? err->code : -EPROTO;   /* jc_parse said why */
 	pthread_once(&alphabet_once, init_alphabet);
 	struct tok *t = calloc(1, sizeof *t);
-	int rc = t ? build(t, root, file, err) : -ENOMEM;
+	rc = t ? build(t, root, file, err) : -ENOMEM;
 	cJSON_Delete(root);
 	if (rc) {
 		if (rc == -ENOMEM)

@@ -22,7 +22,10 @@
 struct rq_err;
 struct tok;
 
-/* Loads PATH: a tokenizer.json file, or a directory holding one. */
+/* Loads PATH: a tokenizer.json file, or a directory holding one. It must be
+ * a regular file (or a link to one) of at most TOK_FILE_MAX bytes: anything
+ * else is refused naming the file (real ones: tens of MiB at most). */
+#define TOK_FILE_MAX ((size_t)256 << 20)
 int tok_load(const char *path, struct tok **out, struct rq_err *err);
 void tok_free(struct tok *t);
 

@@ -4,6 +4,7 @@
 #include "plan/ckpt.h"
 #include "base/err.h"
 #include "base/esc.h"
+#include "base/file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -18,41 +19,9 @@
 
 int rq_read_whole(const char *path, char **out, size_t *len)
 {
-	/* O_NONBLOCK: a FIFO planted at the path must not hang the caller. */
-	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		int e = S_ISREG(st.st_mode) ? -errno : -EINVAL;
-		close(fd);
-		return e;
-	}
-	if (st.st_size > (1 << 30)) {
-		close(fd);
-		return -EFBIG;
-	}
-	char *b = malloc(st.st_size + 1);
-	if (!b) {
-		close(fd);
-		return -ENOMEM;
-	}
-	size_t got = 0;
-	while (got < (size_t)st.st_size) {
-		ssize_t r = pread(fd, b + got, st.st_size - got, got);
-		if (r <= 0) {
-			int e = r < 0 ? -errno : -EIO;
-			free(b);
-			close(fd);
-			return e;
-		}
-		got += r;
-	}
-	close(fd);
-	b[got] = 0;
-	*out = b;
-	*len = got;
-	return 0;
+	/* base/file.h: O_NONBLOCK (a FIFO planted at the path cannot hang the
+	 * caller), a regular file only, at most 1 GiB read */
+	return rq_file_read(path, (size_t)1 << 30, out, len, NULL);
 }
 
 static int is_hex64(const char *s)

@@ -39,6 +39,7 @@
 #include "tools/cli.h"
 #include "tools/cli_hf.h"
 #include "tools/compare_text.h"
+#include "tools/prompts.h"
 #include "base/err.h"
 #include "base/pool.h"
 #include "engine/backend.h"
@@ -105,40 +106,29 @@ static int seqs_add(struct seqs *q, int *tok, int len)
 }
 
 /* --prompts: one prompt a line (empty lines skipped), tokenizer(line) each,
- * until `budget` tokens in all (the last one cut). */
+ * until `budget` tokens in all (the last one cut). Reading stops once the
+ * budget is covered, and of a line at most 64 bytes per token still wanted
+ * is read (tools/prompts.h): a huge line or file costs what the budget
+ * needs. A cut line is said on stderr (the CLI's note). */
 static int read_prompts(const char *path, const struct tok *tk, int budget, struct seqs *q,
                         struct rq_err *err)
 {
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return rq_errf(err, -errno, "--prompts %s: %s", path, strerror(errno));
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t len;
-	int rc = 0;
-	while (!rc && q->total < budget && (len = getline(&line, &cap, f)) >= 0) {
-		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-			line[--len] = 0;
-		if (!len)
-			continue;
-		struct tok_ids ids = {0};
-		if (tok_encode(tk, line, len, TOK_ADD_SPECIAL, &ids)) {
-			tok_ids_free(&ids);
-			rc = rq_errf(err, -ENOMEM, "out of memory encoding %s", path);
-			break;
-		}
-		int n = (int)ids.n < budget - q->total ? (int)ids.n : budget - q->total;
-		int *t = malloc((n ? n : 1) * sizeof *t);
-		for (int i = 0; t && i < n; i++)
-			t[i] = ids.v[i];
-		tok_ids_free(&ids);
-		if (!t || (n && seqs_add(q, t, n)))
-			rc = rq_errf(err, -ENOMEM, "out of memory");
-		else if (!n)
-			free(t);
+	struct prompts *pf = NULL;
+	struct prompt pr;
+	int rc = prompts_open(path, "--prompts", &pf, err);
+	while (!rc && q->total < budget &&
+	       (rc = prompts_next(pf, tk, budget - q->total, &pr, err)) == 1) {
+		if (pr.cut_at)
+			fprintf(stderr, "calib run: note: --prompts %s line %zu is longer than %zu bytes "
+			        "(%d bytes a token for the %d tokens still wanted): only its first %zu "
+			        "bytes are read\n", path, pr.line,
+			        (size_t)PROMPT_BYTES_PER_TOKEN * (size_t)(budget - q->total),
+			        PROMPT_BYTES_PER_TOKEN, budget - q->total, pr.cut_at);
+		rc = seqs_add(q, pr.tok, pr.n) ? rq_errf(err, -ENOMEM, "out of memory") : 0;
 	}
-	free(line);
-	fclose(f);
+	prompts_close(pf);
+	if (rc > 0)
+		rc = 0;
 	if (!rc && !q->total)
 		rc = rq_errf(err, -ENODATA, "--prompts %s holds no prompt (one a line)", path);
 	return rc;
@@ -454,7 +444,9 @@ static void usage(FILE *f)
 	"448*6 / max|input| as F32 [1]: the file --calib takes. --text: the first N\n"
 	"tokens of FILE as tokenizer(text) encodes it (one sequence, compare --text's\n"
 	"ids; --skip K: tokens K..K+N-1 instead, e.g. those after compare --text's window);\n"
-	"--prompts: one prompt a line, each a sequence, N tokens in all. --tokens N\n"
+	"--prompts: one prompt a line, each a sequence, N tokens in all (reading stops\n"
+	"there; of a line at most 64 bytes a token still wanted are read, a longer line\n"
+	"is cut with a note). FILE is a regular file (not a FIFO or a device). --tokens N\n"
 	"(default 512). Routed experts see the tokens routed to them; --all-experts also\n"
 	"sends every token through every expert for the observer only. An expert that\n"
 	"saw no token gets the largest input of its layer's experts (counted).\n"
@@ -517,9 +509,11 @@ int calib_run_main(int argc, char **argv)
 		case 'k':
 		case 't': {
 			long v = strtol(optarg, &end, 10);
-			if (*end || end == optarg || v < (c == 'n' ? 2 : 0) || v > 1 << 24)
-				return cli_fail(2, "calib run", "--%s: '%s' is not a count%s", c == 'n' ? "tokens"
-				                : c == 'k' ? "skip" : "threads", optarg, c == 'n' ? " >= 2" : "");
+			long lo = c == 'n' ? 2 : 0;
+			if (*end || end == optarg || v < lo || v > 1 << 24)
+				return cli_fail(2, "calib run", "--%s: '%s' is not a count in [%ld, %d]",
+				                c == 'n' ? "tokens" : c == 'k' ? "skip" : "threads", optarg, lo,
+				                1 << 24);
 			*(c == 'n' ? &o.tokens : c == 'k' ? &o.skip : &o.threads) = (int)v;
 			break;
 		}

@@ -17,6 +17,7 @@
 #include "engine/tokenizer.h"
 #include "tools/compare_schemes.h"
 #include "tools/compare_text.h"
+#include "tools/prompts.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -36,7 +37,7 @@ static const char *const default_prompts[] = {
 static void usage(FILE *f)
 {
 	fprintf(f,
-	"usage: requantfs compare DIR_A DIR_B [--prompts FILE] [-n N] [--threads N]\n"
+	"usage: requantfs compare DIR_A DIR_B [--prompts FILE [--tokens N]] [-n N] [--threads N]\n"
 	"       requantfs compare DIR_A DIR_B --text FILE [--tokens N] [--threads N]\n"
 	"       requantfs compare SRC --schemes all|S[,S...] --text FILE [--tokens N]\n"
 	"                 [--calib FILE | --calib-text FILE] [--calib-tokens N]\n\n"
@@ -48,7 +49,10 @@ static void usage(FILE *f)
 	"Typical use: A = the BF16-expert source, B = the requantized mount. DIR_A and\n"
 	"DIR_B may also be hub repo ids ORG/NAME[@REV] in the local hub cache. Both run\n"
 	"on the CPU engine, which reads each Linear as its headers say: BF16, NVFP4 or\n"
-	"NVFP4A16, FP8 (fp8-dynamic) or INT pack-quantized (w8a16, w4a16).\n\n"
+	"NVFP4A16, FP8 (fp8-dynamic) or INT pack-quantized (w8a16, w4a16).\n"
+	"--prompts FILE: a regular file (not a FIFO or device); each prompt is its\n"
+	"line's first N tokens (--tokens, default 2048), of which at most 64 x N bytes\n"
+	"are read (a longer line is cut there, with a note).\n\n"
 	"--text FILE: quality on real text instead. One window, the first N tokens of\n"
 	"FILE (--tokens, default 2048) as transformers' tokenizer(text) encodes it; prints\n"
 	"'ppl A <x> B <y>' (each model's perplexity on the window) and, per position,\n"
@@ -125,6 +129,41 @@ static void report(const char *label, struct stats *s)
 	       label, s->n, sum / s->n, sorted[i99], sorted[s->n - 1], 100.0 * s->agree / s->n,
 	       exp(s->nll_a / s->n), exp(s->nll_b / s->n));
 	free(sorted);
+}
+
+/* --prompts FILE: every line's first max_tokens tokens (tools/prompts.h:
+ * of a line at most 64 bytes a token are read; a cut is noted on stderr). */
+static int read_prompts(const char *path, const struct tok *tk, int max_tokens,
+                        struct prompt **out, size_t *n, struct rq_err *err)
+{
+	struct prompts *pf = NULL;
+	struct prompt *v = NULL, p;
+	size_t cnt = 0, cap = 0;
+	int rc = prompts_open(path, "--prompts", &pf, err);
+	while (!rc && (rc = prompts_next(pf, tk, max_tokens, &p, err)) == 1) {
+		if (p.cut_at)
+			fprintf(stderr, "compare: note: --prompts %s line %zu is longer than %zu bytes (%d "
+			        "bytes a token for --tokens %d): only its first %zu bytes are read\n", path,
+			        p.line, (size_t)PROMPT_BYTES_PER_TOKEN * (size_t)max_tokens,
+			        PROMPT_BYTES_PER_TOKEN, max_tokens, p.cut_at);
+		rc = RQ_GROW(v, cnt, cap, 64) ? rq_errf(err, -ENOMEM, "out of memory") : 0;
+		if (rc)
+			free(p.tok);
+		else
+			v[cnt++] = p;
+	}
+	prompts_close(pf);
+	if (!rc && !cnt)
+		rc = rq_errf(err, -ENODATA, "--prompts %s holds no prompt (one a line)", path);
+	if (rc < 0) {
+		for (size_t i = 0; i < cnt; i++)
+			free(v[i].tok);
+		free(v);
+		return rc;
+	}
+	*out = v;
+	*n = cnt;
+	return 0;
 }
 
 /* The CPU reference engine for up to n positions (the oracle compare
@@ -301,7 +340,8 @@ int cmd_compare(int argc, char **argv)
 		case 'n':
 			ngen = (int)strtol(optarg, &end, 10);
 			if (*end || end == optarg || ngen < 0 || ngen > 1 << 20)
-				return cli_fail(2, "compare", "-n: expected a token count, got '%s'", optarg);
+				return cli_fail(2, "compare", "-n: expected a token count in [0, %d], got '%s'",
+				                1 << 20, optarg);
 			break;
 		case 't':
 			threads = (int)strtol(optarg, &end, 10);
@@ -315,14 +355,15 @@ int cmd_compare(int argc, char **argv)
 		case 'K':
 			co.calib_tokens = (int)strtol(optarg, &end, 10);
 			if (*end || end == optarg || co.calib_tokens < 2 || co.calib_tokens > 1 << 20)
-				return cli_fail(2, "compare", "--calib-tokens: expected a count >= 2, got '%s'",
-				                optarg);
+				return cli_fail(2, "compare", "--calib-tokens: expected a count in [2, %d], got "
+				                "'%s'", 1 << 20, optarg);
 			ctok_given = 1;
 			break;
 		case 'k':
 			ntok = (int)strtol(optarg, &end, 10);
 			if (*end || end == optarg || ntok < 2 || ntok > 1 << 20)
-				return cli_fail(2, "compare", "--tokens: expected a count >= 2, got '%s'", optarg);
+				return cli_fail(2, "compare", "--tokens: expected a count in [2, %d], got '%s'",
+				                1 << 20, optarg);
 			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -360,7 +401,7 @@ int cmd_compare(int argc, char **argv)
 	struct tok *tk = NULL;
 	struct rq_pool *pool = NULL;
 	struct stats tot = {0};
-	char **lines = NULL;
+	struct prompt *pr = NULL;
 	size_t nlines = 0;
 	int rc = 1;
 	if (lg_model_open(da, &a, &err) || lg_model_open(db, &b, &err)) {
@@ -376,35 +417,11 @@ int cmd_compare(int argc, char **argv)
 		cli_fail(1, "compare", "%s", err.msg);
 		goto out;
 	}
-	if (pfile) {
-		FILE *f = fopen(pfile, "r");
-		if (!f) {
-			cli_fail(1, "compare", "%s: %s", pfile, strerror(errno));
-			goto out;
-		}
-		char *line = NULL;
-		size_t cap = 0;
-		ssize_t len;
-		while ((len = getline(&line, &cap, f)) >= 0) {
-			while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-				line[--len] = 0;
-			if (!len)
-				continue;
-			char **nl = realloc(lines, (nlines + 1) * sizeof *lines);
-			if (!nl || !(nl[nlines] = strdup(line))) {
-				lines = nl ? nl : lines;
-				break;
-			}
-			lines = nl;
-			nlines++;
-		}
-		free(line);
-		fclose(f);
-		if (!nlines) {
-			cli_fail(1, "compare", "%s holds no prompt", pfile);
-			goto out;
-		}
+	if (pfile && (rc = read_prompts(pfile, tk, ntok, &pr, &nlines, &err)) != 0) {
+		rc = cli_fail(1, "compare", "%s", err.msg);
+		goto out;
 	}
+	rc = 1;
 	if (rq_pool_create(threads, &pool)) {
 		cli_fail(1, "compare", "cannot start threads");
 		goto out;
@@ -413,20 +430,24 @@ int cmd_compare(int argc, char **argv)
 	printf("A = %s\nB = %s\n%zu prompts, %d greedy tokens of A each, %d threads\n", da, db, np, ngen,
 	       rq_pool_size(pool));
 	for (size_t i = 0; i < np; i++) {
-		const char *text = pfile ? lines[i] : default_prompts[i];
-		struct tok_ids ids = {0};
-		if (tok_encode(tk, text, strlen(text), TOK_ADD_SPECIAL, &ids) || !ids.n) {
+		struct prompt d = {0};
+		if (!pfile) {
+			const char *text = default_prompts[i];
+			struct tok_ids ids = {0};
+			if (tok_encode(tk, text, strlen(text), TOK_ADD_SPECIAL, &ids) || !ids.n ||
+			    !(d.tok = malloc(sizeof(int) * ids.n))) {
+				tok_ids_free(&ids);
+				cli_fail(1, "compare", "could not tokenize prompt %zu", i + 1);
+				goto out;
+			}
+			for (size_t j = 0; j < ids.n; j++)
+				d.tok[j] = ids.v[j];
+			d.n = (int)ids.n;
 			tok_ids_free(&ids);
-			cli_fail(1, "compare", "could not tokenize prompt %zu", i + 1);
-			goto out;
 		}
-		int *p = malloc(sizeof(int) * ids.n);
-		for (size_t j = 0; p && j < ids.n; j++)
-			p[j] = ids.v[j];
-		int r = p ? compare_one(a, b, pool, p, (int)ids.n, ngen, &tot, (int)i + 1, &err)
-		          : rq_errf(&err, -ENOMEM, "out of memory");
-		free(p);
-		tok_ids_free(&ids);
+		const struct prompt *p = pfile ? &pr[i] : &d;
+		int r = compare_one(a, b, pool, p->tok, p->n, ngen, &tot, (int)i + 1, &err);
+		free(d.tok);
 		if (r) {
 			cli_fail(1, "compare", "prompt %zu: %s", i + 1, err.msg);
 			goto out;
@@ -437,8 +458,8 @@ int cmd_compare(int argc, char **argv)
 	rc = 0;
 out:
 	for (size_t i = 0; i < nlines; i++)
-		free(lines[i]);
-	free(lines);
+		free(pr[i].tok);
+	free(pr);
 	free(tot.kl);
 	rq_pool_destroy(pool);
 	tok_free(tk);

@@ -18,6 +18,7 @@
  * reference path: results do not depend on the thread count). */
 #include "tools/compare_text.h"
 #include "base/err.h"
+#include "base/file.h"
 #include "base/pool.h"
 #include "engine/backend.h"
 #include "engine/model.h"
@@ -26,11 +27,9 @@
 #include "tools/cli.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define CT_BATCH 64                /* positions per forward call */
@@ -38,19 +37,16 @@
 int ct_window(const char *path, const struct tok *tk, int max_tokens, int **tok, int *n,
               struct rq_err *err)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* a regular file only: a FIFO or a device would block or never end */
+	size_t fsize = 0;
+	int fd = rq_file_open(path, &fsize, err);
 	if (fd < 0)
-		return rq_errf(err, -errno, "%s: %s", path, strerror(errno));
-	struct stat st;
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return rq_errf(err, -EINVAL, "%s: not a regular file", path);
-	}
+		return fd;
 	/* ~4 bytes a token in English; read enough for max_tokens and a margin,
 	 * never more than the file (tokens at the cut may merge differently, so
 	 * the window is taken from a prefix well past it). */
 	size_t want = (size_t)max_tokens * 16 + 4096;
-	size_t len = (size_t)st.st_size < want ? (size_t)st.st_size : want;
+	size_t len = fsize < want ? fsize : want;
 	char *text = malloc(len + 1);
 	if (!text) {
 		close(fd);
@@ -73,7 +69,7 @@ int ct_window(const char *path, const struct tok *tk, int max_tokens, int **tok,
 	}
 	/* A prefix cut inside a UTF-8 character or a word could tokenize its
 	 * tail differently from the whole file: cut at the last newline. */
-	if (got < (size_t)st.st_size) {
+	if (got < fsize) {
 		char *nl = memrchr(text, '\n', got);
 		if (nl)
 			got = (size_t)(nl - text) + 1;

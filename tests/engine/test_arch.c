@@ -193,11 +193,60 @@ static void check_refusals(void)
 	}
 }
 
+/* Hostile inputs, fourth round, item 10: each refusal names its real fault,
+ * once: a llama3 rope with original_max_position_embeddings 0 (its factors
+ * fine) names that key, not the factors, and says "rope" once; a float eos
+ * id is no integer (config.json and generation_config.json), never
+ * truncated onto another token. */
+static void check_true_messages(void)
+{
+	struct parsed p = parse("llama", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, "
+	                        "\"low_freq_factor\": 1, \"high_freq_factor\": 4, "
+	                        "\"original_max_position_embeddings\": 0}");
+	TAP_OK(p.rc == -EINVAL && strstr(p.msg, "original_max_position_embeddings is 0; it must be > 0") &&
+	       strstr(p.msg, "rope_scaling (llama3)") && !strstr(p.msg, "high_freq_factor") &&
+	       !strstr(p.msg, "rope rope"),
+	       "llama3 original_max_position_embeddings 0: refused naming it, rope_scaling once (%s)", p.msg);
+	done(&p);
+	p = parse("llama", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, "
+	          "\"low_freq_factor\": 4, \"high_freq_factor\": 1}");
+	TAP_OK(p.rc == -EINVAL && strstr(p.msg, "high_freq_factor > low_freq_factor > 0 (high_freq_factor 1, "
+	                                      "low_freq_factor 4)") && !strstr(p.msg, "rope rope"),
+	       "llama3 high_freq_factor < low_freq_factor: refused naming both values (%s)", p.msg);
+	done(&p);
+	p = parse("llama", "\"eos_token_id\": 2.5");
+	TAP_OK(p.rc == -EINVAL && strstr(p.msg, "\"eos_token_id\" = 2.5: it must be an integer token id"),
+	       "config.json eos_token_id 2.5: refused as no integer (%s)", p.msg);
+	done(&p);
+	struct parsed q = parse("llama", "");
+	static const struct { const char *json, *want; } gen[] = {
+		{"{\"eos_token_id\": [2, 3.5]}", "generation_config.json: \"eos_token_id\"[1] = 3.5: it must be "
+		 "an integer token id"},
+		{"{\"eos_token_id\": [2, \"3\"]}", "\"eos_token_id\"[1] is not a number"},
+		{"{\"eos_token_id\": 1e10}", "\"eos_token_id\" = 10000000000: it must be an integer token id"},
+	};
+	for (size_t i = 0; !q.rc && i < sizeof gen / sizeof gen[0]; i++) {
+		struct lg_gen_defaults g;
+		struct rq_err err = {0};
+		int rc = lg_gen_parse(gen[i].json, &q.c, &g, &err);
+		TAP_OK(rc == -EINVAL && strstr(err.msg, gen[i].want), "generation_config %s: refused: %s",
+		       gen[i].json, rc ? err.msg : "accepted");
+	}
+	struct lg_gen_defaults g;
+	struct rq_err err = {0};
+	int rc = q.rc ? q.rc : lg_gen_parse("{\"eos_token_id\": [7, -1]}", &q.c, &g, &err);
+	TAP_OK(!rc && g.n_eos == 2 && g.eos[0] == 7 && g.eos[1] == -1,
+	       "generation_config eos_token_id [7, -1]: read (-1 never matches; transformers warns) (%s)",
+	       err.msg);
+	done(&q);
+}
+
 int main(void)
 {
 	check_defaults();
 	check_rope();
 	check_refusals();
+	check_true_messages();
 	printf("1..%d\n", tap_n);
 	return tap_failed ? 1 : 0;
 }

@@ -295,6 +295,17 @@ def config_targeted(root, rng):
                                           ("quantization_config", "ignore"),
                                           ("quantization_config", "config_groups"),
                                           ("num_hidden_layers",), ("hidden_size",)])
+    if rng.random() < 0.05:
+        # hostile inputs, fourth round: a float where the engine reads a token id
+        # (truncated onto another token before), a rope length of 0
+        k, v = rng.choice([("eos_token_id", [2, 24.5]), ("eos_token_id", 2.5),
+                           ("eos_token_id", 1e10), ("original_max_position_embeddings", 0)])
+        i = _field(root, k)
+        if i is None:
+            root.append((k, v))
+        else:
+            root[i] = (k, v)
+        return root, f"{k} -> {dump(v)}"
     qi = _field(root, "quantization_config")
     if qi is not None and isinstance(root[qi][1], Obj) and rng.random() < 0.35:
         q = root[qi][1]
