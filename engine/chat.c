@@ -4,6 +4,7 @@
 #include "engine/chat.h"
 #include "engine/jinja.h"
 #include "base/err.h"
+#include "base/file.h"
 #include "st/jcheck.h"
 
 #include <cjson/cJSON.h>
@@ -65,24 +66,21 @@ int chat_template_set_json(struct chat_template *t, const char *name, const char
 	return rc ? rq_errf(err, rc, "chat template: out of memory") : 0;
 }
 
-/* The whole file, NUL-terminated, or NULL with errno set. */
-static char *slurp(const char *path)
+/* chat_template.jinja and tokenizer_config.json: small files, read whole
+ * through base/file.h (a FIFO or a device there is refused, never waited
+ * on; at most CHAT_FILE_MAX bytes). A missing file is no error: *out NULL. */
+#define CHAT_FILE_MAX (16u << 20)
+
+static int slurp(const char *path, char **out, struct rq_err *err)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	char *s = NULL;
-	long size = -1;
-	if (!fseek(f, 0, SEEK_END) && (size = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
-	    (s = malloc((size_t)size + 1)) && fread(s, 1, (size_t)size, f) == (size_t)size)
-		s[size] = 0;
-	else if (s) {
-		free(s);
-		s = NULL;
-		errno = EIO;
+	size_t len;
+	*out = NULL;
+	int rc = rq_file_read(path, CHAT_FILE_MAX, out, &len, err);
+	if (rc == -ENOENT) {
+		*err = (struct rq_err){0};
+		return 0;
 	}
-	fclose(f);
-	return s;
+	return rc;
 }
 
 /* A special token as tokenizer_config.json writes it: "text" or {"content": "text", ...}. */
@@ -134,11 +132,15 @@ int chat_template_load(const char *model_dir, struct chat_template **out, struct
 	char jinja[4200], cfgpath[4200];
 	snprintf(jinja, sizeof jinja, "%s/chat_template.jinja", model_dir);
 	snprintf(cfgpath, sizeof cfgpath, "%s/tokenizer_config.json", model_dir);
-	char *text = slurp(jinja), *cfgtext = slurp(cfgpath);
-	cJSON *cfg = cfgtext ? jc_parse(cfgtext, strlen(cfgtext), cfgpath, err) : NULL;
-	const char *from_cfg = NULL, *src = text ? jinja : cfgpath;
+	char *text = NULL, *cfgtext = NULL;
+	cJSON *cfg = NULL;
+	const char *from_cfg = NULL, *src;
 	struct chat_template *t = NULL;
-	int rc = 0;
+	int rc;
+	if ((rc = slurp(jinja, &text, err)) || (rc = slurp(cfgpath, &cfgtext, err)))
+		goto out;
+	src = text ? jinja : cfgpath;
+	cfg = cfgtext ? jc_parse(cfgtext, strlen(cfgtext), cfgpath, err) : NULL;
 	if (cfgtext && !cfg) {
 		rc = err->code ? err->code : -EPROTO;   /* jc_parse said what and where */
 		goto out;

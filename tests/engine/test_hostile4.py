@@ -9,7 +9,8 @@ exhausting the machine.
  8. bounded reads: config.json / generation_config.json as a symlink to
     /dev/zero is refused as a character device; a FIFO as config.json,
     generation_config.json, tokenizer.json, model.safetensors.index.json, a
-    shard, --text or --prompts is refused as a FIFO (never waited on); a
+    shard, chat_template.jinja, tokenizer_config.json (generate --chat),
+    --text or --prompts is refused as a FIFO (never waited on); a
     config.json over the cap is refused naming the cap; an index that is
     there but unreadable is an error, not a silent fallback to a listing.
  9. --prompts bounded by --tokens: a 24 MB line with --tokens 16 is read
@@ -91,6 +92,15 @@ def bounded_reads(base, work, text):
         p = replace(d, f, "fifo")
         refused("generate: %s as a FIFO is refused at once, naming it" % f, generate(d),
                 [p, "is a FIFO, not a regular file"])
+    for f in ("chat_template.jinja", "tokenizer_config.json"):
+        d = variant(base, work, "fifo-chat-" + f)
+        p = os.path.join(d, f)
+        if os.path.lexists(p):
+            os.unlink(p)
+        os.mkfifo(p)
+        refused("generate --chat: %s as a FIFO is refused at once, naming it" % f,
+                run("generate", d, "--chat", "--prompt", "hi", "-n", "1", "--device", "cpu",
+                    "--threads", "1"), [p, "is a FIFO, not a regular file"])
     d = variant(base, work, "fifo-cmp")
     p = replace(d, "config.json", "fifo")
     refused("compare: A's config.json as a FIFO is refused", run("compare", d, base, "-n", "1"),
