@@ -7,7 +7,7 @@
  * crashes (run it in an ASan build too).
  *
  * usage: test_jinja TEMPLATE.jinja...   (tests/data/chat_templates/) */
-#include "engine/jinja.h"
+#include "engine/chat/jinja.h"
 #include "base/err.h"
 #include "tests/tap.h"
 
