@@ -4,7 +4,32 @@
  * mount.fuse3 runs `requantfs SRC MNT -o OPTS` for an fstab line of type
  * fuse.requantfs (argv[1] is a path or hub id, never a command), and a link
  * named mount.fuse.requantfs (or mount.requantfs) to this binary is run by
- * mount(8) as `mount.fuse.requantfs SRC MNT [-snv] -o OPTS`. */
+ * mount(8) as `mount.fuse.requantfs SRC MNT [-snv] -o OPTS`.
+ *
+ * The order of this folder (held by tests/tools/test_layout.py): each file
+ * calls only the files below it.
+ *
+ *   main.c             the table of commands; `mount.fuse.requantfs` as mount(8) runs it
+ *   cmd_mount.c        `mount` (and the daemon's start)
+ *   cmd_umount.c       `umount`
+ *   cmd_ctl.c          `warm`, `status`: clients of a mount's /.requantfs/
+ *   cmd_export.c       `export`
+ *   cmd_plan.c         `plan`
+ *   cmd_verify.c       `verify`
+ *   cmd_calib.c        `calib extract|fetch|run|diff`
+ *   cmd_generate.c     `generate`
+ *   cmd_compare.c      `compare`
+ *   calib_run.c        `calib run`: the calibration pass on real text
+ *   compare_schemes.c  `compare SRC --schemes`: every scheme, one table
+ *   compare_text.c     quality on real text: one window of a file, two models
+ *   utf8_stream.c      what `generate` prints of a token stream: whole UTF-8 only
+ *   cli_scheme.c       --scheme/--recipe/--targets/--ignore/--calib for plan, export, mount
+ *   export_hf.c        a verified remote SRC for export
+ *   mount_hf.c         a remote SRC for the mount daemon
+ *   cli_hf_cache.c     an hf:// SRC read from a mount's cache alone
+ *   cli_hf.c           hf://ORG/NAME[@REV] as a SRC: model API, pinned commit
+ *   cli.c              what the commands share: failures, sizes, progress bars
+ */
 #include "cli/cli.h"
 
 #include <string.h>

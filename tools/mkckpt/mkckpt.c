@@ -20,7 +20,16 @@
  * quantization_config.
  *
  * What the tensors hold is mkckpt_plan.c's business; this file writes them
- * (streamed: one tensor, or 1M elements of it, in memory at a time). */
+ * (streamed: one tensor, or 1M elements of it, in memory at a time).
+ *
+ * The order of this folder (held by tests/tools/test_layout.py): each file
+ * calls only the files below it.
+ *
+ *   mkckpt.c            `requantfs mkckpt`: writes the checkpoint, streamed
+ *   mkckpt_config.c     its JSON files, byte for byte
+ *   mkckpt_plan.c       what it holds: the tensor list, Laguna S shapes
+ *   mkckpt_tokenizer.c  its tokenizer: a real, small byte-level BPE
+ */
 #include "tools/mkckpt/mkckpt.h"
 
 #include "base/err.h"
