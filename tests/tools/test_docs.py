@@ -214,6 +214,8 @@ for doc in docs:
             hit = glob.glob(os.path.join(ROOT, p)) if "*" in p else os.path.exists(os.path.join(ROOT, p))
             if not hit:
                 bad_path.append(f"{at}: {p}: not in the source tree")
+    for bad in (bad_cmd, bad_flag, bad_link, bad_path):     # in the doc's line order
+        bad.sort(key=lambda b: int(b.split(":")[1]))
     ok(not bad_cmd, f"{name}: every requantfs command and flag it writes is in that command's --help",
        "\n".join(bad_cmd), lines=60)
     ok(not bad_flag, f"{name}: every bare flag in inline code is a requantfs flag",
