@@ -7,6 +7,8 @@
  * <Family>Config, checked against transformers 5.x's configuration_*.py and
  * modeling_*.py). Laguna keeps its own reader (config.c); every other family
  * goes through lg_hf_config_parse() below, which is driven by the row.
+ * lg_config_parse() here reads config.json: the row, its reader, then
+ * quantization_config's input activations (config.c).
  *
  *   family     biases                 sliding window              MoE
  *   llama      attention_bias q,k,v,o; none                        -
@@ -25,6 +27,7 @@
  * layer_types in config.json, when the family reads it, decides per layer. */
 #include "engine/model/cfg_int.h"
 #include "base/err.h"
+#include "st/jcheck.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -130,6 +133,58 @@ int lg_arch_parse(const cJSON *root, const struct lg_arch *a, const char *path, 
 	const struct family *f = (const struct family *)((const char *)a - offsetof(struct family, a));
 	c->arch = a;
 	return f->parse(root, f, path, c, types, heads, moe, err);
+}
+
+int lg_config_parse(const char *json, const char *path, struct lg_config *out,
+                    enum lg_attn_type **types_out, int **heads_out, int **moe_out,
+                    struct rq_err *err)
+{
+	struct lg_config c;
+	memset(&c, 0, sizeof c);
+	enum lg_attn_type *types = NULL;
+	int *heads = NULL, *moe = NULL;
+	long n = 0;
+	int rc;
+	cJSON *root = jc_parse(json, strlen(json), path, err);
+	if (!root || !cJSON_IsObject(root)) {
+		rc = root || !err ? rq_errf(err, -EINVAL, "%s: not a JSON object", path) : err->code;
+		goto out;
+	}
+	/* the family: model_type alone (absent: laguna, as the first Laguna
+	 * checkpoints had none) */
+	const char *mt = cfg_str(root, "model_type");
+	const struct lg_arch *a = lg_arch_find(mt ? mt : "laguna");
+	if (!a) {
+		rc = rq_errf(err, -ENOTSUP, "%s: model_type \"%s\" is not supported (this engine runs %s)",
+		             path, mt, lg_arch_list());
+		goto out;
+	}
+	if ((rc = cfg_int(root, "num_hidden_layers", 1, 0, 1, 4096, &n, path, err)))
+		goto out;
+	types = calloc(n, sizeof *types);
+	heads = calloc(n, sizeof *heads);
+	moe = calloc(n, sizeof *moe);
+	if (!types || !heads || !moe) {
+		rc = rq_errf(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	if ((rc = lg_arch_parse(root, a, path, &c, types, heads, moe, err)) ||
+	    (rc = cfg_quant_acts(cfg_key(root, "quantization_config"), &c, path, err)))
+		goto out;
+	*out = c;
+	*types_out = types;
+	*heads_out = heads;
+	*moe_out = moe;
+	types = NULL;
+	heads = NULL;
+	moe = NULL;
+	rc = 0;
+out:
+	free(types);
+	free(heads);
+	free(moe);
+	cJSON_Delete(root);
+	return rc;
 }
 
 /* ---------------------------------------------------------------- the HF families */

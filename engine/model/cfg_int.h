@@ -1,6 +1,7 @@
 /* cfg_int.h — internal to engine/: the config.json readers shared by
- * config.c (Laguna, generation_config), arch.c (the other families) and
- * rope.c. Every function returns 0 or a -errno with a message naming the key. */
+ * arch.c (the dispatch, the other families), config.c (Laguna,
+ * quantization_config, generation_config) and rope.c. Every function
+ * returns 0 or a -errno with a message naming the key. */
 #ifndef RQ_ENGINE_CFG_INT_H
 #define RQ_ENGINE_CFG_INT_H
 
@@ -25,6 +26,8 @@ int cfg_refuse_true(const cJSON *root, const char *k, const char *path, struct r
 int cfg_eos(const cJSON *o, int *eos, int *n, const char *path, struct rq_err *err);
 /* quantization_config: -ENOTSUP for a format or weight type the engine does not read. */
 int cfg_check_quant(const cJSON *q, const char *path, struct rq_err *err);
+/* quantization_config's input_activations into c->act_nvfp4 / act_fp8. */
+int cfg_quant_acts(const cJSON *q, struct lg_config *c, const char *path, struct rq_err *err);
 
 /* One layer type's rotary table. p: its rope dict (rope_parameters, or legacy
  * rope_scaling); top: the dict transformers reads `truncate` from; root: the

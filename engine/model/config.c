@@ -1,5 +1,6 @@
-/* config.c — config.json (the family dispatch, Laguna's reader) and
- * generation_config.json. The other families' readers are arch.c.
+/* config.c — config.json (Laguna's reader, quantization_config) and
+ * generation_config.json. The family dispatch (lg_config_parse) and the
+ * other families' readers are arch.c, above this file.
  *
  * Laguna:
  * The defaults are transformers' LagunaConfig's; the keys only vLLM knows
@@ -158,7 +159,7 @@ static int group_act(const cJSON *ia, const char *fmt, const char *gname, const 
 /* quantization_config's input_activations into c->act_nvfp4 / act_fp8 (see
  * struct lg_config). Mixed FP8 groups (per-token inputs in one, none in
  * another) are refused: the weights cannot tell their Linears apart. */
-static int cfg_quant_acts(const cJSON *q, struct lg_config *c, const char *path, struct rq_err *err)
+int cfg_quant_acts(const cJSON *q, struct lg_config *c, const char *path, struct rq_err *err)
 {
 	int nv_a4 = 0, nv_a16 = 0, f8_tok = 0, f8_other = 0, rc;
 	const char *tok_group = NULL, *other_group = NULL;
@@ -457,58 +458,6 @@ int lg_laguna_parse(const cJSON *root, const struct lg_arch *a, const char *path
 	    (rc = rope_plan(root, c, used, path, err)))
 		return rc;
 	return 0;
-}
-
-int lg_config_parse(const char *json, const char *path, struct lg_config *out,
-                    enum lg_attn_type **types_out, int **heads_out, int **moe_out,
-                    struct rq_err *err)
-{
-	struct lg_config c;
-	memset(&c, 0, sizeof c);
-	enum lg_attn_type *types = NULL;
-	int *heads = NULL, *moe = NULL;
-	long n = 0;
-	int rc;
-	cJSON *root = jc_parse(json, strlen(json), path, err);
-	if (!root || !cJSON_IsObject(root)) {
-		rc = root || !err ? rq_errf(err, -EINVAL, "%s: not a JSON object", path) : err->code;
-		goto out;
-	}
-	/* the family: model_type alone (absent: laguna, as the first Laguna
-	 * checkpoints had none) */
-	const char *mt = cfg_str(root, "model_type");
-	const struct lg_arch *a = lg_arch_find(mt ? mt : "laguna");
-	if (!a) {
-		rc = rq_errf(err, -ENOTSUP, "%s: model_type \"%s\" is not supported (this engine runs %s)",
-		             path, mt, lg_arch_list());
-		goto out;
-	}
-	if ((rc = cfg_int(root, "num_hidden_layers", 1, 0, 1, 4096, &n, path, err)))
-		goto out;
-	types = calloc(n, sizeof *types);
-	heads = calloc(n, sizeof *heads);
-	moe = calloc(n, sizeof *moe);
-	if (!types || !heads || !moe) {
-		rc = rq_errf(err, -ENOMEM, "out of memory");
-		goto out;
-	}
-	if ((rc = lg_arch_parse(root, a, path, &c, types, heads, moe, err)) ||
-	    (rc = cfg_quant_acts(cfg_key(root, "quantization_config"), &c, path, err)))
-		goto out;
-	*out = c;
-	*types_out = types;
-	*heads_out = heads;
-	*moe_out = moe;
-	types = NULL;
-	heads = NULL;
-	moe = NULL;
-	rc = 0;
-out:
-	free(types);
-	free(heads);
-	free(moe);
-	cJSON_Delete(root);
-	return rc;
 }
 
 int lg_gen_parse(const char *json, const struct lg_config *cfg, struct lg_gen_defaults *out,

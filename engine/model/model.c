@@ -3,7 +3,7 @@
  *
  * Steps of lg_model_open(), each failing with a message that names the file
  * or tensor:
- *   1. config.json → lg_config (config.c), generation_config.json → defaults
+ *   1. config.json → lg_config (arch.c), generation_config.json → defaults
  *   2. the shard set: the files named by model.safetensors.index.json (a
  *      name with '/', ".", ".." or none is refused), else every
  *      *.safetensors in the directory
@@ -13,7 +13,28 @@
  *      each Linear in the form its tensors say (BF16, F16, F32, NVFP4, FP8, INT:
  *      model.h), names from the family's row (arch.c)
  *   6. any tensor left unbound is refused: it means a feature we would
- *      silently skip (attention sinks, biases, ...) */
+ *      silently skip (attention sinks, biases, ...)
+ *
+ * The folder is one straight line: each file calls only the files below it.
+ *
+ *   seam      backend.c            lg_backend: one forward over cpu and cuda
+ *   cuda      forward_cuda.c       the forward of every family on the device
+ *             forward_cuda_obs.c   the calibration observer on the device
+ *             forward_cuda_load.c  the device memory plan, weight upload
+ *   cpu       forward.c            the forward of every family on the CPU
+ *             state.c              a forward state's buffers (KV cache, ...)
+ *   loader    model.c              a checkpoint directory: shards, tensors
+ *             model_linear.c       one tensor / one Linear bound by name
+ *   config    arch.c               the families as data; lg_config_parse
+ *             config.c             Laguna's reader, quantization_config,
+ *                                  generation_config.json
+ *             rope.c               rotary frequencies as transformers'
+ *             cfg_json.c           config.json value readers
+ *   leaves    ops.c                CPU kernels (matmul, RMSNorm, ...)
+ *             torch_bf16.c         torch's CPU summation orders and exp
+ *             observe.c            the observer's slots and names
+ *             sampler.c            greedy / temperature / top-k / top-p
+ */
 #include "engine/model/model_int.h"
 #include "base/err.h"
 #include "base/grow.h"

@@ -1,4 +1,5 @@
-/* tok_int.h — internals shared by tokenizer.c and tok_text.c (not public). */
+/* tok_int.h — internals shared by the files of engine/tok (not public); the
+ * order of those files is at the top of tokenizer.c. */
 #ifndef RQ_ENGINE_TOK_INT_H
 #define RQ_ENGINE_TOK_INT_H
 
@@ -13,6 +14,8 @@
 size_t tok_utf8_next(const unsigned char *s, size_t end, size_t i, uint32_t *cp);
 /* The code point that ends just before s[i] (i > start); returns its index. */
 size_t tok_utf8_prev(const unsigned char *s, size_t start, size_t i, uint32_t *cp);
+/* Writes code point c as UTF-8 (1 to 4 bytes); returns the length. */
+size_t tok_put_utf8(char *o, uint32_t c);
 
 int tok_is_ws(uint32_t c);       /* White_Space, = Oniguruma's \s and Rust's is_whitespace */
 int tok_is_letter(uint32_t c);   /* \p{L} */
@@ -144,9 +147,7 @@ size_t tok_re_match(int re, const unsigned char *s, size_t p, size_t b);
 int tok_pre_run(const struct tok *t, const char *s, size_t n, int first,
                 int (*fn)(void *ctx, const char *p, size_t len), void *ctx);
 
-/* Writes code point c as UTF-8 (1 to 4 bytes); returns the length. */
-size_t tok_put_utf8(char *o, uint32_t c);
-/* The GPT-2 alphabet symbol of byte b as UTF-8; returns its length. */
+/* tokenizer.c: the GPT-2 alphabet symbol of byte b as UTF-8; returns its length. */
 size_t tok_byte_symbol(unsigned char b, char out[4]);
 /* Id of a model-vocabulary string, -1 if none. */
 int tok_vocab_get(const struct tok *t, const char *s);

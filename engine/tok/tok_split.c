@@ -19,6 +19,7 @@
  * "first" follows tokenizers' offsets_original().0 == 0 (Metaspace's
  * prepend_scheme "first"): the piece starts at offset 0 of the input. */
 #include "engine/tok/tok_int.h"
+#include "engine/tok/tokenizer.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -308,4 +309,53 @@ int tok_pre_run(const struct tok *t, const char *s, size_t n, int first,
 {
 	struct run r = {t, fn, ctx};
 	return step(&r, 0, (const unsigned char *)s, n, first);
+}
+
+/* ---- Laguna's pre-tokenizer alone (tok_pretokenize) ----
+ *
+ * Laguna's tokenizer.json pre-tokenizer is a Sequence of
+ *   1. Split(Regex "(?:\r?\n)+(?!\r?\n)", behavior MergedWithNext):
+ *      every maximal run of line breaks ("\n" or "\r\n") starts a new piece
+ *      that runs up to the next such run;
+ *   2. Split(Regex cl100k's with \p{N} (RE_CL100K_N1), behavior Isolated),
+ *      inside each piece;
+ *   3. ByteLevel(add_prefix_space false, use_regex false): bytes to the
+ *      GPT-2 alphabet only (done by tokenizer.c).
+ * The regex alternatives are tried in order at each position, exactly as a
+ * backtracking engine (Oniguruma, in `tokenizers`) would; every code point
+ * matches one of them, so the matches tile each piece. */
+
+static int split_piece(const unsigned char *s, size_t a, size_t b,
+                       int (*fn)(void *, size_t, size_t), void *ctx)
+{
+	while (a < b) {
+		size_t e = tok_re_match(RE_CL100K_N1, s, a, b);
+		int rc = fn(ctx, a, e);
+		if (rc)
+			return rc;
+		a = e;
+	}
+	return 0;
+}
+
+int tok_pretokenize(const char *text, size_t len,
+                    int (*fn)(void *ctx, size_t start, size_t end), void *ctx)
+{
+	const unsigned char *s = (const unsigned char *)text;
+	size_t piece = 0, i = 0;
+	while (i < len) {
+		if (!is_break_at(s, len, i)) {
+			i++;   /* \r and \n never occur inside a multi-byte sequence */
+			continue;
+		}
+		if (i > piece) {
+			int rc = split_piece(s, piece, i, fn, ctx);
+			if (rc)
+				return rc;
+		}
+		piece = i;
+		while (i < len && is_break_at(s, len, i))
+			i += s[i] == '\r' ? 2 : 1;
+	}
+	return len > piece ? split_piece(s, piece, len, fn, ctx) : 0;
 }

@@ -1,18 +1,7 @@
-/* tok_text.c — the text side of the tokenizer: UTF-8, Unicode classes and
- * Laguna's pre-tokenizer, hand-written (no regex library).
- *
- * Laguna's tokenizer.json pre-tokenizer is a Sequence of
- *   1. Split(Regex "(?:\r?\n)+(?!\r?\n)", behavior MergedWithNext):
- *      every maximal run of line breaks ("\n" or "\r\n") starts a new piece
- *      that runs up to the next such run;
- *   2. Split(Regex LAGUNA_RE below, behavior Isolated), inside each piece;
- *   3. ByteLevel(add_prefix_space false, use_regex false): bytes to the
- *      GPT-2 alphabet only (done by tokenizer.c).
- * The regex alternatives are tried in order at each position, exactly as a
- * backtracking engine (Oniguruma, in `tokenizers`) would; every code point
- * matches one of them, so the matches tile each piece. */
+/* tok_text.c — the text side of the tokenizer: UTF-8 and Unicode classes,
+ * hand-written (no regex library). The bottom of the folder: it calls no
+ * other file of it. */
 #include "engine/tok/tok_int.h"
-#include "engine/tok/tokenizer.h"
 #include "engine/tok/unicode_tables.h"
 
 #include <errno.h>
@@ -107,6 +96,30 @@ size_t tok_utf8_prev(const unsigned char *s, size_t start, size_t i, uint32_t *c
 	return i - 1;
 }
 
+size_t tok_put_utf8(char *o, uint32_t c)
+{
+	if (c < 0x80) {
+		o[0] = (char)c;
+		return 1;
+	}
+	if (c < 0x800) {
+		o[0] = (char)(0xC0 | c >> 6);
+		o[1] = (char)(0x80 | (c & 0x3F));
+		return 2;
+	}
+	if (c < 0x10000) {
+		o[0] = (char)(0xE0 | c >> 12);
+		o[1] = (char)(0x80 | (c >> 6 & 0x3F));
+		o[2] = (char)(0x80 | (c & 0x3F));
+		return 3;
+	}
+	o[0] = (char)(0xF0 | c >> 18);
+	o[1] = (char)(0x80 | (c >> 12 & 0x3F));
+	o[2] = (char)(0x80 | (c >> 6 & 0x3F));
+	o[3] = (char)(0x80 | (c & 0x3F));
+	return 4;
+}
+
 size_t tok_utf8_lossy(const unsigned char *in, size_t n, int final, struct tbuf *out)
 {
 	static const char fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
@@ -186,46 +199,4 @@ int tok_is_ws(uint32_t c)
 		return c == ' ' || (c >= 0x09 && c <= 0x0D);
 	return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
 	       c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-/* ---- Laguna's pre-tokenizer (the regexes themselves are in tok_split.c) ---- */
-
-static int split_piece(const unsigned char *s, size_t a, size_t b,
-                       int (*fn)(void *, size_t, size_t), void *ctx)
-{
-	while (a < b) {
-		size_t e = tok_re_match(RE_CL100K_N1, s, a, b);
-		int rc = fn(ctx, a, e);
-		if (rc)
-			return rc;
-		a = e;
-	}
-	return 0;
-}
-
-static int is_break_at(const unsigned char *s, size_t len, size_t i)
-{
-	return s[i] == '\n' || (s[i] == '\r' && i + 1 < len && s[i + 1] == '\n');
-}
-
-int tok_pretokenize(const char *text, size_t len,
-                    int (*fn)(void *ctx, size_t start, size_t end), void *ctx)
-{
-	const unsigned char *s = (const unsigned char *)text;
-	size_t piece = 0, i = 0;
-	while (i < len) {
-		if (!is_break_at(s, len, i)) {
-			i++;   /* \r and \n never occur inside a multi-byte sequence */
-			continue;
-		}
-		if (i > piece) {
-			int rc = split_piece(s, piece, i, fn, ctx);
-			if (rc)
-				return rc;
-		}
-		piece = i;
-		while (i < len && is_break_at(s, len, i))
-			i += s[i] == '\r' ? 2 : 1;
-	}
-	return len > piece ? split_piece(s, piece, len, fn, ctx) : 0;
 }

@@ -14,7 +14,22 @@
  *      vocabulary ids, unknown ones as <0xNN> byte tokens (byte_fallback) or
  *      unk_token, then merged lowest rank first, leftmost first among equal
  *      ranks (BPE::merge_word);
- *   5. the post-processor's special ids around the whole (TOK_ADD_SPECIAL). */
+ *   5. the post-processor's special ids around the whole (TOK_ADD_SPECIAL).
+ *
+ * The folder is one straight line: each file calls only the files below it
+ * (tok_int.h declares what crosses).
+ *
+ *   encode    tok_encode.c   tok_encode: steps 1-5 above over the loaded model
+ *   model     tokenizer.c    tok_load/tok_free: vocab, merges, added tokens,
+ *                            the GPT-2 byte alphabet; the lookups
+ *   pipeline  tok_pipe.c     reads normalizer, pre_tokenizer, decoder,
+ *                            post_processor into steps (at load)
+ *   decode    tok_decode.c   ids back to text, the streaming decoder
+ *   steps     tok_norm.c     the normalizers: NFC, Prepend, Replace
+ *             tok_split.c    the pre-tokenizers and their regexes;
+ *                            tok_pretokenize (Laguna's alone)
+ *   leaf      tok_text.c     UTF-8, Unicode classes, struct tbuf
+ */
 #include "engine/tok/tokenizer.h"
 #include "engine/tok/tok_int.h"
 #include "base/err.h"
@@ -142,30 +157,6 @@ static void init_alphabet(void)
 		byte_char[b] = printable ? (uint32_t)b : (uint32_t)(256 + n++);
 		char_byte[byte_char[b]] = (int16_t)b;
 	}
-}
-
-size_t tok_put_utf8(char *o, uint32_t c)
-{
-	if (c < 0x80) {
-		o[0] = (char)c;
-		return 1;
-	}
-	if (c < 0x800) {
-		o[0] = (char)(0xC0 | c >> 6);
-		o[1] = (char)(0x80 | (c & 0x3F));
-		return 2;
-	}
-	if (c < 0x10000) {
-		o[0] = (char)(0xE0 | c >> 12);
-		o[1] = (char)(0x80 | (c >> 6 & 0x3F));
-		o[2] = (char)(0x80 | (c & 0x3F));
-		return 3;
-	}
-	o[0] = (char)(0xF0 | c >> 18);
-	o[1] = (char)(0x80 | (c >> 12 & 0x3F));
-	o[2] = (char)(0x80 | (c >> 6 & 0x3F));
-	o[3] = (char)(0x80 | (c & 0x3F));
-	return 4;
 }
 
 size_t tok_byte_symbol(unsigned char b, char out[4])

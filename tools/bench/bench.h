@@ -16,7 +16,7 @@ int bench_engine(int argc, char **argv);   /* tools/bench/bench_engine.c */
 int bench_quant_cuda(const uint16_t *w, size_t rows, size_t cols, enum rq_recipe r, int reps);
 int bench_engine_cuda(int argc, char **argv); /* tools/bench/bench_engine_cuda.c: bench engine --device cuda */
 
-/* Seconds on a monotonic clock. */
+/* Seconds on a monotonic clock (tools/bench/bench_clock.c). */
 double bench_now(void);
 /* memcpy bandwidth (bytes/s) of copying `bytes` from src to dst, best of reps. */
 double bench_memcpy_bw(void *dst, const void *src, unsigned long long bytes, int reps);

@@ -1,6 +1,8 @@
 /* bench_mount_int.h — what `requantfs bench mount` (bench_mount.c) shares
- * with its --scheme form (bench_mount_scheme.c): the work directory, the
- * self-run mount/umount, cache eviction and the cold (a) measurement. */
+ * with its --scheme and --remote forms (bench_mount_scheme.c,
+ * bench_mount_remote.c): the work directory, and the harness of
+ * bench_mount_harness.c: the self-run mount/umount, cache eviction and the
+ * cold (a) measurement. */
 #ifndef RQ_TOOLS_BENCH_MOUNT_INT_H
 #define RQ_TOOLS_BENCH_MOUNT_INT_H
 

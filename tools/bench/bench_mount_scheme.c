@@ -7,7 +7,7 @@
  * DST) against a cold read of every file of a fresh `mount --scheme S`
  * with an empty cache (quantizing as it goes); then the same for the shard
  * with the most quantized bytes alone. SRC is evicted from the page cache
- * before each; best of --reps (bench_mount.c's bm_measure_cold, the
+ * before each; best of --reps (bench_mount_harness.c's bm_measure_cold, the
  * measurement the Laguna-fix bench makes). */
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_mount_int.h"

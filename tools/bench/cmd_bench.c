@@ -1,29 +1,28 @@
-/* cmd_bench.c — `requantfs bench quant|export|mount|engine`. */
+/* cmd_bench.c — `requantfs bench quant|export|mount|engine`.
+ *
+ * The folder is one straight line: each file calls only the files below it
+ * (bench.h, bench_mount_int.h and bench_synth.h declare what crosses).
+ *
+ *   dispatch  cmd_bench.c            `bench <what>`: usage, one bench each
+ *   quant     bench_quant.c          CPU quantizer vs memcpy, bit-exact check
+ *             bench_quant_cuda.c     --device cuda: kernels/kquant vs copies
+ *   export    bench_export.c         export vs cp -r of the same source
+ *   mount     bench_mount.c          (a)-(d) through a real mount vs export
+ *                                    and native reads
+ *             bench_mount_scheme.c   --scheme S|all: (a) per data-free scheme
+ *             bench_mount_remote.c   --remote: an hf:// mount vs curl
+ *             bench_mount_harness.c  the bm_* harness of all three: self-run
+ *                                    mount/umount, eviction, cold (a)
+ *   engine    bench_engine.c         CPU prefill/decode vs memcpy
+ *             bench_engine_cuda.c    --device cuda: the CUDA engine
+ *             bench_engine_ops.c     --op NAME: one engine op at a time
+ *             bench_synth.c          synthetic Laguna configs (no weights)
+ *   leaf      bench_clock.c          bench_now, the memcpy baseline
+ */
 #include "tools/bench/bench.h"
 #include "cli/cli.h"
 
 #include <string.h>
-#include <time.h>
-
-double bench_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-double bench_memcpy_bw(void *dst, const void *src, unsigned long long bytes, int reps)
-{
-	double best = 1e30;
-	for (int i = 0; i < reps; i++) {
-		double t = bench_now();
-		memcpy(dst, src, bytes);
-		t = bench_now() - t;
-		if (t < best)
-			best = t;
-	}
-	return best > 0 ? bytes / best : 0;
-}
 
 static void usage(FILE *f)
 {
