@@ -8,7 +8,17 @@
  * place a deliberate "\n" may come from) is copied as is; a message that
  * wants lines made of input text builds them with rq_err_append. rq_esc
  * leaves '\' alone, so text escaped before it is passed as %s comes out
- * unchanged. */
+ * unchanged.
+ *
+ * The order of this folder (held by tests/tools/test_layout.py): each file
+ * calls only the files below it.
+ *
+ *   file.c    bounded, non-blocking reads of named files
+ *   err.c     error messages, every string argument escaped
+ *   pool.c    persistent workers; one parallel loop at a time
+ *   sha256.c  SHA-256 (FIPS 180-4)
+ *   esc.c     escaping of input text for messages
+ */
 #include "base/err.h"
 #include "base/esc.h"
 

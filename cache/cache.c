@@ -74,7 +74,16 @@
  * Recency: every hit and put sets the file's atime explicitly (ns) and leaves
  * mtime alone, so mtime can serve as identity and atime as the shared LRU
  * clock. An entry of a foreign format version is a miss but is not deleted
- * (another build may be sharing the directory); the next put replaces it. */
+ * (another build may be sharing the directory); the next put replaces it.
+ *
+ * The order of this folder (held by tests/tools/test_layout.py): each file
+ * calls only the files below it.
+ *
+ *   cache.c        entry files: format, put, lookup, open/close
+ *   cache_file.c   whole files: materialized virtual files
+ *   cache_index.c  one process's index of a cache directory, LRU, budget
+ *   cache_io.c     what entries and whole files share: reads, publish
+ */
 #include "cache/cache_int.h"
 
 #include "base/err.h"

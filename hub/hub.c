@@ -12,6 +12,11 @@
  * goes to the caller's buffer; any other body is kept only for its first
  * bytes (the message) and abandoned past ERR_BODY_MAX. After the transfer
  * the status decides: done, retry (429, 5xx, network), or a message.
+ *
+ * The order of this folder (held by tests/tools/test_layout.py): each file
+ * calls only the files below it.
+ *
+ *   hub.c  whole files and byte ranges of hub files over libcurl
  */
 #include "hub/hub.h"
 #include "base/err.h"

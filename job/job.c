@@ -3,7 +3,13 @@
  * data-free scheme), and has the quantizer device (qdev/) quantize them:
  * the Laguna fix through rq_quantizer_run (then the global scale after each
  * module's packed bytes and scales), any other scheme through
- * rq_quantizer_run_scheme, which writes the scheme's whole layout. */
+ * rq_quantizer_run_scheme, which writes the scheme's whole layout.
+ *
+ * The order of this folder (held by tests/tools/test_layout.py): each file
+ * calls only the files below it.
+ *
+ *   job.c  one module's bytes: cache key, SRC identity, the run on qdev
+ */
 #include "job/job.h"
 #include "cache/cache.h"
 #include "plan/plan.h"

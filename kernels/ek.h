@@ -25,7 +25,7 @@
  *     fp32 accumulation on tensor cores; y = acc · 2^(14-e_t) / gs.
  *   - GEMM (prefill): x rounded to BF16, weights exact in BF16 (NVFP4: e2m1·e4m3,
  *     1/gs applied to the fp32 sum), fp32 accumulation on tensor cores.
- *   - everything else: fp32, the CPU engine's formulas (engine/ops.c). */
+ *   - everything else: fp32, the CPU engine's formulas (engine/model/ops.c). */
 #ifndef RQ_KERNELS_EK_H
 #define RQ_KERNELS_EK_H
 
@@ -234,7 +234,7 @@ int ek_moe_q_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *
                  const float *gs_dn);
 size_t ek_moe_work_bytes(int T, int k, int inter, int hidden);
 /* ek_moe (gs_gu NULL) or ek_moe_q that also feeds the calibration observer
- * (engine/observe.h): for every slot s = t·k + j, the down projection's input
+ * (engine/model/observe.h): for every slot s = t·k + j, the down projection's input
  * (the SwiGLU of the token through expert e = ids[s], before ek_moe_q
  * quantizes it) is folded into obs_dn[e·obs_stride] as ek_obs_rows does
  * (obs_dn: device memory; host memory for the twin). Same results otherwise. */
@@ -292,7 +292,7 @@ void ek_embed_cpu(float *x, const uint16_t *table, const int *tokens, int T, int
 
 /* ------------------------------------------------- calibration observer */
 
-/* The observer's running maxima (engine/observe.h; ek_obs.cu): folded on the
+/* The observer's running maxima (engine/model/observe.h; ek_obs.cu): folded on the
  * device with atomicMax on the float's bits (values >= 0, where the bits'
  * unsigned order is the numeric order), so any order gives the same bits as
  * the twin. NaN inputs are skipped. amax must hold a value >= 0 (start at 0).

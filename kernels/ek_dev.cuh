@@ -12,7 +12,7 @@
 
 #include "kernels/ek.h"
 
-struct ek_blas;                /* dlopened cuBLAS (ek_gemm.cu) */
+struct ek_blas;                /* dlopened cuBLAS (ek_rt.cu) */
 
 /* Invariant: st is the only stream ops use; ws is device scratch of ws_bytes
  * that ops may use between their own kernels (grown by ek_ws outside of a

@@ -1,7 +1,8 @@
 /* ek_gemm.cu — matrix products for prefill (any number of tokens).
  *
  * BF16 weights go through cuBLAS (cublasGemmEx, BF16 inputs, fp32 compute and
- * output) when libcublas can be dlopened at ek_open; x is first rounded to
+ * output) when libcublas can be dlopened at ek_open (ek_rt.cu holds the
+ * library, its handle and ek_blas_gemm); x is first rounded to
  * BF16 into the device scratch. Without cuBLAS, and always for NVFP4, a tile
  * GEMM on tensor cores (WMMA 16×16×16 BF16, fp32 accumulation):
  *   block = 4 warps, output tile 64 rows of x × 64 rows of W, K in steps of 64;
@@ -14,15 +15,9 @@
  * block row per (expert, 64 slots) from a tile list built on the host. */
 #include "kernels/ek_dev.cuh"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <mma.h>
 #include <stdlib.h>
-
-#if __has_include(<cublas_v2.h>)
-#include <cublas_v2.h>
-#define EK_HAVE_CUBLAS 1
-#endif
 
 using namespace nvcuda;
 
@@ -197,94 +192,6 @@ __global__ void k_to_bf16(const float *x, int ldx, uint16_t *xb, int cols, size_
 	     i += (size_t)gridDim.x * blockDim.x)
 		xb[i] = bf16bits(x[(i / cols) * ldx + i % cols]);
 }
-
-/* ------------------------------------------------------------ cuBLAS */
-
-#ifdef EK_HAVE_CUBLAS
-struct ek_blas {
-	void *lib;
-	cublasHandle_t h;
-	cublasStatus_t (*create)(cublasHandle_t *);
-	cublasStatus_t (*destroy)(cublasHandle_t);
-	cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
-	cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-	                          const void *, const void *, cudaDataType, int, const void *,
-	                          cudaDataType, int, const void *, void *, cudaDataType, int,
-	                          cublasComputeType_t, cublasGemmAlgo_t);
-};
-
-void ek_blas_open(struct ek_dev *d)
-{
-	const char *env = getenv("EK_CUBLAS");
-	if (env && env[0] == '0')
-		return;
-	static const char *names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
-	struct ek_blas *b = (struct ek_blas *)calloc(1, sizeof *b);
-	if (!b)
-		return;
-	for (size_t i = 0; i < sizeof names / sizeof names[0] && !b->lib; i++)
-		b->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-	if (!b->lib)
-		goto fail;
-	*(void **)&b->create = dlsym(b->lib, "cublasCreate_v2");
-	*(void **)&b->destroy = dlsym(b->lib, "cublasDestroy_v2");
-	*(void **)&b->set_stream = dlsym(b->lib, "cublasSetStream_v2");
-	*(void **)&b->gemm_ex = dlsym(b->lib, "cublasGemmEx");
-	if (!b->create || !b->destroy || !b->set_stream || !b->gemm_ex)
-		goto fail;
-	if (b->create(&b->h) != CUBLAS_STATUS_SUCCESS)
-		goto fail;
-	if (b->set_stream(b->h, d->st) != CUBLAS_STATUS_SUCCESS) {
-		b->destroy(b->h);
-		goto fail;
-	}
-	d->blas = b;
-	return;
-fail:
-	if (b->lib)
-		dlclose(b->lib);
-	free(b);
-}
-
-void ek_blas_close(struct ek_dev *d)
-{
-	if (!d->blas)
-		return;
-	d->blas->destroy(d->blas->h);
-	dlclose(d->blas->lib);
-	free(d->blas);
-	d->blas = NULL;
-}
-
-int ek_blas_gemm(struct ek_dev *d, const uint16_t *w, int rows, int cols, const uint16_t *xb,
-                 float *y, int ldy, int T, int acc)
-{
-	if (!d->blas)
-		return 0;
-	float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
-	cublasStatus_t s = d->blas->gemm_ex(d->blas->h, CUBLAS_OP_T, CUBLAS_OP_N, rows, T, cols, &alpha,
-	                                    w, CUDA_R_16BF, cols, xb, CUDA_R_16BF, cols, &beta, y,
-	                                    CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-	if (s != CUBLAS_STATUS_SUCCESS)
-		return ek_fail(d, -EIO, "cublasGemmEx [%d x %d] x %d tokens failed (status %d)", rows,
-		               cols, T, (int)s);
-	return 1;
-}
-#else
-void ek_blas_open(struct ek_dev *d)
-{
-}
-
-void ek_blas_close(struct ek_dev *d)
-{
-}
-
-int ek_blas_gemm(struct ek_dev *d, const uint16_t *w, int rows, int cols, const uint16_t *xb,
-                 float *y, int ldy, int T, int acc)
-{
-	return 0;
-}
-#endif
 
 extern "C" int ek_gemm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, float *y,
                        int ldy, int T, int acc)

@@ -1,6 +1,6 @@
 /* ek_moe_cpu.c — CPU twins of the MoE ops (ek_route, ek_route_softmax in
  * ek_ops.cu, ek_moe in ek_moe.cu). ek_route_cpu and ek_route_softmax_cpu are
- * also the CPU engine's routers (engine/forward.c): one definition of each
+ * also the CPU engine's routers (engine/model/forward.c): one definition of each
  * top-k rule. */
 #include "kernels/ek_cpu_int.h"
 

@@ -1,5 +1,5 @@
 /* ek_obs.cu — the calibration observer's reductions (ek.h ek_obs_amax,
- * ek_obs_rows; engine/observe.h says what is observed where).
+ * ek_obs_rows; engine/model/observe.h says what is observed where).
  *
  * Each folds max|x| of a Linear's input into a running max in device memory
  * with atomicMax on the float's bits: for floats >= 0 the order of the bits

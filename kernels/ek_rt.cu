@@ -1,6 +1,31 @@
 /* ek_rt.cu — the engine kernels' runtime: device context, memory, copies,
- * events, timing, CUDA graphs, programmatic dependent launch, copy
- * bandwidth, deterministic fills.
+ * events, timing, CUDA graphs, programmatic dependent launch, the dlopened
+ * cuBLAS (ek_blas_*), copy bandwidth, deterministic fills.
+ *
+ * kernels/ is one straight line: each file calls only the files below it
+ * (ek_dev.cuh, ek_cpu_int.h and kquant_int.h declare what crosses). Without
+ * CUDA the stubs stand in for the .cu files (meson.build's three lists).
+ *
+ *   quantizer kquant_stub.c    kquant.h without CUDA: -ENODEV, CPU fallback
+ *             kquant_bench.cu  kq_bench: the quantizer's kernels vs copies
+ *             kquant.cu        the GPU twin of quant/: jobs, slots, streams
+ *             kquant_kern.cu   the quantizer's kernels and launchers
+ *   ops       ek_moe.cu        the routed experts of a MoE block
+ *             ek_gemm.cu       prefill matrix products (tile GEMM, cuBLAS)
+ *             ek_gemv.cu       decode GEMVs, NVFP4 repack, fused RMSNorm
+ *             ek_ops.cu        RMSNorm, SwiGLU, add, embed, QK-norm+RoPE, router
+ *             ek_actq.cu       input-activation quantizers (W4A4, FP8)
+ *             ek_obs.cu        the calibration observer's reductions
+ *             ek_attn.cu       causal GQA attention over the KV cache
+ *   stubs     ek_stub.c        ek.h without CUDA: -ENODEV for every GPU op
+ *             ek_stub_pdl.c    ... for PDL, launch counts, the fused norm
+ *   runtime   ek_rt.cu         this file
+ *   twins     ek_moe_cpu.c     CPU twins of the MoE ops and routers
+ *             ek_gemv_cpu.c    of ek_gemv.cu and ek_gemm.cu
+ *             ek_ops_cpu.c     of ek_ops.cu's elementwise ops, norms, fills
+ *             ek_actq_cpu.c    of ek_actq.cu
+ *             ek_obs_cpu.c     of ek_obs.cu
+ *             ek_attn_cpu.c    of the attention ops
  *
  * One ek_dev per engine: a non-blocking stream that every op uses, eight
  * event slots for staging-buffer reuse, two timing events, grow-only scratch
@@ -57,11 +82,17 @@
  * still runs, ek_pdl() and ek_pdl_status() say so. */
 #include "kernels/ek_dev.cuh"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if __has_include(<cublas_v2.h>)
+#include <cublas_v2.h>
+#define EK_HAVE_CUBLAS 1
+#endif
 
 extern "C" {
 
@@ -254,6 +285,94 @@ static void pdl_probe(struct ek_dev *d)
 	d->pdl_ok = d->pdl;
 	d->pdl_graph_ok = d->pdl_graph;
 }
+
+/* ------------------------------------------------------------ cuBLAS */
+
+#ifdef EK_HAVE_CUBLAS
+struct ek_blas {
+	void *lib;
+	cublasHandle_t h;
+	cublasStatus_t (*create)(cublasHandle_t *);
+	cublasStatus_t (*destroy)(cublasHandle_t);
+	cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+	cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+	                          const void *, const void *, cudaDataType, int, const void *,
+	                          cudaDataType, int, const void *, void *, cudaDataType, int,
+	                          cublasComputeType_t, cublasGemmAlgo_t);
+};
+
+void ek_blas_open(struct ek_dev *d)
+{
+	const char *env = getenv("EK_CUBLAS");
+	if (env && env[0] == '0')
+		return;
+	static const char *names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+	struct ek_blas *b = (struct ek_blas *)calloc(1, sizeof *b);
+	if (!b)
+		return;
+	for (size_t i = 0; i < sizeof names / sizeof names[0] && !b->lib; i++)
+		b->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+	if (!b->lib)
+		goto fail;
+	*(void **)&b->create = dlsym(b->lib, "cublasCreate_v2");
+	*(void **)&b->destroy = dlsym(b->lib, "cublasDestroy_v2");
+	*(void **)&b->set_stream = dlsym(b->lib, "cublasSetStream_v2");
+	*(void **)&b->gemm_ex = dlsym(b->lib, "cublasGemmEx");
+	if (!b->create || !b->destroy || !b->set_stream || !b->gemm_ex)
+		goto fail;
+	if (b->create(&b->h) != CUBLAS_STATUS_SUCCESS)
+		goto fail;
+	if (b->set_stream(b->h, d->st) != CUBLAS_STATUS_SUCCESS) {
+		b->destroy(b->h);
+		goto fail;
+	}
+	d->blas = b;
+	return;
+fail:
+	if (b->lib)
+		dlclose(b->lib);
+	free(b);
+}
+
+void ek_blas_close(struct ek_dev *d)
+{
+	if (!d->blas)
+		return;
+	d->blas->destroy(d->blas->h);
+	dlclose(d->blas->lib);
+	free(d->blas);
+	d->blas = NULL;
+}
+
+int ek_blas_gemm(struct ek_dev *d, const uint16_t *w, int rows, int cols, const uint16_t *xb,
+                 float *y, int ldy, int T, int acc)
+{
+	if (!d->blas)
+		return 0;
+	float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
+	cublasStatus_t s = d->blas->gemm_ex(d->blas->h, CUBLAS_OP_T, CUBLAS_OP_N, rows, T, cols, &alpha,
+	                                    w, CUDA_R_16BF, cols, xb, CUDA_R_16BF, cols, &beta, y,
+	                                    CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+	if (s != CUBLAS_STATUS_SUCCESS)
+		return ek_fail(d, -EIO, "cublasGemmEx [%d x %d] x %d tokens failed (status %d)", rows,
+		               cols, T, (int)s);
+	return 1;
+}
+#else
+void ek_blas_open(struct ek_dev *d)
+{
+}
+
+void ek_blas_close(struct ek_dev *d)
+{
+}
+
+int ek_blas_gemm(struct ek_dev *d, const uint16_t *w, int rows, int cols, const uint16_t *xb,
+                 float *y, int ldy, int T, int acc)
+{
+	return 0;
+}
+#endif
 
 extern "C" {
 

@@ -18,7 +18,18 @@
  * A remote SRC (hf://) is read through the plan's reader (the CLI's answers
  * from whole files fetched and verified first); o->src_order says in which
  * order SRC files will be read (so the next may be fetched while export works
- * on one), o->src_done when one is needed no more. */
+ * on one), o->src_done when one is needed no more.
+ *
+ * The order of this folder (held by tests/tools/test_layout.py): each file
+ * calls only the files below it.
+ *
+ *   calib_fetch.c      `calib fetch`: the scales of a hub checkpoint
+ *   export.c           the virtual checkpoint as real files (or links)
+ *   verify.c           byte comparison of two checkpoints, recipe diagnosis
+ *   export_manifest.c  the record of an export: linked files, identities, hashes
+ *   calib.c            `calib extract`: every input_global_scale of a checkpoint
+ *   vread.c            verify's coalesced reads of a remote checkpoint
+ */
 #include "offline/export_int.h"
 #include "plan/plan.h"
 #include "job/job.h"

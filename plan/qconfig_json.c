@@ -1,7 +1,7 @@
 /* qconfig_json.c — the quantization_config JSON of each scheme, exactly as
  * compressed-tensors 0.19.0's QuantizationConfig.model_dump() gives it under
  * llm-compressor 0.14.0.1 model_free_ptq (golden dumps:
- * tests/data/qconfig_golden/, tools/gen_qconfig_golden.py), and the text
+ * tests/data/qconfig_golden/, tools/golden/gen_qconfig_golden.py), and the text
  * edits that write it into config.json without re-serializing the file. */
 #include "plan/qconfig_int.h"
 

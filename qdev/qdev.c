@@ -47,7 +47,14 @@
  * Staging (rq_quantizer_stage): pinned buffers of the READY context, at most
  * QD_PIN_MAX bytes per context, kept for reuse on the context's free list
  * when returned; the lent ones are on q->lent so that a job can tell which of
- * its inputs are pinned (kquant then DMAs straight from them). */
+ * its inputs are pinned (kquant then DMAs straight from them).
+ *
+ * The order of this folder (held by tests/tools/test_layout.py): each file
+ * calls only the files below it.
+ *
+ *   qdev.c        the quantizer device: CUDA or CPU, fallback, idle release
+ *   qdev_stage.c  staging buffers for job inputs
+ */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE                       /* pthread_timedjoin_np */
 #endif

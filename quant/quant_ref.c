@@ -3,7 +3,18 @@
  * with the recipe's rule (GS and S6 of each variant, the clamp) taken from
  * recipe.h and the number formats encoded by table search and exact
  * distances (convert.c, e2m1_encode_ref). Speed does not matter here;
- * quant_fast.c and the CUDA quantizer must produce the same bytes. */
+ * quant_fast.c and the CUDA quantizer must produce the same bytes.
+ *
+ * The order of this folder (held by tests/tools/test_layout.py): each file
+ * calls only the files below it.
+ *
+ *   scheme.c       the data-free compressed-tensors schemes (scheme.h)
+ *   scheme_nv.c    NVFP4A16 from F16 and F32 weights
+ *   scheme_kern.c  the row kernels of FP8_DYNAMIC, W8A16 and W4A16
+ *   quant_fast.c   the fast CPU quantizer: quant_ref.c's bytes, faster
+ *   quant_ref.c    the scalar oracle of SPEC.md section 3
+ *   convert.c      recipe names, scalar number-format conversions
+ */
 #include "quant/quant.h"
 #include "quant/quant_int.h"
 

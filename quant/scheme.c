@@ -5,7 +5,7 @@
  * (llmcompressor/entrypoints/model_free/, observers/min_max.py, modifiers/quantization/
  * calibration.py, compressed_tensors/quantization/{quant_scheme,quant_args}.py,
  * utils/helpers.py, lifecycle/{initialize,forward_helpers}.py, compressors/) and checked
- * byte for byte by tests/quant/test_scheme_peer.c (tools/gen_scheme_peer.py).
+ * byte for byte by tests/quant/test_scheme_peer.c (tools/golden/gen_scheme_peer.py).
  *
  * Common path. model_free_ptq builds an nn.Linear in the weight's dtype per targeted tensor,
  * attaches the "memoryless_minmax" weight observer (calibration.py overrides minmax),

@@ -10,7 +10,17 @@
  *
  * The JSON grammar is serde_json's (st_json.c); nothing but whitespace may
  * follow the top object. The raw text of "__metadata__" is kept so a
- * rewritten header can copy it byte for byte. */
+ * rewritten header can copy it byte for byte.
+ *
+ * The order of this folder (held by tests/tools/test_layout.py): each file
+ * calls only the files below it.
+ *
+ *   jtext.c     JSON spans and a Python-compatible writer
+ *   st_parse.c  the strict safetensors header parser (SPEC.md section 5)
+ *   jcheck.c    the strict JSON gate: what cJSON and Python read alike
+ *   st_write.c  dtypes and the canonical safetensors layout
+ *   st_json.c   the JSON reader behind the header parser
+ */
 #include "base/grow.h"
 #include "st/st.h"
 #include "st/st_internal.h"

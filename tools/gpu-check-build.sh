@@ -95,7 +95,7 @@ build_direct() {
 		objs+=("$DIRECT/$(basename "$f").o")
 	done
 	local bobjs=()
-	for f in base/*.c quant/*.c tools/bench_quant_cuda.c; do
+	for f in base/*.c quant/*.c tools/bench/bench_quant_cuda.c; do
 		o=$DIRECT/$(echo "$f" | tr / _).o
 		cc "${CF[@]}" -c "$f" -o "$o" || return 1
 		case $f in
@@ -109,8 +109,8 @@ build_direct() {
 	nvcc -O2 tools/gpu-hold.cu -o "$DIRECT/gpu-hold" || return 1
 	cat >"$DIRECT/bench_main.c" <<'EOF'
 /* gpu-check's stand-in for `requantfs bench quant --device cuda` (no CLI). */
-#include "tools/bench.h"
-#include "tools/cli.h"
+#include "tools/bench/bench.h"
+#include "cli/cli.h"
 #include "quant/quant.h"
 #include <stdarg.h>
 #include <stdio.h>

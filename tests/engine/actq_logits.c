@@ -4,8 +4,8 @@
  * Writes [n][vocab] float32 (host order) to OUT: the logits after each of the
  * n tokens, fed as one batch, then prints "n_act N" (Linears whose input the
  * engine quantizes). RQ_ENGINE_ACT_QUANT=0 in the environment: none. */
-#include "engine/forward.h"
-#include "engine/model.h"
+#include "engine/model/forward.h"
+#include "engine/model/model.h"
 #include "base/err.h"
 
 #include <stdio.h>

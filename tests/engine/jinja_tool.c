@@ -6,7 +6,7 @@
  *                                   "error " and the message
  *   jinja_tool -                 each stdin line: {"template": T, "vars": {...}}
  *                                -> the same */
-#include "engine/jinja.h"
+#include "engine/chat/jinja.h"
 #include "base/err.h"
 
 #include <cjson/cJSON.h>

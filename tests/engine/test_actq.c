@@ -6,7 +6,7 @@
  * reader sees them (W4A4 / NVFP4A16 / FP8 per token / refusals).
  *
  * usage: test_actq */
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "base/err.h"
 #include "kernels/ek.h"
 #include "tests/tap.h"

@@ -25,7 +25,7 @@ the largest) is exercised. Checks:
   - mistral W4A4 engine == the peer: transformers' model (float32, weights set to the
     same dequantized values) with compressed-tensors' input fake quantization
     and vLLM's fused scales (GOLDEN_JSON, tests/data/actq_peer.json, from
-    tools/gen_actq_peer_golden.py, for the checkpoint bytes its sha256 names);
+    tools/golden/gen_actq_peer_golden.py, for the checkpoint bytes its sha256 names);
   - a W4A4 config with a module's input_global_scale missing is refused,
     naming the tensor;
   - FP8_DYNAMIC (export --scheme fp8-dynamic of mistral): the engine ==
@@ -275,7 +275,7 @@ def fused(names, gs):
     return out
 
 
-# families with a peer golden (tools/gen_actq_peer_golden.py): transformers 5 keeps
+# families with a peer golden (tools/golden/gen_actq_peer_golden.py): transformers 5 keeps
 # Mixtral's experts as fused 3-D tensors, out of compressed-tensors' per-Linear reach
 PEER_FAMILIES = ("mistral",)
 
@@ -296,7 +296,7 @@ def build_w4a4(rq, tiny, fam, tmp):
     bytes do not depend on the BLAS), k_proj's halved and w3's times 0.7 (vLLM's
     fusion takes the largest); input_activations as llm-compressor's NVFP4 preset.
     A dict of what the checks need, or the export's stderr (a str) on failure.
-    Also tools/gen_actq_peer_golden.py's checkpoints."""
+    Also tools/golden/gen_actq_peer_golden.py's checkpoints."""
     src, a16 = os.path.join(tiny, fam), os.path.join(tmp, fam + "-nvfp4a16")
     r = subprocess.run([rq, "export", src, a16, "--scheme", "nvfp4a16"], capture_output=True,
                        text=True, timeout=300)
@@ -365,11 +365,11 @@ def family(rq, tool, tiny, fam, tmp, golden):
        f"{fam}: RQ_ENGINE_ACT_QUANT=0 on the W4A4 checkpoint gives the A16 logits bit for bit")
 
     # the peer: transformers' model with compressed-tensors' input fake quantization
-    # (tools/gen_actq_peer_golden.py), on these very bytes
+    # (tools/golden/gen_actq_peer_golden.py), on these very bytes
     gd = golden.get("models", {}).get(fam)
     if fam in PEER_FAMILIES and ok(gd is not None and gd.get("sha256") == sha_of(w4),
-            f"{fam}: the golden of tools/gen_actq_peer_golden.py is for these bytes",
-            "rerun tools/gen_actq_peer_golden.py (golden sha256 %s, checkpoint %s)"
+            f"{fam}: the golden of tools/golden/gen_actq_peer_golden.py is for these bytes",
+            "rerun tools/golden/gen_actq_peer_golden.py (golden sha256 %s, checkpoint %s)"
             % ((gd or {}).get("sha256"), sha_of(w4))):
         gl = np.array(gd["logits"], dtype=F32)
         dg = maxd(e4, gl) if gl.shape == e4.shape else float("inf")

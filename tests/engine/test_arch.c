@@ -1,13 +1,13 @@
 /* test_arch.c — config.json of every family: transformers' defaults, the
  * per-layer plan (sliding window, dense/MoE layers), RoPE variants, and the
- * refusals that name the key (engine/arch.c, engine/rope.c).
+ * refusals that name the key (engine/model/arch.c, engine/model/rope.c).
  *
  * The expected defaults are those of transformers 5.x's configuration_*.py
  * (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, MixtralConfig,
  * Qwen2MoeConfig, Qwen3MoeConfig), written here as literals; the RoPE
  * frequencies are checked against formulas computed here in double
  * precision (linear: inv/factor; llama3: the three wavelength bands). */
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "base/err.h"
 #include "tests/tap.h"
 

@@ -1,18 +1,18 @@
 /* test_chat — chat_render (the Jinja interpreter running the template that
  * mk_write_tokenizer ships) against jinja2 renderings of that template
- * (tests/data/chat_golden.json, made by tools/gen_tok_golden.py and checked
+ * (tests/data/chat_golden.json, made by tools/golden/gen_tok_golden.py and checked
  * there against transformers' apply_chat_template), byte for byte; and
  * chat_template_load's choices and refusals; and chat_render against
  * transformers' apply_chat_template itself (tests/data/chat_template_golden.json,
- * made by tools/gen_chat_golden.py) on SmolLM2's own template (.models/, from
+ * made by tools/golden/gen_chat_golden.py) on SmolLM2's own template (.models/, from
  * tools/setup: missing is a failure), Laguna's and tests/data/chat_templates/.
  *
  * usage: test_chat tests/data/chat_golden.json tests/data/chat_template_golden.json
  * (RQ_SOURCE_ROOT: the source tree, for .models/ and tests/data/chat_templates/) */
-#include "engine/chat.h"
-#include "engine/jinja.h"
+#include "engine/chat/chat.h"
+#include "engine/chat/jinja.h"
 #include "base/err.h"
-#include "tools/mkckpt.h"
+#include "tools/mkckpt/mkckpt.h"
 #include "tests/tap.h"
 #include "tests/engine/tok_json.h"
 
@@ -49,7 +49,7 @@ static struct chat_template *check_template(const cJSON *g)
 	snprintf(hash, sizeof hash, "%016llx", tmpl ? (unsigned long long)fnv64(tmpl) : 0ULL);
 	TAP_OK(tmpl && !strcmp(hash, cJSON_GetStringValue(cJSON_GetObjectItem(g, "template_fnv64"))),
 	       "the shipped chat template is the one the golden data was rendered from (fnv64 %s); "
-	       "if it changed on purpose, rerun tools/gen_tok_golden.py %s", hash, err.msg);
+	       "if it changed on purpose, rerun tools/golden/gen_tok_golden.py %s", hash, err.msg);
 	snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
 	char *jinja = tap_slurp(path, NULL);
 	TAP_OK(tmpl && jinja && !strcmp(jinja, tmpl), "chat_template.jinja == tokenizer_config's template");

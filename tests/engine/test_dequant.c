@@ -1,5 +1,5 @@
 /* test_dequant.c — the CPU engine's row dequantization of FP8 and INT
- * (pack-quantized) Linears (engine/ops.c lg_linear_row).
+ * (pack-quantized) Linears (engine/model/ops.c lg_linear_row).
  *
  * usage: test_dequant SCHEME_GOLDEN.safetensors
  *
@@ -10,11 +10,11 @@
  *    straddle words, zero points packed down the rows, BF16/F16/F32 scales
  *    (an F16 subnormal among them), per-tensor FP8 scales, E4M3 literals.
  * 2. Golden tensors written by the real compressed-tensors 0.19.0
- *    (tools/gen_scheme_golden.py): the engine's rows equal compressed-
+ *    (tools/golden/gen_scheme_golden.py): the engine's rows equal compressed-
  *    tensors' decompress() in float32, bit for bit.
  * 3. F16/F32 Linear weights widened exactly, and a Linear's bias. */
-#include "engine/model.h"
-#include "engine/ops.h"
+#include "engine/model/model.h"
+#include "engine/model/ops.h"
 #include "base/err.h"
 #include "st/st.h"
 #include "tests/tap.h"

@@ -14,10 +14,10 @@
  *   - RoPE inverse frequencies and attention factor like transformers;
  *   - config refusals; the sampler's determinism.
  * MODEL_DIR (development): use that directory for every model instead. */
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/ops.h"
-#include "engine/sampler.h"
+#include "engine/model/forward.h"
+#include "engine/model/model.h"
+#include "engine/model/ops.h"
+#include "engine/model/sampler.h"
 #include "base/err.h"
 #include "base/pool.h"
 #include "quant/quant.h"
@@ -410,7 +410,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: test_forward REQUANTFS GOLDEN_JSON [MODEL_DIR]\n");
 		return 2;
 	}
-	/* The references (tools/gen_engine_golden.py, gen_scheme_forward_golden)
+	/* The references (tools/golden/gen_engine_golden.py, gen_scheme_forward_golden)
 	 * run transformers on the dequantized weights with float32 inputs: the
 	 * weight path alone. mkckpt's NVFP4 config is W4A4 and fp8-dynamic quantizes
 	 * inputs per token, which the engine now computes as vLLM does; that path

@@ -2,7 +2,7 @@
  *
  * usage: test_golden REQUANTFS GOLDEN_DIR TINY_DIR SMOLLM2_DIR [MODEL...]
  *
- * Golden data (tools/gen_real_golden.py, transformers in float32):
+ * Golden data (tools/golden/gen_real_golden.py, transformers in float32):
  * GOLDEN_DIR/<model>/<variant>.safetensors with, per prompt i,
  *   p<i>.ids I32 [n]     the prompt's token ids
  *   p<i>.pos I32 [k]     positions whose logits are stored
@@ -20,8 +20,8 @@
  * missing FAILS with the reason (never a skip); quantized variants are
  * checked where their golden file exists. MODEL... restricts the models.
  * RQ_GOLDEN_DIR, RQ_TINY_DIR, RQ_SMOLLM2_DIR override the three directories. */
-#include "engine/forward.h"
-#include "engine/model.h"
+#include "engine/model/forward.h"
+#include "engine/model/model.h"
 #include "base/err.h"
 #include "base/pool.h"
 #include "st/st.h"
@@ -305,7 +305,7 @@ static void check_model(const char *rq, const char *golden_dir, const char *dir,
 	char gpath[2048], vdir[2048], log[2048];
 	snprintf(gpath, sizeof gpath, "%s/%s/bf16.safetensors", golden_dir, model);
 	if (!exists(gpath)) {
-		TAP_OK(0, "%s: golden %s is missing (make it with tools/gen_real_golden.py)", model, gpath);
+		TAP_OK(0, "%s: golden %s is missing (make it with tools/golden/gen_real_golden.py)", model, gpath);
 		return;
 	}
 	if (!exists(dir)) {
@@ -364,7 +364,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	/* the goldens (tools/gen_real_golden.py) are transformers on the
+	/* the goldens (tools/golden/gen_real_golden.py) are transformers on the
 	 * dequantized weights with float32 inputs: the weight path alone, so the
 	 * engine runs without fp8-dynamic's per-token input quantization here
 	 * (that path: test_actq, test_actq_forward.py) */

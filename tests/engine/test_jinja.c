@@ -13,7 +13,7 @@
  *
  * usage: test_jinja TEMPLATE.jinja... [SEED_DIR]   (tests/data/chat_templates/,
  *        tests/fuzz/jinja/) */
-#include "engine/jinja.h"
+#include "engine/chat/jinja.h"
 #include "base/err.h"
 #include "tests/tap.h"
 

@@ -1,4 +1,4 @@
-/* test_obs_scale.c — lg_obs_scale (engine/observe.h) against compressed-tensors'
+/* test_obs_scale.c — lg_obs_scale (engine/model/observe.h) against compressed-tensors'
  * generate_gparam as llm-compressor's observer calls it on BF16 activations: the
  * expected values below were printed by compressed-tensors 0.19.0 (torch 2.14, CPU)
  * for a BF16 tensor holding amax (torch computes 2688 / t as t.reciprocal() * 2688, two
@@ -7,7 +7,7 @@
  * past the range) give 1.0, as generate_gparam's nan_to_num (printed by the same
  * peer: amax 0, NaN, 1e-40, 1e-36 -> 1.0 in both dtypes; 1e-35 -> 2.68504055e38
  * in BF16, 2.68799976e38 in F32). */
-#include "engine/observe.h"
+#include "engine/model/observe.h"
 #include "tests/tap.h"
 
 #include <float.h>

@@ -1,7 +1,7 @@
-/* test_observe.c — the calibration observer (engine/observe.h) against
+/* test_observe.c — the calibration observer (engine/model/observe.h) against
  * transformers: for each tiny family model, the max|x| at every quantizable
  * Linear's input that the CPU forward records equals the golden amax that
- * tools/gen_observe_golden.py computed with forward hooks in transformers
+ * tools/golden/gen_observe_golden.py computed with forward hooks in transformers
  * (float32; routed experts recomputed from the routed rows), within 1e-4
  * relative; the set of observed modules is the golden's, exactly; routed
  * experts over their tokens, and with all_experts over every token; and
@@ -10,9 +10,9 @@
  * usage: test_observe MODELS_DIR GOLDEN_DIR name...  (tests/data/tiny or .models) */
 #include "tests/tap.h"
 #include "base/err.h"
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/observe.h"
+#include "engine/model/forward.h"
+#include "engine/model/model.h"
+#include "engine/model/observe.h"
 
 #include <math.h>
 

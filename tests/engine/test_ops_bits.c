@@ -1,4 +1,4 @@
-/* test_ops_bits.c — engine/ops.c's vector paths give the bits of the order
+/* test_ops_bits.c — engine/model/ops.c's vector paths give the bits of the order
  * ops.h promises: lg_dot (AVX2), and a BF16 matmul at decode (one token: the
  * mapped row's dot) and in a batch (rows widened, four at a time), each
  * equal bit for bit to a plain scalar sum in that order (16 partial sums
@@ -6,7 +6,7 @@
  * for w = 8, 4, 2, 1), at widths with and without a tail of n % 16, odd row
  * counts, on one thread and two. Run twice by meson: with the AVX2 paths
  * and with RQ_ENGINE_NO_AVX2=1 (the portable ones), so both give the same. */
-#include "engine/ops.h"
+#include "engine/model/ops.h"
 #include "base/pool.h"
 #include "tests/tap.h"
 

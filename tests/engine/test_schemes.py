@@ -9,7 +9,7 @@ usage: test_schemes.py REQUANTFS [TEST_FORWARD]      (standard library only)
 With TEST_FORWARD (tests/engine/test_forward), each export is also checked
 against transformers' Laguna on the same checkpoint (weights decompressed by
 compressed-tensors; tests/data/scheme_forward/<scheme>.json, made by
-tools/check_scheme_forward.py from the very bytes export writes, whose sha256
+tools/golden/check_scheme_forward.py from the very bytes export writes, whose sha256
 the file records): logits within 1e-3 x max|logit|, 8 greedy tokens identical.
 
 Thresholds. The checkpoint is synthetic (random weights), so its next-token
@@ -65,7 +65,7 @@ def overall(out):
 
 
 def dir_digest(d):
-    """tools/check_scheme_forward.py's digest: *.safetensors and config.json in name order."""
+    """tools/golden/check_scheme_forward.py's digest: *.safetensors and config.json in name order."""
     h = hashlib.sha256()
     for f in sorted(os.listdir(d)):
         if f.endswith(".safetensors") or f == "config.json":
@@ -83,7 +83,7 @@ def check_transformers(scheme, q):
     if not ok(want == dir_digest(q), f"{scheme}: export's bytes are those "
               f"tests/data/scheme_forward/{scheme}.json was made from",
               "the export changed: if on purpose, regenerate the golden with "
-              "tools/check_scheme_forward.py (see its docstring)"):
+              "tools/golden/check_scheme_forward.py (see its docstring)"):
         return
     p = subprocess.run([TEST_FORWARD, rqtap.RQ, golden, q], capture_output=True, text=True,
                        timeout=300)

@@ -1,12 +1,12 @@
 /* test_tokenizer — the tokenizer against golden ids from Hugging Face
- * `tokenizers` (tests/data/tok_golden.json, made by tools/gen_tok_golden.py
+ * `tokenizers` (tests/data/tok_golden.json, made by tools/golden/gen_tok_golden.py
  * from the tokenizer mk_write_tokenizer writes), plus round trips, the
  * streaming decoder, the loader's refusals, and an encode-speed figure.
  *
  * usage: test_tokenizer tests/data/tok_golden.json */
-#include "engine/tokenizer.h"
+#include "engine/tok/tokenizer.h"
 #include "base/err.h"
-#include "tools/mkckpt.h"
+#include "tools/mkckpt/mkckpt.h"
 #include "tests/tap.h"
 #include "tests/engine/tok_json.h"
 
@@ -361,7 +361,7 @@ int main(int argc, char **argv)
 	snprintf(hash, sizeof hash, "%016llx", json ? (unsigned long long)fnv64(json, jlen) : 0ULL);
 	TAP_OK(json && !strcmp(hash, cJSON_GetStringValue(cJSON_GetObjectItem(g, "tokenizer_json_fnv64"))),
 	       "tokenizer.json is the one the golden data was made from (fnv64 %s); if mkckpt's "
-	       "tokenizer changed on purpose, rerun tools/gen_tok_golden.py", hash);
+	       "tokenizer changed on purpose, rerun tools/golden/gen_tok_golden.py", hash);
 
 	struct tok *t = NULL;
 	int rc = tok_load(dir, &t, &err);

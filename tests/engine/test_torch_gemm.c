@@ -1,4 +1,4 @@
-/* test_torch_gemm.c — lg_torch_gemm (engine/torch_bf16.h), the tiled BF16
+/* test_torch_gemm.c — lg_torch_gemm (engine/model/torch_bf16.h), the tiled BF16
  * GEMM of the calibration forward, gives every bit of lg_torch_dot, the
  * scalar dot in torch's order that the goldens pin: BF16-valued inputs
  * (the forward's) and arbitrary floats (where the products round), widths
@@ -10,8 +10,8 @@
  * lg_torch_expf_n, the vectorized exp of the softmax and SiLU, is checked the
  * same way against lg_torch_expf, and lg_torch_swiglu_row against the scalar
  * SiLU·up. */
-#include "engine/ops.h"
-#include "engine/torch_bf16.h"
+#include "engine/model/ops.h"
+#include "engine/model/torch_bf16.h"
 #include "tests/tap.h"
 
 #include <math.h>

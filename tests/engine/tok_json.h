@@ -5,7 +5,7 @@
 #ifndef RQ_TESTS_TOK_JSON_H
 #define RQ_TESTS_TOK_JSON_H
 
-#include "engine/chat.h"
+#include "engine/chat/chat.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -12,10 +12,10 @@
  *                                    -> hex of chat_render with the template
  *                                       mkckpt ships (Laguna's), or "error"
  * FLAGS: "special" = TOK_ADD_SPECIAL / TOK_SKIP_SPECIAL. */
-#include "engine/chat.h"
-#include "engine/tokenizer.h"
+#include "engine/chat/chat.h"
+#include "engine/tok/tokenizer.h"
 #include "base/err.h"
-#include "tools/mkckpt.h"
+#include "tools/mkckpt/mkckpt.h"
 #include "tests/engine/tok_json.h"
 #include "tests/tap.h"
 

@@ -1,7 +1,7 @@
 """A small Llama-shaped checkpoint whose every Linear is 128-divisible, written the same way
 everywhere (numpy's frozen RandomState stream, our own safetensors writer): so that W8A16 and
 W4A16 (groups of 128) quantize every module, and F16 sources go end to end. Used by
-tools/gen_scheme_peer.py (with model_free_ptq) and tests/fs/test_scheme_peer.py (with
+tools/golden/gen_scheme_peer.py (with model_free_ptq) and tests/fs/test_scheme_peer.py (with
 requantfs); needs only numpy.
 
     write(dst, "BF16" | "F16")   ->  dst/{config.json, model-0000{1,2}-of-00002.safetensors,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """calib run (and export --scheme nvfp4 --calib) against the peer (issue 21 item 3):
 llm-compressor 0.14.0.1's oneshot with the NVFP4 preset on the same models and the same
-calibration token ids, golden data from tools/golden_llmc_nvfp4.py in
+calibration token ids, golden data from tools/golden/golden_llmc_nvfp4.py in
 tests/data/golden/llmc-nvfp4/ (see its docstring for how the peer computes its scales).
 
 Per model (the real SmolLM2, tools/setup-model; the tiny qwen3_moe of tests/data/tiny with
@@ -24,7 +24,7 @@ moe_calibrate_all_experts):
 The BF16 forward on more families (tests/data/tiny llama with q/k/v/o biases, the dense
 qwen2 with q/k/v biases, qwen2_moe with its shared expert and gate and q/k/v biases,
 mixtral, qwen3_moe; golden eager-bf16-families.json from
-tools/golden_bf16_eager.py: transformers' eager BF16 forward with hooks on every
+tools/golden/golden_bf16_eager.py: transformers' eager BF16 forward with hooks on every
 nn.Linear): calib run's scale of every module there bit for bit.
 TAP output. Usage: test_calib_peer.py REQUANTFS"""
 import hashlib, json, os, shutil, statistics, struct, sys, tempfile
@@ -86,7 +86,7 @@ def check_model(tmp, name, model_dir):
     text, ntok = g["text"], g["tokens"]
     srcs = {fn: sha256_file(os.path.join(model_dir, fn)) for fn in g["source_sha256"]}
     if not ok(srcs == g["source_sha256"], f"{name}: the model files are the ones the peer ran",
-              "got %s\nwant %s (rerun tools/golden_llmc_nvfp4.py if they changed on purpose)"
+              "got %s\nwant %s (rerun tools/golden/golden_llmc_nvfp4.py if they changed on purpose)"
               % (srcs, g["source_sha256"])):
         return
     if not ok(os.path.isfile(text) and sha256_file(text) == g["text_sha256"],

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`requantfs plan` against the truth: on small mkckpt models its sizes equal the
 real files `requantfs export` writes (per file, total, quantized bytes, Laguna fix
-and --scheme), and on shape-only checkpoints (tools/shape_ckpt.py: real headers,
+and --scheme), and on shape-only checkpoints (tools/golden/shape_ckpt.py: real headers,
 sparse data) they equal the arithmetic of SPEC.md section 4 done here in Python
 from the shard headers and the schemes' tensor layouts. Standard library only.
 Usage: test_plan_cmd.py REQUANTFS"""

@@ -1,7 +1,7 @@
 /* test_qconfig.c — config.json's quantization_config for a scheme
  * (plan/qconfig.h): inserted into a plain config equal to what llm-compressor
  * model_free_ptq writes (golden dumps in tests/data/qconfig_golden/, made by
- * tools/gen_qconfig_golden.py), in the file's own style, every other byte
+ * tools/golden/gen_qconfig_golden.py), in the file's own style, every other byte
  * kept; an existing compressed-tensors config extended by one group with
  * the dropped ignore entries removed; refusals; --scheme nvfp4 (W4A4) against
  * oneshot's saved config (tests/data/w4a4_golden.json). */
@@ -454,7 +454,7 @@ static void test_refusals(void)
 }
 
 /* --scheme nvfp4 (W4A4): the quantization_config oneshot saved for the tiny models
- * (tests/data/w4a4_golden.json, tools/gen_w4a4_golden.py), given its ignore list */
+ * (tests/data/w4a4_golden.json, tools/golden/gen_w4a4_golden.py), given its ignore list */
 static void test_w4a4_golden(void)
 {
 	size_t n;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """requantfs against llm-compressor's model_free_ptq, tensor by tensor (issue 12).
 
-tests/data/scheme_peer_model.json (tools/gen_scheme_peer.py --model) holds what
+tests/data/scheme_peer_model.json (tools/golden/gen_scheme_peer.py --model) holds what
 model_free_ptq 0.14.0.1 (compressed-tensors 0.19.0, CPU) wrote for the synthetic checkpoint
 `requantfs mkckpt OUT --dense --no-tokenizer --layers 2 --experts 4`, per scheme: every
 output tensor's dtype, shape and sha256 and the quantization_config. This test makes the
@@ -132,7 +132,7 @@ def main():
         srct = tensors(src)
         ok({k: v["sha256"] for k, v in srct.items()} == golden["source_sha256"],
            "mkckpt makes the very checkpoint the golden data was generated from",
-           "regenerate with tools/gen_scheme_peer.py --model if mkckpt changed on purpose")
+           "regenerate with tools/golden/gen_scheme_peer.py --model if mkckpt changed on purpose")
         check_schemes(tmp, "mkckpt", src, golden["schemes"])
         # the 128-divisible Llama-shaped model, BF16 and F16: every Linear, every scheme
         for dt, w in sorted(golden["wide"].items()):

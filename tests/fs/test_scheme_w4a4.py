@@ -2,7 +2,7 @@
 """--scheme nvfp4 (W4A4, issue 21 item 2) on the tiny llama and qwen2_moe with a
 calibration file made by `calib run`: every weight tensor equal (sha256) to what
 llm-compressor's oneshot wrote with its NVFP4 preset (tests/data/w4a4_golden.json,
-tools/gen_w4a4_golden.py), the quantization_config equal to oneshot's, each module's
+tools/golden/gen_w4a4_golden.py), the quantization_config equal to oneshot's, each module's
 input_global_scale bit-equal to the calibration file's, weight_global_scale shared
 by q/k/v and by gate/up (routed experts too), a real mount byte-equal to export,
 plan's figures, the cache keyed on the calibration's content, and the refusals (no

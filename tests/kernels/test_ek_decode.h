@@ -5,10 +5,10 @@
 #ifndef RQ_TESTS_EK_DECODE_H
 #define RQ_TESTS_EK_DECODE_H
 
-#include "engine/forward.h"
-#include "engine/forward_cuda.h"
-#include "engine/sampler.h"
-#include "engine/model.h"
+#include "engine/model/forward.h"
+#include "engine/model/forward_cuda.h"
+#include "engine/model/sampler.h"
+#include "engine/model/model.h"
 #include "base/err.h"
 #include "tests/tap.h"
 

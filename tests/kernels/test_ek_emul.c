@@ -31,10 +31,10 @@
  *     captured step has exactly 2 · layers + 1 kernels fewer when fused; a
  *     capture with PDL edges whose end fails is captured again without them
  *     (the step does not fail; PDL stays on for direct launches). */
-#include "engine/forward.h"
-#include "engine/forward_cuda.h"
-#include "engine/model.h"
-#include "engine/sampler.h"
+#include "engine/model/forward.h"
+#include "engine/model/forward_cuda.h"
+#include "engine/model/model.h"
+#include "engine/model/sampler.h"
 #include "kernels/ek.h"
 #include "base/err.h"
 #include "tests/tap.h"
@@ -350,7 +350,7 @@ static void check_families(const char *tiny)
 		struct rq_err err = {0};
 		if (lg_model_open(dir, &m, &err)) {
 			TAP_OK(0, "%s: the CPU engine opens %s: %s (the tiny models are committed under "
-			       "tests/data/tiny, made by tools/gen_tiny_models.py)", name, dir, err.msg);
+			       "tests/data/tiny, made by tools/golden/gen_tiny_models.py)", name, dir, err.msg);
 			continue;
 		}
 		const struct lg_config *c = &m->cfg;

@@ -4,11 +4,11 @@
  *   test_ek_emul REQUANTFS --count DIR         the checkpoint in DIR
  * The emulation counts one per ek_* kernel op (ek_launches); on the device
  * ek_attn and ek_moe at one token are two kernels each. */
-#include "engine/forward_cuda.h"
-#include "engine/model.h"
+#include "engine/model/forward_cuda.h"
+#include "engine/model/model.h"
 #include "kernels/ek.h"
 #include "base/err.h"
-#include "tools/bench_synth.h"
+#include "tools/bench/bench_synth.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +18,7 @@ int emul_count_dir(const char *dir);
 
 /* Not a test (test_ek_emul REQUANTFS --count-real-dims): kernels of one
  * direct decode step, fused and EK_FUSE=0, at Laguna S 2.1's widths
- * (tools/bench_synth.c; 16 experts: the count does not depend on them) for
+ * (tools/bench/bench_synth.c; 16 experts: the count does not depend on them) for
  * 2 and 4 layers (layer 0 dense, the rest MoE), and the per-layer counts. */
 int emul_count_real_dims(void)
 {

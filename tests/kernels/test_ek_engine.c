@@ -4,7 +4,7 @@
  * usage: test_ek_engine REQUANTFS
  *
  * For the tiny NVFP4 model and its all-BF16 twin (--dense): a 12-token
- * prompt, then 32 greedy tokens, on the CPU (engine/forward.c, the oracle)
+ * prompt, then 32 greedy tokens, on the CPU (engine/model/forward.c, the oracle)
  * and on the GPU with an F32 KV cache and GEMV numerics throughout:
  *   - the 32 greedy tokens are identical;
  *   - every step's logits within 5e-3 · max|logit| (fp16 activations of the
@@ -18,10 +18,10 @@
  * moves near-tied router scores of the random tiny model: another expert,
  * a large difference). The sliding window of the tiny model (16) is shorter
  * than the sequence, so the rings wrap. */
-#include "engine/forward.h"
-#include "engine/forward_cuda.h"
-#include "engine/model.h"
-#include "engine/sampler.h"
+#include "engine/model/forward.h"
+#include "engine/model/forward_cuda.h"
+#include "engine/model/model.h"
+#include "engine/model/sampler.h"
 #include "kernels/ek.h"
 #include "base/err.h"
 #include "tests/tap.h"

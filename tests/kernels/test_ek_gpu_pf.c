@@ -16,9 +16,9 @@
  *     greedy tokens and logits are bit-identical with EK_PDL=0/1 x
  *     EK_FUSE=0/1, and a direct decode step launches 2 · layers + 1 kernels
  *     fewer fused (counts printed). */
-#include "engine/forward_cuda.h"
-#include "engine/model.h"
-#include "engine/sampler.h"
+#include "engine/model/forward_cuda.h"
+#include "engine/model/model.h"
+#include "engine/model/sampler.h"
 #include "base/err.h"
 #include "tests/kernels/test_ek_dev.h"
 #include "tests/kernels/test_ek_decode.h"

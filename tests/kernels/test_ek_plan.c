@@ -5,9 +5,9 @@
  * × 8 heads × 128 × 2 bytes (+ the sliding rings), fit in 96 GB, and not fit
  * in 72 GB; FP8 halves the KV cache; bad options are refused; lgc_create
  * answers -ENODEV (not a crash) where no device is. */
-#include "engine/forward_cuda.h"
-#include "engine/model.h"
-#include "tools/bench_synth.h"
+#include "engine/model/forward_cuda.h"
+#include "engine/model/model.h"
+#include "tools/bench/bench_synth.h"
 #include "kernels/ek.h"
 #include "base/err.h"
 #include "tests/tap.h"

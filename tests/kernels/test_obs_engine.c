@@ -1,5 +1,5 @@
 /* test_obs_engine.c — the calibration observer of the CUDA engine
- * (engine/forward_cuda_obs.c, kernels/ek_obs.cu) against the CPU engine's
+ * (engine/model/forward_cuda_obs.c, kernels/ek_obs.cu) against the CPU engine's
  * (forward.c lg_state_observe, itself checked against transformers' hooks in
  * tests/engine/test_observe.c).
  *
@@ -23,10 +23,10 @@
  * BF16 layers), each
  * with top-k routing and --all-experts, prompts in batches of 5 (GEMV path)
  * and 40 (GEMM prefill path). Observing changes no logit of the CUDA engine. */
-#include "engine/forward.h"
-#include "engine/forward_cuda.h"
-#include "engine/model.h"
-#include "engine/observe.h"
+#include "engine/model/forward.h"
+#include "engine/model/forward_cuda.h"
+#include "engine/model/model.h"
+#include "engine/model/observe.h"
 #include "kernels/ek.h"
 #include "base/err.h"
 #include "tests/tap.h"
@@ -184,7 +184,7 @@ int main(int argc, char **argv)
 		struct lg_model *m = NULL;
 		struct rq_err err = {0};
 		if (lg_model_open(dir, &m, &err)) {
-			TAP_OK(0, "%s: %s (tests/data/tiny, made by tools/gen_tiny_models.py)", name, err.msg);
+			TAP_OK(0, "%s: %s (tests/data/tiny, made by tools/golden/gen_tiny_models.py)", name, err.msg);
 			continue;
 		}
 		check_model(m, name);

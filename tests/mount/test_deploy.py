@@ -19,9 +19,9 @@ may be out of its reach, e.g. a clone under Debian's 0700 /root):
     user is refused without user_allow_other in /etc/fuse.conf (named in the
     message), and with it the other user reads world-readable files;
   - fstab: `mount -t fuse.requantfs SRC MNT -o calib=...,cache=...,...` (via
-    mount.fuse3), README's fstab line through `mount -T`, a
+    mount.fuse3), docs/mounting.md's fstab line through `mount -T`, a
     mount.fuse.requantfs link run as mount(8) runs it;
-  - README's systemd unit passes `systemd-analyze verify`;
+  - docs/mounting.md's systemd unit passes `systemd-analyze verify`;
   - SIGTERM and SIGINT to `mount --foreground` while reads are in flight:
     exit 0, nothing left mounted;
   - --log-level, and the per-job log line (device, seconds, MB/s).
@@ -40,7 +40,8 @@ from rqtap import ok, run, mounted, daemon_pid, alive, MOUNTS  # noqa: E402
 rqtap.init(sys.argv[1])
 RQ = rqtap.RQ
 USER, USER2 = "rqsec", "rqsec2"
-README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
+# the fstab line and the systemd unit users copy (docs/mounting.md)
+DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "mounting.md")
 LINK = "/usr/local/sbin/requantfs"
 RESTORE = []           # functions undoing system changes, run at exit in reverse
 
@@ -192,7 +193,7 @@ def g_nonroot(T):
 
 
 def g_fstab(T):
-    """mount -t fuse.requantfs (mount.fuse3), README's fstab line, the helper link."""
+    """mount -t fuse.requantfs (mount.fuse3), docs/mounting.md's fstab line, the helper link."""
     tmp, src, cal, ref = T["tmp"], T["src"], T["cal"], T["ref"]
     names = sorted(os.listdir(ref))
     if os.path.lexists(LINK) and os.path.realpath(LINK) != RQ:
@@ -226,10 +227,10 @@ def g_fstab(T):
     ok(rc != 0 and "--threads needs a number" in out and not mounted(mnt),
        "a bad fstab value is named", out)
 
-    # README's fstab line, paths substituted, through an fstab file of our own
-    lines = [l.strip() for l in open(README) if "fuse.requantfs" in l and
+    # docs/mounting.md's fstab line, paths substituted, through an fstab file of our own
+    lines = [l.strip() for l in open(DOC) if "fuse.requantfs" in l and
              l.strip().startswith("/models/")]
-    if ok(len(lines) == 1, "README has one fstab line of type fuse.requantfs", lines):
+    if ok(len(lines) == 1, "docs/mounting.md has one fstab line of type fuse.requantfs", lines):
         line = (lines[0].replace("/models/Laguna-S-2.1-NVFP4-0801", src)
                 .replace("/mnt/laguna", mnt).replace("/models/laguna-calib.safetensors", cal)
                 .replace("/var/cache/requantfs", cache))
@@ -238,7 +239,7 @@ def g_fstab(T):
             f.write(line + "\n")
         rc, out = sh("mount", "-T", fstab, mnt)
         ok(rc == 0 and mounted(mnt) and read(os.path.join(mnt, names[-1])) ==
-           read(os.path.join(ref, names[-1])), "README's fstab line mounts (mount -T)", line + "\n" + out)
+           read(os.path.join(ref, names[-1])), "docs/mounting.md's fstab line mounts (mount -T)", line + "\n" + out)
         sh("umount", mnt)
         ok(wait_gone(0, mnt), "and unmounts")
 
@@ -256,10 +257,10 @@ def g_fstab(T):
 
 
 def g_systemd(T):
-    """README's unit, ExecStart pointed at this build, by systemd-analyze verify."""
-    text = open(README).read().splitlines()
+    """docs/mounting.md's unit, ExecStart pointed at this build, by systemd-analyze verify."""
+    text = open(DOC).read().splitlines()
     start = [i for i, l in enumerate(text) if l.strip() == "# /etc/systemd/system/requantfs-laguna.service"]
-    if not ok(len(start) == 1, "README has the unit requantfs-laguna.service"):
+    if not ok(len(start) == 1, "docs/mounting.md has the unit requantfs-laguna.service"):
         return
     unit = []
     for l in text[start[0] + 1:]:
@@ -275,7 +276,7 @@ def g_systemd(T):
         return
     rc, out = sh("systemd-analyze", "verify", path)
     mine = [l for l in out.splitlines() if "requantfs-laguna" in l]
-    ok(rc == 0 and not mine, "systemd-analyze verify: README's unit is valid", out)
+    ok(rc == 0 and not mine, "systemd-analyze verify: docs/mounting.md's unit is valid", out)
 
 
 def reader(mnt, names, stop, errs):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Hub repo ids (ORG/NAME[@REV]) as SRC and --calib, resolved in a local hub
-cache made by `mkckpt --hub` (plan/hub_cache.c, tools/cli.c). TAP output.
+cache made by `mkckpt --hub` (plan/hub_cache.c, cli/cli.c). TAP output.
 
 Usage: test_hub_ids.py REQUANTFS
 The hub cache holds one repo, synthetic/laguna-s-2.1-nvfp4, with two

@@ -9,8 +9,8 @@ Usage: test_private_clone.py REQUANTFS
 Makes a 0700 directory (as /root is on Debian) holding what a clone there
 holds for these tests: requantfs/build/requantfs (a copy of REQUANTFS),
 requantfs/tests/rqtap.py, requantfs/tests/mount/test_deploy.py and
-test_passthrough.py, requantfs/README.md (test_deploy reads its fstab line
-and systemd unit). Checks that the user rqsec cannot reach that binary, then
+test_passthrough.py, requantfs/docs/mounting.md (test_deploy reads its fstab
+line and systemd unit). Checks that the user rqsec cannot reach that binary, then
 runs from there, as tools/test would:
   - test_deploy.py, whole (rqsec and rqsec2 mount, read, warm, umount);
   - test_passthrough.py's user group (rqsec refused --passthrough on);
@@ -36,7 +36,7 @@ def clone(home):
     root = os.path.join(home, "requantfs")
     src = os.path.abspath(os.path.join(HERE, "..", ".."))
     for rel in ("tests/rqtap.py", "tests/mount/test_deploy.py",
-                "tests/mount/test_passthrough.py", "README.md"):
+                "tests/mount/test_passthrough.py", "docs/mounting.md"):
         os.makedirs(os.path.join(root, os.path.dirname(rel)), exist_ok=True)
         shutil.copy2(os.path.join(src, rel), os.path.join(root, rel))
     exe = os.path.join(root, "build", "requantfs")

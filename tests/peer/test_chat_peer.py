@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Peer test: engine/chat.c (through tests/engine/tok_tool) against jinja2
+"""Peer test: engine/chat/chat.c (through tests/engine/tok_tool) against jinja2
 rendering the chat template that mkckpt ships, the way transformers renders
 it (sandboxed, trim_blocks, lstrip_blocks), on random conversations: every
 role, reasoning or not, <think> inside contents, white-space-only system

@@ -32,7 +32,7 @@ warnings.simplefilter("ignore")          # "Possible nested set" etc.: we test t
 
 # ---- the corpus -----------------------------------------------------------
 
-# Laguna: the real rule of the 08-01 release and the forms tools/mkckpt_config.c writes
+# Laguna: the real rule of the 08-01 release and the forms tools/mkckpt/mkckpt_config.c writes
 LAGUNA = [r"re:^model\.layers\.4[0-7]\.mlp\.experts(\..*)?$",
           r"re:^model\.layers\.[2-3]\.mlp\.experts(\..*)?$",
           r"re:^model\.layers\.[0-3]\.mlp\.experts(\..*)?$",

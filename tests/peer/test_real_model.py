@@ -147,7 +147,7 @@ def check_tiny(fam):
 
 def check_golden(model, variant, cfg):
     path = os.path.join(GOLDEN, model, f"{variant}.safetensors")
-    if not ok(os.path.isfile(path), f"golden {model}/{variant} exists", "run tools/gen_real_golden.py"):
+    if not ok(os.path.isfile(path), f"golden {model}/{variant} exists", "run tools/golden/gen_real_golden.py"):
         return
     g, meta = tensors(path)
     vocab = cfg["vocab_size"]

@@ -1,7 +1,7 @@
 /* test_quant_peer.c — our recipes against the real compressed-tensors (TAP).
  *
  * tests/data/quant_peer.bin holds BF16 inputs and what compressed-tensors
- * produced for them (tools/gen_quant_peer.py, run once with torch): on the
+ * produced for them (tools/golden/gen_quant_peer.py, run once with torch): on the
  * BF16 weight it must equal our `bf16` recipe, on the weight widened to FP32
  * our `fp32` recipe — global scale, scales and packed bytes, exactly.
  * Usage: test_quant_peer [FILE]  (default $RQ_SOURCE_ROOT/tests/data/quant_peer.bin) */
@@ -40,7 +40,7 @@ int main(int argc, char **argv)
 	FILE *f = fopen(path, "rb");
 	if (!f) {
 		/* the file is committed: its absence is a failure, not a skip */
-		TAP_OK(0, "open %s (regenerate: /work/venv-ref/bin/python tools/gen_quant_peer.py)", path);
+		TAP_OK(0, "open %s (regenerate: /work/venv-ref/bin/python tools/golden/gen_quant_peer.py)", path);
 		return tap_done();
 	}
 	fseek(f, 0, SEEK_END);

@@ -1,5 +1,5 @@
 /* test_scheme_peer.c — every byte of llm-compressor's model_free_ptq outputs
- * (tests/data/scheme_peer.bin, tools/gen_scheme_peer.py) against rq_scheme_quantize, for
+ * (tests/data/scheme_peer.bin, tools/golden/gen_scheme_peer.py) against rq_scheme_quantize, for
  * NVFP4A16, FP8_DYNAMIC, W8A16 and W4A16, each from BF16, F16 and F32 sources,
  * with every instruction-set variant the CPU has,
  * without and with a thread pool. The layout (suffix, dtype, shape, length, order) must
@@ -169,7 +169,7 @@ int main(int argc, char **argv)
 		TAP_SKIP_ALL("usage: test_scheme_peer tests/data/scheme_peer.bin");
 	FILE *f = fopen(argv[1], "rb");
 	if (!f) {
-		TAP_OK(0, "open %s (regenerate with tools/gen_scheme_peer.py)", argv[1]);
+		TAP_OK(0, "open %s (regenerate with tools/golden/gen_scheme_peer.py)", argv[1]);
 		return tap_done();
 	}
 	fseek(f, 0, SEEK_END);

@@ -1,12 +1,18 @@
-"""The house rules of the source tree (issue 19), read from the sources:
+"""The house rules of the source tree (issues 19 and 31), read from the sources:
 
 - plan/ (the virtual checkpoint) includes nothing of FUSE, cache/, qdev/,
   hub/, job/, offline/ or fs/, and starts no thread;
 - job/ knows neither the daemon nor the offline commands; offline/ not the
   daemon; fs/ (the daemon) neither offline/, hub/ nor kernels/;
-- the daemon is one straight line: the order written at the top of
-  fs/mount.c names every fs/*.c, and every call from one daemon file to a
-  function defined in another goes down that order (no call up, no circle);
+- the engine's rooms are used one way: engine/tok/ and engine/chat/ know
+  nothing of each other nor of engine/model/, which knows neither;
+- the CLI (cli/) reaches tools/bench/ and tools/mkckpt/ only through their
+  entry points (bench.h, mkckpt.h), and they reach the CLI only through its
+  helpers (cli/cli.h); nothing below the CLI includes cli/ or tools/;
+- every folder is one straight line: the order written at the top of the
+  folder's main file (FOLDERS below) names each of its .c/.cu files once, and
+  every call from one of them to a function defined in another goes down that
+  order: no call up, so no two files of a folder call each other both ways;
 - the read path (mount_read.c) never names a segment kind: it asks the
   segment-source seam (mount_seg.c).
 
@@ -57,35 +63,93 @@ check_includes("fs", ["offline/", "hub/", "kernels/", "curl/"])
 check_includes("remote", ["fuse", "fuse_lowlevel.h", "st/", "plan/", "cache/", "job/",
                           "offline/", "fs/", "engine/", "kernels/", "qdev/"])
 
-# ---- the daemon's order ---------------------------------------------------
-head = open(os.path.join(ROOT, "fs", "mount.c"), encoding="utf-8").read().split("*/", 1)[0]
-order = []
-# the table: " *   lifecycle mount_run.c   checks, ..." (a file, then its role)
-for name in re.findall(r"^ \*\s+(?:[a-z]+\s+)?(mount\w*\.c)\s{2,}\S", head, re.M):
-    if name not in order:
-        order.append(name)
-daemon = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "fs", "mount*.c")))
-ok(sorted(order) == daemon, "the order at the top of fs/mount.c names every fs/mount*.c once",
-   f"order: {order}\nfiles: {daemon}")
+# ---- the engine's rooms and the CLI's --------------------------------------
+check_includes("engine/tok", ["engine/chat/", "engine/model/", "cli/", "tools/"])
+check_includes("engine/chat", ["engine/tok/", "engine/model/", "cli/", "tools/"])
+check_includes("engine/model", ["engine/tok/", "engine/chat/", "cli/", "tools/"])
+for below in ("base", "quant", "kernels", "qdev", "cache", "st", "hub", "remote", "plan", "job",
+              "offline", "fs", "engine/tok", "engine/chat", "engine/model"):
+    inc = includes(below)
+    bad = [f"{f}: {h}" for f, hs in inc.items() for h in hs if h.startswith(("cli/", "tools/"))]
+    ok(not bad, f"{below}/ includes nothing of cli/ or tools/", "\n".join(bad))
+bad = [f"{f}: {h}" for room in ("tools/bench", "tools/mkckpt") for f, hs in includes(room).items()
+       for h in hs if h.startswith("cli/") and h != "cli/cli.h"]
+ok(not bad, "tools/bench/ and tools/mkckpt/ use only cli/cli.h of the CLI", "\n".join(bad))
+bad = [f"{f}: {h}" for f, hs in includes("cli").items() for h in hs
+       if h.startswith("tools/") and h not in ("tools/bench/bench.h", "tools/mkckpt/mkckpt.h")]
+ok(not bad, "cli/ uses only the entry points of tools/bench/ and tools/mkckpt/", "\n".join(bad))
 
-defs, src = {}, {}
-for f in daemon:
-    s = code(os.path.join(ROOT, "fs", f))
-    src[f] = s
-    for m in re.finditer(r"^(?!static\b)[A-Za-z_][\w \t\*]*?\b(\w+)\s*\([^;{]*\)\s*\{", s, re.M):
-        defs[m.group(1)] = f
-ok(len(defs) > 20, "found the daemon's functions", f"{len(defs)}: {sorted(defs)}")
-up, calls = [], 0
-rank = {f: i for i, f in enumerate(order)}
-for f, s in src.items():
-    for fn, where in defs.items():
-        if where == f or not re.search(r"\b" + fn + r"\s*\(", s):
+# ---- every folder one straight line -----------------------------------------
+# folder -> its main file, whose head comment holds the folder's order: lines
+# " *   [role]  file.c  what it does" (a file, two spaces, its role), top to
+# bottom; each file calls only the files below it.
+FOLDERS = {
+    "base": "err.c", "quant": "quant_ref.c", "kernels": "ek_rt.cu", "qdev": "qdev.c",
+    "cache": "cache.c", "st": "st_parse.c", "hub": "hub.c", "remote": "rstore.c",
+    "plan": "plan.c", "job": "job.c", "offline": "export.c", "fs": "mount.c",
+    "engine/tok": "tokenizer.c", "engine/chat": "chat.c", "engine/model": "model.c",
+    "cli": "main.c", "tools/bench": "cmd_bench.c", "tools/mkckpt": "mkckpt.c",
+}
+DEF = re.compile(r"^(?!static\b)[A-Za-z_][\w \t\*]*?\b(\w+)\s*\([^;{]*\)\s*\{", re.M)
+KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof"}
+src = {}
+
+
+def folder_order(folder, main):
+    text = open(os.path.join(ROOT, folder, main), encoding="utf-8").read()
+    head = text.split("*/", 1)[0]
+    order = []
+    for name in re.findall(r"^ \*\s+(?:[a-z]+\s+)?(\w+\.(?:c|cu))\s{2,}\S", head, re.M):
+        if name not in order:
+            order.append(name)
+    return order
+
+
+ok(sorted(FOLDERS) == sorted(d for d in FOLDERS if os.path.isdir(os.path.join(ROOT, d))),
+   "every folder of the table exists")
+on_disk = set()
+for top in sorted(os.listdir(ROOT)):
+    for dirpath, dirs, files in os.walk(os.path.join(ROOT, top)):
+        rel = os.path.relpath(dirpath, ROOT)
+        if rel.split(os.sep)[0] in ("tests", "build", "docs") or rel.startswith((".", "build")):
             continue
-        calls += 1
-        if f in rank and where in rank and rank[where] < rank[f]:
-            up.append(f"{f} calls {fn} ({where}), which is above it")
-ok(calls > 20, "the daemon's files call each other", f"{calls} calls found")
-ok(not up, "every call between daemon files goes down the order of fs/mount.c", "\n".join(up))
+        if any(f.endswith((".c", ".cu")) for f in files) and rel not in ("tools",):
+            on_disk.add(rel)
+missing = sorted(on_disk - set(FOLDERS))
+ok(not missing, "every folder with C or CUDA sources has an order", ", ".join(missing))
+
+for folder, main in FOLDERS.items():
+    files = sorted(os.path.basename(p) for ext in ("c", "cu")
+                   for p in glob.glob(os.path.join(ROOT, folder, "*." + ext)))
+    order = folder_order(folder, main)
+    ok(sorted(order) == files, f"the order at the top of {folder}/{main} names every file once",
+       f"order: {order}\nfiles: {files}")
+    defs, fsrc = {}, {}
+    for f in files:
+        s = code(os.path.join(ROOT, folder, f))
+        fsrc[f] = s
+        for m in DEF.finditer(s):
+            if m.group(1) not in KEYWORDS:
+                defs.setdefault(m.group(1), f)
+    if folder == "fs":
+        src = fsrc
+    rank = {f: i for i, f in enumerate(order)}
+    up, twoway, calls = [], set(), {}
+    for f, s in fsrc.items():
+        for fn, where in defs.items():
+            if where == f or not re.search(r"\b" + fn + r"\s*\(", s):
+                continue
+            calls.setdefault(f, set()).add(where)
+            if f in rank and where in rank and rank[where] < rank[f]:
+                up.append(f"{f} calls {fn} ({where}), which is above it")
+    for f, ws in calls.items():
+        for w in ws:
+            if f in calls.get(w, ()):
+                twoway.add(" <-> ".join(sorted((f, w))))
+    ok(not twoway, f"{folder}/: no two files call each other both ways", "\n".join(sorted(twoway)))
+    ok(not up, f"{folder}/: every call between its files goes down the order of {main}",
+       "\n".join(up))
+ok(len(src) > 10, "found the daemon's files", f"{sorted(src)}")
 
 read = src.get("mount_read.c", "")
 kinds = re.findall(r"\bRQ_SEG_\w+", read)

@@ -4,7 +4,7 @@
  * (vectors checked against Python's decode(errors="replace")); the output
  * does not depend on how the input is cut into pieces. */
 #include "tests/tap.h"
-#include "tools/utf8_stream.h"
+#include "cli/utf8_stream.h"
 
 #define R "\xEF\xBF\xBD"
 

@@ -1,0 +1,157 @@
+/* tok_int.h — internals shared by the files of engine/tok (not public); the
+ * order of those files is at the top of tokenizer.c. */
+#ifndef RQ_ENGINE_TOK_INT_H
+#define RQ_ENGINE_TOK_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TOK_BAD_CP UINT32_MAX   /* a byte that starts no valid UTF-8 sequence */
+
+/* Decodes the code point at s[i] (i < end): strict UTF-8 (no overlong forms,
+ * surrogates or values past U+10FFFF). Returns the index after it; an
+ * invalid byte is one TOK_BAD_CP code point of length 1. */
+size_t tok_utf8_next(const unsigned char *s, size_t end, size_t i, uint32_t *cp);
+/* The code point that ends just before s[i] (i > start); returns its index. */
+size_t tok_utf8_prev(const unsigned char *s, size_t start, size_t i, uint32_t *cp);
+/* Writes code point c as UTF-8 (1 to 4 bytes); returns the length. */
+size_t tok_put_utf8(char *o, uint32_t c);
+
+int tok_is_ws(uint32_t c);       /* White_Space, = Oniguruma's \s and Rust's is_whitespace */
+int tok_is_letter(uint32_t c);   /* \p{L} */
+int tok_is_number(uint32_t c);   /* \p{N} */
+int tok_is_word(uint32_t c);     /* Rust regex \w: Alphabetic, M, Nd, Pc, Join_Control */
+int tok_is_numeric(uint32_t c);  /* Rust char::is_numeric (the Digits pre-tokenizer) */
+
+/* A growable byte string, NUL-terminated when s is not NULL. */
+struct tbuf {
+	char *s;
+	size_t n, cap;
+};
+int tbuf_put(struct tbuf *b, const void *p, size_t n);   /* 0 or -ENOMEM */
+
+/* Appends in[0..n) to out with each invalid part replaced by U+FFFD, as
+ * Rust's String::from_utf8_lossy does (one U+FFFD per maximal invalid
+ * subpart). When !final, a trailing sequence that is incomplete but could
+ * still become valid is left unconsumed. Returns the bytes consumed, or
+ * (size_t)-1 when out of memory. */
+size_t tok_utf8_lossy(const unsigned char *in, size_t n, int final, struct tbuf *out);
+
+/* ---- the loaded tokenizer (tokenizer.c builds it, tok_encode.c uses it) ---- */
+
+struct strmap {                /* string -> id, open addressing */
+	const char **key;      /* [cap], NULL = empty; points into tok_str / added */
+	int32_t *val;          /* [cap] */
+	size_t cap, n;
+};
+
+struct mergemap {              /* (left id, right id) -> (rank, merged id) */
+	uint64_t *key;         /* [cap], UINT64_MAX = empty */
+	int32_t *rank, *merged;/* [cap] */
+	size_t cap;
+};
+
+struct added {
+	char *content;         /* NUL-terminated bytes, len of them */
+	size_t len;
+	char *match;           /* what is matched: content, normalized when `normalized` */
+	size_t mlen;
+	int32_t id;
+	unsigned char single_word, lstrip, rstrip, normalized, special;
+};
+
+/* The pipeline steps tokenizer.json declares, read once by tok_pipe.c. */
+enum { TN_NFC = 1, TN_PREPEND, TN_REPLACE };   /* normalizers */
+struct tok_norm {
+	int kind;
+	char *a, *b;           /* Prepend: a; Replace: a -> b (String patterns) */
+	size_t alen, blen;
+};
+
+/* Regexes recognized by their exact string (tok_split.c runs them natively). */
+enum { RE_NEWLINES = 1, RE_CL100K_N1, RE_CL100K_N3, RE_GPT2 };
+enum { SB_ISOLATED = 1, SB_MERGED_NEXT, SB_MERGED_PREV, SB_REMOVED };
+enum { TP_SPLIT = 1, TP_DIGITS, TP_BYTELEVEL, TP_METASPACE };   /* pre-tokenizers */
+enum { PS_ALWAYS = 1, PS_FIRST, PS_NEVER };                     /* Metaspace prepend_scheme */
+struct tok_pre {
+	int kind;
+	int re, behavior;      /* Split */
+	int individual;        /* Digits */
+	int prefix_space, use_regex;   /* ByteLevel */
+	int prepend, split;    /* Metaspace */
+	char rep[8];           /* Metaspace replacement, UTF-8, NUL-terminated */
+	size_t replen;
+};
+
+enum { TD_BYTELEVEL = 1, TD_METASPACE, TD_REPLACE, TD_BYTEFALLBACK, TD_FUSE, TD_STRIP };
+struct tok_dec {
+	int kind;
+	char *a, *b;           /* Replace a -> b; Metaspace / Strip: a = the character */
+	size_t alen, blen;
+	int start;             /* Strip: characters cut from the start */
+	int prepend;           /* Metaspace: prepend_scheme */
+};
+
+struct tok {
+	int n_ids;             /* one past the largest id */
+	char **tok_str;        /* [n_ids] vocabulary string (GPT-2 alphabet), NULL = hole */
+	char **tok_bytes;      /* [n_ids] what the id decodes to on its own, NULL = hole */
+	const char **dec_str;  /* [n_ids] the token string decoders see (added content first) */
+	uint32_t *tok_len;     /* [n_ids] length of tok_bytes */
+	unsigned char *special;/* [n_ids] 1 = added token flagged special */
+	struct strmap vocab;   /* model vocabulary */
+	struct strmap added_map;
+	struct mergemap merges;
+	int32_t byte_id[256];  /* id of the one-symbol token of each byte */
+	struct added *added;   /* [n_added] */
+	int n_added;
+	int32_t *first[256];   /* indices into added by first byte, longest first, -1 ended */
+	int32_t pre[8], post[8]; /* post-processor ids before / after the sequence */
+	int n_pre, n_post;
+	int ignore_merges;
+	int byte_fallback, fuse_unk;
+	int32_t unk_id;        /* -1: no unk_token (unknown characters are dropped) */
+	int32_t byte_tok[256]; /* byte_fallback: id of "<0xNN>", -1 = missing */
+	struct tok_norm norm[8];
+	int n_norm;
+	struct tok_pre pt[8];  /* pre-tokenizer steps, in order */
+	int n_pt;
+	int byte_level;        /* a ByteLevel pre-tokenizer ends pt: the model sees GPT-2 symbols */
+	struct tok_dec dec[8];
+	int n_dec;             /* 0 with dec_none: no decoder (tokens joined by " ") */
+	int dec_none;
+};
+
+/* tok_pipe.c: reads normalizer, pre_tokenizer, decoder, post_processor into t;
+ * 0 or -EPROTO / -ENOMEM with the JSON field named in err. */
+struct rq_err;
+struct cJSON;
+int tok_pipe_load(struct tok *t, const struct cJSON *root, const char *path, struct rq_err *err);
+void tok_pipe_free(struct tok *t);
+
+/* tok_norm.c: applies t's normalizers to s[0..n), appending to out. 0 or -ENOMEM. */
+int tok_normalize(const struct tok *t, const char *s, size_t n, struct tbuf *out);
+/* NFC of s[0..n) appended to out. 0 or -ENOMEM. */
+int tok_nfc(const char *s, size_t n, struct tbuf *out);
+
+/* tok_decode.c: what token string s decodes to on its own (not first in
+ * the text) under a decoder other than ByteLevel; malloc'd, NULL = ENOMEM. */
+char *tok_dec_piece(const struct tok *t, const char *s, uint32_t *len);
+
+/* tok_split.c: end of the match of regex re (RE_*) that starts at s[p],
+ * inside s[p..b) (p < b). The tiling regexes match at every position. */
+size_t tok_re_match(int re, const unsigned char *s, size_t p, size_t b);
+/* tok_split.c: runs t's pre-tokenizer steps on s[0..n) (first: it starts at
+ * offset 0 of the original text) and calls fn with each final piece (bytes,
+ * not necessarily inside s). Returns the first non-zero fn result, or -ENOMEM. */
+int tok_pre_run(const struct tok *t, const char *s, size_t n, int first,
+                int (*fn)(void *ctx, const char *p, size_t len), void *ctx);
+
+/* tokenizer.c: the GPT-2 alphabet symbol of byte b as UTF-8; returns its length. */
+size_t tok_byte_symbol(unsigned char b, char out[4]);
+/* Id of a model-vocabulary string, -1 if none. */
+int tok_vocab_get(const struct tok *t, const char *s);
+/* (left, right) -> rank and merged id; 0 when the pair never merges. */
+int tok_merge_get(const struct mergemap *m, int32_t l, int32_t r, int32_t *rank, int32_t *merged);
+
+#endif
