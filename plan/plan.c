@@ -39,7 +39,31 @@
  *  - Files: like model_free, but each tensor stays in its SRC shard (model_free
  *    moves fused partners to the primary's shard), a shard holding no chosen
  *    module is byte-identical to SRC, and a rewritten shard keeps SRC's
- *    __metadata__ (model_free drops it); tensor bytes are the same. */
+ *    __metadata__ (model_free drops it); tensor bytes are the same.
+ *
+ * The order of this folder (held by tests/tools/test_layout.py): each file
+ * calls only the files below it (plan_int.h and the headers of plan/ declare
+ * what crosses).
+ *
+ *   build     plan.c          rq_plan_build: SRC, config, headers; the Laguna
+ *                             fix's choice of modules and jobs
+ *   schemes   plan_scheme.c   a data-free scheme's modules, jobs and config
+ *             plan_w4a4.c     W4A4: input_global_scale from calib, the ignore
+ *                             list oneshot writes
+ *             plan_rule.c     --rule-scheme: the fix's config group of its own
+ *   files     plan_files.c    the virtual files as segment lists
+ *   object    plan_obj.c      the plan: new, kept memory, module and file
+ *                             lookups, free
+ *   config    qconfig.c       quantization_config: groups, ignore entries
+ *             qconfig_json.c  the edits of config.json's text
+ *   rules     rules.c         ignore/target entries matched against names
+ *             pyre.c          Python `re` patterns through PCRE2
+ *             pyre_tr.c       a Python pattern translated to PCRE2
+ *   source    ckpt.c          a checkpoint's tensors and calibration scales
+ *             hub_cache.c     ORG/NAME[@REV] in the local hub cache
+ *             srcread.c       SRC's small files and headers, local or through
+ *                             a reader (remote SRC)
+ *             srcdir.c        what SRC holds: its files, through hub links */
 #include "base/grow.h"
 #include "plan/plan_int.h"
 #include "plan/rules.h"
@@ -62,22 +86,6 @@ struct cand {
 	const struct st_tensor *w;/* BF16 (or other) `.weight`, NULL if NVFP4 */
 	int nvfp4;                /* has `.weight_packed` */
 };
-
-struct keep {
-	size_t n, cap;
-	void **p;
-};
-
-int rq_plan_keep(struct rq_plan *p, void *mem)
-{
-	struct keep *k = (struct keep *)p->keep_;
-	if (RQ_GROW(k->p, k->n, k->cap, 64)) {
-		free(mem);
-		return -ENOMEM;
-	}
-	k->p[k->n++] = mem;
-	return 0;
-}
 
 static int ends_with(const char *s, const char *suf)
 {
@@ -127,11 +135,6 @@ static int cmp_cand(const void *a, const void *b)
 static int cmp_strp(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int cmp_mod(const void *a, const void *b)
-{
-	return strcmp(((const struct rq_module *)a)->name, ((const struct rq_module *)b)->name);
 }
 
 static struct cand *find_cand(struct cand *c, size_t n, const char *name)
@@ -303,15 +306,8 @@ static int choose_modules(struct rq_plan *p, const struct rq_rules *rules, size_
 		return rq_errf(err, -ENOENT, "%s/config.json: the ignore entry '%s' matches no BF16 "
 		               "Linear weight in SRC; nothing to requantize", p->src_dir,
 		               rules->text[rule]);
-	qsort(p->mods, p->nmods, sizeof *p->mods, cmp_mod);
+	rq_plan_sort_mods(p);
 	return 0;
-}
-
-long rq_plan_find_mod(const struct rq_plan *p, const char *name)
-{
-	struct rq_module key = {.name = (char *)name};
-	struct rq_module *m = bsearch(&key, p->mods, p->nmods, sizeof *p->mods, cmp_mod);
-	return m ? m - p->mods : -1;
 }
 
 static int make_jobs(struct rq_plan *p)
@@ -633,16 +629,13 @@ int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_
 	int rc = check_opts(o, err);
 	if (rc)
 		return rc;
-	struct rq_plan *p = calloc(1, sizeof *p);
-	struct keep *keep = calloc(1, sizeof *keep);
+	struct rq_plan *p = rq_plan_new();
 	struct build *b = calloc(1, sizeof *b);
-	if (!p || !keep || !b) {
-		free(p);
-		free(keep);
+	if (!p || !b) {
+		rq_plan_free(p);
 		free(b);
 		return -ENOMEM;
 	}
-	p->keep_ = keep;
 	p->recipe = o->recipe;
 	p->scheme = o->scheme;
 	p->mod_scheme = o->scheme == RQ_SCHEME_NVFP4 ? o->rule_scheme : o->scheme;
@@ -675,62 +668,4 @@ out:
 	}
 	*out = p;
 	return 0;
-}
-
-void rq_plan_free(struct rq_plan *p)
-{
-	if (!p)
-		return;
-	struct keep *k = (struct keep *)p->keep_;
-	if (k) {
-		for (size_t i = 0; i < k->n; i++)
-			free(k->p[i]);
-		free(k->p);
-		free(k);
-	}
-	for (size_t i = 0; i < p->nfiles; i++) {
-		free(p->files[i].name);
-		free(p->files[i].seg);
-	}
-	free(p->files);
-	for (size_t i = 0; i < p->nmods; i++)
-		free(p->mods[i].name);
-	free(p->mods);
-	free(p->jobs);
-	rq_srcfiles_free(p->srcs, p->nsrcs);
-	for (size_t i = 0; i < p->nskipped; i++)
-		free(p->skipped[i]);
-	free(p->skipped);
-	free(p->src_dir);
-	free(p->dropped_rule);
-	for (size_t i = 0; i < p->ndropped; i++)
-		free(p->dropped[i]);
-	free(p->dropped);
-	free(p);
-}
-
-static int cmp_vfile(const void *a, const void *b)
-{
-	return strcmp(((const struct rq_vfile *)a)->name, ((const struct rq_vfile *)b)->name);
-}
-
-long rq_plan_find_file(const struct rq_plan *p, const char *name)
-{
-	struct rq_vfile key = {.name = (char *)name};
-	const struct rq_vfile *f = p->nfiles ? bsearch(&key, p->files, p->nfiles, sizeof key,
-	                                               cmp_vfile) : NULL;
-	return f ? (long)(f - p->files) : -1;
-}
-
-size_t rq_vfile_seg_at(const struct rq_vfile *f, uint64_t off)
-{
-	size_t lo = 0, hi = f->nseg;
-	while (hi - lo > 1) {
-		size_t mid = (lo + hi) / 2;
-		if (f->seg[mid].off <= off)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	return lo;
 }

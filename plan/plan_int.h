@@ -34,8 +34,13 @@ int rq_src_header(const struct rq_plan *p, const struct rq_srcfile *f, struct st
 const struct rq_srcfile *rq_src_find(const struct rq_plan *p, const char *name);
 void rq_srcfiles_free(struct rq_srcfile *f, size_t n);
 
+/* plan_obj.c: a zeroed plan ready to keep memory (freed by rq_plan_free), or
+ * NULL. */
+struct rq_plan *rq_plan_new(void);
 /* Keeps every allocation the plan's MEM segments point into. */
 int rq_plan_keep(struct rq_plan *p, void *mem);
+/* Sorts p->mods by name, the order rq_plan_find_mod searches. */
+void rq_plan_sort_mods(struct rq_plan *p);
 /* Index of module `name` in p->mods (sorted by name), or -1. */
 long rq_plan_find_mod(const struct rq_plan *p, const char *name);
 

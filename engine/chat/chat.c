@@ -1,6 +1,20 @@
 /* chat.c — loads a model's chat template and renders conversations with it
  * through the Jinja interpreter (engine/chat/jinja.h); what the template sees is
- * written in chat.h. */
+ * written in chat.h.
+ *
+ * The order of this folder (held by tests/tools/test_layout.py): each file
+ * calls only the files below it (jinja_int.h declares what crosses; the
+ * builtins read the render's context, never call the evaluator).
+ *
+ *   template  chat.c           a model's template, its variables, a render
+ *   render    jinja_eval.c     jinja_render: runs the statement tree
+ *   front     jinja_parse.c    tokens to the statement tree
+ *             jinja_lex.c      the template's text to tokens
+ *   builtins  jinja_filters.c  the filters and tests
+ *             jinja_methods.c  obj.name, the methods of strings, dicts and
+ *                              lists, the globals
+ *             jinja_ops.c      arithmetic, ordering, `in`
+ *   values    jinja_value.c    the arena, values, str/repr/tojson, UTF-8 */
 #include "engine/chat/chat.h"
 #include "engine/chat/jinja.h"
 #include "base/err.h"

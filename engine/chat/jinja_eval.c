@@ -21,20 +21,9 @@ struct jframe {
 	struct jdict vars;
 };
 
-struct jctx {
-	struct jstate *st;
-	struct jframe *frame, *root;
-	struct jbuf *out;
-	int ctl;                 /* 1 break, 2 continue: unwinding to the loop */
-	int depth;               /* macro calls in progress */
-	long steps;              /* statements run, bounded by MAX_STEPS */
-};
-
 #define MAX_DEPTH 64
 #define MAX_OUT (256u << 20)
 #define MAX_STEPS 1000000L
-
-struct jstate *jctx_state(struct jctx *c) { return c->st; }
 
 static struct jv eval(struct jctx *c, const struct jx *x);
 static void exec(struct jctx *c, const struct js *s);
@@ -55,17 +44,6 @@ static struct jv undefined_name(struct jctx *c, const char *name)
 	return jv_undef(b.s);
 }
 
-static struct jv no_attr(struct jctx *c, struct jv obj, const char *name)
-{
-	struct jbuf b = {0};
-	jb_puts(c->st, &b, "'");
-	jb_puts(c->st, &b, jv_type(obj));
-	jb_puts(c->st, &b, " object' has no attribute '");
-	jb_puts(c->st, &b, name);
-	jb_puts(c->st, &b, "'");
-	return jv_undef(b.s);
-}
-
 static struct jv lookup(struct jctx *c, const char *name)
 {
 	for (struct jframe *f = c->frame; f; f = f->parent) {
@@ -81,30 +59,6 @@ static struct jv lookup(struct jctx *c, const char *name)
 static void assign(struct jctx *c, const char *name, struct jv v)
 {
 	jd_set(c->st, &c->frame->vars, jv_cstr(name), v);
-}
-
-static struct jv method(struct jctx *c, struct jv self, const char *name)
-{
-	struct jmethod *m = ja_alloc(c->st, sizeof *m);
-	m->self = self;
-	m->name = name;
-	return (struct jv){.kind = JV_METHOD, .u.meth = m};
-}
-
-/* obj.name as Jinja's sandboxed getattr does it: the attribute (a method),
- * else the item, else undefined. */
-struct jv jctx_getattr(struct jctx *c, size_t pos, struct jv obj, const char *name)
-{
-	need_defined(c, pos, obj);
-	if (obj.kind == JV_DICT && !obj.u.d->ns && jb_has_method(obj, name))
-		return method(c, obj, name);
-	if (obj.kind == JV_DICT) {
-		struct jv *v = jd_getc(c->st, obj.u.d, name);
-		return v ? *v : no_attr(c, obj, name);
-	}
-	if (jb_has_method(obj, name))
-		return method(c, obj, name);
-	return no_attr(c, obj, name);
 }
 
 /* Python's index rules for a sequence of n items: i in [0, n), or -1. */
@@ -145,9 +99,9 @@ static struct jv getitem(struct jctx *c, size_t pos, struct jv obj, struct jv ke
 		if (v)
 			return *v;
 		if (key.kind == JV_STR && !obj.u.d->ns && jb_has_method(obj, key.u.s.p))
-			return method(c, obj, key.u.s.p);
+			return jctx_method(c, obj, key.u.s.p);
 		struct jv k = jv_strof(c->st, key);
-		return no_attr(c, obj, k.u.s.p);
+		return jctx_no_attr(c, obj, k.u.s.p);
 	}
 	if ((obj.kind == JV_LIST || obj.kind == JV_STR) && (key.kind == JV_INT || key.kind == JV_BOOL)) {
 		int64_t i = key.kind == JV_INT ? key.u.i : key.u.b;
@@ -160,7 +114,7 @@ static struct jv getitem(struct jctx *c, size_t pos, struct jv obj, struct jv ke
 	}
 	if (key.kind == JV_STR)
 		return jctx_getattr(c, pos, obj, key.u.s.p);
-	return no_attr(c, obj, "[]");
+	return jctx_no_attr(c, obj, "[]");
 }
 
 /* obj[a:b:step] with Python's slice rules. */
@@ -488,7 +442,7 @@ static void exec_for(struct jctx *c, const struct js *s)
 			jd_set(c->st, d, jv_cstr("previtem"), items->v[k - 1]);
 		if (k < n - 1)
 			jd_set(c->st, d, jv_cstr("nextitem"), items->v[k + 1]);
-		jd_set(c->st, d, jv_cstr("cycle"), method(c, loop, "cycle"));
+		jd_set(c->st, d, jv_cstr("cycle"), jctx_method(c, loop, "cycle"));
 		assign(c, "loop", loop);
 		bind(c, s, items->v[i]);
 		exec(c, s->body);

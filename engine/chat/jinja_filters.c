@@ -1,24 +1,13 @@
 /* jinja_filters.c — the filters and tests chat templates use, with jinja2's
  * semantics (and transformers' tojson: json.dumps with ensure_ascii=False).
- * Case mapping (upper, lower, capitalize, title) covers ASCII, Latin-1,
- * Latin Extended-A, Greek and Cyrillic; other characters pass unchanged. */
+ * The string filters (trim, upper, lower, capitalize, title, replace) are the
+ * string methods of jinja_methods.c. */
 #include "engine/chat/jinja_int.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct jv jarg(struct jv *args, int nargs, const char **kwn, struct jv *kwv, int nkw, int idx,
-               const char *name, struct jv def)
-{
-	if (idx >= 0 && idx < nargs)
-		return args[idx];
-	for (int k = 0; k < nkw; k++)
-		if (name && !strcmp(kwn[k], name))
-			return kwv[k];
-	return def;
-}
 
 #define ARG(i, n, d) jarg(args, nargs, kwn, kwv, nkw, i, n, d)
 
@@ -31,153 +20,6 @@ static void need(struct jctx *c, size_t pos, struct jv v)
 {
 	if (v.kind == JV_UNDEF)
 		jfail(jctx_state(c), pos, -EINVAL, "%s", v.u.s.p);
-}
-
-static int cpcmp(const void *x, const void *y)
-{
-	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
-	return a < b ? -1 : a > b;
-}
-
-/* The characters strip removes: white space (set NULL), or set[0..n), sorted. */
-static int strips(uint32_t c, const uint32_t *set, size_t n)
-{
-	return set ? bsearch(&c, set, n, sizeof c, cpcmp) != NULL : jpy_space(c);
-}
-
-/* The start of the code point that ends at s[end) (a bad byte: itself). */
-static size_t cp_start(const char *s, size_t end)
-{
-	size_t i = end - 1;
-	while (i > 0 && end - i < 4 && ((unsigned char)s[i] & 0xC0) == 0x80)
-		i--;
-	size_t k = i;
-	jutf8_next(s, end, &k);
-	return k == end ? i : end - 1;
-}
-
-/* Linear in the string and the set: the set is sorted once, each character
- * looked up in it; only the stripped ends are walked. */
-struct jv jstrip(struct jstate *st, struct jv s, struct jv chars, int which)
-{
-	const char *p = s.u.s.p;
-	size_t lo = 0, hi = s.u.s.n, nset = 0;
-	uint32_t *set = NULL;
-	if (chars.kind == JV_STR) {
-		set = ja_alloc(st, (chars.u.s.n + 1) * sizeof *set);
-		for (size_t k = 0; k < chars.u.s.n;)
-			set[nset++] = jutf8_next(chars.u.s.p, chars.u.s.n, &k);
-		qsort(set, nset, sizeof *set, cpcmp);
-		jwork(st, (uint64_t)nset * JW_STEP);
-	}
-	while ((which & 1) && lo < hi) {
-		size_t k = lo;
-		if (!strips(jutf8_next(p, hi, &k), set, nset))
-			break;
-		lo = k;
-	}
-	while ((which & 2) && hi > lo) {
-		size_t k = cp_start(p, hi), e = k;
-		if (!strips(jutf8_next(p, hi, &e), set, nset))
-			break;
-		hi = k;
-	}
-	if (st)
-		jwork(st, (lo + s.u.s.n - hi) * (set ? 4 : 1));
-	return (struct jv){.kind = JV_STR, .u.s = {p + lo, hi - lo}};
-}
-
-/* Simple case mapping of one code point: ASCII, Latin-1, Latin Extended-A,
- * Greek and Cyrillic (up 1: to upper case, 0: to lower case). */
-static uint32_t case1(uint32_t c, int up)
-{
-	int lower = (c >= 'a' && c <= 'z') || (c >= 0xE0 && c <= 0xFE && c != 0xF7) ||
-		(c >= 0x3B1 && c <= 0x3C9) || (c >= 0x430 && c <= 0x45F);
-	int upper = (c >= 'A' && c <= 'Z') || (c >= 0xC0 && c <= 0xDE && c != 0xD7) ||
-		(c >= 0x391 && c <= 0x3A9 && c != 0x3A2) || (c >= 0x400 && c <= 0x42F);
-	if (up && lower)
-		return c == 0x3C2 ? 0x3A3 : c >= 0x450 && c <= 0x45F ? c - 0x50 : c - 0x20;
-	if (!up && upper)
-		return c >= 0x400 && c <= 0x40F ? c + 0x50 : c + 0x20;
-	if ((c >= 0x100 && c <= 0x137 && c != 0x130 && c != 0x131) || (c >= 0x14A && c <= 0x177))
-		return up ? c & ~1u : c | 1u;
-	if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E))
-		return up ? ((c & 1) ? c : c - 1) : ((c & 1) ? c + 1 : c);
-	if (c == 0xFF && up)
-		return 0x178;
-	if (c == 0x178 && !up)
-		return 0xFF;
-	return c;
-}
-
-static int cased(uint32_t c)
-{
-	return case1(c, 0) != c || case1(c, 1) != c;
-}
-
-/* Mode 4, jinja's title filter: a word starts after white space, -, (, {, [ or <. */
-struct jv jcase(struct jstate *st, struct jv s, int mode)
-{
-	struct jbuf b = {0};
-	uint32_t prev = 0;
-	int first = 1;
-	jwork(st, 4 * s.u.s.n);   /* decoding and mapping each character */
-	for (size_t i = 0; i < s.u.s.n;) {
-		size_t from = i;
-		uint32_t c = jutf8_next(s.u.s.p, s.u.s.n, &i), o;
-		int up = mode == 1 || (mode == 2 && first) || (mode == 3 && !cased(prev)) ||
-			(mode == 4 && (first || jpy_space(prev) || (prev && strchr("-({[<", (int)prev))));
-		o = case1(c, up);
-		char e[4];
-		size_t n = o < 0x80 ? 1 : o < 0x800 ? 2 : 3;
-		if (n == 1)
-			e[0] = (char)o;
-		else if (n == 2)
-			e[0] = (char)(0xC0 | o >> 6), e[1] = (char)(0x80 | (o & 0x3F));
-		else
-			e[0] = (char)(0xE0 | o >> 12), e[1] = (char)(0x80 | ((o >> 6) & 0x3F)),
-			e[2] = (char)(0x80 | (o & 0x3F));
-		if (o == c)   /* unchanged: the original bytes (a bad byte too) */
-			jb_put(st, &b, s.u.s.p + from, i - from);
-		else
-			jb_put(st, &b, e, n);
-		prev = c;
-		first = 0;
-	}
-	return sv(&b);
-}
-
-struct jv jreplace(struct jstate *st, struct jv s, struct jv old, struct jv new, int64_t count)
-{
-	struct jbuf b = {0};
-	size_t i = 0;
-	int64_t done = 0;
-	if (!old.u.s.n) {   /* Python inserts new between every character */
-		while (i <= s.u.s.n && (count < 0 || done < count)) {
-			jb_put(st, &b, new.u.s.p, new.u.s.n);
-			done++;
-			if (i == s.u.s.n) {
-				i++;
-				break;
-			}
-			size_t from = i;
-			jutf8_next(s.u.s.p, s.u.s.n, &i);
-			jb_put(st, &b, s.u.s.p + from, i - from);
-		}
-		if (i < s.u.s.n)
-			jb_put(st, &b, s.u.s.p + i, s.u.s.n - i);
-		return sv(&b);
-	}
-	for (int64_t at; count < 0 || done < count; done++) {
-		at = jfind(st, s.u.s.p, s.u.s.n, old.u.s.p, old.u.s.n, i, 0);
-		if (at < 0)
-			break;
-		jb_put(st, &b, s.u.s.p + i, (size_t)at - i);
-		jb_put(st, &b, new.u.s.p, new.u.s.n);
-		i = (size_t)at + old.u.s.n;
-	}
-	jb_put(st, &b, s.u.s.p + i, s.u.s.n - i);
-	return sv(&b);
 }
 
 static int64_t jlen(struct jctx *c, size_t pos, struct jv v)

@@ -234,9 +234,22 @@ struct js {
 
 struct js *jp_parse(struct jstate *st, const struct jtok *toks, size_t ntoks);
 
-/* ---- builtins (jinja_builtins.c) ----------------------------------------- */
+/* ---- builtins (jinja_filters.c, jinja_methods.c, jinja_ops.c) ------------ */
 
-struct jctx;
+/* The context of one render: jinja_eval.c writes it; the builtins below the
+ * evaluator read only st (jctx_state). */
+struct jframe;
+struct jctx {
+	struct jstate *st;
+	struct jframe *frame, *root;
+	struct jbuf *out;
+	int ctl;                 /* 1 break, 2 continue: unwinding to the loop */
+	int depth;               /* macro calls in progress */
+	long steps;              /* statements run, bounded by MAX_STEPS (jinja_eval.c) */
+};
+
+static inline struct jstate *jctx_state(struct jctx *c) { return c->st; }
+
 /* f(self, args) for filter `name`: 0 and *out, or -ENOENT when no such filter. */
 int jb_filter(struct jctx *c, size_t pos, const char *name, struct jv self, struct jv *args, int nargs,
               const char **kwn, struct jv *kwv, int nkw, struct jv *out);
@@ -248,9 +261,12 @@ int jb_has_method(struct jv self, const char *name);
 int jb_call_global(struct jctx *c, size_t pos, const char *fn, struct jv *args, int nargs,
                    const char **kwn, struct jv *kwv, int nkw, struct jv *out);
 int jb_is_global(const char *name);
-struct jstate *jctx_state(struct jctx *c);
-/* obj.name as jinja2's sandboxed getattr resolves it (jinja_eval.c). */
+/* obj.name as jinja2's sandboxed getattr resolves it (jinja_methods.c). */
 struct jv jctx_getattr(struct jctx *c, size_t pos, struct jv obj, const char *name);
+/* self.name as a bound method value; the undefined value "'T object' has no
+ * attribute 'name'" (jinja_methods.c). */
+struct jv jctx_method(struct jctx *c, struct jv self, const char *name);
+struct jv jctx_no_attr(struct jctx *c, struct jv obj, const char *name);
 /* Python's `needle in hay`, and -1/0/1 ordering (numbers, strings, lists); both fail on other types. */
 int jv_contains(struct jctx *c, size_t pos, struct jv hay, struct jv needle);
 int jv_order(struct jctx *c, size_t pos, struct jv a, struct jv b);
@@ -259,7 +275,7 @@ int jv_order(struct jctx *c, size_t pos, struct jv a, struct jv b);
 struct jv jx_arith(struct jctx *c, const struct jx *x, struct jv a, struct jv b);
 int jx_order(struct jctx *c, const struct jx *x, const char *op, struct jv a, struct jv b);
 
-/* Shared by filters and methods (jinja_filters.c). */
+/* Shared by filters and methods (jinja_methods.c). */
 /* Argument idx (positional) or name (keyword), else def. */
 struct jv jarg(struct jv *args, int nargs, const char **kwn, struct jv *kwv, int nkw, int idx,
                const char *name, struct jv def);
