@@ -14,7 +14,7 @@ import rqtap                                       # noqa: E402
 from rqtap import ok, run                          # noqa: E402
 from rqtap import st_header as header              # noqa: E402
 
-SHAPE = os.path.join(ROOT, "tools", "shape_ckpt.py")
+SHAPE = os.path.join(ROOT, "tools", "golden", "shape_ckpt.py")
 SIZE = {"F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "U8": 1, "I32": 4, "I64": 8}
 RANK = {"U8": 4, "F8_E4M3": 7, "F16": 13, "BF16": 14, "I32": 15, "F32": 17, "I64": 19}
 

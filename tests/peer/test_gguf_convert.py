@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Peer test: tools/golden/gguf_to_hf.py on small GGUF files written here with the `gguf` package's
+"""Peer test: tools/gguf_to_hf.py on small GGUF files written here with the `gguf` package's
 own writer and quantizers (.venv: gguf, numpy, tokenizers, safetensors; tools/setup-model
 installs gguf).
 

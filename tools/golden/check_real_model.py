@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prove tools/golden/gguf_to_hf.py's conversion of SmolLM2-135M-Instruct against independent readers.
+"""Prove tools/gguf_to_hf.py's conversion of SmolLM2-135M-Instruct against independent readers.
 
     /work/venv-ref/bin/python tools/golden/check_real_model.py [--dir .models/SmolLM2-135M-Instruct]
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Convert a llama-architecture GGUF (byte-level BPE tokenizer) into a Hugging Face directory.
 
-  .venv/bin/python3 tools/golden/gguf_to_hf.py GGUF OUT_DIR
+  .venv/bin/python3 tools/gguf_to_hf.py GGUF OUT_DIR
 
 Writes OUT_DIR/{model.safetensors (BF16), config.json, generation_config.json,
 tokenizer.json, tokenizer_config.json}. Needs only the `gguf` package (its
