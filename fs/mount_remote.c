@@ -353,8 +353,10 @@ static void kept_map(struct rq_mount *m)
 	uint64_t cs = rq_rs_chunk_size(m->o.rs);
 	if (!(m->rkept = calloc(m->o.nrfiles ? m->o.nrfiles : 1, sizeof *m->rkept)))
 		return;
-	for (size_t i = 0; i < m->o.nrfiles; i++)
-		if (!(m->rkept[i] = calloc((m->o.rfiles[i].size + cs - 1) / cs + 1, 1)))
+	for (size_t i = 0; i < m->o.nrfiles; i++)   /* a file listed past what the store
+	                                               takes has no map: its reads fail */
+		if (m->o.rfiles[i].size <= rq_rs_max_file(m->o.rs) &&
+		    !(m->rkept[i] = calloc(m->o.rfiles[i].size / cs + 2, 1)))
 			goto fail;
 	for (size_t v = 0; v < p->nfiles; v++) {
 		const struct rq_vfile *f = &p->files[v];
@@ -363,7 +365,7 @@ static void kept_map(struct rq_mount *m)
 			if (g->kind != RQ_SEG_SRC || !g->len)
 				continue;
 			size_t r = p->srcs[g->src].ridx;
-			if (r >= m->o.nrfiles)
+			if (r >= m->o.nrfiles || !m->rkept[r])
 				continue;
 			for (uint64_t c = g->src_off / cs; c <= (g->src_off + g->len - 1) / cs; c++)
 				m->rkept[r][c] = 1;
