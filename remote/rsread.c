@@ -31,7 +31,7 @@ static int reader_errno(int rc)
 	                                                                                : -EIO;
 }
 
-int rqr_failed_err(const struct rfile *f, struct rq_err *err)
+int rqr_failed_err(const struct rq_rs *s, const struct rfile *f, struct rq_err *err)
 {
 	if (f->failed == F_SIZE)
 		return rq_errf(err, -EIO, "%s: the model API lists it at %llu bytes, the server "
@@ -39,9 +39,10 @@ int rqr_failed_err(const struct rfile *f, struct rq_err *err)
 		               "commit as listed; check HF_ENDPOINT)", f->name,
 		               (unsigned long long)f->size, (unsigned long long)f->server_size);
 	if (f->failed == F_LISTED)
-		return rq_errf(err, -EIO, "%s: the model API lists it at %llu bytes, more than %u "
-		               "chunks (the hub takes files of 50 GB at most): not fetched (a wrong "
-		               "listing; check HF_ENDPOINT)", f->name, (unsigned long long)f->size,
+		return rq_errf(err, -EIO, "%s: the model API lists it at %llu bytes, more than the "
+		               "%llu (%u chunks) the remote store takes per file, far beyond any real "
+		               "model file: not fetched (a wrong listing; check HF_ENDPOINT)", f->name,
+		               (unsigned long long)f->size, (unsigned long long)rq_rs_max_file(s),
 		               RQ_RS_CHUNKS_MAX);
 	return rq_errf(err, -EIO, "%s: its bytes from the server hashed twice to %s %s, not the "
 	               "hub's %s (a corrupt mirror or CDN? check HF_ENDPOINT); nothing of it is "
@@ -234,7 +235,7 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
 	f->users++;                                /* not evicted while this read runs */
 	f->last_use = rqr_now_ns();
 	if (f->failed) {
-		rc = rqr_failed_err(f, err);
+		rc = rqr_failed_err(s, f, err);
 		pthread_mutex_unlock(&s->mu);
 		goto out;
 	}
@@ -430,7 +431,7 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 			break;
 		}
 		if (f->failed) {
-			rc = rqr_failed_err(f, err);
+			rc = rqr_failed_err(s, f, err);
 			break;
 		}
 		if (f->assembled)
@@ -501,7 +502,7 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 				pthread_cond_wait(&s->done_cv, &s->mu);
 		}
 		if (!rc && f->failed)
-			rc = rqr_failed_err(f, err);
+			rc = rqr_failed_err(s, f, err);
 		if (rc)
 			break;
 		if (unstored && !f->assembled) {   /* (chunks an assembly dropped: fetched again) */

@@ -326,7 +326,7 @@ static int check_size(struct rq_rs *s, size_t fi, uint64_t server, struct rq_err
 		f->failed = F_SIZE;
 		f->server_size = server;
 		struct rq_err fe = {0};
-		rqr_failed_err(f, &fe);
+		rqr_failed_err(s, f, &fe);
 		for (int hi = 0; hi < 2; hi++) {
 			struct job *j = hi ? s->hi_head : s->lo_head, *next;
 			for (; j; j = next) {
@@ -339,7 +339,7 @@ static int check_size(struct rq_rs *s, size_t fi, uint64_t server, struct rq_err
 		}
 		pthread_cond_broadcast(&s->done_cv);
 	}
-	return rqr_failed_err(f, e);
+	return rqr_failed_err(s, f, e);
 }
 
 /* One range request on the worker's connection; hub retries counted, the
@@ -395,7 +395,7 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 	if (atomic_load(&s->closing)) {
 		rc = rq_errf(&e, -ECANCELED, "%s: the store is closing", f->name);
 	} else if (f->failed >= F_SIZE) {          /* failed while this chunk was taken */
-		rc = rqr_failed_err(f, &e);
+		rc = rqr_failed_err(s, f, &e);
 	} else if (!(ft->buf = buf_get(s, ft->len))) {
 		rc = rq_errf(&e, -ENOMEM, "%s: no memory for a chunk of %u bytes", f->name, ft->len);
 	} else {
@@ -482,7 +482,7 @@ static void run_range(struct rq_rs *s, struct worker *w, struct job *j)
 {
 	struct rq_err e = {0};
 	pthread_mutex_lock(&s->mu);
-	int rc = s->files[j->fi].failed >= F_SIZE ? rqr_failed_err(&s->files[j->fi], &e) : 0;
+	int rc = s->files[j->fi].failed >= F_SIZE ? rqr_failed_err(s, &s->files[j->fi], &e) : 0;
 	pthread_mutex_unlock(&s->mu);
 	if (!rc)
 		rc = fetch_bytes(s, w, j->fi, j->off, j->len, j->dst, &e);

@@ -53,7 +53,7 @@ struct rq_rs_file {
 /* The most chunks one file may span (rstore.c "Listed sizes"): a file listed
  * larger is refused (its reads fail -EIO saying so), so that no claimed size
  * makes the store allocate: at the default chunk size, 1 TiB (the hub's own
- * limit is 50 GB per file). */
+ * largest files are tens of GB). */
 #define RQ_RS_CHUNKS_MAX (1u << 16)
 
 struct rq_rs_opts {

@@ -143,7 +143,7 @@ struct rq_rs {
 
 void rqr_log(struct rq_rs *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* mu held, f->failed set: its message into err; returns -EIO. */
-int rqr_failed_err(const struct rfile *f, struct rq_err *err);
+int rqr_failed_err(const struct rq_rs *s, const struct rfile *f, struct rq_err *err);
 uint32_t rqr_chunk_len(const struct rq_rs *s, const struct rfile *f, uint64_t c);
 /* mu held. The fetch of chunk c (in flight, else queued; hi: demand, a queued
  * readahead is moved to the demand queue); a reference for the caller when
