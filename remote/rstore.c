@@ -144,7 +144,6 @@
 #include "base/err.h"
 #include "hub/hub.h"
 
-
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
