@@ -447,6 +447,22 @@ const char *cli_hf_blob_id(const struct cli_hf *s, size_t i)
 	return s->blob[i];
 }
 
+int cli_hf_check_verifiable(const struct cli_hf *s, const char *what, struct rq_err *err)
+{
+	size_t bad = 0, first = 0;
+	for (size_t i = 0; i < s->n; i++)
+		if (!s->e[i].sha256 && !s->blob[i] && !bad++)
+			first = i;
+	if (!bad)
+		return 0;
+	char more[64] = "";
+	if (bad > 1)
+		snprintf(more, sizeof more, " (and %zu more file%s)", bad - 1, bad > 2 ? "s" : "");
+	return rq_errf(err, -EPROTO, "%s/%s%s: the model API lists no LFS sha256 and no git blob "
+	               "id for it, so its bytes cannot be verified; %s", s->label, s->e[first].name,
+	               more, what);
+}
+
 size_t cli_hf_skipped(const struct cli_hf *s)
 {
 	return s->skipped;

@@ -39,6 +39,13 @@ const char *cli_hf_commit(const struct cli_hf *s);   /* 40 hex */
 const char *cli_hf_repo(const struct cli_hf *s);     /* ORG/NAME */
 /* The git blob id of file i of the reader (40 hex), or NULL. */
 const char *cli_hf_blob_id(const struct cli_hf *s, size_t i);
+/* Every file of SRC can be verified (issue "Hostile inputs, fourth round",
+ * item 1): the model API lists an LFS sha256 or a git blob id for it (the
+ * hub does for every real file; a mirror or proxy may not). 0, else -EPROTO
+ * naming the first file that cannot (and how many more), the message ending
+ * with `what`: what the caller's user can do (mount, plan: --remote-verify
+ * none; export: nothing, it uses no unverified byte). */
+int cli_hf_check_verifiable(const struct cli_hf *s, const char *what, struct rq_err *err);
 /* Files the repo lists but SRC leaves out (in a subdirectory). */
 size_t cli_hf_skipped(const struct cli_hf *s);
 /* HTTP requests made and body bytes received so far (the API call included). */

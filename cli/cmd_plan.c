@@ -31,7 +31,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	"usage: requantfs plan SRC --scheme S [--targets T]... [--ignore I]... [--recipe R] [--json]\n"
-	"                      [--endpoint URL] [--cache DIR]\n"
+	"                      [--endpoint URL] [--cache DIR] [--remote-verify file|none]\n"
 	"       requantfs plan SRC --calib CALIB [--drop-ignore RULE] [--rule-scheme S]\n"
 	"                      [--recipe R] [--json]\n"
 	"                      [--measure N [--device D] [--threads N]]\n\n"
@@ -48,6 +48,10 @@ static void usage(FILE *f)
 	"  --calib hf://ORG/NAME[@REV]  the scales fetched as `calib fetch` does\n"
 	"  --endpoint URL     for hf://: the hub or mirror to ask (default $HF_ENDPOINT, else\n"
 	"                     https://huggingface.co); token: $HF_TOKEN or huggingface_hub's file\n"
+	"  --remote-verify M  for hf://: file (default): as the mount's default, refuse a SRC\n"
+	"                     file the model API lists with no sha256 and no git blob id (its\n"
+	"                     bytes cannot be verified); none: plan it (as a mount with\n"
+	"                     --remote-verify none would serve it)\n"
 	"  --cache DIR        for hf:// with HF_HUB_OFFLINE=1: answer from the cache of a mount\n"
 	"                     that saw the revision (its file list, small files and shard\n"
 	"                     headers; nothing is fetched); default: the mount's default cache\n"
@@ -563,8 +567,9 @@ static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 		CLI_SCHEME_OPTIONS, {"json", no_argument, 0, 'j'},
 		{"measure", required_argument, 0, 'm'}, {"device", required_argument, 0, 'D'},
 		{"threads", required_argument, 0, 't'}, {"endpoint", required_argument, 0, 'e'},
-		{"cache", required_argument, 0, 'C'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	const char *endpoint = NULL, *cache = NULL;
+		{"cache", required_argument, 0, 'C'}, {"remote-verify", required_argument, 0, 'V'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	const char *endpoint = NULL, *cache = NULL, *rverify = NULL;
 	struct rq_plan_opts po = {0};
 	struct rq_quantizer_opts qo = {.device = "auto"};
 	int c, rc, json = 0;
@@ -587,6 +592,12 @@ static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 		case 't': qo.threads = atoi(optarg); break;
 		case 'e': endpoint = optarg; break;
 		case 'C': cache = optarg; break;
+		case 'V':
+			if (strcmp(optarg, "file") && strcmp(optarg, "none"))
+				return cli_fail(2, "plan", "--remote-verify must be file or none (got '%s')",
+				                optarg);
+			rverify = optarg;
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -613,6 +624,14 @@ static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 			rc = open_offline(src, endpoint, cache, &hf, &hc, &err);
 		else
 			rc = cli_hf_open(src, endpoint, &hf, &err);
+		if (!rc && (!rverify || !strcmp(rverify, "file")) &&
+		    (rc = cli_hf_check_verifiable(hf, "a mount (--remote-verify file, the default) "
+		                                  "and export refuse it; plan --remote-verify none "
+		                                  "plans what a mount accepting unverified bytes "
+		                                  "would serve", &err))) {
+			cli_hf_cache_close(hc);
+			cli_hf_close(hf);
+		}
 		if (rc)
 			return cli_fail(1, "plan", "%s", err.msg);
 		po.reader = hc ? cli_hf_cache_reader(hc) : cli_hf_reader(hf);
@@ -625,6 +644,9 @@ static int plan_main(int argc, char **argv, struct cli_scheme *sc)
 	} else if (cache) {
 		return cli_fail(2, "plan", "--cache %s is for an hf://ORG/NAME[@REV] SRC (planned "
 		                "offline from a mount's cache)", cache);
+	} else if (rverify) {
+		return cli_fail(2, "plan", "--remote-verify is for an hf://ORG/NAME[@REV] SRC: %s is "
+		                "read from disk, leave it out", src);
 	}
 	char *calib_tmp = NULL;
 	if (cli_hf_is(po.calib)) {

@@ -469,6 +469,14 @@ int export_hf_open(const struct export_hf_opts *o, struct export_hf **out, struc
 		free(h);
 		return rc;
 	}
+	/* refused before anything is fetched (make_local checks again) */
+	rc = cli_hf_check_verifiable(h->hf, "export uses no unverified byte (use a server whose "
+	                             "model API gives them, or a local copy as SRC)", err);
+	if (rc) {
+		cli_hf_close(h->hf);
+		free(h);
+		return rc;
+	}
 	h->up = cli_hf_reader(h->hf);
 	size_t n = h->up->nfiles ? h->up->nfiles : 1;
 	h->want = -1;

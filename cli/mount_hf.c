@@ -39,6 +39,11 @@ int mount_hf_open(struct rq_mount_opts *o, const char *endpoint, struct mount_hf
 	pthread_mutex_init(&h->mu, NULL);
 	int offline = cli_hf_offline();
 	int rc = cli_hf_open_cached(o->src, endpoint, o->cache_dir, &h->hf, err);
+	if (!rc && o->remote_verify == RQ_RV_FILE)   /* no unverified byte, ever */
+		rc = cli_hf_check_verifiable(h->hf, "--remote-verify file (the default) serves no "
+		                             "unverified byte: use a server whose model API gives "
+		                             "them, a local copy as SRC, or --remote-verify none to "
+		                             "accept unverified bytes", err);
 	if (!rc && o->calib && cli_hf_is(o->calib))     /* offline too, once fetched */
 		rc = cli_hf_calib_cached(o->calib, endpoint, o->cache_dir, &h->calib, err);
 	const struct rq_src_reader *r = rc ? NULL : cli_hf_reader(h->hf);

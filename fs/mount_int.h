@@ -283,6 +283,8 @@ struct rq_mount {
 	                             used (its first rhlen[i] bytes; rhlen 0: none); */
 	uint64_t *rhlen;          /* mount_remote.c */
 	uint8_t *rwhole;          /* [nrfiles] 1: the plan read it whole, verified */
+	atomic_uchar *rgone;      /* [nrfiles] 1: its failure for good (rq_rs_failed) was
+	                             logged: later failed reads of it log nothing */
 	/* --remote-verify file (mount_rver.c): rv [nrfiles] under lock, NULL in
 	 * none mode or for a local SRC; rv_cv (with lock): a fetch ended, or
 	 * rv_stop. The remote pool (both modes): its queue under rp_mu. */

@@ -339,7 +339,7 @@ int rq_mnt_remote_init(struct rq_mount *m, struct rq_err *err)
 	if (!(m->rheads = calloc(n, sizeof *m->rheads)) ||
 	    !(m->rhead_len = calloc(n, sizeof *m->rhead_len)) ||
 	    !(m->rhsha = calloc(n, sizeof *m->rhsha)) || !(m->rhlen = calloc(n, sizeof *m->rhlen)) ||
-	    !(m->rwhole = calloc(n, 1)))
+	    !(m->rwhole = calloc(n, 1)) || !(m->rgone = calloc(n, sizeof *m->rgone)))
 		return rq_errf(err, -ENOMEM, "out of memory");
 	heads_prefetch(m);
 	return 0;
@@ -353,8 +353,10 @@ static void kept_map(struct rq_mount *m)
 	uint64_t cs = rq_rs_chunk_size(m->o.rs);
 	if (!(m->rkept = calloc(m->o.nrfiles ? m->o.nrfiles : 1, sizeof *m->rkept)))
 		return;
-	for (size_t i = 0; i < m->o.nrfiles; i++)
-		if (!(m->rkept[i] = calloc((m->o.rfiles[i].size + cs - 1) / cs + 1, 1)))
+	for (size_t i = 0; i < m->o.nrfiles; i++)   /* a file listed past what the store
+	                                               takes has no map: its reads fail */
+		if (m->o.rfiles[i].size <= rq_rs_max_file(m->o.rs) &&
+		    !(m->rkept[i] = calloc(m->o.rfiles[i].size / cs + 2, 1)))
 			goto fail;
 	for (size_t v = 0; v < p->nfiles; v++) {
 		const struct rq_vfile *f = &p->files[v];
@@ -363,7 +365,7 @@ static void kept_map(struct rq_mount *m)
 			if (g->kind != RQ_SEG_SRC || !g->len)
 				continue;
 			size_t r = p->srcs[g->src].ridx;
-			if (r >= m->o.nrfiles)
+			if (r >= m->o.nrfiles || !m->rkept[r])
 				continue;
 			for (uint64_t c = g->src_off / cs; c <= (g->src_off + g->len - 1) / cs; c++)
 				m->rkept[r][c] = 1;
@@ -410,9 +412,11 @@ void rq_mnt_remote_free(struct rq_mount *m)
 	free(m->rhsha);
 	free(m->rhlen);
 	free(m->rwhole);
+	free(m->rgone);
 	m->rhsha = NULL;
 	m->rhlen = NULL;
 	m->rwhole = NULL;
+	m->rgone = NULL;
 	if (!m->o.rs || !m->srcs || !m->plan)
 		return;
 	for (size_t s = 0; s < m->plan->nsrcs; s++) {
@@ -489,6 +493,10 @@ int rq_mnt_remote_read(struct rq_mount *m, int s, uint64_t off, uint64_t len, vo
 	if (!rc)
 		return 0;
 	atomic_fetch_add(&m->st.remote_failed, 1);
+	/* a file failed for good (a size the server contradicts, bytes hashed
+	 * wrong twice): one line, not one per read the kernel makes of it */
+	if (m->rgone && rq_rs_failed(m->o.rs, sf->ridx) && atomic_exchange(&m->rgone[sf->ridx], 1))
+		return -EIO;
 	rq_mount_logl(m, RQ_LOG_ERROR, "remote read of %s bytes %" PRIu64 "-%" PRIu64 " failed%s: "
 	              "%s: EIO", sf->path, off, off + len - 1,
 	              rc == -ENETUNREACH ? " (offline: HF_HUB_OFFLINE=1 and never fetched)" : "",

@@ -20,7 +20,9 @@
  *          or the hub's bytes hashing wrong twice: the store then fails
  *          every later fetch at once); parked reads answered EIO, logged
  *        BAD (sticky): the verified bytes' head differs from the one the
- *          plan used: every read of the file fails EIO; remount
+ *          plan used, or the store failed the file for good (hashed wrong
+ *          twice, a size the server contradicts: rq_rs_failed): every read
+ *          of the file fails EIO at once, one log line; remount
  *   LOCAL --the shard presented from it is materialized (mount_mat.c): the
  *          copy is released and the store drops the file--> NONE (verified
  *          stays: the plan's bytes from it were checked; a job that must
@@ -155,6 +157,7 @@ static void fetch(struct rq_mount *m, size_t r)
 	double t = rq_mnt_now();
 	rq_rs_pin(m->o.rs, r, 1);     /* kept while v->out holds the copy open (--cache-max) */
 	int rc = rq_rs_fetch_file(m->o.rs, r, NULL, NULL, &e), fd = -1, bad = 0;
+	int lost = rc && rq_rs_failed(m->o.rs, r);   /* for good: BAD, logged once */
 	const char *path = rc ? NULL : rq_rs_path(m->o.rs, r);
 	struct stat st;
 	if (!rc && (!path || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) ||
@@ -182,7 +185,7 @@ static void fetch(struct rq_mount *m, size_t r)
 		v->out = o;
 		atomic_store(&v->verified, 1);
 	} else {
-		v->state = bad ? RV_BAD : RV_NONE;
+		v->state = bad || lost ? RV_BAD : RV_NONE;
 	}
 	struct mread **w = release(m, r, o ? 0 : -EIO, &n);
 	pthread_mutex_unlock(&m->lock);
@@ -195,6 +198,10 @@ static void fetch(struct rq_mount *m, size_t r)
 		              " bytes, fetched by range at mount) that does not match the file's "
 		              "sha256-verified bytes: every read of it fails EIO; remount to rebuild "
 		              "the plan", rname(m, r), m->rhlen[r]);
+	} else if (lost) {
+		atomic_fetch_add(&m->st.remote_failed, 1);
+		rq_mount_logl(m, RQ_LOG_ERROR, "remote: %s: %s: every read of it fails EIO",
+		              rname(m, r), e.msg[0] ? e.msg : strerror(-rc));
 	} else if (rc != -ECANCELED) {
 		atomic_fetch_add(&m->st.remote_failed, 1);
 		rq_mount_logl(m, RQ_LOG_ERROR, "remote: %s: whole-file fetch failed: %s: its reads "

@@ -51,6 +51,7 @@ struct rq_hub {
 	long timeout_s;                /* connect and stall limit; the deadline's base */
 	uint64_t min_rate;             /* bytes/s: the deadline's floor rate (> 0) */
 	struct rq_hub_stats st;
+	uint64_t server_size;          /* rq_hub_server_size: the last range request's */
 	void (*progress)(void *ctx, const struct rq_hub_stats *s);
 	void *progress_ctx;
 	/* rq_hub_cancel, the one cross-thread entry: it sets `cancelled` and
@@ -171,6 +172,7 @@ int rq_hub_open(const char *endpoint, struct rq_hub **out, struct rq_err *err)
 	if (!h)
 		return -ENOMEM;
 	int rc = -ENOMEM;
+	h->server_size = RQ_HUB_SIZE_UNKNOWN;
 	pthread_mutex_init(&h->sock_mu, NULL);
 	for (int i = 0; i < MAX_SOCKS; i++)
 		h->socks[i] = -1;
@@ -302,6 +304,11 @@ void rq_hub_set_progress(struct rq_hub *h, void (*fn)(void *ctx, const struct rq
 void rq_hub_get_stats(const struct rq_hub *h, struct rq_hub_stats *s)
 {
 	*s = h->st;
+}
+
+uint64_t rq_hub_server_size(const struct rq_hub *h)
+{
+	return h->server_size;
 }
 
 const char *rq_hub_token_source(const struct rq_hub *h)
@@ -438,6 +445,9 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *vx)
 				x->cr_total_known = 1;
 				x->cr_total = strtoull(total, NULL, 10);
 			}
+		} else if (sscanf(v, "bytes */%31[0-9]", total) == 1) {   /* a 416's */
+			x->cr_total_known = 1;
+			x->cr_total = strtoull(total, NULL, 10);
 		}
 	} else if (header_is(tmp, k, "content-length", &v)) {
 		x->clen = strtoull(v, NULL, 10);
@@ -721,6 +731,9 @@ int rq_hub_fetch_range(struct rq_hub *h, const char *repo, const char *rev, cons
 		return rq_errf(err, -EINVAL, "%s: empty range", url);
 	struct xfer x = {.h = h, .range = 1, .off = off, .len = len, .buf = buf};
 	int rc = perform(h, url, &x, err);
+	/* what the final response said of the file's size, failed or not */
+	h->server_size = x.cr_total_known ? x.cr_total
+	                 : x.ignored_range && x.clen ? x.clen : RQ_HUB_SIZE_UNKNOWN;
 	if (rc)
 		return rc;
 	if (size) {

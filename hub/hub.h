@@ -80,6 +80,16 @@ int rq_hub_fetch_range(struct rq_hub *h, const char *repo, const char *rev, cons
                        uint64_t off, uint64_t len, void *buf, uint64_t *size,
                        struct rq_err *err);
 
+/* The file size the server stated in the final response to the last
+ * rq_hub_fetch_range on h, whether it succeeded or not: its Content-Range
+ * total ("bytes A-B/TOTAL", or a 416's "bytes * /TOTAL"), else the
+ * Content-Length of a 200 that ignored the Range (the whole body's length);
+ * RQ_HUB_SIZE_UNKNOWN when it stated none (a fault, no answer). Lets a
+ * caller tell a listed size the server contradicts (a file shorter or longer
+ * than its listing) from any other failure. */
+#define RQ_HUB_SIZE_UNKNOWN UINT64_MAX
+uint64_t rq_hub_server_size(const struct rq_hub *h);
+
 /* Reads a whole file of at most max bytes into a NUL-terminated malloc'd
  * buffer (*out, *len). -EFBIG when it is larger; other errors as above. */
 int rq_hub_fetch_file(struct rq_hub *h, const char *repo, const char *rev, const char *file,

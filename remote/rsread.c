@@ -31,6 +31,39 @@ static int reader_errno(int rc)
 	                                                                                : -EIO;
 }
 
+int rqr_failed_err(const struct rq_rs *s, const struct rfile *f, struct rq_err *err)
+{
+	if (f->failed == F_SIZE)
+		return rq_errf(err, -EIO, "%s: the model API lists it at %llu bytes, the server "
+		               "says %llu: not served (a mirror or proxy that does not serve the "
+		               "commit as listed; check HF_ENDPOINT)", f->name,
+		               (unsigned long long)f->size, (unsigned long long)f->server_size);
+	if (f->failed == F_LISTED)
+		return rq_errf(err, -EIO, "%s: the model API lists it at %llu bytes, more than the "
+		               "%llu (%u chunks) the remote store takes per file, far beyond any real "
+		               "model file: not fetched (a wrong listing; check HF_ENDPOINT)", f->name,
+		               (unsigned long long)f->size, (unsigned long long)rq_rs_max_file(s),
+		               RQ_RS_CHUNKS_MAX);
+	return rq_errf(err, -EIO, "%s: its bytes from the server hashed twice to %s %s, not the "
+	               "hub's %s (a corrupt mirror or CDN? check HF_ENDPOINT); nothing of it is "
+	               "served", f->name, f->hash_name, f->bad_sha, f->want);
+}
+
+int rq_rs_failed(struct rq_rs *s, size_t i)
+{
+	if (i >= s->nfiles)
+		return 0;
+	pthread_mutex_lock(&s->mu);
+	int failed = s->files[i].failed != F_OK;
+	pthread_mutex_unlock(&s->mu);
+	return failed;
+}
+
+uint64_t rq_rs_max_file(const struct rq_rs *s)
+{
+	return (uint64_t)s->chunk_size * RQ_RS_CHUNKS_MAX;
+}
+
 /* Pread of the assembled file. */
 static int read_file(const char *path, uint64_t off, uint64_t n, uint8_t *dst)
 {
@@ -202,10 +235,8 @@ int rq_rs_read(struct rq_rs *s, size_t i, uint64_t off, uint64_t len, void *buf,
 	f->users++;                                /* not evicted while this read runs */
 	f->last_use = rqr_now_ns();
 	if (f->failed) {
+		rc = rqr_failed_err(s, f, err);
 		pthread_mutex_unlock(&s->mu);
-		rc = rq_errf(err, -EIO, "%s: its bytes from the server hashed twice to %s %s, not "
-		             "the hub's %s (a corrupt mirror or CDN? check HF_ENDPOINT); nothing of it "
-		             "is served", f->name, f->hash_name, f->bad_sha, f->want);
 		goto out;
 	}
 	size_t planned = 0;
@@ -356,7 +387,7 @@ int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err)
 		s->st.refetches++;
 		memcpy(f->bad_sha, got, 65);
 		if (++f->sha_fails >= 2) {
-			f->failed = 1;
+			f->failed = F_HASH;
 			rc = rq_errf(err, -EIO, "%s: the bytes fetched hash to %s %s, not the hub's %s, "
 			             "twice: not served (a corrupt mirror or CDN? check HF_ENDPOINT)",
 			             f->name, f->hash_name, got, f->want);
@@ -382,7 +413,10 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 	struct rfile *f = &s->files[i];
 	if (rqr_enter(s))
 		return rq_errf(err, -ECANCELED, "%s: the remote store is closing", f->name);
-	struct fetch **fts = calloc(f->nchunks ? f->nchunks : 1, sizeof *fts);
+	/* a window of chunks in flight, not one fetch per chunk of the file
+	 * (rstore.c "Listed sizes"): enough to keep every connection busy */
+	size_t win = 2 * (size_t)s->nworkers, nin = 0;
+	struct fetch **fts = calloc(win, sizeof *fts);
 	if (!fts) {
 		rqr_leave(s);
 		return -ENOMEM;
@@ -397,10 +431,7 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 			break;
 		}
 		if (f->failed) {
-			rc = rq_errf(err, -EIO, "%s: its bytes from the server hashed twice to %s "
-			             "%s, not the hub's %s (a corrupt mirror or CDN? check "
-			             "HF_ENDPOINT); not served", f->name, f->hash_name, f->bad_sha,
-			             f->want);
+			rc = rqr_failed_err(s, f, err);
 			break;
 		}
 		if (f->assembled)
@@ -422,48 +453,56 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 				break;
 			continue;
 		}
-		uint64_t done = 0, missing = 0;
-		for (uint64_t c = 0; c < f->nchunks; c++) {
-			fts[c] = NULL;
-			if (f->st[c] != CH_ABSENT) {
+		uint64_t done = 0, next = 0, unstored = 0;
+		for (uint64_t c = 0; c < f->nchunks; c++)
+			if (f->st[c] != CH_ABSENT)
 				done += rqr_chunk_len(s, f, c);
-				continue;
-			}
-			if (!(fts[c] = rqr_want_chunk(s, i, c, 0, 1))) {   /* behind readers */
-				uint64_t a = c * s->chunk_size;
-				rc = s->offline ? rq_errf(err, -ENETUNREACH, "%s bytes %llu-%llu: not in the "
-				                          "cache, and HF_HUB_OFFLINE=1 forbids fetching them",
-				                          f->name, (unsigned long long)a,
-				                          (unsigned long long)(a + rqr_chunk_len(s, f, c) - 1))
-				                : atomic_load(&s->closing) ? -ECANCELED : -ENOMEM;
-				break;
-			}
-			missing++;
-		}
-		/* Wait until each fetch is stored (out of fl[]), not only done. */
-		uint64_t unstored = 0;
-		while (missing) {
-			uint64_t before = done;
-			for (uint64_t c = 0; c < f->nchunks; c++) {
-				struct fetch *ft = fts[c];
-				if (!ft || !ft->done || f->fl[c] == ft)
+		/* Queue missing chunks in order, at most win at once (behind readers);
+		 * wait until each is stored (out of fl[]), not only done. */
+		for (;;) {
+			while (!rc && !f->failed && nin < win && next < f->nchunks) {
+				uint64_t c = next++;
+				if (f->st[c] != CH_ABSENT)
 					continue;
+				if (!(fts[nin] = rqr_want_chunk(s, i, c, 0, 1))) {
+					uint64_t a = c * s->chunk_size;
+					rc = s->offline ? rq_errf(err, -ENETUNREACH, "%s bytes %llu-%llu: not in "
+					                          "the cache, and HF_HUB_OFFLINE=1 forbids "
+					                          "fetching them", f->name, (unsigned long long)a,
+					                          (unsigned long long)(a + rqr_chunk_len(s, f, c) - 1))
+					   : atomic_load(&s->closing) ? -ECANCELED : -ENOMEM;
+					break;
+				}
+				nin++;
+			}
+			if (!nin)
+				break;
+			uint64_t before = done;
+			size_t ended = 0;
+			for (size_t k = 0; k < nin;) {
+				struct fetch *ft = fts[k];
+				if (!ft->done || f->fl[ft->j.c] == ft) {
+					k++;
+					continue;
+				}
 				if (ft->rc && !rc)
 					rc = rq_errf(err, reader_errno(ft->rc), "%s", ft->err.msg);
 				done += ft->rc ? 0 : ft->len;
 				unstored += !ft->rc && !ft->stored;
 				rqr_unref(s, ft);
-				fts[c] = NULL;
-				missing--;
+				fts[k] = fts[--nin];
+				ended++;
 			}
 			if (progress && done != before) {
 				pthread_mutex_unlock(&s->mu);
 				progress(ctx, done);
 				pthread_mutex_lock(&s->mu);
 			}
-			if (missing)
+			if (!ended)
 				pthread_cond_wait(&s->done_cv, &s->mu);
 		}
+		if (!rc && f->failed)
+			rc = rqr_failed_err(s, f, err);
 		if (rc)
 			break;
 		if (unstored && !f->assembled) {   /* (chunks an assembly dropped: fetched again) */
@@ -482,9 +521,8 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 			break;
 		}
 	}
-	for (uint64_t c = 0; c < f->nchunks; c++)
-		if (fts[c])
-			rqr_unref(s, fts[c]);
+	for (size_t k = 0; k < nin; k++)
+		rqr_unref(s, fts[k]);
 	f->users--;
 	pthread_mutex_unlock(&s->mu);
 	free(fts);

@@ -110,6 +110,20 @@
  *    the file's sparse data); eviction never breaks a reader: the file is
  *    marked absent first and its chunk writers wait for the unlinks.
  *
+ * Listed sizes. The model API's sizes are claims: a mirror may list a 31 KB
+ * file at 10^15 bytes. Every range answer states the file's size (its
+ * Content-Range total; a 416's "bytes * /TOTAL"; a 200 that ignored the
+ * Range, its Content-Length); the first that differs from the listed size
+ * fails the file for good (F_SIZE): its queued fetches end at once with
+ * that message, later reads and fetch_files fail -EIO at once, and the
+ * workers go on with other files' chunks (a mount once issued ~60,000
+ * doomed requests, one per chunk of the claimed size, ahead of other
+ * files). The store logs nothing of it: the callers' reads report it. A
+ * file listed past RQ_RS_CHUNKS_MAX chunks is refused at open (F_LISTED,
+ * no map, no request): the per-file maps (st, fl, the mount's kept map)
+ * stay bounded, and fetch_file keeps a window of chunks in flight (not one
+ * struct fetch per chunk of the file).
+ *
  * Sharing (rsshare.c). Stores on one cache (two mounts, nodes over NFS)
  * write the same chunks/<id>-<size>/data, so another store's wrong bytes
  * can overwrite a chunk this one hashed from its buffer. Each store holds
@@ -130,9 +144,6 @@
 #include "base/err.h"
 #include "hub/hub.h"
 
-#include <dirent.h>
-#include <xxhash.h>
-
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -142,8 +153,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-#define TMP_STALE_S (15 * 60)   /* a temp file this old is a crashed writer's (as cache/) */
 
 void rqr_unref(struct rq_rs *s, struct fetch *ft)
 {
@@ -284,21 +293,90 @@ struct fetch *rqr_want_chunk(struct rq_rs *s, size_t fi, uint64_t c, int hi, int
 	return ft;
 }
 
-/* One range request on the worker's connection; hub retries counted. */
-static int fetch_bytes(struct rq_rs *s, struct worker *w, const struct rfile *f, uint64_t off,
+/* Ends queued job j (mu held, j already out of its queue) with e's error. */
+static void end_job(struct rq_rs *s, struct job *j, const struct rq_err *e)
+{
+	if (j->kind == JOB_CHUNK) {
+		struct fetch *ft = (struct fetch *)j;
+		ft->queued = 0;
+		ft->done = 1;
+		ft->rc = e->code;
+		ft->err = *e;
+		s->files[j->fi].fl[j->c] = NULL;
+		rqr_unref(s, ft);
+	} else {
+		if (!j->g->rc) {
+			j->g->rc = e->code;
+			j->g->err = *e;
+		}
+		j->g->pending--;
+	}
+}
+
+/* The server stated `server` bytes for file fi (mu held): unless that is its
+ * listed size, the file fails for good (F_SIZE) and its queued fetches end
+ * now. 0, or -EIO with the file's message. */
+static int check_size(struct rq_rs *s, size_t fi, uint64_t server, struct rq_err *e)
+{
+	struct rfile *f = &s->files[fi];
+	if (server == RQ_HUB_SIZE_UNKNOWN || server == f->size)
+		return 0;
+	if (f->failed != F_SIZE) {
+		f->failed = F_SIZE;
+		f->server_size = server;
+		struct rq_err fe = {0};
+		rqr_failed_err(s, f, &fe);
+		for (int hi = 0; hi < 2; hi++) {
+			struct job *j = hi ? s->hi_head : s->lo_head, *next;
+			for (; j; j = next) {
+				next = j->next;
+				if (j->fi != fi)
+					continue;
+				unqueue(s, j);
+				end_job(s, j, &fe);
+			}
+		}
+		pthread_cond_broadcast(&s->done_cv);
+	}
+	return rqr_failed_err(s, f, e);
+}
+
+/* One range request on the worker's connection; hub retries counted, the
+ * size the server states checked against the listed one. */
+static int fetch_bytes(struct rq_rs *s, struct worker *w, size_t fi, uint64_t off,
                        uint64_t len, void *buf, struct rq_err *e)
 {
+	const struct rfile *f = &s->files[fi];
 	int rc = rq_hub_fetch_range(w->hub, s->repo, s->commit, f->name, off, len, buf, NULL, e);
 	struct rq_hub_stats hs;
 	rq_hub_get_stats(w->hub, &hs);
 	pthread_mutex_lock(&s->mu);
 	s->st.retries += hs.retries - w->retries_seen;
 	w->retries_seen = hs.retries;
+	int src = rc == -ECANCELED ? 0 : check_size(s, fi, rq_hub_server_size(w->hub), e);
 	pthread_mutex_unlock(&s->mu);
+	if (src)
+		return src;
 	if (rc)
 		rq_err_prefix(e, "%s bytes %llu-%llu", f->name, (unsigned long long)off,
 		              (unsigned long long)(off + len - 1));
 	return rc;
+}
+
+/* A failed fetch's log line: none for a file failed for good (its readers
+ * report it, once each) nor for a cancel. */
+static void log_fetch_failure(struct rq_rs *s, size_t fi, int rc, uint64_t c,
+                              const struct rq_err *e)
+{
+	pthread_mutex_lock(&s->mu);
+	int quiet = rc == -ECANCELED || s->files[fi].failed == F_SIZE;
+	pthread_mutex_unlock(&s->mu);
+	if (quiet)
+		return;
+	if (c == UINT64_MAX)
+		rqr_log(s, "remote: fetch failed: %s", e->msg);
+	else
+		rqr_log(s, "remote: fetch failed (chunk %llu): %s", (unsigned long long)c, e->msg);
 }
 
 /* Worker: chunk c of a file, into a buffer taken from mem_max, then stored.
@@ -315,6 +393,8 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 		pthread_cond_wait(&s->mem_cv, &s->mu);
 	if (atomic_load(&s->closing)) {
 		rc = rq_errf(&e, -ECANCELED, "%s: the store is closing", f->name);
+	} else if (f->failed >= F_SIZE) {          /* failed while this chunk was taken */
+		rc = rqr_failed_err(s, f, &e);
 	} else if (!(ft->buf = buf_get(s, ft->len))) {
 		rc = rq_errf(&e, -ENOMEM, "%s: no memory for a chunk of %u bytes", f->name, ft->len);
 	} else {
@@ -324,9 +404,9 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (!rc)
-		rc = fetch_bytes(s, w, f, off, ft->len, ft->buf, &e);
-	if (rc && rc != -ECANCELED)
-		rqr_log(s, "remote: fetch failed (chunk %llu): %s", (unsigned long long)c, e.msg);
+		rc = fetch_bytes(s, w, fi, off, ft->len, ft->buf, &e);
+	if (rc)
+		log_fetch_failure(s, fi, rc, c, &e);
 	pthread_mutex_lock(&s->mu);
 	ft->done = 1;
 	ft->rc = rc;
@@ -400,9 +480,13 @@ static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
 static void run_range(struct rq_rs *s, struct worker *w, struct job *j)
 {
 	struct rq_err e = {0};
-	int rc = fetch_bytes(s, w, &s->files[j->fi], j->off, j->len, j->dst, &e);
-	if (rc && rc != -ECANCELED)
-		rqr_log(s, "remote: fetch failed: %s", e.msg);
+	pthread_mutex_lock(&s->mu);
+	int rc = s->files[j->fi].failed >= F_SIZE ? rqr_failed_err(s, &s->files[j->fi], &e) : 0;
+	pthread_mutex_unlock(&s->mu);
+	if (!rc)
+		rc = fetch_bytes(s, w, j->fi, j->off, j->len, j->dst, &e);
+	if (rc)
+		log_fetch_failure(s, j->fi, rc, UINT64_MAX, &e);
 	pthread_mutex_lock(&s->mu);
 	struct group *g = j->g;
 	if (rc) {
@@ -442,110 +526,6 @@ static void *worker_main(void *arg)
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;
-}
-
-/* The identity of a file (chunk.h) and its derived names. */
-static int name_file(struct rq_rs *s, struct rfile *f, const struct rq_rs_file *in,
-                     struct rq_err *err)
-{
-	if (in->sha256 && *in->sha256) {
-		if (strlen(in->sha256) != 64 || strspn(in->sha256, "0123456789abcdef") != 64)
-			return rq_errf(err, -EINVAL, "%s: LFS sha256 '%s' is not 64 lowercase hex digits",
-			               in->name, in->sha256);
-		memcpy(f->sha256, in->sha256, 65);
-		snprintf(f->id, sizeof f->id, "%s", in->sha256);
-	} else if (in->blob_id && *in->blob_id) {
-		if (strlen(in->blob_id) != 40 || strspn(in->blob_id, "0123456789abcdef") != 40)
-			return rq_errf(err, -EINVAL, "%s: git blob id '%s' is not 40 lowercase hex digits",
-			               in->name, in->blob_id);
-		snprintf(f->id, sizeof f->id, "git-%s", in->blob_id);
-		memcpy(f->blob_id, in->blob_id, 41);
-	} else {
-		XXH3_state_t *x = XXH3_createState();
-		if (!x)
-			return -ENOMEM;
-		XXH3_128bits_reset(x);
-		XXH3_128bits_update(x, s->repo, strlen(s->repo) + 1);
-		XXH3_128bits_update(x, s->commit, strlen(s->commit) + 1);
-		XXH3_128bits_update(x, in->name, strlen(in->name) + 1);
-		XXH128_hash_t h = XXH3_128bits_digest(x);
-		XXH3_freeState(x);
-		snprintf(f->id, sizeof f->id, "name-%016llx%016llx", (unsigned long long)h.high64,
-		         (unsigned long long)h.low64);
-	}
-	snprintf(f->want, sizeof f->want, "%s", f->sha256[0] ? f->sha256 : f->blob_id);
-	f->hash_name = f->sha256[0] ? "sha256" : "git blob id";
-	f->idhash = XXH3_64bits(f->id, strlen(f->id));
-	snprintf(f->dir, sizeof f->dir, "chunks/%s-%u", f->id, s->chunk_size);
-	if (asprintf(&f->apath, "%s/files/%s", s->root, f->id) < 0) {
-		f->apath = NULL;
-		return -ENOMEM;
-	}
-	return 0;
-}
-
-/* What the cache already holds of f: its assembled file, else its chunks
- * (names and sizes; the bytes are checksummed at first use). */
-static void scan_file(struct rq_rs *s, struct rfile *f)
-{
-	struct stat st;
-	if (stat(f->apath, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == f->size) {
-		f->last_use = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-		f->assembled = 1;
-		s->st.bytes_on_disk += f->size;
-		rqr_chunk_drop_all(s->dfd, f->dir);   /* left by a crash after the rename */
-		return;
-	}
-	int fd = openat(s->dfd, f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
-		return;
-	}
-	if (fstatat(fd, "data", &st, AT_SYMLINK_NOFOLLOW) == 0)   /* its last chunk stored */
-		f->last_use = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		char *end;
-		if (strstr(e->d_name, ".tmp.")) {        /* a writer's, or a crashed writer's */
-			if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-			    time(NULL) - st.st_mtime > TMP_STALE_S)
-				unlinkat(fd, e->d_name, 0);
-			continue;
-		}
-		if (strlen(e->d_name) != 16)
-			continue;
-		unsigned long long c = strtoull(e->d_name, &end, 16);
-		if (*end || c >= f->nchunks || f->st[c] != CH_ABSENT)
-			continue;
-		uint32_t len = rqr_chunk_len(s, f, c);
-		if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-		    (uint64_t)st.st_size == rqr_sum_file_size(len)) {
-			f->st[c] = CH_PRESENT;
-			f->npresent++;
-			s->st.bytes_on_disk += rqr_chunk_file_size(len);
-		}
-	}
-	closedir(d);
-}
-
-static int mkdir_p(const char *path)
-{
-	char buf[4096];
-	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-		return -ENAMETOOLONG;
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = 0;
-		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
 }
 
 int rq_rs_open(const struct rq_rs_opts *o, struct rq_rs **out, struct rq_err *err)
@@ -594,9 +574,9 @@ int rq_rs_open(const struct rq_rs_opts *o, struct rq_rs **out, struct rq_err *er
 	}
 	char sub[4200];
 	snprintf(sub, sizeof sub, "%s/chunks", s->root);
-	if ((rc = mkdir_p(sub)) == 0) {
+	if ((rc = rqr_mkdir_p(sub)) == 0) {
 		snprintf(sub, sizeof sub, "%s/files", s->root);
-		rc = mkdir_p(sub);
+		rc = rqr_mkdir_p(sub);
 	}
 	if (rc) {
 		rc = rq_errf(err, rc, "remote store: cannot create %s: %s (choose a writable --cache "
@@ -617,16 +597,21 @@ int rq_rs_open(const struct rq_rs_opts *o, struct rq_rs **out, struct rq_err *er
 	for (size_t i = 0; i < o->nfiles; i++) {
 		struct rfile *f = &s->files[i];
 		f->size = o->files[i].size;
-		f->nchunks = (f->size + cs - 1) / cs;
+		f->nchunks = f->size / cs + (f->size % cs != 0);   /* (no overflow near 2^64) */
+		if (f->nchunks > RQ_RS_CHUNKS_MAX) {   /* refused: no map sized by a claim */
+			f->failed = F_LISTED;
+			f->nchunks = 0;
+		}
 		f->name = strdup(o->files[i].name);
 		f->st = calloc(f->nchunks ? f->nchunks : 1, 1);
 		f->fl = calloc(f->nchunks ? f->nchunks : 1, sizeof *f->fl);
 		if (!f->name || !f->st || !f->fl)
 			goto fail;
-		if ((rc = name_file(s, f, &o->files[i], err)))
+		if ((rc = rqr_name_file(s, f, &o->files[i], err)))
 			goto fail;
 		rc = -ENOMEM;
-		scan_file(s, f);
+		if (f->failed != F_LISTED)
+			rqr_scan_file(s, f);
 	}
 	if (!s->offline) {
 		s->workers = calloc((size_t)s->nworkers, sizeof *s->workers);
@@ -662,20 +647,9 @@ void rq_rs_cancel(struct rq_rs *s)
 	atomic_store(&s->closing, 1);
 	struct job *j;
 	while ((j = dequeue(s))) {               /* queued work ends now, cancelled */
-		if (j->kind == JOB_CHUNK) {
-			struct fetch *ft = (struct fetch *)j;
-			ft->queued = 0;
-			ft->done = 1;
-			ft->rc = rq_errf(&ft->err, -ECANCELED, "%s: the store is closing",
-			                 s->files[j->fi].name);
-			s->files[j->fi].fl[j->c] = NULL;
-			rqr_unref(s, ft);
-		} else {
-			if (!j->g->rc)
-				j->g->rc = rq_errf(&j->g->err, -ECANCELED, "%s: the store is closing",
-				                   s->files[j->fi].name);
-			j->g->pending--;
-		}
+		struct rq_err e = {0};
+		rq_errf(&e, -ECANCELED, "%s: the store is closing", s->files[j->fi].name);
+		end_job(s, j, &e);
 	}
 	pthread_cond_broadcast(&s->work_cv);
 	pthread_cond_broadcast(&s->done_cv);
@@ -785,7 +759,8 @@ void rq_rs_drop(struct rq_rs *s, size_t i)
 	f->npresent = 0;
 	rqr_hash_reset(s, f);
 	f->assembled = 0;
-	f->failed = 0;                            /* a fresh start: fetched again if read */
+	if (f->failed == F_HASH)                  /* a fresh start: fetched again if read */
+		f->failed = F_OK;                     /* (a size the server contradicts stays) */
 	f->sha_fails = 0;
 	s->st.bytes_on_disk -= was < s->st.bytes_on_disk ? was : s->st.bytes_on_disk;
 	pthread_mutex_unlock(&s->mu);

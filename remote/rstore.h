@@ -19,6 +19,13 @@
  *    the file, range and HF_HUB_OFFLINE.
  *  - Faults (drops, 5xx, 429, stalls, short or wrong bodies) are retried by
  *    hub/; then the read fails -EIO with a message naming file and range.
+ *  - A listed size is a claim: the first answer whose stated size (its
+ *    Content-Range total, or a whole body's length) differs from it fails
+ *    the file for good at once (its queued fetches ended, every read -EIO
+ *    naming file, listed size and the server's); a file listed past
+ *    RQ_RS_CHUNKS_MAX chunks is refused without a request. Memory never
+ *    grows with a listed size: per-file maps are bounded, a whole-file
+ *    fetch keeps a bounded window of chunks in flight.
  *    Memory: at most mem_max bytes of chunk buffers in flight, whatever the
  *    readers do. rq_rs_close() returns promptly with fetches in flight.
  *  - Disk: the store's files count against a byte budget (max_bytes: the
@@ -42,6 +49,12 @@ struct rq_rs_file {
 	const char *sha256;        /* 64 hex (LFS), or NULL */
 	const char *blob_id;       /* 40 hex git blob id, or NULL */
 };
+
+/* The most chunks one file may span (rstore.c "Listed sizes"): a file listed
+ * larger is refused (its reads fail -EIO saying so), so that no claimed size
+ * makes the store allocate: at the default chunk size, 1 TiB (the hub's own
+ * largest files are tens of GB). */
+#define RQ_RS_CHUNKS_MAX (1u << 16)
 
 struct rq_rs_opts {
 	const char *endpoint;      /* NULL: $HF_ENDPOINT, else the hub */
@@ -107,6 +120,17 @@ const char *rq_rs_path(struct rq_rs *s, size_t i);
  * hold it: -ENOSPC naming --cache-max. */
 int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint64_t bytes),
                      void *ctx, struct rq_err *err);
+
+/* 1 when file i's reads fail for good (-EIO, whatever is retried): its
+ * bytes hashed wrong twice, the server stated a size other than the listed
+ * one, or it is listed larger than the store takes; else 0. The message is
+ * the one its reads get. A caller that fails once and for all on it (a
+ * mount: one log line, not one per read) asks this after a failure. */
+int rq_rs_failed(struct rq_rs *s, size_t i);
+
+/* The largest file size the store takes (RQ_RS_CHUNKS_MAX chunks): a
+ * caller sizes its per-chunk maps only for files up to it. */
+uint64_t rq_rs_max_file(const struct rq_rs *s);
 
 /* Drops file i's chunks (its presented bytes now live elsewhere in the cache,
  * e.g. a materialized shard). Reads still work: they fetch again. */

@@ -16,6 +16,11 @@
 #define RQ_RS_CONN_MAX 64
 
 enum { CH_ABSENT, CH_PRESENT };   /* rfile.st[c] */
+/* rfile.failed: why a file's reads fail -EIO for good (rqr_failed_err says it).
+ * F_HASH: its bytes hashed wrong twice (rq_rs_drop starts it afresh);
+ * F_SIZE: the server stated a size other than the listed one (rstore.c
+ * "Listed sizes"); F_LISTED: listed larger than RQ_RS_CHUNKS_MAX chunks. */
+enum { F_OK, F_HASH, F_SIZE, F_LISTED };
 enum { JOB_CHUNK, JOB_RANGE };
 
 struct job {
@@ -61,14 +66,15 @@ struct rfile {
 	uint64_t idhash;           /* XXH3-64 of id, in every chunk's header */
 	char dir[128];             /* chunks/<id>-<chunk_size> */
 	char *apath;               /* <root>/files/<id>: the assembled file's path */
-	uint64_t nchunks;
+	uint64_t nchunks;          /* <= RQ_RS_CHUNKS_MAX (0 when failed F_LISTED) */
 	uint8_t *st;               /* mu: [nchunks] CH_* */
 	struct fetch **fl;         /* mu: [nchunks] in flight, or NULL */
 	uint64_t npresent;         /* mu: chunks with st != CH_ABSENT */
 	int assembled;             /* mu: files/<id> is there, verified */
 	int assembling;            /* mu: a thread is assembling it */
 	int sha_fails;             /* mu: SHA-256 mismatches at assembly */
-	int failed;                /* mu: two mismatches: reads fail -EIO */
+	int failed;                /* mu: F_*: reads fail -EIO (F_OK: they do not) */
+	uint64_t server_size;      /* mu: F_SIZE: the size the server stated */
 	char bad_sha[65];          /* mu: what the last mismatching bytes hashed to (want's kind) */
 	uint64_t seq_next;         /* mu: end of the last read (readahead) */
 	uint8_t *ra_want;          /* mu: [nchunks] chunks readahead may fetch, or NULL: all */
@@ -136,6 +142,8 @@ struct rq_rs {
 };
 
 void rqr_log(struct rq_rs *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* mu held, f->failed set: its message into err; returns -EIO. */
+int rqr_failed_err(const struct rq_rs *s, const struct rfile *f, struct rq_err *err);
 uint32_t rqr_chunk_len(const struct rq_rs *s, const struct rfile *f, uint64_t c);
 /* mu held. The fetch of chunk c (in flight, else queued; hi: demand, a queued
  * readahead is moved to the demand queue); a reference for the caller when
@@ -184,6 +192,13 @@ void rqr_share_register(struct rq_rs *s);
 void rqr_share_unregister(struct rq_rs *s);
 int rqr_share_shared(struct rq_rs *s);
 int rqr_verify_disk(struct rq_rs *s, size_t fi, int64_t *bad, char got[65]);
+/* rsfile.c (at open). name: f's identity (chunk.h), dir and paths from in;
+ * 0, -EINVAL (a bad hash), -ENOMEM. scan: what the cache holds of f (its
+ * assembled file, else its chunks: names and sizes). mkdir_p: 0 or -errno. */
+int rqr_name_file(struct rq_rs *s, struct rfile *f, const struct rq_rs_file *in,
+                  struct rq_err *err);
+void rqr_scan_file(struct rq_rs *s, struct rfile *f);
+int rqr_mkdir_p(const char *path);
 int rqr_enter(struct rq_rs *s);                              /* -ECANCELED when closing */
 void rqr_leave(struct rq_rs *s);
 

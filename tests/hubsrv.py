@@ -11,7 +11,9 @@ faults are injected with Hub.reset(fail=STATUS) or fail_after=BYTES, stall=S
 byte at B or the first after it, so reads of a header before B stay right),
 wrong_head=NAME (a valid header that is not the file's); no_lfs, no_blob: names listed
 without "lfs" or "blobId"; extra={NAME: BYTES}: more siblings, served from memory (names
-no directory holds: "..", ".", "a\\b", "x\0y").
+no directory holds: "..", ".", "a\\b", "x\0y"); claim_size={NAME: N}: NAME listed at N bytes
+(served as it is: a range past its end answers 416 with "Content-Range: bytes */SIZE", as real
+servers do).
 
     hub = Hub(); hub.repos["org/name"] = {"refs": {"main": C}, "commits": {C: dir}}
     srv, endpoint = start(hub) ... srv.shutdown()
@@ -37,6 +39,7 @@ class Hub:
             self.lie_size = set()      # file names listed one byte shorter than served
             self.no_lfs = set()        # file names listed without "lfs" (plain git: blob id)
             self.no_blob = set()       # file names listed without "blobId"
+            self.claim_size = {}       # file name -> the size the model API lists it at
             self.move_main = None      # (repo, commit): main moves there after the API answers
             self.extra = {}            # name -> bytes: siblings listed after the directory's
             self.fail = 0              # resolve/CDN answers: 0 serve, else this HTTP status
@@ -113,6 +116,7 @@ def handler(hub, cdn=False):
                 p = os.path.join(d, name)
                 e = {"rfilename": name, "size": os.path.getsize(p) - (name in hub.lie_size),
                      "blobId": git_blob_id(p)}
+                e["size"] = hub.claim_size.get(name, e["size"])
                 if name in hub.no_blob:
                     del e["blobId"]
                 if (name.endswith(".safetensors") or name.endswith(".index.json")) and \
@@ -160,6 +164,11 @@ def handler(hub, cdn=False):
                 if not m or hub.ignore_range:
                     return self.reply(200, f.read())
                 a, b = int(m[1]), min(int(m[2]), size - 1)
+                if a >= size:          # not satisfiable: the size said, as real servers do
+                    n = self.reply(416, b"", [("Content-Range", f"bytes */{size}")])
+                    with hub.lock:
+                        hub.ranges.append((rev, name, a, int(m[2])))
+                    return
                 f.seek(a)
                 if hub.cut:            # a connection dropped mid-body
                     body = f.read(b - a + 1)
