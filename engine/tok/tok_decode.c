@@ -358,7 +358,7 @@ static int chain_emit(struct tok_stream *s, int final, const char **text, size_t
 		return -ENOMEM;
 	*text = s->out.s;
 	*len = 0;
-	if (end <= s->r)
+	if (end <= s->r || (t->stream_whole && !final))
 		return 0;
 	struct tbuf win = {0}, pre = {0};
 	int rc = tbuf_put(&win, "", 0) || tbuf_put(&pre, "", 0) ||

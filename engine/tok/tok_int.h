@@ -133,6 +133,8 @@ struct tok {
 	                        * prefix/suffix: the model maps bytes to GPT-2 symbols (fast path) */
 	struct tok_dec dec[TOK_MAX_STEPS];
 	int n_dec;             /* 0 with dec_none: no decoder (tokens joined by " ") */
+	int stream_whole;      /* streaming cannot cut the text early: a ByteLevel after a
+	                        * Fuse sees some token it keeps raw (tokenizer.c) */
 	int dec_none;
 };
 

@@ -30,8 +30,10 @@ static const struct {
 	{RE_GPT2, "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"},
 };
 
-/* The Whitespace pre-tokenizer: this regex, inverted, Removed. */
-#define WHITESPACE_RE "\\w+|[^\\w\\s]+"
+/* The Whitespace pre-tokenizer: \w+|[^\w\s]+ inverted, Removed; the library
+ * runs it on Rust's regex crate, whose \w also holds Join_Control. */
+#define RUST_W "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
+#define WHITESPACE_RE "[" RUST_W "]+|[^" RUST_W "\\s]+"
 
 struct ld {
 	struct tok *t;

@@ -262,6 +262,38 @@ static int merge_parts(const cJSON *m, char *buf, size_t cap, const char **a, co
 	return 1;
 }
 
+/* A ByteLevel decoder after a Fuse sees the whole text as one string and
+ * maps it back to bytes only when every character is in its alphabet: one
+ * token with another character (a space, "<0xE6>" turned into U+FFFD by
+ * ByteFallback) changes how all the text before it decodes; a Strip with
+ * a stop after the tokens are joined cuts the end of the text. Then the
+ * streaming decoder returns the text only at the end (the library's own
+ * DecodeStream fails on such text). */
+static int stream_whole(const struct tok *t)
+{
+	int fused = 0, joined = 0, risky = 0;
+	for (int k = 0; k < t->n_dec; k++) {
+		if (joined && t->dec[k].kind == TD_STRIP && t->dec[k].stop)
+			return 1;   /* the end of the text is cut: later ids move it */
+		risky |= fused && t->dec[k].kind == TD_BYTELEVEL;
+		fused |= t->dec[k].kind == TD_FUSE;
+		joined |= t->dec[k].kind == TD_FUSE || t->dec[k].kind == TD_BYTELEVEL;
+	}
+	for (int id = 0; risky && id < t->n_ids; id++) {
+		const unsigned char *s = (const unsigned char *)t->dec_str[id];
+		size_t n = s ? strlen((const char *)s) : 0;
+		if (n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>')
+			return 1;
+		for (size_t i = 0; i < n;) {
+			uint32_t c;
+			i = tok_utf8_next(s, n, i, &c);
+			if (c == TOK_BAD_CP || tok_symbol_byte(c) < 0)
+				return 1;
+		}
+	}
+	return 0;
+}
+
 /* Longest first; equal lengths keep file order. */
 static int cmp_added_len(const void *x, const void *y, void *ctx)
 {
@@ -361,6 +393,7 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 		if (t->dec_str[id] && !(t->tok_bytes[id] = token_bytes(t, t->dec_str[id], &t->tok_len[id])))
 			return -ENOMEM;
 	}
+	t->stream_whole = stream_whole(t);
 	for (int b = 0; b < 256; b++) {
 		char s[8] = {0};
 		t->byte_tok[b] = -1;

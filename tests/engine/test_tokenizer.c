@@ -212,6 +212,19 @@ static void variants(const char *dir, const char *json, const struct tok *ref, c
 		tok_free(t);
 		t = NULL;
 	}
+	/* a regex that backtracks catastrophically: the encode fails, never hangs */
+	char *b = replace(json, "\"(?i:'s", "\"(?:a|aa)+$|(?i:'s");
+	spit(path, b);
+	free(b);
+	rc = tok_load(path, &t, &err);
+	struct tok_ids ids = {0};
+	const char *aab = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab";
+	int erc = rc ? rc : tok_encode(t, aab, strlen(aab), 0, &ids);
+	TAP_OK(rc == 0 && erc == -ERANGE, "a catastrophic regex fails the encode with -ERANGE (load %d, encode %d)",
+	       rc, erc);
+	tok_ids_free(&ids);
+	tok_free(t);
+	t = NULL;
 	spit(path, "{\"model\": ");
 	TAP_OK(tok_load(path, &t, &err) == -EPROTO, "refuses truncated JSON: %s", err.msg);
 	TAP_OK(tok_load("/nonexistent/tokenizer.json", &t, &err) == -ENOENT, "missing file: %s", err.msg);
