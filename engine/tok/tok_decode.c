@@ -5,9 +5,9 @@
  * ByteLevel alone (GPT-2 style families, Laguna) maps each token back to its
  * bytes and replaces invalid UTF-8 with U+FFFD as from_utf8_lossy does; the
  * bytes of each id are precomputed (tok_bytes), so decode and the streaming
- * decoder are one pass. Every other decoder (SentencePiece style: Replace,
- * ByteFallback, Fuse, Strip, Metaspace, in the file's order) runs as the
- * library's decode_chain over the list of token strings. Its streaming
+ * decoder are one pass (the fast path). Every other chain (ByteLevel,
+ * Replace, ByteFallback, Fuse, Strip, Metaspace, BPEDecoder, in any order)
+ * runs as the library's decode_chain over the list of token strings. Its streaming
  * decoder decodes a short sliding window of ids (chain_emit), holding back
  * a trailing run of <0xNN> byte tokens, which only the next token resolves. */
 #include "base/grow.h"
@@ -126,24 +126,61 @@ static int flush_bytes(struct strs *out, struct tbuf *run)
 	return rc;
 }
 
+/* ByteLevel on a token: its characters as the bytes they stand for when
+ * all are in the alphabet, else its own bytes (ByteLevel::decode_chain). */
+static int bytelevel_token(const char *s, size_t n, struct tbuf *out)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t at = out->n;
+	for (size_t i = 0; i < n;) {
+		uint32_t c;
+		i = tok_utf8_next(u, n, i, &c);
+		int b = c == TOK_BAD_CP ? -1 : tok_symbol_byte(c);
+		unsigned char byte = (unsigned char)b;
+		if (b < 0) {
+			out->n = at;
+			return tbuf_put(out, s, n);
+		}
+		if (tbuf_put(out, &byte, 1))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Strip: up to start leading and stop trailing copies of the character
+ * (the library panics when they overlap; here the token becomes empty). */
+static int strip_token(const struct tok_dec *d, const char *s, size_t n, struct strs *out)
+{
+	size_t a = 0, b = n;
+	for (int c = 0; c < d->start && a + d->alen <= n && !memcmp(s + a, d->a, d->alen); c++)
+		a += d->alen;
+	for (int c = 0; c < d->stop && b >= d->alen && !memcmp(s + b - d->alen, d->a, d->alen); c++)
+		b -= d->alen;
+	return strs_push(out, s + a, b > a ? b - a : 0);
+}
+
 static int chain_step(const struct tok_dec *d, struct strs *in, struct strs *out)
 {
 	int rc = 0;
 	struct tbuf run = {0};
 	for (size_t i = 0; i < in->n && !rc; i++) {
 		const char *s = in->v[i].s ? in->v[i].s : "";
-		size_t n = in->v[i].n, k;
+		size_t n = in->v[i].n;
 		unsigned char b;
 		switch (d->kind) {
 		case TD_REPLACE:
+			rc = strs_push(out, "", 0) ? -ENOMEM
+			     : tok_re_replace(d->re, s, n, d->b, d->blen, &out->v[out->n - 1]);
+			break;
 		case TD_METASPACE:
-			if (d->kind == TD_METASPACE && i == 0 && d->prepend != PS_NEVER)
+			if (i == 0 && d->prepend != PS_NEVER)
 				rc = strs_push(out, "", 0) || replace_into(s, n, d->a, d->alen, "", 0, &out->v[out->n - 1]);
-			else if (d->kind == TD_METASPACE)
-				rc = strs_push(out, "", 0) || replace_into(s, n, d->a, d->alen, " ", 1, &out->v[out->n - 1]);
 			else
-				rc = strs_push(out, "", 0) || replace_into(s, n, d->a, d->alen, d->b, d->blen,
-				                                           &out->v[out->n - 1]);
+				rc = strs_push(out, "", 0) || replace_into(s, n, d->a, d->alen, " ", 1, &out->v[out->n - 1]);
+			break;
+		case TD_BPE:   /* the suffix ends a word: a space, none after the last token */
+			rc = strs_push(out, "", 0) || replace_into(s, n, d->a, d->alen, i + 1 < in->n ? " " : "",
+			                                           i + 1 < in->n, &out->v[out->n - 1]);
 			break;
 		case TD_BYTEFALLBACK:
 			if (byte_token(s, n, &b))
@@ -152,23 +189,25 @@ static int chain_step(const struct tok_dec *d, struct strs *in, struct strs *out
 				rc = flush_bytes(out, &run) || strs_push(out, s, n);
 			break;
 		case TD_FUSE:
+		case TD_BYTELEVEL:   /* both join the tokens into one string */
 			if (!out->n)
 				rc = strs_push(out, "", 0);
 			if (!rc)
-				rc = tbuf_put(&out->v[0], s, n);
+				rc = d->kind == TD_FUSE ? tbuf_put(&run, s, n) : bytelevel_token(s, n, &run);
 			break;
-		default:   /* TD_STRIP: up to start leading copies of the character */
-			k = 0;
-			for (int c = 0; c < d->start && k + d->alen <= n && !memcmp(s + k, d->a, d->alen); c++)
-				k += d->alen;
-			rc = strs_push(out, s + k, n - k);
+		default:   /* TD_STRIP */
+			rc = strip_token(d, s, n, out);
 			break;
 		}
 	}
 	if (!rc && d->kind == TD_BYTEFALLBACK)
 		rc = flush_bytes(out, &run);
+	if (!rc && d->kind == TD_FUSE && out->n)
+		rc = tbuf_put(&out->v[0], run.s ? run.s : "", run.n);
+	if (!rc && d->kind == TD_BYTELEVEL && out->n)   /* from_utf8_lossy of all the bytes */
+		rc = tok_utf8_lossy((unsigned char *)(run.s ? run.s : ""), run.n, 1, &out->v[0]) == (size_t)-1;
 	free(run.s);
-	return rc ? -ENOMEM : 0;
+	return rc == -ERANGE ? rc : rc ? -ENOMEM : 0;
 }
 
 /* The decoder chain on the kept ids, joined into out. */
@@ -196,18 +235,31 @@ char *tok_dec_piece(const struct tok *t, const char *s, uint32_t *len)
 {
 	struct tbuf cur = {0}, next = {0};
 	unsigned char b;
+	int joined = 0;   /* a Fuse or ByteLevel ran: the token is inside one string */
 	int rc = tbuf_put(&cur, s, strlen(s));
 	for (int k = 0; k < t->n_dec && !rc; k++) {
 		const struct tok_dec *d = &t->dec[k];
 		next.n = 0;
+		rc = tbuf_put(&next, "", 0);
+		if (rc)
+			break;
 		if (d->kind == TD_REPLACE)
-			rc = replace_into(cur.s, cur.n, d->a, d->alen, d->b, d->blen, &next);
+			rc = tok_re_replace(d->re, cur.s, cur.n, d->b, d->blen, &next);
 		else if (d->kind == TD_METASPACE)
 			rc = replace_into(cur.s, cur.n, d->a, d->alen, " ", 1, &next);
+		else if (d->kind == TD_BPE)
+			rc = replace_into(cur.s, cur.n, d->a, d->alen, " ", 1, &next);
 		else if (d->kind == TD_BYTEFALLBACK && byte_token(cur.s, cur.n, &b))
-			rc = tbuf_put(&next, "", 0) || tbuf_put(&next, &b, 1);
-		else
-			rc = tbuf_put(&next, "", 0) || tbuf_put(&next, cur.s, cur.n);
+			rc = tbuf_put(&next, &b, 1);
+		else if (d->kind == TD_BYTELEVEL)
+			rc = bytelevel_token(cur.s, cur.n, &next);
+		else if (d->kind == TD_STRIP && !joined) {
+			struct strs one = {0};
+			rc = strip_token(d, cur.s, cur.n, &one) || tbuf_put(&next, one.v[0].s, one.v[0].n);
+			strs_free(&one);
+		} else
+			rc = tbuf_put(&next, cur.s, cur.n);
+		joined |= d->kind == TD_FUSE || d->kind == TD_BYTELEVEL;
 		struct tbuf tmp = cur;
 		cur = next;
 		next = tmp;
@@ -306,12 +358,19 @@ static int chain_emit(struct tok_stream *s, int final, const char **text, size_t
 		return -ENOMEM;
 	*text = s->out.s;
 	*len = 0;
-	if (end <= s->r)
+	if (end <= s->r || (t->stream_whole && !final))
 		return 0;
 	struct tbuf win = {0}, pre = {0};
 	int rc = tbuf_put(&win, "", 0) || tbuf_put(&pre, "", 0) ||
 	         chain_decode(t, s->ids.v + s->p, end - s->p, 0, &win) ||
 	         chain_decode(t, s->ids.v + s->p, s->r - s->p, 0, &pre) ? -ENOMEM : 0;
+	/* text ending in U+FFFD may be a UTF-8 sequence that the next ids
+	 * complete (ByteLevel, ByteFallback): held back, as DecodeStream does */
+	if (!rc && !final && win.n >= 3 && !memcmp(win.s + win.n - 3, FFFD, 3)) {
+		free(win.s);
+		free(pre.s);
+		return 0;
+	}
 	if (!rc && win.n >= pre.n && !memcmp(win.s, pre.s, pre.n))
 		rc = tbuf_put(&s->out, win.s + pre.n, win.n - pre.n);
 	else if (!rc) {

@@ -20,6 +20,7 @@ struct enc {
 	struct hent *heap;          /* [2 * cap] candidate merges */
 	size_t cap, nheap;
 	char *sym;                  /* [2 * cap + 1] piece in the GPT-2 alphabet (ignore_merges) */
+	char *one;                  /* one character with the model's prefix and suffix */
 };
 
 static int push_id(struct tok_ids *o, int32_t id)
@@ -107,9 +108,12 @@ static struct hent hpop(struct enc *e)
 	return top;
 }
 
-/* The initial symbols of a piece that is not byte-level: each character's
- * vocabulary id, else its <0xNN> byte tokens (byte_fallback), else unk_token
- * (consecutive ones fused when fuse_unk), else nothing (BPE::merge_word). */
+/* The initial symbols of a piece that is not byte-level: each character
+ * (continuing_subword_prefix before all but the first, end_of_word_suffix
+ * after the last) as its vocabulary id, else its <0xNN> byte tokens
+ * (byte_fallback; the bytes of the affixed string), else unk_token
+ * (consecutive ones fused when fuse_unk), else nothing (BPE::merge_word).
+ * e->sym holds the affixed character. */
 static size_t char_symbols(struct enc *e, const unsigned char *s, size_t n)
 {
 	const struct tok *t = e->t;
@@ -117,10 +121,17 @@ static size_t char_symbols(struct enc *e, const unsigned char *s, size_t n)
 	int unk = 0;   /* an unk symbol is pending */
 	for (size_t i = 0; i < n;) {
 		uint32_t c;
-		char one[8];
-		size_t j = tok_utf8_next(s, n, i, &c), k;
-		memcpy(one, s + i, j - i);
-		one[j - i] = 0;
+		size_t j = tok_utf8_next(s, n, i, &c), k, len = 0;
+		char *one = e->one;
+		if (i && t->prefix)
+			memcpy(one, t->prefix, len = t->prefix_len);
+		memcpy(one + len, s + i, j - i);
+		len += j - i;
+		if (j == n && t->suffix) {
+			memcpy(one + len, t->suffix, t->suffix_len);
+			len += t->suffix_len;
+		}
+		one[len] = 0;
 		int id = tok_vocab_get(t, one);
 		if (id >= 0) {
 			if (unk)
@@ -128,11 +139,12 @@ static size_t char_symbols(struct enc *e, const unsigned char *s, size_t n)
 			unk = 0;
 			e->id[m++] = id;
 		} else {
-			for (k = i; t->byte_fallback && k < j && t->byte_tok[s[k]] >= 0; k++)
+			const unsigned char *u = (const unsigned char *)one;
+			for (k = 0; t->byte_fallback && k < len && t->byte_tok[u[k]] >= 0; k++)
 				;
-			if (t->byte_fallback && k == j) {
-				for (k = i; k < j; k++)
-					e->id[m++] = t->byte_tok[s[k]];
+			if (t->byte_fallback && k == len) {
+				for (k = 0; k < len; k++)
+					e->id[m++] = t->byte_tok[u[k]];
 			} else if (t->unk_id >= 0) {
 				if (unk && !t->fuse_unk)
 					e->id[m++] = t->unk_id;
@@ -152,7 +164,8 @@ static int bpe(struct enc *e, const unsigned char *s, size_t n)
 	const struct tok *t = e->t;
 	if (n == 1 && t->byte_level && t->byte_id[s[0]] >= 0)
 		return push_id(e->out, t->byte_id[s[0]]);
-	if (enc_reserve(e, 4 * n))
+	/* byte fallback may give each byte of a character and its affixes an id */
+	if (enc_reserve(e, 4 * n + 4 * (t->prefix_len + t->suffix_len) * n + 8))
 		return -ENOMEM;
 	if (t->ignore_merges) {
 		size_t m = 0;
@@ -287,7 +300,7 @@ static int normalize_gap(struct enc *e, const unsigned char *s, size_t n, int fi
 	if (!e->t->n_norm)
 		return split_added(e, s, 0, n, 1, first);
 	struct tbuf nb = {0};
-	int rc = tbuf_put(&nb, "", 0) || tok_normalize(e->t, (const char *)s, n, &nb) ? -ENOMEM : 0;
+	int rc = tbuf_put(&nb, "", 0) ? -ENOMEM : tok_normalize(e->t, (const char *)s, n, &nb);
 	if (!rc)
 		rc = split_added(e, (const unsigned char *)nb.s, 0, nb.n, 1, first);
 	free(nb.s);
@@ -338,6 +351,8 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int flags, str
 {
 	struct enc e = {.t = t, .out = out};
 	int rc = 0;
+	if (!(e.one = malloc(t->prefix_len + t->suffix_len + 8)))
+		return -ENOMEM;
 	if (flags & TOK_ADD_SPECIAL)
 		for (int i = 0; i < t->n_pre && !rc; i++)
 			rc = push_id(out, t->pre[i]);
@@ -351,5 +366,6 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int flags, str
 	free(e.next);
 	free(e.heap);
 	free(e.sym);
+	free(e.one);
 	return rc;
 }

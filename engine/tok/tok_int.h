@@ -60,35 +60,46 @@ struct added {
 	unsigned char single_word, lstrip, rstrip, normalized, special;
 };
 
-/* The pipeline steps tokenizer.json declares, read once by tok_pipe.c. */
-enum { TN_NFC = 1, TN_PREPEND, TN_REPLACE };   /* normalizers */
+/* The pipeline steps tokenizer.json declares, read once by tok_pipe.c; each
+ * component kind (normalizer, pre-tokenizer, decoder) is a struct of its
+ * parsed parameters with a kind, applied by its runner (tok_norm.c,
+ * tok_split.c, tok_decode.c). Sequences are flattened in order. */
+#define TOK_MAX_STEPS 16
+struct tok_re;
+enum { TN_NFC = 1, TN_NFD, TN_PREPEND, TN_REPLACE, TN_LOWERCASE, TN_STRIP };   /* normalizers */
 struct tok_norm {
 	int kind;
-	char *a, *b;           /* Prepend: a; Replace: a -> b (String patterns) */
+	char *a, *b;           /* Prepend: a; Replace: content b */
 	size_t alen, blen;
+	struct tok_re *re;     /* Replace: the pattern (String or Regex) */
+	int left, right;       /* Strip: strip_left, strip_right */
 };
 
 /* Regexes recognized by their exact string (tok_split.c runs them natively). */
 enum { RE_NEWLINES = 1, RE_CL100K_N1, RE_CL100K_N3, RE_GPT2 };
-enum { SB_ISOLATED = 1, SB_MERGED_NEXT, SB_MERGED_PREV, SB_REMOVED };
-enum { TP_SPLIT = 1, TP_DIGITS, TP_BYTELEVEL, TP_METASPACE };   /* pre-tokenizers */
+enum { SB_ISOLATED = 1, SB_MERGED_NEXT, SB_MERGED_PREV, SB_REMOVED, SB_CONTIGUOUS };
+enum { TP_SPLIT = 1, TP_DIGITS, TP_BYTELEVEL, TP_METASPACE, TP_WHITESPACE_SPLIT, TP_PUNCTUATION };
 enum { PS_ALWAYS = 1, PS_FIRST, PS_NEVER };                     /* Metaspace prepend_scheme */
 struct tok_pre {
 	int kind;
-	int re, behavior;      /* Split */
+	int re;                /* Split: RE_* when the pattern is a known one (native), else 0 */
+	struct tok_re *rx;     /* Split (and Whitespace): the pattern on PCRE2 / memmem when re == 0 */
+	int behavior, invert;  /* Split, Punctuation */
 	int individual;        /* Digits */
 	int prefix_space, use_regex;   /* ByteLevel */
+	int map;               /* ByteLevel: map bytes to the GPT-2 alphabet here (not the model) */
 	int prepend, split;    /* Metaspace */
 	char rep[8];           /* Metaspace replacement, UTF-8, NUL-terminated */
 	size_t replen;
 };
 
-enum { TD_BYTELEVEL = 1, TD_METASPACE, TD_REPLACE, TD_BYTEFALLBACK, TD_FUSE, TD_STRIP };
+enum { TD_BYTELEVEL = 1, TD_METASPACE, TD_REPLACE, TD_BYTEFALLBACK, TD_FUSE, TD_STRIP, TD_BPE };
 struct tok_dec {
 	int kind;
-	char *a, *b;           /* Replace a -> b; Metaspace / Strip: a = the character */
+	char *a, *b;           /* Replace: content b; Metaspace / Strip: a = the character; BPE: a = suffix */
 	size_t alen, blen;
-	int start;             /* Strip: characters cut from the start */
+	struct tok_re *re;     /* Replace: the pattern */
+	int start, stop;       /* Strip: characters cut from the start / the end */
 	int prepend;           /* Metaspace: prepend_scheme */
 };
 
@@ -112,13 +123,18 @@ struct tok {
 	int byte_fallback, fuse_unk;
 	int32_t unk_id;        /* -1: no unk_token (unknown characters are dropped) */
 	int32_t byte_tok[256]; /* byte_fallback: id of "<0xNN>", -1 = missing */
-	struct tok_norm norm[8];
+	char *prefix, *suffix; /* continuing_subword_prefix, end_of_word_suffix; NULL = none */
+	size_t prefix_len, suffix_len;
+	struct tok_norm norm[TOK_MAX_STEPS];
 	int n_norm;
-	struct tok_pre pt[8];  /* pre-tokenizer steps, in order */
+	struct tok_pre pt[TOK_MAX_STEPS];  /* pre-tokenizer steps, in order */
 	int n_pt;
-	int byte_level;        /* a ByteLevel pre-tokenizer ends pt: the model sees GPT-2 symbols */
-	struct tok_dec dec[8];
+	int byte_level;        /* a ByteLevel pre-tokenizer ends pt and the model has no
+	                        * prefix/suffix: the model maps bytes to GPT-2 symbols (fast path) */
+	struct tok_dec dec[TOK_MAX_STEPS];
 	int n_dec;             /* 0 with dec_none: no decoder (tokens joined by " ") */
+	int stream_whole;      /* streaming cannot cut the text early: a ByteLevel after a
+	                        * Fuse sees some token it keeps raw (tokenizer.c) */
 	int dec_none;
 };
 
@@ -129,10 +145,39 @@ struct cJSON;
 int tok_pipe_load(struct tok *t, const struct cJSON *root, const char *path, struct rq_err *err);
 void tok_pipe_free(struct tok *t);
 
-/* tok_norm.c: applies t's normalizers to s[0..n), appending to out. 0 or -ENOMEM. */
+/* tok_re.c: a Split / Replace pattern, Oniguruma's reading on PCRE2 (literal:
+ * a String pattern). 0, -ENOMEM, or -EPROTO with why[cap] saying what. */
+int tok_re_compile(const char *pattern, int literal, struct tok_re **out, char *why, size_t cap);
+void tok_re_free(struct tok_re *re);
+/* The leftmost match in s[from..n): 1 and [*ms, *me); 0: none; -ERANGE: the
+ * match limits were hit; -ENOMEM. */
+int tok_re_find(const struct tok_re *re, const unsigned char *s, size_t n, size_t from,
+                size_t *ms, size_t *me);
+/* Oniguruma's find_iter over s[0..n) with finder find (pat its argument):
+ * each(ctx, ms, me) per match, an empty match right after a match skipped.
+ * Returns the first non-zero result of find (< 0) or each. */
+typedef int (*tok_find_fn)(const void *pat, const unsigned char *s, size_t n, size_t from,
+                           size_t *ms, size_t *me);
+int tok_find_iter(tok_find_fn find, const void *pat, const unsigned char *s, size_t n,
+                  int (*each)(void *ctx, size_t ms, size_t me), void *ctx);
+/* s[0..n) with each match of re replaced by content (NormalizedString::replace,
+ * the Replace decoder), appended to out. 0, -ENOMEM or -ERANGE. */
+int tok_re_replace(const struct tok_re *re, const char *s, size_t n, const char *content, size_t clen,
+                   struct tbuf *out);
+
+/* tok_text.c: the GPT-2 byte alphabet: the symbol of byte b as UTF-8 (its
+ * length), and the byte of symbol c (-1: c is not in the alphabet). */
+size_t tok_byte_symbol(unsigned char b, char out[4]);
+int tok_symbol_byte(uint32_t c);
+int tok_is_punct(uint32_t c);    /* the Punctuation pre-tokenizer's is_punc */
+/* Appends the lowercase of code point c (Rust char::to_lowercase). 0 or -ENOMEM. */
+int tok_lower(uint32_t c, struct tbuf *out);
+
+/* tok_norm.c: applies t's normalizers to s[0..n), appending to out. 0, -ENOMEM, or
+ * -ERANGE (a Replace regex hit its match limits). */
 int tok_normalize(const struct tok *t, const char *s, size_t n, struct tbuf *out);
-/* NFC of s[0..n) appended to out. 0 or -ENOMEM. */
-int tok_nfc(const char *s, size_t n, struct tbuf *out);
+/* NFC (compose) or NFD of s[0..n) appended to out. 0 or -ENOMEM. */
+int tok_nf(const char *s, size_t n, int compose, struct tbuf *out);
 
 /* tok_decode.c: what token string s decodes to on its own (not first in
  * the text) under a decoder other than ByteLevel; malloc'd, NULL = ENOMEM. */
@@ -147,9 +192,7 @@ size_t tok_re_match(int re, const unsigned char *s, size_t p, size_t b);
 int tok_pre_run(const struct tok *t, const char *s, size_t n, int first,
                 int (*fn)(void *ctx, const char *p, size_t len), void *ctx);
 
-/* tokenizer.c: the GPT-2 alphabet symbol of byte b as UTF-8; returns its length. */
-size_t tok_byte_symbol(unsigned char b, char out[4]);
-/* Id of a model-vocabulary string, -1 if none. */
+/* tokenizer.c: id of a model-vocabulary string, -1 if none. */
 int tok_vocab_get(const struct tok *t, const char *s);
 /* (left, right) -> rank and merged id; 0 when the pair never merges. */
 int tok_merge_get(const struct mergemap *m, int32_t l, int32_t r, int32_t *rank, int32_t *merged);

@@ -1,6 +1,6 @@
-/* tok_norm.c — the normalizers tokenizer.json may declare: NFC, Prepend,
- * Replace (String pattern), in sequence, as `tokenizers` applies them to
- * each stretch of text between added tokens.
+/* tok_norm.c — the normalizers tokenizer.json may declare: NFC, NFD,
+ * Lowercase, Strip, Prepend, Replace (String or Regex pattern), in sequence,
+ * as `tokenizers` applies them to each stretch of text between added tokens.
  *
  * NFC follows UAX #15: full canonical decomposition (tables generated from
  * the library itself, tools/golden/gen_nfc_tables.py; Hangul algorithmic), canonical
@@ -115,7 +115,7 @@ static int sort_run(uint32_t *v, size_t n)
 	return 0;
 }
 
-int tok_nfc(const char *text, size_t n, struct tbuf *out)
+int tok_nf(const char *text, size_t n, int nfc, struct tbuf *out)
 {
 	const unsigned char *s = (const unsigned char *)text;
 	struct cps b = {0};
@@ -153,6 +153,10 @@ int tok_nfc(const char *text, size_t n, struct tbuf *out)
 	unsigned last = 0;
 	for (size_t i = 0; i < b.n && !rc; i++) {
 		uint32_t c = b.v[i], x;
+		if (!nfc) {   /* NFD: decomposed and ordered */
+			b.v[m++] = c;
+			continue;
+		}
 		unsigned k = ccc(c);
 		if (i == 0) {
 			b.v[m++] = c;
@@ -181,17 +185,57 @@ int tok_nfc(const char *text, size_t n, struct tbuf *out)
 	return rc;
 }
 
-static int replace_all(const char *s, size_t n, const struct tok_norm *r, struct tbuf *out)
+/* Strip: the white space at the start (left) and the end (right). */
+static int strip(const char *s, size_t n, const struct tok_norm *nm, struct tbuf *out)
 {
-	size_t i = 0;
-	while (i < n) {
-		const char *m = memmem(s + i, n - i, r->a, r->alen);
-		size_t end = m ? (size_t)(m - s) : n;
-		if (tbuf_put(out, s + i, end - i) || (m && tbuf_put(out, r->b, r->blen)))
+	const unsigned char *u = (const unsigned char *)s;
+	size_t a = 0, b = n;
+	uint32_t c;
+	while (nm->left && a < b) {
+		size_t j = tok_utf8_next(u, b, a, &c);
+		if (!tok_is_ws(c))
+			break;
+		a = j;
+	}
+	while (nm->right && b > a) {
+		size_t j = tok_utf8_prev(u, a, b, &c);
+		if (!tok_is_ws(c))
+			break;
+		b = j;
+	}
+	return tbuf_put(out, s + a, b - a);
+}
+
+/* Lowercase: each code point by Rust's char::to_lowercase (no context rule). */
+static int lowercase(const char *s, size_t n, struct tbuf *out)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	for (size_t i = 0; i < n;) {
+		uint32_t c;
+		size_t j = tok_utf8_next(u, n, i, &c);
+		if (c == TOK_BAD_CP ? tbuf_put(out, s + i, 1) : tok_lower(c, out))
 			return -ENOMEM;
-		i = m ? end + r->alen : n;
+		i = j;
 	}
 	return 0;
+}
+
+/* One normalizer on cur, appended to next. */
+static int apply(const struct tok_norm *nm, const struct tbuf *cur, struct tbuf *next)
+{
+	switch (nm->kind) {
+	case TN_NFC:
+	case TN_NFD:
+		return tok_nf(cur->s, cur->n, nm->kind == TN_NFC, next);
+	case TN_PREPEND:   /* only a non-empty text */
+		return cur->n ? tbuf_put(next, nm->a, nm->alen) || tbuf_put(next, cur->s, cur->n) ? -ENOMEM : 0 : 0;
+	case TN_LOWERCASE:
+		return lowercase(cur->s, cur->n, next);
+	case TN_STRIP:
+		return strip(cur->s, cur->n, nm, next);
+	default:           /* TN_REPLACE */
+		return tok_re_replace(nm->re, cur->s, cur->n, nm->b, nm->blen, next);
+	}
 }
 
 int tok_normalize(const struct tok *t, const char *s, size_t n, struct tbuf *out)
@@ -199,17 +243,9 @@ int tok_normalize(const struct tok *t, const char *s, size_t n, struct tbuf *out
 	struct tbuf cur = {0}, next = {0};
 	int rc = tbuf_put(&cur, s, n);
 	for (int i = 0; i < t->n_norm && !rc; i++) {
-		const struct tok_norm *nm = &t->norm[i];
 		next.n = 0;
-		rc = tbuf_put(&next, "", 0);
-		if (rc)
+		if ((rc = tbuf_put(&next, "", 0)) || (rc = apply(&t->norm[i], &cur, &next)))
 			break;
-		if (nm->kind == TN_NFC)
-			rc = tok_nfc(cur.s, cur.n, &next);
-		else if (nm->kind == TN_PREPEND)
-			rc = cur.n ? tbuf_put(&next, nm->a, nm->alen) || tbuf_put(&next, cur.s, cur.n) : 0;
-		else
-			rc = replace_all(cur.s, cur.n, nm, &next);
 		struct tbuf tmp = cur;
 		cur = next;
 		next = tmp;

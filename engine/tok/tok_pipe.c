@@ -1,15 +1,18 @@
-/* tok_pipe.c — reads the pipeline around the BPE model from tokenizer.json:
- * normalizer, pre_tokenizer, decoder and post_processor. Each is turned into
- * a short list of steps (tok_int.h) once, at load; anything `tokenizers`
- * would run differently from what tok_norm.c / tok_split.c / tok_encode.c /
- * tok_decode.c implement is refused with -EPROTO naming the JSON field and
- * what is supported, never approximated. */
+/* tok_pipe.c — reads the pipeline around the model from tokenizer.json:
+ * normalizer, pre_tokenizer, decoder and post_processor, as `tokenizers`
+ * defines them. Each component kind has a table of the types the engine
+ * runs, one loader per type that reads its parameters into a step
+ * (tok_int.h); a Sequence of any kind is flattened in order (nested, or
+ * empty). Anything else — a type outside the tables, a missing or mistyped
+ * parameter, a pattern that does not compile — is refused with -EPROTO
+ * naming the JSON path and what is supported, never approximated. */
 #include "engine/tok/tok_int.h"
 #include "base/err.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,14 +21,24 @@
 static const struct {
 	int re;
 	const char *pattern;
-	const char *who;
 } known_re[] = {
-	{RE_NEWLINES, "(?:\\r?\\n)+(?!\\r?\\n)", "line-break runs (Laguna)"},
+	{RE_NEWLINES, "(?:\\r?\\n)+(?!\\r?\\n)"},
 	{RE_CL100K_N1, "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
-		       "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", "Qwen2 / Laguna"},
+		       "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
 	{RE_CL100K_N3, "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
-		       "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", "Llama-3"},
-	{RE_GPT2, "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", "GPT-2"},
+		       "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+	{RE_GPT2, "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"},
+};
+
+/* The Whitespace pre-tokenizer: \w+|[^\w\s]+ inverted, Removed; the library
+ * runs it on Rust's regex crate, whose \w also holds Join_Control. */
+#define RUST_W "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
+#define WHITESPACE_RE "[" RUST_W "]+|[^" RUST_W "\\s]+"
+
+struct ld {
+	struct tok *t;
+	const char *path;      /* the file, for messages */
+	struct rq_err *err;
 };
 
 static const cJSON *get(const cJSON *o, const char *k)
@@ -85,182 +98,346 @@ static int prepend_scheme(const cJSON *o)
 	       : !strcmp(ps, "never") ? PS_NEVER : 0;
 }
 
-/* ---- normalizer ---- */
+/* A refusal naming the JSON path. */
+#define REFUSE(c, field, ...) refuse(c, field, __VA_ARGS__)
+static int refuse(const struct ld *c, const char *field, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int refuse(const struct ld *c, const char *field, const char *fmt, ...)
+{
+	char m[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(m, sizeof m, fmt, ap);
+	va_end(ap);
+	return rq_errf(c->err, -EPROTO, "%s: %s: %s", c->path, field, m);
+}
 
-static int load_norm(struct tok *t, const cJSON *n, const char *field, const char *path, struct rq_err *err)
+/* A required string parameter. */
+static int need_str(const struct ld *c, const cJSON *o, const char *k, const char *field, const char **out)
+{
+	if (!(*out = str(o, k)))
+		return REFUSE(c, field, "\"%s\" must be a string", k);
+	return 0;
+}
+
+/* A boolean parameter: def when absent or null, refused when not a boolean. */
+static int need_bool(const struct ld *c, const cJSON *o, const char *k, const char *field, int def, int *out)
+{
+	const cJSON *v = get(o, k);
+	if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v))
+		return REFUSE(c, field, "\"%s\" must be true or false", k);
+	*out = boolean(o, k, def);
+	return 0;
+}
+
+/* A pattern {"String": s} or {"Regex": r}, compiled (tok_re.c). */
+static int pattern(const struct ld *c, const cJSON *o, const char *field, struct tok_re **re)
+{
+	const cJSON *p = get(o, "pattern");
+	const char *lit = str(p, "String"), *rx = str(p, "Regex");
+	char why[320];
+	if (!cJSON_IsObject(p) || cJSON_GetArraySize(p) != 1 || (!lit && !rx))
+		return REFUSE(c, field, "\"pattern\" must be {\"String\": ...} or {\"Regex\": ...}");
+	int rc = tok_re_compile(lit ? lit : rx, lit != NULL, re, why, sizeof why);
+	if (rc == -EPROTO)
+		return REFUSE(c, field, "pattern.Regex \"%.160s\": %s; the engine reads Oniguruma's syntax "
+		              "on PCRE2 (docs/engine.md, Tokenizers)", rx, why);
+	return rc;
+}
+
+static int behavior(const struct ld *c, const cJSON *o, const char *field, int def, int *out)
+{
+	static const char *const names[] = {"Isolated", "MergedWithNext", "MergedWithPrevious", "Removed",
+	                                     "Contiguous"};
+	const char *b = str(o, "behavior");
+	*out = def;
+	if (!b && def)
+		return 0;
+	for (int i = 0; b && i < 5; i++)
+		if (!strcmp(b, names[i]))
+			return (*out = SB_ISOLATED + i), 0;
+	return REFUSE(c, field, "behavior \"%s\" is not one of Removed, Isolated, MergedWithPrevious, "
+	              "MergedWithNext, Contiguous", b ? b : "(missing)");
+}
+
+/* A component kind: its types and their loaders. */
+struct comp {
+	const char *type;
+	int (*load)(struct ld *c, const cJSON *o, const char *field);
+};
+
+static int load_kind(struct ld *c, const cJSON *o, const char *field, const char *kind, const char *seq_key,
+                     const struct comp *types, size_t n_types, const char *supported)
 {
 	char sub[256];
-	if (!n || cJSON_IsNull(n))
+	if (!o || cJSON_IsNull(o))
 		return 0;
-	if (is_type(n, "Sequence")) {
-		const cJSON *it;
+	const char *type = str(o, "type");
+	if (!cJSON_IsObject(o) || !type)
+		return REFUSE(c, field, "a %s must be an object with a \"type\"", kind);
+	if (!strcmp(type, "Sequence")) {
+		const cJSON *list = get(o, seq_key), *it;
 		int i = 0;
-		cJSON_ArrayForEach(it, get(n, "normalizers")) {
-			snprintf(sub, sizeof sub, "%s.normalizers[%d]", field, i++);
-			int rc = load_norm(t, it, sub, path, err);
+		if (!cJSON_IsArray(list))
+			return REFUSE(c, field, "Sequence needs an array \"%s\"", seq_key);
+		cJSON_ArrayForEach(it, list) {
+			snprintf(sub, sizeof sub, "%s.%s[%d]", field, seq_key, i++);
+			int rc = load_kind(c, it, sub, kind, seq_key, types, n_types, supported);
 			if (rc)
 				return rc;
 		}
 		return 0;
 	}
-	if (t->n_norm == 8)
-		return rq_errf(err, -EPROTO, "%s: %s: more than 8 normalizers", path, field);
-	struct tok_norm *s = &t->norm[t->n_norm++];   /* counted now so tok_pipe_free sees it */
-	memset(s, 0, sizeof *s);
-	const cJSON *pat = get(n, "pattern");
-	if (is_type(n, "NFC"))
-		s->kind = TN_NFC;
-	else if (is_type(n, "Prepend") && str(n, "prepend")) {
-		s->kind = TN_PREPEND;
-		if (dupstr(str(n, "prepend"), &s->a, &s->alen))
-			return -ENOMEM;
-	} else if (is_type(n, "Replace") && str(pat, "String") && str(n, "content")) {
-		s->kind = TN_REPLACE;
-		if (!str(pat, "String")[0])
-			return rq_errf(err, -EPROTO, "%s: %s.pattern.String: empty pattern", path, field);
-		if (dupstr(str(pat, "String"), &s->a, &s->alen) || dupstr(str(n, "content"), &s->b, &s->blen))
-			return -ENOMEM;
-	} else
-		return rq_errf(err, -EPROTO, "%s: %s: type \"%s\"%s is not supported; supported normalizers: "
-			       "NFC, Prepend, Replace with a String pattern, a Sequence of them, or null",
-			       path, field, str(n, "type") ? str(n, "type") : "?",
-			       is_type(n, "Replace") ? " (with a Regex pattern)" : "");
-	return 0;
+	for (size_t i = 0; i < n_types; i++)
+		if (!strcmp(type, types[i].type))
+			return types[i].load(c, o, field);
+	return REFUSE(c, field, "type \"%s\" is not supported; supported %ss: %s, Sequence", type, kind, supported);
 }
 
-/* ---- pre_tokenizer ---- */
+/* ---- normalizers ---- */
 
-static int behavior(const char *b)
+static struct tok_norm *new_norm(struct ld *c, const char *field, int kind)
 {
-	if (!b)
-		return 0;
-	return !strcmp(b, "Isolated") ? SB_ISOLATED : !strcmp(b, "MergedWithNext") ? SB_MERGED_NEXT
-	       : !strcmp(b, "MergedWithPrevious") ? SB_MERGED_PREV : !strcmp(b, "Removed") ? SB_REMOVED : 0;
-}
-
-static int load_pre(struct tok *t, const cJSON *p, const char *field, const char *path, struct rq_err *err)
-{
-	char sub[256];
-	if (!p || cJSON_IsNull(p))
-		return 0;
-	if (is_type(p, "Sequence")) {
-		const cJSON *it;
-		int i = 0;
-		cJSON_ArrayForEach(it, get(p, "pretokenizers")) {
-			snprintf(sub, sizeof sub, "%s.pretokenizers[%d]", field, i++);
-			int rc = load_pre(t, it, sub, path, err);
-			if (rc)
-				return rc;
-		}
-		return 0;
+	if (c->t->n_norm == TOK_MAX_STEPS) {
+		REFUSE(c, field, "more than %d normalizers", TOK_MAX_STEPS);
+		return NULL;
 	}
-	if (t->n_pt == 8)
-		return rq_errf(err, -EPROTO, "%s: %s: more than 8 pre-tokenizers", path, field);
-	if (t->n_pt && (t->pt[t->n_pt - 1].kind == TP_BYTELEVEL || t->pt[t->n_pt - 1].kind == TP_METASPACE))
-		return rq_errf(err, -EPROTO, "%s: %s: a pre-tokenizer after ByteLevel or Metaspace is not "
-			       "supported (they must come last)", path, field);
-	struct tok_pre *s = &t->pt[t->n_pt];
+	struct tok_norm *s = &c->t->norm[c->t->n_norm++];   /* counted now so tok_pipe_free sees it */
 	memset(s, 0, sizeof *s);
-	if (is_type(p, "Split")) {
-		const char *re = str(get(p, "pattern"), "Regex");
-		s->kind = TP_SPLIT;
-		if (!re)
-			return rq_errf(err, -EPROTO, "%s: %s.pattern: only a Regex pattern is supported", path, field);
-		for (size_t i = 0; i < sizeof known_re / sizeof known_re[0]; i++)
-			if (!strcmp(re, known_re[i].pattern))
-				s->re = known_re[i].re;
-		if (!s->re)
-			return rq_errf(err, -EPROTO, "%s: %s.pattern.Regex \"%.120s\" is not one the engine runs "
-				       "(GPT-2's, Llama-3's, Qwen2's or the line-break splitter, exactly)",
-				       path, field, re);
-		if (!(s->behavior = behavior(str(p, "behavior"))))
-			return rq_errf(err, -EPROTO, "%s: %s.behavior \"%s\" is not supported (Isolated, "
-				       "MergedWithNext, MergedWithPrevious, Removed)", path, field,
-				       str(p, "behavior") ? str(p, "behavior") : "?");
-		if (boolean(p, "invert", 0))
-			return rq_errf(err, -EPROTO, "%s: %s.invert: only false is supported", path, field);
-	} else if (is_type(p, "Digits")) {
-		s->kind = TP_DIGITS;
-		s->individual = boolean(p, "individual_digits", 0);
-	} else if (is_type(p, "ByteLevel")) {
-		s->kind = TP_BYTELEVEL;
-		s->prefix_space = boolean(p, "add_prefix_space", 1);
-		s->use_regex = boolean(p, "use_regex", 1);
-		t->byte_level = 1;
-	} else if (is_type(p, "Metaspace")) {
-		s->kind = TP_METASPACE;
-		s->split = boolean(p, "split", 1);
-		if (!one_char(p, "replacement", s->rep, &s->replen))
-			return rq_errf(err, -EPROTO, "%s: %s.replacement: not one character", path, field);
-		if (!(s->prepend = prepend_scheme(p)))
-			return rq_errf(err, -EPROTO, "%s: %s.prepend_scheme \"%s\": not always/first/never",
-				       path, field, str(p, "prepend_scheme"));
-	} else
-		return rq_errf(err, -EPROTO, "%s: %s: type \"%s\" is not supported; supported pre-tokenizers: "
-			       "Split (known regexes), Digits, ByteLevel, Metaspace, a Sequence of them, or null",
-			       path, field, str(p, "type") ? str(p, "type") : "?");
-	t->n_pt++;
-	return 0;
+	s->kind = kind;
+	return s;
 }
 
-/* ---- decoder ---- */
-
-static int load_dec(struct tok *t, const cJSON *d, const char *field, const char *path, struct rq_err *err)
+static int n_nfc(struct ld *c, const cJSON *o, const char *field)
 {
-	char sub[256];
-	if (is_type(d, "Sequence")) {
-		const cJSON *it;
-		int i = 0;
-		cJSON_ArrayForEach(it, get(d, "decoders")) {
-			snprintf(sub, sizeof sub, "%s.decoders[%d]", field, i++);
-			int rc = load_dec(t, it, sub, path, err);
-			if (rc)
-				return rc;
-		}
-		return 0;
+	(void)o;
+	return new_norm(c, field, TN_NFC) ? 0 : -EPROTO;
+}
+
+static int n_nfd(struct ld *c, const cJSON *o, const char *field)
+{
+	(void)o;
+	return new_norm(c, field, TN_NFD) ? 0 : -EPROTO;
+}
+
+static int n_lower(struct ld *c, const cJSON *o, const char *field)
+{
+	(void)o;
+	return new_norm(c, field, TN_LOWERCASE) ? 0 : -EPROTO;
+}
+
+static int n_strip(struct ld *c, const cJSON *o, const char *field)
+{
+	struct tok_norm *s = new_norm(c, field, TN_STRIP);
+	if (!s)
+		return -EPROTO;
+	int rc = need_bool(c, o, "strip_left", field, 0, &s->left);
+	return rc ? rc : need_bool(c, o, "strip_right", field, 0, &s->right);
+}
+
+static int n_prepend(struct ld *c, const cJSON *o, const char *field)
+{
+	struct tok_norm *s = new_norm(c, field, TN_PREPEND);
+	const char *p;
+	int rc = s ? need_str(c, o, "prepend", field, &p) : -EPROTO;
+	return rc ? rc : dupstr(p, &s->a, &s->alen);
+}
+
+static int n_replace(struct ld *c, const cJSON *o, const char *field)
+{
+	struct tok_norm *s = new_norm(c, field, TN_REPLACE);
+	const char *content;
+	int rc = s ? need_str(c, o, "content", field, &content) : -EPROTO;
+	if (!rc)
+		rc = pattern(c, o, field, &s->re);
+	return rc ? rc : dupstr(content, &s->b, &s->blen);
+}
+
+static int n_refused(struct ld *c, const cJSON *o, const char *field)
+{
+	const char *type = str(o, "type");
+	if (!strcmp(type, "Precompiled"))
+		return REFUSE(c, field, "type \"Precompiled\" (SentencePiece's precompiled_charsmap) is not "
+		              "supported; the decoder families' tokenizer.json files do not use it");
+	return REFUSE(c, field, "type \"%s\" (compatibility decomposition) is not supported; NFC and NFD "
+	              "are", type);
+}
+
+static const struct comp norm_types[] = {
+	{"NFC", n_nfc}, {"NFD", n_nfd}, {"Lowercase", n_lower}, {"Strip", n_strip},
+	{"Prepend", n_prepend}, {"Replace", n_replace},
+	{"NFKC", n_refused}, {"NFKD", n_refused}, {"Precompiled", n_refused},
+};
+
+/* ---- pre-tokenizers ---- */
+
+static struct tok_pre *new_pre(struct ld *c, const char *field, int kind)
+{
+	if (c->t->n_pt == TOK_MAX_STEPS) {
+		REFUSE(c, field, "more than %d pre-tokenizers", TOK_MAX_STEPS);
+		return NULL;
 	}
-	if (t->n_dec == 8)
-		return rq_errf(err, -EPROTO, "%s: %s: more than 8 decoders", path, field);
-	struct tok_dec *s = &t->dec[t->n_dec++];
+	struct tok_pre *s = &c->t->pt[c->t->n_pt++];
 	memset(s, 0, sizeof *s);
-	const cJSON *pat = get(d, "pattern");
-	if (is_type(d, "ByteLevel"))
-		s->kind = TD_BYTELEVEL;
-	else if (is_type(d, "ByteFallback"))
-		s->kind = TD_BYTEFALLBACK;
-	else if (is_type(d, "Fuse"))
-		s->kind = TD_FUSE;
-	else if (is_type(d, "Replace") && str(pat, "String") && str(d, "content") && str(pat, "String")[0]) {
-		s->kind = TD_REPLACE;
-		if (dupstr(str(pat, "String"), &s->a, &s->alen) || dupstr(str(d, "content"), &s->b, &s->blen))
-			return -ENOMEM;
-	} else if (is_type(d, "Strip")) {
-		const cJSON *st = get(d, "start"), *sp = get(d, "stop");
-		char c[8];
-		size_t n;
-		s->kind = TD_STRIP;
-		if (!one_char(d, "content", c, &n) || !cJSON_IsNumber(st) || st->valueint < 0 ||
-		    (sp && (!cJSON_IsNumber(sp) || sp->valueint != 0)))
-			return rq_errf(err, -EPROTO, "%s: %s: only Strip with one content character, a start "
-				       "count and stop 0 is supported", path, field);
-		s->start = st->valueint;
-		if (dupstr(c, &s->a, &s->alen))
-			return -ENOMEM;
-	} else if (is_type(d, "Metaspace")) {
-		char c[8];
-		size_t n;
-		s->kind = TD_METASPACE;
-		if (!one_char(d, "replacement", c, &n) || !(s->prepend = prepend_scheme(d)))
-			return rq_errf(err, -EPROTO, "%s: %s: replacement or prepend_scheme not understood",
-				       path, field);
-		if (dupstr(c, &s->a, &s->alen))
-			return -ENOMEM;
-	} else
-		return rq_errf(err, -EPROTO, "%s: %s: type \"%s\" is not supported; supported decoders: "
-			       "ByteLevel, Metaspace, or a Sequence of Replace (String), ByteFallback, Fuse, "
-			       "Strip, Metaspace", path, field, str(d, "type") ? str(d, "type") : "?");
+	s->kind = kind;
+	return s;
+}
+
+static int p_split(struct ld *c, const cJSON *o, const char *field)
+{
+	struct tok_pre *s = new_pre(c, field, TP_SPLIT);
+	if (!s)
+		return -EPROTO;
+	const char *rx = str(get(o, "pattern"), "Regex");
+	for (size_t i = 0; rx && i < sizeof known_re / sizeof known_re[0]; i++)
+		if (!strcmp(rx, known_re[i].pattern))
+			s->re = known_re[i].re;
+	int rc = s->re ? 0 : pattern(c, o, field, &s->rx);
+	if (!rc)
+		rc = behavior(c, o, field, 0, &s->behavior);
+	return rc ? rc : need_bool(c, o, "invert", field, 0, &s->invert);
+}
+
+static int p_whitespace(struct ld *c, const cJSON *o, const char *field)
+{
+	struct tok_pre *s = new_pre(c, field, TP_SPLIT);
+	char why[200];
+	(void)o;
+	if (!s)
+		return -EPROTO;
+	s->behavior = SB_REMOVED;
+	s->invert = 1;
+	return tok_re_compile(WHITESPACE_RE, 0, &s->rx, why, sizeof why);
+}
+
+static int p_wssplit(struct ld *c, const cJSON *o, const char *field)
+{
+	(void)o;
+	return new_pre(c, field, TP_WHITESPACE_SPLIT) ? 0 : -EPROTO;
+}
+
+static int p_punct(struct ld *c, const cJSON *o, const char *field)
+{
+	struct tok_pre *s = new_pre(c, field, TP_PUNCTUATION);
+	return s ? behavior(c, o, field, SB_ISOLATED, &s->behavior) : -EPROTO;
+}
+
+static int p_digits(struct ld *c, const cJSON *o, const char *field)
+{
+	struct tok_pre *s = new_pre(c, field, TP_DIGITS);
+	return s ? need_bool(c, o, "individual_digits", field, 0, &s->individual) : -EPROTO;
+}
+
+static int p_bytelevel(struct ld *c, const cJSON *o, const char *field)
+{
+	struct tok_pre *s = new_pre(c, field, TP_BYTELEVEL);
+	int trim, rc = s ? need_bool(c, o, "add_prefix_space", field, 1, &s->prefix_space) : -EPROTO;
+	if (!rc)
+		rc = need_bool(c, o, "use_regex", field, 1, &s->use_regex);
+	return rc ? rc : need_bool(c, o, "trim_offsets", field, 1, &trim);   /* offsets only */
+}
+
+static int p_metaspace(struct ld *c, const cJSON *o, const char *field)
+{
+	struct tok_pre *s = new_pre(c, field, TP_METASPACE);
+	if (!s)
+		return -EPROTO;
+	if (!one_char(o, "replacement", s->rep, &s->replen))
+		return REFUSE(c, field, "\"replacement\" must be one character");
+	if (!(s->prepend = prepend_scheme(o)))
+		return REFUSE(c, field, "prepend_scheme \"%s\" is not always, first or never",
+		              str(o, "prepend_scheme"));
+	return need_bool(c, o, "split", field, 1, &s->split);
+}
+
+static const struct comp pre_types[] = {
+	{"Split", p_split}, {"Digits", p_digits}, {"ByteLevel", p_bytelevel}, {"Metaspace", p_metaspace},
+	{"Whitespace", p_whitespace}, {"WhitespaceSplit", p_wssplit}, {"Punctuation", p_punct},
+};
+
+/* ---- decoders ---- */
+
+static struct tok_dec *new_dec(struct ld *c, const char *field, int kind)
+{
+	if (c->t->n_dec == TOK_MAX_STEPS) {
+		REFUSE(c, field, "more than %d decoders", TOK_MAX_STEPS);
+		return NULL;
+	}
+	struct tok_dec *s = &c->t->dec[c->t->n_dec++];
+	memset(s, 0, sizeof *s);
+	s->kind = kind;
+	return s;
+}
+
+static int d_plain(struct ld *c, const cJSON *o, const char *field)
+{
+	const char *type = str(o, "type");
+	int kind = !strcmp(type, "ByteLevel") ? TD_BYTELEVEL : !strcmp(type, "ByteFallback") ? TD_BYTEFALLBACK
+	                                                                                  : TD_FUSE;
+	return new_dec(c, field, kind) ? 0 : -EPROTO;
+}
+
+static int d_replace(struct ld *c, const cJSON *o, const char *field)
+{
+	struct tok_dec *s = new_dec(c, field, TD_REPLACE);
+	const char *content;
+	int rc = s ? need_str(c, o, "content", field, &content) : -EPROTO;
+	if (!rc)
+		rc = pattern(c, o, field, &s->re);
+	return rc ? rc : dupstr(content, &s->b, &s->blen);
+}
+
+static int count(const struct ld *c, const cJSON *o, const char *k, const char *field, int *out)
+{
+	const cJSON *v = get(o, k);
+	if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e6 ||
+	    v->valuedouble != floor(v->valuedouble))
+		return REFUSE(c, field, "\"%s\" must be a count (an integer >= 0)", k);
+	*out = v->valueint;
 	return 0;
 }
+
+static int d_strip(struct ld *c, const cJSON *o, const char *field)
+{
+	struct tok_dec *s = new_dec(c, field, TD_STRIP);
+	char ch[8];
+	size_t n;
+	if (!s)
+		return -EPROTO;
+	if (!one_char(o, "content", ch, &n))
+		return REFUSE(c, field, "\"content\" must be one character");
+	int rc = count(c, o, "start", field, &s->start);
+	if (!rc)
+		rc = count(c, o, "stop", field, &s->stop);
+	return rc ? rc : dupstr(ch, &s->a, &s->alen);
+}
+
+static int d_metaspace(struct ld *c, const cJSON *o, const char *field)
+{
+	struct tok_dec *s = new_dec(c, field, TD_METASPACE);
+	char ch[8];
+	size_t n;
+	if (!s)
+		return -EPROTO;
+	if (!one_char(o, "replacement", ch, &n))
+		return REFUSE(c, field, "\"replacement\" must be one character");
+	if (!(s->prepend = prepend_scheme(o)))
+		return REFUSE(c, field, "prepend_scheme \"%s\" is not always, first or never",
+		              str(o, "prepend_scheme"));
+	return dupstr(ch, &s->a, &s->alen);
+}
+
+static int d_bpe(struct ld *c, const cJSON *o, const char *field)
+{
+	struct tok_dec *s = new_dec(c, field, TD_BPE);
+	const char *suffix = str(o, "suffix");
+	return s ? dupstr(suffix ? suffix : "</w>", &s->a, &s->alen) : -EPROTO;
+}
+
+static const struct comp dec_types[] = {
+	{"ByteLevel", d_plain}, {"ByteFallback", d_plain}, {"Fuse", d_plain}, {"Replace", d_replace},
+	{"Strip", d_strip}, {"Metaspace", d_metaspace}, {"BPEDecoder", d_bpe},
+};
 
 /* ---- post_processor: TemplateProcessing's "single", ByteLevel (offsets only), Sequence ---- */
 
@@ -315,22 +492,30 @@ static int load_post(struct tok *t, const cJSON *pp, const char *field, const ch
 	return 0;
 }
 
+#define N(a) (sizeof a / sizeof a[0])
+
 int tok_pipe_load(struct tok *t, const cJSON *root, const char *path, struct rq_err *err)
 {
-	int rc = load_norm(t, get(root, "normalizer"), "normalizer", path, err);
+	struct ld c = {t, path, err};
+	int rc = load_kind(&c, get(root, "normalizer"), "normalizer", "normalizer", "normalizers", norm_types,
+	                   N(norm_types), "NFC, NFD, Lowercase, Strip, Prepend, Replace");
 	if (!rc)
-		rc = load_pre(t, get(root, "pre_tokenizer"), "pre_tokenizer", path, err);
+		rc = load_kind(&c, get(root, "pre_tokenizer"), "pre_tokenizer", "pre-tokenizer", "pretokenizers",
+		               pre_types, N(pre_types), "Split, Digits, ByteLevel, Metaspace, Whitespace, "
+		               "WhitespaceSplit, Punctuation");
 	if (rc)
 		return rc;
+	/* ByteLevel maps bytes to its alphabet itself unless it is last and the
+	 * model takes no prefix/suffix (then the model does: the fast path) */
+	for (int i = 0; i < t->n_pt; i++)
+		t->pt[i].map = t->pt[i].kind == TP_BYTELEVEL && (i + 1 < t->n_pt || t->prefix || t->suffix);
+	t->byte_level = t->n_pt && t->pt[t->n_pt - 1].kind == TP_BYTELEVEL && !t->pt[t->n_pt - 1].map;
 	const cJSON *dec = get(root, "decoder");
 	if (!dec || cJSON_IsNull(dec))
 		t->dec_none = 1;
-	else if ((rc = load_dec(t, dec, "decoder", path, err)))
+	else if ((rc = load_kind(&c, dec, "decoder", "decoder", "decoders", dec_types, N(dec_types),
+	                         "ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace, BPEDecoder")))
 		return rc;
-	for (int i = 0; i < t->n_dec; i++)
-		if (t->dec[i].kind == TD_BYTELEVEL && t->n_dec > 1)
-			return rq_errf(err, -EPROTO, "%s: decoder: ByteLevel is supported only as the whole "
-				       "decoder", path);
 	return load_post(t, get(root, "post_processor"), "post_processor", path, err);
 }
 
@@ -339,9 +524,13 @@ void tok_pipe_free(struct tok *t)
 	for (int i = 0; i < t->n_norm; i++) {
 		free(t->norm[i].a);
 		free(t->norm[i].b);
+		tok_re_free(t->norm[i].re);
 	}
+	for (int i = 0; i < t->n_pt; i++)
+		tok_re_free(t->pt[i].rx);
 	for (int i = 0; i < t->n_dec; i++) {
 		free(t->dec[i].a);
 		free(t->dec[i].b);
+		tok_re_free(t->dec[i].re);
 	}
 }

@@ -1,18 +1,17 @@
-/* tok_split.c — the pre-tokenizers of tokenizer.json: Split on the regexes
- * the decoder families use, Digits, ByteLevel (prefix space, GPT-2 regex)
- * and Metaspace, run in order as a Sequence, exactly as `tokenizers` does.
+/* tok_split.c — the pre-tokenizers of tokenizer.json: Split (String or
+ * Regex pattern, every behavior, invert), Digits, ByteLevel (prefix space,
+ * GPT-2 regex), Metaspace, Whitespace (a Split), WhitespaceSplit and
+ * Punctuation, run in order as a Sequence, exactly as `tokenizers` does.
  *
- * Why native matchers rather than a regex engine: the families we run use
- * four regex strings — GPT-2's, cl100k's with \p{N} (Qwen2, Laguna) or
- * \p{N}{1,3} (Llama-3), and the newline-run splitter. `tokenizers` runs them
- * on Oniguruma, a backtracking engine. Each is an ordered alternation of
- * class runs, so which branch wins at a position is decided by the next one
- * to three code points; written out that way each matcher is exact, needs no
- * backtracking and runs at memory speed. A general engine for the same subset
- * would be several times the code and would accept "nearly the same" regexes
- * that Oniguruma runs differently (case folding, possessive runs, other \s
- * sets) — a silent mis-tokenization. So tok_pipe.c compares the pattern
- * byte for byte with the known strings and refuses any other, naming it.
+ * Any regex runs on PCRE2 as Oniguruma reads it (tok_re.c). The fast path:
+ * the families we run use four regex strings — GPT-2's, cl100k's with \p{N}
+ * (Qwen2, Laguna) or \p{N}{1,3} (Llama-3), and the newline-run splitter.
+ * Each is an ordered alternation of class runs, so which branch wins at a
+ * position is decided by the next one to three code points; written out
+ * that way each matcher is exact, needs no backtracking and runs at memory
+ * speed. tok_pipe.c compares the pattern byte for byte with the known
+ * strings and runs those natively; any other goes to tok_re.c. The peer test (tests/peer/test_tok_peer.py) checks that both
+ * paths give the same ids on the known patterns.
  *
  * Pieces: each step splits (or rewrites) one piece and hands every
  * non-empty sub-piece to the next step; the last hands them to the caller.
@@ -165,29 +164,54 @@ static int is_break_at(const unsigned char *s, size_t len, size_t i)
 	return s[i] == '\n' || (s[i] == '\r' && i + 1 < len && s[i + 1] == '\n');
 }
 
-/* ---- the steps ---- */
+/* ---- the steps ----
+ * Each step lists the pieces of its input as tokenizers' find_matches does
+ * (matches and the text between them), flips them when inverted, folds them
+ * as its SplitDelimiterBehavior says (NormalizedString::split) and hands
+ * each non-empty one to the next step. The list of each step lives in
+ * struct run, reused: a step finishes its list before it emits. */
+
+struct piece {
+	size_t a, b;
+	int match;
+};
 
 struct run {
 	const struct tok *t;
 	int (*fn)(void *ctx, const char *p, size_t len);
 	void *ctx;
+	struct piece *pc[TOK_MAX_STEPS];   /* each step's pieces */
+	size_t n[TOK_MAX_STEPS], cap[TOK_MAX_STEPS];
 };
 
-static int step(const struct run *r, int k, const unsigned char *s, size_t n, int first);
+static int step(struct run *r, int k, const unsigned char *s, size_t n, int first);
 
-static int emit(const struct run *r, int k, const unsigned char *s, size_t a, size_t b, int first)
+static int next_char(const unsigned char *s, size_t n, size_t p, int (*is)(uint32_t), size_t *ms, size_t *me)
 {
-	return b > a ? step(r, k + 1, s + a, b - a, first && a == 0) : 0;
+	for (size_t q; p < n; p = q) {
+		uint32_t c;
+		q = tok_utf8_next(s, n, p, &c);
+		if (is(c)) {
+			*ms = p;
+			*me = q;
+			return 1;
+		}
+	}
+	return 0;
 }
 
-/* The next match of step pt in s[p..n): 1 and [*ms, *me), or 0. */
-static int find(const struct tok_pre *pt, const unsigned char *s, size_t p, size_t n, size_t *ms, size_t *me)
+/* The next match of step pat in s[p..n): 1 and [*ms, *me), 0, or -errno. */
+static int find(const void *pat, const unsigned char *s, size_t n, size_t p, size_t *ms, size_t *me)
 {
-	uint32_t c;
-	size_t q;
+	const struct tok_pre *pt = pat;
+	const unsigned char *m;
+	if (p >= n)   /* the native patterns never match empty */
+		return pt->kind == TP_SPLIT && !pt->re ? tok_re_find(pt->rx, s, n, p, ms, me) : 0;
 	switch (pt->kind) {
 	case TP_SPLIT:
-		if (pt->re != RE_NEWLINES) {
+		if (!pt->re)
+			return tok_re_find(pt->rx, s, n, p, ms, me);
+		if (pt->re != RE_NEWLINES) {   /* these tile the text: a match at every position */
 			*ms = p;
 			*me = tok_re_match(pt->re, s, p, n);
 			return 1;
@@ -202,65 +226,141 @@ static int find(const struct tok_pre *pt, const unsigned char *s, size_t p, size
 			p += s[p] == '\r' ? 2 : 1;
 		*me = p;
 		return 1;
-	case TP_DIGITS:   /* char::is_numeric, one at a time or in runs */
-		for (; p < n; p = q) {
-			q = tok_utf8_next(s, n, p, &c);
-			if (tok_is_numeric(c)) {
-				*ms = p;
-				*me = pt->individual ? q : run_of(s, q, n, tok_is_numeric);
-				return 1;
-			}
-		}
-		return 0;
+	case TP_DIGITS:
+		return next_char(s, n, p, tok_is_numeric, ms, me);
+	case TP_WHITESPACE_SPLIT:
+		return next_char(s, n, p, tok_is_ws, ms, me);
+	case TP_PUNCTUATION:
+		return next_char(s, n, p, tok_is_punct, ms, me);
 	case TP_BYTELEVEL: /* use_regex: GPT-2's */
 		*ms = p;
 		*me = match_gpt2(s, p, n);
 		return 1;
-	default: {         /* Metaspace split: each replacement character */
-		const unsigned char *m = memmem(s + p, n - p, pt->rep, pt->replen);
-		if (!m)
+	default:           /* Metaspace split: each replacement character */
+		if (!(m = memmem(s + p, n - p, pt->rep, pt->replen)))
 			return 0;
 		*ms = (size_t)(m - s);
 		*me = *ms + pt->replen;
 		return 1;
 	}
+}
+
+struct collect {
+	struct run *r;
+	int k;
+	size_t start;
+};
+
+static int push(struct run *r, int k, size_t a, size_t b, int match)
+{
+	if (r->n[k] == r->cap[k]) {
+		size_t cap = r->cap[k] ? 2 * r->cap[k] : 64;
+		struct piece *v = realloc(r->pc[k], cap * sizeof *v);
+		if (!v)
+			return -ENOMEM;
+		r->pc[k] = v;
+		r->cap[k] = cap;
+	}
+	r->pc[k][r->n[k]++] = (struct piece){a, b, match};
+	return 0;
+}
+
+static int on_match(void *ctx, size_t ms, size_t me)
+{
+	struct collect *c = ctx;
+	if (c->start != ms && push(c->r, c->k, c->start, ms, 0))
+		return -ENOMEM;
+	c->start = me;
+	return push(c->r, c->k, ms, me, 1);
+}
+
+/* The next step on s[a..b); ByteLevel that maps (not last, or a model with a
+ * subword prefix/suffix) hands on the piece in the GPT-2 alphabet. */
+static int emit(struct run *r, int k, const unsigned char *s, size_t a, size_t b, int first)
+{
+	const struct tok_pre *pt = &r->t->pt[k];
+	if (b <= a)
+		return 0;
+	if (pt->kind != TP_BYTELEVEL || !pt->map)
+		return step(r, k + 1, s + a, b - a, first && a == 0);
+	struct tbuf m = {0};
+	int rc = 0;
+	for (size_t i = a; i < b && !rc; i++) {
+		char sym[4];
+		rc = tbuf_put(&m, sym, tok_byte_symbol(s[i], sym));
+	}
+	if (!rc)
+		rc = step(r, k + 1, (const unsigned char *)m.s, m.n, first && a == 0);
+	free(m.s);
+	return rc;
+}
+
+/* Folds the pieces of step k in place as behavior says; returns where the
+ * result starts (MergedWithNext folds from the end). */
+static size_t fold(struct piece *v, size_t n, int behavior)
+{
+	size_t w = 0;
+	int prev = 0;
+	switch (behavior) {
+	case SB_ISOLATED:
+		return 0;
+	case SB_REMOVED:
+		for (size_t i = 0; i < n; i++)
+			if (!v[i].match)
+				v[w++] = v[i];
+		for (size_t i = w; i < n; i++)
+			v[i].b = v[i].a;   /* emptied: not emitted */
+		return 0;
+	case SB_MERGED_NEXT:
+		w = n;
+		for (size_t i = n; i-- > 0;) {
+			int m = v[i].match;
+			if (m && !prev && w < n)
+				v[w].a = v[i].a;
+			else
+				v[--w] = v[i];
+			prev = m;
+		}
+		return w;
+	default:   /* SB_MERGED_PREV, SB_CONTIGUOUS */
+		for (size_t i = 0; i < n; i++) {
+			int merge = behavior == SB_MERGED_PREV ? v[i].match && !prev : v[i].match == prev;
+			int m = v[i].match;
+			if (merge && w)
+				v[w - 1].b = v[i].b;
+			else
+				v[w++] = v[i];
+			prev = m;
+		}
+		for (size_t i = w; i < n; i++)
+			v[i].b = v[i].a;
+		return 0;
 	}
 }
 
-/* Splits s[0..n) at the matches of step k, as SplitDelimiterBehavior says. */
-static int split_by(const struct run *r, int k, int behavior, const unsigned char *s, size_t n, int first)
+/* Splits s[0..n) at the matches of step k. */
+static int split_by(struct run *r, int k, int behavior, int invert, const unsigned char *s, size_t n, int first)
 {
-	const struct tok_pre *pt = &r->t->pt[k];
-	size_t p = 0, done = 0, ms, me;
-	int rc = 0;
-	while (!rc && p < n && find(pt, s, p, n, &ms, &me)) {
-		switch (behavior) {
-		case SB_ISOLATED:
-			if (!(rc = emit(r, k, s, done, ms, first)))
-				rc = emit(r, k, s, ms, me, first);
-			done = me;
-			break;
-		case SB_REMOVED:
-			rc = emit(r, k, s, done, ms, first);
-			done = me;
-			break;
-		case SB_MERGED_PREV:
-			rc = emit(r, k, s, done, me, first);
-			done = me;
-			break;
-		default:   /* SB_MERGED_NEXT */
-			rc = emit(r, k, s, done, ms, first);
-			done = ms;
-			break;
-		}
-		p = me > ms ? me : ms + 1;
-	}
-	return rc ? rc : emit(r, k, s, done, n, first);
+	struct collect c = {r, k, 0};
+	if (!n)
+		return 0;
+	r->n[k] = 0;
+	int rc = tok_find_iter(find, &r->t->pt[k], s, n, on_match, &c);
+	if (!rc && c.start != n)
+		rc = push(r, k, c.start, n, 0);
+	if (rc)
+		return rc;
+	for (size_t i = 0; invert && i < r->n[k]; i++)
+		r->pc[k][i].match = !r->pc[k][i].match;
+	size_t n_p = r->n[k];
+	for (size_t i = fold(r->pc[k], n_p, behavior); i < n_p && !rc; i++)
+		rc = emit(r, k, s, r->pc[k][i].a, r->pc[k][i].b, first);
+	return rc;
 }
 
 /* Metaspace: ' ' -> replacement, the replacement prepended as
  * prepend_scheme says, then (split) a new piece before each replacement. */
-static int metaspace(const struct run *r, int k, const unsigned char *s, size_t n, int first)
+static int metaspace(struct run *r, int k, const unsigned char *s, size_t n, int first)
 {
 	const struct tok_pre *pt = &r->t->pt[k];
 	struct tbuf b = {0};
@@ -271,32 +371,34 @@ static int metaspace(const struct run *r, int k, const unsigned char *s, size_t 
 	for (size_t i = 0; i < n && !rc; i++)
 		rc = s[i] == ' ' ? tbuf_put(&b, pt->rep, pt->replen) : tbuf_put(&b, s + i, 1);
 	if (!rc)
-		rc = pt->split ? split_by(r, k, SB_MERGED_NEXT, (unsigned char *)b.s, b.n, first)
+		rc = pt->split ? split_by(r, k, SB_MERGED_NEXT, 0, (unsigned char *)b.s, b.n, first)
 		               : emit(r, k, (unsigned char *)b.s, 0, b.n, first);
 	free(b.s);
 	return rc;
 }
 
-static int step(const struct run *r, int k, const unsigned char *s, size_t n, int first)
+static int step(struct run *r, int k, const unsigned char *s, size_t n, int first)
 {
 	if (k == r->t->n_pt)
 		return n ? r->fn(r->ctx, (const char *)s, n) : 0;
 	const struct tok_pre *pt = &r->t->pt[k];
 	switch (pt->kind) {
 	case TP_SPLIT:
-		return split_by(r, k, pt->behavior, s, n, first);
-	case TP_DIGITS:
-		return split_by(r, k, SB_ISOLATED, s, n, first);
+	case TP_PUNCTUATION:
+		return split_by(r, k, pt->behavior, pt->invert, s, n, first);
+	case TP_DIGITS:   /* char::is_numeric, one at a time or in runs */
+		return split_by(r, k, pt->individual ? SB_ISOLATED : SB_CONTIGUOUS, 0, s, n, first);
+	case TP_WHITESPACE_SPLIT:
+		return split_by(r, k, SB_REMOVED, 0, s, n, first);
 	case TP_METASPACE:
 		return metaspace(r, k, s, n, first);
-	default: {   /* TP_BYTELEVEL: the byte mapping itself is the model's (tok_encode.c) */
+	default: {   /* TP_BYTELEVEL */
 		if (!pt->prefix_space || (n && s[0] == ' '))
-			return pt->use_regex ? split_by(r, k, SB_ISOLATED, s, n, first)
-			                     : emit(r, k, s, 0, n, first);
+			return pt->use_regex ? split_by(r, k, SB_ISOLATED, 0, s, n, first) : emit(r, k, s, 0, n, first);
 		struct tbuf b = {0};
 		int rc = tbuf_put(&b, " ", 1) || tbuf_put(&b, s, n) ? -ENOMEM : 0;
 		if (!rc)
-			rc = pt->use_regex ? split_by(r, k, SB_ISOLATED, (unsigned char *)b.s, b.n, first)
+			rc = pt->use_regex ? split_by(r, k, SB_ISOLATED, 0, (unsigned char *)b.s, b.n, first)
 			                   : emit(r, k, (unsigned char *)b.s, 0, b.n, first);
 		free(b.s);
 		return rc;
@@ -307,8 +409,11 @@ static int step(const struct run *r, int k, const unsigned char *s, size_t n, in
 int tok_pre_run(const struct tok *t, const char *s, size_t n, int first,
                 int (*fn)(void *ctx, const char *p, size_t len), void *ctx)
 {
-	struct run r = {t, fn, ctx};
-	return step(&r, 0, (const unsigned char *)s, n, first);
+	struct run r = {.t = t, .fn = fn, .ctx = ctx};
+	int rc = step(&r, 0, (const unsigned char *)s, n, first);
+	for (int k = 0; k < TOK_MAX_STEPS; k++)
+		free(r.pc[k]);
+	return rc;
 }
 
 /* ---- Laguna's pre-tokenizer alone (tok_pretokenize) ----

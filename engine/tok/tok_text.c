@@ -1,10 +1,12 @@
-/* tok_text.c — the text side of the tokenizer: UTF-8 and Unicode classes,
- * hand-written (no regex library). The bottom of the folder: it calls no
+/* tok_text.c — the text side of the tokenizer: UTF-8, Unicode classes
+ * (generated tables), lowercase, the GPT-2 byte alphabet. The bottom of the folder: it calls no
  * other file of it. */
 #include "engine/tok/tok_int.h"
 #include "engine/tok/unicode_tables.h"
+#include "engine/tok/case_tables.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,4 +201,69 @@ int tok_is_ws(uint32_t c)
 		return c == ' ' || (c >= 0x09 && c <= 0x0D);
 	return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
 	       c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+int tok_is_punct(uint32_t c)
+{
+	size_t lo = 0, hi = sizeof tok_punct / sizeof tok_punct[0];
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (c < tok_punct[mid][0])
+			hi = mid;
+		else if (c > tok_punct[mid][1])
+			lo = mid + 1;
+		else
+			return 1;
+	}
+	return 0;
+}
+
+int tok_lower(uint32_t c, struct tbuf *out)
+{
+	char u[4];
+	size_t lo = 0, hi = sizeof tok_lower_map / sizeof tok_lower_map[0];
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (c < tok_lower_map[mid][0])
+			hi = mid;
+		else if (c > tok_lower_map[mid][0])
+			lo = mid + 1;
+		else {
+			for (int k = 1; k < 4 && tok_lower_map[mid][k]; k++)
+				if (tbuf_put(out, u, tok_put_utf8(u, tok_lower_map[mid][k])))
+					return -ENOMEM;
+			return 0;
+		}
+	}
+	return tbuf_put(out, u, tok_put_utf8(u, c));
+}
+
+/* ---- the GPT-2 byte alphabet (ByteLevel) ---- */
+
+static uint32_t byte_char[256];     /* byte -> code point */
+static int16_t char_byte[324];      /* code point -> byte, -1 = not in the alphabet */
+static pthread_once_t alphabet_once = PTHREAD_ONCE_INIT;
+
+static void init_alphabet(void)
+{
+	int n = 0;
+	for (int c = 0; c < 324; c++)
+		char_byte[c] = -1;
+	for (int b = 0; b < 256; b++) {
+		int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+		byte_char[b] = printable ? (uint32_t)b : (uint32_t)(256 + n++);
+		char_byte[byte_char[b]] = (int16_t)b;
+	}
+}
+
+size_t tok_byte_symbol(unsigned char b, char out[4])
+{
+	pthread_once(&alphabet_once, init_alphabet);
+	return tok_put_utf8(out, byte_char[b]);
+}
+
+int tok_symbol_byte(uint32_t c)
+{
+	pthread_once(&alphabet_once, init_alphabet);
+	return c < 324 ? char_byte[c] : -1;
 }

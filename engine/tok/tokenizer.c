@@ -23,12 +23,18 @@
  *   model     tokenizer.c    tok_load/tok_free: vocab, merges, added tokens,
  *                            the GPT-2 byte alphabet; the lookups
  *   pipeline  tok_pipe.c     reads normalizer, pre_tokenizer, decoder,
- *                            post_processor into steps (at load)
- *   decode    tok_decode.c   ids back to text, the streaming decoder
- *   steps     tok_norm.c     the normalizers: NFC, Prepend, Replace
- *             tok_split.c    the pre-tokenizers and their regexes;
+ *                            post_processor into steps (at load), one
+ *                            loader per component type
+ *   decode    tok_decode.c   ids back to text (the decoders), the
+ *                            streaming decoder
+ *   steps     tok_norm.c     the normalizers: NFC, NFD, Lowercase, Strip,
+ *                            Prepend, Replace
+ *             tok_split.c    the pre-tokenizers, the native regexes;
  *                            tok_pretokenize (Laguna's alone)
- *   leaf      tok_text.c     UTF-8, Unicode classes, struct tbuf
+ *   regex     tok_re.c       Split / Replace patterns: Oniguruma's syntax
+ *                            on PCRE2, bounded; find_iter, replace
+ *   leaf      tok_text.c     UTF-8, Unicode classes, lowercase, the GPT-2
+ *                            byte alphabet, struct tbuf
  */
 #include "engine/tok/tokenizer.h"
 #include "engine/tok/tok_int.h"
@@ -39,7 +45,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,30 +147,6 @@ static void mergemap_put(struct mergemap *m, int32_t l, int32_t r, int32_t rank,
 	m->merged[i] = merged;
 }
 
-/* ---- the GPT-2 byte alphabet ---- */
-
-static uint32_t byte_char[256];     /* byte -> code point */
-static int16_t char_byte[324];      /* code point -> byte, -1 = not in the alphabet */
-
-static pthread_once_t alphabet_once = PTHREAD_ONCE_INIT;
-
-static void init_alphabet(void)
-{
-	int n = 0;
-	for (int c = 0; c < 324; c++)
-		char_byte[c] = -1;
-	for (int b = 0; b < 256; b++) {
-		int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
-		byte_char[b] = printable ? (uint32_t)b : (uint32_t)(256 + n++);
-		char_byte[byte_char[b]] = (int16_t)b;
-	}
-}
-
-size_t tok_byte_symbol(unsigned char b, char out[4])
-{
-	return tok_put_utf8(out, byte_char[b]);
-}
-
 /* What a token decodes to on its own. ByteLevel decoder: its characters
  * mapped back to bytes when all of them are in the alphabet, else its own
  * UTF-8; other decoders: tok_dec_piece. */
@@ -181,12 +162,13 @@ static char *token_bytes(const struct tok *t, const char *tokstr, uint32_t *len)
 	for (size_t i = 0; i < n;) {
 		uint32_t c;
 		i = tok_utf8_next(s, n, i, &c);
-		if (c >= 324 || char_byte[c] < 0) {
+		int b = tok_symbol_byte(c);
+		if (b < 0) {
 			memcpy(out, tokstr, n);
 			o = n;
 			break;
 		}
-		out[o++] = (char)char_byte[c];
+		out[o++] = (char)b;
 	}
 	out[o] = 0;
 	*len = (uint32_t)o;
@@ -230,12 +212,18 @@ static int load_model(struct tok *t, const cJSON *model, const char *path, struc
 	if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "BPE") || !cJSON_IsObject(vocab) || !cJSON_IsArray(merges))
 		return rq_errf(err, -EPROTO, "%s: model: type \"%s\" is not supported (only BPE, with vocab and "
 			       "merges)", path, cJSON_IsString(ty) ? ty->valuestring : "?");
-	if ((cJSON_IsString(cs) && cs->valuestring[0]) || (cJSON_IsString(ew) && ew->valuestring[0]))
-		return rq_errf(err, -EPROTO, "%s: model.%s: a subword prefix/suffix is not supported", path,
-			       cJSON_IsString(cs) && cs->valuestring[0] ? "continuing_subword_prefix"
-			                                                : "end_of_word_suffix");
+	if ((cs && !cJSON_IsNull(cs) && !cJSON_IsString(cs)) || (ew && !cJSON_IsNull(ew) && !cJSON_IsString(ew)))
+		return rq_errf(err, -EPROTO, "%s: model.%s: must be a string or null", path,
+			       cs && !cJSON_IsNull(cs) && !cJSON_IsString(cs) ? "continuing_subword_prefix"
+			                                                       : "end_of_word_suffix");
+	if ((cJSON_IsString(cs) && !(t->prefix = strdup(cs->valuestring))) ||
+	    (cJSON_IsString(ew) && !(t->suffix = strdup(ew->valuestring))))
+		return -ENOMEM;
+	t->prefix_len = t->prefix ? strlen(t->prefix) : 0;
+	t->suffix_len = t->suffix ? strlen(t->suffix) : 0;
 	if (dr && !cJSON_IsNull(dr))
-		return rq_errf(err, -EPROTO, "%s: model.dropout: must be null (BPE dropout is random)", path);
+		return rq_errf(err, -EPROTO, "%s: model.dropout: must be null (BPE dropout is random: a "
+			       "validating engine cannot reproduce it); set it to null", path);
 	t->ignore_merges = flag(model, "ignore_merges");
 	t->byte_fallback = flag(model, "byte_fallback");
 	t->fuse_unk = flag(model, "fuse_unk");
@@ -272,6 +260,38 @@ static int merge_parts(const cJSON *m, char *buf, size_t cap, const char **a, co
 	*a = buf;
 	*b = sp + 1;
 	return 1;
+}
+
+/* A ByteLevel decoder after a Fuse sees the whole text as one string and
+ * maps it back to bytes only when every character is in its alphabet: one
+ * token with another character (a space, "<0xE6>" turned into U+FFFD by
+ * ByteFallback) changes how all the text before it decodes; a Strip with
+ * a stop after the tokens are joined cuts the end of the text. Then the
+ * streaming decoder returns the text only at the end (the library's own
+ * DecodeStream fails on such text). */
+static int stream_whole(const struct tok *t)
+{
+	int fused = 0, joined = 0, risky = 0;
+	for (int k = 0; k < t->n_dec; k++) {
+		if (joined && t->dec[k].kind == TD_STRIP && t->dec[k].stop)
+			return 1;   /* the end of the text is cut: later ids move it */
+		risky |= fused && t->dec[k].kind == TD_BYTELEVEL;
+		fused |= t->dec[k].kind == TD_FUSE;
+		joined |= t->dec[k].kind == TD_FUSE || t->dec[k].kind == TD_BYTELEVEL;
+	}
+	for (int id = 0; risky && id < t->n_ids; id++) {
+		const unsigned char *s = (const unsigned char *)t->dec_str[id];
+		size_t n = s ? strlen((const char *)s) : 0;
+		if (n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>')
+			return 1;
+		for (size_t i = 0; i < n;) {
+			uint32_t c;
+			i = tok_utf8_next(s, n, i, &c);
+			if (c == TOK_BAD_CP || tok_symbol_byte(c) < 0)
+				return 1;
+		}
+	}
+	return 0;
 }
 
 /* Longest first; equal lengths keep file order. */
@@ -353,10 +373,12 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 		/* a normalized token is matched in normalized text, as its normalized
 		 * content, and decodes as that too (AddedVocabulary keeps it so) */
 		struct tbuf m = {0};
-		if (tbuf_put(&m, "", 0) || (a->normalized ? tok_normalize(t, a->content, a->len, &m)
-		                                            : tbuf_put(&m, a->content, a->len))) {
+		rc = tbuf_put(&m, "", 0) ? -ENOMEM : a->normalized ? tok_normalize(t, a->content, a->len, &m)
+		                                                   : tbuf_put(&m, a->content, a->len);
+		if (rc) {
 			free(m.s);
-			return -ENOMEM;
+			return rc == -ERANGE ? rq_errf(err, rc, "%s: added_tokens[%d]: normalizing its content "
+			                               "hit the regex match limits", path, i - 1) : rc;
 		}
 		a->match = m.s;
 		a->mlen = m.n;
@@ -371,6 +393,7 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 		if (t->dec_str[id] && !(t->tok_bytes[id] = token_bytes(t, t->dec_str[id], &t->tok_len[id])))
 			return -ENOMEM;
 	}
+	t->stream_whole = stream_whole(t);
 	for (int b = 0; b < 256; b++) {
 		char s[8] = {0};
 		t->byte_tok[b] = -1;
@@ -379,7 +402,7 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 			t->byte_tok[b] = strmap_get(&t->vocab, s);
 		}
 		memset(s, 0, sizeof s);
-		tok_put_utf8(s, byte_char[b]);
+		tok_byte_symbol((unsigned char)b, s);
 		t->byte_id[b] = strmap_get(&t->vocab, s);   /* -1: unknown, as any character */
 	}
 	t->unk_id = -1;
@@ -396,9 +419,14 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 		const char *a, *b;
 		if (!merge_parts(it, buf, sizeof buf, &a, &b) || strlen(a) + strlen(b) >= sizeof cat)
 			return rq_errf(err, -EPROTO, "%s: model.merges[%d]: malformed", path, rank);
-		size_t la = strlen(a);
+		/* the merged token is a + b without its continuing_subword_prefix
+		 * (BpeBuilder cuts prefix_len bytes off b, whatever they are) */
+		size_t la = strlen(a), lb = strlen(b);
+		if (lb < t->prefix_len || (lb > t->prefix_len && ((unsigned char)b[t->prefix_len] & 0xC0) == 0x80))
+			return rq_errf(err, -EPROTO, "%s: model.merges[%d] (\"%s\" \"%s\"): the second token is "
+				       "shorter than continuing_subword_prefix (tokenizers fails on it)", path, rank, a, b);
 		memcpy(cat, a, la);
-		strcpy(cat + la, b);
+		strcpy(cat + la, b + t->prefix_len);
 		int ia = strmap_get(&t->vocab, a), ib = strmap_get(&t->vocab, b);
 		int ic = strmap_get(&t->vocab, cat);
 		if (ia < 0 || ib < 0 || ic < 0)
@@ -442,7 +470,6 @@ int tok_load(const char *path, struct tok **out, struct rq_err *err)
 	free(text);
 	if (!root)
 		return err ? err->code : -EPROTO;   /* jc_parse said why */
-	pthread_once(&alphabet_once, init_alphabet);
 	struct tok *t = calloc(1, sizeof *t);
 	rc = t ? build(t, root, file, err) : -ENOMEM;
 	cJSON_Delete(root);
@@ -469,6 +496,8 @@ void tok_free(struct tok *t)
 		free(t->added[i].match);
 	}
 	free(t->dec_str);
+	free(t->prefix);
+	free(t->suffix);
 	tok_pipe_free(t);
 	for (int b = 0; b < 256; b++)
 		free(t->first[b]);

@@ -1,18 +1,16 @@
 /* tokenizer.h — BPE tokenizers read from a Hugging Face tokenizer.json.
  *
- * Encodes and decodes exactly as the `tokenizers` library does for the
- * pipelines the common decoder families declare: byte-level BPE with the
- * GPT-2, Llama-3 or Qwen2 (= Laguna) pre-tokenizer regexes, Digits and
- * add_prefix_space (GPT-2, SmolLM2, Llama-3, Qwen2/3, Laguna), and
- * SentencePiece-style BPE (Llama-2, Mistral: Metaspace or the
- * Prepend/Replace normalizers, byte_fallback <0xNN> tokens, unk_token, the
- * Replace/ByteFallback/Fuse/Strip or Metaspace decoders); NFC; added tokens
- * with their single_word / lstrip / rstrip / normalized / special flags;
- * TemplateProcessing post-processors (BOS). engine/tok/tok_pipe.c lists what is
- * read; any other normalizer, pre-tokenizer, regex, model option or decoder
- * is refused with -EPROTO naming the JSON field, never tokenized
- * differently. Input bytes that are not valid UTF-8 are tokenized byte by
- * byte as "other" characters (the library cannot be given such input). */
+ * Encodes and decodes exactly as the `tokenizers` library does: the BPE
+ * model (byte_fallback, unk_token, fuse_unk, ignore_merges, subword prefix
+ * and suffix) inside the normalizers, pre-tokenizers, decoders and
+ * post-processors the file declares, in any order the library accepts
+ * (docs/engine.md, Tokenizers, lists them; engine/tok/tok_pipe.c reads
+ * them); Split / Replace regexes in Oniguruma's syntax on PCRE2, bounded;
+ * added tokens with their single_word / lstrip / rstrip / normalized /
+ * special flags. Anything else is refused with -EPROTO naming the JSON
+ * path, never tokenized differently. Input bytes that are not valid UTF-8
+ * are tokenized byte by byte as "other" characters (the library cannot be
+ * given such input). */
 #ifndef RQ_ENGINE_TOKENIZER_H
 #define RQ_ENGINE_TOKENIZER_H
 
@@ -52,7 +50,8 @@ enum {
 	TOK_SKIP_SPECIAL = 2,    /* decode: drop added tokens flagged special */
 };
 
-/* Appends the ids of text[0..len) to out. 0 or -ENOMEM. */
+/* Appends the ids of text[0..len) to out. 0, -ENOMEM, or -ERANGE when a
+ * regex of the pipeline hit its match limits (catastrophic backtracking). */
 int tok_encode(const struct tok *t, const char *text, size_t len, int flags, struct tok_ids *out);
 
 /* The bytes token id decodes to on its own (may be part of a UTF-8
@@ -61,7 +60,7 @@ int tok_token_bytes(const struct tok *t, int id, const char **bytes, size_t *len
 
 /* Decodes ids into a malloc'd NUL-terminated string (*out, *out_len bytes),
  * exactly as tokenizers' decode: invalid UTF-8 becomes U+FFFD. Unknown ids
- * are skipped. 0 or -ENOMEM. */
+ * are skipped. 0, -ENOMEM or -ERANGE (a Replace decoder's regex limits). */
 int tok_decode(const struct tok *t, const int32_t *ids, size_t n, int flags, char **out, size_t *out_len);
 
 /* Streaming decode: push ids one by one, get back only complete UTF-8 text;

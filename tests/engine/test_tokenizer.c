@@ -182,15 +182,23 @@ static void variants(const char *dir, const char *json, const struct tok *ref, c
 	tok_free(t);
 	t = NULL;
 
-	static const char *const breakers[][2] = {
-		{"\"MergedWithNext\"", "\"Contiguous\""},
-		{"\\\\p{N}|", "\\\\p{N}{1,4}|"},
-		{"\"normalizer\":\tnull", "\"normalizer\":\t{\"type\": \"NFKC\"}"},
-		{"\"normalizer\":\tnull", "\"normalizer\":\t{\"type\": \"Replace\", \"pattern\": "
-		 "{\"Regex\": \" \"}, \"content\": \"x\"}"},
-		{"\"decoder\":", "\"decoder\": {\"type\": \"WordPiece\"}, \"old_decoder\":"},
-		{"\"type\":\t\"BPE\"", "\"type\":\t\"WordPiece\""},
-		{"\"dropout\":\tnull", "\"dropout\":\t0.1"},
+	/* what is refused, with the JSON path the message must name */
+	static const char *const breakers[][3] = {
+		{"\"MergedWithNext\"", "\"Glued\"", "pre_tokenizer.pretokenizers[0]: behavior \"Glued\""},
+		{"\\\\p{N}|", "\\\\p{N}\\\\b|", "pre_tokenizer.pretokenizers[1]: pattern.Regex"},
+		{"\\\\p{N}|", "\\\\p{N}(|", "does not compile"},
+		{"\"normalizer\":\tnull", "\"normalizer\":\t{\"type\": \"NFKC\"}", "normalizer: type \"NFKC\""},
+		{"\"normalizer\":\tnull", "\"normalizer\":\t{\"type\": \"Sequence\", \"normalizers\": [{\"type\": "
+		 "\"NFC\"}, {\"type\": \"Precompiled\", \"precompiled_charsmap\": \"\"}]}",
+		 "normalizer.normalizers[1]: type \"Precompiled\""},
+		{"\"normalizer\":\tnull", "\"normalizer\":\t{\"type\": \"Replace\", \"pattern\": {\"Regex\": \" \"}}",
+		 "normalizer: \"content\" must be a string"},
+		{"\"decoder\":", "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Fuse\"}, "
+		 "{\"type\": \"CTC\"}]}, \"old_decoder\":", "decoder.decoders[1]: type \"CTC\" is not supported"},
+		{"\"decoder\":", "\"decoder\": {\"type\": \"Strip\", \"content\": \" \", \"start\": -1, \"stop\": 0}, "
+		 "\"old_decoder\":", "decoder: \"start\" must be a count"},
+		{"\"type\":\t\"BPE\"", "\"type\":\t\"WordPiece\"", "model: type \"WordPiece\""},
+		{"\"dropout\":\tnull", "\"dropout\":\t0.1", "model.dropout"},
 	};
 	for (size_t i = 0; i < sizeof breakers / sizeof breakers[0]; i++) {
 		char *b = replace(json, breakers[i][0], breakers[i][1]);
@@ -199,11 +207,24 @@ static void variants(const char *dir, const char *json, const struct tok *ref, c
 		free(b);
 		err.msg[0] = 0;
 		rc = tok_load(path, &t, &err);
-		TAP_OK(changed && rc == -EPROTO && strstr(err.msg, "variant.json"),
+		TAP_OK(changed && rc == -EPROTO && strstr(err.msg, "variant.json") && strstr(err.msg, breakers[i][2]),
 		       "refuses %s -> %s: %s", breakers[i][0], breakers[i][1], err.msg);
 		tok_free(t);
 		t = NULL;
 	}
+	/* a regex that backtracks catastrophically: the encode fails, never hangs */
+	char *b = replace(json, "\"(?i:'s", "\"(?:a|aa)+$|(?i:'s");
+	spit(path, b);
+	free(b);
+	rc = tok_load(path, &t, &err);
+	struct tok_ids ids = {0};
+	const char *aab = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab";
+	int erc = rc ? rc : tok_encode(t, aab, strlen(aab), 0, &ids);
+	TAP_OK(rc == 0 && erc == -ERANGE, "a catastrophic regex fails the encode with -ERANGE (load %d, encode %d)",
+	       rc, erc);
+	tok_ids_free(&ids);
+	tok_free(t);
+	t = NULL;
 	spit(path, "{\"model\": ");
 	TAP_OK(tok_load(path, &t, &err) == -EPROTO, "refuses truncated JSON: %s", err.msg);
 	TAP_OK(tok_load("/nonexistent/tokenizer.json", &t, &err) == -ENOENT, "missing file: %s", err.msg);
