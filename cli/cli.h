@@ -16,6 +16,7 @@ int cmd_verify(int argc, char **argv);
 int cmd_calib(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_mkckpt(int argc, char **argv);
 int cmd_plan(int argc, char **argv);

@@ -19,6 +19,7 @@
  *   cmd_calib.c        `calib extract|fetch|run|diff`
  *   cmd_generate.c     `generate`
  *   cmd_compare.c      `compare`
+ *   cmd_tokenize.c     `tokenize`: the ids a model's tokenizer gives a text
  *   calib_run.c        `calib run`: the calibration pass on real text
  *   compare_schemes.c  `compare SRC --schemes`: every scheme, one table
  *   compare_text.c     quality on real text: one window of a file, two models
@@ -52,6 +53,7 @@ static const struct {
 	                      "            calib run: calibrate any model on your text; calib diff: compare two"},
 	{"generate", cmd_generate, "run a model (Laguna, llama, qwen, mixtral, ...) on a prompt"},
 	{"compare", cmd_compare, "KL divergence / agreement between two model directories"},
+	{"tokenize", cmd_tokenize, "the token ids a model's tokenizer gives a text (as llama-tokenize)"},
 	{"bench", cmd_bench, "benchmarks: quant, export, mount, engine"},
 	{"mkckpt", cmd_mkckpt, "make a synthetic Laguna-shaped checkpoint"},
 };

@@ -11,6 +11,13 @@
  *                                    "add_generation_prompt": b, "enable_thinking": b}
  *                                    -> hex of chat_render with the template
  *                                       mkckpt ships (Laguna's), or "error"
+ *   tok_tool session                 many tokenizers in one process (the random
+ *                                    pipelines of tests/peer/test_tok_random.py);
+ *                                    each stdin line one command, one line out:
+ *       load PATH                    -> "ok VOCAB_SIZE" or "refused MESSAGE"
+ *       enc HEX / enc+ HEX           -> ids (enc+: TOK_ADD_SPECIAL)
+ *       dec IDS / dec+ IDS           -> as decode (dec+: TOK_SKIP_SPECIAL)
+ *                                    ("none" for enc/dec while no tokenizer is loaded)
  * FLAGS: "special" = TOK_ADD_SPECIAL / TOK_SKIP_SPECIAL. */
 #include "engine/chat/chat.h"
 #include "engine/tok/tokenizer.h"
@@ -76,6 +83,76 @@ static int do_chat(const char *line)
 	return 0;
 }
 
+/* hex text -> its ids, space separated */
+static void do_encode(const struct tok *t, const char *line, char *buf, int special)
+{
+	struct tok_ids ids = {0};
+	size_t n = tj_unhex(line, buf);
+	tok_encode(t, buf, n, special ? TOK_ADD_SPECIAL : 0, &ids);
+	for (size_t i = 0; i < ids.n; i++)
+		printf(i ? " %d" : "%d", ids.v[i]);
+	tok_ids_free(&ids);
+}
+
+/* ids -> hex of tok_decode, a space, hex of the streamed decode */
+static void do_decode(const struct tok *t, const char *line, int special)
+{
+	struct tok_ids ids = {0};
+	char *p = (char *)line, *end;
+	for (long v = strtol(p, &end, 10); end != p; p = end, v = strtol(p, &end, 10)) {
+		if (ids.n == ids.cap) {
+			ids.cap = ids.cap ? 2 * ids.cap : 64;
+			ids.v = realloc(ids.v, ids.cap * sizeof *ids.v);
+		}
+		ids.v[ids.n++] = (int32_t)v;
+	}
+	char *out;
+	size_t len;
+	int fl = special ? TOK_SKIP_SPECIAL : 0;
+	tok_decode(t, ids.v, ids.n, fl, &out, &len);
+	put_hex(out, len);
+	free(out);
+	putchar(' ');
+	struct tok_stream *s = tok_stream_new(t, fl);
+	const char *txt;
+	for (size_t i = 0; i < ids.n; i++) {
+		tok_stream_push(s, ids.v[i], &txt, &len);
+		put_hex(txt, len);
+	}
+	tok_stream_flush(s, &txt, &len);
+	put_hex(txt, len);
+	tok_stream_free(s);
+	tok_ids_free(&ids);
+}
+
+/* One command of `tok_tool session` (the file's head comment). */
+static void do_session(struct tok **t, const char *line, char *buf)
+{
+	if (!strncmp(line, "load ", 5)) {
+		struct rq_err err = {0};
+		tok_free(*t);
+		*t = NULL;
+		if (tok_load(line + 5, t, &err))
+			printf("refused %s", err.msg);
+		else
+			printf("ok %d", tok_vocab_size(*t));
+		return;
+	}
+	size_t n = strlen(line);
+	int plus = n >= 4 && line[3] == '+';
+	const char *arg = line + 4 + plus;
+	if (n < 4 + (size_t)plus || line[3 + plus] != ' ')
+		printf("bad command");
+	else if (!*t)
+		printf("none");
+	else if (!strncmp(line, "enc", 3))
+		do_encode(*t, arg, buf, plus);
+	else if (!strncmp(line, "dec", 3))
+		do_decode(*t, arg, plus);
+	else
+		printf("bad command");
+}
+
 int main(int argc, char **argv)
 {
 	struct rq_err err = {0};
@@ -102,41 +179,13 @@ int main(int argc, char **argv)
 	char *line = malloc(cap), *buf = malloc(cap);
 	while (fgets(line, (int)cap, stdin)) {
 		line[strcspn(line, "\n")] = 0;
-		if (!strcmp(mode, "encode")) {
-			struct tok_ids ids = {0};
-			size_t n = tj_unhex(line, buf);
-			tok_encode(t, buf, n, special ? TOK_ADD_SPECIAL : 0, &ids);
-			for (size_t i = 0; i < ids.n; i++)
-				printf(i ? " %d" : "%d", ids.v[i]);
-			tok_ids_free(&ids);
-		} else if (!strcmp(mode, "decode")) {
-			struct tok_ids ids = {0};
-			char *p = line, *end;
-			for (long v = strtol(p, &end, 10); end != p; p = end, v = strtol(p, &end, 10)) {
-				if (ids.n == ids.cap) {
-					ids.cap = ids.cap ? 2 * ids.cap : 64;
-					ids.v = realloc(ids.v, ids.cap * sizeof *ids.v);
-				}
-				ids.v[ids.n++] = (int32_t)v;
-			}
-			char *out;
-			size_t len;
-			int fl = special ? TOK_SKIP_SPECIAL : 0;
-			tok_decode(t, ids.v, ids.n, fl, &out, &len);
-			put_hex(out, len);
-			free(out);
-			putchar(' ');
-			struct tok_stream *s = tok_stream_new(t, fl);
-			const char *txt;
-			for (size_t i = 0; i < ids.n; i++) {
-				tok_stream_push(s, ids.v[i], &txt, &len);
-				put_hex(txt, len);
-			}
-			tok_stream_flush(s, &txt, &len);
-			put_hex(txt, len);
-			tok_stream_free(s);
-			tok_ids_free(&ids);
-		} else if (!strcmp(mode, "pretok")) {
+		if (!strcmp(mode, "encode"))
+			do_encode(t, line, buf, special);
+		else if (!strcmp(mode, "decode"))
+			do_decode(t, line, special);
+		else if (!strcmp(mode, "session"))
+			do_session(&t, line, buf);
+		else if (!strcmp(mode, "pretok")) {
 			size_t n = tj_unhex(line, buf);
 			tok_pretokenize(buf, n, piece, buf);
 		} else if (!strcmp(mode, "chat"))
