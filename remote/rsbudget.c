@@ -28,15 +28,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-int64_t rqr_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* The bytes f holds on disk as counted in bytes_on_disk (mu held). */
 static uint64_t held(const struct rq_rs *s, const struct rfile *f)

@@ -1,6 +1,9 @@
-/* rsfile.c — a remote file's identity and names, and what the cache already
- * holds of it at open (rstore.h; the states are written at the top of
- * rstore.c). */
+/* rsfile.c — one remote file's state as every layer above changes it (a
+ * chunk forgotten, its in-order hash reset, why it failed), its identity
+ * and names, and what the cache already holds of it at open; and what every
+ * file of the store shares: the gate API calls pass (close waits for them),
+ * the log and the clock (rstore.h; the states are written at the top of
+ * rstore.c, the lock rules on the fields in rstore_int.h). */
 #include "remote/rstore_int.h"
 #include "remote/chunk.h"
 
@@ -9,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +21,101 @@
 #include <unistd.h>
 
 #define TMP_STALE_S (15 * 60)   /* a temp file this old is a crashed writer's (as cache/) */
+
+/* ---- the store's gate, log and clock ---------------------------------- */
+
+void rqr_log(struct rq_rs *s, const char *fmt, ...)
+{
+	if (!s->log)
+		return;
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	s->log(s->log_ctx, msg);   /* names inside were escaped by rq_errf where they came from */
+}
+
+int rqr_enter(struct rq_rs *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int rc = atomic_load(&s->closing) ? -ECANCELED : 0;
+	if (!rc)
+		s->active++;
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+void rqr_leave(struct rq_rs *s)
+{
+	pthread_mutex_lock(&s->mu);
+	if (!--s->active)
+		pthread_cond_broadcast(&s->done_cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+int64_t rqr_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- a file's state --------------------------------------------------- */
+
+uint32_t rqr_chunk_len(const struct rq_rs *s, const struct rfile *f, uint64_t c)
+{
+	uint64_t a = c * s->chunk_size;
+	return (uint32_t)(f->size - a < s->chunk_size ? f->size - a : s->chunk_size);
+}
+
+int rqr_failed_err(const struct rq_rs *s, const struct rfile *f, struct rq_err *err)
+{
+	if (f->failed == F_SIZE)
+		return rq_errf(err, -EIO, "%s: the model API lists it at %llu bytes, the server "
+		               "says %llu: not served (a mirror or proxy that does not serve the "
+		               "commit as listed; check HF_ENDPOINT)", f->name,
+		               (unsigned long long)f->size, (unsigned long long)f->server_size);
+	if (f->failed == F_LISTED)
+		return rq_errf(err, -EIO, "%s: the model API lists it at %llu bytes, more than the "
+		               "%llu (%u chunks) the remote store takes per file, far beyond any real "
+		               "model file: not fetched (a wrong listing; check HF_ENDPOINT)", f->name,
+		               (unsigned long long)f->size, (unsigned long long)rq_rs_max_file(s),
+		               RQ_RS_CHUNKS_MAX);
+	return rq_errf(err, -EIO, "%s: its bytes from the server hashed twice to %s %s, not the "
+	               "hub's %s (a corrupt mirror or CDN? check HF_ENDPOINT); nothing of it is "
+	               "served", f->name, f->hash_name, f->bad_sha, f->want);
+}
+
+uint64_t rq_rs_max_file(const struct rq_rs *s)
+{
+	return (uint64_t)s->chunk_size * RQ_RS_CHUNKS_MAX;
+}
+
+void rqr_forget_chunk(struct rq_rs *s, struct rfile *f, uint64_t c)
+{
+	if (f->st[c] == CH_ABSENT)
+		return;
+	if (c < f->hnext || (f->hashing && c == f->hnext))
+		rqr_hash_reset(s, f);            /* its bytes were (being) hashed */
+	f->st[c] = CH_ABSENT;
+	f->npresent--;
+	uint64_t b = rqr_chunk_file_size(rqr_chunk_len(s, f, c));
+	s->st.bytes_on_disk -= b < s->st.bytes_on_disk ? b : s->st.bytes_on_disk;
+}
+
+void rqr_hash_reset(struct rq_rs *s, struct rfile *f)
+{
+	(void)s;
+	f->hgen++;
+	if (f->hashing)
+		return;                    /* its hasher starts again when it next looks */
+	rqr_hash_free(f->hash);
+	f->hash = NULL;
+	f->hnext = 0;
+}
+
+/* ---- a file's identity and what the cache holds of it (at open) ------- */
 
 /* The identity of a file (chunk.h) and its derived names. */
 int rqr_name_file(struct rq_rs *s, struct rfile *f, const struct rq_rs_file *in,

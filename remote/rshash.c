@@ -10,17 +10,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-void rqr_hash_reset(struct rq_rs *s, struct rfile *f)
-{
-	(void)s;
-	f->hgen++;
-	if (f->hashing)
-		return;                    /* its hasher starts again when it next looks */
-	rqr_hash_free(f->hash);
-	f->hash = NULL;
-	f->hnext = 0;
-}
-
 /* Feeds f's hash from hnext on while the next chunk is present: chunk
  * ft->j.c from ft's buffer (its bytes as they were written), the others
  * read back from disk with their block sums checked. ft (may be NULL): a

@@ -1,6 +1,7 @@
-/* rsread.c — reads, whole-file fetches and assembly of the remote store
- * (rstore.h; the states and the locking are written at the top of
- * rstore.c). */
+/* rsread.c — reads and whole-file fetches of the remote store (rstore.h;
+ * the states and the locking are written at the top of rstore.c): each
+ * piece of a read from the assembled file, a chunk on disk, a fetch in
+ * flight or a range of its own; fetch_file's window of chunks in flight. */
 #include "remote/rstore_int.h"
 #include "remote/chunk.h"
 
@@ -9,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* How one chunk of a read is answered. */
@@ -31,24 +31,6 @@ static int reader_errno(int rc)
 	                                                                                : -EIO;
 }
 
-int rqr_failed_err(const struct rq_rs *s, const struct rfile *f, struct rq_err *err)
-{
-	if (f->failed == F_SIZE)
-		return rq_errf(err, -EIO, "%s: the model API lists it at %llu bytes, the server "
-		               "says %llu: not served (a mirror or proxy that does not serve the "
-		               "commit as listed; check HF_ENDPOINT)", f->name,
-		               (unsigned long long)f->size, (unsigned long long)f->server_size);
-	if (f->failed == F_LISTED)
-		return rq_errf(err, -EIO, "%s: the model API lists it at %llu bytes, more than the "
-		               "%llu (%u chunks) the remote store takes per file, far beyond any real "
-		               "model file: not fetched (a wrong listing; check HF_ENDPOINT)", f->name,
-		               (unsigned long long)f->size, (unsigned long long)rq_rs_max_file(s),
-		               RQ_RS_CHUNKS_MAX);
-	return rq_errf(err, -EIO, "%s: its bytes from the server hashed twice to %s %s, not the "
-	               "hub's %s (a corrupt mirror or CDN? check HF_ENDPOINT); nothing of it is "
-	               "served", f->name, f->hash_name, f->bad_sha, f->want);
-}
-
 int rq_rs_failed(struct rq_rs *s, size_t i)
 {
 	if (i >= s->nfiles)
@@ -57,11 +39,6 @@ int rq_rs_failed(struct rq_rs *s, size_t i)
 	int failed = s->files[i].failed != F_OK;
 	pthread_mutex_unlock(&s->mu);
 	return failed;
-}
-
-uint64_t rq_rs_max_file(const struct rq_rs *s)
-{
-	return (uint64_t)s->chunk_size * RQ_RS_CHUNKS_MAX;
 }
 
 /* Pread of the assembled file. */
@@ -85,37 +62,6 @@ static int read_file(const char *path, uint64_t off, uint64_t n, uint8_t *dst)
 	}
 	close(fd);
 	return rc;
-}
-
-/* Whether f's assembled file is there (made by another store sharing the
- * cache directory: it is published only once verified). */
-static int on_disk(const struct rfile *f)
-{
-	struct stat st;
-	return stat(f->apath, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == f->size;
-}
-
-void rqr_forget_chunk(struct rq_rs *s, struct rfile *f, uint64_t c)
-{
-	if (f->st[c] == CH_ABSENT)
-		return;
-	if (c < f->hnext || (f->hashing && c == f->hnext))
-		rqr_hash_reset(s, f);            /* its bytes were (being) hashed */
-	f->st[c] = CH_ABSENT;
-	f->npresent--;
-	uint64_t b = rqr_chunk_file_size(rqr_chunk_len(s, f, c));
-	s->st.bytes_on_disk -= b < s->st.bytes_on_disk ? b : s->st.bytes_on_disk;
-}
-
-/* f's assembled file was made by another store sharing the cache (mu
- * held): counted as ours now, its chunks forgotten (that store removed them). */
-static void adopt_assembled(struct rq_rs *s, struct rfile *f)
-{
-	for (uint64_t c = 0; c < f->nchunks; c++)
-		rqr_forget_chunk(s, f, c);
-	f->assembled = 1;
-	f->last_use = rqr_now_ns();
-	s->st.bytes_on_disk += f->size;
 }
 
 /* Plans piece p of file fi for a missing chunk (mu held): a fetch to wait
@@ -172,8 +118,8 @@ static int serve_disk(struct rq_rs *s, size_t fi, struct piece *p, int nokeep, s
 		return 0;
 	}
 	int assembled = f->assembled;
-	if (rc == -ENOENT && !assembled && on_disk(f)) {   /* assembled by another store? */
-		adopt_assembled(s, f);
+	if (rc == -ENOENT && !assembled && rqr_on_disk(f)) {   /* assembled by another store? */
+		rqr_adopt_assembled(s, f);
 		assembled = 1;
 	}
 	if (p->how != P_FILE && assembled) {           /* our chunks were assembled meanwhile */
@@ -320,91 +266,6 @@ out:
 	return rc;
 }
 
-void rqr_refetch_all(struct rq_rs *s, size_t fi)
-{
-	struct rfile *f = &s->files[fi];
-	for (uint64_t c = 0; c < f->nchunks && !f->failed && !f->assembled; c++)
-		if (f->st[c] == CH_ABSENT && !f->fl[c])
-			rqr_want_chunk(s, fi, c, 0, 0);
-}
-
-int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err)
-{
-	struct rfile *f = &s->files[fi];
-	int64_t bad;
-	char got[65];
-	/* the hash fed as the chunks came (rshash.c), finished; then the data
-	 * published as it is, unless another live store shares the cache: then
-	 * its bytes may no longer be the ones hashed, and they are read back
-	 * and checked whole first (rsshare.c) */
-	int rc = rqr_hash_finish(s, fi, &bad, got);
-	if (!rc && rqr_share_shared(s)) {
-		rc = rqr_verify_disk(s, fi, &bad, got);
-		pthread_mutex_lock(&s->mu);
-		s->st.verified_from_disk++;
-		pthread_mutex_unlock(&s->mu);
-		if (rc == -ENOENT)                  /* chunks gone: assembled by another? */
-			rc = on_disk(f) ? -EEXIST : -ESTALE;
-	}
-	if (!rc && (rc = rqr_publish(s->dfd, f->dir, f->id, f->size, f->nchunks)) == -EBADMSG)
-		bad = -1;
-	if (rc == -EEXIST && !on_disk(f) && unlink(f->apath) == 0)   /* a wrong-size leftover */
-		rc = rqr_publish(s->dfd, f->dir, f->id, f->size, f->nchunks);
-	if (rc == -EEXIST || rc == -ESTALE)     /* another store sharing the cache assembled it */
-		rc = on_disk(f) ? 0 : -ESTALE;      /* published (verified by it): taken as ours */
-	if (!rc) {
-		pthread_mutex_lock(&s->mu);
-		f->assembled = 1;                  /* readers of chunks that vanish turn to it */
-		f->last_use = rqr_now_ns();
-		pthread_mutex_unlock(&s->mu);
-		rqr_chunk_drop_all(s->dfd, f->dir);   /* the sum files: the data was renamed */
-	} else if (rc == -EBADMSG && bad < 0) {
-		rqr_chunk_drop_all(s->dfd, f->dir);   /* wrong bytes: all of it goes */
-	} else if (rc == -EBADMSG) {             /* one bad chunk: its sums go, it is refetched */
-		char name[512];
-		snprintf(name, sizeof name, "%s/%016llx", f->dir, (unsigned long long)bad);
-		unlinkat(s->dfd, name, 0);
-	}
-	pthread_mutex_lock(&s->mu);
-	f->assembling = 0;
-	rqr_hash_reset(s, f);                  /* taken (or fed in part): begins again */
-	if (!rc || (rc == -EBADMSG && bad < 0) || rc == -ESTALE) {
-		for (uint64_t c = 0; c < f->nchunks; c++)
-			rqr_forget_chunk(s, f, c);
-		if (!rc)
-			s->st.bytes_on_disk += f->size;
-	}
-	if (rc == -ESTALE) {                       /* our chunks went with another's assembly */
-		s->st.refetches++;
-		rc = rq_errf(err, -EBADMSG, "%s: its chunks under %s/%s were taken by another store "
-		             "sharing the cache (it assembled the file, which is gone since): "
-		             "fetching them again", f->name, s->root, f->dir);
-	} else if (rc == -EBADMSG && bad >= 0) {
-		rqr_forget_chunk(s, f, (uint64_t)bad);
-		s->st.refetches++;
-		rq_errf(err, -EBADMSG, "%s: chunk %lld on disk is corrupt", f->name, (long long)bad);
-	} else if (rc == -EBADMSG) {
-		s->st.refetches++;
-		memcpy(f->bad_sha, got, 65);
-		if (++f->sha_fails >= 2) {
-			f->failed = F_HASH;
-			rc = rq_errf(err, -EIO, "%s: the bytes fetched hash to %s %s, not the hub's %s, "
-			             "twice: not served (a corrupt mirror or CDN? check HF_ENDPOINT)",
-			             f->name, f->hash_name, got, f->want);
-		} else {
-			rq_errf(err, -EBADMSG, "%s: the bytes fetched hash to %s %s, not the hub's %s: "
-			        "dropped, fetching them again", f->name, f->hash_name, got, f->want);
-		}
-	} else if (rc) {
-		rq_errf(err, rc, "%s: cannot assemble %s: %s", f->name, f->apath, strerror(-rc));
-	}
-	pthread_cond_broadcast(&s->done_cv);
-	pthread_mutex_unlock(&s->mu);
-	if (rc && rc != -ECANCELED)
-		rqr_log(s, "remote: %s", err->msg);
-	return rc;
-}
-
 int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint64_t bytes),
                      void *ctx, struct rq_err *err)
 {
@@ -507,11 +368,11 @@ int rq_rs_fetch_file(struct rq_rs *s, size_t i, void (*progress)(void *ctx, uint
 			break;
 		if (unstored && !f->assembled) {   /* (chunks an assembly dropped: fetched again) */
 			pthread_mutex_unlock(&s->mu);
-			int other = on_disk(f);        /* another store sharing the cache made it */
+			int other = rqr_on_disk(f);    /* another store sharing the cache made it */
 			pthread_mutex_lock(&s->mu);
 			if (other) {
 				if (!f->assembled)
-					adopt_assembled(s, f);
+					rqr_adopt_assembled(s, f);
 				continue;
 			}
 			rc = rq_errf(err, -ENOSPC, "%s: fetched, but its chunks could not be stored under "

@@ -1,6 +1,5 @@
 /* rsshare.c — whether another store is live on this cache directory, and
- * the read-back that assembly does when one is (rstore.c, "Disk budget and
- * sharing").
+ * the read-back that assembly does when one is (rstore.c, "Sharing").
  *
  * Stores sharing <cache>/remote write their chunks into the same data files,
  * so the in-order hash (fed from this store's buffers) proves nothing about

@@ -137,6 +137,30 @@
  * budget's callback and is never held with mu. done_cv: a fetch or a
  * range piece finished, an assembly ended, or the store closes; work_cv:
  * a job queued; mem_cv: a buffer freed.
+ *
+ * The folder is one straight line (held by tests/tools/test_layout.py):
+ * each file calls only the files below it (rstore_int.h declares them in
+ * this order), and nothing calls back up: a worker that finishes a fetch
+ * wakes its readers through done_cv, and the budget evicts by marking the
+ * file empty itself (the waits are on condition variables, never calls).
+ *
+ *   api       rstore.c    open, cancel, close, drop, path, stats: lifecycle
+ *   read      rsread.c    rq_rs_read, rq_rs_fetch_file: pieces from the
+ *                         assembled file, chunks on disk, fetches, ranges
+ *   workers   rswork.c    the worker threads: a job's range request, the
+ *                         size the server states, a chunk stored, hashed,
+ *                         its file assembled when it was the last one
+ *   assembly  rsasm.c     a complete file checked and renamed to files/<id>;
+ *                         one another store assembled, taken as ours
+ *   hash      rshash.c    the in-order hash, fed as the chunks are stored
+ *   sharing   rsshare.c   other live stores on the cache; the read-back
+ *   budget    rsbudget.c  --cache-max: reserve, evict, trim, pin
+ *   queue     rsqueue.c   the job queues, fetches and their references, the
+ *                         buffer pool (all under mu)
+ *   file      rsfile.c    a file's state (a chunk forgotten, its hash reset,
+ *                         why it failed), identity, scan at open; the
+ *                         store's gate (enter/leave), log and clock
+ *   chunks    chunk.c     chunk files: data, block sums, publish, hashes
  */
 #include "remote/rstore.h"
 #include "remote/chunk.h"
@@ -146,387 +170,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
-
-void rqr_unref(struct rq_rs *s, struct fetch *ft)
-{
-	if (--ft->refs)
-		return;
-	if (ft->buf) {
-		s->mem_used -= ft->len;
-		if (ft->len == s->chunk_size && s->pool &&
-		    s->mem_used + (uint64_t)(s->npool + 1) * s->chunk_size <= s->mem_max)
-			s->pool[s->npool++] = ft->buf;
-		else
-			free(ft->buf);
-		pthread_cond_broadcast(&s->mem_cv);
-	}
-	free(ft);
-}
-
-/* A buffer for len bytes of a chunk (mu held): a kept one when whole. */
-static void *buf_get(struct rq_rs *s, uint32_t len)
-{
-	if (len == s->chunk_size && s->npool)
-		return s->pool[--s->npool];
-	return malloc(len);
-}
-
-void rqr_log(struct rq_rs *s, const char *fmt, ...)
-{
-	if (!s->log)
-		return;
-	char msg[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	s->log(s->log_ctx, msg);   /* names inside were escaped by rq_errf where they came from */
-}
-
-uint32_t rqr_chunk_len(const struct rq_rs *s, const struct rfile *f, uint64_t c)
-{
-	uint64_t a = c * s->chunk_size;
-	return (uint32_t)(f->size - a < s->chunk_size ? f->size - a : s->chunk_size);
-}
-
-int rqr_enter(struct rq_rs *s)
-{
-	pthread_mutex_lock(&s->mu);
-	int rc = atomic_load(&s->closing) ? -ECANCELED : 0;
-	if (!rc)
-		s->active++;
-	pthread_mutex_unlock(&s->mu);
-	return rc;
-}
-
-void rqr_leave(struct rq_rs *s)
-{
-	pthread_mutex_lock(&s->mu);
-	if (!--s->active)
-		pthread_cond_broadcast(&s->done_cv);
-	pthread_mutex_unlock(&s->mu);
-}
-
-/* Queues j (mu held): demand at the tail of the hi queue, readahead of lo. */
-static void enqueue(struct rq_rs *s, struct job *j, int hi)
-{
-	struct job **tail = hi ? &s->hi_tail : &s->lo_tail;
-	struct job **head = hi ? &s->hi_head : &s->lo_head;
-	j->next = NULL;
-	j->hi = hi;
-	if (*tail)
-		(*tail)->next = j;
-	else
-		*head = j;
-	*tail = j;
-	pthread_cond_signal(&s->work_cv);
-}
-
-/* Removes j from its queue (mu held). */
-static void unqueue(struct rq_rs *s, struct job *j)
-{
-	struct job **head = j->hi ? &s->hi_head : &s->lo_head;
-	struct job **tail = j->hi ? &s->hi_tail : &s->lo_tail;
-	struct job *prev = NULL;
-	for (struct job *p = *head; p; prev = p, p = p->next) {
-		if (p != j)
-			continue;
-		if (prev)
-			prev->next = p->next;
-		else
-			*head = p->next;
-		if (*tail == p)
-			*tail = prev;
-		return;
-	}
-}
-
-static struct job *dequeue(struct rq_rs *s)
-{
-	struct job *j = s->hi_head ? s->hi_head : s->lo_head;
-	if (j)
-		unqueue(s, j);
-	return j;
-}
-
-void rqr_enqueue_range(struct rq_rs *s, struct job *j)
-{
-	j->kind = JOB_RANGE;
-	enqueue(s, j, 1);
-}
-
-struct fetch *rqr_want_chunk(struct rq_rs *s, size_t fi, uint64_t c, int hi, int ref)
-{
-	struct rfile *f = &s->files[fi];
-	struct fetch *ft = f->fl[c];
-	if (ft && ft->done && ft->rc)
-		ft = f->fl[c] = NULL;                  /* failed, not yet cleared: a new try */
-	if (ft) {
-		if (hi && ft->queued && !ft->j.hi) {     /* readahead a reader now waits for */
-			unqueue(s, &ft->j);
-			enqueue(s, &ft->j, 1);
-		}
-	} else {
-		if (s->offline || atomic_load(&s->closing))
-			return NULL;
-		ft = calloc(1, sizeof *ft);
-		if (!ft)
-			return NULL;
-		ft->j.kind = JOB_CHUNK;
-		ft->j.fi = fi;
-		ft->j.c = c;
-		ft->len = rqr_chunk_len(s, f, c);
-		ft->refs = 1;                              /* the queue's, then the worker's */
-		ft->queued = 1;
-		f->fl[c] = ft;
-		enqueue(s, &ft->j, hi);
-	}
-	if (ref)
-		ft->refs++;
-	return ft;
-}
-
-/* Ends queued job j (mu held, j already out of its queue) with e's error. */
-static void end_job(struct rq_rs *s, struct job *j, const struct rq_err *e)
-{
-	if (j->kind == JOB_CHUNK) {
-		struct fetch *ft = (struct fetch *)j;
-		ft->queued = 0;
-		ft->done = 1;
-		ft->rc = e->code;
-		ft->err = *e;
-		s->files[j->fi].fl[j->c] = NULL;
-		rqr_unref(s, ft);
-	} else {
-		if (!j->g->rc) {
-			j->g->rc = e->code;
-			j->g->err = *e;
-		}
-		j->g->pending--;
-	}
-}
-
-/* The server stated `server` bytes for file fi (mu held): unless that is its
- * listed size, the file fails for good (F_SIZE) and its queued fetches end
- * now. 0, or -EIO with the file's message. */
-static int check_size(struct rq_rs *s, size_t fi, uint64_t server, struct rq_err *e)
-{
-	struct rfile *f = &s->files[fi];
-	if (server == RQ_HUB_SIZE_UNKNOWN || server == f->size)
-		return 0;
-	if (f->failed != F_SIZE) {
-		f->failed = F_SIZE;
-		f->server_size = server;
-		struct rq_err fe = {0};
-		rqr_failed_err(s, f, &fe);
-		for (int hi = 0; hi < 2; hi++) {
-			struct job *j = hi ? s->hi_head : s->lo_head, *next;
-			for (; j; j = next) {
-				next = j->next;
-				if (j->fi != fi)
-					continue;
-				unqueue(s, j);
-				end_job(s, j, &fe);
-			}
-		}
-		pthread_cond_broadcast(&s->done_cv);
-	}
-	return rqr_failed_err(s, f, e);
-}
-
-/* One range request on the worker's connection; hub retries counted, the
- * size the server states checked against the listed one. */
-static int fetch_bytes(struct rq_rs *s, struct worker *w, size_t fi, uint64_t off,
-                       uint64_t len, void *buf, struct rq_err *e)
-{
-	const struct rfile *f = &s->files[fi];
-	int rc = rq_hub_fetch_range(w->hub, s->repo, s->commit, f->name, off, len, buf, NULL, e);
-	struct rq_hub_stats hs;
-	rq_hub_get_stats(w->hub, &hs);
-	pthread_mutex_lock(&s->mu);
-	s->st.retries += hs.retries - w->retries_seen;
-	w->retries_seen = hs.retries;
-	int src = rc == -ECANCELED ? 0 : check_size(s, fi, rq_hub_server_size(w->hub), e);
-	pthread_mutex_unlock(&s->mu);
-	if (src)
-		return src;
-	if (rc)
-		rq_err_prefix(e, "%s bytes %llu-%llu", f->name, (unsigned long long)off,
-		              (unsigned long long)(off + len - 1));
-	return rc;
-}
-
-/* A failed fetch's log line: none for a file failed for good (its readers
- * report it, once each) nor for a cancel. */
-static void log_fetch_failure(struct rq_rs *s, size_t fi, int rc, uint64_t c,
-                              const struct rq_err *e)
-{
-	pthread_mutex_lock(&s->mu);
-	int quiet = rc == -ECANCELED || s->files[fi].failed == F_SIZE;
-	pthread_mutex_unlock(&s->mu);
-	if (quiet)
-		return;
-	if (c == UINT64_MAX)
-		rqr_log(s, "remote: fetch failed: %s", e->msg);
-	else
-		rqr_log(s, "remote: fetch failed (chunk %llu): %s", (unsigned long long)c, e->msg);
-}
-
-/* Worker: chunk c of a file, into a buffer taken from mem_max, then stored.
- * The queue's reference is now the worker's. */
-static void run_chunk(struct rq_rs *s, struct worker *w, struct fetch *ft)
-{
-	size_t fi = ft->j.fi;
-	struct rfile *f = &s->files[fi];
-	uint64_t c = ft->j.c, off = c * s->chunk_size;
-	struct rq_err e = {0};
-	int rc = 0;
-	pthread_mutex_lock(&s->mu);
-	while (!atomic_load(&s->closing) && s->mem_used + ft->len > s->mem_max)
-		pthread_cond_wait(&s->mem_cv, &s->mu);
-	if (atomic_load(&s->closing)) {
-		rc = rq_errf(&e, -ECANCELED, "%s: the store is closing", f->name);
-	} else if (f->failed >= F_SIZE) {          /* failed while this chunk was taken */
-		rc = rqr_failed_err(s, f, &e);
-	} else if (!(ft->buf = buf_get(s, ft->len))) {
-		rc = rq_errf(&e, -ENOMEM, "%s: no memory for a chunk of %u bytes", f->name, ft->len);
-	} else {
-		s->mem_used += ft->len;
-		if (s->mem_used > s->mem_peak)
-			s->mem_peak = s->mem_used;
-	}
-	pthread_mutex_unlock(&s->mu);
-	if (!rc)
-		rc = fetch_bytes(s, w, fi, off, ft->len, ft->buf, &e);
-	if (rc)
-		log_fetch_failure(s, fi, rc, c, &e);
-	pthread_mutex_lock(&s->mu);
-	ft->done = 1;
-	ft->rc = rc;
-	ft->err = e;
-	if (rc) {
-		if (rc != -ECANCELED)
-			s->st.failures++;
-	} else {
-		s->st.fetched_bytes += ft->len;
-		s->st.fetched_chunks++;
-	}
-	pthread_cond_broadcast(&s->done_cv);
-	int whole = f->assembled;                     /* assembled meanwhile: nothing to store */
-	pthread_mutex_unlock(&s->mu);
-	int wrc = rc ? rc : whole ? -EEXIST : 0;
-	uint64_t need = rqr_chunk_file_size(ft->len);
-	int reserved = 0;
-	if (!wrc) {   /* room under the budget (evicting other files), counted now */
-		reserved = !(wrc = rqr_reserve(s, fi, need));
-		if (wrc && !atomic_exchange(&s->warned_budget, 1))
-			rqr_log(s, "remote: the cache is at its --cache-max and nothing more can be "
-			        "evicted now (in use): chunks of %s and others are served but not "
-			        "kept (fetched again when read); raise --cache-max", f->name);
-	}
-	if (!wrc) {   /* the waiters copy from the buffer meanwhile */
-		pthread_mutex_lock(&s->mu);
-		while (f->evicting && !atomic_load(&s->closing))   /* its unlinks end first */
-			pthread_cond_wait(&s->done_cv, &s->mu);
-		pthread_mutex_unlock(&s->mu);
-		wrc = rqr_chunk_write(s->dfd, f->dir, c, s->chunk_size, f->idhash, ft->buf, ft->len);
-		if (wrc && !atomic_exchange(&s->warned_write, 1)) {
-			rqr_log(s, "remote: cannot store chunks under %s/%s (%s): serving from memory "
-			        "only; free space in the cache directory", s->root, f->dir,
-			        strerror(-wrc));
-		}
-	}
-	pthread_mutex_lock(&s->mu);
-	if (f->fl[c] == ft)                           /* (a failed one may be replaced already) */
-		f->fl[c] = NULL;
-	pthread_cond_broadcast(&s->done_cv);          /* fetch_file waits for this */
-	int complete = 0, stored = 0;
-	ft->stored = !wrc;
-	if (!wrc && f->st[c] == CH_ABSENT) {   /* its bytes were counted by rqr_reserve */
-		stored = 1;
-		f->st[c] = CH_PRESENT;
-		f->npresent++;
-		complete = f->npresent == f->nchunks && !f->assembled && !f->assembling &&
-		           !f->failed;
-		if (complete)
-			f->assembling = 1;
-	} else if (reserved) {
-		s->st.bytes_on_disk -= need < s->st.bytes_on_disk ? need : s->st.bytes_on_disk;
-	}
-	if (!stored)
-		rqr_unref(s, ft);
-	pthread_mutex_unlock(&s->mu);
-	if (stored)   /* the in-order hash (from this buffer when c is next); it unrefs ft */
-		rqr_hash_stored(s, fi, ft);
-	if (complete) {   /* the last chunk: the file becomes one real file */
-		struct rq_err ae = {0};
-		int arc = rqr_assemble_file(s, fi, &ae);
-		if (arc == -EBADMSG) {
-			pthread_mutex_lock(&s->mu);
-			rqr_refetch_all(s, fi);
-			pthread_mutex_unlock(&s->mu);
-		}
-	}
-}
-
-/* Worker: a RQ_RS_NOKEEP piece, straight into the reader's buffer. */
-static void run_range(struct rq_rs *s, struct worker *w, struct job *j)
-{
-	struct rq_err e = {0};
-	pthread_mutex_lock(&s->mu);
-	int rc = s->files[j->fi].failed >= F_SIZE ? rqr_failed_err(s, &s->files[j->fi], &e) : 0;
-	pthread_mutex_unlock(&s->mu);
-	if (!rc)
-		rc = fetch_bytes(s, w, j->fi, j->off, j->len, j->dst, &e);
-	if (rc)
-		log_fetch_failure(s, j->fi, rc, UINT64_MAX, &e);
-	pthread_mutex_lock(&s->mu);
-	struct group *g = j->g;
-	if (rc) {
-		if (rc != -ECANCELED)
-			s->st.failures++;
-		if (!g->rc) {
-			g->rc = rc;
-			g->err = e;
-		}
-	} else {
-		s->st.fetched_bytes += j->len;
-	}
-	g->pending--;
-	pthread_cond_broadcast(&s->done_cv);
-	pthread_mutex_unlock(&s->mu);
-}
-
-static void *worker_main(void *arg)
-{
-	struct worker *w = arg;
-	struct rq_rs *s = w->s;
-	pthread_mutex_lock(&s->mu);
-	for (;;) {
-		struct job *j = NULL;
-		while (!atomic_load(&s->closing) && !(j = dequeue(s)))
-			pthread_cond_wait(&s->work_cv, &s->mu);
-		if (!j)
-			break;
-		if (j->kind == JOB_CHUNK)
-			((struct fetch *)j)->queued = 0;
-		pthread_mutex_unlock(&s->mu);
-		if (j->kind == JOB_CHUNK)
-			run_chunk(s, w, (struct fetch *)j);
-		else
-			run_range(s, w, j);
-		pthread_mutex_lock(&s->mu);
-	}
-	pthread_mutex_unlock(&s->mu);
-	return NULL;
-}
 
 int rq_rs_open(const struct rq_rs_opts *o, struct rq_rs **out, struct rq_err *err)
 {
@@ -623,7 +270,8 @@ int rq_rs_open(const struct rq_rs_opts *o, struct rq_rs **out, struct rq_err *er
 				goto fail;
 		}
 		for (int i = 0; i < s->nworkers; i++) {
-			if ((rc = -pthread_create(&s->workers[i].tid, NULL, worker_main, &s->workers[i]))) {
+			if ((rc = -pthread_create(&s->workers[i].tid, NULL, rqr_worker_main,
+			                          &s->workers[i]))) {
 				rq_errf(err, rc, "remote store: cannot start a thread: %s", strerror(-rc));
 				goto fail;
 			}
@@ -646,10 +294,10 @@ void rq_rs_cancel(struct rq_rs *s)
 	pthread_mutex_lock(&s->mu);
 	atomic_store(&s->closing, 1);
 	struct job *j;
-	while ((j = dequeue(s))) {               /* queued work ends now, cancelled */
+	while ((j = rqr_dequeue(s))) {           /* queued work ends now, cancelled */
 		struct rq_err e = {0};
 		rq_errf(&e, -ECANCELED, "%s: the store is closing", s->files[j->fi].name);
-		end_job(s, j, &e);
+		rqr_end_job(s, j, &e);
 	}
 	pthread_cond_broadcast(&s->work_cv);
 	pthread_cond_broadcast(&s->done_cv);

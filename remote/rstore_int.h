@@ -1,6 +1,7 @@
-/* rstore_int.h — the remote store's state, shared by rstore.c (open, close,
- * workers, queue) and rsread.c (reads, fetch_file, assembly). Internal to
- * remote/. Lock rules on the fields: "mu" = under rq_rs.mu. */
+/* rstore_int.h — the remote store's state, shared by the files of remote/
+ * (internal to the folder). Lock rules on the fields: "mu" = under rq_rs.mu.
+ * The functions are declared by file, in the folder's order (the top of
+ * rstore.c): each file calls only the files below it. */
 #ifndef RQ_REMOTE_RSTORE_INT_H
 #define RQ_REMOTE_RSTORE_INT_H
 
@@ -141,31 +142,24 @@ struct rq_rs {
 	int share_always;          /* not registered (or no flock): always "shared" */
 };
 
-void rqr_log(struct rq_rs *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* mu held, f->failed set: its message into err; returns -EIO. */
-int rqr_failed_err(const struct rq_rs *s, const struct rfile *f, struct rq_err *err);
-uint32_t rqr_chunk_len(const struct rq_rs *s, const struct rfile *f, uint64_t c);
-/* mu held. The fetch of chunk c (in flight, else queued; hi: demand, a queued
- * readahead is moved to the demand queue); a reference for the caller when
- * ref. NULL: offline, closing or -ENOMEM. */
-struct fetch *rqr_want_chunk(struct rq_rs *s, size_t fi, uint64_t c, int hi, int ref);
-void rqr_unref(struct rq_rs *s, struct fetch *ft);           /* mu held */
-void rqr_enqueue_range(struct rq_rs *s, struct job *j);      /* mu held */
-/* Assembles file fi (its `assembling` already set by the caller); clears it,
- * broadcasts done_cv. Returns 0, -EBADMSG (mismatch or bad chunk: dropped,
- * chunks to refetch), -EIO (failed for good), other -errno. */
+/* rswork.c. A worker thread (pthread_create's start, arg: its struct worker). */
+void *rqr_worker_main(void *arg);
+
+/* rsasm.c. assemble_file: assembles file fi (its `assembling` already set by
+ * the caller); clears it, broadcasts done_cv. Returns 0, -EBADMSG (mismatch
+ * or bad chunk: dropped, chunks to refetch), -EIO (failed for good), other
+ * -errno. on_disk: f's assembled file is there (published by another store
+ * sharing the cache: only ever once verified; no lock needed). adopt (mu
+ * held): that file counted as ours now, its chunks forgotten. */
 int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err);
-/* Chunk c of f is gone or bad on disk (mu held): absent, uncounted (and
- * the in-order hash started again if it had fed c). */
-void rqr_forget_chunk(struct rq_rs *s, struct rfile *f, uint64_t c);
-/* rshash.c. The bytes hashed so far may have changed (mu held): the hash
- * starts again from chunk 0 (at once, else when its hasher next looks). */
-void rqr_hash_reset(struct rq_rs *s, struct rfile *f);
-/* A worker stored chunk ft->j.c of fi (no lock held; it hands over its
- * reference on ft): if no one hashes fi now, it feeds the hash from hnext
- * on, that chunk from ft's buffer, the other present chunks read back from
- * disk, until a chunk is missing. ft is unreferenced as soon as its buffer
- * is no longer needed. */
+int rqr_on_disk(const struct rfile *f);
+void rqr_adopt_assembled(struct rq_rs *s, struct rfile *f);
+
+/* rshash.c. A worker stored chunk ft->j.c of fi (no lock held; it hands
+ * over its reference on ft): if no one hashes fi now, it feeds the hash from
+ * hnext on, that chunk from ft's buffer, the other present chunks read back
+ * from disk, until a chunk is missing. ft is unreferenced as soon as its
+ * buffer is no longer needed. */
 void rqr_hash_stored(struct rq_rs *s, size_t fi, struct fetch *ft);
 /* For assembly (fi's `assembling` set, every chunk present; no lock held):
  * waits for a running hasher, hashes what is left from disk and finishes
@@ -173,14 +167,7 @@ void rqr_hash_stored(struct rq_rs *s, size_t fi, struct fetch *ft);
  * (not yet forgotten), with *bad -1: the file hashes to got (not the hub's);
  * -ECANCELED; other -errno. The caller then calls rqr_hash_reset (mu). */
 int rqr_hash_finish(struct rq_rs *s, size_t fi, int64_t *bad, char got[65]);
-/* Queues every chunk of fi not present nor in flight (readahead queue). */
-void rqr_refetch_all(struct rq_rs *s, size_t fi);            /* mu held */
-/* Makes room for `need` more bytes of file fi under the budget (evicting
- * other files) and counts them in bytes_on_disk: 0, or -ENOSPC when what is
- * over cannot be evicted now (nothing counted). No lock held. */
-int rqr_reserve(struct rq_rs *s, size_t fi, uint64_t need);
-/* ns since the epoch, for last_use. */
-int64_t rqr_now_ns(void);
+
 /* rsshare.c (no lock held). register: at open, never fails (a store that
  * cannot register counts the cache as shared); unregister: at close.
  * shared: 1 when another live store may write into this cache's chunks
@@ -192,14 +179,53 @@ void rqr_share_register(struct rq_rs *s);
 void rqr_share_unregister(struct rq_rs *s);
 int rqr_share_shared(struct rq_rs *s);
 int rqr_verify_disk(struct rq_rs *s, size_t fi, int64_t *bad, char got[65]);
-/* rsfile.c (at open). name: f's identity (chunk.h), dir and paths from in;
+
+/* rsbudget.c. Makes room for `need` more bytes of file fi under the budget
+ * (evicting other files) and counts them in bytes_on_disk: 0, or -ENOSPC
+ * when what is over cannot be evicted now (nothing counted). No lock held. */
+int rqr_reserve(struct rq_rs *s, size_t fi, uint64_t need);
+
+/* rsqueue.c (all with mu held). */
+void rqr_unref(struct rq_rs *s, struct fetch *ft);
+/* A buffer for len bytes of a chunk: a kept one when whole (NULL: -ENOMEM). */
+void *rqr_buf_get(struct rq_rs *s, uint32_t len);
+/* The fetch of chunk c (in flight, else queued; hi: demand, a queued
+ * readahead is moved to the demand queue); a reference for the caller when
+ * ref. NULL: offline, closing or -ENOMEM. */
+struct fetch *rqr_want_chunk(struct rq_rs *s, size_t fi, uint64_t c, int hi, int ref);
+void rqr_enqueue_range(struct rq_rs *s, struct job *j);
+/* Queues every chunk of fi not present nor in flight (readahead queue). */
+void rqr_refetch_all(struct rq_rs *s, size_t fi);
+/* dequeue: the next job (demand first), out of its queue, or NULL. unqueue:
+ * j out of its queue. end_job: queued job j (already out of its queue)
+ * ended with e's error. */
+struct job *rqr_dequeue(struct rq_rs *s);
+void rqr_unqueue(struct rq_rs *s, struct job *j);
+void rqr_end_job(struct rq_rs *s, struct job *j, const struct rq_err *e);
+
+/* rsfile.c: the store's gate, log and clock. enter: -ECANCELED when
+ * closing, else an API call is counted running until leave. now_ns: ns
+ * since the epoch, for last_use. */
+int rqr_enter(struct rq_rs *s);
+void rqr_leave(struct rq_rs *s);
+void rqr_log(struct rq_rs *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int64_t rqr_now_ns(void);
+/* rsfile.c: a file's state. */
+uint32_t rqr_chunk_len(const struct rq_rs *s, const struct rfile *f, uint64_t c);
+/* mu held, f->failed set: its message into err; returns -EIO. */
+int rqr_failed_err(const struct rq_rs *s, const struct rfile *f, struct rq_err *err);
+/* Chunk c of f is gone or bad on disk (mu held): absent, uncounted (and
+ * the in-order hash started again if it had fed c). */
+void rqr_forget_chunk(struct rq_rs *s, struct rfile *f, uint64_t c);
+/* The bytes hashed so far may have changed (mu held): the hash starts again
+ * from chunk 0 (at once, else when its hasher next looks). */
+void rqr_hash_reset(struct rq_rs *s, struct rfile *f);
+/* rsfile.c, at open. name: f's identity (chunk.h), dir and paths from in;
  * 0, -EINVAL (a bad hash), -ENOMEM. scan: what the cache holds of f (its
  * assembled file, else its chunks: names and sizes). mkdir_p: 0 or -errno. */
 int rqr_name_file(struct rq_rs *s, struct rfile *f, const struct rq_rs_file *in,
                   struct rq_err *err);
 void rqr_scan_file(struct rq_rs *s, struct rfile *f);
 int rqr_mkdir_p(const char *path);
-int rqr_enter(struct rq_rs *s);                              /* -ECANCELED when closing */
-void rqr_leave(struct rq_rs *s);
 
 #endif
