@@ -1,5 +1,6 @@
 /* cli_hf.c — hf://ORG/NAME[@REV] as a SRC: model API, pinned commit, range reads. */
 #include "cli/cli_hf.h"
+#include "plan/plan.h"
 #include "cli/cli.h"
 #include "base/sha256.h"
 #include "base/err.h"
@@ -450,8 +451,8 @@ const char *cli_hf_blob_id(const struct cli_hf *s, size_t i)
 int cli_hf_check_verifiable(const struct cli_hf *s, const char *what, struct rq_err *err)
 {
 	size_t bad = 0, first = 0;
-	for (size_t i = 0; i < s->n; i++)
-		if (!s->e[i].sha256 && !s->blob[i] && !bad++)
+	for (size_t i = 0; i < s->n; i++)   /* a name SRC skips is not presented: not checked */
+		if (!s->e[i].sha256 && !s->blob[i] && !rq_src_name_refused(s->e[i].name) && !bad++)
 			first = i;
 	if (!bad)
 		return 0;
