@@ -100,17 +100,31 @@ def compare(a, b):
 
 
 def error(log):
-    """The line that says why vLLM stopped: the last exception line of the log."""
+    """Why vLLM stopped: the first exception line of the log that is not one of vLLM's
+    generic wrappers (the root cause), with the indented reason lines that follow it."""
     try:
-        lines = open(log, errors="replace").read().splitlines()
+        raw = open(log, errors="replace").read().splitlines()
     except OSError:
         print("(no log)")
         return 0
-    pat = re.compile(r"^(?:[\w.]+(?:Error|Exception)|NotImplementedError|AssertionError)\b.*:")
-    hits = [l.strip() for l in lines if pat.match(l.strip())]
-    if not hits:
-        hits = [l.strip() for l in lines if re.search(r"\b(ERROR|Error)\b", l)]
-    print(hits[-1][:400] if hits else "(no error line; last line: %s)" % (lines[-1] if lines else ""))
+    # "(Worker pid=1) ERROR 12-06 08:27:41 [file.py:953] text" -> "text"
+    pre = re.compile(r"^\([\w ]+pid=\d+\)\s+(?:[A-Z]+\s+\d\d-\d\d [\d:]+ \[[^\]]+\] ?)?")
+    lines = [pre.sub("", l) for l in raw]
+    exc = re.compile(r"^(?:[\w.]+(?:Error|Exception)|NotImplementedError|AssertionError)\b.*")
+    generic = ("Engine core initialization failed", "EngineCore failed to start",
+               "Failed core proc", "APIServer")
+    for i, l in enumerate(lines):
+        if exc.match(l) and not any(g in l for g in generic):
+            out = [l.strip()]
+            for nxt in lines[i + 1:i + 6]:
+                if nxt.startswith(" ") and nxt.strip() and not nxt.strip().startswith(("File ", "^")):
+                    out.append(nxt.strip())
+                else:
+                    break
+            print(" | ".join(out)[:600])
+            return 0
+    hits = [l.strip() for l in lines if exc.match(l)]
+    print(hits[-1][:400] if hits else "(no error line; last line: %s)" % (raw[-1] if raw else ""))
     return 0
 
 
