@@ -559,6 +559,13 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 				w[j] = row + (size_t)j * c->stride;
 				lg_linear_row(m->W, r + j, w[j]);
 			}
+			if (lg_dot_tile(w[0], c->stride, 4, m->x, m->ldx, m->T, K, m->y + r, m->ldy)) {
+				for (int t = 0; m->W->bias && t < m->T; t++)
+					for (int j = 0; j < 4; j++)
+						m->y[(size_t)t * m->ldy + r + j] += m->W->bias[r + j];
+				i += 4;
+				continue;
+			}
 			for (int t = 0; t < m->T; t++) {
 				dot4(w[0], w[1], w[2], w[3], m->x + (size_t)t * m->ldx, K, out);
 				for (int j = 0; m->W->bias && j < 4; j++)

@@ -219,6 +219,68 @@ int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, const float *div
 	return 1;
 }
 
+/* ------------------------------------------------------------ the tile */
+
+/* U <= 3 tokens x R <= 4 rows, each (row, token) its 16 lanes in one
+ * register; R and U are constants where it is inlined, so the accumulators
+ * stay in registers: each w load serves U tokens, each x load R rows. */
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline))
+static inline void tile_512(const float *w, size_t ldw, int R, const float *x, size_t ldx, int U,
+                            int n, float *y, size_t ldy)
+{
+	__m512 acc[4][3];
+	for (int r = 0; r < R; r++)
+		for (int u = 0; u < U; u++)
+			acc[r][u] = _mm512_setzero_ps();
+	for (int k = 0; k < n; k += 16) {
+		__m512 wv[4];
+		for (int r = 0; r < R; r++)
+			wv[r] = _mm512_loadu_ps(w + (size_t)r * ldw + k);
+		for (int u = 0; u < U; u++) {
+			__m512 xv = _mm512_loadu_ps(x + (size_t)u * ldx + k);
+			for (int r = 0; r < R; r++)
+				acc[r][u] = _mm512_add_ps(acc[r][u], _mm512_mul_ps(wv[r], xv));
+		}
+	}
+	for (int r = 0; r < R; r++)
+		for (int u = 0; u < U; u++)
+			y[(size_t)u * ldy + r] = fold512(acc[r][u]);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static void tiles_512(const float *w, size_t ldw, int R, const float *x, size_t ldx, int T, int n,
+                      float *y, size_t ldy)
+{
+	int t = 0;
+#define TILE(RR, UU) tile_512(w, ldw, RR, x + (size_t)t * ldx, ldx, UU, n, y + (size_t)t * ldy, ldy)
+#define ROWS(RR)                                  \
+	do {                                      \
+		for (; t + 3 <= T; t += 3)        \
+			TILE(RR, 3);              \
+		if (T - t == 2)                   \
+			TILE(RR, 2);              \
+		else if (T - t == 1)              \
+			TILE(RR, 1);              \
+	} while (0)
+	switch (R) {
+	case 4: ROWS(4); break;
+	case 3: ROWS(3); break;
+	case 2: ROWS(2); break;
+	default: ROWS(1); break;
+	}
+#undef ROWS
+#undef TILE
+}
+
+int lg_dot_tile(const float *w, size_t ldw, int R, const float *x, size_t ldx, int T, int n,
+                float *y, size_t ldy)
+{
+	if (level() != 2 || n % 16 || R < 1 || R > 4)
+		return 0;
+	tiles_512(w, ldw, R, x, ldx, T, n, y, ldy);
+	return 1;
+}
+
 #else
 int lg_qdot_fp8(const uint8_t *q, const float *s, int gw, const float *x, int n, float *out)
 {
@@ -237,6 +299,13 @@ int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, const float *div
                   int n, float *out)
 {
 	(void)packed, (void)scales, (void)div, (void)x, (void)n, (void)out;
+	return 0;
+}
+
+int lg_dot_tile(const float *w, size_t ldw, int R, const float *x, size_t ldx, int T, int n,
+                float *y, size_t ldy)
+{
+	(void)w, (void)ldw, (void)R, (void)x, (void)ldx, (void)T, (void)n, (void)y, (void)ldy;
 	return 0;
 }
 #endif

@@ -16,6 +16,7 @@
 #ifndef RQ_ENGINE_QDOT_H
 #define RQ_ENGINE_QDOT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* FP8 E4M3FN row q[n], scale s[c / gw] per group of gw columns. */
@@ -34,5 +35,12 @@ int lg_qdot_int(const uint8_t *row, int bits, const float *s, const int *zo, int
  * by bit 3, as ops.c's dequant_nvfp4 tabulates them. */
 int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, const float *div, const float *x,
                   int n, float *out);
+
+/* A batch's products on dequantized rows: y[t·ldy + r] = lg_dot(w + r·ldw,
+ * x + t·ldx, n) for r < R (1..4) and t < T, each the oracle's bits, as
+ * register tiles of 4 rows x 3 tokens (each weight load serves 3 tokens,
+ * each input load 4 rows). AVX-512 and n % 16 == 0 only, else 0. */
+int lg_dot_tile(const float *w, size_t ldw, int R, const float *x, size_t ldx, int T, int n,
+                float *y, size_t ldy);
 
 #endif
