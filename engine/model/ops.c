@@ -1,6 +1,7 @@
 /* ops.c — CPU kernels of the forward pass: matmul over BF16/NVFP4/FP8/INT weights,
  * dot products, RMSNorm, activations. */
 #include "engine/model/ops.h"
+#include "engine/model/qdot.h"
 #include "base/pool.h"
 #include "quant/quant.h"
 
@@ -427,6 +428,38 @@ static void dequant_int(const struct lg_linear *W, int r, float *out)
 	}
 }
 
+/* lg_dot(row r of W dequantized, x) from registers (qdot.h) when this CPU
+ * and row have a fast path: 1 and *out, else 0 (the caller's oracle). */
+static int qdot_row(const struct lg_linear *W, int r, const float *x, float *out)
+{
+	enum { GMAX = 2048 };
+	float s[GMAX];
+	int zo[GMAX];
+	if (W->kind == LG_W_NVFP4) {
+		const uint8_t *p = W->packed + (size_t)r * (W->cols / 2);
+		const uint8_t *sc = W->scales + (size_t)r * (W->cols / 16);
+		if (lg_qdot_nvfp4(p, sc, W->gs_div, x, W->cols, out))
+			return 1;
+		if (!have_avx2())
+			return 0;
+		*out = dot_nvfp4_avx2(W, r, x);
+		return 1;
+	}
+	if ((W->kind != LG_W_FP8 && W->kind != LG_W_INT) || W->groups > GMAX)
+		return 0;
+	size_t sr = W->srows == 1 ? 0 : (size_t)r * W->groups;
+	int gw = W->cols / W->groups;
+	for (int g = 0; g < W->groups; g++)
+		s[g] = qscale_at(W, sr + g);
+	if (W->kind == LG_W_FP8)
+		return lg_qdot_fp8(W->w8 + (size_t)r * W->cols, s, gw, x, W->cols, out);
+	int off = 1 << (W->bits - 1);
+	for (int g = 0; g < W->groups; g++)
+		zo[g] = off + (W->qzero ? (int)int_field(W->qzero + 4 * (size_t)g, 4 * (size_t)W->groups,
+		                                         (size_t)r, W->bits) - off : 0);
+	return lg_qdot_int(W->qw + (size_t)r * W->words * 4, W->bits, s, zo, gw, x, W->cols, out);
+}
+
 void lg_linear_row(const struct lg_linear *W, int r, float *out)
 {
 	switch (W->kind) {
@@ -505,10 +538,18 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 			}
 			continue;
 		}
-		if (m->W->kind == LG_W_NVFP4 && m->T == 1 && have_avx2()) {
-			/* one token (decode): each row dequantized in registers and dotted */
-			for (; i < end; i++, r++)
-				m->y[r] = add_bias(m->W, r, dot_nvfp4_avx2(m->W, r, m->x));
+		if (m->T == 1 && (m->W->kind == LG_W_NVFP4 || m->W->kind == LG_W_FP8 ||
+		                  m->W->kind == LG_W_INT)) {
+			/* one token (decode): each row dequantized in registers and dotted
+			 * (qdot.h), the oracle's bits; a row without a fast path the oracle's way */
+			for (; i < end; i++, r++) {
+				float d;
+				if (!qdot_row(m->W, r, m->x, &d)) {
+					lg_linear_row(m->W, r, row);
+					d = lg_dot(row, m->x, K);
+				}
+				m->y[r] = add_bias(m->W, r, d);
+			}
 			continue;
 		}
 		if (end - i >= 4) {
@@ -517,6 +558,13 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 			for (int j = 0; j < 4; j++) {
 				w[j] = row + (size_t)j * c->stride;
 				lg_linear_row(m->W, r + j, w[j]);
+			}
+			if (lg_dot_tile(w[0], c->stride, 4, m->x, m->ldx, m->T, K, m->y + r, m->ldy)) {
+				for (int t = 0; m->W->bias && t < m->T; t++)
+					for (int j = 0; j < 4; j++)
+						m->y[(size_t)t * m->ldy + r + j] += m->W->bias[r + j];
+				i += 4;
+				continue;
 			}
 			for (int t = 0; t < m->T; t++) {
 				dot4(w[0], w[1], w[2], w[3], m->x + (size_t)t * m->ldx, K, out);

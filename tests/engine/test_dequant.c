@@ -12,6 +12,9 @@
  * 2. Golden tensors written by the real compressed-tensors 0.19.0
  *    (tools/golden/gen_scheme_golden.py): the engine's rows equal compressed-
  *    tensors' decompress() in float32, bit for bit.
+ *    Decode's dots (engine/model/qdot.c) over those bytes == lg_dot's order
+ *    over the reference rows, bit for bit (meson runs this with AVX-512 and
+ *    with RQ_ENGINE_NO_AVX512=1).
  * 3. F16/F32 Linear weights widened exactly, and a Linear's bias. */
 #include "engine/model/model.h"
 #include "engine/model/ops.h"
@@ -281,6 +284,38 @@ static void check_config(void)
 	}
 }
 
+/* Decode's dot (lg_matmul at one token: engine/model/qdot.c where the CPU
+ * has it) over W == lg_dot's order summed here over the reference rows,
+ * bit for bit: the fast paths on the real quantizer's bytes. */
+static int decode_dots_equal(const struct lg_linear *W, const float *want)
+{
+	int R = W->rows, K = W->cols, bad = 0;
+	float *x = malloc(sizeof(float) * K), *y = malloc(sizeof(float) * R);
+	float *scratch = malloc(sizeof(float) * 4 * K);
+	uint64_t s = 0x9E3779B97F4A7C15ull;
+	for (int c = 0; c < K; c++)
+		x[c] = ldexpf((float)(tap_xorshift(&s) & 0xFFFFFF) / 16777216.0f - 0.5f,
+		              (int)(tap_xorshift(&s) % 16) - 8);
+	struct lg_mm mm = {.W = W, .x = x, .ldx = K, .y = y, .ldy = R, .T = 1};
+	lg_matmul(NULL, scratch, K, &mm, 1);
+	for (int r = 0; r < R; r++) {
+		float acc[16] = {0};
+		for (int c = 0; c < K; c++) {
+			float p = want[(size_t)r * K + c] * x[c];
+			acc[c % 16] += p;
+		}
+		for (int w = 8; w >= 1; w /= 2)
+			for (int j = 0; j < w; j++)
+				acc[j] += acc[j + w];
+		if (memcmp(&y[r], &acc[0], 4) && !bad++)
+			printf("# row %d: decode %.9g, the order's sum %.9g\n", r, y[r], acc[0]);
+	}
+	free(x);
+	free(y);
+	free(scratch);
+	return !bad;
+}
+
 /* ---- golden data from compressed-tensors ---- */
 
 static const struct st_tensor *get(const struct st_header *h, const char *cs, const char *suf)
@@ -348,6 +383,8 @@ static void check_golden(const char *path)
 		float *want = malloc(sizeof(float) * W.rows * W.cols);
 		memcpy(want, d + ref->begin, sizeof(float) * W.rows * W.cols);
 		TAP_OK(rows_equal(&W, want, cs), "%s == compressed-tensors decompress, bit for bit", what);
+		TAP_OK(decode_dots_equal(&W, want), "%s: decode's dot == lg_dot's order over those rows, "
+		       "bit for bit", cs);
 		free(want);
 		ncases++;
 	}

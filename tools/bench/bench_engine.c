@@ -3,6 +3,7 @@
  * a decoded token reads turned into GB/s and set against memcpy bandwidth
  * measured in the same run. */
 #include "tools/bench/bench.h"
+#include "tools/bench/bench_engine_fmt.h"
 #include "cli/cli.h"
 #include "base/err.h"
 #include "base/pool.h"
@@ -23,7 +24,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	"usage: requantfs bench engine [--real-dims] [--threads N] [--prompt-tokens N]\n"
-	"                              [--decode-tokens N] [--model DIR]\n\n"
+	"                              [--decode-tokens N] [--model DIR [--formats LIST]]\n\n"
 	"Builds the tiny synthetic Laguna (requantfs mkckpt) in a temporary directory and\n"
 	"measures CPU prefill and decode tokens/s; with --real-dims also a 4-layer stack at\n"
 	"Laguna S 2.1's real widths. Decode reads every active weight once per token: that\n"
@@ -33,6 +34,10 @@ static void usage(FILE *f)
 	"  --prompt-tokens N  prompt length for prefill (default 128)\n"
 	"  --decode-tokens N  greedy tokens to decode (default 32; 8 for --real-dims)\n"
 	"  --model DIR        measure this checkpoint directory instead of synthetic ones\n"
+	"  --formats LIST     with --model (BF16): also its Linears converted in memory to\n"
+	"                     each format of LIST: bf16, nvfp4, fp8-channel, fp8-group,\n"
+	"                     int8-group, int4-group, all (default) or none; a row each\n"
+	"                     with weight GB/s and its ratio to the all-threads read\n"
 	"  --device cuda[:N]  the CUDA engine instead (see `bench engine --device cuda --help`)\n");
 }
 
@@ -114,12 +119,40 @@ static double rd_measure(struct rd_buf *r, struct rq_pool *pool, int reps)
 	return r->best;
 }
 
+/* One prefill of np tokens then nd greedy decode steps; keeps the best tok/s. */
+static int run_once(struct lg_backend *s, int *tok, int np, int nd, float *logits, int vocab,
+                    double *pre, double *dec, struct rq_err *err)
+{
+	s->reset(s);
+	double t0 = bench_now();
+	if (s->forward(s, tok, np, logits, 1, err))
+		return -1;
+	double t1 = bench_now();
+	for (int i = 0; i < nd; i++) {
+		tok[np + i] = lg_argmax(logits, vocab);
+		if (s->forward(s, &tok[np + i], 1, logits, 1, err))
+			return -1;
+	}
+	double t2 = bench_now();
+	*pre = np / (t1 - t0) > *pre ? np / (t1 - t0) : *pre;
+	*dec = nd / (t2 - t1) > *dec ? nd / (t2 - t1) : *dec;
+	return 0;
+}
+
+#define RUNS 3
+#define FMT_OPTIONAL (1u << 31)
+
+/* The model as loaded, then (fmts, --model only) its Linears in each weight
+ * format of the set, all in one loop: RUNS rounds, each a read baseline then
+ * every format once, so that drift of a shared machine's load hits all
+ * formats alike; best of the rounds for each. */
 static int bench_one(const char *label, const char *dir, struct rq_pool *pool, int np, int nd,
-                     double memcpy_bw, struct rd_buf *rd)
+                     double memcpy_bw, struct rd_buf *rd, unsigned fmts)
 {
 	struct rq_err err = {0};
 	struct lg_model *m = NULL;
 	struct lg_backend *s = NULL;
+	struct bef *fm = NULL;
 	float *logits = NULL;
 	int *tok = NULL, rc = 1;
 	if (lg_model_open(dir, &m, &err)) {
@@ -132,6 +165,18 @@ static int bench_one(const char *label, const char *dir, struct rq_pool *pool, i
 		cli_fail(1, "bench", "%s", err.msg);
 		goto out;
 	}
+	/* the model as loaded is always the first row; FMT_OPTIONAL: the default set,
+	 * skipped with a note when the model is not BF16 */
+	int optional = !!(fmts & FMT_OPTIONAL);
+	fmts &= ((1u << BEF_N) - 1) & ~(1u << BEF_BF16);
+	if (fmts && bef_open(m, fmts, &fm, &err)) {
+		if (!optional) {
+			cli_fail(1, "bench", "%s", err.msg);
+			goto out;
+		}
+		printf("%-10s no per-format rows: %s\n", label, err.msg);
+		fmts = 0;
+	}
 	logits = malloc(sizeof(float) * c->vocab);
 	tok = malloc(sizeof(int) * (np + nd + 1));
 	if (!logits || !tok) {
@@ -141,39 +186,52 @@ static int bench_one(const char *label, const char *dir, struct rq_pool *pool, i
 	uint64_t rng = 12345;
 	for (int i = 0; i < np; i++)
 		tok[i] = (int)(lg_rand(&rng) * (c->vocab - 3)) + 3;
-	/* best of 3 runs (prefill, then decode), each after a read baseline */
-	double pre = 0, dec = 0;
-	for (int rep = 0; rep < 3; rep++) {
+	double pre[BEF_N] = {0}, dec[BEF_N] = {0}, tb[BEF_N] = {0};
+	for (int rep = 0; rep < RUNS; rep++) {
 		rd_measure(rd, pool, 1);
-		s->reset(s);
-		double t0 = bench_now();
-		if (s->forward(s, tok, np, logits, 1, &err)) {
-			cli_fail(1, "bench", "%s", err.msg);
-			goto out;
-		}
-		double t1 = bench_now();
-		for (int i = 0; i < nd; i++) {
-			tok[np + i] = lg_argmax(logits, c->vocab);
-			if (s->forward(s, &tok[np + i], 1, logits, 1, &err)) {
-				cli_fail(1, "bench", "%s", err.msg);
+		for (int f = 0; f < BEF_N; f++) {
+			if (f != BEF_BF16 && !(fmts & (1u << f)))
+				continue;
+			if (fm)
+				bef_use(fm, (enum bef_fmt)f);
+			tb[f] = lg_model_token_bytes(m);
+			if (run_once(s, tok, np, nd, logits, c->vocab, &pre[f], &dec[f], &err)) {
+				cli_fail(1, "bench", "%s%s%s", fm ? bef_name((enum bef_fmt)f) : "",
+				         fm ? ": " : "", err.msg);
 				goto out;
 			}
 		}
-		double t2 = bench_now();
-		pre = np / (t1 - t0) > pre ? np / (t1 - t0) : pre;
-		dec = nd / (t2 - t1) > dec ? nd / (t2 - t1) : dec;
 	}
-	double tb = lg_model_token_bytes(m), gbs = tb * dec, read_bw = rd->best;
-	printf("%-10s %d layers, hidden %d, %d experts (top %d), %d NVFP4 + %d BF16 linears\n", label,
-	       c->n_layers, c->hidden, c->n_experts, c->top_k, m->n_nvfp4, m->n_bf16);
-	printf("%-10s prefill %4d tokens: %9.1f tok/s (best of 3)\n", "", np, pre);
-	printf("%-10s decode  %4d tokens: %9.2f tok/s (best of 3), %.1f MB of weights/token = %.2f GB/s "
-	       "(%.2f x memcpy, %.2f x all-threads read)\n", "", nd, dec, tb / 1e6, gbs / 1e9,
-	       gbs / memcpy_bw, gbs / read_bw);
+	if (fm)
+		bef_use(fm, BEF_BF16);
+	double gbs = tb[0] * dec[0], read_bw = rd->best;
+	printf("%-10s %d layers, hidden %d, %d experts (top %d), %d NVFP4 + %d BF16 + %d FP8 + %d INT "
+	       "linears\n", label, c->n_layers, c->hidden, c->n_experts, c->top_k, m->n_nvfp4,
+	       m->n_bf16, m->n_fp8, m->n_int);
+	printf("%-10s prefill %4d tokens: %9.1f tok/s (best of %d)\n", "", np, pre[0], RUNS);
+	printf("%-10s decode  %4d tokens: %9.2f tok/s (best of %d), %.1f MB of weights/token = %.2f GB/s "
+	       "(%.2f x memcpy, %.2f x all-threads read)\n", "", nd, dec[0], RUNS, tb[0] / 1e6,
+	       gbs / 1e9, gbs / memcpy_bw, gbs / read_bw);
+	if (fm) {
+		printf("%-10s the Linears in each weight format (made in memory from these BF16 weights; "
+		       "groups of %d columns or fewer where the width asks), best of %d rounds:\n", "",
+		       bef_group(fm), RUNS);
+		printf("%-10s %-12s %9s %9s %8s %7s %8s %9s\n", "", "format", "MB/token", "decode/s",
+		       "GB/s", "x read", "x bf16", "prefill/s");
+		for (int f = 0; f < BEF_N; f++) {
+			if (f != BEF_BF16 && !(fmts & (1u << f)))
+				continue;
+			double g = tb[f] * dec[f];
+			printf("%-10s %-12s %9.1f %9.2f %8.2f %7.2f %8.2f %9.1f\n", "",
+			       bef_name((enum bef_fmt)f), tb[f] / 1e6, dec[f], g / 1e9, g / read_bw,
+			       dec[f] / dec[0], pre[f]);
+		}
+	}
 	printf("%-10s all-threads read, best of the run's %s: %.2f GB/s\n", "",
-	       "3 + 1 per decode run", read_bw / 1e9);
+	       "3 + 1 per round", read_bw / 1e9);
 	rc = 0;
 out:
+	bef_close(fm);
 	free(tok);
 	free(logits);
 	lg_backend_close(s);
@@ -192,9 +250,11 @@ int bench_engine(int argc, char **argv)
 		{"real-dims", no_argument, 0, 'r'}, {"threads", required_argument, 0, 't'},
 		{"prompt-tokens", required_argument, 0, 'p'}, {"decode-tokens", required_argument, 0, 'd'},
 		{"model", required_argument, 0, 'm'}, {"device", required_argument, 0, 'D'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"formats", required_argument, 0, 'f'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	int real = 0, threads = 0, np = 128, nd = -1, c;
-	const char *model = NULL;
+	const char *model = NULL, *formats = NULL;
+	unsigned fmts = (1u << BEF_N) - 1;
+	struct rq_err ferr = {0};
 	char *end;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		long v = 0;
@@ -209,6 +269,11 @@ int bench_engine(int argc, char **argv)
 		case 'p': np = (int)v; break;
 		case 'd': nd = (int)v; break;
 		case 'm': model = optarg; break;
+		case 'f':
+			formats = optarg;
+			if (bef_parse(optarg, &fmts, &ferr))
+				return cli_fail(2, "bench", "engine: %s", ferr.msg);
+			break;
 		case 'D': break;   /* cpu: this benchmark; cuda went to bench_engine_cuda */
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -218,6 +283,9 @@ int bench_engine(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (formats && !model)
+		return cli_fail(2, "bench", "engine: --formats converts the Linears of --model DIR; "
+		                "give --model too");
 	struct rq_pool *pool = NULL;
 	if (rq_pool_create(threads, &pool))
 		return cli_fail(1, "bench", "cannot start threads");
@@ -246,7 +314,8 @@ int bench_engine(int argc, char **argv)
 	       rq_pool_size(pool), bw / 1e9, rbw / 1e9);
 	int rc = 0;
 	if (model) {
-		rc = bench_one("model", model, pool, np, nd > 0 ? nd : 32, bw, &rd);
+		rc = bench_one("model", model, pool, np, nd > 0 ? nd : 32, bw, &rd,
+		               formats ? fmts : fmts | FMT_OPTIONAL);
 		free(rd.buf);
 		rq_pool_destroy(pool);
 		return rc;
@@ -265,7 +334,7 @@ int bench_engine(int argc, char **argv)
 		} else {
 			printf("%-10s checkpoint made in %.1f s\n", pass ? "real-dims" : "tiny", bench_now() - t);
 			rc = bench_one(pass ? "real-dims" : "tiny", ck, pool, np,
-			               nd > 0 ? nd : pass ? 8 : 32, bw, &rd);
+			               nd > 0 ? nd : pass ? 8 : 32, bw, &rd, 0);
 		}
 		rm_rf(dir);
 	}

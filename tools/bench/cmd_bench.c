@@ -1,7 +1,8 @@
 /* cmd_bench.c — `requantfs bench quant|export|mount|engine`.
  *
  * The folder is one straight line: each file calls only the files below it
- * (bench.h, bench_mount_int.h and bench_synth.h declare what crosses).
+ * (bench.h, bench_mount_int.h, bench_engine_fmt.h and bench_synth.h declare
+ * what crosses).
  *
  *   dispatch  cmd_bench.c            `bench <what>`: usage, one bench each
  *   quant     bench_quant.c          CPU quantizer vs memcpy, bit-exact check
@@ -14,6 +15,7 @@
  *             bench_mount_harness.c  the bm_* harness of all three: self-run
  *                                    mount/umount, eviction, cold (a)
  *   engine    bench_engine.c         CPU prefill/decode vs memcpy
+ *             bench_engine_fmt.c     --model's Linears in each weight format
  *             bench_engine_cuda.c    --device cuda: the CUDA engine
  *             bench_engine_ops.c     --op NAME: one engine op at a time
  *             bench_synth.c          synthetic Laguna configs (no weights)

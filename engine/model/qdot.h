@@ -1,0 +1,46 @@
+/* qdot.h — decode's dots of one quantized weight row with x, in registers
+ * (internal to engine/model; engine/model/qdot.c).
+ *
+ * Each computes exactly the oracle's bits: the row dequantized as
+ * lg_linear_row does (ops.c: w = e4m3(q)·s for FP8, (q − zo)·s for INT, both
+ * one binary32 product per weight) and lg_dot's order over it (16
+ * accumulators, acc[j] summing columns ≡ j mod 16, each product rounded then
+ * added, no FMA; then acc[j] += acc[j + w] for w = 8, 4, 2, 1). The vector
+ * lanes are those accumulators, so the bits are the same by construction.
+ *
+ * A function returns 1 with *out set when it took the row, 0 when this CPU or
+ * this row has no fast path (no AVX2, RQ_ENGINE_NO_AVX2 set, a group width
+ * not a multiple of 16, an FP8 NaN code, a scale the shortcut cannot take):
+ * the caller then runs the oracle. AVX-512 where the CPU has it (F, BW, VL;
+ * RQ_ENGINE_NO_AVX512=1 keeps AVX2), AVX2 + F16C otherwise. */
+#ifndef RQ_ENGINE_QDOT_H
+#define RQ_ENGINE_QDOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* FP8 E4M3FN row q[n], scale s[c / gw] per group of gw columns. */
+int lg_qdot_fp8(const uint8_t *q, const float *s, int gw, const float *x, int n, float *out);
+
+/* INT row of 8 or 4 bits (bytes / little-endian nibbles of the pack-quantized
+ * stream, column c at byte c or nibble c), w = (field − zo[g]) · s[g] with g =
+ * c / gw, zo = 2^(bits−1) + zero point. Other widths: 0. */
+int lg_qdot_int(const uint8_t *row, int bits, const float *s, const int *zo, int gw,
+                const float *x, int n, float *out);
+
+/* NVFP4 row: packed[n/2] E2M1 codes (column 2k in the low nibble), one
+ * scale byte per group of 16; div the Linear's [2][256] table (struct
+ * lg_linear gs_div: f1 = div[b], f15 = div[256 + b]); the group's values are
+ * 0, f1/2, f1, f15, 2f1, 2f15, 4f1, 4f15 by the code's low 3 bits, negated
+ * by bit 3, as ops.c's dequant_nvfp4 tabulates them. */
+int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, const float *div, const float *x,
+                  int n, float *out);
+
+/* A batch's products on dequantized rows: y[t·ldy + r] = lg_dot(w + r·ldw,
+ * x + t·ldx, n) for r < R (1..4) and t < T, each the oracle's bits, as
+ * register tiles of 4 rows x 3 tokens (each weight load serves 3 tokens,
+ * each input load 4 rows). AVX-512 and n % 16 == 0 only, else 0. */
+int lg_dot_tile(const float *w, size_t ldw, int R, const float *x, size_t ldx, int T, int n,
+                float *y, size_t ldy);
+
+#endif

@@ -1,0 +1,234 @@
+/* test_qdot.c — decode's quantized dots (engine/model/qdot.c, through
+ * lg_matmul at one token) give the oracle's bits: each output equal, bit for
+ * bit, to a scalar sum written here over the row lg_linear_row dequantizes
+ * (16 partial sums over columns ≡ j mod 16, products rounded then added,
+ * then acc[j] += acc[j + w] for w = 8, 4, 2, 1), and a batch of 4 or 5 tokens
+ * (rows dequantized, the oracle's path) gives the same bits as one at a time
+ * (a NaN's sign aside: see same()).
+ * Formats: FP8 per channel / per group (16, 32, 128) / per tensor, with BF16,
+ * F16 and F32 scales, subnormal and ±0 codes, NaN codes (the oracle's row);
+ * INT8 and INT4 per channel and per group, symmetric and asymmetric, INT3 (no
+ * fast path); NVFP4 with and without the division table, negative and NaN
+ * scale bytes. Random weights and inputs with a spread of exponents, so that
+ * a different order shows. Meson runs it three times: AVX-512 where the CPU
+ * has it, RQ_ENGINE_NO_AVX512=1 (AVX2), RQ_ENGINE_NO_AVX2=1 (portable). */
+#include "engine/model/ops.h"
+#include "base/pool.h"
+#include "quant/quant.h"
+#include "tests/tap.h"
+
+#include <math.h>
+
+static float ref_dot(const float *a, const float *b, int n)
+{
+	float acc[16] = {0};
+	for (int i = 0; i < n; i++) {
+		float p = a[i] * b[i];   /* rounded: built without FMA contraction */
+		acc[i % 16] += p;
+	}
+	for (int w = 8; w >= 1; w /= 2)
+		for (int j = 0; j < w; j++)
+			acc[j] += acc[j + w];
+	return acc[0];
+}
+
+static float rnd(uint64_t *s)
+{
+	float m = (float)(tap_xorshift(s) & 0xFFFFFF) / 16777216.0f - 0.5f;
+	return ldexpf(m, (int)(tap_xorshift(s) % 24) - 12);
+}
+
+/* The same bits, or both NaN: the sign of a NaN is which NaN operand an add
+ * met first (x86 returns the first), and the one case here (NaN scale bytes)
+ * meets NaNs in every lane; no path promises that. */
+static int same(float a, float b)
+{
+	return !memcmp(&a, &b, 4) || (isnan(a) && isnan(b));
+}
+
+/* Every row of W at one token (the fast path) and in a batch of 4 or 5 == the
+ * order's sum over lg_linear_row's row, bit for bit; on 1 and 2 threads. */
+static int check(const struct lg_linear *W, struct rq_pool *pool2, uint64_t *s, const char *what)
+{
+	int R = W->rows, K = W->cols, T = 4 + (R & 1), bad = 0;   /* tiles of 3 + 1 or 3 + 2 tokens */
+	float *x = malloc(sizeof *x * T * K), *row = malloc(sizeof *row * K);
+	float *y1 = malloc(sizeof *y1 * T * R), *yb = malloc(sizeof *yb * T * R);
+	float *ref = malloc(sizeof *ref * T * R), *scratch = malloc(sizeof(float) * 2 * 4 * K);
+	for (int i = 0; i < T * K; i++)
+		x[i] = rnd(s);
+	for (int r = 0; r < R; r++) {
+		lg_linear_row(W, r, row);
+		for (int t = 0; t < T; t++)
+			ref[t * R + r] = ref_dot(row, x + (size_t)t * K, K);
+	}
+	for (int p = 0; p < 2 && !bad; p++) {
+		struct rq_pool *pool = p ? pool2 : NULL;
+		for (int t = 0; t < T; t++) {
+			struct lg_mm mm = {.W = W, .x = x + (size_t)t * K, .ldx = K, .y = y1 + (size_t)t * R,
+			                   .ldy = R, .T = 1};
+			lg_matmul(pool, scratch, K, &mm, 1);
+		}
+		struct lg_mm mb = {.W = W, .x = x, .ldx = K, .y = yb, .ldy = R, .T = T};
+		lg_matmul(pool, scratch, K, &mb, 1);
+		for (int i = 0; i < T * R && !bad; i++)
+			if (!same(y1[i], ref[i]) || !same(yb[i], ref[i])) {
+				printf("# %s: token %d row %d: one token %.9g, batch %.9g, the order's %.9g\n",
+				       what, i / R, i % R, y1[i], yb[i], ref[i]);
+				bad = 1;
+			}
+	}
+	free(x);
+	free(row);
+	free(y1);
+	free(yb);
+	free(ref);
+	free(scratch);
+	return !bad;
+}
+
+/* a scale as a BF16/F16/F32 value of magnitude ~2^-7, random sign and mantissa */
+static void put_scale(uint8_t *dst, enum lg_sdtype dt, uint64_t *s)
+{
+	float v = ldexpf(1.0f + (float)(tap_xorshift(s) & 0xFFFF) / 65536.0f, -7 - (int)(tap_xorshift(s) % 4));
+	if (tap_xorshift(s) & 1)
+		v = -v;
+	if (dt == LG_S_F32) {
+		memcpy(dst, &v, 4);
+		return;
+	}
+	uint16_t h;
+	if (dt == LG_S_BF16) {
+		h = rq_f32_to_bf16(v);
+	} else {   /* binary16 of a normal value in range: the top 10 mantissa bits */
+		uint32_t u;
+		memcpy(&u, &v, 4);
+		h = (uint16_t)(((u >> 16) & 0x8000) | ((((u >> 23) & 255) - 112) << 10) | ((u >> 13) & 1023));
+	}
+	memcpy(dst, &h, 2);
+}
+
+static void fp8_cases(struct rq_pool *pool2, uint64_t *s)
+{
+	static const struct { int rows, cols, groups, srows; enum lg_sdtype dt; int nan; } cs[] = {
+		{37, 576, 1, 37, LG_S_BF16, 0},  {5, 64, 4, 5, LG_S_F16, 0},  {9, 256, 2, 9, LG_S_F32, 0},
+		{3, 48, 1, 1, LG_S_F32, 0},      {4, 96, 6, 4, LG_S_BF16, 0}, {6, 80, 1, 6, LG_S_BF16, 1},
+		{2, 40, 1, 2, LG_S_BF16, 0},     /* 40 columns: no fast path (groups of 40) */
+	};
+	for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+		int R = cs[k].rows, K = cs[k].cols, G = cs[k].groups, SR = cs[k].srows;
+		int es = cs[k].dt == LG_S_F32 ? 4 : 2;
+		uint8_t *w8 = malloc((size_t)R * K), *sc = malloc((size_t)SR * G * es);
+		for (int i = 0; i < R * K; i++) {
+			uint8_t b = (uint8_t)tap_xorshift(s);
+			if ((b & 0x7F) == 0x7F)
+				b ^= 1;   /* NaN codes only where the case asks */
+			if (i % 7 == 0)
+				b &= 0x87;   /* subnormals and ±0 */
+			w8[i] = b;
+		}
+		if (cs[k].nan)
+			w8[K + 3] = 0x7F, w8[3 * K + 17] = 0xFF;
+		for (int i = 0; i < SR * G; i++)
+			put_scale(sc + (size_t)i * es, cs[k].dt, s);
+		struct lg_linear W = {.kind = LG_W_FP8, .rows = R, .cols = K, .w8 = w8, .qscale = sc,
+		                      .sdtype = cs[k].dt, .srows = SR, .groups = G};
+		char what[96];
+		snprintf(what, sizeof what, "FP8 %d x %d, %d scale group(s) of %s%s%s", R, K, G,
+		         cs[k].dt == LG_S_F32 ? "F32" : cs[k].dt == LG_S_F16 ? "F16" : "BF16",
+		         SR == 1 ? ", per tensor" : "", cs[k].nan ? ", NaN codes in rows 1 and 3" : "");
+		TAP_OK(check(&W, pool2, s, what), "%s: decode == the oracle's order, bit for bit", what);
+		free(w8);
+		free(sc);
+	}
+}
+
+static void put_field(uint8_t *row, size_t i, int bits, unsigned v)
+{
+	for (int b = 0; b < bits; b++) {
+		size_t pos = i * bits + b;
+		if (v >> b & 1)
+			row[pos / 8] |= (uint8_t)(1u << (pos % 8));
+	}
+}
+
+static void int_cases(struct rq_pool *pool2, uint64_t *s)
+{
+	static const struct { int rows, cols, bits, groups, asym; } cs[] = {
+		{37, 576, 4, 9, 0}, {11, 96, 4, 3, 1}, {9, 64, 4, 1, 1}, {5, 576, 8, 1, 0},
+		{7, 256, 8, 2, 1},  {5, 64, 3, 2, 0},  {4, 48, 8, 3, 0},
+	};
+	for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+		int R = cs[k].rows, K = cs[k].cols, b = cs[k].bits, G = cs[k].groups;
+		int words = (K * b + 31) / 32, zrows = (R * b + 31) / 32;
+		uint8_t *qw = calloc((size_t)R * words, 4), *sc = malloc((size_t)R * G * 2);
+		uint8_t *qz = cs[k].asym ? calloc((size_t)zrows * G, 4) : NULL;
+		for (int r = 0; r < R; r++)
+			for (int c = 0; c < K; c++)
+				put_field(qw + (size_t)r * words * 4, c, b, tap_xorshift(s) & ((1u << b) - 1));
+		for (int i = 0; i < R * G; i++)
+			put_scale(sc + 2 * i, LG_S_BF16, s);
+		for (int g = 0; qz && g < G; g++)   /* column g of [zrows][G], packed down the rows */
+			for (int r = 0; r < R; r++)
+				for (int j = 0; j < b; j++) {
+					size_t pos = (size_t)r * b + j;
+					if (tap_xorshift(s) & 1)
+						qz[((pos / 32) * G + g) * 4 + (pos % 32) / 8] |= (uint8_t)(1u << (pos % 8));
+				}
+		struct lg_linear W = {.kind = LG_W_INT, .rows = R, .cols = K, .qw = qw, .qzero = qz,
+		                      .bits = b, .words = words, .qscale = sc, .sdtype = LG_S_BF16,
+		                      .srows = R, .groups = G};
+		char what[96];
+		snprintf(what, sizeof what, "INT%d %d x %d, %d group(s), %s", b, R, K, G,
+		         cs[k].asym ? "asymmetric" : "symmetric");
+		TAP_OK(check(&W, pool2, s, what), "%s: decode == the oracle's order, bit for bit", what);
+		free(qw);
+		free(sc);
+		free(qz);
+	}
+}
+
+static void nvfp4_cases(struct rq_pool *pool2, uint64_t *s)
+{
+	static const struct { int rows, cols, table, odd; } cs[] = {
+		{37, 576, 1, 0}, {5, 1536, 1, 0}, {7, 64, 0, 0}, {9, 128, 1, 1},
+	};
+	for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+		int R = cs[k].rows, K = cs[k].cols;
+		uint8_t *p = malloc((size_t)R * K / 2), *sc = malloc((size_t)R * K / 16);
+		float gs = 2688.0f / 0.37f, div[512];
+		for (int i = 0; i < R * K / 2; i++)
+			p[i] = (uint8_t)tap_xorshift(s);
+		for (int i = 0; i < R * K / 16; i++) {
+			uint8_t b = (uint8_t)(tap_xorshift(s) % 0x7E);
+			if (cs[k].odd && i % 5 == 0)   /* negative, NaN, zero scale bytes */
+				b = i % 15 == 0 ? 0x7F : i % 10 == 0 ? 0x80 : (uint8_t)(b | 0x80);
+			sc[i] = b;
+		}
+		lg_nvfp4_div_table(gs, div);
+		struct lg_linear W = {.kind = LG_W_NVFP4, .rows = R, .cols = K, .packed = p, .scales = sc,
+		                      .global_scale = gs, .gs_div = cs[k].table ? div : NULL};
+		char what[96];
+		snprintf(what, sizeof what, "NVFP4 %d x %d, %s%s", R, K,
+		         cs[k].table ? "division table" : "no table", cs[k].odd ? ", negative/NaN/zero "
+		         "scale bytes" : "");
+		TAP_OK(check(&W, pool2, s, what), "%s: decode == the oracle's order, bit for bit", what);
+		free(p);
+		free(sc);
+	}
+}
+
+int main(void)
+{
+	const char *e2 = getenv("RQ_ENGINE_NO_AVX2"), *e5 = getenv("RQ_ENGINE_NO_AVX512");
+	printf("# paths: %s\n", e2 && *e2 && strcmp(e2, "0") ? "portable (RQ_ENGINE_NO_AVX2)"
+	       : e5 && *e5 && strcmp(e5, "0") ? "AVX2 (RQ_ENGINE_NO_AVX512)"
+	       : "AVX-512, else AVX2, where the CPU has them");
+	uint64_t s = 0x243F6A8885A308D3ull;
+	struct rq_pool *pool2 = NULL;
+	TAP_OK(rq_pool_create(2, &pool2) == 0, "pool of 2 threads");
+	fp8_cases(pool2, &s);
+	int_cases(pool2, &s);
+	nvfp4_cases(pool2, &s);
+	rq_pool_destroy(pool2);
+	return tap_done();
+}
