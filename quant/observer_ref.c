@@ -28,7 +28,7 @@ float rq_obs_pow_ref(float d)
 {
 	float a = fabsf(d);
 	if (isnan(a))
-		return a;
+		return rq_u2f(0xFFFF0000u);   /* torch's BF16 NaN (0xFFFF), as its pow gives */
 	return bf((float)pow((double)a, NORM_BF16));
 }
 
