@@ -509,7 +509,8 @@ static int parse_args(int argc, char **argv, struct mount_args *a)
 				return rc;
 			break;
 		case CLI_O_SCHEME: case CLI_O_RECIPE: case CLI_O_TARGETS: case CLI_O_IGNORE:
-		case CLI_O_CALIB: case CLI_O_DROP: case CLI_O_RULE: case O_CACHE: case O_DEVICE:
+		case CLI_O_CALIB: case CLI_O_DROP: case CLI_O_RULE: case CLI_O_OBSERVER:
+		case O_CACHE: case O_DEVICE:
 		case O_LOG: case O_PT:
 		case O_LOGLEVEL: case O_ENDPOINT: case O_RVERIFY:
 			if ((rc = word_option(c, optarg, a)))

@@ -205,6 +205,7 @@ static int rule_sizes(const struct rq_plan *p, const struct rq_plan_opts *po,
 		struct rq_plan *q;
 		o.rule_scheme = rule_choices[k];
 		o.no_scales = 1;
+		o.observer = RQ_OBSERVER_MINMAX;   /* sizes do not depend on it; nvfp4 takes no other */
 		int rc = rq_plan_build(&o, &q, err);
 		if (rc)
 			return rc;
@@ -528,8 +529,8 @@ static void print_table(const struct rq_plan *p, const struct summary *s, const 
 	if (oe.per_thread > 0) {
 		gb(s->in_total, a, sizeof a);
 		printf("observer time: ESTIMATE, not measured: %s costs ~%dx minmax per byte (%.1f MB/s "
-		       "per CPU thread, bench quant --observer on a 2-core dev machine); %s of weights on "
-		       "%ld CPU thread(s): ~%.0f s, on the CPU whatever --device\n",
+		       "per CPU thread: bench quant --observer, nvfp4a16, 2-core dev machine); %s of "
+		       "weights on %ld CPU thread(s): ~%.0f s, on the CPU whatever --device\n",
 		       rq_observer_name(p->observer), oe.ratio, oe.per_thread / 1e6, a, oe.threads,
 		       oe.seconds);
 	}
