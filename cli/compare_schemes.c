@@ -132,12 +132,12 @@ static int one_scheme(const struct cs_opts *o, const char *scheme, enum rq_obser
 	else
 		snprintf(name, sizeof name, "%s", scheme);
 	enum rq_scheme sc;
-	enum rq_recipe rc0;
-	row_scheme(o, scheme, &sc, &rc0);
-	if (rq_observer_ok(sc, rc0, RQ_SRC_BF16, obs)) {
+	enum rq_recipe rcp;
+	row_scheme(o, scheme, &sc, &rcp);
+	if (rq_observer_ok(sc, rcp, RQ_SRC_BF16, obs)) {
 		char ok[64];
 		printf("%-*s not applicable: %s %s takes --observer %s\n", name_w, name,
-		       o->laguna ? "--rule-scheme" : "--scheme", scheme, cli_observers_for(sc, rc0, ok,
+		       o->laguna ? "--rule-scheme" : "--scheme", scheme, cli_observers_for(sc, rcp, ok,
 		       sizeof ok));
 		return 0;
 	}
