@@ -138,11 +138,14 @@ static int read_prompts(const char *path, const struct tok *tk, int budget, stru
 static char *metadata(const struct seqs *q, int all_experts, int bf16, int fwd_bf16,
                       const char *device)
 {
-	size_t cap = (size_t)q->total * 12 + 256, l = 0;
+	size_t cap = (size_t)q->total * 12 + 320, l = 0;
 	char *m = malloc(cap);
 	if (!m)
 		return NULL;
-	l += snprintf(m + l, cap - l, "\"calib_source\":\"requantfs calib run\",\"calib_tokens\":\"%d\","
+	/* calib_observer: llm-compressor's name for what the scales are (the amax over every
+	 * calibration token: static_minmax, oneshot NVFP4's input observer) */
+	l += snprintf(m + l, cap - l, "\"calib_source\":\"requantfs calib run\","
+	              "\"calib_observer\":\"static_minmax\",\"calib_tokens\":\"%d\","
 	              "\"calib_all_experts\":\"%d\",\"calib_scale_dtype\":\"%s\",\"calib_forward_dtype\":"
 	              "\"%s\",\"calib_device\":\"%s\",\"calib_token_ids\":\"", q->total, all_experts,
 	              bf16 ? "bf16" : "f32", fwd_bf16 ? "bf16" : "f32", device);

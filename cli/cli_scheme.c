@@ -1,5 +1,5 @@
-/* cli_scheme.c — --scheme/--recipe/--targets/--ignore/--calib/--drop-ignore
- * for plan, export and mount (cli_scheme.h). */
+/* cli_scheme.c — --scheme/--recipe/--targets/--ignore/--calib/--drop-ignore/
+ * --rule-scheme/--observer for plan, export and mount (cli_scheme.h). */
 #include "cli/cli_scheme.h"
 #include "cli/cli.h"
 #include "base/err.h"
@@ -48,6 +48,11 @@ int cli_scheme_option(struct cli_scheme *s, const char *cmd, int c, const char *
 			                "and take no other of requantfs' schemes", arg);
 		s->rule_given = 1;
 		return 0;
+	case CLI_O_OBSERVER:
+		if (rq_observer_parse(arg, &s->observer))
+			return cli_fail(2, cmd, "--observer must be minmax (the default), mse or "
+			                "expanded-mse (got '%s')", arg);
+		return 0;
 	case CLI_O_CALIB: s->calib = arg; return 0;
 	case CLI_O_DROP: s->drop_rule = arg; return 0;
 	}
@@ -64,7 +69,10 @@ int cli_scheme_check(struct cli_scheme *s, const char *cmd, const char *no_calib
 		/* --rule-scheme nvfp4a16/fp8-dynamic: no input scales, no CALIB needed */
 		if (!s->calib && (!s->rule_given || s->rule_scheme == RQ_SCHEME_NVFP4))
 			return cli_fail(2, cmd, "%s", no_calib);
-		return -1;
+		return cli_scheme_observer_check(cmd, s->rule_given ? "--rule-scheme" :
+		                                 "the Laguna fix's", s->rule_scheme,
+		                                 s->rule_scheme == RQ_SCHEME_FP8_DYNAMIC ?
+		                                 RQ_RECIPE_BF16 : s->recipe, s->observer);
 	}
 	if (s->rule_given)
 		return cli_fail(2, cmd, "--rule-scheme is for the Laguna fix only (no --scheme): it "
@@ -86,7 +94,40 @@ int cli_scheme_check(struct cli_scheme *s, const char *cmd, const char *no_calib
 		return cli_fail(2, cmd, "--recipe %s does not apply to --scheme %s (use %s)",
 		                rq_recipe_name(s->recipe), rq_scheme_name(s->scheme),
 		                rq_recipe_name(rq_scheme_default_recipe(s->scheme)));
-	return -1;
+	return cli_scheme_observer_check(cmd, "--scheme", s->scheme, s->recipe, s->observer);
+}
+
+const char *cli_observers_for(enum rq_scheme sc, enum rq_recipe r, char *buf, size_t len)
+{
+	enum rq_observer ok[RQ_OBSERVER_COUNT];
+	int n = 0;
+	for (int o = 0; o < RQ_OBSERVER_COUNT; o++)
+		if (!rq_observer_ok(sc, r, RQ_SRC_BF16, (enum rq_observer)o))
+			ok[n++] = (enum rq_observer)o;
+	size_t l = 0;
+	buf[0] = 0;
+	for (int i = 0; i < n && l < len; i++)
+		l += (size_t)snprintf(buf + l, len - l, "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ",
+		                      rq_observer_name(ok[i]));
+	return buf;
+}
+
+int cli_scheme_observer_check(const char *cmd, const char *what, enum rq_scheme sc,
+                              enum rq_recipe r, enum rq_observer o)
+{
+	if (!rq_observer_ok(sc, r, RQ_SRC_BF16, o))
+		return -1;
+	char ok[64];
+	cli_observers_for(sc, r, ok, sizeof ok);
+	if (sc == RQ_SCHEME_NVFP4)
+		return cli_fail(2, cmd, "--observer %s does not apply to the Laguna fix's own NVFP4 "
+		                "(its fp32 recipe, which llm-compressor does not compute): it takes %s; "
+		                "for an MSE search give --rule-scheme nvfp4a16 --recipe bf16 or "
+		                "--rule-scheme fp8-dynamic", rq_observer_name(o), ok);
+	return cli_fail(2, cmd, "--observer %s does not apply to %s %s with --recipe %s: it takes "
+	                "%s (the MSE observers are llm-compressor's search on BF16 arithmetic: give "
+	                "--recipe bf16 for them)", rq_observer_name(o), what, rq_scheme_name(sc),
+	                rq_recipe_name(r), ok);
 }
 
 int cli_scheme_plan(const char *cmd, struct rq_plan_opts *po, struct rq_plan **out)

@@ -40,6 +40,7 @@ static void usage(FILE *f)
 	"usage: requantfs compare DIR_A DIR_B [--prompts FILE [--tokens N]] [-n N] [--threads N]\n"
 	"       requantfs compare DIR_A DIR_B --text FILE [--tokens N] [--threads N]\n"
 	"       requantfs compare SRC --schemes all|S[,S...] --text FILE [--tokens N]\n"
+	"                 [--observers all|O[,O...]]\n"
 	"                 [--calib FILE | --calib-text FILE] [--calib-tokens N]\n\n"
 	"Runs both models on the same token streams: each prompt (one per line of FILE,\n"
 	"or %zu built-in ones) encoded with A's tokenizer, then continued greedily by A\n"
@@ -64,6 +65,9 @@ static void usage(FILE *f)
 	"--text. The engine quantizes activations where the config says the server does\n"
 	"(W4A4's NVFP4 inputs, fp8-dynamic's per-token FP8), so each row is what a\n"
 	"server would see.\n"
+	"--observers LIST: one row per scheme and weight observer (minmax, mse,\n"
+	"expanded-mse; all = the three), each mounted with --observer O and named\n"
+	"'scheme/observer'; a pair the scheme does not take is a row saying so.\n"
 	"nvfp4 (W4A4) needs input scales: --calib FILE (`requantfs calib run`'s file) is\n"
 	"used as given; --calib-text FILE calibrates on FILE's first --calib-tokens N\n"
 	"tokens (default 512; FILE must not be the --text file); with neither, compare\n"
@@ -329,7 +333,7 @@ int cmd_compare(int argc, char **argv)
 		{"text", required_argument, 0, 'x'}, {"tokens", required_argument, 0, 'k'},
 		{"schemes", required_argument, 0, 's'}, {"calib", required_argument, 0, 'c'},
 		{"calib-text", required_argument, 0, 'C'}, {"calib-tokens", required_argument, 0, 'K'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"observers", required_argument, 0, 'O'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *pfile = NULL, *text = NULL, *schemes = NULL;
 	int ngen = 32, threads = 0, ntok = 2048, c, ctok_given = 0;
 	struct cs_opts co = {.calib_tokens = 512};
@@ -350,6 +354,11 @@ int cmd_compare(int argc, char **argv)
 			break;
 		case 'x': text = optarg; break;
 		case 's': schemes = optarg; break;
+		case 'O':
+			if (cs_parse_observers(optarg, &co))
+				return cli_fail(2, "compare", "--observers: expected all or a comma list of "
+				                "minmax, mse, expanded-mse, each once; got '%s'", optarg);
+			break;
 		case 'c': co.calib = optarg; break;
 		case 'C': co.calib_text = optarg; break;
 		case 'K':
@@ -371,6 +380,9 @@ int cmd_compare(int argc, char **argv)
 	}
 	if (schemes && !text)
 		return cli_fail(2, "compare", "--schemes needs --text FILE (the text to measure on)");
+	if (!schemes && co.nobs)
+		return cli_fail(2, "compare", "--observers is for --schemes (one SRC mounted per scheme "
+		                "and observer); two checkpoints are compared as they are");
 	if (!schemes && (co.calib || co.calib_text || ctok_given))
 		return cli_fail(2, "compare", "--calib, --calib-text and --calib-tokens are for --schemes "
 		                "(the nvfp4 row); two checkpoints are compared as they are");

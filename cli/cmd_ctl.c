@@ -197,6 +197,14 @@ int cmd_status(int argc, char **argv)
 		else
 			printf("  scheme      %s (llm-compressor model_free_ptq), recipe %s v%.0f\n", sch,
 			       str(j, "recipe"), num(j, "recipe_version"));
+		if (str(j, "observer")[0]) {           /* "" from a daemon before --observer */
+			printf("  observer    weights: %s", str(j, "observer"));
+			if (num(j, "observer_version") > 0)
+				printf(" v%.0f (its search runs on the CPU)", num(j, "observer_version"));
+			if (str(j, "calib_observer")[0])
+				printf("; input scales (--calib): %s", str(j, "calib_observer"));
+			printf("\n");
+		}
 		printf("  device      %s\n", str(j, "device"));
 		if (str(j, "device_reason")[0])        /* why it is the CPU now, or idle */
 			printf("              %s\n", str(j, "device_reason"));

@@ -61,6 +61,11 @@ static void usage(FILE *f)
 	"                     activations, as llm-compressor oneshot's NVFP4 preset; needs\n"
 	"                     --calib FILE from `requantfs calib run SRC --text F -o FILE`),\n"
 	"                     or a data-free nvfp4a16, fp8-dynamic, w8a16, w4a16\n"
+	"  --observer O       how each group's range is chosen: minmax (default: the group's\n"
+	"                     max |w|, today's bytes), mse (llm-compressor memoryless_mse) or\n"
+	"                     expanded-mse (nvfp4_expanded_mse): a search for the range of\n"
+	"                     least error, on BF16 weights with recipe bf16, on the CPU;\n"
+	"                     config.json's weights name it; refused where it does not apply\n"
 	"  --targets T        a module to quantize: a name, re:PATTERN (Python re.match)\n"
 	"                     or Linear (every module; the default); repeat for more\n"
 	"  --ignore I         a module to leave alone, same forms; repeat for more\n"
@@ -288,6 +293,10 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 		        "on %s, recipe %s, %zu ignore entries removed\n", rq_scheme_name(p->scheme),
 		        p->nmods, p->njobs, qbytes / 1e9, rq_quantizer_device(q),
 		        rq_recipe_name(p->recipe), p->ndropped);
+	if (p->observer != RQ_OBSERVER_MINMAX)
+		fprintf(stderr, "requantfs export: observer %s (llm-compressor %s): its search runs "
+		        "on the CPU, whatever --device\n", rq_observer_name(p->observer),
+		        rq_observer_llmc(p->observer));
 	struct prog pg = {.bar = quiet ? NULL : cli_progress_start("export", p->njobs,
 	                                                             p->total_size, 0)};
 	struct rq_export_stats st;

@@ -78,6 +78,9 @@ static void mount_usage(FILE *f)
 	"                         would: nvfp4a16, fp8-dynamic, w8a16, w4a16 (no --calib;\n"
 	"                         default recipe bf16); or nvfp4 (W4A4, as oneshot's NVFP4\n"
 	"                         preset) with --calib FILE from `requantfs calib run`\n"
+	"  --observer O           how the weights' group ranges are chosen: minmax\n"
+	"                         (default), mse or expanded-mse (llm-compressor's MSE\n"
+	"                         searches; BF16 weights, recipe bf16; on the CPU)\n"
 	"  --targets T            with --scheme: a module to quantize (name, re:PATTERN or\n"
 	"                         Linear = every module, the default); repeat for more\n"
 	"  --ignore I             with --scheme: a module to leave alone; repeat for more\n"
@@ -506,7 +509,8 @@ static int parse_args(int argc, char **argv, struct mount_args *a)
 				return rc;
 			break;
 		case CLI_O_SCHEME: case CLI_O_RECIPE: case CLI_O_TARGETS: case CLI_O_IGNORE:
-		case CLI_O_CALIB: case CLI_O_DROP: case CLI_O_RULE: case O_CACHE: case O_DEVICE:
+		case CLI_O_CALIB: case CLI_O_DROP: case CLI_O_RULE: case CLI_O_OBSERVER:
+		case O_CACHE: case O_DEVICE:
 		case O_LOG: case O_PT:
 		case O_LOGLEVEL: case O_ENDPOINT: case O_RVERIFY:
 			if ((rc = word_option(c, optarg, a)))

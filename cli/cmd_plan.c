@@ -70,6 +70,8 @@ static void usage(FILE *f)
 	"                     with CALIB's input scales), nvfp4a16 or fp8-dynamic (no CALIB\n"
 	"                     needed); the presented size of all three is printed\n"
 	"  --recipe V         fp32, bf16, fp32div (default: the scheme's)\n"
+	"  --observer O       minmax (default), mse, expanded-mse (see `requantfs export\n"
+	"                     --help`); an MSE observer's extra CPU time is estimated\n"
 	"  --measure N        quantize the N largest jobs now (reading SRC; nothing is written)\n"
 	"                     and give the time of all jobs at their measured rate; without\n"
 	"                     it no time is estimated (a shape-only SRC reads as zeros: its\n"
@@ -203,6 +205,7 @@ static int rule_sizes(const struct rq_plan *p, const struct rq_plan_opts *po,
 		struct rq_plan *q;
 		o.rule_scheme = rule_choices[k];
 		o.no_scales = 1;
+		o.observer = RQ_OBSERVER_MINMAX;   /* sizes do not depend on it; nvfp4 takes no other */
 		int rc = rq_plan_build(&o, &q, err);
 		if (rc)
 			return rc;
@@ -211,6 +214,31 @@ static int rule_sizes(const struct rq_plan *p, const struct rq_plan_opts *po,
 	}
 	s->nrule = 3;
 	return 0;
+}
+
+/* An MSE observer's extra time, an ESTIMATE (nothing is run): its search's rate on one
+ * thread as `requantfs bench quant --observer O --threads 1 --rows 512 --cols 2048`
+ * measured it on nvfp4a16 (docs/benchmarks.md, 2-core x86-64 dev machine, 2026-12):
+ * mse 15.1 MB/s of BF16 in (1/173 of minmax), expanded-mse 4.61 MB/s (1/539), scaled to
+ * every online CPU (the search runs on the CPU whatever --device). */
+struct obs_estimate {
+	double per_thread;         /* bytes/s, 0: minmax (no extra time) */
+	int ratio;                 /* ~N x minmax per byte */
+	long threads;
+	double seconds;            /* in_total / (per_thread * threads) */
+};
+
+static void observer_estimate(const struct rq_plan *p, uint64_t in_total, struct obs_estimate *e)
+{
+	memset(e, 0, sizeof *e);
+	if (p->observer == RQ_OBSERVER_MINMAX)
+		return;
+	e->per_thread = p->observer == RQ_OBSERVER_MSE ? 15.1e6 : 4.61e6;
+	e->ratio = p->observer == RQ_OBSERVER_MSE ? 173 : 539;
+	e->threads = sysconf(_SC_NPROCESSORS_ONLN);
+	if (e->threads < 1)
+		e->threads = 1;
+	e->seconds = (double)in_total / (e->per_thread * (double)e->threads);
 }
 
 static int summarize(const struct rq_plan *p, struct summary *s)
@@ -414,7 +442,20 @@ static void print_json(const struct rq_plan *p, const struct summary *s, const c
 		print_json_string(p->mods[lj->mod[0]].name);
 	else
 		printf("null");
-	printf(", \"weight_bytes_read\": %llu,\n \"measured\": ", (unsigned long long)s->in_total);
+	printf(", \"weight_bytes_read\": %llu,\n \"observer\": \"%s\", \"observer_llmc\": \"%s\", "
+	       "\"calib_observer\": ", (unsigned long long)s->in_total, rq_observer_name(p->observer),
+	       rq_observer_llmc(p->observer));
+	if (p->calib_observer)
+		print_json_string(p->calib_observer);
+	else
+		printf("null");
+	struct obs_estimate oe;
+	observer_estimate(p, s->in_total, &oe);
+	if (oe.per_thread > 0)
+		printf(", \"observer_estimate\": {\"seconds\": %.1f, \"threads\": %ld, "
+		       "\"bytes_per_second_per_thread\": %.0f, \"times_minmax\": %d}", oe.seconds,
+		       oe.threads, oe.per_thread, oe.ratio);
+	printf(",\n \"measured\": ");
 	if (s->measured_jobs) {
 		printf("{\"jobs\": %zu, \"bytes\": %llu, \"seconds\": %.6f, \"device\": ",
 		       s->measured_jobs, (unsigned long long)s->measured_in, s->measured_s);
@@ -475,6 +516,24 @@ static void print_table(const struct rq_plan *p, const struct summary *s, const 
 	else
 		printf("requantfs plan %s: scheme %s, recipe %s\n", src, rq_scheme_name(p->scheme),
 		       rq_recipe_name(p->recipe));
+	if (p->observer == RQ_OBSERVER_MINMAX)
+		printf("observer: weights minmax (the default: each group's max |w|)");
+	else
+		printf("observer: weights %s (llm-compressor %s)", rq_observer_name(p->observer),
+		       rq_observer_llmc(p->observer));
+	if (p->calib_observer)
+		printf("; input scales %s (--calib's __metadata__)", p->calib_observer);
+	printf("\n");
+	struct obs_estimate oe;
+	observer_estimate(p, s->in_total, &oe);
+	if (oe.per_thread > 0) {
+		gb(s->in_total, a, sizeof a);
+		printf("observer time: ESTIMATE, not measured: %s costs ~%dx minmax per byte (%.1f MB/s "
+		       "per CPU thread: bench quant --observer, nvfp4a16, 2-core dev machine); %s of "
+		       "weights on %ld CPU thread(s): ~%.0f s, on the CPU whatever --device\n",
+		       rq_observer_name(p->observer), oe.ratio, oe.per_thread / 1e6, a, oe.threads,
+		       oe.seconds);
+	}
 	printf("modules quantized: %zu in %zu jobs\n", p->nmods, p->njobs);
 	printf("  %-52s %7s %12s %12s\n", "role", "count", "source", "output");
 	for (size_t k = 0; k < s->nroles; k++) {

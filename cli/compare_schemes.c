@@ -23,10 +23,17 @@
  * A Laguna 08-01 SRC (the Laguna fix applies): the rows are the fix's
  * --rule-scheme choices (nvfp4, nvfp4a16, fp8-dynamic), mounted with
  * `mount --rule-scheme S`; nvfp4's scales come from --calib, required as
- * mount requires it. */
+ * mount requires it.
+ *
+ * --observers LIST: one row per scheme and observer, named "scheme/observer",
+ * each mounted with `--observer O`. A pair that rq_observer_ok refuses (the
+ * Laguna fix's own nvfp4, a rule scheme on its fp32 recipe) is a row saying so;
+ * W4A4's rows share one calibration file (the activations' observer does not
+ * depend on the weights'). */
 #include "cli/compare_schemes.h"
 #include "cli/compare_text.h"
 #include "cli/cli.h"
+#include "cli/cli_scheme.h"
 #include "base/err.h"
 #include "engine/model/model.h"
 #include "plan/plan.h"
@@ -79,6 +86,8 @@ static void rm_tree(const char *dir)
 	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+static int name_w = 12;            /* the first column: 12, or 25 with --observers */
+
 static void row(const char *name, double presented, double cache, const struct ct_result *r, int ref)
 {
 	char p[32], c[32] = "-";
@@ -86,10 +95,11 @@ static void row(const char *name, double presented, double cache, const struct c
 	if (cache >= 0)
 		cli_human_bytes(cache, c, sizeof c);
 	if (ref)
-		printf("%-12s %11s %11s %10.4f %10s %10s %7s\n", name, p, c, r->ppl_a, "-", "-", "-");
+		printf("%-*s %11s %11s %10.4f %10s %10s %7s\n", name_w, name, p, c, r->ppl_a, "-", "-",
+		       "-");
 	else
-		printf("%-12s %11s %11s %10.4f %10.3e %10.3e %6.2f%%\n", name, p, c, r->ppl_b, r->kl_mean,
-		       r->kl_p99, 100 * r->top1);
+		printf("%-*s %11s %11s %10.4f %10.3e %10.3e %6.2f%%\n", name_w, name, p, c, r->ppl_b,
+		       r->kl_mean, r->kl_p99, 100 * r->top1);
 	fflush(stdout);
 }
 
@@ -98,12 +108,39 @@ static int is_w4a4(const char *scheme)
 	return !strcmp(scheme, "nvfp4");
 }
 
-/* One scheme: mount, score, measure, unmount, clean up. cal: the calibration
- * file for nvfp4. */
-static int one_scheme(const struct cs_opts *o, const char *scheme, const char *cal, const char *tmp,
-                      struct rq_pool *pool, const float *ref, const int *tok, int n,
-                      struct rq_err *err)
+/* The scheme and recipe a row's jobs run (a Laguna rule scheme: the fix's fp32
+ * recipe, fp8-dynamic's bf16). */
+static void row_scheme(const struct cs_opts *o, const char *scheme, enum rq_scheme *s,
+                       enum rq_recipe *r)
 {
+	*s = RQ_SCHEME_NVFP4;
+	if (!(o->laguna && is_w4a4(scheme)))
+		rq_scheme_parse(scheme, s);
+	*r = o->laguna && *s != RQ_SCHEME_FP8_DYNAMIC ? rq_scheme_default_recipe(RQ_SCHEME_NVFP4)
+	                                              : rq_scheme_default_recipe(*s);
+}
+
+/* One scheme with one observer: mount, score, measure, unmount, clean up.
+ * cal: the calibration file for nvfp4. */
+static int one_scheme(const struct cs_opts *o, const char *scheme, enum rq_observer obs,
+                      const char *cal, const char *tmp, struct rq_pool *pool, const float *ref,
+                      const int *tok, int n, struct rq_err *err)
+{
+	char name[64];
+	if (o->nobs)
+		snprintf(name, sizeof name, "%s/%s", scheme, rq_observer_name(obs));
+	else
+		snprintf(name, sizeof name, "%s", scheme);
+	enum rq_scheme sc;
+	enum rq_recipe rcp;
+	row_scheme(o, scheme, &sc, &rcp);
+	if (rq_observer_ok(sc, rcp, RQ_SRC_BF16, obs)) {
+		char ok[64];
+		printf("%-*s not applicable: %s %s takes --observer %s\n", name_w, name,
+		       o->laguna ? "--rule-scheme" : "--scheme", scheme, cli_observers_for(sc, rcp, ok,
+		       sizeof ok));
+		return 0;
+	}
 	char base[PATH_MAX - 16], mnt[PATH_MAX], cache[PATH_MAX];
 	snprintf(base, sizeof base, "%s/requantfs-compare-XXXXXX", tmp);
 	if (!mkdtemp(base))
@@ -116,7 +153,7 @@ static int one_scheme(const struct cs_opts *o, const char *scheme, const char *c
 		rc = rq_errf(err, -errno, "%s: %s", base, strerror(errno));
 		goto out;
 	}
-	char *margs[12] = {"mount", (char *)o->src, mnt, "--cache", cache};
+	char *margs[14] = {"mount", (char *)o->src, mnt, "--cache", cache};
 	k = 5;
 	margs[k++] = o->laguna ? "--rule-scheme" : "--scheme";
 	margs[k++] = (char *)scheme;
@@ -124,12 +161,16 @@ static int one_scheme(const struct cs_opts *o, const char *scheme, const char *c
 		margs[k++] = "--calib";
 		margs[k++] = (char *)cal;
 	}
+	if (obs != RQ_OBSERVER_MINMAX) {
+		margs[k++] = "--observer";
+		margs[k++] = (char *)rq_observer_name(obs);
+	}
 	margs[k] = NULL;
 	if (cli_run_self(margs)) {
 		/* a scheme SRC's shapes do not allow (the mount said why on stderr):
 		 * a row that says so, and the table goes on */
-		printf("%-12s not mountable with this %s (requantfs mount's message above)\n", scheme,
-		       o->laguna ? "rule scheme" : "scheme");
+		printf("%-*s not mountable with this %s (requantfs mount's message above)\n", name_w,
+		       name, o->laguna ? "rule scheme" : "scheme");
 		goto out;
 	}
 	mounted = 1;
@@ -137,10 +178,10 @@ static int one_scheme(const struct cs_opts *o, const char *scheme, const char *c
 	if ((rc = lg_model_open(mnt, &m, err)))
 		goto out;
 	struct ct_result r;
-	rc = ct_score(m, pool, ref, tok, n, scheme, &r, err);
+	rc = ct_score(m, pool, ref, tok, n, name, &r, err);
 	lg_model_close(m);
 	if (!rc)
-		row(scheme, (double)tree_bytes(mnt, 0, 0), (double)tree_bytes(cache, 1, 0), &r, 0);
+		row(name, (double)tree_bytes(mnt, 0, 0), (double)tree_bytes(cache, 1, 0), &r, 0);
 out:
 	if (mounted) {
 		char *uargs[] = {"umount", mnt, NULL};
@@ -193,6 +234,34 @@ int cs_parse(const char *list, struct cs_opts *o)
 		return -EINVAL;
 	o->schemes = picked;
 	o->ns = k;
+	return 0;
+}
+
+int cs_parse_observers(const char *list, struct cs_opts *o)
+{
+	char buf[128];
+	int k = 0;
+	if (!strcmp(list, "all")) {
+		for (int i = 0; i < RQ_OBSERVER_COUNT; i++)
+			o->observers[k++] = (enum rq_observer)i;
+		o->nobs = k;
+		return 0;
+	}
+	if (strlen(list) >= sizeof buf)
+		return -EINVAL;
+	strcpy(buf, list);
+	for (char *s, *p = strtok_r(buf, ",", &s); p; p = strtok_r(NULL, ",", &s)) {
+		enum rq_observer v;
+		if (rq_observer_parse(p, &v) || k == RQ_OBSERVER_COUNT)
+			return -EINVAL;
+		for (int i = 0; i < k; i++)
+			if (o->observers[i] == v)
+				return -EINVAL;
+		o->observers[k++] = v;
+	}
+	if (!k)
+		return -EINVAL;
+	o->nobs = k;
 	return 0;
 }
 
@@ -316,13 +385,16 @@ int cs_run(const struct cs_opts *o, const struct lg_model *a, struct rq_pool *po
 		if ((rc = calibrate(o, n, cdir, cal, sizeof cal, err)))
 			goto out;
 	}
-	printf("\n%-12s %11s %11s %10s %10s %10s %7s\n", o->laguna ? "rule-scheme" : "scheme",
+	name_w = o->nobs ? 25 : 12;
+	printf("\n%-*s %11s %11s %10s %10s %10s %7s\n", name_w, o->laguna ? "rule-scheme" : "scheme",
 	       "presented", "cache", "ppl", "KL mean", "KL p99", "top-1");
 	/* the reference row: SRC as it is */
 	struct ct_result self = {.ppl_a = ct_ppl(ref, tok, n, a->cfg.vocab)};
 	row("source", (double)tree_bytes(o->src, 0, 1), -1, &self, 1);
 	for (int i = 0; i < o->ns && !rc; i++)
-		rc = one_scheme(o, o->schemes[i], cal, tmp, pool, ref, tok, n, err);
+		for (int j = 0; j < (o->nobs ? o->nobs : 1) && !rc; j++)
+			rc = one_scheme(o, o->schemes[i], o->nobs ? o->observers[j] : RQ_OBSERVER_MINMAX,
+			                cal, tmp, pool, ref, tok, n, err);
 out:
 	if (cdir[0])
 		rm_tree(cdir);

@@ -1,9 +1,12 @@
-/* compare_schemes.h — compare SRC --schemes LIST --text FILE: one table row per
- * scheme, each measured through a temporary mount of SRC. Two kinds of SRC:
+/* compare_schemes.h — compare SRC --schemes LIST [--observers LIST] --text FILE:
+ * one table row per scheme (x observer), each measured through a temporary mount
+ * of SRC. Two kinds of SRC:
  * any checkpoint (rows = `mount --scheme S`), and a Laguna 08-01 checkpoint
  * that the Laguna fix applies to (rows = `mount --rule-scheme S`). */
 #ifndef RQ_TOOLS_COMPARE_SCHEMES_H
 #define RQ_TOOLS_COMPARE_SCHEMES_H
+
+#include "quant/observer.h"
 
 struct lg_model;
 struct rq_err;
@@ -20,6 +23,8 @@ struct cs_opts {
 	int calib_tokens;          /* --calib-tokens N (calibration length) */
 	const char *const *schemes;   /* set by cs_parse */
 	int ns;
+	enum rq_observer observers[RQ_OBSERVER_COUNT];   /* set by cs_parse_observers */
+	int nobs;                  /* 0: --observers not given (minmax; rows named by scheme) */
 	int laguna;                /* set by cs_laguna: the rows are --rule-scheme choices */
 };
 
@@ -31,6 +36,10 @@ int cs_laguna(const char *src);
  * nvfp4a16, fp8-dynamic), else the schemes mount --scheme takes (nvfp4 =
  * W4A4 included). Sets o->schemes and o->ns; -EINVAL for an unknown name. */
 int cs_parse(const char *list, struct cs_opts *o);
+
+/* --observers: "all" or a comma list of minmax, mse, expanded-mse (each once).
+ * Sets o->observers and o->nobs; -EINVAL for an unknown or repeated name. */
+int cs_parse_observers(const char *list, struct cs_opts *o);
 
 /* Checks the calibration options against the list before anything runs:
  * -EINVAL with err saying what to pass (a usage error), else 0. tk encodes

@@ -58,6 +58,7 @@ struct rq_mount_opts {
 	enum rq_recipe recipe;
 	int scheme;               /* enum rq_scheme: 0 (RQ_SCHEME_NVFP4) = the Laguna fix */
 	int rule_scheme;          /* enum rq_scheme: the Laguna fix's --rule-scheme, 0 = nvfp4 */
+	int observer;             /* enum rq_observer: --observer, 0 = minmax */
 	const char *const *targets;  /* [ntargets] --targets, NULL = {"Linear"} (a scheme only) */
 	size_t ntargets;
 	const char *const *ignore;   /* [nignore] --ignore, NULL = {"lm_head"} (a scheme only) */

@@ -169,6 +169,13 @@ static char *status_json(struct rq_mount *m)
 	if (p->dropped_rule)     /* the Laguna fix: what the dropped rule's modules became */
 		sb_printf(&b, ",\n  \"rule_scheme\": \"%s\"",
 		          rq_scheme_name((enum rq_scheme)m->o.rule_scheme));
+	/* the weights' observer; and the input scales' (a calibration file that says) */
+	sb_printf(&b, ",\n  \"observer\": \"%s\",\n  \"observer_version\": %d",
+	          rq_observer_name(p->observer), p->observer ? RQ_OBSERVER_VERSION : 0);
+	if (p->calib_observer) {
+		sb_printf(&b, ",\n  \"calib_observer\": ");
+		sb_jstr(&b, p->calib_observer);
+	}
 	sb_printf(&b, ",\n  \"device\": ");
 	sb_jstr(&b, rq_quantizer_device(m->q));
 	{       /* why the jobs run there (qdev's state machine) */

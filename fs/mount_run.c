@@ -383,6 +383,7 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 	                          .targets = o->targets, .ntargets = o->ntargets,
 	                          .ignore = o->ignore, .nignore = o->nignore,
 	                          .rule_scheme = (enum rq_scheme)o->rule_scheme,
+	                          .observer = (enum rq_observer)o->observer,
 	                          .reader = o->rs ? &m->rreader : NULL};
 	if ((rc = rq_plan_build(&po, &m->plan, err)))
 		goto fail;
@@ -470,9 +471,11 @@ int rq_mount_open(const struct rq_mount_opts *o, struct rq_mount **out, struct r
 		}
 	}
 	rq_mount_log(m, "mounted %s at %s: %zu files, %zu modules in %zu jobs, scheme %s, "
-	             "recipe %s, device %s, cache %s", m->src, m->mnt, m->plan->nfiles,
-	             m->plan->nmods, m->plan->njobs, rq_scheme_name(m->plan->scheme),
-	             rq_recipe_name(m->plan->recipe), rq_quantizer_device(m->q), m->cache_dir);
+	             "recipe %s, observer %s%s, device %s, cache %s", m->src, m->mnt,
+	             m->plan->nfiles, m->plan->nmods, m->plan->njobs,
+	             rq_scheme_name(m->plan->scheme), rq_recipe_name(m->plan->recipe),
+	             rq_observer_name(m->plan->observer), m->plan->observer ? " (on the CPU: no "
+	             "CUDA twin of its search)" : "", rq_quantizer_device(m->q), m->cache_dir);
 	*out = m;
 	return 0;
 fail:

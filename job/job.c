@@ -120,7 +120,8 @@ static int quantize_scheme(struct rq_quantizer *q, const struct rq_plan *p,
 		sm[s] = (struct rq_smod){.w = w[s], .dtype = m->dtype, .rows = m->rows,
 		                         .cols = m->cols, .out = out + job->mod_off[s]};
 	}
-	return rq_quantizer_run_scheme(q, p->mod_scheme, p->mod_recipe, sm, job->nmod, bad);
+	return rq_quantizer_run_scheme(q, p->mod_scheme, p->mod_recipe, p->observer, sm, job->nmod,
+	                               bad);
 }
 
 int rq_job_run(struct rq_quantizer *q, const struct rq_plan *p, size_t j, const int *src_fds,
@@ -152,9 +153,13 @@ int rq_job_run(struct rq_quantizer *q, const struct rq_plan *p, size_t j, const 
 			        bm->name, p->srcs[bm->src].name);
 		else if (rc == -ENOTSUP)
 			rq_errf(err, rc, "quantizing %s.weight (in SRC %s): --scheme %s with recipe %s "
-			        "is not implemented for its dtype in this build", bm->name,
-			        p->srcs[bm->src].name, rq_scheme_name(p->mod_scheme),
-			        rq_recipe_name(p->mod_recipe));
+			        "and observer %s is not implemented for its dtype in this build",
+			        bm->name, p->srcs[bm->src].name, rq_scheme_name(p->mod_scheme),
+			        rq_recipe_name(p->mod_recipe), rq_observer_name(p->observer));
+		else if (rc == -ERANGE)
+			rq_errf(err, rc, "%s.weight (in SRC %s) holds a weight so large that --observer "
+			        "%s's range (1.8 max|w|) overflows BF16; use --observer minmax or mse",
+			        bm->name, p->srcs[bm->src].name, rq_observer_name(p->observer));
 		else if (rc)
 			rq_errf(err, rc, "quantizing %s failed: %s", p->mods[job->mod[0]].name,
 			        strerror(-rc));
@@ -211,6 +216,10 @@ int rq_job_key(const struct rq_plan *p, size_t j, struct rq_cache_key *key, char
 		rc = append(&s, &len, &cap, "rule-scheme %s %d recipe %s\n",
 		            rq_scheme_name(p->mod_scheme), RQ_SCHEME_VERSION,
 		            rq_recipe_name(p->mod_recipe));
+	/* an MSE observer's bytes are its own (minmax keys stay as they were) */
+	if (!rc && p->observer != RQ_OBSERVER_MINMAX)
+		rc = append(&s, &len, &cap, "observer %s %d\n", rq_observer_name(p->observer),
+		            RQ_OBSERVER_VERSION);
 	if (!rc)
 		rc = append(&s, &len, &cap, "recipe %s %d\nmodules %d out %" PRIu64 "\n",
 		            rq_recipe_name(p->recipe), RQ_RECIPE_VERSION, jb->nmod, jb->out_size);

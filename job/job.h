@@ -12,9 +12,10 @@ struct rq_quantizer;
 struct rq_cache_key;
 
 /* The cache key of plan job j: XXH3-128 of its canonical descriptor (recipe,
- * RQ_RECIPE_VERSION, and per module: SRC identity, tensor name, dtype,
- * shape, byte range, calibration bits; the partner is the job's other
- * module). desc, if non-NULL, gets the malloc'd descriptor text. 0 or
+ * RQ_RECIPE_VERSION, an MSE observer with RQ_OBSERVER_VERSION (minmax adds
+ * nothing: its keys are those of before --observer), and per module: SRC
+ * identity, tensor name, dtype, shape, byte range, calibration bits; the
+ * partner is the job's other module). desc, if non-NULL, gets the malloc'd descriptor text. 0 or
  * -ENOMEM. The mount and export key the same job the same way. A remote
  * SRC whose reader is unverified (plan.h) adds a line per module: a
  * --remote-verify none mount's entries are its own, never a verifying

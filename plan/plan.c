@@ -552,6 +552,28 @@ static void locate_weights(struct rq_plan *p, struct st_header **hdr)
 	}
 }
 
+/* --observer: what the jobs' scheme and recipe take on BF16 weights (a module of
+ * another dtype is refused where it is chosen, plan_scheme.c). */
+static int check_observer(const struct rq_plan_opts *o, enum rq_scheme ms, enum rq_recipe mr,
+                          struct rq_err *err)
+{
+	if ((unsigned)o->observer >= RQ_OBSERVER_COUNT)
+		return rq_errf(err, -EINVAL, "unknown observer %d", (int)o->observer);
+	if (!rq_observer_ok(ms, mr, RQ_SRC_BF16, o->observer))
+		return 0;
+	const char *what = o->scheme != RQ_SCHEME_NVFP4 ? "--scheme"
+	                 : o->rule_scheme != RQ_SCHEME_NVFP4 ? "--rule-scheme" : "the Laguna fix's";
+	if (ms == RQ_SCHEME_NVFP4)
+		return rq_errf(err, -ENOTSUP, "--observer %s does not apply to the Laguna fix's own "
+		               "NVFP4 (its fp32 recipe, which llm-compressor does not compute); use "
+		               "--observer minmax, or --rule-scheme nvfp4a16 --recipe bf16 or "
+		               "--rule-scheme fp8-dynamic", rq_observer_name(o->observer));
+	return rq_errf(err, -ENOTSUP, "--observer %s does not apply to %s %s with --recipe %s: the "
+	               "MSE observers are llm-compressor's arithmetic on BF16 (use --recipe bf16, "
+	               "or --observer minmax)", rq_observer_name(o->observer), what,
+	               rq_scheme_name(ms), rq_recipe_name(mr));
+}
+
 /* The options a scheme refuses or defaults, before anything is read. */
 static int check_opts(const struct rq_plan_opts *o, struct rq_err *err)
 {
@@ -572,7 +594,8 @@ static int check_opts(const struct rq_plan_opts *o, struct rq_err *err)
 			return rq_errf(err, -EINVAL, "--rule-scheme %s: the dropped rule's modules can "
 			               "be nvfp4, nvfp4a16 or fp8-dynamic (vLLM's MoE layers take no "
 			               "other of these schemes)", rq_scheme_name(o->rule_scheme));
-		return 0;
+		return check_observer(o, o->rule_scheme, o->rule_scheme == RQ_SCHEME_FP8_DYNAMIC ?
+		                      RQ_RECIPE_BF16 : o->recipe, err);
 	}
 	if (o->rule_scheme != RQ_SCHEME_NVFP4)
 		return rq_errf(err, -EINVAL, "--rule-scheme applies only to the Laguna fix (no "
@@ -590,7 +613,7 @@ static int check_opts(const struct rq_plan_opts *o, struct rq_err *err)
 		return rq_errf(err, -EINVAL, "--drop-ignore applies only to the Laguna fix; with "
 		               "--scheme %s the ignore entries that match newly quantized modules "
 		               "are removed for you", rq_scheme_name(o->scheme));
-	return 0;
+	return check_observer(o, o->scheme, o->recipe, err);
 }
 
 /* The Laguna fix: the dropped rule's modules, calibrated, gate/up paired. */
@@ -640,6 +663,7 @@ int rq_plan_build(const struct rq_plan_opts *o, struct rq_plan **out, struct rq_
 	p->scheme = o->scheme;
 	p->mod_scheme = o->scheme == RQ_SCHEME_NVFP4 ? o->rule_scheme : o->scheme;
 	p->mod_recipe = p->mod_scheme == RQ_SCHEME_FP8_DYNAMIC ? RQ_RECIPE_BF16 : o->recipe;
+	p->observer = o->observer;
 	rc = o->reader ? rq_src_scan_reader(p, o->reader, err) : rq_src_scan(p, o->src, err);
 	if (!rc)
 		rc = check_index(p, err);

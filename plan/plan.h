@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include "quant/quant.h"
 #include "quant/scheme.h"
+#include "quant/observer.h"
 
 struct rq_err;
 
@@ -59,6 +60,10 @@ struct rq_plan_opts {
 	                             modules become: RQ_SCHEME_NVFP4 (0, default: NVFP4 with CALIB's
 	                             input scales, today's bytes), RQ_SCHEME_NVFP4A16 or
 	                             RQ_SCHEME_FP8_DYNAMIC (no CALIB needed; a config group added) */
+	enum rq_observer observer;   /* how the weights' group ranges are chosen (--observer):
+	                             RQ_OBSERVER_MINMAX (0, default: today's bytes) or an MSE
+	                             observer where rq_observer_ok takes it for the jobs' scheme
+	                             and recipe (refused otherwise, and for a non-BF16 module) */
 	int no_scales;            /* figures only (plan's per-choice sizes): CALIB is not read,
 	                             input_global_scale bytes are 0; never export or mount this */
 };
@@ -153,6 +158,11 @@ struct rq_plan {
 	                             its rule scheme (RQ_SCHEME_NVFP4 by default) */
 	enum rq_recipe mod_recipe;   /* the jobs' recipe: recipe, except RQ_RECIPE_BF16 for a
 	                             Laguna rule scheme of fp8-dynamic (its only arithmetic) */
+	enum rq_observer observer;   /* the jobs' weight observer (opts->observer) */
+	char *calib_observer;     /* --scheme nvfp4 (W4A4): the input scales' observer as the
+	                             calibration file's __metadata__ "calib_observer" says (e.g.
+	                             "static_minmax"), NULL when it does not say; independent of
+	                             observer (either may be used with the other) */
 	char *dropped_rule;       /* the ignore entry removed (Laguna fix), else NULL */
 	size_t ndropped;          /* other schemes: SRC quantization_config.ignore entries */
 	char **dropped;           /*   removed because every module they matched is now quantized */

@@ -82,6 +82,7 @@ void rq_plan_free(struct rq_plan *p)
 	free(p->skipped);
 	free(p->src_dir);
 	free(p->dropped_rule);
+	free(p->calib_observer);
 	for (size_t i = 0; i < p->ndropped; i++)
 		free(p->dropped[i]);
 	free(p->dropped);

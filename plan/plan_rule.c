@@ -227,7 +227,8 @@ int rq_plan_rule_config(const struct rq_plan *p, const char *cfg, size_t n, size
 	if (!rc) {
 		for (size_t i = 0; i < p->nmods; i++)
 			names[i] = p->mods[i].name;
-		struct rq_qconfig_edit e = {.scheme = p->mod_scheme, .drop = &rule, .ndrop = 1,
+		struct rq_qconfig_edit e = {.scheme = p->mod_scheme, .observer = p->observer,
+		                            .drop = &rule, .ndrop = 1,
 		                            .modules = names, .nmodules = p->nmods,
 		                            .new_targets = (const char *const *)t.v,
 		                            .nnew_targets = t.n};

@@ -231,6 +231,11 @@ static int take_module(struct rq_plan *p, enum rq_scheme sc, const struct tref *
 		return rq_errf(err, -EPROTO, "SRC shard %s: %s is %s; --scheme %s quantizes only BF16, "
 		               "F16 or F32 weights (add '%s' to --ignore to leave it as it is)", shard,
 		               w->name, st_dtype_name(w->dtype), sn, module);
+	if (p->observer != RQ_OBSERVER_MINMAX && rq_observer_ok(sc, p->mod_recipe, dt, p->observer))
+		return rq_errf(err, -ENOTSUP, "SRC shard %s: %s is %s; --observer %s searches BF16 "
+		               "weights only, as llm-compressor computes it (add '%s' to --ignore, or use "
+		               "--observer minmax)", shard, w->name, st_dtype_name(w->dtype),
+		               rq_observer_name(p->observer), module);
 	if (w->ndim != 2)
 		return rq_errf(err, -EPROTO, "SRC shard %s: %s has %d dimensions; --scheme %s quantizes "
 		               "2-D Linear weights only, as model_free_ptq does (add '%s' to --ignore)",
@@ -548,7 +553,7 @@ int rq_plan_scheme(struct rq_plan *p, const struct rq_plan_opts *o, const struct
 	if (!rc) {
 		for (size_t i = 0; i < p->nmods; i++)
 			names[i] = p->mods[i].name;
-		struct rq_qconfig_edit e = {.scheme = o->scheme, .targets = s.tg, .ntargets = s.ntg,
+		struct rq_qconfig_edit e = {.scheme = o->scheme, .observer = p->observer, .targets = s.tg, .ntargets = s.ntg,
 		                            .ignore = s.ig, .nignore = s.nig, .drop = drop,
 		                            .ndrop = ndrop, .modules = names, .nmodules = p->nmods};
 		if (w4_ign) {

@@ -7,7 +7,10 @@
  * <module>.input_global_scale (F32 [1], 448*6/amax) for every Linear; the
  * plan copies each chosen module's value bit for bit (no fusion: llm-compressor
  * 0.14.0.1 links only weight observers, see plan_scheme.c). A module missing
- * from the file is refused naming both.
+ * from the file is refused naming both. The file's __metadata__ may say which
+ * observer made the scales ("calib_observer", written by `calib run` since
+ * --observer): kept in p->calib_observer for plan and status to name next to
+ * the weights' observer (the two are independent: any pair is accepted).
  *
  * The ignore list: compressed-tensors QuantizationConfig.from_pretrained (what
  * oneshot's save writes) lists by name every module of a quantized class that
@@ -22,10 +25,34 @@
 #include "base/err.h"
 #include "base/grow.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+/* __metadata__ "calib_observer" of a calibration file (a directory says
+ * nothing): a malloc'd string, or NULL. A file the scales were read from
+ * parses; anything odd here only means "not said". */
+static char *calib_observer(const char *calib)
+{
+	struct stat st;
+	struct st_header *h = NULL;
+	char *out = NULL;
+	if (stat(calib, &st) || !S_ISREG(st.st_mode) || st_parse_path(calib, &h, NULL) ||
+	    !h->metadata) {
+		st_header_free(h);
+		return NULL;
+	}
+	cJSON *m = cJSON_Parse(h->metadata);
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, "calib_observer");
+	if (cJSON_IsString(v) && strlen(v->valuestring) < 64)
+		out = strdup(v->valuestring);
+	cJSON_Delete(m);
+	st_header_free(h);
+	return out;
+}
 
 int rq_plan_w4a4_calib(struct rq_plan *p, const char *calib, struct rq_err *err)
 {
@@ -48,6 +75,8 @@ int rq_plan_w4a4_calib(struct rq_plan *p, const char *calib, struct rq_err *err)
 			        p->mods[i].name, calib, p->src_dir, p->mods[i].name);
 	}
 	rq_ckpt_close(c);
+	if (!rc)
+		p->calib_observer = calib_observer(calib);
 	return rc;
 }
 

@@ -25,11 +25,15 @@
 
 #include <stddef.h>
 #include "quant/scheme.h"
+#include "quant/observer.h"
 
 struct rq_err;
 
 struct rq_qconfig_edit {
 	enum rq_scheme scheme;             /* not RQ_SCHEME_NVFP4 (the Laguna edit stays in plan_files.c) */
+	enum rq_observer observer;         /* the weights' observer: minmax (0) keeps the preset's
+	                                      "observer" (null; W4A4: memoryless_minmax), another
+	                                      writes its llm-compressor name (rq_observer_llmc) */
 	const char *const *targets;        /* [ntargets] --targets as given ("Linear" by default); */
 	size_t ntargets;                   /*   used only when config.json has no quantization_config */
 	const char *const *ignore;         /* [nignore] --ignore as written ("lm_head" by default); */

@@ -7,17 +7,21 @@
 #include <stddef.h>
 #include <cjson/cJSON.h>
 #include "quant/scheme.h"
+#include "quant/observer.h"
 #include "st/jtext.h"
 
 #define QC_CT_VERSION "0.19.0"   /* compressed-tensors whose model_dump we write */
 
 /* 0 when scheme s has a compressed-tensors preset here, else -EINVAL. */
 int qc_preset_find(enum rq_scheme s);
-/* One config group for scheme s with targets (as model_dump writes it). */
-cJSON *qc_group_json(enum rq_scheme s, const char *const *targets, size_t nt);
+/* One config group for scheme s with targets and the weights' observer o (as model_dump
+ * writes it). */
+cJSON *qc_group_json(enum rq_scheme s, enum rq_observer o, const char *const *targets,
+                     size_t nt);
 /* The whole quantization_config model_free_ptq writes for a plain model. */
-cJSON *qc_config_json(enum rq_scheme s, const char *group_name, const char *const *targets,
-                      size_t nt, const char *const *ignore, size_t ni);
+cJSON *qc_config_json(enum rq_scheme s, enum rq_observer o, const char *group_name,
+                      const char *const *targets, size_t nt, const char *const *ignore,
+                      size_t ni);
 
 /* Text edits. Each appends the whole edited text of s (n bytes) to out and
  * returns 0, -EPROTO (s is not shaped as expected) or -ENOMEM. */

@@ -107,7 +107,8 @@ static int complete(const cJSON *o, int members)
 	return o && cJSON_GetArraySize(o) == members;
 }
 
-cJSON *qc_group_json(enum rq_scheme s, const char *const *targets, size_t nt)
+cJSON *qc_group_json(enum rq_scheme s, enum rq_observer o, const char *const *targets,
+                     size_t nt)
 {
 	int k = preset_index(s);
 	cJSON *g = k < 0 ? NULL : cJSON_CreateObject();
@@ -124,7 +125,10 @@ cJSON *qc_group_json(enum rq_scheme s, const char *const *targets, size_t nt)
 		cJSON_AddItemToObject(g, "targets", t);
 	else
 		cJSON_Delete(t);
-	cJSON_AddItemToObject(g, "weights", args_json(&presets[k].w));
+	struct qargs w = presets[k].w;
+	if (o != RQ_OBSERVER_MINMAX)     /* what a scheme whose weights.observer is set dumps */
+		w.observer = rq_observer_llmc(o);
+	cJSON_AddItemToObject(g, "weights", args_json(&w));
 	if (!complete(g, 5)) {
 		cJSON_Delete(g);
 		return NULL;
@@ -132,12 +136,13 @@ cJSON *qc_group_json(enum rq_scheme s, const char *const *targets, size_t nt)
 	return g;
 }
 
-cJSON *qc_config_json(enum rq_scheme s, const char *group_name, const char *const *targets,
-                      size_t nt, const char *const *ignore, size_t ni)
+cJSON *qc_config_json(enum rq_scheme s, enum rq_observer o, const char *group_name,
+                      const char *const *targets, size_t nt, const char *const *ignore,
+                      size_t ni)
 {
 	cJSON *q = cJSON_CreateObject();
 	cJSON *groups = q ? cJSON_AddObjectToObject(q, "config_groups") : NULL;
-	cJSON *g = qc_group_json(s, targets, nt), *ig = strings_json(ignore, ni);
+	cJSON *g = qc_group_json(s, o, targets, nt), *ig = strings_json(ignore, ni);
 	if (!groups || !g || !ig || cJSON_GetArraySize(ig) != (int)ni) {
 		cJSON_Delete(q);
 		cJSON_Delete(g);

@@ -647,10 +647,13 @@ int rq_quantizer_run(struct rq_quantizer *q, enum rq_recipe r, const struct rq_q
  * rq_quantizer_run (GPU when there is one). Everything else — F16/F32
  * sources, a q/k/v triple, FP8 and the integer schemes — runs
  * rq_scheme_quantize on the CPU with the quantizer's pool: there is no GPU
- * kernel for those yet. Bytes are identical either way. */
+ * kernel for those yet. Bytes are identical either way. So does every job
+ * of an MSE observer (rq_scheme_quantize_obs): its search has no CUDA twin. */
 int rq_quantizer_run_scheme(struct rq_quantizer *q, enum rq_scheme s, enum rq_recipe r,
-                            const struct rq_smod *m, int n, int *bad)
+                            enum rq_observer o, const struct rq_smod *m, int n, int *bad)
 {
+	if (o != RQ_OBSERVER_MINMAX)     /* the MSE search: CPU only, bit-exact with its oracle */
+		return rq_scheme_quantize_obs(s, r, o, m, n, bad, q->pool);
 	int gpu_ok = rq_scheme_shares_scale(s) && n >= 1 && n <= 2;
 	for (int i = 0; i < n && gpu_ok; i++)
 		gpu_ok = m[i].dtype == RQ_SRC_BF16;

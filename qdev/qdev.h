@@ -108,13 +108,17 @@ struct rq_quantizer_stats {
 void rq_quantizer_get_stats(struct rq_quantizer *q, struct rq_quantizer_stats *s);
 
 #include "quant/scheme.h"   /* enum rq_scheme, struct rq_smod */
+#include "quant/observer.h" /* enum rq_observer */
 
 /* One job of a data-free scheme (issue 12): n (1..3) modules, each written
  * whole into m[i].out as rq_scheme_layout lays it out; the NVFP4 schemes'
- * modules share one global scale. The NVFP4 family on BF16 with n <= 2 runs
- * like rq_quantizer_run (GPU when there is one), the rest on the CPU pool.
- * Errors as rq_scheme_quantize (-EDOM NaN/Inf with *bad, -EINVAL, -ENOTSUP). */
+ * modules share one global scale. With observer o = RQ_OBSERVER_MINMAX the
+ * NVFP4 family on BF16 with n <= 2 runs like rq_quantizer_run (GPU when there
+ * is one), the rest on the CPU pool; an MSE observer always runs on the CPU
+ * pool (rq_scheme_quantize_obs: no CUDA twin of the search yet), whatever the
+ * device. Errors as rq_scheme_quantize_obs (-EDOM NaN/Inf with *bad, -EINVAL,
+ * -ENOTSUP, -ERANGE, -ENOMEM). */
 int rq_quantizer_run_scheme(struct rq_quantizer *q, enum rq_scheme s, enum rq_recipe r,
-                            const struct rq_smod *m, int n, int *bad);
+                            enum rq_observer o, const struct rq_smod *m, int n, int *bad);
 
 #endif

@@ -8,6 +8,9 @@
  * The order of this folder (held by tests/tools/test_layout.py): each file
  * calls only the files below it.
  *
+ *   observer.c       the MSE weight observers (observer.h): ranges, then the bytes
+ *   observer_fast.c  their search, fast: observer_ref.c's results, faster
+ *   observer_ref.c   their scalar oracle, pow table and torch's order of additions
  *   scheme.c       the data-free compressed-tensors schemes (scheme.h)
  *   scheme_nv.c    NVFP4A16 from F16 and F32 weights
  *   scheme_kern.c  the row kernels of FP8_DYNAMIC, W8A16 and W4A16

@@ -5,7 +5,10 @@
  * nothing more (the descriptor a hub snapshot of the same bytes gets, so
  * warm caches stay shared); an unverified one (a --remote-verify none
  * mount) adds its line, so every job key and every changed file's key
- * differ: its entries are never taken by a verifying mount or export. TAP. */
+ * differ: its entries are never taken by a verifying mount or export.
+ * --observer (issue 32): a minmax plan's descriptors name no observer (the
+ * keys of before --observer); mse and expanded-mse add "observer NAME
+ * RQ_OBSERVER_VERSION", so the three key every job and changed file apart. TAP. */
 #include "base/err.h"
 #include "base/sha256.h"
 #include "cache/cache.h"
@@ -45,12 +48,13 @@ static int dir_read(void *ctx, size_t i, uint64_t off, uint64_t len, void *buf,
 	return r == (ssize_t)len ? 0 : rq_errf(err, -EIO, "%s: cannot read", p);
 }
 
-static struct rq_plan *plan_of(struct dirsrc *d, struct rq_src_reader *r, int unverified)
+static struct rq_plan *plan_obs(struct dirsrc *d, struct rq_src_reader *r, int unverified,
+                                enum rq_observer obs)
 {
 	*r = (struct rq_src_reader){.label = "hf://test/tiny@0000000000000000000000000000000000000001",
 	                            .nfiles = NF, .files = d->e, .ctx = d, .read = dir_read,
 	                            .unverified = unverified};
-	struct rq_plan_opts po = {.reader = r, .scheme = RQ_SCHEME_NVFP4A16,
+	struct rq_plan_opts po = {.reader = r, .scheme = RQ_SCHEME_NVFP4A16, .observer = obs,
 	                          .recipe = rq_scheme_default_recipe(RQ_SCHEME_NVFP4A16)};
 	struct rq_plan *p = NULL;
 	struct rq_err e = {0};
@@ -60,12 +64,70 @@ static struct rq_plan *plan_of(struct dirsrc *d, struct rq_src_reader *r, int un
 	return rc ? NULL : p;
 }
 
+static struct rq_plan *plan_of(struct dirsrc *d, struct rq_src_reader *r, int unverified)
+{
+	return plan_obs(d, r, unverified, RQ_OBSERVER_MINMAX);
+}
+
 static int key_eq(const struct rq_cache_key *a, const struct rq_cache_key *b)
 {
 	char x[33], y[33];
 	rq_cache_key_hex(a, x);
 	rq_cache_key_hex(b, y);
 	return !strcmp(x, y);
+}
+
+/* --observer: minmax (pv) names none; each MSE observer keys every job and changed file
+ * apart from minmax and from the other. */
+static void observer_keys(struct dirsrc *d, const struct rq_plan *pv)
+{
+	struct rq_src_reader r1, r2;
+	struct rq_plan *pm = plan_obs(d, &r1, 0, RQ_OBSERVER_MSE);
+	struct rq_plan *px = plan_obs(d, &r2, 0, RQ_OBSERVER_EXPANDED_MSE);
+	TAP_OK(pm && px && pm->njobs == pv->njobs && px->njobs == pv->njobs,
+	       "plans with --observer mse and expanded-mse: the same %zu jobs", pv->njobs);
+	if (!pm || !px) {
+		rq_plan_free(pm);
+		rq_plan_free(px);
+		return;
+	}
+	char wm[64], wx[64];
+	snprintf(wm, sizeof wm, "\nobserver mse %d\n", RQ_OBSERVER_VERSION);
+	snprintf(wx, sizeof wx, "\nobserver expanded-mse %d\n", RQ_OBSERVER_VERSION);
+	size_t none = 0, named = 0, apart = 0;
+	for (size_t j = 0; j < pv->njobs; j++) {
+		struct rq_cache_key k0, k1, k2;
+		char *d0 = NULL, *d1 = NULL, *d2 = NULL;
+		if (!rq_job_key(pv, j, &k0, &d0) && !rq_job_key(pm, j, &k1, &d1) &&
+		    !rq_job_key(px, j, &k2, &d2)) {
+			none += !strstr(d0, "observer");
+			named += strstr(d1, wm) && strstr(d2, wx);
+			apart += !key_eq(&k0, &k1) && !key_eq(&k0, &k2) && !key_eq(&k1, &k2);
+		}
+		free(d0);
+		free(d1);
+		free(d2);
+	}
+	TAP_OK(none == pv->njobs, "minmax: no descriptor names an observer (keys as before "
+	       "--observer; %zu of %zu)", none, pv->njobs);
+	TAP_OK(named == pv->njobs, "mse / expanded-mse: each descriptor names its observer and "
+	       "RQ_OBSERVER_VERSION %d (%zu of %zu)", RQ_OBSERVER_VERSION, named, pv->njobs);
+	TAP_OK(apart == pv->njobs, "the three observers' job keys all differ (%zu of %zu jobs)",
+	       apart, pv->njobs);
+	size_t changed = 0, fdiff = 0;
+	for (size_t i = 0; i < pv->nfiles; i++) {
+		struct rq_cache_key f0, f1, f2;
+		if (!pv->files[i].changed)
+			continue;
+		changed++;
+		if (!rq_file_key(pv, i, &f0) && !rq_file_key(pm, i, &f1) && !rq_file_key(px, i, &f2) &&
+		    !key_eq(&f0, &f1) && !key_eq(&f0, &f2) && !key_eq(&f1, &f2))
+			fdiff++;
+	}
+	TAP_OK(changed > 0 && fdiff == changed, "and so do the materialized file keys (%zu of %zu)",
+	       fdiff, changed);
+	rq_plan_free(pm);
+	rq_plan_free(px);
 }
 
 int main(void)
@@ -140,6 +202,7 @@ int main(void)
 	}
 	TAP_OK(changed > 0 && fdiff == changed, "the materialized file keys differ too (%zu of %zu "
 	       "changed files)", fdiff, changed);
+	observer_keys(&d, pv);
 out:
 	rq_plan_free(pv);
 	rq_plan_free(pu);

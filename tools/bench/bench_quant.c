@@ -10,6 +10,8 @@
 #include "quant/quant_int.h"
 #include "quant/scheme.h"
 #include "quant/scheme_int.h"
+#include "quant/observer.h"
+#include "quant/observer_int.h"
 #include "base/pool.h"
 
 #include <getopt.h>
@@ -23,7 +25,8 @@ static void usage(FILE *f)
 	fprintf(f,
 	        "usage: requantfs bench quant [--threads N] [--rows R --cols C] [--reps K]\n"
 	        "                             [--recipe fp32|bf16|fp32div|all] [--isa sse2|avx2|avx512]\n"
-	        "                             [--device cpu|cuda] [--scheme S [--src T]]\n\n"
+	        "                             [--device cpu|cuda] [--scheme S [--src T]]\n"
+	        "                             [--observer minmax|mse|expanded-mse]\n\n"
 	        "Quantizes random BF16 weights of realistic magnitude (default: the Laguna\n"
 	        "expert shapes 3072x1024 and 1024x3072) with the scalar oracle, the fast path\n"
 	        "on one thread and on N threads, and the whole job (absmax + quantize).\n"
@@ -39,6 +42,9 @@ static void usage(FILE *f)
 	        "  --scheme S     nvfp4 (default: the paths above), or nvfp4a16, fp8-dynamic,\n"
 	        "                 w8a16, w4a16: the whole rq_scheme_quantize job on 1 and N\n"
 	        "                 threads vs the scheme's scalar oracle (CPU only; recipe bf16)\n"
+	        "  --observer O   mse or expanded-mse: that observer's whole job next to\n"
+	        "                 minmax's on 1 and N threads, GB/s and the ratio (with --scheme;\n"
+	        "                 default nvfp4a16; exactness vs the oracle on the first 16 rows)\n"
 	        "  --src T        with --scheme: source dtype bf16 (default), f16 or f32 (the\n"
 	        "                 same weights; not for nvfp4)\n");
 }
@@ -273,6 +279,82 @@ static int bench_scheme(struct shape_run *s, enum rq_scheme sc, enum rq_src_dtyp
 	return bad;
 }
 
+/* best-of-reps seconds of one whole job with observer o (pool NULL = one thread) */
+static double time_obs(enum rq_scheme sc, enum rq_observer o, struct rq_smod *m,
+                       struct rq_pool *pool, int reps, int *rc)
+{
+	double best = 1e30;
+	for (int i = 0; i < reps; i++) {
+		double t = bench_now();
+		*rc = rq_scheme_quantize_obs(sc, RQ_RECIPE_BF16, o, m, 1, NULL, pool);
+		t = bench_now() - t;
+		best = t < best ? t : best;
+		if (*rc)
+			break;
+	}
+	return best;
+}
+
+/* --observer O: minmax's job and O's job on the same BF16 weights, on 1 and N threads, and
+ * O's fast search against its oracle on the first rows (the oracle is ~1000x slower). */
+static int bench_observer(struct shape_run *s, enum rq_scheme sc, enum rq_observer o,
+                          struct rq_pool *pool, int reps)
+{
+	size_t n = s->rows * s->cols, sub = s->rows < 16 ? s->rows : 16;
+	double bytes = (double)n * 2;
+	char shape[48], extra[80];
+	snprintf(shape, sizeof shape, "%zux%zu", s->rows, s->cols);
+	struct rq_stensor t[RQ_SCHEME_MAX_TENSORS];
+	int nt, bad = 0, rc = 0;
+	uint64_t sz, subsz;
+	if (rq_scheme_layout(sc, RQ_SRC_BF16, s->rows, s->cols, t, &nt, &sz) != 0 ||
+	    rq_scheme_layout(sc, RQ_SRC_BF16, sub, s->cols, t, &nt, &subsz) != 0)
+		return cli_fail(2, "bench quant", "--scheme %s cannot take %s (columns per group: %u)",
+		                rq_scheme_name(sc), shape, rq_scheme_group(sc));
+	uint8_t *out = malloc(sz), *ref = malloc(subsz);
+	if (!out || !ref) {
+		free(out);
+		free(ref);
+		return cli_fail(1, "bench quant", "out of memory");
+	}
+	struct rq_smod m = {s->w, RQ_SRC_BF16, s->rows, s->cols, out};
+	int nthr = rq_pool_size(pool);
+	double mm[2] = {0, 0};
+	for (int k = 0; k < 2 && !rc; k++) {
+		enum rq_observer ob = k ? o : RQ_OBSERVER_MINMAX;
+		int oreps = k ? (reps < 2 ? reps : 2) : reps;
+		for (int p = 0; p < (nthr > 1 ? 2 : 1) && !rc; p++) {
+			double best = time_obs(sc, ob, &m, p ? pool : NULL, oreps, &rc);
+			if (!k)
+				mm[p] = best;
+			if (k)
+				snprintf(extra, sizeof extra, "%.2f MB/s, 1/%.1f of minmax's GB/s",
+				         bytes / best / 1e6, best / mm[p]);
+			else
+				extra[0] = 0;
+			char path[40];
+			snprintf(path, sizeof path, "job %s", rq_observer_name(ob));
+			row(shape, path, p ? nthr : 1, best, bytes, 0, k ? "" : "", extra);
+		}
+	}
+	if (!rc) {   /* exactness: the fast job vs the oracle on the first `sub` rows */
+		struct rq_smod ms = {s->w, RQ_SRC_BF16, sub, s->cols, out};
+		struct rq_smod mr = {s->w, RQ_SRC_BF16, sub, s->cols, ref};
+		rc = rq_scheme_quantize_obs(sc, RQ_RECIPE_BF16, o, &ms, 1, NULL, pool);
+		if (!rc)
+			rc = rq_observer_quantize_ref(sc, o, &mr, 1, NULL);
+		bad = rc == 0 && memcmp(out, ref, subsz) != 0;
+		printf("%-11s %-18s first %zu rows: fast == oracle: %s\n", shape, "exact", sub,
+		       rc ? "-" : bad ? "NO" : "yes");
+	}
+	free(out);
+	free(ref);
+	if (rc)
+		return cli_fail(1, "bench quant", "--observer %s: the job failed (%d)",
+		                rq_observer_name(o), rc);
+	return bad;
+}
+
 int bench_quant(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -281,6 +363,7 @@ int bench_quant(int argc, char **argv)
 		{"recipe", required_argument, NULL, 'v'},  {"isa", required_argument, NULL, 'i'},
 		{"device", required_argument, NULL, 'd'},  {"help", no_argument, NULL, 'h'},
 		{"scheme", required_argument, NULL, 's'},  {"src", required_argument, NULL, 'S'},
+		{"observer", required_argument, NULL, 'o'},
 		{NULL, 0, NULL, 0},
 	};
 	long threads = rq_cpu_count(), rows = 0, cols = 0, reps = 10;
@@ -288,6 +371,7 @@ int bench_quant(int argc, char **argv)
 	enum rq_recipe recipe = RQ_RECIPE_FP32;
 	enum rq_scheme scheme = RQ_SCHEME_NVFP4;
 	enum rq_src_dtype src = RQ_SRC_BF16;
+	enum rq_observer observer = RQ_OBSERVER_MINMAX;
 	char *end;
 	int o;
 	optind = 1;
@@ -339,6 +423,11 @@ int bench_quant(int argc, char **argv)
 			else
 				return cli_fail(2, "bench quant", "unknown --src '%s' (bf16, f16, f32)", optarg);
 			break;
+		case 'o':
+			if (rq_observer_parse(optarg, &observer) != 0)
+				return cli_fail(2, "bench quant", "unknown --observer '%s' (minmax, mse, "
+				                "expanded-mse)", optarg);
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -378,6 +467,34 @@ int bench_quant(int argc, char **argv)
 		return cli_fail(1, "bench quant", "cannot start %ld threads", threads);
 
 	int bad = 0;
+	if (observer != RQ_OBSERVER_MINMAX) {
+		if (scheme == RQ_SCHEME_NVFP4)
+			scheme = RQ_SCHEME_NVFP4A16;
+		if (cuda || src != RQ_SRC_BF16) {
+			rq_pool_destroy(pool);
+			return cli_fail(2, "bench quant", "--observer %s runs on the CPU from bf16 only "
+			                "(no --device cuda, no --src)", rq_observer_name(observer));
+		}
+		printf("requantfs bench quant: scheme %s, observer %s vs minmax, fast path %s, %ld "
+		       "thread%s (%d CPUs online)\nGB/s = BF16 bytes in per second\n\n"
+		       "%-11s %-18s %7s %10s %8s\n", rq_scheme_name(scheme),
+		       rq_observer_name(observer), rq_quant_isa_name(rq_quant_isa()), threads,
+		       threads > 1 ? "s" : "", rq_cpu_count(), "shape", "path", "threads", "ms", "GB/s");
+		for (int k = 0; k < nshapes && !bad; k++) {
+			struct shape_run s;
+			if (alloc_run(&s, shapes[k][0], shapes[k][1]) != 0) {
+				free_run(&s);
+				rq_pool_destroy(pool);
+				return cli_fail(1, "bench quant", "out of memory");
+			}
+			bad = bench_observer(&s, scheme, observer, pool, (int)reps);
+			free_run(&s);
+		}
+		rq_pool_destroy(pool);
+		if (bad == 1)
+			fprintf(stderr, "requantfs bench quant: OBSERVER JOB DIFFERS FROM THE ORACLE\n");
+		return bad;
+	}
 	if (scheme != RQ_SCHEME_NVFP4) {
 		if (cuda) {
 			rq_pool_destroy(pool);

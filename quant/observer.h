@@ -1,0 +1,53 @@
+/* observer.h — how a scheme's group ranges are chosen: llm-compressor's weight observers.
+ *
+ * Pure arithmetic, no I/O. RQ_OBSERVER_MINMAX is what every scheme of scheme.h computes
+ * (each group's scale from its max |w|). The two data-free MSE observers of llm-compressor
+ * 0.14.0.1 search, per group, the range that minimizes sum |fake_quant(w) - w|^2.4 over a
+ * grid of candidate ranges, bit-exact with its eager (CPU torch) path; the facts and the
+ * arithmetic are written at the top of observer.c. Sources: BF16 only (-ENOTSUP otherwise).
+ * Schemes: every data-free scheme but the Laguna fix (RQ_SCHEME_NVFP4, whose fp32 recipe
+ * llm-compressor does not compute); NVFP4 takes RQ_RECIPE_BF16 only. */
+#ifndef RQ_OBSERVER_H
+#define RQ_OBSERVER_H
+
+#include "quant/scheme.h"
+
+enum rq_observer {
+	RQ_OBSERVER_MINMAX = 0,         /* "minmax": the group's max |w| (llm-compressor's
+	                                   default, memoryless_minmax for weights) */
+	RQ_OBSERVER_MSE,                /* "mse": memoryless_mse: 20 candidates p * max|w|,
+	                                   p = 1, 0.99 .. 0.81; stops after 5 steps in which
+	                                   no group of the tensor improved */
+	RQ_OBSERVER_EXPANDED_MSE,       /* "expanded-mse": nvfp4_expanded_mse (alias
+	                                   fouroversix): 112 candidates p * bf16(1.8 max|w|),
+	                                   p = 1, 0.995 .. 0.445 (1.8x down to ~0.8x) */
+};
+#define RQ_OBSERVER_COUNT 3
+/* Bumped whenever an output byte of an MSE observer could change (cache keys add it to
+ * RQ_SCHEME_VERSION and RQ_RECIPE_VERSION for modules quantized with one). */
+#define RQ_OBSERVER_VERSION 1
+
+int rq_observer_parse(const char *s, enum rq_observer *out);   /* -EINVAL if unknown */
+const char *rq_observer_name(enum rq_observer o);              /* "minmax", "mse", ... */
+/* The name llm-compressor's QuantizationArgs.observer takes for it, as the weights'
+ * "observer" of config.json's quantization_config: "minmax", "memoryless_mse",
+ * "nvfp4_expanded_mse". */
+const char *rq_observer_llmc(enum rq_observer o);
+
+/* 0 when scheme s with recipe r and source dtype src can take observer o, else -ENOTSUP
+ * (MINMAX: every valid triple; the MSE observers: BF16 sources, not RQ_SCHEME_NVFP4, and
+ * RQ_RECIPE_BF16), -EINVAL for a value out of range. */
+int rq_observer_ok(enum rq_scheme s, enum rq_recipe r, enum rq_src_dtype src,
+                   enum rq_observer o);
+
+/* rq_scheme_quantize with the group ranges chosen by observer o (MINMAX: exactly
+ * rq_scheme_quantize). Same modules, layout and fusion (the NVFP4 schemes' n modules share
+ * one global scale, computed from the ranges the search chose, as llm-compressor does).
+ * Errors as rq_scheme_quantize (-EDOM NaN/Inf, -EINVAL shape, *bad = module index), plus
+ * -ENOTSUP (rq_observer_ok), -ERANGE (a weight so large that 1.8 |w| overflows BF16: the
+ * expanded search is undefined there) and -ENOMEM (the search's per-group scratch).
+ * Threaded over pool (NULL = caller). Outputs are undefined on error. */
+int rq_scheme_quantize_obs(enum rq_scheme s, enum rq_recipe r, enum rq_observer o,
+                           const struct rq_smod *m, int n, int *bad, struct rq_pool *pool);
+
+#endif

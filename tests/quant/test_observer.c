@@ -1,0 +1,267 @@
+/* test_observer.c — quant/observer.h without the peer: names, refusals, torch's order of
+ * additions on sums that round differently in any other order, the patience rule, and the
+ * fast search against the scalar oracle (observer_ref.c) byte for byte, for every scheme,
+ * both MSE observers, every instruction-set variant, 1 and 2 threads, on random and awkward
+ * weights (zeros, ties, subnormals, huge values, one nonzero, fused sets). */
+#include "quant/observer.h"
+#include "quant/observer_int.h"
+#include "quant/quant_int.h"
+#include "base/pool.h"
+#include "tests/tap.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+
+static uint32_t rnd(void)
+{
+	return tap_xorshift(&rng);
+}
+
+static double unif(void)
+{
+	return (rnd() & 0xFFFFFF) / 16777216.0;
+}
+
+static double gauss(void)
+{
+	double u = unif() + 1e-9, v = unif();
+	return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+static void test_names(void)
+{
+	const char *n[] = {"minmax", "mse", "expanded-mse"};
+	const char *l[] = {"minmax", "memoryless_mse", "nvfp4_expanded_mse"};
+	for (int i = 0; i < RQ_OBSERVER_COUNT; i++) {
+		enum rq_observer o = RQ_OBSERVER_COUNT;
+		TAP_OK(rq_observer_parse(n[i], &o) == 0 && o == (enum rq_observer)i &&
+		       strcmp(rq_observer_name(o), n[i]) == 0 && strcmp(rq_observer_llmc(o), l[i]) == 0,
+		       "parse/name/llm-compressor name of %s", n[i]);
+	}
+	enum rq_observer o = RQ_OBSERVER_MSE;
+	TAP_OK(rq_observer_parse("fouroversix", &o) == -EINVAL && rq_observer_parse(NULL, &o) ==
+	       -EINVAL && o == RQ_OBSERVER_MSE, "unknown observer names are -EINVAL, *out untouched");
+	const struct rq_obs_params *p = rq_obs_params(RQ_OBSERVER_EXPANDED_MSE);
+	const struct rq_obs_params *q = rq_obs_params(RQ_OBSERVER_MSE);
+	TAP_OK(p && p->steps == 111 && p->patience == 1000 && p->expand == 1.8f &&
+	       p->p[110] == (float)(1.0 - 110 / 200.0) && q && q->steps == 20 && q->patience == 5
+	       && q->p[19] == 0.81f && !rq_obs_params(RQ_OBSERVER_MINMAX),
+	       "parameters: expanded 111 steps 1.8x .. 0.45 of it, mse 20 steps patience 5");
+	TAP_OK(rq_observer_ok(RQ_SCHEME_NVFP4A16, RQ_RECIPE_BF16, RQ_SRC_BF16, RQ_OBSERVER_MSE) == 0
+	       && rq_observer_ok(RQ_SCHEME_FP8_DYNAMIC, RQ_RECIPE_BF16, RQ_SRC_BF16,
+	                         RQ_OBSERVER_EXPANDED_MSE) == 0 &&
+	       rq_observer_ok(RQ_SCHEME_NVFP4, RQ_RECIPE_FP32, RQ_SRC_BF16, RQ_OBSERVER_MSE) == -ENOTSUP
+	       && rq_observer_ok(RQ_SCHEME_NVFP4A16, RQ_RECIPE_FP32, RQ_SRC_BF16, RQ_OBSERVER_MSE) ==
+	       -ENOTSUP && rq_observer_ok(RQ_SCHEME_W4A16, RQ_RECIPE_BF16, RQ_SRC_F16, RQ_OBSERVER_MSE)
+	       == -ENOTSUP && rq_observer_ok(RQ_SCHEME_W4A16, RQ_RECIPE_BF16, RQ_SRC_F16,
+	                                     RQ_OBSERVER_MINMAX) == 0 &&
+	       rq_observer_ok(RQ_SCHEME_W4A16, RQ_RECIPE_BF16, RQ_SRC_BF16, (enum rq_observer)7) ==
+	       -EINVAL, "observer_ok: BF16 sources, bf16 recipe, not the Laguna fix");
+}
+
+/* torch's order: 1.0, 2^-8 and k copies of 1.5 * 2^-25 sum to a BF16 midpoint that the
+ * tiny values tip only when they are added to each other before the large ones. The
+ * expected BF16 sums come from torch 2.14 (tools/golden/gen_observer_golden.py printed the
+ * same rule; here a brute check that the order is not sequential). */
+static void test_tsum(void)
+{
+	float v[128];
+	memset(v, 0, sizeof(v));
+	v[0] = 1.0f;
+	v[1] = 0x1p-8f;
+	v[2] = 1.5f * 0x1p-25f;
+	v[10] = 1.5f * 0x1p-25f;
+	/* 16 values: lanes (v0+v8), (v1+v9), (v2+v10) ... summed from lane 0: 1 + 2^-8, then
+	 * + 3 * 2^-25 (v2 + v10 first) which passes half an ulp: above the midpoint */
+	float s = rq_obs_tsum_ref(v, 16);
+	TAP_OK(s > 1.0f + 0x1p-8f, "16: v2 + v10 are paired before joining the sum (%a)", s);
+	float seq = 0;
+	for (int j = 0; j < 16; j++)
+		seq += v[j];
+	TAP_OK(seq == 1.0f + 0x1p-8f, "16: a sequential sum loses them (%a)", seq);
+	/* 5 values (< 16: scalar row_sum): (v0 + v4) + v1 + v2 + v3 by columns of 4 */
+	float w[5] = {1.0f, 0x1p-8f, 1.5f * 0x1p-25f, 0, 1.5f * 0x1p-25f};
+	s = rq_obs_tsum_ref(w, 5);
+	TAP_OK(s == 1.0f + 0x1p-8f, "5: the fifth value joins column 0 first (%a)", s);
+	/* every length: a sum of 1s is exact whatever the order */
+	for (int n = 1; n <= 128; n++) {
+		for (int j = 0; j < n; j++)
+			v[j] = 1.0f;
+		if (rq_obs_tsum_ref(v, (size_t)n) != (float)n) {
+			TAP_OK(0, "sum of %d ones", n);
+			return;
+		}
+	}
+	TAP_OK(1, "sums of 1..128 ones are exact");
+	const float *T = rq_obs_pow_table();
+	TAP_OK(T[0x3F80] == 1.0f && T[0x4000] == rq_bf16_to_f32(rq_f32_to_bf16(powf(2, 2.40625f)))
+	       && isinf(T[0x7F80]) && isnan(T[0x7FC0]) && rq_f2u(T[0x7FC0]) == 0xFFFF0000u && T[0] == 0.0f,
+	       "pow table: 1, 2^2.40625, inf, NaN, 0");
+}
+
+static void test_patience(void)
+{
+	const struct rq_obs_params *p = rq_obs_params(RQ_OBSERVER_MSE);
+	TAP_OK(rq_obs_stop_step(p, 0xFFFFFu) == 19 && rq_obs_stop_step(p, 1u) == 5 &&
+	       rq_obs_stop_step(p, 0x3u) == 6 && rq_obs_stop_step(p, 0x41u) == 5 &&
+	       rq_obs_stop_step(p, 0x21u) == 10,
+	       "the tensor stops after 5 steps without any improvement");
+	TAP_OK(rq_obs_choose(0x41u, 5) == 0 && rq_obs_choose(0x41u, 6) == 6 &&
+	       rq_obs_choose(0, 19) == 0, "a group keeps its last improvement before the stop");
+}
+
+static uint16_t bf(double x)
+{
+	return rq_f32_to_bf16((float)x);
+}
+
+/* awkward weights by case number */
+static void fill(uint16_t *w, size_t rows, size_t cols, int kind)
+{
+	size_t n = rows * cols;
+	for (size_t i = 0; i < n; i++) {
+		double x = gauss() * 0.02;
+		switch (kind) {
+		case 1:     /* zero rows, -0.0, a lone nonzero */
+			x = (i / cols) % 3 == 0 ? 0.0 : (i / cols) % 3 == 1 ? -0.0 : (i % 37 == 5 ? -0.37 : 0);
+			break;
+		case 2:     /* ties of every rounding step: multiples of an eighth */
+			x = ((int)(rnd() % 97) - 48) * 0.125;
+			break;
+		case 3:     /* subnormals and tiny normals */
+			w[i] = (uint16_t)((rnd() % 0x200u) | (rnd() & 0x8000u));
+			continue;
+		case 4:     /* huge but within 1.8x of the BF16 max / 1.8 */
+			x = gauss() * 1e37;
+			break;
+		case 5:     /* per-row exponents over the whole range */
+			x = gauss() * exp((double)((i / cols) % 60) - 30.0);
+			break;
+		case 6:     /* outliers */
+			x = gauss() * (rnd() % 50 == 0 ? 1.0 : 0.01);
+			break;
+		}
+		w[i] = bf(x);
+	}
+}
+
+static int check(enum rq_scheme s, enum rq_observer o, int n, size_t rows, size_t cols,
+                 int kind, struct rq_pool *pool, const char *what)
+{
+	struct rq_smod m[3], mr[3];
+	uint8_t *out[3], *ref[3];
+	uint16_t *w[3];
+	uint64_t sz = 0;
+	struct rq_stensor t[RQ_SCHEME_MAX_TENSORS];
+	int nt, ok = 1;
+	for (int i = 0; i < n; i++) {
+		size_t r = rows >> i ? rows >> i : 1;
+		rq_scheme_layout(s, RQ_SRC_BF16, r, cols, t, &nt, &sz);
+		w[i] = malloc(2 * r * cols);
+		out[i] = malloc(sz);
+		ref[i] = malloc(sz);
+		fill(w[i], r, cols, kind);
+		memset(out[i], 0xA5, sz);
+		memset(ref[i], 0x5A, sz);
+		m[i] = (struct rq_smod){w[i], RQ_SRC_BF16, r, cols, out[i]};
+		mr[i] = (struct rq_smod){w[i], RQ_SRC_BF16, r, cols, ref[i]};
+	}
+	int bad = -1;
+	int rc1 = rq_observer_quantize_ref(s, o, mr, n, &bad);
+	int rc2 = rq_scheme_quantize_obs(s, RQ_RECIPE_BF16, o, m, n, &bad, pool);
+	for (int i = 0; i < n; i++) {
+		size_t r = rows >> i ? rows >> i : 1;
+		rq_scheme_layout(s, RQ_SRC_BF16, r, cols, t, &nt, &sz);
+		if (rc1 != 0 || rc2 != 0 || memcmp(out[i], ref[i], sz) != 0) {
+			size_t k = 0;
+			while (k < sz && out[i][k] == ref[i][k])
+				k++;
+			printf("# %s: module %d rc %d/%d first difference at byte %zu of %llu\n", what, i,
+			       rc1, rc2, k, (unsigned long long)sz);
+			ok = 0;
+		}
+		free(w[i]);
+		free(out[i]);
+		free(ref[i]);
+	}
+	return ok;
+}
+
+static void test_fast_vs_ref(void)
+{
+	struct rq_pool *pool2 = NULL;
+	if (rq_pool_create(2, &pool2) != 0)
+		pool2 = NULL;
+	static const struct { enum rq_scheme s; size_t cols; } sc[] = {
+		{RQ_SCHEME_NVFP4A16, 64}, {RQ_SCHEME_W4A16, 256}, {RQ_SCHEME_W8A16, 128},
+		{RQ_SCHEME_FP8_DYNAMIC, 72}, {RQ_SCHEME_FP8_DYNAMIC, 7}, {RQ_SCHEME_FP8_DYNAMIC, 300},
+	};
+	for (int isa = 0; isa <= rq_quant_isa_max(); isa++) {
+		rq_quant_isa_force(isa);
+		for (size_t k = 0; k < sizeof(sc) / sizeof(sc[0]); k++) {
+			for (int o = RQ_OBSERVER_MSE; o <= RQ_OBSERVER_EXPANDED_MSE; o++) {
+				int all = 1;
+				for (int kind = 0; kind <= 6; kind++) {
+					char what[96];
+					snprintf(what, sizeof(what), "%s %s cols %zu kind %d %s",
+					         rq_scheme_name(sc[k].s), rq_observer_name((enum rq_observer)o),
+					         sc[k].cols, kind, rq_quant_isa_name(isa));
+					all &= check(sc[k].s, (enum rq_observer)o, 1, 6, sc[k].cols, kind,
+					             kind % 2 ? pool2 : NULL, what);
+				}
+				TAP_OK(all, "%s %s cols %zu (%s): fast == oracle on 7 kinds of weights",
+				       rq_scheme_name(sc[k].s), rq_observer_name((enum rq_observer)o),
+				       sc[k].cols, rq_quant_isa_name(isa));
+			}
+		}
+		TAP_OK(check(RQ_SCHEME_NVFP4A16, RQ_OBSERVER_EXPANDED_MSE, 3, 8, 32, 6, pool2, "qkv") &&
+		       check(RQ_SCHEME_NVFP4_W4A4, RQ_OBSERVER_MSE, 2, 4, 48, 0, NULL, "gate/up"),
+		       "fused sets share the global scale of the chosen ranges (%s)",
+		       rq_quant_isa_name(isa));
+	}
+	rq_quant_isa_force(-1);
+	rq_pool_destroy(pool2);
+}
+
+static void test_refusals(void)
+{
+	uint16_t w[2 * 16];
+	uint8_t out[64];
+	for (int i = 0; i < 32; i++)
+		w[i] = bf(0.1 * i);
+	struct rq_smod m = {w, RQ_SRC_BF16, 2, 16, out};
+	int bad = -1;
+	w[20] = 0x7FC0;   /* NaN */
+	TAP_OK(rq_scheme_quantize_obs(RQ_SCHEME_NVFP4A16, RQ_RECIPE_BF16, RQ_OBSERVER_MSE, &m, 1,
+	                              &bad, NULL) == -EDOM && bad == 0 &&
+	       rq_observer_quantize_ref(RQ_SCHEME_NVFP4A16, RQ_OBSERVER_MSE, &m, 1, &bad) == -EDOM,
+	       "NaN: -EDOM from both");
+	w[20] = 0x7F70;   /* 3.19e38: 1.8x overflows BF16 */
+	TAP_OK(rq_scheme_quantize_obs(RQ_SCHEME_NVFP4A16, RQ_RECIPE_BF16, RQ_OBSERVER_EXPANDED_MSE,
+	                              &m, 1, &bad, NULL) == -ERANGE &&
+	       rq_observer_quantize_ref(RQ_SCHEME_NVFP4A16, RQ_OBSERVER_EXPANDED_MSE, &m, 1, &bad)
+	       == -ERANGE && rq_scheme_quantize_obs(RQ_SCHEME_NVFP4A16, RQ_RECIPE_BF16,
+	                                            RQ_OBSERVER_MSE, &m, 1, &bad, NULL) == 0,
+	       "1.8 |w| past the BF16 max: -ERANGE for expanded-mse, fine for mse");
+	m.dtype = RQ_SRC_F16;
+	TAP_OK(rq_scheme_quantize_obs(RQ_SCHEME_W4A16, RQ_RECIPE_BF16, RQ_OBSERVER_MSE, &m, 1, &bad,
+	                              NULL) == -EINVAL, "bad shape stays -EINVAL");
+	m.cols = 16;
+	TAP_OK(rq_scheme_quantize_obs(RQ_SCHEME_NVFP4A16, RQ_RECIPE_BF16, RQ_OBSERVER_MSE, &m, 1,
+	                              &bad, NULL) == -ENOTSUP && bad == 0, "F16 source: -ENOTSUP");
+}
+
+int main(void)
+{
+	test_names();
+	test_tsum();
+	test_patience();
+	test_refusals();
+	test_fast_vs_ref();
+	return tap_done();
+}
