@@ -348,23 +348,46 @@ struct repl {
 	const char *s, *content;
 	size_t clen, done;
 	struct tbuf *out;
+	size_t z, zout;        /* leading bytes at original offset 0: in s, in out */
+	int zopen;             /* out is still inside that prefix */
 };
+
+/* The text s[a..b) kept: its bytes below z keep offset 0. */
+static void repl_kept(struct repl *r, size_t a, size_t b)
+{
+	if (!r->zopen || a == b)
+		return;
+	r->zout += (b < r->z ? b : r->z) - (a < r->z ? a : r->z);
+	r->zopen = b <= r->z;
+}
 
 static int repl_each(void *ctx, size_t ms, size_t me)
 {
 	struct repl *r = ctx;
 	if (tbuf_put(r->out, r->s + r->done, ms - r->done) || tbuf_put(r->out, r->content, r->clen))
 		return -ENOMEM;
+	repl_kept(r, r->done, ms);
+	/* the content takes the alignment of the match's last byte
+	 * (NormalizedString::replace), (0, 0) for an empty match at 0 */
+	if (r->zopen && (me == 0 || me <= r->z))
+		r->zout += r->clen;
+	else if (r->clen)
+		r->zopen = 0;
 	r->done = me;
 	return 0;
 }
 
 int tok_re_replace(const struct tok_re *re, const char *s, size_t n, const char *content, size_t clen,
-                   struct tbuf *out)
+                   size_t *z, struct tbuf *out)
 {
-	struct repl r = {s, content, clen, 0, out};
+	struct repl r = {s, content, clen, 0, out, z ? *z : 0, 0, z && *z};
 	if (!n)   /* find_matches on "" is one non-match */
 		return 0;
 	int rc = tok_find_iter(re_find, re, (const unsigned char *)s, n, repl_each, &r);
-	return rc ? rc : tbuf_put(out, s + r.done, n - r.done);
+	if (rc || (rc = tbuf_put(out, s + r.done, n - r.done)))
+		return rc;
+	repl_kept(&r, r.done, n);
+	if (z)
+		*z = r.zout;
+	return 0;
 }
