@@ -198,6 +198,12 @@ static int run(const struct run_opts *o)
 	uint32_t *bits = NULL;
 	size_t nn = 0;
 	int rc = 1;
+	/* the tokenizer first: one it cannot take is refused before any shard is opened */
+	if (tok_load(o->model, &tk, &err)) {
+		cli_fail(1, "calib run", "%s (calib run needs MODEL's tokenizer to encode the "
+		         "calibration text)", err.msg);
+		goto out;
+	}
 	if (lg_model_open(o->model, &m, &err)) {
 		cli_fail(1, "calib run", "%s", err.msg);
 		goto out;
@@ -205,11 +211,6 @@ static int run(const struct run_opts *o)
 	if (o->all_experts && m->cfg.n_experts <= 0) {
 		rc = cli_fail(2, "calib run", "--all-experts: %s has no routed experts (a dense "
 		              "model); run without it", o->model);
-		goto out;
-	}
-	if (tok_load(o->model, &tk, &err)) {
-		cli_fail(1, "calib run", "%s (calib run needs MODEL's tokenizer to encode the "
-		         "calibration text)", err.msg);
 		goto out;
 	}
 	if (o->text) {
