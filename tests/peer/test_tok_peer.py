@@ -68,6 +68,9 @@ FRAGMENTS = [
     # NFKC / NFKD: ligatures, fullwidth, circled, squared, super/subscripts, long and Hangul expansions
     "\ufb01", "\ufb03", "\u2460", "\uff21\uff42", "\u3300", "\u01c4", "\u00b2", "\u2082", "\u33ff",
     "\ufdfa", "\u3200", "\u321d", "\u1e9b", "\u017f\u0307", "\u2126", "\uff76\uff9e", "\u00a0", "\u2003",
+    # letters, marks and digits of Unicode 15-16 (Oniguruma's, newer than PCRE2's tables)
+    "x\u1c89\u1c8ay", "\ua7cb\ua7dc", "a\u0897b", "\U000105c0\U000105c1", "7\U00016d70\U00016d71",
+    "\U0001e5f1\U0001e5f2a", "\U00013460\U00013461",
     # code and numbers
     "def f(x):\n    return x**2  # sq\n", "for (int i = 0; i < n; i++) {\n\t}", "1234567", "3.14159",
     "1,000,000", "0x1F", "x = [1, 22, 333, 4444]", "    ", "\t\t", " \n ", "\n\n\n\n",
@@ -338,6 +341,11 @@ def bytelevel_pipelines():
         ("Split Regex with lookbehind, possessive, atomic, (?m:.)", None,
          bl_steps(split(r"(?<=a)b|x++|(?>yz?)|(?m:.)", "MergedWithNext")), None),
         ("Whitespace", None, bl_steps({"type": "Whitespace"}), None),
+        # letters and digits newer than PCRE2's Unicode, removed as the library removes them
+        ("Split Regex \\p{L}+|\\d+|[\\p{N}\\w]+ Removed (Unicode 16 letters and digits)", None,
+         bl_steps(split(r"\p{L}+|\d+|[\p{N}\w]+", "Removed")), None),
+        ("Split Regex [^\\p{L}\\s]+ Removed, then \\w+ Removed", None,
+         bl_steps(split(r"[^\p{L}\s]+", "Removed"), split(r"\w+", "Removed")), None),
         ("WhitespaceSplit", None, bl_steps({"type": "WhitespaceSplit"}), None),
         ("Digits individual", None, bl_steps({"type": "Digits", "individual_digits": True}), None),
         ("Digits runs", None, bl_steps({"type": "Digits", "individual_digits": False}), None),

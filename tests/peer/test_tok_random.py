@@ -49,7 +49,7 @@ usage: test_tok_random.py REQUANTFS TOK_TOOL
   RQ_TOK_RANDOM=n  pipelines (default 1500, ~1 min);  RQ_TOK_SEED=s  the seed
   RQ_TOK_KEEP=DIR  copies the tokenizer.json of each pipeline that differs or
                    is refused without a JSON path into DIR (to reproduce it)
-Prints TAP; the counts (equal / refused / different) as '#' lines.
+Prints TAP; the counts (equal / refused / different / library panics) as '#' lines.
 """
 import concurrent.futures
 import json
@@ -368,7 +368,7 @@ def make_pipeline(rng):
     m["ignore_merges"] = opts["ignore_merges"]
     m["fuse_unk"] = opts["fuse_unk"]
     if opts["byte_fallback"]:
-        nid = max(m["vocab"].values()) + 1
+        nid = max(m["vocab"].values(), default=-1) + 1   # (a pipeline may train nothing)
         for b in range(256):
             if "<0x%02X>" % b not in m["vocab"]:
                 m["vocab"]["<0x%02X>" % b] = nid
