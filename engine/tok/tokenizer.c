@@ -27,8 +27,8 @@
  *                            loader per component type
  *   decode    tok_decode.c   ids back to text (the decoders), the
  *                            streaming decoder
- *   steps     tok_norm.c     the normalizers: NFC, NFD, Lowercase, Strip,
- *                            Prepend, Replace
+ *   steps     tok_norm.c     the normalizers: NFC, NFD, NFKC, NFKD,
+ *                            Lowercase, Strip, Prepend, Replace
  *             tok_split.c    the pre-tokenizers, the native regexes;
  *                            tok_pretokenize (Laguna's alone)
  *   regex     tok_re.c       Split / Replace patterns: Oniguruma's syntax
