@@ -41,6 +41,7 @@
 #include "cli/compare_text.h"
 #include "cli/prompts.h"
 #include "base/err.h"
+#include "base/file.h"
 #include "base/pool.h"
 #include "engine/model/backend.h"
 #include "engine/model/forward.h"
@@ -188,6 +189,34 @@ static int eng_observe(struct eng *e, struct lg_obs *obs, struct rq_err *err)
 	return lgc_observe_start(e->g, obs->all_experts, err);
 }
 
+/* --all-experts needs routed experts, as MODEL's config.json says: checked
+ * before the tokenizer and any shard are read. 0, or the exit code (printed). */
+static int check_all_experts(const char *model)
+{
+	struct rq_err err = {0};
+	struct lg_config cfg;
+	enum lg_attn_type *types = NULL;
+	int *heads = NULL, *moe = NULL;
+	char *path = NULL, *text = NULL;
+	size_t len;
+	int rc = asprintf(&path, "%s/config.json", model) < 0 ? -ENOMEM : 0;
+	if (!rc)
+		rc = rq_file_read(path, LG_CONFIG_MAX, &text, &len, &err);
+	if (!rc)
+		rc = lg_config_parse(text, path, &cfg, &types, &heads, &moe, &err);
+	free(types);
+	free(heads);
+	free(moe);
+	free(text);
+	free(path);
+	if (rc)
+		return cli_fail(1, "calib run", "%s", rc == -ENOMEM && !err.msg[0] ? "out of memory" : err.msg);
+	if (cfg.n_experts <= 0)
+		return cli_fail(2, "calib run", "--all-experts: %s has no routed experts (a dense "
+		                "model); run without it", model);
+	return 0;
+}
+
 static int run(const struct run_opts *o)
 {
 	struct rq_err err = {0};
@@ -201,18 +230,17 @@ static int run(const struct run_opts *o)
 	uint32_t *bits = NULL;
 	size_t nn = 0;
 	int rc = 1;
-	if (lg_model_open(o->model, &m, &err)) {
-		cli_fail(1, "calib run", "%s", err.msg);
+	/* the tokenizer first: one it cannot take is refused before any shard is opened */
+	if (o->all_experts && (rc = check_all_experts(o->model)) != 0)
 		goto out;
-	}
-	if (o->all_experts && m->cfg.n_experts <= 0) {
-		rc = cli_fail(2, "calib run", "--all-experts: %s has no routed experts (a dense "
-		              "model); run without it", o->model);
-		goto out;
-	}
+	rc = 1;
 	if (tok_load(o->model, &tk, &err)) {
 		cli_fail(1, "calib run", "%s (calib run needs MODEL's tokenizer to encode the "
 		         "calibration text)", err.msg);
+		goto out;
+	}
+	if (lg_model_open(o->model, &m, &err)) {
+		cli_fail(1, "calib run", "%s", err.msg);
 		goto out;
 	}
 	if (o->text) {

@@ -278,8 +278,9 @@ static int compare_text_mode(char **dirs, const char *schemes, struct cs_opts *c
 	struct rq_pool *pool = NULL;
 	int *tok = NULL, n = 0, rc = 1;
 	float *ref = NULL;
-	if (lg_model_open(da, &a, &err) || (db && lg_model_open(db, &b, &err)) ||
-	    tok_load(da, &tk, &err) || ct_window(text, tk, ntok, &tok, &n, &err)) {
+	/* the tokenizer first: one it cannot take is refused before any shard is opened */
+	if (tok_load(da, &tk, &err) || ct_window(text, tk, ntok, &tok, &n, &err) ||
+	    lg_model_open(da, &a, &err) || (db && lg_model_open(db, &b, &err))) {
 		cli_fail(1, "compare", "%s", err.msg);
 		goto out;
 	}
@@ -416,15 +417,7 @@ int cmd_compare(int argc, char **argv)
 	struct prompt *pr = NULL;
 	size_t nlines = 0;
 	int rc = 1;
-	if (lg_model_open(da, &a, &err) || lg_model_open(db, &b, &err)) {
-		cli_fail(1, "compare", "%s", err.msg);
-		goto out;
-	}
-	if (a->cfg.vocab != b->cfg.vocab) {
-		cli_fail(1, "compare", "vocabularies differ: %s has %d tokens, %s %d", da, a->cfg.vocab, db,
-		         b->cfg.vocab);
-		goto out;
-	}
+	/* the tokenizer and the prompts first: refused before any shard is opened */
 	if (tok_load(da, &tk, &err)) {
 		cli_fail(1, "compare", "%s", err.msg);
 		goto out;
@@ -434,6 +427,15 @@ int cmd_compare(int argc, char **argv)
 		goto out;
 	}
 	rc = 1;
+	if (lg_model_open(da, &a, &err) || lg_model_open(db, &b, &err)) {
+		cli_fail(1, "compare", "%s", err.msg);
+		goto out;
+	}
+	if (a->cfg.vocab != b->cfg.vocab) {
+		cli_fail(1, "compare", "vocabularies differ: %s has %d tokens, %s %d", da, a->cfg.vocab, db,
+		         b->cfg.vocab);
+		goto out;
+	}
 	if (rq_pool_create(threads, &pool)) {
 		cli_fail(1, "compare", "cannot start threads");
 		goto out;

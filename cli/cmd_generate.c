@@ -295,8 +295,10 @@ int cmd_generate(int argc, char **argv)
 	struct tok_ids ids = {0};
 	char *text = NULL;
 	rc = 1;
-	if (lg_model_open(o.dir, &m, &err) || tok_load(o.dir, &tk, &err) ||
-	    encode_prompt(&o, tk, &ids, &text, &err)) {
+	/* the tokenizer and the chat template first: one they cannot take is
+	 * refused before any shard is opened */
+	if (tok_load(o.dir, &tk, &err) || encode_prompt(&o, tk, &ids, &text, &err) ||
+	    lg_model_open(o.dir, &m, &err)) {
 		cli_fail(1, "generate", "%s", err.msg);
 		goto out;
 	}

@@ -31,7 +31,7 @@ int tok_token_bytes(const struct tok *t, int id, const char **bytes, size_t *len
 
 static int keep(const struct tok *t, int32_t id, int flags)
 {
-	return id >= 0 && id < t->n_ids && t->tok_bytes[id] && !((flags & TOK_SKIP_SPECIAL) && t->special[id]);
+	return id >= 0 && id < t->n_ids && t->tok_bytes[id] && !((flags & TOK_SKIP_SPECIAL) && t->skip[id]);
 }
 
 static int bytelevel_only(const struct tok *t)
@@ -170,7 +170,7 @@ static int chain_step(const struct tok_dec *d, struct strs *in, struct strs *out
 		switch (d->kind) {
 		case TD_REPLACE:
 			rc = strs_push(out, "", 0) ? -ENOMEM
-			     : tok_re_replace(d->re, s, n, d->b, d->blen, &out->v[out->n - 1]);
+			     : tok_re_replace(d->re, s, n, d->b, d->blen, NULL, &out->v[out->n - 1]);
 			break;
 		case TD_METASPACE:
 			if (i == 0 && d->prepend != PS_NEVER)
@@ -244,7 +244,7 @@ char *tok_dec_piece(const struct tok *t, const char *s, uint32_t *len)
 		if (rc)
 			break;
 		if (d->kind == TD_REPLACE)
-			rc = tok_re_replace(d->re, cur.s, cur.n, d->b, d->blen, &next);
+			rc = tok_re_replace(d->re, cur.s, cur.n, d->b, d->blen, NULL, &next);
 		else if (d->kind == TD_METASPACE)
 			rc = replace_into(cur.s, cur.n, d->a, d->alen, " ", 1, &next);
 		else if (d->kind == TD_BPE)

@@ -292,34 +292,36 @@ static const struct added *find_added(const struct tok *t, const unsigned char *
 	return NULL;
 }
 
-static int split_added(struct enc *e, const unsigned char *s, size_t a, size_t b, int norm, int first);
+static int split_added(struct enc *e, const unsigned char *s, size_t a, size_t b, int norm, size_t z);
 
 /* A gap of the first pass: normalized, then the second pass over it. */
-static int normalize_gap(struct enc *e, const unsigned char *s, size_t n, int first)
+static int normalize_gap(struct enc *e, const unsigned char *s, size_t n, size_t z)
 {
 	if (!e->t->n_norm)
-		return split_added(e, s, 0, n, 1, first);
+		return split_added(e, s, 0, n, 1, z);
 	struct tbuf nb = {0};
-	int rc = tbuf_put(&nb, "", 0) ? -ENOMEM : tok_normalize(e->t, (const char *)s, n, &nb);
+	int rc = tbuf_put(&nb, "", 0) ? -ENOMEM : tok_normalize(e->t, (const char *)s, n, &z, &nb);
 	if (!rc)
-		rc = split_added(e, (const unsigned char *)nb.s, 0, nb.n, 1, first);
+		rc = split_added(e, (const unsigned char *)nb.s, 0, nb.n, 1, z);
 	free(nb.s);
 	return rc;
 }
 
 /* A gap: to the second pass (norm 0), or pre-tokenized and merged (norm 1). */
-static int gap(struct enc *e, const unsigned char *s, size_t a, size_t b, int norm, int first)
+static int gap(struct enc *e, const unsigned char *s, size_t a, size_t b, int norm, size_t z)
 {
+	z = z > a ? z - a : 0;
 	if (!norm)
-		return normalize_gap(e, s + a, b - a, first && a == 0);
-	return tok_pre_run(e->t, (const char *)s + a, b - a, first && a == 0, on_piece, e);
+		return normalize_gap(e, s + a, b - a, z);
+	return tok_pre_run(e->t, (const char *)s + a, b - a, z, on_piece, e);
 }
 
 /* One pass over s[a..b): tokens of the first pass (norm 0, raw text) split
  * it; each gap is normalized and goes to the second pass (norm 1, the
- * normalized tokens), whose gaps are pre-tokenized. first: s[a] is at
- * offset 0 of the input. */
-static int split_added(struct enc *e, const unsigned char *s, size_t a, size_t b, int norm, int first)
+ * normalized tokens), whose gaps are pre-tokenized. z: the bytes s[0..z)
+ * stand at offset 0 of the input (tok_normalize's z): a gap starting at
+ * a < z is "first" for Metaspace. */
+static int split_added(struct enc *e, const unsigned char *s, size_t a, size_t b, int norm, size_t z)
 {
 	const struct tok *t = e->t;
 	size_t done = a, p = a, at;
@@ -338,13 +340,20 @@ static int split_added(struct enc *e, const unsigned char *s, size_t a, size_t b
 		}
 		if (ad->rstrip)
 			stop = ws_end_after(s, stop, b);
-		if (done < start && (rc = gap(e, s, done, start, norm, first)))
+		if (done < start && (rc = gap(e, s, done, start, norm, z)))
 			return rc;
 		if ((rc = push_id(e->out, ad->id)))
 			return rc;
 		done = stop;
 	}
-	return done < b ? gap(e, s, done, b, norm, first) : 0;
+	return done < b ? gap(e, s, done, b, norm, z) : 0;
+}
+
+/* The bytes of text's first character: those at offset 0 of the input. */
+static size_t first_char_len(const char *text, size_t len)
+{
+	uint32_t c;
+	return tok_utf8_next((const unsigned char *)text, len, 0, &c);
 }
 
 int tok_encode(const struct tok *t, const char *text, size_t len, int flags, struct tok_ids *out)
@@ -357,7 +366,7 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int flags, str
 		for (int i = 0; i < t->n_pre && !rc; i++)
 			rc = push_id(out, t->pre[i]);
 	if (!rc && len)
-		rc = split_added(&e, (const unsigned char *)text, 0, len, 0, 1);
+		rc = split_added(&e, (const unsigned char *)text, 0, len, 0, first_char_len(text, len));
 	if (flags & TOK_ADD_SPECIAL)
 		for (int i = 0; i < t->n_post && !rc; i++)
 			rc = push_id(out, t->post[i]);

@@ -66,7 +66,7 @@ struct added {
  * tok_split.c, tok_decode.c). Sequences are flattened in order. */
 #define TOK_MAX_STEPS 16
 struct tok_re;
-enum { TN_NFC = 1, TN_NFD, TN_PREPEND, TN_REPLACE, TN_LOWERCASE, TN_STRIP };   /* normalizers */
+enum { TN_NFC = 1, TN_NFD, TN_NFKC, TN_NFKD, TN_PREPEND, TN_REPLACE, TN_LOWERCASE, TN_STRIP };   /* normalizers */
 struct tok_norm {
 	int kind;
 	char *a, *b;           /* Prepend: a; Replace: content b */
@@ -75,8 +75,9 @@ struct tok_norm {
 	int left, right;       /* Strip: strip_left, strip_right */
 };
 
-/* Regexes recognized by their exact string (tok_split.c runs them natively). */
-enum { RE_NEWLINES = 1, RE_CL100K_N1, RE_CL100K_N3, RE_GPT2 };
+/* Regexes recognized by their exact string (tok_split.c runs them natively);
+ * RE_WHITESPACE: the Whitespace pre-tokenizer's \w+|[^\w\s]+ (Rust's \w). */
+enum { RE_NEWLINES = 1, RE_CL100K_N1, RE_CL100K_N3, RE_GPT2, RE_WHITESPACE };
 enum { SB_ISOLATED = 1, SB_MERGED_NEXT, SB_MERGED_PREV, SB_REMOVED, SB_CONTIGUOUS };
 enum { TP_SPLIT = 1, TP_DIGITS, TP_BYTELEVEL, TP_METASPACE, TP_WHITESPACE_SPLIT, TP_PUNCTUATION };
 enum { PS_ALWAYS = 1, PS_FIRST, PS_NEVER };                     /* Metaspace prepend_scheme */
@@ -110,6 +111,8 @@ struct tok {
 	const char **dec_str;  /* [n_ids] the token string decoders see (added content first) */
 	uint32_t *tok_len;     /* [n_ids] length of tok_bytes */
 	unsigned char *special;/* [n_ids] 1 = added token flagged special */
+	unsigned char *skip;   /* [n_ids] 1 = dropped by TOK_SKIP_SPECIAL: dec_str is the
+	                        * content of a special added token (mark_skipped) */
 	struct strmap vocab;   /* model vocabulary */
 	struct strmap added_map;
 	struct mergemap merges;
@@ -161,9 +164,11 @@ typedef int (*tok_find_fn)(const void *pat, const unsigned char *s, size_t n, si
 int tok_find_iter(tok_find_fn find, const void *pat, const unsigned char *s, size_t n,
                   int (*each)(void *ctx, size_t ms, size_t me), void *ctx);
 /* s[0..n) with each match of re replaced by content (NormalizedString::replace,
- * the Replace decoder), appended to out. 0, -ENOMEM or -ERANGE. */
+ * the Replace decoder), appended to out. z (NULL: not tracked): in, how many
+ * leading bytes of s stand at offset 0 of the original text; out, the same
+ * for what was appended (tok_normalize's z). 0, -ENOMEM or -ERANGE. */
 int tok_re_replace(const struct tok_re *re, const char *s, size_t n, const char *content, size_t clen,
-                   struct tbuf *out);
+                   size_t *z, struct tbuf *out);
 
 /* tok_text.c: the GPT-2 byte alphabet: the symbol of byte b as UTF-8 (its
  * length), and the byte of symbol c (-1: c is not in the alphabet). */
@@ -174,10 +179,16 @@ int tok_is_punct(uint32_t c);    /* the Punctuation pre-tokenizer's is_punc */
 int tok_lower(uint32_t c, struct tbuf *out);
 
 /* tok_norm.c: applies t's normalizers to s[0..n), appending to out. 0, -ENOMEM, or
- * -ERANGE (a Replace regex hit its match limits). */
-int tok_normalize(const struct tok *t, const char *s, size_t n, struct tbuf *out);
-/* NFC (compose) or NFD of s[0..n) appended to out. 0 or -ENOMEM. */
-int tok_nf(const char *s, size_t n, int compose, struct tbuf *out);
+ * -ERANGE (a Replace regex hit its match limits). z (NULL: not tracked) follows
+ * tokenizers' alignments: in, how many leading bytes of s stand at offset 0
+ * of the original text (the first character's, when s starts it, else 0);
+ * out, the same for the normalized text. A piece of it starting at byte a is
+ * at offset 0 when a < z (offsets_original().0 == 0: Metaspace's "first"):
+ * Strip, or a Replace of the first characters, moves the start on. */
+int tok_normalize(const struct tok *t, const char *s, size_t n, size_t *z, struct tbuf *out);
+/* NFC (compose) or NFD of s[0..n) appended to out; with compat, NFKC or
+ * NFKD. 0 or -ENOMEM. */
+int tok_nf(const char *s, size_t n, int compose, int compat, struct tbuf *out);
 
 /* tok_decode.c: what token string s decodes to on its own (not first in
  * the text) under a decoder other than ByteLevel; malloc'd, NULL = ENOMEM. */
@@ -186,10 +197,11 @@ char *tok_dec_piece(const struct tok *t, const char *s, uint32_t *len);
 /* tok_split.c: end of the match of regex re (RE_*) that starts at s[p],
  * inside s[p..b) (p < b). The tiling regexes match at every position. */
 size_t tok_re_match(int re, const unsigned char *s, size_t p, size_t b);
-/* tok_split.c: runs t's pre-tokenizer steps on s[0..n) (first: it starts at
- * offset 0 of the original text) and calls fn with each final piece (bytes,
- * not necessarily inside s). Returns the first non-zero fn result, or -ENOMEM. */
-int tok_pre_run(const struct tok *t, const char *s, size_t n, int first,
+/* tok_split.c: runs t's pre-tokenizer steps on s[0..n) (z: how many leading
+ * bytes of it stand at offset 0 of the original text, as tok_normalize) and
+ * calls fn with each final piece (bytes, not necessarily inside s). Returns
+ * the first non-zero fn result, or -ENOMEM. */
+int tok_pre_run(const struct tok *t, const char *s, size_t n, size_t z,
                 int (*fn)(void *ctx, const char *p, size_t len), void *ctx);
 
 /* tokenizer.c: id of a model-vocabulary string, -1 if none. */

@@ -1,13 +1,17 @@
-/* tok_norm.c — the normalizers tokenizer.json may declare: NFC, NFD,
- * Lowercase, Strip, Prepend, Replace (String or Regex pattern), in sequence,
- * as `tokenizers` applies them to each stretch of text between added tokens.
+/* tok_norm.c — the normalizers tokenizer.json may declare: NFC, NFD, NFKC,
+ * NFKD, Lowercase, Strip, Prepend, Replace (String or Regex pattern), in
+ * sequence, as `tokenizers` applies them to each stretch of text between
+ * added tokens.
  *
  * NFC follows UAX #15: full canonical decomposition (tables generated from
  * the library itself, tools/golden/gen_nfc_tables.py; Hangul algorithmic), canonical
  * ordering of non-starters, then canonical composition with the blocking
- * rule. Bytes that are not UTF-8 (which `tokenizers` cannot be given) pass
- * through unchanged, each one a starter. */
+ * rule. NFKC / NFKD decompose by the compatibility table first
+ * (tools/golden/gen_nfkc_tables.py), then go on as NFC / NFD. Bytes that are
+ * not UTF-8 (which `tokenizers` cannot be given) pass through unchanged,
+ * each one a starter. */
 #include "engine/tok/nfc_tables.h"
+#include "engine/tok/nfkc_tables.h"
 #include "engine/tok/tok_int.h"
 
 #include <errno.h>
@@ -47,6 +51,25 @@ static size_t decomp(uint32_t c, const uint32_t **d)
 		else {
 			*d = nfc_pool + nfc_dec[mid][1];
 			return nfc_dec[mid][2];
+		}
+	}
+	return 0;
+}
+
+/* The full compatibility decomposition of c when it differs from the
+ * canonical one: a pointer into nfkc_pool and its length, or 0. */
+static size_t kdecomp(uint32_t c, const uint32_t **d)
+{
+	size_t lo = 0, hi = sizeof nfkc_dec / sizeof nfkc_dec[0];
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (c < nfkc_dec[mid][0])
+			hi = mid;
+		else if (c > nfkc_dec[mid][0])
+			lo = mid + 1;
+		else {
+			*d = nfkc_pool + nfkc_dec[mid][1];
+			return nfkc_dec[mid][2];
 		}
 	}
 	return 0;
@@ -115,7 +138,7 @@ static int sort_run(uint32_t *v, size_t n)
 	return 0;
 }
 
-int tok_nf(const char *text, size_t n, int nfc, struct tbuf *out)
+int tok_nf(const char *text, size_t n, int nfc, int compat, struct tbuf *out)
 {
 	const unsigned char *s = (const unsigned char *)text;
 	struct cps b = {0};
@@ -127,6 +150,9 @@ int tok_nf(const char *text, size_t n, int nfc, struct tbuf *out)
 		size_t k;
 		if (c == TOK_BAD_CP)
 			rc = cps_put(&b, RAW_BYTE | s[i]);
+		else if (compat && (k = kdecomp(c, &d)))   /* full: already canonical too */
+			for (size_t m = 0; m < k && !rc; m++)
+				rc = cps_put(&b, d[m]);
 		else if (c >= SBASE && c < SBASE + SCOUNT) {
 			uint32_t x = c - SBASE;
 			rc = cps_put(&b, LBASE + x / NCOUNT) || cps_put(&b, VBASE + x % NCOUNT / TCOUNT) ||
@@ -186,7 +212,7 @@ int tok_nf(const char *text, size_t n, int nfc, struct tbuf *out)
 }
 
 /* Strip: the white space at the start (left) and the end (right). */
-static int strip(const char *s, size_t n, const struct tok_norm *nm, struct tbuf *out)
+static int strip(const char *s, size_t n, const struct tok_norm *nm, size_t *z, struct tbuf *out)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	size_t a = 0, b = n;
@@ -203,6 +229,7 @@ static int strip(const char *s, size_t n, const struct tok_norm *nm, struct tbuf
 			break;
 		b = j;
 	}
+	*z = *z > a ? (*z < b ? *z : b) - a : 0;
 	return tbuf_put(out, s + a, b - a);
 }
 
@@ -220,31 +247,52 @@ static int lowercase(const char *s, size_t n, struct tbuf *out)
 	return 0;
 }
 
-/* One normalizer on cur, appended to next. */
-static int apply(const struct tok_norm *nm, const struct tbuf *cur, struct tbuf *next)
+/* A normalizer that maps each character on its own (up to NFC's composition
+ * across the cut, which only moves where the offset-0 prefix ends inside a
+ * grapheme: nothing a later step can tell).  */
+static int map_chars(const struct tok_norm *nm, const char *s, size_t n, struct tbuf *out)
 {
+	if (nm->kind == TN_LOWERCASE)
+		return lowercase(s, n, out);
+	return tok_nf(s, n, nm->kind == TN_NFC || nm->kind == TN_NFKC, nm->kind == TN_NFKC || nm->kind == TN_NFKD, out);
+}
+
+/* One normalizer on cur, appended to next; *z (tok_normalize) follows. */
+static int apply(const struct tok_norm *nm, const struct tbuf *cur, size_t *z, struct tbuf *next)
+{
+	size_t at = next->n;
+	int rc;
 	switch (nm->kind) {
-	case TN_NFC:
-	case TN_NFD:
-		return tok_nf(cur->s, cur->n, nm->kind == TN_NFC, next);
-	case TN_PREPEND:   /* only a non-empty text */
+	case TN_PREPEND:   /* only a non-empty text; it takes the first character's offsets */
+		*z = cur->n && *z ? *z + nm->alen : 0;
 		return cur->n ? tbuf_put(next, nm->a, nm->alen) || tbuf_put(next, cur->s, cur->n) ? -ENOMEM : 0 : 0;
-	case TN_LOWERCASE:
-		return lowercase(cur->s, cur->n, next);
 	case TN_STRIP:
-		return strip(cur->s, cur->n, nm, next);
-	default:           /* TN_REPLACE */
-		return tok_re_replace(nm->re, cur->s, cur->n, nm->b, nm->blen, next);
+		return strip(cur->s, cur->n, nm, z, next);
+	case TN_REPLACE:
+		return tok_re_replace(nm->re, cur->s, cur->n, nm->b, nm->blen, z, next);
+	default:           /* each character its own: the prefix maps to the prefix */
+		if ((rc = map_chars(nm, cur->s, cur->n, next)))
+			return rc;
+		if (*z && *z < cur->n) {
+			struct tbuf p = {0};
+			rc = tbuf_put(&p, "", 0) ? -ENOMEM : map_chars(nm, cur->s, *z, &p);
+			*z = p.n;
+			free(p.s);
+			return rc;
+		}
+		*z = *z ? next->n - at : 0;
+		return 0;
 	}
 }
 
-int tok_normalize(const struct tok *t, const char *s, size_t n, struct tbuf *out)
+int tok_normalize(const struct tok *t, const char *s, size_t n, size_t *z, struct tbuf *out)
 {
 	struct tbuf cur = {0}, next = {0};
+	size_t zz = z ? *z : 0;
 	int rc = tbuf_put(&cur, s, n);
 	for (int i = 0; i < t->n_norm && !rc; i++) {
 		next.n = 0;
-		if ((rc = tbuf_put(&next, "", 0)) || (rc = apply(&t->norm[i], &cur, &next)))
+		if ((rc = tbuf_put(&next, "", 0)) || (rc = apply(&t->norm[i], &cur, &zz, &next)))
 			break;
 		struct tbuf tmp = cur;
 		cur = next;
@@ -252,6 +300,8 @@ int tok_normalize(const struct tok *t, const char *s, size_t n, struct tbuf *out
 	}
 	if (!rc)
 		rc = tbuf_put(out, cur.s, cur.n);
+	if (!rc && z)
+		*z = zz;
 	free(cur.s);
 	free(next.s);
 	return rc;

@@ -30,10 +30,6 @@ static const struct {
 	{RE_GPT2, "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"},
 };
 
-/* The Whitespace pre-tokenizer: \w+|[^\w\s]+ inverted, Removed; the library
- * runs it on Rust's regex crate, whose \w also holds Join_Control. */
-#define RUST_W "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"
-#define WHITESPACE_RE "[" RUST_W "]+|[^" RUST_W "\\s]+"
 
 struct ld {
 	struct tok *t;
@@ -191,7 +187,8 @@ static int load_kind(struct ld *c, const cJSON *o, const char *field, const char
 	for (size_t i = 0; i < n_types; i++)
 		if (!strcmp(type, types[i].type))
 			return types[i].load(c, o, field);
-	return REFUSE(c, field, "type \"%s\" is not supported; supported %ss: %s, Sequence", type, kind, supported);
+	return REFUSE(c, field, "type \"%s\" is not supported (no family we run uses it); supported %ss: %s, "
+	              "Sequence", type, kind, supported);
 }
 
 /* ---- normalizers ---- */
@@ -218,6 +215,18 @@ static int n_nfd(struct ld *c, const cJSON *o, const char *field)
 {
 	(void)o;
 	return new_norm(c, field, TN_NFD) ? 0 : -EPROTO;
+}
+
+static int n_nfkc(struct ld *c, const cJSON *o, const char *field)
+{
+	(void)o;
+	return new_norm(c, field, TN_NFKC) ? 0 : -EPROTO;
+}
+
+static int n_nfkd(struct ld *c, const cJSON *o, const char *field)
+{
+	(void)o;
+	return new_norm(c, field, TN_NFKD) ? 0 : -EPROTO;
 }
 
 static int n_lower(struct ld *c, const cJSON *o, const char *field)
@@ -255,18 +264,15 @@ static int n_replace(struct ld *c, const cJSON *o, const char *field)
 
 static int n_refused(struct ld *c, const cJSON *o, const char *field)
 {
-	const char *type = str(o, "type");
-	if (!strcmp(type, "Precompiled"))
-		return REFUSE(c, field, "type \"Precompiled\" (SentencePiece's precompiled_charsmap) is not "
-		              "supported; the decoder families' tokenizer.json files do not use it");
-	return REFUSE(c, field, "type \"%s\" (compatibility decomposition) is not supported; NFC and NFD "
-	              "are", type);
+	(void)o;
+	return REFUSE(c, field, "type \"Precompiled\" (SentencePiece's precompiled_charsmap) is not "
+	              "supported: no family we run (llama, mistral, qwen2/3, mixtral, qwen MoE, laguna) "
+	              "uses it");
 }
 
 static const struct comp norm_types[] = {
-	{"NFC", n_nfc}, {"NFD", n_nfd}, {"Lowercase", n_lower}, {"Strip", n_strip},
-	{"Prepend", n_prepend}, {"Replace", n_replace},
-	{"NFKC", n_refused}, {"NFKD", n_refused}, {"Precompiled", n_refused},
+	{"NFC", n_nfc}, {"NFD", n_nfd}, {"NFKC", n_nfkc}, {"NFKD", n_nfkd}, {"Lowercase", n_lower},
+	{"Strip", n_strip}, {"Prepend", n_prepend}, {"Replace", n_replace}, {"Precompiled", n_refused},
 };
 
 /* ---- pre-tokenizers ---- */
@@ -301,13 +307,13 @@ static int p_split(struct ld *c, const cJSON *o, const char *field)
 static int p_whitespace(struct ld *c, const cJSON *o, const char *field)
 {
 	struct tok_pre *s = new_pre(c, field, TP_SPLIT);
-	char why[200];
 	(void)o;
 	if (!s)
 		return -EPROTO;
+	s->re = RE_WHITESPACE;   /* \w+|[^\w\s]+ inverted, Removed (tok_split.c) */
 	s->behavior = SB_REMOVED;
 	s->invert = 1;
-	return tok_re_compile(WHITESPACE_RE, 0, &s->rx, why, sizeof why);
+	return 0;
 }
 
 static int p_wssplit(struct ld *c, const cJSON *o, const char *field)
@@ -458,8 +464,9 @@ static int load_post(struct tok *t, const cJSON *pp, const char *field, const ch
 		return 0;
 	}
 	if (!is_type(pp, "TemplateProcessing"))
-		return rq_errf(err, -EPROTO, "%s: %s: type \"%s\" is not supported (TemplateProcessing, "
-			       "ByteLevel, Sequence, or null)", path, field, str(pp, "type") ? str(pp, "type") : "?");
+		return rq_errf(err, -EPROTO, "%s: %s: type \"%s\" is not supported (no family we run uses "
+			       "it); supported post-processors: TemplateProcessing, ByteLevel, Sequence, or null",
+			       path, field, str(pp, "type") ? str(pp, "type") : "?");
 	const cJSON *specials = get(pp, "special_tokens"), *it;
 	int seen_seq = 0;
 	cJSON_ArrayForEach(it, get(pp, "single")) {
@@ -498,7 +505,7 @@ int tok_pipe_load(struct tok *t, const cJSON *root, const char *path, struct rq_
 {
 	struct ld c = {t, path, err};
 	int rc = load_kind(&c, get(root, "normalizer"), "normalizer", "normalizer", "normalizers", norm_types,
-	                   N(norm_types), "NFC, NFD, Lowercase, Strip, Prepend, Replace");
+	                   N(norm_types), "NFC, NFD, NFKC, NFKD, Lowercase, Strip, Prepend, Replace");
 	if (!rc)
 		rc = load_kind(&c, get(root, "pre_tokenizer"), "pre_tokenizer", "pre-tokenizer", "pretokenizers",
 		               pre_types, N(pre_types), "Split, Digits, ByteLevel, Metaspace, Whitespace, "

@@ -11,6 +11,9 @@
  *   \v      Oniguruma: U+000B (PCRE2: vertical space);  \uHHHH -> \x{HHHH}
  *   {,n}    Oniguruma: {0,n} (PCRE2: literal);  \p{^X} -> \P{X}
  *   (?m)    Ruby's m is PCRE2's s (dot matches \n); ^ and $ always work per line
+ *   \p{L} \p{N} \p{Nd} \d \w  also hold the code points Oniguruma's newer
+ *           Unicode assigns and PCRE2's does not (unicode_newer.h; U+1C8A is
+ *           a letter since Unicode 16) — but not inside a class as \P{..}
  * and refuses, with the construct named, what it cannot promise to run the
  * same: back references and subexpression calls, \b \B \G \K \R \X and
  * other escapes, nested classes and && in classes, POSIX brackets, x mode,
@@ -23,6 +26,7 @@
  * matches no character class. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "engine/tok/tok_int.h"
+#include "engine/tok/unicode_newer.h"
 
 #include <errno.h>
 #include <pcre2.h>
@@ -42,7 +46,8 @@ struct tok_re {
 };
 
 #define WS_SET "\\t-\\r\\x20\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
-#define WORD_SET "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{b2}\\x{b3}\\x{b9}\\x{bc}-\\x{be}"
+#define WORD_SET "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{b2}\\x{b3}\\x{b9}\\x{bc}-\\x{be}" UC_NEWER_W
+#define ND_SET "\\p{Nd}" UC_NEWER_ND
 #define HEX_SET "0-9A-Fa-f"
 
 static int put(struct tbuf *o, const char *s)
@@ -69,10 +74,12 @@ static long escape(const char *p, size_t i, int in_class, struct tbuf *o, char *
 	case 's': case 'S': set = WS_SET; neg = c == 'S'; break;
 	case 'w': case 'W': set = WORD_SET; neg = c == 'W'; break;
 	case 'h': case 'H': set = HEX_SET; neg = c == 'H'; break;
-	case 'd':
-		return put(o, "\\p{Nd}") ? -ENOMEM : 2;
-	case 'D':
-		return put(o, "\\P{Nd}") ? -ENOMEM : 2;
+	case 'd': case 'D':
+		if (in_class && c == 'D')   /* (PCRE2's own: the newer digits stay out) */
+			return put(o, "\\P{Nd}") ? -ENOMEM : 2;
+		set = ND_SET;
+		neg = c == 'D';
+		break;
 	case 'v':
 		return put(o, "\\x{0b}") ? -ENOMEM : 2;
 	case 'p': case 'P': {
@@ -81,6 +88,17 @@ static long escape(const char *p, size_t i, int in_class, struct tbuf *o, char *
 			return bad(why, cap, "\\p without {name}", i);
 		int caret = p[i + 3] == '^';
 		char pc = (c == 'P') ^ caret ? 'P' : 'p';
+		size_t nl = (size_t)(end - (p + i + 3 + caret));
+		const char *newer = nl == 1 && p[i + 3 + caret] == 'L' ? UC_NEWER_L
+		                    : nl == 1 && p[i + 3 + caret] == 'N' ? UC_NEWER_N
+		                    : nl == 2 && !memcmp(p + i + 3 + caret, "Nd", 2) ? UC_NEWER_ND : NULL;
+		if (newer && !(in_class && pc == 'P')) {   /* the class and its newer code points */
+			snprintf(tmp, sizeof tmp, "%s\\p{%.*s}", in_class ? "" : pc == 'P' ? "[^" : "[", (int)nl,
+			         p + i + 3 + caret);
+			if (put(o, tmp) || put(o, newer) || (!in_class && put(o, "]")))
+				return -ENOMEM;
+			return (long)(end - (p + i)) + 1;
+		}
 		snprintf(tmp, sizeof tmp, "\\%c{", pc);
 		if (put(o, tmp) || tbuf_put(o, p + i + 3 + caret, (size_t)(end - (p + i + 3 + caret))) || put(o, "}"))
 			return -ENOMEM;
@@ -348,23 +366,46 @@ struct repl {
 	const char *s, *content;
 	size_t clen, done;
 	struct tbuf *out;
+	size_t z, zout;        /* leading bytes at original offset 0: in s, in out */
+	int zopen;             /* out is still inside that prefix */
 };
+
+/* The text s[a..b) kept: its bytes below z keep offset 0. */
+static void repl_kept(struct repl *r, size_t a, size_t b)
+{
+	if (!r->zopen || a == b)
+		return;
+	r->zout += (b < r->z ? b : r->z) - (a < r->z ? a : r->z);
+	r->zopen = b <= r->z;
+}
 
 static int repl_each(void *ctx, size_t ms, size_t me)
 {
 	struct repl *r = ctx;
 	if (tbuf_put(r->out, r->s + r->done, ms - r->done) || tbuf_put(r->out, r->content, r->clen))
 		return -ENOMEM;
+	repl_kept(r, r->done, ms);
+	/* the content takes the alignment of the match's last byte
+	 * (NormalizedString::replace), (0, 0) for an empty match at 0 */
+	if (r->zopen && (me == 0 || me <= r->z))
+		r->zout += r->clen;
+	else if (r->clen)
+		r->zopen = 0;
 	r->done = me;
 	return 0;
 }
 
 int tok_re_replace(const struct tok_re *re, const char *s, size_t n, const char *content, size_t clen,
-                   struct tbuf *out)
+                   size_t *z, struct tbuf *out)
 {
-	struct repl r = {s, content, clen, 0, out};
+	struct repl r = {s, content, clen, 0, out, z ? *z : 0, 0, z && *z};
 	if (!n)   /* find_matches on "" is one non-match */
 		return 0;
 	int rc = tok_find_iter(re_find, re, (const unsigned char *)s, n, repl_each, &r);
-	return rc ? rc : tbuf_put(out, s + r.done, n - r.done);
+	if (rc || (rc = tbuf_put(out, s + r.done, n - r.done)))
+		return rc;
+	repl_kept(&r, r.done, n);
+	if (z)
+		*z = r.zout;
+	return 0;
 }

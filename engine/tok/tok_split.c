@@ -15,8 +15,11 @@
  *
  * Pieces: each step splits (or rewrites) one piece and hands every
  * non-empty sub-piece to the next step; the last hands them to the caller.
- * "first" follows tokenizers' offsets_original().0 == 0 (Metaspace's
- * prepend_scheme "first"): the piece starts at offset 0 of the input. */
+ * z follows tokenizers' alignments (tok_normalize): the first z bytes of a
+ * piece stand at offset 0 of the input; a piece with z > 0 is "first" for
+ * Metaspace's prepend_scheme (offsets_original().0 == 0). A sub-piece at
+ * byte a keeps z - a of them; a character rewritten (the ByteLevel
+ * alphabet, ' ' -> replacement) or prepended to keeps its offsets. */
 #include "engine/tok/tok_int.h"
 #include "engine/tok/tokenizer.h"
 
@@ -184,7 +187,7 @@ struct run {
 	size_t n[TOK_MAX_STEPS], cap[TOK_MAX_STEPS];
 };
 
-static int step(struct run *r, int k, const unsigned char *s, size_t n, int first);
+static int step(struct run *r, int k, const unsigned char *s, size_t n, size_t z);
 
 static int next_char(const unsigned char *s, size_t n, size_t p, int (*is)(uint32_t), size_t *ms, size_t *me)
 {
@@ -200,6 +203,32 @@ static int next_char(const unsigned char *s, size_t n, size_t p, int (*is)(uint3
 	return 0;
 }
 
+/* The Whitespace pre-tokenizer's \w+|[^\w\s]+ from p: the next run of word
+ * characters (Rust regex's \w: the library runs this one on the regex crate,
+ * whose Unicode is newer than PCRE2's) or of others that are not white
+ * space. 1 and [*ms, *me), or 0. */
+static int match_words(const unsigned char *s, size_t n, size_t p, size_t *ms, size_t *me)
+{
+	uint32_t c;
+	size_t q;
+	for (; p < n; p = q) {
+		q = tok_utf8_next(s, n, p, &c);
+		if (!tok_is_ws(c))
+			break;
+	}
+	if (p >= n)
+		return 0;
+	int word = tok_is_word(c);
+	*ms = p;
+	for (p = q; p < n; p = q) {
+		q = tok_utf8_next(s, n, p, &c);
+		if (tok_is_ws(c) || tok_is_word(c) != word)
+			break;
+	}
+	*me = p;
+	return 1;
+}
+
 /* The next match of step pat in s[p..n): 1 and [*ms, *me), 0, or -errno. */
 static int find(const void *pat, const unsigned char *s, size_t n, size_t p, size_t *ms, size_t *me)
 {
@@ -211,6 +240,8 @@ static int find(const void *pat, const unsigned char *s, size_t n, size_t p, siz
 	case TP_SPLIT:
 		if (!pt->re)
 			return tok_re_find(pt->rx, s, n, p, ms, me);
+		if (pt->re == RE_WHITESPACE)
+			return match_words(s, n, p, ms, me);
 		if (pt->re != RE_NEWLINES) {   /* these tile the text: a match at every position */
 			*ms = p;
 			*me = tok_re_match(pt->re, s, p, n);
@@ -276,21 +307,24 @@ static int on_match(void *ctx, size_t ms, size_t me)
 
 /* The next step on s[a..b); ByteLevel that maps (not last, or a model with a
  * subword prefix/suffix) hands on the piece in the GPT-2 alphabet. */
-static int emit(struct run *r, int k, const unsigned char *s, size_t a, size_t b, int first)
+static int emit(struct run *r, int k, const unsigned char *s, size_t a, size_t b, size_t z)
 {
 	const struct tok_pre *pt = &r->t->pt[k];
 	if (b <= a)
 		return 0;
 	if (pt->kind != TP_BYTELEVEL || !pt->map)
-		return step(r, k + 1, s + a, b - a, first && a == 0);
+		return step(r, k + 1, s + a, b - a, z > a ? z - a : 0);
 	struct tbuf m = {0};
+	size_t zm = 0;
 	int rc = 0;
 	for (size_t i = a; i < b && !rc; i++) {
 		char sym[4];
 		rc = tbuf_put(&m, sym, tok_byte_symbol(s[i], sym));
+		if (i < z)
+			zm = m.n;
 	}
 	if (!rc)
-		rc = step(r, k + 1, (const unsigned char *)m.s, m.n, first && a == 0);
+		rc = step(r, k + 1, (const unsigned char *)m.s, m.n, zm);
 	free(m.s);
 	return rc;
 }
@@ -339,7 +373,7 @@ static size_t fold(struct piece *v, size_t n, int behavior)
 }
 
 /* Splits s[0..n) at the matches of step k. */
-static int split_by(struct run *r, int k, int behavior, int invert, const unsigned char *s, size_t n, int first)
+static int split_by(struct run *r, int k, int behavior, int invert, const unsigned char *s, size_t n, size_t z)
 {
 	struct collect c = {r, k, 0};
 	if (!n)
@@ -354,30 +388,34 @@ static int split_by(struct run *r, int k, int behavior, int invert, const unsign
 		r->pc[k][i].match = !r->pc[k][i].match;
 	size_t n_p = r->n[k];
 	for (size_t i = fold(r->pc[k], n_p, behavior); i < n_p && !rc; i++)
-		rc = emit(r, k, s, r->pc[k][i].a, r->pc[k][i].b, first);
+		rc = emit(r, k, s, r->pc[k][i].a, r->pc[k][i].b, z);
 	return rc;
 }
 
 /* Metaspace: ' ' -> replacement, the replacement prepended as
  * prepend_scheme says, then (split) a new piece before each replacement. */
-static int metaspace(struct run *r, int k, const unsigned char *s, size_t n, int first)
+static int metaspace(struct run *r, int k, const unsigned char *s, size_t n, size_t z)
 {
 	const struct tok_pre *pt = &r->t->pt[k];
 	struct tbuf b = {0};
+	size_t zb = 0;
 	int rc = tbuf_put(&b, "", 0);
 	int starts = n && (s[0] == ' ' || (n >= pt->replen && !memcmp(s, pt->rep, pt->replen)));
-	if (!rc && !starts && (pt->prepend == PS_ALWAYS || (pt->prepend == PS_FIRST && first)))
+	if (!rc && !starts && (pt->prepend == PS_ALWAYS || (pt->prepend == PS_FIRST && z)))
 		rc = tbuf_put(&b, pt->rep, pt->replen);
-	for (size_t i = 0; i < n && !rc; i++)
+	for (size_t i = 0; i < n && !rc; i++) {
 		rc = s[i] == ' ' ? tbuf_put(&b, pt->rep, pt->replen) : tbuf_put(&b, s + i, 1);
+		if (i < z)
+			zb = b.n;
+	}
 	if (!rc)
-		rc = pt->split ? split_by(r, k, SB_MERGED_NEXT, 0, (unsigned char *)b.s, b.n, first)
-		               : emit(r, k, (unsigned char *)b.s, 0, b.n, first);
+		rc = pt->split ? split_by(r, k, SB_MERGED_NEXT, 0, (unsigned char *)b.s, b.n, zb)
+		               : emit(r, k, (unsigned char *)b.s, 0, b.n, zb);
 	free(b.s);
 	return rc;
 }
 
-static int step(struct run *r, int k, const unsigned char *s, size_t n, int first)
+static int step(struct run *r, int k, const unsigned char *s, size_t n, size_t z)
 {
 	if (k == r->t->n_pt)
 		return n ? r->fn(r->ctx, (const char *)s, n) : 0;
@@ -385,32 +423,33 @@ static int step(struct run *r, int k, const unsigned char *s, size_t n, int firs
 	switch (pt->kind) {
 	case TP_SPLIT:
 	case TP_PUNCTUATION:
-		return split_by(r, k, pt->behavior, pt->invert, s, n, first);
+		return split_by(r, k, pt->behavior, pt->invert, s, n, z);
 	case TP_DIGITS:   /* char::is_numeric, one at a time or in runs */
-		return split_by(r, k, pt->individual ? SB_ISOLATED : SB_CONTIGUOUS, 0, s, n, first);
+		return split_by(r, k, pt->individual ? SB_ISOLATED : SB_CONTIGUOUS, 0, s, n, z);
 	case TP_WHITESPACE_SPLIT:
-		return split_by(r, k, SB_REMOVED, 0, s, n, first);
+		return split_by(r, k, SB_REMOVED, 0, s, n, z);
 	case TP_METASPACE:
-		return metaspace(r, k, s, n, first);
+		return metaspace(r, k, s, n, z);
 	default: {   /* TP_BYTELEVEL */
 		if (!pt->prefix_space || (n && s[0] == ' '))
-			return pt->use_regex ? split_by(r, k, SB_ISOLATED, 0, s, n, first) : emit(r, k, s, 0, n, first);
+			return pt->use_regex ? split_by(r, k, SB_ISOLATED, 0, s, n, z) : emit(r, k, s, 0, n, z);
 		struct tbuf b = {0};
 		int rc = tbuf_put(&b, " ", 1) || tbuf_put(&b, s, n) ? -ENOMEM : 0;
+		z = z ? z + 1 : 0;   /* the space takes the first character's offsets */
 		if (!rc)
-			rc = pt->use_regex ? split_by(r, k, SB_ISOLATED, 0, (unsigned char *)b.s, b.n, first)
-			                   : emit(r, k, (unsigned char *)b.s, 0, b.n, first);
+			rc = pt->use_regex ? split_by(r, k, SB_ISOLATED, 0, (unsigned char *)b.s, b.n, z)
+			                   : emit(r, k, (unsigned char *)b.s, 0, b.n, z);
 		free(b.s);
 		return rc;
 	}
 	}
 }
 
-int tok_pre_run(const struct tok *t, const char *s, size_t n, int first,
+int tok_pre_run(const struct tok *t, const char *s, size_t n, size_t z,
                 int (*fn)(void *ctx, const char *p, size_t len), void *ctx)
 {
 	struct run r = {.t = t, .fn = fn, .ctx = ctx};
-	int rc = step(&r, 0, (const unsigned char *)s, n, first);
+	int rc = step(&r, 0, (const unsigned char *)s, n, z);
 	for (int k = 0; k < TOK_MAX_STEPS; k++)
 		free(r.pc[k]);
 	return rc;

@@ -27,8 +27,8 @@
  *                            loader per component type
  *   decode    tok_decode.c   ids back to text (the decoders), the
  *                            streaming decoder
- *   steps     tok_norm.c     the normalizers: NFC, NFD, Lowercase, Strip,
- *                            Prepend, Replace
+ *   steps     tok_norm.c     the normalizers: NFC, NFD, NFKC, NFKD,
+ *                            Lowercase, Strip, Prepend, Replace
  *             tok_split.c    the pre-tokenizers, the native regexes;
  *                            tok_pretokenize (Laguna's alone)
  *   regex     tok_re.c       Split / Replace patterns: Oniguruma's syntax
@@ -265,16 +265,20 @@ static int merge_parts(const cJSON *m, char *buf, size_t cap, const char **a, co
 /* A ByteLevel decoder after a Fuse sees the whole text as one string and
  * maps it back to bytes only when every character is in its alphabet: one
  * token with another character (a space, "<0xE6>" turned into U+FFFD by
- * ByteFallback) changes how all the text before it decodes; a Strip with
- * a stop after the tokens are joined cuts the end of the text. Then the
- * streaming decoder returns the text only at the end (the library's own
- * DecodeStream fails on such text). */
+ * ByteFallback) changes how all the text before it decodes; so does a
+ * ByteLevel after a ByteLevel (the first one's text is any text); a Strip
+ * with a stop after the tokens are joined cuts the end of the text. Then
+ * the streaming decoder returns the text only at the end (the library's
+ * own DecodeStream fails on such text). */
 static int stream_whole(const struct tok *t)
 {
-	int fused = 0, joined = 0, risky = 0;
+	int fused = 0, joined = 0, risky = 0, bytelevel = 0;
 	for (int k = 0; k < t->n_dec; k++) {
 		if (joined && t->dec[k].kind == TD_STRIP && t->dec[k].stop)
 			return 1;   /* the end of the text is cut: later ids move it */
+		if (bytelevel && t->dec[k].kind == TD_BYTELEVEL)
+			return 1;
+		bytelevel |= t->dec[k].kind == TD_BYTELEVEL;
 		risky |= fused && t->dec[k].kind == TD_BYTELEVEL;
 		fused |= t->dec[k].kind == TD_FUSE;
 		joined |= t->dec[k].kind == TD_FUSE || t->dec[k].kind == TD_BYTELEVEL;
@@ -292,6 +296,25 @@ static int stream_whole(const struct tok *t)
 		}
 	}
 	return 0;
+}
+
+/* TOK_SKIP_SPECIAL drops an id when the string it decodes as is the content
+ * of an added token flagged special: Tokenizer::decode tests the string, not
+ * the id. So a special token with `normalized` whose normalizers change its
+ * content (Prepend "▁": "▁<tool>") decodes as that text and is kept, as the
+ * library keeps it. t->skip[id] holds the answer (bit 2 marks, meanwhile,
+ * the ids whose content is a special token's); t->special[id] keeps the flag. */
+static void mark_skipped(struct tok *t)
+{
+	for (int j = 0; j < t->n_added; j++)
+		if (t->added[j].special)
+			t->skip[t->added[j].id] = 2;   /* the content of id is a special one */
+	for (int id = 0; id < t->n_ids; id++) {
+		int c = t->dec_str[id] ? strmap_get(&t->added_map, t->dec_str[id]) : -1;
+		t->skip[id] |= c >= 0 && (t->skip[c] & 2);
+	}
+	for (int id = 0; id < t->n_ids; id++)
+		t->skip[id] &= 1;
 }
 
 /* Longest first; equal lengths keep file order. */
@@ -324,8 +347,9 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 	t->dec_str = calloc(cap, sizeof *t->dec_str);
 	t->tok_len = calloc(cap, sizeof *t->tok_len);
 	t->special = calloc(cap, 1);
+	t->skip = calloc(cap, 1);
 	t->added = calloc(t->n_added + 1, sizeof *t->added);
-	if (!t->tok_str || !t->tok_bytes || !t->dec_str || !t->tok_len || !t->special || !t->added ||
+	if (!t->tok_str || !t->tok_bytes || !t->dec_str || !t->tok_len || !t->special || !t->skip || !t->added ||
 	    strmap_init(&t->vocab, nv) || strmap_init(&t->added_map, t->n_added))
 		return -ENOMEM;
 	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(model, "vocab")) {
@@ -373,7 +397,7 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 		/* a normalized token is matched in normalized text, as its normalized
 		 * content, and decodes as that too (AddedVocabulary keeps it so) */
 		struct tbuf m = {0};
-		rc = tbuf_put(&m, "", 0) ? -ENOMEM : a->normalized ? tok_normalize(t, a->content, a->len, &m)
+		rc = tbuf_put(&m, "", 0) ? -ENOMEM : a->normalized ? tok_normalize(t, a->content, a->len, NULL, &m)
 		                                                   : tbuf_put(&m, a->content, a->len);
 		if (rc) {
 			free(m.s);
@@ -393,6 +417,7 @@ static int build(struct tok *t, const cJSON *root, const char *path, struct rq_e
 		if (t->dec_str[id] && !(t->tok_bytes[id] = token_bytes(t, t->dec_str[id], &t->tok_len[id])))
 			return -ENOMEM;
 	}
+	mark_skipped(t);
 	t->stream_whole = stream_whole(t);
 	for (int b = 0; b < 256; b++) {
 		char s[8] = {0};
@@ -505,6 +530,7 @@ void tok_free(struct tok *t)
 	free(t->tok_bytes);
 	free(t->tok_len);
 	free(t->special);
+	free(t->skip);
 	free(t->added);
 	strmap_free(&t->vocab);
 	strmap_free(&t->added_map);

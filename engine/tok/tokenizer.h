@@ -32,7 +32,9 @@ int tok_vocab_size(const struct tok *t);
 /* Id of a token by its vocabulary string ("<think>", "Ġthe"), added tokens
  * first; -1 when there is none. */
 int tok_id(const struct tok *t, const char *token);
-/* 1 when id is an added token flagged special (skipped by TOK_SKIP_SPECIAL). */
+/* 1 when id is an added token flagged special. TOK_SKIP_SPECIAL skips it
+ * unless it is `normalized` and its normalizers change its text: decode
+ * tests the string the id decodes as, as `tokenizers` does. */
 int tok_is_special(const struct tok *t, int id);
 /* The ids TOK_ADD_SPECIAL puts before the text (the post-processor's
  * template, e.g. Llama's BOS): their count, the first *n_max of them in ids. */
@@ -47,7 +49,7 @@ void tok_ids_free(struct tok_ids *ids);
 
 enum {
 	TOK_ADD_SPECIAL = 1,     /* encode: apply the post-processor (Laguna: leading 〈|EOS|〉, Llama: BOS) */
-	TOK_SKIP_SPECIAL = 2,    /* decode: drop added tokens flagged special */
+	TOK_SKIP_SPECIAL = 2,    /* decode: drop special added tokens (tok_is_special) */
 };
 
 /* Appends the ids of text[0..len) to out. 0, -ENOMEM, or -ERANGE when a

@@ -20,6 +20,13 @@ exhausting the machine.
     is said to be no integer, naming its JSON path (not "appears twice");
     --tokens out of range names the real limit.
 (The rope message of item 10 is tests/engine/test_arch.c's.)
+11. (issue 34 item 5) a tokenizer.json or chat template the engine cannot
+    take is refused, naming its JSON path or template construct, before
+    any shard is touched: with every shard a FIFO (opening one would
+    block) or a sparse 1 TiB file of zeros (reading its header would fail
+    naming it), generate, generate --chat, compare (text and prompts) and
+    calib run name the tokenizer's JSON path or the template's construct,
+    never a shard.
 
 usage: test_hostile4.py REQUANTFS        (standard library only)
 """
@@ -210,6 +217,46 @@ def true_messages(base, work, text):
        "calib run --tokens too large names the real limit", o)
 
 
+def refused_before_weights(base, work, text):
+    def bad_norm(j):
+        j["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "StripAccents"}]}
+    want = ["tokenizer.json: normalizer.normalizers[1]: type \"StripAccents\" is not supported"]
+    prompts = os.path.join(work, "prompts.txt")
+    with open(prompts, "w") as f:
+        f.write("hello\nworld\n")
+    for how in ("fifo", "sparse"):
+        d = variant(base, work, "tok-%s" % how)
+        edit_json(d, "tokenizer.json", bad_norm)
+        shards = sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))
+        for f in shards:
+            p = os.path.join(d, f)
+            os.unlink(p)
+            if how == "fifo":
+                os.mkfifo(p)
+            else:
+                with open(p, "wb") as fh:
+                    fh.truncate(1 << 40)
+        shard = "-of-%05d.safetensors" % len(shards)
+        for what, rc_out in (
+                ("generate", generate(d)),
+                ("compare A B --text", run("compare", d, base, "--text", text, "-n", "1")),
+                ("compare A B --prompts", run("compare", d, base, "--prompts", prompts, "-n", "1")),
+                ("calib run", run("calib", "run", d, "--text", text, "-o", os.path.join(work, "c.st")))):
+            refused("%s: a tokenizer.json it cannot take is refused before any shard (%s shards)"
+                    % (what, how), rc_out, want, [shard])
+        # the chat template: a construct the interpreter lacks, named with its place
+        t = variant(base, work, "tmpl-%s" % how)
+        for f in shards:
+            os.unlink(os.path.join(t, f))
+            os.symlink(os.path.join(d, f), os.path.join(t, f))
+        with open(os.path.join(t, "chat_template.jinja"), "w") as f:
+            f.write("{% for m in messages %}{{ m.content }}{% endfor %}{% call foo() %}x{% endcall %}")
+        refused("generate --chat: a template construct it cannot render is refused before any shard "
+                "(%s shards)" % how,
+                run("generate", t, "--chat", "--prompt", "hi", "-n", "1", "--device", "cpu", "--threads", "1"),
+                ["chat_template.jinja", "call"], [shard])
+
+
 def main():
     rqtap.init(sys.argv[1])
     work = tempfile.mkdtemp(prefix="rq-hostile4-")
@@ -227,6 +274,7 @@ def main():
         bounded_reads(base, work, text)
         prompts_budget(base, work)
         true_messages(base, work, text)
+        refused_before_weights(base, work, text)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return rqtap.finish()

@@ -65,6 +65,12 @@ FRAGMENTS = [
     # NFC: decomposed, reordered and Hangul jamo sequences, compatibility-looking forms
     "A\u030a", "\u212b", "\u1100\u1161\u11a8", "\u1100\u1161", "\uac00\u11a8", "o\u0323\u0302",
     "o\u0302\u0323", "\u1e9b\u0323", "\u0915\u093c", "\u00e9\u0301", "\u0301\u0301",
+    # NFKC / NFKD: ligatures, fullwidth, circled, squared, super/subscripts, long and Hangul expansions
+    "\ufb01", "\ufb03", "\u2460", "\uff21\uff42", "\u3300", "\u01c4", "\u00b2", "\u2082", "\u33ff",
+    "\ufdfa", "\u3200", "\u321d", "\u1e9b", "\u017f\u0307", "\u2126", "\uff76\uff9e", "\u00a0", "\u2003",
+    # letters, marks and digits of Unicode 15-16 (Oniguruma's, newer than PCRE2's tables)
+    "x\u1c89\u1c8ay", "\ua7cb\ua7dc", "a\u0897b", "\U000105c0\U000105c1", "7\U00016d70\U00016d71",
+    "\U0001e5f1\U0001e5f2a", "\U00013460\U00013461",
     # code and numbers
     "def f(x):\n    return x**2  # sq\n", "for (int i = 0; i < n; i++) {\n\t}", "1234567", "3.14159",
     "1,000,000", "0x1F", "x = [1, 22, 333, 4444]", "    ", "\t\t", " \n ", "\n\n\n\n",
@@ -335,6 +341,11 @@ def bytelevel_pipelines():
         ("Split Regex with lookbehind, possessive, atomic, (?m:.)", None,
          bl_steps(split(r"(?<=a)b|x++|(?>yz?)|(?m:.)", "MergedWithNext")), None),
         ("Whitespace", None, bl_steps({"type": "Whitespace"}), None),
+        # letters and digits newer than PCRE2's Unicode, removed as the library removes them
+        ("Split Regex \\p{L}+|\\d+|[\\p{N}\\w]+ Removed (Unicode 16 letters and digits)", None,
+         bl_steps(split(r"\p{L}+|\d+|[\p{N}\w]+", "Removed")), None),
+        ("Split Regex [^\\p{L}\\s]+ Removed, then \\w+ Removed", None,
+         bl_steps(split(r"[^\p{L}\s]+", "Removed"), split(r"\w+", "Removed")), None),
         ("WhitespaceSplit", None, bl_steps({"type": "WhitespaceSplit"}), None),
         ("Digits individual", None, bl_steps({"type": "Digits", "individual_digits": True}), None),
         ("Digits runs", None, bl_steps({"type": "Digits", "individual_digits": False}), None),
@@ -345,6 +356,10 @@ def bytelevel_pipelines():
         ("Metaspace then ByteLevel", None,
          bl_steps({"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True}), None),
         ("normalizer NFD", {"type": "NFD"}, None, None),
+        ("normalizer NFKC", {"type": "NFKC"}, None, None),
+        ("normalizer NFKD", {"type": "NFKD"}, None, None),
+        ("normalizer Sequence[NFKD, Lowercase, NFKC]", {"type": "Sequence", "normalizers": [
+            {"type": "NFKD"}, {"type": "Lowercase"}, {"type": "NFKC"}]}, None, None),
         ("normalizer Lowercase", {"type": "Lowercase"}, None, None),
         ("normalizer Strip left+right", {"type": "Strip", "strip_left": True, "strip_right": True}, None, None),
         ("normalizer Strip right", {"type": "Strip", "strip_left": False, "strip_right": True}, None, None),
@@ -373,6 +388,7 @@ def bytelevel_pipelines():
 def sp_pipelines():
     """(label, normalizer, pre_tokenizer, decoder) over a SentencePiece-style vocabulary."""
     rep = {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}
+    ms_first = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True}
     return [
         ("decoder Strip start and stop", None, None, {"type": "Sequence", "decoders": [
             rep, {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 2, "stop": 1}]}),
@@ -382,6 +398,22 @@ def sp_pipelines():
         ("decoder Metaspace never, after ByteFallback", None, None, {"type": "Sequence", "decoders": [
             {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never",
                                        "split": True}]}),
+        # Metaspace "first" tests the original offset of the normalized text's
+        # first character: Strip, or a Replace ending past the first
+        # character, moves it on (no prepend); a one-character Replace or a
+        # Prepend does not
+        ("Strip left, then Metaspace first", {"type": "Strip", "strip_left": True, "strip_right": False}, ms_first,
+         None),
+        ("Replace String ab -> x, \\r\\n -> \\n, then Metaspace first", {"type": "Sequence", "normalizers": [
+            {"type": "Replace", "pattern": {"String": "ab"}, "content": "x"},
+            {"type": "Replace", "pattern": {"String": "\r\n"}, "content": "\n"}]}, ms_first, None),
+        ("Prepend x, Replace String x -> '', then Metaspace first", {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "x"}, {"type": "Replace", "pattern": {"String": "x"}, "content": ""}]},
+         ms_first, None),
+        ("NFKC, Replace Regex ^\\s+ -> '', then Split isolated, Metaspace first", {"type": "Sequence", "normalizers": [
+            {"type": "NFKC"}, {"type": "Replace", "pattern": {"Regex": "^\\s+"}, "content": ""}]},
+         {"type": "Sequence", "pretokenizers": [
+             {"type": "Split", "pattern": {"String": "a"}, "behavior": "Isolated", "invert": False}, ms_first]}, None),
     ]
 
 
