@@ -159,6 +159,8 @@ static void dequant_nvfp4(const uint8_t *packed, const uint8_t *scales, float gs
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+
+#include "engine/model/simd_int.h"
 /* dequant_nvfp4 with AVX2: the same eight magnitudes per group, picked by
  * vpermps from the code's low three bits, the sign bit from its fourth;
  * -v by flipping the sign bit is the scalar table's -lut[i] (0 gives -0.0
@@ -227,18 +229,6 @@ static float dot_nvfp4_avx2(const struct lg_linear *W, int r, const float *x)
 	return a[0];
 }
 
-/* lg_dot's closing sum of its 16 accumulators (lo = acc[0..7], hi =
- * acc[8..15]): acc[j] += acc[j + w] for w = 8, 4, 2, 1, the same adds. */
-__attribute__((target("avx2")))
-static inline float sum16(__m256 lo, __m256 hi)
-{
-	__m256 s = _mm256_add_ps(lo, hi);
-	__m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-	t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-	t = _mm_add_ss(t, _mm_shuffle_ps(t, t, 1));
-	return _mm_cvtss_f32(t);
-}
-
 __attribute__((target("avx2")))
 static float dot_f32_avx2(const float *a, const float *b, int n)
 {
@@ -249,7 +239,7 @@ static float dot_f32_avx2(const float *a, const float *b, int n)
 		hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8)));
 	}
 	if (i == n)
-		return sum16(lo, hi);
+		return fold16(lo, hi);
 	float acc[16];
 	_mm256_storeu_ps(acc, lo);
 	_mm256_storeu_ps(acc + 8, hi);
@@ -279,7 +269,7 @@ static float dot_bf16_avx2(const uint16_t *w, const float *x, int n)
 		                                     _mm256_loadu_ps(x + i + 8)));
 	}
 	if (i == n)
-		return sum16(lo, hi);
+		return fold16(lo, hi);
 	float acc[16];
 	_mm256_storeu_ps(acc, lo);
 	_mm256_storeu_ps(acc + 8, hi);
