@@ -21,6 +21,27 @@
 static int have_avx2(void);
 static float dot_f32_avx2(const float *a, const float *b, int n);
 
+/* lg_dot's closing sum of its 16 accumulators: acc[j] += acc[j + w] for
+ * w = 8, 4, 2, 1; the total. */
+__attribute__((always_inline))
+static inline float close16(float acc[16])
+{
+	for (int w = 8; w >= 1; w /= 2)
+		for (int j = 0; j < w; j++)
+			acc[j] += acc[j + w];
+	return acc[0];
+}
+
+/* A BF16 value's bits widened to the float it is (exact). */
+__attribute__((always_inline))
+static inline float bf16_f(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
 LG_CLONES
 static float dot_f32(const float *a, const float *b, int n)
 {
@@ -31,10 +52,7 @@ static float dot_f32(const float *a, const float *b, int n)
 			acc[j] += a[i + j] * b[i + j];
 	for (int j = 0; i < n; i++, j++)
 		acc[j] += a[i] * b[i];
-	for (int w = 8; w >= 1; w /= 2)
-		for (int j = 0; j < w; j++)
-			acc[j] += acc[j + w];
-	return acc[0];
+	return close16(acc);
 }
 
 /* 16 accumulators, acc[j] summing elements j, j + 16, ... (products rounded,
@@ -55,22 +73,11 @@ static float dot_bf16(const uint16_t *w, const float *x, int n)
 	float acc[16] = {0};
 	int i = 0;
 	for (; i + 16 <= n; i += 16)
-		for (int j = 0; j < 16; j++) {
-			uint32_t u = (uint32_t)w[i + j] << 16;
-			float f;
-			memcpy(&f, &u, 4);
-			acc[j] += f * x[i + j];
-		}
-	for (int j = 0; i < n; i++, j++) {
-		uint32_t u = (uint32_t)w[i] << 16;
-		float f;
-		memcpy(&f, &u, 4);
-		acc[j] += f * x[i];
-	}
-	for (int k = 8; k >= 1; k /= 2)
-		for (int j = 0; j < k; j++)
-			acc[j] += acc[j + k];
-	return acc[0];
+		for (int j = 0; j < 16; j++)
+			acc[j] += bf16_f(w[i + j]) * x[i + j];
+	for (int j = 0; i < n; i++, j++)
+		acc[j] += bf16_f(w[i]) * x[i];
+	return close16(acc);
 }
 
 /* lg_dot of four rows against one x: per row the same operations in the
@@ -245,10 +252,7 @@ static float dot_f32_avx2(const float *a, const float *b, int n)
 	_mm256_storeu_ps(acc + 8, hi);
 	for (int j = 0; i < n; i++, j++)
 		acc[j] += a[i] * b[i];
-	for (int k = 8; k >= 1; k /= 2)
-		for (int j = 0; j < k; j++)
-			acc[j] += acc[j + k];
-	return acc[0];
+	return close16(acc);
 }
 
 /* dot_bf16 in AVX2: the same 16 accumulators in two registers, the same
@@ -273,16 +277,9 @@ static float dot_bf16_avx2(const uint16_t *w, const float *x, int n)
 	float acc[16];
 	_mm256_storeu_ps(acc, lo);
 	_mm256_storeu_ps(acc + 8, hi);
-	for (int j = 0; i < n; i++, j++) {
-		uint32_t u = (uint32_t)w[i] << 16;
-		float f;
-		memcpy(&f, &u, 4);
-		acc[j] += f * x[i];
-	}
-	for (int k = 8; k >= 1; k /= 2)
-		for (int j = 0; j < k; j++)
-			acc[j] += acc[j + k];
-	return acc[0];
+	for (int j = 0; i < n; i++, j++)
+		acc[j] += bf16_f(w[i]) * x[i];
+	return close16(acc);
 }
 
 static int have_avx2(void)
