@@ -8,14 +8,15 @@
 #include <string.h>
 #include <sys/types.h>
 
-/* Length (2..4) of the valid UTF-8 sequence at s[0, n) and its code point,
- * or 0 when s[0] does not begin one (overlong forms, surrogates and values
- * above U+10FFFF are invalid). */
-static size_t utf8_seq(const unsigned char *s, size_t n, uint32_t *cp)
+size_t rq_utf8_char(const unsigned char *s, size_t n, uint32_t *cp)
 {
 	unsigned c = s[0];
 	size_t len;
 	uint32_t v, min;
+	if (c < 0x80) {
+		*cp = c;
+		return 1;
+	}
 	if (c >= 0xC2 && c <= 0xDF) {
 		len = 2, v = c & 0x1F, min = 0x80;
 	} else if (c >= 0xE0 && c <= 0xEF) {
@@ -63,7 +64,7 @@ static size_t unit(const unsigned char *s, size_t n, char esc[16], size_t *used)
 		default: return (size_t)snprintf(esc, 16, "\\x%02x", s[0]);
 		}
 	}
-	size_t len = utf8_seq(s, n, &cp);
+	size_t len = rq_utf8_char(s, n, &cp);
 	if (!len) {
 		*used = 1;
 		return (size_t)snprintf(esc, 16, "\\x%02x", s[0]);

@@ -16,12 +16,18 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Escapes at most n bytes of s (stops early at a NUL) into out (size cap >=
  * 1), always NUL-terminated; a result that does not fit ends in "...".
  * Returns out. s may be NULL ("(null)"). */
 char *rq_esc_n(char *out, size_t cap, const char *s, size_t n);
 char *rq_esc(char *out, size_t cap, const char *s);
+
+/* The length (1..4) of the valid UTF-8 character at s[0, n) (n >= 1), its
+ * code point in *cp; 0 when the bytes there are not one (overlong forms,
+ * surrogates, values above U+10FFFF, a sequence cut short). */
+size_t rq_utf8_char(const unsigned char *s, size_t n, uint32_t *cp);
 
 /* 1 when s[0, n) holds nothing rq_esc would change. */
 int rq_esc_clean(const char *s, size_t n);

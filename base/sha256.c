@@ -132,3 +132,13 @@ int sha256_file(const char *path, char hex[65])
 	sha256_hex(d, hex);
 	return 0;
 }
+
+void sha256_buf_hex(const void *buf, size_t n, char hex[65])
+{
+	struct sha256 s;
+	uint8_t d[32];
+	sha256_init(&s);
+	sha256_update(&s, buf, n);
+	sha256_final(&s, d);
+	sha256_hex(d, hex);
+}

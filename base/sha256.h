@@ -18,5 +18,7 @@ void sha256_final(struct sha256 *s, uint8_t out[32]);
 /* Lowercase hex of a file's SHA-256 into hex[65]. 0 or -errno. */
 int sha256_file(const char *path, char hex[65]);
 void sha256_hex(const uint8_t d[32], char hex[65]);
+/* Lowercase hex of the SHA-256 of buf[0, n) into hex[65]. */
+void sha256_buf_hex(const void *buf, size_t n, char hex[65]);
 
 #endif

@@ -89,13 +89,8 @@ static int hf_read(void *ctx, size_t i, uint64_t off, uint64_t len, void *buf,
 		               e->name, (unsigned long long)total, (unsigned long long)e->size,
 		               s->commit);
 	if (off == 0 && len == e->size && e->sha256) {
-		struct sha256 h;
-		uint8_t d[32];
 		char hex[65];
-		sha256_init(&h);
-		sha256_update(&h, buf, len);
-		sha256_final(&h, d);
-		sha256_hex(d, hex);
+		sha256_buf_hex(buf, len, hex);
 		if (strcmp(hex, e->sha256))
 			return rq_errf(err, -EPROTO, "%s/%s: sha256 mismatch: got %s, the hub's LFS "
 			               "sha256 is %s; the bytes were not used (a corrupt mirror or "

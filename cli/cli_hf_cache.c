@@ -77,13 +77,8 @@ static void head_load(struct cli_hf_cache *c, size_t i)
 static int check_whole(const struct cli_hf_cache *c, const struct rq_src_entry *e,
                        const void *buf, uint64_t len, struct rq_err *err)
 {
-	struct sha256 h;
-	uint8_t d[32];
 	char hex[65];
-	sha256_init(&h);
-	sha256_update(&h, buf, len);
-	sha256_final(&h, d);
-	sha256_hex(d, hex);
+	sha256_buf_hex(buf, len, hex);
 	if (strcmp(hex, e->sha256))
 		return rq_errf(err, -EPROTO, "%s/%s: sha256 mismatch in cache %s: got %s, the hub's "
 		               "LFS sha256 is %s; the bytes were not used (remove %s/remote and mount "

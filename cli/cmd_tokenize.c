@@ -17,6 +17,7 @@
 #include "cli/cli.h"
 #include "cli/cli_hf.h"
 #include "base/err.h"
+#include "base/esc.h"
 #include "base/file.h"
 #include "engine/chat/chat.h"
 #include "engine/tok/tokenizer.h"
@@ -59,46 +60,13 @@ struct tk_opts {
 	int chat, out;
 };
 
-/* The length of the valid UTF-8 character at s[0..n) (its code point in *cp),
- * or 0 when the bytes there are not one (overlong, surrogate, past U+10FFFF,
- * cut short). */
-static size_t utf8_char(const unsigned char *s, size_t n, uint32_t *cp)
-{
-	unsigned char c = s[0];
-	size_t len;
-	uint32_t v, min;
-	if (c < 0x80) {
-		*cp = c;
-		return 1;
-	}
-	if (c >= 0xC2 && c <= 0xDF)
-		len = 2, v = c & 0x1F, min = 0x80;
-	else if (c >= 0xE0 && c <= 0xEF)
-		len = 3, v = c & 0x0F, min = 0x800;
-	else if (c >= 0xF0 && c <= 0xF4)
-		len = 4, v = c & 0x07, min = 0x10000;
-	else
-		return 0;
-	if (n < len)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xC0) != 0x80)
-			return 0;
-		v = v << 6 | (s[i] & 0x3F);
-	}
-	if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
-		return 0;
-	*cp = v;
-	return len;
-}
-
 /* The offset of the first byte of s[0..n) that is not valid UTF-8, or n. */
 static size_t utf8_bad(const char *s, size_t n)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	uint32_t cp;
 	for (size_t i = 0; i < n;) {
-		size_t l = utf8_char(u + i, n - i, &cp);
+		size_t l = rq_utf8_char(u + i, n - i, &cp);
 		if (!l)
 			return i;
 		i += l;
@@ -123,7 +91,7 @@ static void put_piece(FILE *f, const char *s, size_t n)
 	putc('\'', f);
 	for (size_t i = 0; i < n;) {
 		uint32_t c;
-		size_t l = utf8_char(u + i, n - i, &c);
+		size_t l = rq_utf8_char(u + i, n - i, &c);
 		if (!l) {
 			fprintf(f, "\\x%02x", u[i++]);   /* not UTF-8: a raw byte (>= 0x80) */
 			continue;

@@ -142,6 +142,22 @@ static int act_quant_on(void)
 	return !(e && !strcmp(e, "0"));
 }
 
+/* The F32 [1] tensor name, a positive finite scale, into *gs. */
+static int global_scale(struct loader *L, const char *name, float *gs)
+{
+	int rc = 0;
+	const struct tref *g = ld_need(L, name, ST_F32, 1, 1, 0, &rc);
+	if (!g)
+		return rc;
+	float v;
+	memcpy(&v, ld_data(L, g), 4);
+	if (!isfinite(v) || !(v > 0))
+		return rq_errf(L->err, -EPROTO, "%s: tensor %s = %g is not a positive finite scale",
+		               L->m->files[g->file].path, name, v);
+	*gs = v;
+	return 0;
+}
+
 /* The input quantization of NVFP4 module mod (config: act_nvfp4): W4A4 with
  * <mod>.input_global_scale F32 [1] when the config asks for NVFP4 inputs. The
  * embedding is a lookup, never a product's input: left alone. */
@@ -159,14 +175,9 @@ static int bind_nvfp4_act(struct loader *L, const char *mod, struct lg_linear *o
 		               "Linears (W4A4) but no shard holds %s; export or mount with --calib so "
 		               "every module has its input_global_scale", L->m->dir, name);
 	}
-	const struct tref *g = ld_need(L, name, ST_F32, 1, 1, 0, &rc);
-	if (!g)
-		return rc;
 	float gs;
-	memcpy(&gs, ld_data(L, g), 4);
-	if (!isfinite(gs) || !(gs > 0))
-		return rq_errf(L->err, -EPROTO, "%s: tensor %s = %g is not a positive finite scale",
-		               L->m->files[g->file].path, name, gs);
+	if ((rc = global_scale(L, name, &gs)))
+		return rc;
 	out->act = LG_A_NVFP4;
 	out->in_gs = gs;
 	L->m->n_act++;
@@ -191,14 +202,9 @@ static int bind_nvfp4(struct loader *L, const char *mod, struct lg_linear *out)
 	if (!s)
 		return rc;
 	snprintf(name, sizeof name, "%s.weight_global_scale", mod);
-	const struct tref *g = ld_need(L, name, ST_F32, 1, 1, 0, &rc);
-	if (!g)
-		return rc;
 	float gs;
-	memcpy(&gs, ld_data(L, g), 4);
-	if (!isfinite(gs) || !(gs > 0))
-		return rq_errf(L->err, -EPROTO, "%s: tensor %s = %g is not a positive finite scale",
-		               L->m->files[g->file].path, name, gs);
+	if ((rc = global_scale(L, name, &gs)))
+		return rc;
 	struct lg_model *m = L->m;
 	float *div = malloc(512 * sizeof *div);
 	if (!div || RQ_GROW(m->owned, m->n_owned, m->cap_owned, 16)) {

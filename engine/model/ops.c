@@ -21,6 +21,27 @@
 static int have_avx2(void);
 static float dot_f32_avx2(const float *a, const float *b, int n);
 
+/* lg_dot's closing sum of its 16 accumulators: acc[j] += acc[j + w] for
+ * w = 8, 4, 2, 1; the total. */
+__attribute__((always_inline))
+static inline float close16(float acc[16])
+{
+	for (int w = 8; w >= 1; w /= 2)
+		for (int j = 0; j < w; j++)
+			acc[j] += acc[j + w];
+	return acc[0];
+}
+
+/* A BF16 value's bits widened to the float it is (exact). */
+__attribute__((always_inline))
+static inline float bf16_f(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
 LG_CLONES
 static float dot_f32(const float *a, const float *b, int n)
 {
@@ -31,10 +52,7 @@ static float dot_f32(const float *a, const float *b, int n)
 			acc[j] += a[i + j] * b[i + j];
 	for (int j = 0; i < n; i++, j++)
 		acc[j] += a[i] * b[i];
-	for (int w = 8; w >= 1; w /= 2)
-		for (int j = 0; j < w; j++)
-			acc[j] += acc[j + w];
-	return acc[0];
+	return close16(acc);
 }
 
 /* 16 accumulators, acc[j] summing elements j, j + 16, ... (products rounded,
@@ -55,22 +73,11 @@ static float dot_bf16(const uint16_t *w, const float *x, int n)
 	float acc[16] = {0};
 	int i = 0;
 	for (; i + 16 <= n; i += 16)
-		for (int j = 0; j < 16; j++) {
-			uint32_t u = (uint32_t)w[i + j] << 16;
-			float f;
-			memcpy(&f, &u, 4);
-			acc[j] += f * x[i + j];
-		}
-	for (int j = 0; i < n; i++, j++) {
-		uint32_t u = (uint32_t)w[i] << 16;
-		float f;
-		memcpy(&f, &u, 4);
-		acc[j] += f * x[i];
-	}
-	for (int k = 8; k >= 1; k /= 2)
-		for (int j = 0; j < k; j++)
-			acc[j] += acc[j + k];
-	return acc[0];
+		for (int j = 0; j < 16; j++)
+			acc[j] += bf16_f(w[i + j]) * x[i + j];
+	for (int j = 0; i < n; i++, j++)
+		acc[j] += bf16_f(w[i]) * x[i];
+	return close16(acc);
 }
 
 /* lg_dot of four rows against one x: per row the same operations in the
@@ -159,6 +166,8 @@ static void dequant_nvfp4(const uint8_t *packed, const uint8_t *scales, float gs
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+
+#include "engine/model/simd_int.h"
 /* dequant_nvfp4 with AVX2: the same eight magnitudes per group, picked by
  * vpermps from the code's low three bits, the sign bit from its fourth;
  * -v by flipping the sign bit is the scalar table's -lut[i] (0 gives -0.0
@@ -227,18 +236,6 @@ static float dot_nvfp4_avx2(const struct lg_linear *W, int r, const float *x)
 	return a[0];
 }
 
-/* lg_dot's closing sum of its 16 accumulators (lo = acc[0..7], hi =
- * acc[8..15]): acc[j] += acc[j + w] for w = 8, 4, 2, 1, the same adds. */
-__attribute__((target("avx2")))
-static inline float sum16(__m256 lo, __m256 hi)
-{
-	__m256 s = _mm256_add_ps(lo, hi);
-	__m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-	t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-	t = _mm_add_ss(t, _mm_shuffle_ps(t, t, 1));
-	return _mm_cvtss_f32(t);
-}
-
 __attribute__((target("avx2")))
 static float dot_f32_avx2(const float *a, const float *b, int n)
 {
@@ -249,16 +246,13 @@ static float dot_f32_avx2(const float *a, const float *b, int n)
 		hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8)));
 	}
 	if (i == n)
-		return sum16(lo, hi);
+		return fold16(lo, hi);
 	float acc[16];
 	_mm256_storeu_ps(acc, lo);
 	_mm256_storeu_ps(acc + 8, hi);
 	for (int j = 0; i < n; i++, j++)
 		acc[j] += a[i] * b[i];
-	for (int k = 8; k >= 1; k /= 2)
-		for (int j = 0; j < k; j++)
-			acc[j] += acc[j + k];
-	return acc[0];
+	return close16(acc);
 }
 
 /* dot_bf16 in AVX2: the same 16 accumulators in two registers, the same
@@ -279,20 +273,13 @@ static float dot_bf16_avx2(const uint16_t *w, const float *x, int n)
 		                                     _mm256_loadu_ps(x + i + 8)));
 	}
 	if (i == n)
-		return sum16(lo, hi);
+		return fold16(lo, hi);
 	float acc[16];
 	_mm256_storeu_ps(acc, lo);
 	_mm256_storeu_ps(acc + 8, hi);
-	for (int j = 0; i < n; i++, j++) {
-		uint32_t u = (uint32_t)w[i] << 16;
-		float f;
-		memcpy(&f, &u, 4);
-		acc[j] += f * x[i];
-	}
-	for (int k = 8; k >= 1; k /= 2)
-		for (int j = 0; j < k; j++)
-			acc[j] += acc[j + k];
-	return acc[0];
+	for (int j = 0; i < n; i++, j++)
+		acc[j] += bf16_f(w[i]) * x[i];
+	return close16(acc);
 }
 
 static int have_avx2(void)

@@ -24,6 +24,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "engine/model/simd_int.h"
+
 /* 2: AVX-512 (F, BW, VL), 1: AVX2 + F16C, 0: none (or switched off). */
 static int level(void)
 {
@@ -40,17 +42,6 @@ static int level(void)
 			v = 2;
 	}
 	return v;
-}
-
-/* lg_dot's closing sum: acc[j] += acc[j + w] for w = 8, 4, 2, 1. */
-__attribute__((target("avx2")))
-static inline float fold16(__m256 lo, __m256 hi)
-{
-	__m256 s = _mm256_add_ps(lo, hi);
-	__m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-	t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-	t = _mm_add_ss(t, _mm_shuffle_ps(t, t, 1));
-	return _mm_cvtss_f32(t);
 }
 
 __attribute__((target("avx512f")))
@@ -253,22 +244,7 @@ static void tiles_512(const float *w, size_t ldw, int R, const float *x, size_t 
 {
 	int t = 0;
 #define TILE(RR, UU) tile_512(w, ldw, RR, x + (size_t)t * ldx, ldx, UU, n, y + (size_t)t * ldy, ldy)
-#define ROWS(RR)                                  \
-	do {                                      \
-		for (; t + 3 <= T; t += 3)        \
-			TILE(RR, 3);              \
-		if (T - t == 2)                   \
-			TILE(RR, 2);              \
-		else if (T - t == 1)              \
-			TILE(RR, 1);              \
-	} while (0)
-	switch (R) {
-	case 4: ROWS(4); break;
-	case 3: ROWS(3); break;
-	case 2: ROWS(2); break;
-	default: ROWS(1); break;
-	}
-#undef ROWS
+	TILES_R4_U3(t, T, R, TILE);
 #undef TILE
 }
 

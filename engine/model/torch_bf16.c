@@ -157,17 +157,10 @@ static void gemm_portable(const float *x, size_t ldx, int T, const float *w, siz
 #include <immintrin.h>
 #include <stdlib.h>
 
-enum { TR = 4, TU = 3 };   /* a tile: rows x tokens */
+#include "engine/model/simd_int.h"
 
-/* lg_torch_hsum8 in registers: s = (v0+v4, v1+v5, v2+v6, v3+v7), then
- * (s0+s2, s1+s3), then their sum: the same three levels of adds. */
-__attribute__((target("avx2"), always_inline))
-static inline float hsum8_avx2(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
-}
+enum { TR = 4, TU = 3 };   /* a tile: rows x tokens */
+_Static_assert(TU == 3, "gemm_avx2 walks the tokens with TILES_R4_U3 (simd_int.h)");
 
 /* One tile of R <= TR rows x U <= TU tokens; R and U are constants where it
  * is inlined, so the loops unroll and the accumulators stay in registers. */
@@ -228,22 +221,7 @@ static void gemm_avx2(const float *x, size_t ldx, int T, const float *w, size_t 
 		float *yr = y + r;
 		int rr = R - r < TR ? R - r : TR, t = 0;
 #define TILE(RR, UU) tile_avx2(x + (size_t)t * ldx, ldx, UU, wr, ldw, RR, n, yr + (size_t)t * ldy, ldy)
-#define ROWS(RR)                                            \
-	do {                                                \
-		for (; t + TU <= T; t += TU)                \
-			TILE(RR, TU);                       \
-		if (T - t == 2)                             \
-			TILE(RR, 2);                        \
-		else if (T - t == 1)                        \
-			TILE(RR, 1);                        \
-	} while (0)
-		switch (rr) {
-		case 4: ROWS(4); break;
-		case 3: ROWS(3); break;
-		case 2: ROWS(2); break;
-		default: ROWS(1); break;
-		}
-#undef ROWS
+		TILES_R4_U3(t, T, rr, TILE);   /* TU = 3 */
 #undef TILE
 	}
 }

@@ -13,18 +13,15 @@ Root and /dev/fuse (CI). TAP output. Usage: test_calib_hf_offline.py REQUANTFS""
 import os, sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import hubsrv  # noqa: E402
-import rqtap  # noqa: E402
+import hfmount  # noqa: E402
 from rqtap import ok, run  # noqa: E402
 
 C1, C2 = "4" * 39 + "d", "5" * 39 + "e"
 
 
 def mount(mnt, cache, ep, calib, env=None):
-    os.makedirs(mnt, exist_ok=True)
-    rqtap.MOUNTS.append(os.path.abspath(mnt))
-    return run("mount", "hf://synthetic/ckpt@main", mnt, "--cache", cache, "--endpoint", ep,
-               "--calib", calib, "--passthrough", "off", env=env)
+    return hfmount.mount("hf://synthetic/ckpt@main", mnt, cache, ep, "--calib", calib,
+                         "--passthrough", "off", env=env)
 
 
 def read_all(mnt):
@@ -97,22 +94,5 @@ def body(T, hub, ep):
     return 0
 
 
-def main():
-    rqtap.init(sys.argv[1])
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        print("1..0 # SKIP needs root and /dev/fuse (as CI has)")
-        return 77
-    hub = hubsrv.Hub()
-    srv, ep = hubsrv.start(hub)
-    T = rqtap.ckpt_dirs("rq-calib-hf-offline-", 0o755)
-    try:
-        if rqtap.make_ckpt(T):
-            body(T, hub, ep)
-    finally:
-        rqtap.cleanup(T["tmp"])
-        srv.shutdown()
-    return rqtap.finish()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hfmount.main("rq-calib-hf-offline-", body))

@@ -20,6 +20,7 @@ Standard library only. TAP output. Usage: test_export_hf.py REQUANTFS"""
 import glob, hashlib, json, os, re, shutil, struct, subprocess, sys, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import hfmount  # noqa: E402
 import hubsrv  # noqa: E402
 import rqtap  # noqa: E402
 from rqtap import ok, run  # noqa: E402
@@ -79,6 +80,7 @@ def held(out):
 
 def body(T, hub, ep):
     src, ref, tmp = T["src"], T["ref"], T["tmp"]
+    hub.repos["synthetic/ckpt"] = {"refs": {"main": C1}, "commits": {C1: src}}
     same, changed = shard_kinds(T)
     if not ok(same and changed, "the checkpoint has unchanged and requantized shards",
               (same, changed)):
@@ -232,11 +234,8 @@ def none_mode_keys(T, hub, ep):
     tmp = T["tmp"]
     for mode in ("none", "file"):
         mnt, cache = os.path.join(tmp, "m-" + mode), os.path.join(tmp, "c-" + mode)
-        os.makedirs(mnt)
-        rqtap.MOUNTS.append(mnt)
         hub.reset()
-        rc, o = run("mount", SPEC, mnt, "--cache", cache, "--endpoint", ep, "--calib", T["cal"],
-                    "--remote-verify", mode)
+        rc, o = hfmount.mount(SPEC, mnt, cache, ep, "--calib", T["cal"], "--remote-verify", mode)
         if not ok(rc == 0, f"mount --remote-verify {mode}", o):
             continue
         rc, w = run("warm", mnt, timeout=300)
@@ -258,20 +257,5 @@ def none_mode_keys(T, hub, ep):
                "verified), equals the local export", o[-800:])
 
 
-def main():
-    rqtap.init(sys.argv[1])
-    hub = hubsrv.Hub()
-    srv, ep = hubsrv.start(hub)
-    T = rqtap.ckpt_dirs("rq-export-hf-", 0o755)
-    try:
-        if rqtap.make_ckpt(T, ref=True):
-            hub.repos["synthetic/ckpt"] = {"refs": {"main": C1}, "commits": {C1: T["src"]}}
-            body(T, hub, ep)
-    finally:
-        rqtap.cleanup(T["tmp"])
-        srv.shutdown()
-    return rqtap.finish()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hfmount.main("rq-export-hf-", body, root=False, ref=True))

@@ -17,10 +17,10 @@ mirror or proxy fills in (tests/hubsrv.py on 127.0.0.1):
 The mount parts need root and /dev/fuse (CI has them); the daemon runs under an
 address-space limit, so that a build that allocates by the claimed size fails
 the test instead of the machine. TAP. Usage: test_hostile4_hf.py REQUANTFS"""
-import json, os, resource, shutil, subprocess, sys, tempfile, threading, time
+import json, os, resource, shutil, subprocess, sys, threading, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import hubsrv  # noqa: E402
+import hfmount  # noqa: E402
 import rqtap  # noqa: E402
 from rqtap import ok, run  # noqa: E402
 
@@ -78,11 +78,7 @@ def read_timed(path, seconds=60):
 
 
 def daemon_pid(mnt):
-    try:
-        with open(os.path.join(mnt, ".requantfs", "status")) as f:
-            return int(json.load(f).get("pid", 0))
-    except (OSError, ValueError):
-        return 0
+    return int(hfmount.status(mnt).get("pid", 0))
 
 
 def vm_hwm(pid):
@@ -117,12 +113,10 @@ def unverifiable(tmp, hub, ep, root):
     if not root:
         return
     mnt = os.path.join(tmp, "mnt-unverified")
-    os.makedirs(mnt, exist_ok=True)
-    rqtap.MOUNTS.append(mnt)
     for names, what in (({TOK}, "a small file"), ({SHARD}, "the shard (requantized)")):
         hub.reset(no_blob=set(names), no_lfs=set(names))
-        rc, out = run("mount", spec, mnt, "--cache", os.path.join(tmp, "cache-u"), "--endpoint",
-                      ep, "--scheme", "nvfp4a16")
+        rc, out = hfmount.mount(spec, mnt, os.path.join(tmp, "cache-u"), ep, "--scheme",
+                                "nvfp4a16")
         name = next(iter(names))
         mounted = daemon_pid(mnt) != 0
         ok(rc == 1 and name in out and "cannot be verified" in out and
@@ -132,8 +126,8 @@ def unverifiable(tmp, hub, ep, root):
         if mounted:
             run("umount", mnt, timeout=60)
     hub.reset(no_blob={TOK})
-    rc, out = run("mount", spec, mnt, "--cache", os.path.join(tmp, "cache-u2"), "--endpoint", ep,
-                  "--scheme", "nvfp4a16", "--remote-verify", "none")
+    rc, out = hfmount.mount(spec, mnt, os.path.join(tmp, "cache-u2"), ep, "--scheme", "nvfp4a16",
+                            "--remote-verify", "none")
     if ok(rc == 0, "mount --remote-verify none accepts it", out):
         kind, val, _ = read_timed(os.path.join(mnt, TOK))
         with open(os.path.join(hub.repos[REPO]["commits"][C], TOK), "rb") as f:
@@ -184,7 +178,7 @@ def claimed(tmp, hub, ep, size, verify, k):
     ok(0 < hwm <= RSS_MAX, f"{what}: the daemon's peak RSS {hwm >> 20} MiB "
        f"(<= {RSS_MAX >> 20} MiB)", f"pid {pid} VmHWM {hwm}")
     run("umount", mnt, timeout=60)
-    text = open(log, errors="replace").read() if os.path.exists(log) else ""
+    text = hfmount.log_text(log)
     lines = [ln for ln in text.splitlines() if TOK in ln]
     server_said = size < (1 << 40)       # asked: the server's size named too
     ok(len(lines) == 1 and str(size) in lines[0] and (not server_said or str(real) in lines[0]),
@@ -193,29 +187,20 @@ def claimed(tmp, hub, ep, size, verify, k):
        f"{len(lines)} lines:\n" + "\n".join(lines[:6]) + "\n" + text[-800:])
 
 
-def main():
-    rqtap.init(sys.argv[1])
+def body(T, hub, ep):
+    tmp = T["tmp"]
     root = os.geteuid() == 0 and os.path.exists("/dev/fuse")
-    tmp = tempfile.mkdtemp(prefix="rq-hostile4-")
-    os.chmod(tmp, 0o755)
-    hub = hubsrv.Hub()
-    srv, ep = hubsrv.start(hub)
-    try:
-        hub.repos[REPO] = {"refs": {"main": C}, "commits": {C: make_repo(tmp)}}
-        unverifiable(tmp, hub, ep, root)
-        if not root:
-            print(f"ok {rqtap.n + 1} # SKIP mounts (item 2, item 1 at mount): need root and "
-                  "/dev/fuse (as CI has)")
-            rqtap.n += 1
-        else:
-            cases = [(10**12, "file"), (10**14, "file"), (9 * 10**15, "file"), (10**12, "none")]
-            for k, (size, verify) in enumerate(cases):
-                claimed(tmp, hub, ep, size, verify, k)
-    finally:
-        rqtap.cleanup(tmp)
-        srv.shutdown()
-    return rqtap.finish()
+    hub.repos[REPO] = {"refs": {"main": C}, "commits": {C: make_repo(tmp)}}
+    unverifiable(tmp, hub, ep, root)
+    if not root:
+        print(f"ok {rqtap.n + 1} # SKIP mounts (item 2, item 1 at mount): need root and "
+              "/dev/fuse (as CI has)")
+        rqtap.n += 1
+    else:
+        cases = [(10**12, "file"), (10**14, "file"), (9 * 10**15, "file"), (10**12, "none")]
+        for k, (size, verify) in enumerate(cases):
+            claimed(tmp, hub, ep, size, verify, k)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hfmount.main("rq-hostile4-", body, root=False, ckpt=False))

@@ -17,8 +17,9 @@ Root and /dev/fuse (CI). TAP output. Usage: test_mount_hf.py REQUANTFS"""
 import json, os, shutil, struct, sys, tempfile, threading, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import hfmount  # noqa: E402
 import hubsrv  # noqa: E402
-import rqtap  # noqa: E402
+from hfmount import differing, mount, status, umount  # noqa: E402
 from rqtap import ok, run  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -37,44 +38,6 @@ def small_budget(d):
         p = os.path.join(d, f)
         n += header_len(p) if f.endswith(".safetensors") else os.path.getsize(p)
     return n
-
-
-def mount(spec, mnt, cache, ep, *extra, env=None):
-    os.makedirs(mnt, exist_ok=True)
-    rqtap.MOUNTS.append(os.path.abspath(mnt))
-    return run("mount", spec, mnt, "--cache", cache, "--endpoint", ep, *extra, env=env)
-
-
-def umount(mnt):
-    t = time.monotonic()
-    rc, out = run("umount", mnt, timeout=60)
-    return rc, out, time.monotonic() - t
-
-
-def status(mnt):
-    try:
-        with open(os.path.join(mnt, ".requantfs", "status")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
-
-
-def differing(mnt, ref):
-    """Files of ref that read differently through mnt (or are missing there)."""
-    bad = []
-    for n in sorted(os.listdir(ref)):
-        try:
-            with open(os.path.join(mnt, n), "rb") as f:
-                got = f.read()
-        except OSError as e:
-            bad.append(f"{n}: {e}")
-            continue
-        with open(os.path.join(ref, n), "rb") as f:
-            if got != f.read():
-                bad.append(n)
-    if sorted(os.listdir(mnt)) != sorted(os.listdir(ref)):
-        bad.append("listing: %s vs %s" % (sorted(os.listdir(mnt)), sorted(os.listdir(ref))))
-    return bad
 
 
 def read_with_deadline(path, seconds):
@@ -574,22 +537,5 @@ def body(T, hub, ep):
     return 0
 
 
-def main():
-    rqtap.init(sys.argv[1])
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        print("1..0 # SKIP needs root and /dev/fuse (as CI has)")
-        return 77
-    hub = hubsrv.Hub()
-    srv, ep = hubsrv.start(hub)
-    T = rqtap.ckpt_dirs("rq-mount-hf-", 0o755)
-    try:
-        if rqtap.make_ckpt(T):
-            body(T, hub, ep)
-    finally:
-        rqtap.cleanup(T["tmp"])
-        srv.shutdown()
-    return rqtap.finish()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hfmount.main("rq-mount-hf-", body))

@@ -22,8 +22,8 @@ Root and /dev/fuse (CI). TAP output. Usage: test_mount_hf_budget.py REQUANTFS"""
 import json, os, sys, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import hubsrv  # noqa: E402
-import rqtap  # noqa: E402
+import hfmount  # noqa: E402
+from hfmount import status  # noqa: E402
 from rqtap import ok, run  # noqa: E402
 
 C1 = "3" * 39 + "c"
@@ -49,14 +49,6 @@ def budgeted(cache):
     return sum(du(os.path.join(cache, e)) for e in os.listdir(cache) if e != "hf")
 
 
-def status(mnt):
-    try:
-        with open(os.path.join(mnt, ".requantfs", "status")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
-
-
 def body(T, hub, ep):
     tmp = T["tmp"]
     hub.repos["synthetic/ckpt"] = {"refs": {"main": C1}, "commits": {C1: T["src"]}}
@@ -67,16 +59,13 @@ def body(T, hub, ep):
     presented = sum(os.path.getsize(os.path.join(ref, n)) for n in names)
     limit = presented * 2 // 5
     cache, mnt, log = (os.path.join(tmp, x) for x in ("cache", "mnt", "mount.log"))
-    os.makedirs(mnt)
-    rqtap.MOUNTS.append(mnt)
     worst, bad, refetched = 0, [], 0
     for rnd, order in enumerate((names, list(reversed(names)))):
         # the second pass on a fresh mount of the same cache (the first one's page
         # cache would answer it): what was evicted is fetched again
         hub.reset()
-        rc, out = run("mount", "hf://synthetic/ckpt", mnt, "--cache", cache, "--endpoint", ep,
-                      "--calib", T["cal"], "--cache-max", str(limit), "--log", log,
-                      "--remote-verify", "none")
+        rc, out = hfmount.mount("hf://synthetic/ckpt", mnt, cache, ep, "--calib", T["cal"],
+                                "--cache-max", str(limit), "--log", log, "--remote-verify", "none")
         if not ok(rc == 0, f"mount {rnd + 1} of hf://synthetic/ckpt --cache-max {limit} "
                   f"--remote-verify none (the mount presents {presented} bytes)", out):
             return 1
@@ -120,10 +109,8 @@ def file_mode(T, ep, ref, names, presented, tight):
     largest = max(os.path.getsize(os.path.join(T["src"], n)) for n in os.listdir(T["src"]))
     for what, limit in (("enough", presented + largest), ("tight", tight)):
         cache, mnt, log = (os.path.join(tmp, f"{x}-{what}") for x in ("cache", "mnt", "log"))
-        os.makedirs(mnt)
-        rqtap.MOUNTS.append(mnt)
-        rc, out = run("mount", "hf://synthetic/ckpt", mnt, "--cache", cache, "--endpoint", ep,
-                      "--calib", T["cal"], "--cache-max", str(limit), "--log", log)
+        rc, out = hfmount.mount("hf://synthetic/ckpt", mnt, cache, ep, "--calib", T["cal"],
+                                "--cache-max", str(limit), "--log", log)
         if not ok(rc == 0, f"--remote-verify file: mount with --cache-max {limit} ({what})", out):
             return 1
         worst, bad, failed = 0, [], []
@@ -153,22 +140,5 @@ def file_mode(T, ep, ref, names, presented, tight):
     return 0
 
 
-def main():
-    rqtap.init(sys.argv[1])
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        print("1..0 # SKIP needs root and /dev/fuse (as CI has)")
-        return 77
-    hub = hubsrv.Hub()
-    srv, ep = hubsrv.start(hub)
-    T = rqtap.ckpt_dirs("rq-mount-hf-budget-", 0o755)
-    try:
-        if rqtap.make_ckpt(T):
-            body(T, hub, ep)
-    finally:
-        rqtap.cleanup(T["tmp"])
-        srv.shutdown()
-    return rqtap.finish()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hfmount.main("rq-mount-hf-budget-", body))

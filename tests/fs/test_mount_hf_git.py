@@ -11,6 +11,7 @@ Root and /dev/fuse (CI). TAP output. Usage: test_mount_hf_git.py REQUANTFS"""
 import os, sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import hfmount  # noqa: E402
 import hubsrv  # noqa: E402
 import rqtap  # noqa: E402
 from rqtap import ok, run  # noqa: E402
@@ -21,21 +22,11 @@ SHARD = "model.safetensors"
 
 
 def differing(mnt, ref):
-    bad = []
-    for n in sorted(os.listdir(ref)):
-        try:
-            with open(os.path.join(mnt, n), "rb") as f:
-                got = f.read()
-        except OSError as e:
-            bad.append(f"{n}: {e}")
-            continue
-        with open(os.path.join(ref, n), "rb") as f:
-            if got != f.read():
-                bad.append(n)
-    return bad
+    return hfmount.differing(mnt, ref, listing=False)
 
 
-def body(tmp, hub, ep):
+def body(T, hub, ep):
+    tmp = T["tmp"]
     tiny = os.path.join(ROOT, "tests", "data", "tiny", "llama")
     hub.repos["plain/tiny"] = {"refs": {"main": C}, "commits": {C: tiny}}
     hub.reset(no_lfs={SHARD})
@@ -80,23 +71,5 @@ def body(tmp, hub, ep):
     return 0
 
 
-def main():
-    rqtap.init(sys.argv[1])
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        print("1..0 # SKIP needs root and /dev/fuse (as CI has)")
-        return 77
-    hub = hubsrv.Hub()
-    srv, ep = hubsrv.start(hub)
-    import tempfile  # noqa: E402
-    tmp = tempfile.mkdtemp(prefix="rq-mount-hf-git-")
-    os.chmod(tmp, 0o755)
-    try:
-        body(tmp, hub, ep)
-    finally:
-        rqtap.cleanup(tmp)
-        srv.shutdown()
-    return rqtap.finish()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hfmount.main("rq-mount-hf-git-", body, ckpt=False))

@@ -12,8 +12,7 @@ Stdlib only. TAP output. Usage: test_verify_hf.py REQUANTFS"""
 import os, re, sys, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import hubsrv  # noqa: E402
-import rqtap  # noqa: E402
+import hfmount  # noqa: E402
 from rqtap import ok, run  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -115,19 +114,5 @@ def body(T, hub, ep):
     return 0
 
 
-def main():
-    rqtap.init(sys.argv[1])
-    hub = hubsrv.Hub()
-    srv, ep = hubsrv.start(hub)
-    T = rqtap.ckpt_dirs("rq-verify-hf-")
-    try:
-        if rqtap.make_ckpt(T):
-            body(T, hub, ep)
-    finally:
-        rqtap.cleanup(T["tmp"])
-        srv.shutdown()
-    return rqtap.finish()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hfmount.main("rq-verify-hf-", body, root=False, mode=None))

@@ -10,24 +10,16 @@ the chunk store would retry for minutes):
   - a killed reader of a data file (dd) is gone as quickly;
   - umount still returns promptly, and the daemon then exits.
 Root and /dev/fuse (CI). TAP output. Usage: test_warm_stop.py REQUANTFS"""
-import json, os, signal, subprocess, sys, tempfile, time
+import json, os, signal, subprocess, sys, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import hubsrv  # noqa: E402
+import hfmount  # noqa: E402
 import rqtap  # noqa: E402
-from rqtap import ok, run  # noqa: E402
+from rqtap import ok  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 C = "3" * 39 + "c"
 PROCS = []        # every process started here: killed and reaped at exit
-
-
-def status(mnt):
-    try:
-        with open(os.path.join(mnt, ".requantfs", "status")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
 
 
 def state(pid):
@@ -53,7 +45,7 @@ def waits(p, mnt, seconds=2.0):
     """p still runs after seconds, with a job of the mount in flight (a worker in
     the stalled fetch): what the signal must cut short."""
     time.sleep(seconds)
-    st = status(mnt)
+    st = hfmount.status(mnt)
     return p.poll() is None and st.get("jobs_in_flight", 0) + st.get("parked_reads", 0) > 0, st
 
 
@@ -72,14 +64,11 @@ def signalled(p, sig, limit):
     return gone_within(p, limit)
 
 
-def body(tmp, hub, ep):
+def body(T, hub, ep):
     tiny = os.path.join(ROOT, "tests", "data", "tiny", "llama")
     hub.repos["synthetic/tiny-llama"] = {"refs": {"main": C}, "commits": {C: tiny}}
-    mnt, cache = os.path.join(tmp, "mnt"), os.path.join(tmp, "cache")
-    os.makedirs(mnt)
-    rqtap.MOUNTS.append(mnt)
-    rc, out = run("mount", "hf://synthetic/tiny-llama", mnt, "--cache", cache, "--endpoint", ep,
-                  "--scheme", "nvfp4a16")
+    mnt, cache = os.path.join(T["tmp"], "mnt"), os.path.join(T["tmp"], "cache")
+    rc, out = hfmount.mount("hf://synthetic/tiny-llama", mnt, cache, ep, "--scheme", "nvfp4a16")
     if not ok(rc == 0, "mount hf://synthetic/tiny-llama --scheme nvfp4a16", out):
         return
     daemon = rqtap.daemon_pid(mnt)
@@ -113,42 +102,25 @@ def body(tmp, hub, ep):
        f"the stalled hub (dd), SIGKILL: gone in {dt:.2f} s",
        f"was running: {running}; rc {rc}\n{out}")
 
-    t = time.monotonic()
-    rc, out = run("umount", mnt, timeout=60)
-    dt = time.monotonic() - t
+    rc, out, dt = hfmount.umount(mnt)
     ok(rc == 0 and dt < 10, f"umount returns in {dt:.1f} s with the hub still stalled", out)
-    t = time.monotonic()
-    while rqtap.alive(daemon) and time.monotonic() - t < 30:
-        time.sleep(0.2)
-    ok(not rqtap.alive(daemon), f"the daemon exits after umount ({time.monotonic() - t:.1f} s; "
-       "a worker stuck in the fetch is left behind, not waited for)", f"pid {daemon}")
+    gone, dt = hfmount.daemon_exit(daemon)
+    ok(gone, f"the daemon exits after umount ({dt:.1f} s; a worker stuck in the fetch is left "
+       "behind, not waited for)", f"pid {daemon}")
 
 
-def main():
-    rqtap.init(sys.argv[1])
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        print("1..0 # SKIP needs root and /dev/fuse (as CI has)")
-        return 77
-    hub = hubsrv.Hub()
-    srv, ep = hubsrv.start(hub)
-    tmp = tempfile.mkdtemp(prefix="rq-warm-stop-")
-    os.chmod(tmp, 0o755)
-    try:
-        body(tmp, hub, ep)
-    finally:
-        for p in PROCS:
-            if p.poll() is None:
-                p.kill()
-        rqtap.cleanup(tmp)        # kills the daemon: a reader stuck in it is let go
-        for p in PROCS:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
-        hub.reset()
-        srv.shutdown()
-    return rqtap.finish()
+def teardown(T, hub):
+    for p in PROCS:
+        if p.poll() is None:
+            p.kill()
+    rqtap.cleanup(T["tmp"])       # kills the daemon: a reader stuck in it is let go
+    for p in PROCS:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+    hub.reset()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hfmount.main("rq-warm-stop-", body, ckpt=False, teardown=teardown))

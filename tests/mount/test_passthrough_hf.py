@@ -17,19 +17,11 @@ tests/hubsrv.py."""
 import json, os, sys, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import hubsrv  # noqa: E402
-import rqtap  # noqa: E402  (TAP, run, mounts cleaned up at exit)
+import hfmount  # noqa: E402
+from hfmount import status  # noqa: E402
 from rqtap import ok, run  # noqa: E402
 
 C1 = "3" * 39 + "c"
-
-
-def status(mnt):
-    try:
-        with open(os.path.join(mnt, ".requantfs", "status")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
 
 
 def drop(path):
@@ -62,10 +54,7 @@ def settle(mnt, seconds=60):
 
 
 def mount(mnt, cache, ep, cal, *extra):
-    os.makedirs(mnt, exist_ok=True)
-    rqtap.MOUNTS.append(os.path.abspath(mnt))
-    return run("mount", "hf://synthetic/ckpt", mnt, "--cache", cache, "--endpoint", ep,
-               "--calib", cal, *extra)
+    return hfmount.mount("hf://synthetic/ckpt", mnt, cache, ep, "--calib", cal, *extra)
 
 
 def body(T, hub, ep):
@@ -153,22 +142,5 @@ def body(T, hub, ep):
     return 0
 
 
-def main():
-    rqtap.init(sys.argv[1])
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        print("1..0 # SKIP needs root and /dev/fuse (as CI has)")
-        return 77
-    hub = hubsrv.Hub()
-    srv, ep = hubsrv.start(hub)
-    T = rqtap.ckpt_dirs("rq-pt-hf-", 0o755)
-    try:
-        if rqtap.make_ckpt(T):
-            body(T, hub, ep)
-    finally:
-        rqtap.cleanup(T["tmp"])
-        srv.shutdown()
-    return rqtap.finish()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hfmount.main("rq-pt-hf-", body))
