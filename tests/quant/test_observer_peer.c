@@ -8,6 +8,9 @@
  * Such groups are counted and printed with both sums (from the oracle's arithmetic); they
  * must stay under 0.1 % of the groups, and every other byte must be equal: a module with a
  * differing group is compared on its other groups' scales only.
+ * The committed file was made with --quick (awkward inline tensors and every Linear of the
+ * tiny MoE); cases on SmolLM2's tensors (gen_observer_golden.py without --quick) are read
+ * from .models/ when present and skipped with a note otherwise.
  * argv[1]: the file; argv[2]: the source root (for .models/ and tests/data/tiny/). */
 #include "quant/observer.h"
 #include "quant/observer_int.h"
