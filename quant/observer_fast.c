@@ -280,6 +280,55 @@ T512 int alive_512(const float *acc, float bound, int later, int live)
 	return (m & (__mmask16)((1u << live) - 1u)) != 0;
 }
 GROUP_ERRS_DEF(group_errs_512, T512, pw_512s, alive_512)
+/* NVFP4's groups of 16 with reciprocals, the hot case: group_errs_512's arithmetic on |x|
+ * (the error's magnitude is the same: R(y) has the sign of x and round-to-nearest is
+ * symmetric), with the dequantized values bf16(v * s) of the 7 nonzero FP4 magnitudes
+ * made once per batch and picked by the same seven comparisons. */
+T512 int fp4x16_512(const uint16_t *w, const float *s, const float *r, const float *T,
+                    float *err, float bound, int later, int live, const uint8_t *ord)
+{
+	static const float mag[7] = {0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+	static const float thr[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+	__m512 sv = _mm512_loadu_ps(s), rv = _mm512_loadu_ps(r), qv[7], v[8];
+	__m512 acc = _mm512_setzero_ps();
+	for (int k = 0; k < 7; k++)
+		qv[k] = bf16_512(_mm512_mul_ps(_mm512_set1_ps(mag[k]), sv));
+	for (int l = 0; l < 8; l++)
+		v[l] = _mm512_setzero_ps();
+	const __m512i rnd = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
+	const __m512i low = _mm512_set1_epi32(0x7FFF);
+	for (int k = 0; k < 8; k++) {
+		int l = ord[k];
+		__m512 p2[2];
+		for (int h = 0; h < 2; h++) {
+			__m512 xa = _mm512_set1_ps(rq_bf16f(w[l + 8 * h] & 0x7FFFu));
+			__m512 y = bf16_512(_mm512_mul_ps(xa, rv)), q = _mm512_setzero_ps();
+			for (int t = 0; t < 7; t++)
+				q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(y, _mm512_set1_ps(thr[t]),
+				                                             t % 2 ? _CMP_GE_OQ : _CMP_GT_OQ),
+				                       qv[t]);
+			__m512i u = _mm512_castps_si512(_mm512_sub_ps(q, xa));
+			u = _mm512_add_epi32(_mm512_add_epi32(u, rnd),
+			                     _mm512_and_si512(_mm512_srli_epi32(u, 16), one));
+			p2[h] = _mm512_i32gather_ps(_mm512_and_si512(_mm512_srli_epi32(u, 16), low), T, 4);
+		}
+		v[l] = _mm512_add_ps(p2[0], p2[1]);
+		if (k == 0 || k == 6)
+			continue;
+		acc = _mm512_setzero_ps();
+		for (int j = 0; j < 8; j++)
+			acc = _mm512_add_ps(acc, v[j]);
+		if (k < 7) {
+			float a[NC];
+			_mm512_storeu_ps(a, acc);
+			if (!alive_512(a, bound, later, live))
+				return 0;
+		}
+	}
+	_mm512_storeu_ps(err, bf16_512(acc));
+	return 1;
+}
+
 /* one call per batch of NC candidates: not inlined, so that the other variants can name
  * them without AVX-512 code in their bodies */
 #define GERR512(k, K) __attribute__((target("arch=x86-64-v4"), noinline)) static int \
@@ -287,7 +336,14 @@ GROUP_ERRS_DEF(group_errs_512, T512, pw_512s, alive_512)
 	            const float *T, float *scratch, float *err, float bd, int lt, int lv, \
 	            const uint8_t *od) \
 	{ return group_errs_512(K, w, n, s, r, T, scratch, err, bd, lt, lv, od); }
-GERR512(fp4, RQ_OBS_FP4)
+__attribute__((target("arch=x86-64-v4"), noinline)) static int
+gerr512_fp4(const uint16_t *w, size_t n, const float *s, const float *r, const float *T,
+            float *scratch, float *err, float bd, int lt, int lv, const uint8_t *od)
+{
+	if (n == 16 && r)
+		return fp4x16_512(w, s, r, T, err, bd, lt, lv, od);
+	return group_errs_512(RQ_OBS_FP4, w, n, s, r, T, scratch, err, bd, lt, lv, od);
+}
 GERR512(int4, RQ_OBS_INT4)
 GERR512(int8, RQ_OBS_INT8)
 GERR512(fp8, RQ_OBS_FP8)
@@ -329,16 +385,17 @@ void search_body(int isa, int kind, const struct rq_obs_params *p, const uint16_
 			a = v > a ? v : a;
 		}
 		uint8_t ord[8];       /* group of 16: its pairs (l, l + 8) by falling max |w| */
-		uint32_t pm[8];
-		for (int j = 0; group == 16 && j < 8; j++) {   /* insertion sort, stable */
-			uint32_t v = RQ_MAXU(wg[j] & 0x7FFFu, wg[j + 8] & 0x7FFFu);
-			int k = j;
-			for (; k > 0 && pm[k - 1] < v; k--) {
-				pm[k] = pm[k - 1];
-				ord[k] = ord[k - 1];
+		if (group == 16) {    /* ranks, branch-free (ties: the lower index first) */
+			uint32_t pm[8], rk[8];
+			for (int j = 0; j < 8; j++) {
+				pm[j] = RQ_MAXU(wg[j] & 0x7FFFu, wg[j + 8] & 0x7FFFu);
+				rk[j] = 0;
 			}
-			pm[k] = v;
-			ord[k] = (uint8_t)j;
+			for (int k = 0; k < 8; k++)
+				for (int j = 0; j < 8; j++)
+					rk[j] += (pm[k] > pm[j]) | ((pm[k] == pm[j]) & (k < j));
+			for (int j = 0; j < 8; j++)
+				ord[rk[j]] = (uint8_t)j;
 		}
 		/* every step's scale and its reciprocal (a step whose scale equals an earlier
 		 * one's has that one's error: never chosen over it, never improving) */
