@@ -5,7 +5,9 @@
  * before return. Errors as kquant.cu's (kq_cuda_fail: -ENOMEM, -ENODEV, -EIO, ...). */
 #include "kernels/kquant_int.h"
 #include "kernels/kq_obs.cuh"
+extern "C" {
 #include "quant/observer_int.h"
+}
 
 #include <errno.h>
 
