@@ -8,6 +8,7 @@
  *
  *   quantizer kquant_stub.c    kquant.h without CUDA: -ENODEV, CPU fallback
  *             kquant_bench.cu  kq_bench: the quantizer's kernels vs copies
+ *             kq_obs.cu        the MSE observers' search (kq_obs.cuh's kernel)
  *             kquant.cu        the GPU twin of quant/: jobs, slots, streams
  *             kquant_kern.cu   the quantizer's kernels and launchers
  *   ops       ek_moe.cu        the routed experts of a MoE block

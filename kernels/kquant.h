@@ -81,6 +81,16 @@ unsigned long long kq_host_copied(const struct kq_ctx *k);
 int kq_host_alloc(struct kq_ctx *k, size_t bytes, void **out, char *msg, size_t msglen);
 void kq_host_free(struct kq_ctx *k, void *p);
 
+/* The MSE observers' search (quant/observer_int.h) of one module on the GPU: for
+ * w[rows][cols] in groups of `group` columns, best[] and (mask non-NULL) mask[] per group
+ * exactly as rq_obs_search_rows gives them; kind is enum rq_obs_kind, p rq_obs_params().
+ * quant/'s rq_obs_choose and rq_obs_range turn them into ranges. Synchronous; -EINVAL bad
+ * kind/group, -ENOMEM over mem_limit, CUDA errors as kq_quantize_job. (kq_obs.cu) */
+struct rq_obs_params;
+int kq_obs_search(struct kq_ctx *k, int kind, const struct rq_obs_params *p,
+                  const uint16_t *w, size_t rows, size_t cols, size_t group, uint8_t *best,
+                  uint32_t *mask, char *msg, size_t msglen);
+
 /* ---- additions for tests and `requantfs bench quant --device cuda` ---- */
 
 /* gs[i] = rq_global_scale(r, amax[i] widened) computed by the device code

@@ -100,12 +100,6 @@ int rq_observer_ok(enum rq_scheme s, enum rq_recipe r, enum rq_src_dtype src,
 	return s != RQ_SCHEME_NVFP4 && r == RQ_RECIPE_BF16 && src == RQ_SRC_BF16 ? 0 : -ENOTSUP;
 }
 
-static int kind_of(enum rq_scheme s)
-{
-	return s == RQ_SCHEME_W4A16 ? RQ_OBS_INT4 : s == RQ_SCHEME_W8A16 ? RQ_OBS_INT8
-	     : s == RQ_SCHEME_FP8_DYNAMIC ? RQ_OBS_FP8 : RQ_OBS_FP4;
-}
-
 /* ---- one module's search, threaded over rows ---- */
 
 struct search_ctx {
@@ -257,7 +251,7 @@ int rq_scheme_quantize_obs(enum rq_scheme s, enum rq_recipe r, enum rq_observer 
 	const struct rq_obs_params *p = rq_obs_params(o);
 	struct rq_stensor t[3][RQ_SCHEME_MAX_TENSORS];
 	uint16_t *rng[3] = {NULL, NULL, NULL};
-	int kind = kind_of(s), rc = 0, nt;
+	int kind = rq_obs_kind(s), rc = 0, nt;
 	uint64_t sz;
 	if (!p || n < 1 || n > 3 || (unsigned)s >= RQ_SCHEME_COUNT)
 		return -EINVAL;

@@ -1,16 +1,29 @@
 /* observer_fast.c — the MSE observers' search, fast (observer_int.h): observer_ref.c's
  * results, bit for bit, from the same binary32 operations in a different layout.
  *
- * Two ideas, both exact:
+ * Ideas, all exact:
  *  - candidates in lanes: a batch of NC candidate scales is evaluated together, every
- *    weight against all NC (broadcast w, NC divisions), so each lane's sum follows torch's
- *    order of additions as plain element-wise adds (no horizontal reduction, no reordering);
+ *    weight against all NC (broadcast w), so each lane's sum follows torch's order of
+ *    additions as plain element-wise adds (no horizontal reduction, no reordering);
  *  - a step whose scale equals the previous step's has the previous error, which cannot be
  *    strictly below the best: it is skipped (scales fall with the steps, so equal ones are
- *    neighbours), and only the distinct scales are evaluated.
- * |d|^2.40625 is a lookup in rq_obs_pow_table (|d| is a BF16). Every step is one IEEE
- * binary32 operation or a bit manipulation, branch-free in the lanes; compiled for SSE2,
- * AVX2 and AVX-512 like scheme_kern.c (quant_int.h's rq_quant_isa picks). */
+ *    neighbours), and only the distinct scales are evaluated;
+ *  - no division: bf16(x / s) == bf16(x * (float)(1 / s)) for BF16 x and s whenever 1/s
+ *    and x/s are binary32 normals. Proof: x = X 2^i, s = S 2^j with integers X, S <= 255,
+ *    so a BF16 rounding boundary (a midpoint M 2^k, M odd, 256 < M < 512) is never hit
+ *    exactly (X = S M 2^(k-i+j) would need X's odd part >= M > 255) and the quotient is at
+ *    least |X 2^t - S M| / (S M) >= 2^-17 (relative) away from every one; x * r is within
+ *    2^-23 of x / s (two roundings of 2^-24), and so is the binary32 quotient, so both
+ *    round to the same BF16. Below the normals (a quotient < 2^-126) every kind rounds to
+ *    0 and the error is |x| either way. A group with a scale outside [2^-126, 2^125]
+ *    (weights near the ends of the BF16 range) divides (exhaustively checked in
+ *    tests/quant/test_observer.c);
+ *  - groups of 16 (NVFP4): torch's sum of 16 is (((0 + v0) + v1) .. + v7), v_l = p_l +
+ *    p_(l+8), done directly; wider groups skip the cascade's levels they never reach.
+ * |d|^2.40625 is a lookup in rq_obs_pow_table (|d| is a BF16): an AVX-512 gather in the
+ * avx512 variant (pw_512, the same operations in intrinsics), scalar loads elsewhere.
+ * Compiled for SSE2, AVX2 and AVX-512 like scheme_kern.c (quant_int.h's rq_quant_isa
+ * picks). */
 #include "quant/observer_int.h"
 #include "quant/quant_int.h"
 
@@ -19,8 +32,10 @@
 #if defined(__x86_64__) && \
     ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
 #define RQ_X86_VARIANTS 1
+#include <immintrin.h>
 #endif
 
+#define RQ_MAXU(a, b) ((a) > (b) ? (a) : (b))
 #define NC 16                       /* candidates per batch (lanes) */
 #define ROUND_MAGIC 12582912.0f     /* 1.5 * 2^23: x + M - M rounds |x| <= 2^22 to even */
 #define FP8_MAX_BITS 0x43E00000u    /* 448.0f */
@@ -33,43 +48,114 @@ size_t rq_obs_scratch_bytes(size_t group)
 	return n * NC * sizeof(float);
 }
 
-/* pw of weight x against the NC scales s: T[|bf16(bf16(R(clamp(bf16(x / s))) * s) - x)|] */
+/* pw of weight x against the NC scales s (reciprocals r, or NULL: divide):
+ * T[|bf16(bf16(R(clamp(bf16(x / s))) * s) - x)|] */
 static inline __attribute__((always_inline))
-void pw_lanes(int kind, float x, const float *s, const float *T, float *out)
+void pw_lanes(int kind, float x, const float *s, const float *r, const float *T, float *out)
 {
 	float lo = kind == RQ_OBS_INT4 ? -8.0f : -128.0f, hi = kind == RQ_OBS_INT4 ? 7.0f : 127.0f;
 	for (int c = 0; c < NC; c++) {
-		float y = rq_round_bf16(x / s[c]), r;
+		float y = rq_round_bf16(r ? x * r[c] : x / s[c]), v;
 		if (kind == RQ_OBS_FP4) {
 			float a = rq_u2f(rq_f2u(y) & 0x7FFFFFFFu);
-			r = 0.5f * (float)((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f))
+			v = 0.5f * (float)((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f))
 			  + (float)((a > 2.5f) + (a >= 3.5f)) + 2.0f * (float)(a > 5.0f);
-			r = rq_u2f(rq_f2u(r) | (rq_f2u(y) & 0x80000000u));
+			v = rq_u2f(rq_f2u(v) | (rq_f2u(y) & 0x80000000u));
 		} else if (kind == RQ_OBS_FP8) {
 			uint32_t a = rq_f2u(y) & 0x7FFFFFFFu;
 			a = a < FP8_MAX_BITS ? a : FP8_MAX_BITS;
-			r = rq_e4m3_val(rq_e4m3_code(rq_u2f(a)));
-			r = rq_u2f(rq_f2u(r) | (rq_f2u(y) & 0x80000000u));
+			v = rq_e4m3_val(rq_e4m3_code(rq_u2f(a)));
+			v = rq_u2f(rq_f2u(v) | (rq_f2u(y) & 0x80000000u));
 		} else {
 			y = y < lo ? lo : y;
 			y = y > hi ? hi : y;
-			r = (y + ROUND_MAGIC) - ROUND_MAGIC;
+			v = (y + ROUND_MAGIC) - ROUND_MAGIC;
 		}
-		float d = rq_round_bf16(rq_round_bf16(r * s[c]) - x);
+		float d = rq_round_bf16(rq_round_bf16(v * s[c]) - x);
 		out[c] = T[(rq_f2u(d) >> 16) & 0x7FFFu];
 	}
 }
 
-/* observer_ref.c's row_sum with NC lanes per value: src[size][nl][NC] -> out[nl][NC]. */
+#ifdef RQ_X86_VARIANTS
+#define T512 __attribute__((target("arch=x86-64-v4"), always_inline)) static inline
+
+T512 __m512 bf16_512(__m512 v)
+{
+	__m512i u = _mm512_castps_si512(v);
+	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+	u = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb);
+	return _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32((int)0xFFFF0000u)));
+}
+
+/* pw_lanes with NC = 16 in one register, operation for operation. FP4: the seven
+ * comparisons as masked adds; INT: the clamp and rint as roundscale (ties to even, as
+ * the magic-number add); FP8: rq_e4m3_code then rq_e4m3_val on the bit patterns. */
+T512 __m512 pw_512(int kind, float x, __m512 sv, __m512 rv, int recip, const float *T)
+{
+	__m512 xv = _mm512_set1_ps(x), v;
+	__m512 y = bf16_512(recip ? _mm512_mul_ps(xv, rv) : _mm512_div_ps(xv, sv));
+	__m512i sign = _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32((int)0x80000000u));
+	__m512 a = _mm512_abs_ps(y);
+	if (kind == RQ_OBS_FP4) {
+		__m512 h = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+		v = _mm512_setzero_ps();
+		v = _mm512_mask_add_ps(v, _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.25f), _CMP_GT_OQ), v, h);
+		v = _mm512_mask_add_ps(v, _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.75f), _CMP_GE_OQ), v, h);
+		v = _mm512_mask_add_ps(v, _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.25f), _CMP_GT_OQ), v, h);
+		v = _mm512_mask_add_ps(v, _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.75f), _CMP_GE_OQ), v, h);
+		v = _mm512_mask_add_ps(v, _mm512_cmp_ps_mask(a, _mm512_set1_ps(2.5f), _CMP_GT_OQ), v, one);
+		v = _mm512_mask_add_ps(v, _mm512_cmp_ps_mask(a, _mm512_set1_ps(3.5f), _CMP_GE_OQ), v, one);
+		v = _mm512_mask_add_ps(v, _mm512_cmp_ps_mask(a, _mm512_set1_ps(5.0f), _CMP_GT_OQ), v,
+		                       _mm512_set1_ps(2.0f));
+		v = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+	} else if (kind == RQ_OBS_FP8) {
+		__m512i u = _mm512_min_epu32(_mm512_castps_si512(a), _mm512_set1_epi32((int)FP8_MAX_BITS));
+		__m512 af = _mm512_castsi512_ps(u);
+		__m512i rr = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFFF)),
+		                              _mm512_and_si512(_mm512_srli_epi32(u, 20), _mm512_set1_epi32(1)));
+		__m512i nrm = _mm512_sub_epi32(_mm512_srli_epi32(rr, 20), _mm512_set1_epi32(120 << 3));
+		__m512 t = _mm512_add_ps(_mm512_mul_ps(af, _mm512_set1_ps(512.0f)), _mm512_set1_ps(8388608.0f));
+		__m512i sub = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B000000));
+		__mmask16 isn = _mm512_cmp_epu32_mask(u, _mm512_set1_epi32(0x3C800000), _MM_CMPINT_NLT);
+		__m512i code = _mm512_mask_mov_epi32(sub, isn, nrm);
+		/* rq_e4m3_val */
+		__m512i vn = _mm512_add_epi32(_mm512_slli_epi32(code, 20), _mm512_set1_epi32(120 << 23));
+		__m512 vs = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(code, _mm512_set1_epi32(7))),
+		                          _mm512_set1_ps(0.001953125f));
+		__mmask16 cn = _mm512_cmp_epu32_mask(code, _mm512_set1_epi32(8), _MM_CMPINT_NLT);
+		v = _mm512_castsi512_ps(_mm512_mask_mov_epi32(_mm512_castps_si512(vs), cn, vn));
+		v = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+	} else {
+		float lo = kind == RQ_OBS_INT4 ? -8.0f : -128.0f, hi = kind == RQ_OBS_INT4 ? 7.0f : 127.0f;
+		y = _mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
+		v = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	}
+	__m512 d = bf16_512(_mm512_sub_ps(bf16_512(_mm512_mul_ps(v, sv)), xv));
+	__m512i idx = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(d), 16),
+	                               _mm512_set1_epi32(0x7FFF));
+	return _mm512_i32gather_ps(idx, T, 4);
+}
+#endif
+
+/* observer_ref.c's row_sum with NC lanes per value: src[size][nl][NC] -> out[nl][NC]. The
+ * levels above 0 are used only once a flush happens (rows >= 2^lp); before that they hold
+ * +0, and adding +0 to a sum of values >= 0 leaves it unchanged, so they are skipped (no
+ * clearing of acc either: the 8 KiB memset was most of a group's time). */
 static inline __attribute__((always_inline))
 void cascade(const float *src, size_t size, int nl, float *out)
 {
 	float acc[4][4][8][NC];
-	memset(acc, 0, sizeof(acc));
 	size_t rows = size / 4, i = 0, bl = (size_t)nl * NC;
 	int lp = rows <= 2 ? 1 : 64 - __builtin_clzll((unsigned long long)(rows - 1));
 	lp = lp / 4 < 4 ? 4 : lp / 4;
 	size_t step = (size_t)1 << lp, mask = step - 1;
+	int deep = rows >= step;
+	for (int k = 0; k < 4; k++)
+		memset(acc[0][k], 0, bl * sizeof(float));
+	if (deep)
+		for (int j = 1; j < 4; j++)
+			for (int k = 0; k < 4; k++)
+				memset(acc[j][k], 0, bl * sizeof(float));
 #define ADD(dst, s) do { float *d_ = (float *)(dst); const float *s_ = (s); \
 		for (size_t q_ = 0; q_ < bl; q_++) d_[q_] += s_[q_]; } while (0)
 	while (i + step <= rows) {
@@ -79,7 +165,7 @@ void cascade(const float *src, size_t size, int nl, float *out)
 		for (int j = 1; j < 4; j++) {
 			for (int k = 0; k < 4; k++) {
 				ADD(acc[j][k], &acc[j - 1][k][0][0]);
-				memset(acc[j - 1][k], 0, sizeof(acc[0][0]));
+				memset(acc[j - 1][k], 0, bl * sizeof(float));
 			}
 			if (i & (mask << (j * lp)))
 				break;
@@ -88,7 +174,7 @@ void cascade(const float *src, size_t size, int nl, float *out)
 	for (; i < rows; i++)
 		for (int k = 0; k < 4; k++)
 			ADD(acc[0][k], src + (4 * i + (size_t)k) * bl);
-	for (int j = 1; j < 4; j++)
+	for (int j = 1; deep && j < 4; j++)
 		for (int k = 0; k < 4; k++)
 			ADD(acc[0][k], &acc[j][k][0][0]);
 	for (size_t t = rows * 4; t < size; t++)
@@ -100,52 +186,197 @@ void cascade(const float *src, size_t size, int nl, float *out)
 }
 
 /* err[c] = bf16(tsum_j pw(w_j, s[c])) over the group w[0..n). */
+#define GROUP_ERRS_DEF(name, attr, PW, ALIVE) \
+attr int name(int kind, const uint16_t *w, size_t n, const float *s, const float *r, \
+              const float *T, float *scratch, float *err, float bound, int later, int live, \
+              const uint8_t *ord) \
+{ \
+	float tmp[2][NC], lanes[8][NC]; \
+	if (n < 16) { \
+		for (size_t j = 0; j < n; j++) \
+			PW(kind, rq_bf16f(w[j]), s, r, T, scratch + j * NC); \
+		cascade(scratch, n, 1, lanes[0]); \
+		for (int c = 0; c < NC; c++) \
+			err[c] = rq_round_bf16(lanes[0][c]); \
+		return 1; \
+	} \
+	float acc[NC]; \
+	for (int c = 0; c < NC; c++) \
+		acc[c] = 0.0f; \
+	if (n == 16) {   /* one chunk: acc = 0 + v_0 + .. + v_7, v_l = p_l + p_(l+8); the \
+	                    pairs in ord's order (largest |w| first), unvisited v = +0 */ \
+		float v[8][NC]; \
+		memset(v, 0, sizeof(v)); \
+		for (int k = 0; k < 8; k++) { \
+			int l = ord[k]; \
+			PW(kind, rq_bf16f(w[l]), s, r, T, tmp[0]); \
+			PW(kind, rq_bf16f(w[8 + l]), s, r, T, tmp[1]); \
+			for (int c = 0; c < NC; c++) \
+				v[l][c] = tmp[0][c] + tmp[1][c]; \
+			if (k == 0 || k == 6) \
+				continue; \
+			for (int c = 0; c < NC; c++) \
+				acc[c] = 0.0f; \
+			for (int j = 0; j < 8; j++) \
+				for (int c = 0; c < NC; c++) \
+					acc[c] += v[j][c]; \
+			if (k < 7 && !ALIVE(acc, bound, later, live)) \
+				return 0; \
+		} \
+		for (int c = 0; c < NC; c++) \
+			err[c] = rq_round_bf16(acc[c]); \
+		return 1; \
+	} \
+	size_t nv = n / 16; \
+	for (size_t ch = 0; ch < nv; ch++) { \
+		for (int l = 0; l < 8; l++) { \
+			float *dst = scratch + (ch * 8 + (size_t)l) * NC; \
+			PW(kind, rq_bf16f(w[16 * ch + (size_t)l]), s, r, T, tmp[0]); \
+			PW(kind, rq_bf16f(w[16 * ch + 8 + (size_t)l]), s, r, T, tmp[1]); \
+			for (int c = 0; c < NC; c++) \
+				dst[c] = tmp[0][c] + tmp[1][c]; \
+		} \
+	} \
+	cascade(scratch, nv, 8, lanes[0]); \
+	for (size_t t = nv * 16; t < n; t++) { \
+		PW(kind, rq_bf16f(w[t]), s, r, T, tmp[0]); \
+		for (int c = 0; c < NC; c++) \
+			acc[c] += tmp[0][c]; \
+	} \
+	for (int l = 0; l < 8; l++) \
+		for (int c = 0; c < NC; c++) \
+			acc[c] += lanes[l][c]; \
+	for (int c = 0; c < NC; c++) \
+		err[c] = rq_round_bf16(acc[c]); \
+	(void)bound; (void)later; (void)live; \
+	return 1; \
+}
+
+/* whether a lane c < live of the partial sums acc can still be chosen (search_body) */
 static inline __attribute__((always_inline))
-void group_errs(int kind, const uint16_t *w, size_t n, const float *s, const float *T,
-                float *scratch, float *err)
+int alive_lanes(const float *acc, float bound, int later, int live)
 {
-	float tmp[2][NC], lanes[8][NC];
-	if (n < 16) {
-		for (size_t j = 0; j < n; j++)
-			pw_lanes(kind, rq_bf16f(w[j]), s, T, scratch + j * NC);
-		cascade(scratch, n, 1, lanes[0]);
-		for (int c = 0; c < NC; c++)
-			err[c] = rq_round_bf16(lanes[0][c]);
-		return;
+	int alive = 0;
+	for (int c = 0; c < NC; c++) {
+		float b = rq_round_bf16(acc[c]);
+		alive |= (c < live) & (later ? b < bound : b <= bound);
 	}
-	size_t nv = n / 16;
-	for (size_t ch = 0; ch < nv; ch++) {
-		for (int l = 0; l < 8; l++) {
-			float *dst = scratch + (ch * 8 + (size_t)l) * NC;
-			pw_lanes(kind, rq_bf16f(w[16 * ch + (size_t)l]), s, T, tmp[0]);
-			pw_lanes(kind, rq_bf16f(w[16 * ch + 8 + (size_t)l]), s, T, tmp[1]);
-			for (int c = 0; c < NC; c++)
-				dst[c] = tmp[0][c] + tmp[1][c];
+	return alive;
+}
+
+GROUP_ERRS_DEF(group_errs, static inline __attribute__((always_inline)), pw_lanes, alive_lanes)
+
+#ifdef RQ_X86_VARIANTS
+T512 void pw_512s(int kind, float x, const float *s, const float *r, const float *T, float *out)
+{
+	_mm512_storeu_ps(out, pw_512(kind, x, _mm512_loadu_ps(s), _mm512_loadu_ps(r ? r : s),
+	                             r != NULL, T));
+}
+T512 int alive_512(const float *acc, float bound, int later, int live)
+{
+	__m512 b = bf16_512(_mm512_loadu_ps(acc)), bv = _mm512_set1_ps(bound);
+	__mmask16 m = later ? _mm512_cmp_ps_mask(b, bv, _CMP_LT_OQ)
+	                    : _mm512_cmp_ps_mask(b, bv, _CMP_LE_OQ);
+	return (m & (__mmask16)((1u << live) - 1u)) != 0;
+}
+GROUP_ERRS_DEF(group_errs_512, T512, pw_512s, alive_512)
+/* NVFP4's groups of 16 with reciprocals, the hot case: group_errs_512's arithmetic on |x|
+ * (the error's magnitude is the same: R(y) has the sign of x and round-to-nearest is
+ * symmetric), with the dequantized values bf16(v * s) of the 7 nonzero FP4 magnitudes
+ * made once per batch and picked by the same seven comparisons. */
+T512 int fp4x16_512(const uint16_t *w, const float *s, const float *r, const float *T,
+                    float *err, float bound, int later, int live, const uint8_t *ord)
+{
+	static const float mag[7] = {0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+	static const float thr[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+	__m512 sv = _mm512_loadu_ps(s), rv = _mm512_loadu_ps(r), qv[7], v[8];
+	__m512 acc = _mm512_setzero_ps();
+	for (int k = 0; k < 7; k++)
+		qv[k] = bf16_512(_mm512_mul_ps(_mm512_set1_ps(mag[k]), sv));
+	for (int l = 0; l < 8; l++)
+		v[l] = _mm512_setzero_ps();
+	const __m512i rnd = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
+	const __m512i low = _mm512_set1_epi32(0x7FFF);
+	for (int k = 0; k < 8; k++) {
+		int l = ord[k];
+		__m512 p2[2];
+		for (int h = 0; h < 2; h++) {
+			__m512 xa = _mm512_set1_ps(rq_bf16f(w[l + 8 * h] & 0x7FFFu));
+			__m512 y = bf16_512(_mm512_mul_ps(xa, rv)), q = _mm512_setzero_ps();
+			for (int t = 0; t < 7; t++)
+				q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(y, _mm512_set1_ps(thr[t]),
+				                                             t % 2 ? _CMP_GE_OQ : _CMP_GT_OQ),
+				                       qv[t]);
+			__m512i u = _mm512_castps_si512(_mm512_sub_ps(q, xa));
+			u = _mm512_add_epi32(_mm512_add_epi32(u, rnd),
+			                     _mm512_and_si512(_mm512_srli_epi32(u, 16), one));
+			p2[h] = _mm512_i32gather_ps(_mm512_and_si512(_mm512_srli_epi32(u, 16), low), T, 4);
+		}
+		v[l] = _mm512_add_ps(p2[0], p2[1]);
+		if (k == 0 || k == 6)
+			continue;
+		acc = _mm512_setzero_ps();
+		for (int j = 0; j < 8; j++)
+			acc = _mm512_add_ps(acc, v[j]);
+		if (k < 7) {
+			float a[NC];
+			_mm512_storeu_ps(a, acc);
+			if (!alive_512(a, bound, later, live))
+				return 0;
 		}
 	}
-	cascade(scratch, nv, 8, lanes[0]);
-	float acc[NC];
-	for (int c = 0; c < NC; c++)
-		acc[c] = 0.0f;
-	for (size_t t = nv * 16; t < n; t++) {
-		pw_lanes(kind, rq_bf16f(w[t]), s, T, tmp[0]);
-		for (int c = 0; c < NC; c++)
-			acc[c] += tmp[0][c];
-	}
-	for (int l = 0; l < 8; l++)
-		for (int c = 0; c < NC; c++)
-			acc[c] += lanes[l][c];
-	for (int c = 0; c < NC; c++)
-		err[c] = rq_round_bf16(acc[c]);
+	_mm512_storeu_ps(err, bf16_512(acc));
+	return 1;
+}
+
+/* one call per batch of NC candidates: not inlined, so that the other variants can name
+ * them without AVX-512 code in their bodies */
+#define GERR512(k, K) __attribute__((target("arch=x86-64-v4"), noinline)) static int \
+	gerr512_##k(const uint16_t *w, size_t n, const float *s, const float *r, \
+	            const float *T, float *scratch, float *err, float bd, int lt, int lv, \
+	            const uint8_t *od) \
+	{ return group_errs_512(K, w, n, s, r, T, scratch, err, bd, lt, lv, od); }
+__attribute__((target("arch=x86-64-v4"), noinline)) static int
+gerr512_fp4(const uint16_t *w, size_t n, const float *s, const float *r, const float *T,
+            float *scratch, float *err, float bd, int lt, int lv, const uint8_t *od)
+{
+	if (n == 16 && r)
+		return fp4x16_512(w, s, r, T, err, bd, lt, lv, od);
+	return group_errs_512(RQ_OBS_FP4, w, n, s, r, T, scratch, err, bd, lt, lv, od);
+}
+GERR512(int4, RQ_OBS_INT4)
+GERR512(int8, RQ_OBS_INT8)
+GERR512(fp8, RQ_OBS_FP8)
+#endif
+
+/* err[] of a batch by the variant's means (isa RQ_ISA_AVX512: pw_512's gathers), or 0
+ * when none of its first `live` lanes can be chosen (see search_body). */
+static inline __attribute__((always_inline))
+int batch_errs(int isa, int kind, const uint16_t *w, size_t n, const float *s, const float *r,
+               const float *T, float *scratch, float *err, float bound, int later, int live,
+               const uint8_t *ord)
+{
+#ifdef RQ_X86_VARIANTS
+	if (isa == RQ_ISA_AVX512)
+		return (kind == RQ_OBS_FP4 ? gerr512_fp4 : kind == RQ_OBS_INT4 ? gerr512_int4
+		        : kind == RQ_OBS_INT8 ? gerr512_int8 : gerr512_fp8)(w, n, s, r, T, scratch,
+		                                                            err, bound, later, live, ord);
+#endif
+	(void)isa;
+	return group_errs(kind, w, n, s, r, T, scratch, err, bound, later, live, ord);
 }
 
 static inline __attribute__((always_inline))
-void search_body(int kind, const struct rq_obs_params *p, const uint16_t *w, size_t rows,
+void search_body(int isa, int kind, const struct rq_obs_params *p, const uint16_t *w, size_t rows,
                  size_t cols, size_t group, uint8_t *best, uint32_t *mask, void *scratch)
 {
 	const float *T = rq_obs_pow_table();
 	float q = rq_obs_q(kind);
 	size_t ng = rows * cols / group;
+	int probe = -1;                 /* the step whose range is max |w| (expanded search) */
+	for (int i = 0; p->expand > 1.0f && i < p->steps && probe < 0; i++)
+		if (p->p[i] * p->expand <= 1.0f)
+			probe = i;
 	for (size_t g = 0; g < ng; g++) {
 		const uint16_t *wg = w + g * group;
 		uint32_t a = 0;
@@ -153,30 +384,70 @@ void search_body(int kind, const struct rq_obs_params *p, const uint16_t *w, siz
 			uint32_t v = wg[j] & 0x7FFFu;
 			a = v > a ? v : a;
 		}
-		/* the distinct scales, in step order, and the step each came from */
-		float s[RQ_OBS_MAX_STEPS + NC];
-		int from[RQ_OBS_MAX_STEPS + NC], ns = 0;
+		uint8_t ord[8];       /* group of 16: its pairs (l, l + 8) by falling max |w| */
+		if (group == 16) {    /* ranks, branch-free (ties: the lower index first) */
+			uint32_t pm[8], rk[8];
+			for (int j = 0; j < 8; j++) {
+				pm[j] = RQ_MAXU(wg[j] & 0x7FFFu, wg[j + 8] & 0x7FFFu);
+				rk[j] = 0;
+			}
+			for (int k = 0; k < 8; k++)
+				for (int j = 0; j < 8; j++)
+					rk[j] += (pm[k] > pm[j]) | ((pm[k] == pm[j]) & (k < j));
+			for (int j = 0; j < 8; j++)
+				ord[rk[j]] = (uint8_t)j;
+		}
+		/* every step's scale and its reciprocal (a step whose scale equals an earlier
+		 * one's has that one's error: never chosen over it, never improving) */
+		float s[RQ_OBS_MAX_STEPS + NC], r[RQ_OBS_MAX_STEPS + NC];
+		int ns = p->steps;
+		uint32_t far = 0;     /* a scale outside [2^-126, 2^125]: divide */
 		float e = rq_round_bf16(rq_bf16f(a) * p->expand);
-		for (int i = 0; i < p->steps; i++) {
+		for (int i = 0; i < ns; i++) {
 			float si = rq_round_bf16(rq_round_bf16(e * p->p[i]) / q);
 			si = si == 0.0f ? 0x1p-7f : si;
-			if (ns == 0 || si != s[ns - 1]) {
-				s[ns] = si;
-				from[ns++] = i;
-			}
+			s[i] = si;
+			r[i] = 1.0f / si;
+			far |= rq_f2u(si) - 0x00800000u > 0x7E000000u - 0x00800000u;
 		}
-		for (int k = ns; k % NC; k++)
-			s[k] = 1.0f;                          /* padding lanes: evaluated, ignored */
+		for (int i = ns; i < ns + NC; i++)
+			s[i] = r[i] = 1.0f;               /* padding lanes: evaluated, ignored */
+		int recip = !far;
+		/* The batches: in step order when the improving steps count (patience), else the
+		 * batch around the step whose range is max |w| (minmax's, usually near the best)
+		 * first, then the others in order.
+		 * Abandoning. Every partial sum of torch's order is <= the full sum (the terms are
+		 * >= 0 and round-to-nearest is monotone: a + b >= a), and bf16 rounding is
+		 * monotone, so bf16(partial) <= err. A lane can no longer be chosen when
+		 * bf16(partial) >= best and its step comes after the best's (an equal error loses
+		 * to the earlier step), or bf16(partial) > best and it comes before; a batch whose
+		 * live lanes all are such is dropped (group_errs returns 0). In step order this
+		 * also keeps the improving steps exact: a dropped lane has err >= the best of the
+		 * steps before it. */
+		int bstart[(RQ_OBS_MAX_STEPS + NC) / NC + 2], nb = 0, b0 = 0;
+		if (!mask && probe >= 0) {
+			b0 = probe > NC / 2 ? probe - NC / 2 : 0;
+			bstart[nb++] = b0;
+		}
+		for (int b = 0; b < b0; b += NC)
+			bstart[nb++] = b;
+		for (int b = nb ? b0 + NC : 0; b < ns; b += NC)
+			bstart[nb++] = b;
 		float bestv = rq_u2f(BF16_MAX_BITS);
 		int bi = 0;
 		uint32_t mk = 0;
-		for (int b = 0; b < ns; b += NC) {
+		for (int k = 0; k < nb; k++) {
+			int b = bstart[k];
+			int live = (k > 0 && b < b0 ? b0 : ns) - b;
+			live = live < NC ? live : NC;
 			float err[NC];
-			group_errs(kind, wg, group, s + b, T, scratch, err);
-			for (int c = 0; c < NC && b + c < ns; c++) {
-				if (err[c] < bestv) {
+			if (!batch_errs(isa, kind, wg, group, s + b, recip ? r + b : NULL, T, scratch,
+			                err, bestv, b > bi, live, ord))
+				continue;
+			for (int c = 0; c < live; c++) {
+				if (err[c] < bestv || (err[c] == bestv && b + c < bi)) {
 					bestv = err[c];
-					bi = from[b + c];
+					bi = b + c;
 					mk |= bi < 32 ? 1u << bi : 0u;
 				}
 			}
@@ -190,24 +461,24 @@ void search_body(int kind, const struct rq_obs_params *p, const uint16_t *w, siz
 typedef void (*search_fn)(const struct rq_obs_params *, const uint16_t *, size_t, size_t,
                           size_t, uint8_t *, uint32_t *, void *);
 
-#define RQ_OVARIANT(suffix, attr) \
+#define RQ_OVARIANT(suffix, isa, attr) \
 	attr static void fp4_##suffix(const struct rq_obs_params *p, const uint16_t *w, size_t r, \
 	                              size_t c, size_t g, uint8_t *b, uint32_t *m, void *s) \
-	{ search_body(RQ_OBS_FP4, p, w, r, c, g, b, m, s); } \
+	{ search_body(isa, RQ_OBS_FP4, p, w, r, c, g, b, m, s); } \
 	attr static void int4_##suffix(const struct rq_obs_params *p, const uint16_t *w, size_t r, \
 	                               size_t c, size_t g, uint8_t *b, uint32_t *m, void *s) \
-	{ search_body(RQ_OBS_INT4, p, w, r, c, g, b, m, s); } \
+	{ search_body(isa, RQ_OBS_INT4, p, w, r, c, g, b, m, s); } \
 	attr static void int8_##suffix(const struct rq_obs_params *p, const uint16_t *w, size_t r, \
 	                               size_t c, size_t g, uint8_t *b, uint32_t *m, void *s) \
-	{ search_body(RQ_OBS_INT8, p, w, r, c, g, b, m, s); } \
+	{ search_body(isa, RQ_OBS_INT8, p, w, r, c, g, b, m, s); } \
 	attr static void fp8_##suffix(const struct rq_obs_params *p, const uint16_t *w, size_t r, \
 	                              size_t c, size_t g, uint8_t *b, uint32_t *m, void *s) \
-	{ search_body(RQ_OBS_FP8, p, w, r, c, g, b, m, s); }
+	{ search_body(isa, RQ_OBS_FP8, p, w, r, c, g, b, m, s); }
 
-RQ_OVARIANT(base, )
+RQ_OVARIANT(base, RQ_ISA_BASE, )
 #ifdef RQ_X86_VARIANTS
-RQ_OVARIANT(avx2, __attribute__((target("avx2"))))
-RQ_OVARIANT(avx512, __attribute__((target("arch=x86-64-v4"))))
+RQ_OVARIANT(avx2, RQ_ISA_AVX2, __attribute__((target("avx2"))))
+RQ_OVARIANT(avx512, RQ_ISA_AVX512, __attribute__((target("arch=x86-64-v4"))))
 #endif
 
 static const search_fn variants[RQ_ISA_COUNT][4] = {

@@ -61,6 +61,15 @@ static inline int rq_obs_choose(uint32_t mask, int stop)
 /* m_i of a group with max |w| bits a (BF16 bits of the range). */
 uint32_t rq_obs_range(const struct rq_obs_params *p, uint32_t a, int step);
 
+/* What scheme s rounds to (enum rq_obs_kind). */
+int rq_obs_kind(enum rq_scheme s);
+
+/* The oracle's error of one group w[0..n) (BF16) at step `step`: err_i of the header
+ * (BF16-rounded), and in *sum the binary32 sum before that rounding. For tests that show
+ * why two choices differ (near ties). */
+float rq_obs_err_ref(int kind, const struct rq_obs_params *p, const uint16_t *w, size_t n,
+                     int step, float *sum);
+
 /* The oracle: one module (or a fused job of n) in the recipe's words, single-threaded:
  * literal conversions (convert.c), division, pow per element, rq_obs_tsum_ref. Same
  * results and errors as rq_scheme_quantize_obs. */

@@ -243,10 +243,32 @@ static int ref_group(int kind, const struct rq_obs_params *p, const float *x, si
 	return bi;
 }
 
-static int kind_of(enum rq_scheme s)
+int rq_obs_kind(enum rq_scheme s)
 {
 	return s == RQ_SCHEME_W4A16 ? RQ_OBS_INT4 : s == RQ_SCHEME_W8A16 ? RQ_OBS_INT8
 	     : s == RQ_SCHEME_FP8_DYNAMIC ? RQ_OBS_FP8 : RQ_OBS_FP4;
+}
+
+float rq_obs_err_ref(int kind, const struct rq_obs_params *p, const uint16_t *w, size_t n,
+                     int step, float *sum)
+{
+	float amax = 0.0f, *pw = malloc(sizeof(float) * (n ? n : 1));
+	if (!pw)
+		return NAN;
+	for (size_t j = 0; j < n; j++)
+		amax = fmaxf(amax, fabsf(rq_bf16_to_f32(w[j])));
+	float s = bf(bf(bf(amax * p->expand) * p->p[step]) / rq_obs_q(kind));
+	if (s == 0.0f)
+		s = 0x1p-7f;
+	for (size_t j = 0; j < n; j++) {
+		float x = rq_bf16_to_f32(w[j]);
+		pw[j] = rq_obs_pow_ref(bf(bf(round_kind(kind, bf(x / s)) * s) - x));
+	}
+	float t = rq_obs_tsum_ref(pw, n);
+	free(pw);
+	if (sum)
+		*sum = t;
+	return bf(t);
 }
 
 /* Module i's chosen range per group (BF16 bits, row-major) into rng[], or -errno. */
@@ -366,7 +388,7 @@ int rq_observer_quantize_ref(enum rq_scheme s, enum rq_observer o, const struct 
 	const struct rq_obs_params *p = rq_obs_params(o);
 	struct rq_stensor t[3][RQ_SCHEME_MAX_TENSORS];
 	uint16_t *rng[3] = {NULL, NULL, NULL};
-	int kind = kind_of(s), rc = 0, nt;
+	int kind = rq_obs_kind(s), rc = 0, nt;
 	uint64_t sz;
 	if (!p || n < 1 || n > 3)
 		return -EINVAL;

@@ -228,6 +228,45 @@ static void test_fast_vs_ref(void)
 	rq_pool_destroy(pool2);
 }
 
+/* observer_fast.c divides by no scale: bf16(x / s) == bf16(x * (1 / s)) for every BF16 x
+ * and every BF16 scale mantissa at exponents over [2^-126, 2^125], wherever x / s is a
+ * binary32 normal (the proof is in its header; this is the exhaustive check). */
+static void test_recip(void)
+{
+	static const int sexp[] = {1, 40, 100, 127, 128, 160, 230, 252};
+	long bad = 0, n = 0;
+	for (size_t e = 0; e < sizeof(sexp) / sizeof(sexp[0]); e++) {
+		for (uint32_t sm = 0; sm < 128; sm++) {
+			float s = rq_bf16_to_f32((uint16_t)(sexp[e] << 7 | sm)), r = 1.0f / s;
+			for (uint32_t xb = 1; xb < 0x7F80u; xb++) {
+				float x = rq_bf16_to_f32((uint16_t)xb), y = x / s;
+				if (!(y >= 0x1p-126f) || isinf(y))
+					continue;
+				n++;
+				bad += rq_round_bf16(y) != rq_round_bf16(x * r);
+			}
+		}
+	}
+	TAP_OK(bad == 0 && n > 20000000, "bf16(x / s) == bf16(x * (1/s)): %ld of %ld pairs differ",
+	       bad, n);
+}
+
+/* a bigger NVFP4 tensor: the search's abandoned batches and its probe order against the
+ * oracle on trained-like weights (groups of 16 of every magnitude mix) */
+static void test_abandon(void)
+{
+	int ok = 1;
+	for (int isa = 0; isa <= rq_quant_isa_max(); isa++) {
+		rq_quant_isa_force(isa);
+		for (int o = RQ_OBSERVER_MSE; o <= RQ_OBSERVER_EXPANDED_MSE; o++)
+			for (int kind = 0; kind <= 6; kind += 6)
+				ok &= check(RQ_SCHEME_NVFP4A16, (enum rq_observer)o, 1, 48, 256, kind, NULL,
+				            "abandon");
+	}
+	rq_quant_isa_force(-1);
+	TAP_OK(ok, "nvfp4a16 48x256, both observers, every variant: fast == oracle");
+}
+
 static void test_refusals(void)
 {
 	uint16_t w[2 * 16];
@@ -263,5 +302,7 @@ int main(void)
 	test_patience();
 	test_refusals();
 	test_fast_vs_ref();
+	test_recip();
+	test_abandon();
 	return tap_done();
 }

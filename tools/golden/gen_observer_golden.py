@@ -177,6 +177,9 @@ def main():
             for set_ in (["model.layers.0.self_attn." + p for p in ("q_proj", "k_proj", "v_proj")],
                          ["model.layers.15.mlp.down_proj"]):
                 ws, offs = zip(*(st_tensor(SMOL, idx, s + ".weight") for s in set_))
+                if scheme != "FP8_DYNAMIC" and any(
+                        w.shape[1] % (16 if scheme == "NVFP4A16" else 128) for w in ws):
+                    continue         # q/k/v are 576 wide: no group of 128 (llm-compressor refuses)
                 emit(out, f"{tag}/smol:{set_[0]}", scheme, obs, 1, list(ws), set_, list(offs),
                      False)
             print(tag, "done", flush=True)
