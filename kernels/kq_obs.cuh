@@ -2,12 +2,13 @@
  * test_kq_obs_simt.cpp runs this source on the host under emul/simt.h against the CPU
  * oracle). One thread per group, observer_ref.c's arithmetic operation for operation
  * (observer_int.h's header): s_i = bf16(bf16(bf16(A E) P_i) / Q) (0 -> 2^-7), every weight's
- * T[|bf16(bf16(R(clamp(bf16(x / s))) s) - x)|] summed in torch's order (rq_obs_tsum_ref:
- * pairs of 16-chunks, the 4x4 cascade of row_sum, the tail, the 8 lanes), improvement on
- * err < best. The terms are recomputed where the cascade reads them (nothing stored per
- * weight), so any group width runs in a thread's registers and local memory.
+ * T[|bf16(bf16(R(clamp(bf16(x / s))) s) - x)|] summed in torch's order by quant/obs_sum.h,
+ * the oracle's own code (pairs of 16-chunks, the 4x4 cascade, the tail, the 8 lanes),
+ * improvement on err < best. The terms are recomputed where the cascade reads them
+ * (nothing stored per weight), so any group width runs in a thread's registers and local
+ * memory.
  * IEEE binary32 like quant/: kernels/meson.build compiles with -fmad=false, -prec-div=true,
- * -ftz=false; recipe.h's helpers are shared with the CPU. */
+ * -ftz=false; recipe.h's and obs_sum.h's helpers are shared with the CPU. */
 #ifndef RQ_KQ_OBS_CUH
 #define RQ_KQ_OBS_CUH
 
@@ -45,84 +46,24 @@ static __device__ __forceinline__ float kq_obs_term(int kind, uint32_t wb, float
 	return T[(rq_f2u(d) >> 16) & 0x7FFFu];
 }
 
-/* observer_ref.c's ld: chunk idx's lane l (vec), or element idx */
-static __device__ __forceinline__ float kq_obs_ld(int kind, const uint16_t *w, int vec,
-                                                  size_t idx, int l, float s, const float *T)
-{
-	if (!vec)
-		return kq_obs_term(kind, w[idx], s, T);
-	return RQ_ADD(kq_obs_term(kind, w[16 * idx + (size_t)l], s, T),
-	              kq_obs_term(kind, w[16 * idx + 8 + (size_t)l], s, T));
-}
-
-/* observer_ref.c's row_sum over `size` values of w (chunks when vec) into out[0..8) */
-static __device__ void kq_obs_row_sum(int kind, const uint16_t *w, int vec, size_t size,
-                                      float s, const float *T, float out[8])
-{
-	int nl = vec ? 8 : 1;
-	float acc[4][4][8];
-	for (int j = 0; j < 4; j++)
-		for (int k = 0; k < 4; k++)
-			for (int l = 0; l < 8; l++)
-				acc[j][k][l] = 0.0f;
-	size_t rows = size / 4, i = 0;
-	int lp = 1;                                  /* CeilLog2(rows), 1 below 3 */
-	while (rows > 2 && ((size_t)1 << lp) < rows)
-		lp++;
-	lp = lp / 4 < 4 ? 4 : lp / 4;
-	size_t step = (size_t)1 << lp, mask = step - 1;
-	while (i + step <= rows) {
-		for (size_t j = 0; j < step; j++, i++)
-			for (int k = 0; k < 4; k++)
-				for (int l = 0; l < nl; l++)
-					acc[0][k][l] = RQ_ADD(acc[0][k][l],
-					                      kq_obs_ld(kind, w, vec, 4 * i + (size_t)k, l, s, T));
-		for (int j = 1; j < 4; j++) {
-			for (int k = 0; k < 4; k++)
-				for (int l = 0; l < nl; l++) {
-					acc[j][k][l] = RQ_ADD(acc[j][k][l], acc[j - 1][k][l]);
-					acc[j - 1][k][l] = 0.0f;
-				}
-			if (i & (mask << (j * lp)))
-				break;
-		}
-	}
-	for (; i < rows; i++)
-		for (int k = 0; k < 4; k++)
-			for (int l = 0; l < nl; l++)
-				acc[0][k][l] = RQ_ADD(acc[0][k][l],
-				                      kq_obs_ld(kind, w, vec, 4 * i + (size_t)k, l, s, T));
-	for (int j = 1; j < 4; j++)
-		for (int k = 0; k < 4; k++)
-			for (int l = 0; l < nl; l++)
-				acc[0][k][l] = RQ_ADD(acc[0][k][l], acc[j][k][l]);
-	for (size_t t = rows * 4; t < size; t++)
-		for (int l = 0; l < nl; l++)
-			acc[0][0][l] = RQ_ADD(acc[0][0][l], kq_obs_ld(kind, w, vec, t, l, s, T));
-	for (int k = 1; k < 4; k++)
-		for (int l = 0; l < nl; l++)
-			acc[0][0][l] = RQ_ADD(acc[0][0][l], acc[0][k][l]);
-	for (int l = 0; l < nl; l++)
-		out[l] = acc[0][0][l];
-}
+/* the terms of a group at scale s, summed by quant/obs_sum.h in observer_ref.c's order */
+struct kq_obs_src {
+	int kind;
+	const uint16_t *w;          /* the group's BF16 weights */
+	float s;
+	const float *T;
+};
+#define RQ_OBS_SUM_FN static __device__
+#define RQ_OBS_SUM_SRC const struct kq_obs_src *
+#define RQ_OBS_SUM_LD(c, i) kq_obs_term((c)->kind, (c)->w[i], (c)->s, (c)->T)
+#include "quant/obs_sum.h"
 
 /* err = bf16(tsum) of the group w[0..n) at scale s */
 static __device__ float kq_obs_err(int kind, const uint16_t *w, size_t n, float s,
                                    const float *T)
 {
-	float lanes[8];
-	if (n < 16) {
-		kq_obs_row_sum(kind, w, 0, n, s, T, lanes);
-		return rq_round_bf16(lanes[0]);
-	}
-	size_t nv = n / 16;
-	kq_obs_row_sum(kind, w, 1, nv, s, T, lanes);
-	float acc = 0.0f;
-	for (size_t t = nv * 16; t < n; t++)
-		acc = RQ_ADD(acc, kq_obs_term(kind, w[t], s, T));
-	for (int l = 0; l < 8; l++)
-		acc = RQ_ADD(acc, lanes[l]);
-	return rq_round_bf16(acc);
+	struct kq_obs_src src = {kind, w, s, T};
+	return rq_round_bf16(rq_obs_sum(&src, n));
 }
 
 /* Group g = blockIdx.x * blockDim.x + threadIdx.x of ng groups of `group` BF16 weights

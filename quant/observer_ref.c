@@ -67,88 +67,15 @@ const float *rq_obs_pow_table(void)
 	return pow_table;
 }
 
-/* ---- torch's order of additions ----
- * torch 2.14, aten/src/ATen/native/cpu/SumKernel.cpp, cascade_sum on a BF16 tensor reduced
- * over its contiguous last dimension (the observer's sum over dims (0, -1) of
- * (1, rows, groups, group); dim 0 has size 1), accumulating in binary32:
- *   n >= 16 (vectorized_inner_sum, Vectorized<BFloat16> of 16): chunk c of 16 loads as 8
- *     binary32 lanes v_c[l] = x[16c + l] + x[16c + 8 + l]; row_sum over the chunks; then a
- *     scalar acc = 0, plus the n % 16 tail elements in order, plus the 8 lanes in order;
- *   n < 16 (scalar_inner_sum): row_sum over the elements.
- * row_sum(size): multi_row_sum over size/4 rows of 4 columns (element 4i + k), a cascade of
- * 4 levels flushed every 2^lp rows, lp = max(4, CeilLog2(rows) / 4); the leftover size % 4
- * go into column 0; then column 0 += columns 1, 2, 3. Checked against torch on this
- * project's reference machine (x86-64, torch reports AVX512 but this kernel's order is the
- * 16-wide one above) with sums built so that every other order rounds differently
- * (tools/golden/gen_observer_golden.py). */
-static int ceil_log2(size_t x)
-{
-	if (x <= 2)
-		return 1;
-	return 64 - __builtin_clzll((unsigned long long)(x - 1));
-}
-
-static float ld(const float *x, int vec, size_t idx, int l)
-{
-	return vec ? x[16 * idx + (size_t)l] + x[16 * idx + 8 + (size_t)l] : x[idx];
-}
-
-static void row_sum(const float *x, int vec, size_t size, float out[8])
-{
-	int nl = vec ? 8 : 1;
-	float acc[4][4][8];
-	memset(acc, 0, sizeof(acc));
-	size_t rows = size / 4, i = 0;
-	int lp = ceil_log2(rows) / 4;
-	lp = lp < 4 ? 4 : lp;
-	size_t step = (size_t)1 << lp, mask = step - 1;
-	while (i + step <= rows) {
-		for (size_t j = 0; j < step; j++, i++)
-			for (int k = 0; k < 4; k++)
-				for (int l = 0; l < nl; l++)
-					acc[0][k][l] += ld(x, vec, 4 * i + (size_t)k, l);
-		for (int j = 1; j < 4; j++) {
-			for (int k = 0; k < 4; k++)
-				for (int l = 0; l < nl; l++) {
-					acc[j][k][l] += acc[j - 1][k][l];
-					acc[j - 1][k][l] = 0.0f;
-				}
-			if (i & (mask << (j * lp)))
-				break;
-		}
-	}
-	for (; i < rows; i++)
-		for (int k = 0; k < 4; k++)
-			for (int l = 0; l < nl; l++)
-				acc[0][k][l] += ld(x, vec, 4 * i + (size_t)k, l);
-	for (int j = 1; j < 4; j++)
-		for (int k = 0; k < 4; k++)
-			for (int l = 0; l < nl; l++)
-				acc[0][k][l] += acc[j][k][l];
-	for (size_t t = rows * 4; t < size; t++)
-		for (int l = 0; l < nl; l++)
-			acc[0][0][l] += ld(x, vec, t, l);
-	for (int k = 1; k < 4; k++)
-		for (int l = 0; l < nl; l++)
-			acc[0][0][l] += acc[0][k][l];
-	memcpy(out, acc[0][0], sizeof(float) * (size_t)nl);
-}
+/* ---- torch's order of additions (obs_sum.h) ---- */
+#define RQ_OBS_SUM_FN static
+#define RQ_OBS_SUM_SRC const float *
+#define RQ_OBS_SUM_LD(c, i) ((c)[i])
+#include "quant/obs_sum.h"
 
 float rq_obs_tsum_ref(const float *v, size_t n)
 {
-	float lanes[8];
-	if (n < 16) {
-		row_sum(v, 0, n, lanes);
-		return lanes[0];
-	}
-	size_t nv = n / 16;
-	row_sum(v, 1, nv, lanes);
-	float acc = 0.0f;
-	for (size_t t = nv * 16; t < n; t++)
-		acc += v[t];
-	for (int l = 0; l < 8; l++)
-		acc += lanes[l];
-	return acc;
+	return rq_obs_sum(v, n);
 }
 
 /* ---- the patience of the tensor ---- */
