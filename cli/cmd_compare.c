@@ -252,6 +252,22 @@ out:
 }
 
 /* --text (two models) and --schemes (one SRC, one temporary mount per scheme). */
+/* A (and B when db) opened, their vocabularies equal, the threads started; else a message
+ * and 1 (the caller closes what was opened). */
+static int open_models(const char *da, const char *db, int threads, struct lg_model **a,
+                       struct lg_model **b, struct rq_pool **pool)
+{
+	struct rq_err err = {0};
+	if (lg_model_open(da, a, &err) || (db && lg_model_open(db, b, &err)))
+		return cli_fail(1, "compare", "%s", err.msg);
+	if (*b && (*a)->cfg.vocab != (*b)->cfg.vocab)
+		return cli_fail(1, "compare", "vocabularies differ: %s has %d tokens, %s %d", da,
+		                (*a)->cfg.vocab, db, (*b)->cfg.vocab);
+	if (rq_pool_create(threads, pool))
+		return cli_fail(1, "compare", "cannot start threads");
+	return 0;
+}
+
 static int compare_text_mode(char **dirs, const char *schemes, struct cs_opts *co, int threads)
 {
 	const char *da = dirs[0], *db = schemes ? NULL : dirs[1], *text = co->text;
@@ -279,20 +295,12 @@ static int compare_text_mode(char **dirs, const char *schemes, struct cs_opts *c
 	int *tok = NULL, n = 0, rc = 1;
 	float *ref = NULL;
 	/* the tokenizer first: one it cannot take is refused before any shard is opened */
-	if (tok_load(da, &tk, &err) || ct_window(text, tk, ntok, &tok, &n, &err) ||
-	    lg_model_open(da, &a, &err) || (db && lg_model_open(db, &b, &err))) {
+	if (tok_load(da, &tk, &err) || ct_window(text, tk, ntok, &tok, &n, &err)) {
 		cli_fail(1, "compare", "%s", err.msg);
 		goto out;
 	}
-	if (b && a->cfg.vocab != b->cfg.vocab) {
-		cli_fail(1, "compare", "vocabularies differ: %s has %d tokens, %s %d", da, a->cfg.vocab, db,
-		         b->cfg.vocab);
+	if (open_models(da, db, threads, &a, &b, &pool))
 		goto out;
-	}
-	if (rq_pool_create(threads, &pool)) {
-		cli_fail(1, "compare", "cannot start threads");
-		goto out;
-	}
 	if (schemes) {
 		int e = cs_check(co, tk, &err);
 		if (e) {
@@ -427,19 +435,8 @@ int cmd_compare(int argc, char **argv)
 		goto out;
 	}
 	rc = 1;
-	if (lg_model_open(da, &a, &err) || lg_model_open(db, &b, &err)) {
-		cli_fail(1, "compare", "%s", err.msg);
+	if (open_models(da, db, threads, &a, &b, &pool))
 		goto out;
-	}
-	if (a->cfg.vocab != b->cfg.vocab) {
-		cli_fail(1, "compare", "vocabularies differ: %s has %d tokens, %s %d", da, a->cfg.vocab, db,
-		         b->cfg.vocab);
-		goto out;
-	}
-	if (rq_pool_create(threads, &pool)) {
-		cli_fail(1, "compare", "cannot start threads");
-		goto out;
-	}
 	size_t np = pfile ? nlines : sizeof default_prompts / sizeof default_prompts[0];
 	printf("A = %s\nB = %s\n%zu prompts, %d greedy tokens of A each, %d threads\n", da, db, np, ngen,
 	       rq_pool_size(pool));
