@@ -12,78 +12,13 @@
  * scale bytes. Random weights and inputs with a spread of exponents, so that
  * a different order shows. Meson runs it three times: AVX-512 where the CPU
  * has it, RQ_ENGINE_NO_AVX512=1 (AVX2), RQ_ENGINE_NO_AVX2=1 (portable). */
-#include "engine/model/ops.h"
-#include "base/pool.h"
 #include "quant/quant.h"
-#include "tests/tap.h"
+#include "tests/engine/dot_order.h"
 
-#include <math.h>
-
-static float ref_dot(const float *a, const float *b, int n)
-{
-	float acc[16] = {0};
-	for (int i = 0; i < n; i++) {
-		float p = a[i] * b[i];   /* rounded: built without FMA contraction */
-		acc[i % 16] += p;
-	}
-	for (int w = 8; w >= 1; w /= 2)
-		for (int j = 0; j < w; j++)
-			acc[j] += acc[j + w];
-	return acc[0];
-}
-
-static float rnd(uint64_t *s)
-{
-	float m = (float)(tap_xorshift(s) & 0xFFFFFF) / 16777216.0f - 0.5f;
-	return ldexpf(m, (int)(tap_xorshift(s) % 24) - 12);
-}
-
-/* The same bits, or both NaN: the sign of a NaN is which NaN operand an add
- * met first (x86 returns the first), and the one case here (NaN scale bytes)
- * meets NaNs in every lane; no path promises that. */
-static int same(float a, float b)
-{
-	return !memcmp(&a, &b, 4) || (isnan(a) && isnan(b));
-}
-
-/* Every row of W at one token (the fast path) and in a batch of 4 or 5 == the
- * order's sum over lg_linear_row's row, bit for bit; on 1 and 2 threads. */
+/* dot_order.h's check in batches of 4 or 5: tiles of 3 + 1 or 3 + 2 tokens */
 static int check(const struct lg_linear *W, struct rq_pool *pool2, uint64_t *s, const char *what)
 {
-	int R = W->rows, K = W->cols, T = 4 + (R & 1), bad = 0;   /* tiles of 3 + 1 or 3 + 2 tokens */
-	float *x = malloc(sizeof *x * T * K), *row = malloc(sizeof *row * K);
-	float *y1 = malloc(sizeof *y1 * T * R), *yb = malloc(sizeof *yb * T * R);
-	float *ref = malloc(sizeof *ref * T * R), *scratch = malloc(sizeof(float) * 2 * 4 * K);
-	for (int i = 0; i < T * K; i++)
-		x[i] = rnd(s);
-	for (int r = 0; r < R; r++) {
-		lg_linear_row(W, r, row);
-		for (int t = 0; t < T; t++)
-			ref[t * R + r] = ref_dot(row, x + (size_t)t * K, K);
-	}
-	for (int p = 0; p < 2 && !bad; p++) {
-		struct rq_pool *pool = p ? pool2 : NULL;
-		for (int t = 0; t < T; t++) {
-			struct lg_mm mm = {.W = W, .x = x + (size_t)t * K, .ldx = K, .y = y1 + (size_t)t * R,
-			                   .ldy = R, .T = 1};
-			lg_matmul(pool, scratch, K, &mm, 1);
-		}
-		struct lg_mm mb = {.W = W, .x = x, .ldx = K, .y = yb, .ldy = R, .T = T};
-		lg_matmul(pool, scratch, K, &mb, 1);
-		for (int i = 0; i < T * R && !bad; i++)
-			if (!same(y1[i], ref[i]) || !same(yb[i], ref[i])) {
-				printf("# %s: token %d row %d: one token %.9g, batch %.9g, the order's %.9g\n",
-				       what, i / R, i % R, y1[i], yb[i], ref[i]);
-				bad = 1;
-			}
-	}
-	free(x);
-	free(row);
-	free(y1);
-	free(yb);
-	free(ref);
-	free(scratch);
-	return !bad;
+	return check_tokens(W, 4 + (W->rows & 1), pool2, s, what);
 }
 
 /* a scale as a BF16/F16/F32 value of magnitude ~2^-7, random sign and mantissa */
