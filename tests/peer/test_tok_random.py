@@ -579,6 +579,23 @@ class Tally:
             self.fail[kind][-1] = line
 
 
+def encode_mismatches(tk, texts, out, first, T, where):
+    """(text, add_special, ours, tokenizers') for each text and add_special whose tok_tool line
+    (out[first:], two a text: without, with) differs from tk.encode; a panic counts in T."""
+    found = []
+    for k, t in enumerate(texts):
+        for j, special in enumerate((False, True)):
+            try:
+                ref = lib(tk.encode, t, add_special_tokens=special).ids
+            except LibraryPanic as e:
+                T.panic(e, where)
+                continue
+            got = [int(x) for x in out[first + 2 * k + j].split()]
+            if got != ref:
+                found.append((t, special, got, ref))
+    return found
+
+
 def check_chunk(rq, tok_tool, pipes, tmp, T):
     """pipes: [(json text, label, its random generator)]: run them all, tally into T."""
     cmds, plan = [], []
@@ -673,18 +690,9 @@ def check_chunk(rq, tok_tool, pipes, tmp, T):
                 T.bad("tokenize refuses differently", "%s: exit %d: %s (tok_tool: %s)" % (label, rc,
                                                                                            serr.strip(), msg))
             continue
-        bad = []
-        for k, t in enumerate(texts):
-            for j, special in enumerate((False, True)):
-                try:
-                    ref = lib(tk.encode, t, add_special_tokens=special).ids
-                except LibraryPanic as e:
-                    T.panic(e, "encode")
-                    continue
-                got = [int(x) for x in out[start + 1 + 2 * k + j].split()]
-                if got != ref:
-                    bad.append("encode %r add_special=%s: ours %s, tokenizers %s %s" % (
-                        t, special, got[:24], ref[:24], [tk.id_to_token(i) for i in ref[:24]]))
+        bad = ["encode %r add_special=%s: ours %s, tokenizers %s %s" % (
+                   t, special, got[:24], ref[:24], [tk.id_to_token(i) for i in ref[:24]])
+               for t, special, got, ref in encode_mismatches(tk, texts, out, start + 1, T, "encode")]
         try:
             ref = lib(tk.encode, texts[-1]).ids
         except LibraryPanic:                         # (counted above: the same text)
@@ -730,16 +738,8 @@ def real_tokenizers(rq, tok_tool, rng, root, T):
         out = run_tool(tok_tool, cmds)
         if not ok(out[0].startswith("ok"), "%s: the engine loads it" % name, [out[0]]):
             continue
-        bad = []
-        for k, t in enumerate(texts):
-            for j, special in enumerate((False, True)):
-                try:
-                    ref = lib(tk.encode, t, add_special_tokens=special).ids
-                except LibraryPanic as e:
-                    T.panic(e, "%s encode" % name)
-                    continue
-                if [int(x) for x in out[1 + 2 * k + j].split()] != ref:
-                    bad.append("%r add_special=%s: tokenizers %s" % (t, special, ref[:24]))
+        bad = ["%r add_special=%s: tokenizers %s" % (t, special, ref[:24])
+               for t, special, _, ref in encode_mismatches(tk, texts, out, 1, T, "%s encode" % name)]
         ok(not bad, "%s: %d texts encode as tokenizers does" % (name, len(texts)), bad[:SHOW])
         seqs = [random_ids(rng, tk.get_vocab_size(), rng.randrange(0, 30)) for _ in range(300)]
         dout = run_tool(tok_tool, ["load " + path] + ["dec%s %s" % (p, " ".join(map(str, s)))
