@@ -19,6 +19,7 @@
 #include "quant/quant_int.h"
 #include "base/pool.h"
 #include "base/sha256.h"
+#include "tests/quant/golden_cursor.h"
 #include "tests/tap.h"
 
 #include <errno.h>
@@ -26,18 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const uint8_t *buf, *end;
-
-static int take(void *dst, size_t n)
-{
-	if ((size_t)(end - buf) < n)
-		return -1;
-	if (dst)
-		memcpy(dst, buf, n);
-	buf += n;
-	return 0;
-}
 
 static uint8_t *read_at(const char *path, uint64_t off, size_t len)
 {

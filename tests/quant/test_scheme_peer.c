@@ -7,6 +7,7 @@
 #include "quant/scheme.h"
 #include "quant/quant_int.h"
 #include "base/pool.h"
+#include "tests/quant/golden_cursor.h"
 #include "tests/tap.h"
 
 #include <stdint.h>
@@ -29,18 +30,6 @@ struct kase {
 	int nt[3];
 	struct tens t[3][RQ_SCHEME_MAX_TENSORS];
 };
-
-static const uint8_t *buf, *end;
-
-static int take(void *dst, size_t n)
-{
-	if ((size_t)(end - buf) < n)
-		return -1;
-	if (dst)
-		memcpy(dst, buf, n);
-	buf += n;
-	return 0;
-}
 
 static int parse_case(struct kase *k)
 {
