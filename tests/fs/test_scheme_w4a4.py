@@ -13,6 +13,7 @@ import json, os, shutil, struct, sys, tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import rqtap  # noqa: E402
 from rqtap import ok, run, mounted, MOUNTS  # noqa: E402
+from bytelevel import bytelevel_table  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 GOLDEN = json.load(open(os.path.join(ROOT, "tests", "data", "w4a4_golden.json")))
@@ -21,15 +22,7 @@ TEXT = "Calibration needs real words: the quick brown fox jumps over the lazy do
 
 def byte_tokenizer(d):
     """A byte-level BPE without merges: ids 0..255, within the tiny models' 512."""
-    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) +
-          list(range(ord("®"), ord("ÿ") + 1)))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    vocab = {chr(c): b for b, c in zip(bs, cs)}
+    vocab = bytelevel_table()
     bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
           "use_regex": True}
     tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],

@@ -30,6 +30,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import rqtap  # noqa: E402
 from rqtap import ok  # noqa: E402
+from bytelevel import bytelevel_table  # noqa: E402
 
 try:
     from tokenizers import Tokenizer
@@ -78,18 +79,6 @@ def literal(b):
 
 
 BYTE_OF = {}
-
-
-def bytelevel_table():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
 
 
 def piece_bytes(tk, i):
