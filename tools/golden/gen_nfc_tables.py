@@ -55,17 +55,22 @@ def tables():
     return ccc, dec, comp
 
 
-def nfc(s, ccc, dec, comp):
+def decompose(s, ccc, dec, kdec=None):
+    """The code points of s fully decomposed (kdec: compatibility decompositions
+    first, as NFKD; Hangul algorithmically), in canonical order (a stable sort
+    by combining class within each run of non-starters)."""
     out = []
     for ch in s:
         c = ord(ch)
-        if SB <= c < SB + SCOUNT:
+        if kdec and c in kdec:
+            out += kdec[c]
+        elif SB <= c < SB + SCOUNT:
             i = c - SB
             out += [0x1100 + i // 588, 0x1161 + (i % 588) // 28] + ([0x11A7 + i % 28] if i % 28 else [])
         else:
             out += dec.get(c, [c])
     i = 0
-    while i < len(out):          # canonical ordering (stable, within runs of non-starters)
+    while i < len(out):
         if ccc.get(out[i], 0):
             j = i
             while j < len(out) and ccc.get(out[j], 0):
@@ -74,6 +79,11 @@ def nfc(s, ccc, dec, comp):
             i = j
         else:
             i += 1
+    return out
+
+
+def nfc(s, ccc, dec, comp):
+    out = decompose(s, ccc, dec)
     if not out:
         return ""
     res, sp, last = [out[0]], 0, ccc.get(out[0], 0)

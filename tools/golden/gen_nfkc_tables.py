@@ -23,7 +23,7 @@ import sys
 import unicodedata as ud
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_nfc_tables import SB, SCOUNT, cps, nfc, tables          # noqa: E402
+from gen_nfc_tables import cps, decompose, nfc, tables                      # noqa: E402
 
 from tokenizers import __version__ as tk_version                  # noqa: E402
 from tokenizers import normalizers                                # noqa: E402
@@ -47,27 +47,7 @@ def compat_tables():
 
 
 def nfkd(s, ccc, dec, kdec):
-    out = []
-    for ch in s:
-        c = ord(ch)
-        if c in kdec:
-            out += kdec[c]
-        elif SB <= c < SB + SCOUNT:
-            i = c - SB
-            out += [0x1100 + i // 588, 0x1161 + (i % 588) // 28] + ([0x11A7 + i % 28] if i % 28 else [])
-        else:
-            out += dec.get(c, [c])
-    i = 0
-    while i < len(out):          # canonical ordering (stable, within runs of non-starters)
-        if ccc.get(out[i], 0):
-            j = i
-            while j < len(out) and ccc.get(out[j], 0):
-                j += 1
-            out[i:j] = sorted(out[i:j], key=lambda x: ccc[x])
-            i = j
-        else:
-            i += 1
-    return "".join(map(chr, out))
+    return "".join(map(chr, decompose(s, ccc, dec, kdec)))
 
 
 def nfkc(s, ccc, dec, comp, kdec):
