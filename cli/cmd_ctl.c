@@ -200,7 +200,8 @@ int cmd_status(int argc, char **argv)
 		if (str(j, "observer")[0]) {           /* "" from a daemon before --observer */
 			printf("  observer    weights: %s", str(j, "observer"));
 			if (num(j, "observer_version") > 0)
-				printf(" v%.0f (its search runs on the CPU)", num(j, "observer_version"));
+				printf(" v%.0f (its search on the device below when it is a GPU)",
+				       num(j, "observer_version"));
 			if (str(j, "calib_observer")[0])
 				printf("; input scales (--calib): %s", str(j, "calib_observer"));
 			printf("\n");

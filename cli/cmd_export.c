@@ -295,8 +295,8 @@ static int export_main(int argc, char **argv, struct cli_scheme *sc)
 		        rq_recipe_name(p->recipe), p->ndropped);
 	if (p->observer != RQ_OBSERVER_MINMAX)
 		fprintf(stderr, "requantfs export: observer %s (llm-compressor %s): its search runs "
-		        "on the CPU, whatever --device\n", rq_observer_name(p->observer),
-		        rq_observer_llmc(p->observer));
+		        "on the GPU when the quantizer has one, the rest of each job on the CPU\n",
+		        rq_observer_name(p->observer), rq_observer_llmc(p->observer));
 	struct prog pg = {.bar = quiet ? NULL : cli_progress_start("export", p->njobs,
 	                                                             p->total_size, 0)};
 	struct rq_export_stats st;

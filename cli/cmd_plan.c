@@ -220,7 +220,8 @@ static int rule_sizes(const struct rq_plan *p, const struct rq_plan_opts *po,
  * thread as `requantfs bench quant --observer O --threads 1 --rows 512 --cols 2048`
  * measured it on nvfp4a16 (docs/benchmarks.md, 2-core x86-64 dev machine, 2026-12):
  * mse 15.1 MB/s of BF16 in (1/173 of minmax), expanded-mse 4.61 MB/s (1/539), scaled to
- * every online CPU (the search runs on the CPU whatever --device). */
+ * every online CPU: the CPU's time (a GPU, when the quantizer has one, runs the search;
+ * no GPU figure exists yet). */
 struct obs_estimate {
 	double per_thread;         /* bytes/s, 0: minmax (no extra time) */
 	int ratio;                 /* ~N x minmax per byte */
@@ -530,7 +531,8 @@ static void print_table(const struct rq_plan *p, const struct summary *s, const 
 		gb(s->in_total, a, sizeof a);
 		printf("observer time: ESTIMATE, not measured: %s costs ~%dx minmax per byte (%.1f MB/s "
 		       "per CPU thread: bench quant --observer, nvfp4a16, 2-core dev machine); %s of "
-		       "weights on %ld CPU thread(s): ~%.0f s, on the CPU whatever --device\n",
+		       "weights on %ld CPU thread(s): ~%.0f s on the CPU (a GPU, when there is one, runs "
+		       "the search instead)\n",
 		       rq_observer_name(p->observer), oe.ratio, oe.per_thread / 1e6, a, oe.threads,
 		       oe.seconds);
 	}

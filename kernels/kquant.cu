@@ -456,8 +456,7 @@ fail:
 
 /* ---- buffers ----------------------------------------------------------- */
 
-/* Device arena of at least bytes (<= mem_limit), kept between jobs. */
-static int arena_need(struct kq_ctx *k, size_t bytes, char *msg, size_t msglen)
+int kq_arena_need(struct kq_ctx *k, size_t bytes, char *msg, size_t msglen)
 {
 	int rc = 0;
 	if (bytes <= k->arena_bytes)
@@ -498,6 +497,12 @@ static int stage_need(struct kq_ctx *k, size_t groups, char *msg, size_t msglen)
 	return 0;
 fail:
 	return rc;
+}
+
+void kq_deadline_start(struct kq_ctx *k, const struct kq_job_opts *o)
+{
+	k->now = o && o->now ? o->now : mono_s;
+	k->deadline = o && o->timeout_s > 0 ? k->now() + o->timeout_s : 0;
 }
 
 size_t kq_groups(const struct rq_qmod *m)
@@ -730,11 +735,10 @@ int kq_quantize_job_opt(struct kq_ctx *k, enum rq_recipe r, const struct rq_qmod
 		if (mods[i].groups > max_groups)
 			max_groups = mods[i].groups;
 	}
-	k->now = o && o->now ? o->now : mono_s;
-	k->deadline = o && o->timeout_s > 0 ? k->now() + o->timeout_s : 0;
+	kq_deadline_start(k, o);
 	KQ_CK("cudaSetDevice", cudaSetDevice(k->dev));
 	resident = resident_bytes <= k->mem_limit;
-	rc = arena_need(k, resident ? resident_bytes : 2 * slot_bytes(k->chunk), msg, msglen);
+	rc = kq_arena_need(k, resident ? resident_bytes : 2 * slot_bytes(k->chunk), msg, msglen);
 	if (rc < 0)
 		goto out;
 	rc = stage_need(k, max_groups, msg, msglen);

@@ -84,12 +84,16 @@ void kq_host_free(struct kq_ctx *k, void *p);
 /* The MSE observers' search (quant/observer_int.h) of one module on the GPU: for
  * w[rows][cols] in groups of `group` columns, best[] and (mask non-NULL) mask[] per group
  * exactly as rq_obs_search_rows gives them; kind is enum rq_obs_kind, p rq_obs_params().
- * quant/'s rq_obs_choose and rq_obs_range turn them into ranges. Synchronous; -EINVAL bad
- * kind/group, -ENOMEM over mem_limit, CUDA errors as kq_quantize_job. (kq_obs.cu) */
+ * quant/'s rq_obs_choose and rq_obs_range turn them into ranges. The module goes through
+ * the context's buffers (mem_limit) in row chunks; o (NULL = no watchdog) as for a job
+ * (timeout_s, now; pinned is ignored). Synchronous; -EINVAL bad kind/group, -E2BIG when
+ * one row does not fit mem_limit, device errors as kq_quantize_job_opt (-ETIMEDOUT:
+ * the watchdog; the context is then poisoned). (kq_obs.cu) */
 struct rq_obs_params;
 int kq_obs_search(struct kq_ctx *k, int kind, const struct rq_obs_params *p,
-                  const uint16_t *w, size_t rows, size_t cols, size_t group, uint8_t *best,
-                  uint32_t *mask, char *msg, size_t msglen);
+                  const uint16_t *w, size_t rows, size_t cols, size_t group,
+                  const struct kq_job_opts *o, uint8_t *best, uint32_t *mask, char *msg,
+                  size_t msglen);
 
 /* ---- additions for tests and `requantfs bench quant --device cuda` ---- */
 

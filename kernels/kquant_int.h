@@ -74,6 +74,10 @@ int kq_cuda_fail(char *msg, size_t msglen, struct kq_ctx *k, const char *what,
 int kq_wait(struct kq_ctx *k, cudaEvent_t e, const char *what, char *msg, size_t msglen);
 size_t kq_groups(const struct rq_qmod *m);
 int kq_amax_need(struct kq_ctx *k, int n, char *msg, size_t msglen);
+/* Device arena of at least bytes (<= mem_limit), kept between jobs. */
+int kq_arena_need(struct kq_ctx *k, size_t bytes, char *msg, size_t msglen);
+/* Starts a job's watchdog: k->now and k->deadline from o (NULL: no deadline). */
+void kq_deadline_start(struct kq_ctx *k, const struct kq_job_opts *o);
 /* kquant_kern.cu: launches on stream s (gs_batch: the legacy stream) */
 void kq_launch_absmax(const struct kq_ctx *k, const uint8_t *din, size_t groups,
                       uint32_t *amax, cudaStream_t s);
@@ -82,6 +86,11 @@ void kq_launch_scale(enum rq_recipe r, const uint32_t *amax, int n, struct kq_re
 void kq_launch_quant(enum rq_recipe r, const uint8_t *din, size_t groups, float gs,
                      uint8_t *dpk, uint8_t *dsc, cudaStream_t s);
 void kq_launch_gs_batch(enum rq_recipe r, const uint16_t *amax, size_t n, float *gs);
+/* kq_obs.cuh's k_obs_search over ng groups of `group` weights at dw (P: steps of them,
+ * T: rq_obs_pow_table on the device; dm may be NULL) */
+void kq_launch_obs(int kind, int steps, float expand, const float *P, const float *T,
+                   const uint16_t *dw, size_t ng, unsigned group, uint8_t *db, uint32_t *dm,
+                   cudaStream_t s);
 cudaError_t kq_kernels_loadable(void);
 
 #define KQ_CK(what, call) do { \

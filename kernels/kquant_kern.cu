@@ -1,8 +1,14 @@
 /* kquant_kern.cu — the quantizer's kernels and their launchers (the CUDA
- * half of kquant.cu). The arithmetic is quant/recipe.h; tests/kernels/kq_emul.cpp
- * replaces this file by host loops to test kquant.cu's pipeline on the CPU. */
+ * half of kquant.cu and kq_obs.cu). The arithmetic is quant/recipe.h (and
+ * kq_obs.cuh's, the MSE search); tests/kernels/kq_emul.cpp replaces this file
+ * by host loops to test the pipelines on the CPU, and test-ptx-bitexact reads
+ * its PTX. */
 #include "kernels/kquant_int.h"
+#include "kernels/kq_obs.cuh"
 #include "quant/recipe.h"
+extern "C" {
+#include "quant/observer_int.h"   /* rq_obs_q */
+}
 
 /* Max of the eight |BF16| in v, as two packed 16-bit maxima. */
 static __device__ __forceinline__ uint32_t vabsmax(uint4 v)
@@ -125,6 +131,18 @@ void kq_launch_quant(enum rq_recipe r, const uint8_t *din, size_t groups, float 
 void kq_launch_gs_batch(enum rq_recipe r, const uint16_t *amax, size_t n, float *gs)
 {
 	k_gs_batch<<<(unsigned)((n + 255) / 256), 256>>>((int)r, amax, n, gs);
+}
+
+void kq_launch_obs(int kind, int steps, float expand, const float *P, const float *T,
+                   const uint16_t *dw, size_t ng, unsigned group, uint8_t *db, uint32_t *dm,
+                   cudaStream_t s)
+{
+	if (!ng)
+		return;
+	k_obs_search<<<(unsigned)((ng + 127) / 128), 128, 0, s>>>(kind, steps, expand,
+	                                                          rq_obs_q(kind), P, T, dw,
+	                                                          (unsigned long long)ng, group,
+	                                                          db, dm);
 }
 
 /* cudaSuccess when this build's kernels load on the current device. */

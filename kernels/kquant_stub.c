@@ -94,8 +94,9 @@ void kq_host_free(struct kq_ctx *k, void *p)
 }
 
 int kq_obs_search(struct kq_ctx *k, int kind, const struct rq_obs_params *p,
-                  const uint16_t *w, size_t rows, size_t cols, size_t group, uint8_t *best,
-                  uint32_t *mask, char *msg, size_t msglen)
+                  const uint16_t *w, size_t rows, size_t cols, size_t group,
+                  const struct kq_job_opts *o, uint8_t *best, uint32_t *mask, char *msg,
+                  size_t msglen)
 {
 	return no_cuda(msg, msglen);
 }

@@ -52,8 +52,9 @@
  * The order of this folder (held by tests/tools/test_layout.py): each file
  * calls only the files below it.
  *
- *   qdev.c        the quantizer device: CUDA or CPU, fallback, idle release
- *   qdev_stage.c  staging buffers for job inputs
+ *   qdev_scheme.c  the data-free schemes' jobs, the MSE search on the GPU
+ *   qdev.c         the quantizer device: CUDA or CPU, fallback, idle release
+ *   qdev_stage.c   staging buffers for job inputs
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE                       /* pthread_timedjoin_np */
@@ -63,6 +64,7 @@
 #include "base/err.h"
 #include "base/pool.h"
 #include "kernels/kquant.h"
+#include "quant/observer_int.h"   /* the MSE search's self-check */
 #include "quant/quant.h"
 
 #include <errno.h>
@@ -148,8 +150,12 @@ static const char *hint(int rc)
 
 /* ---- contexts ------------------------------------------------------------ */
 
+static int self_check_obs(struct kq_ctx *k, const uint16_t *w, double (*now)(void), char *msg,
+                          size_t len);
+
 /* The self-check: a fused pair and a single module, every recipe, on the
- * GPU against the CPU; -EPROTO with the first difference in msg. Inputs
+ * GPU against the CPU, then the MSE search (self_check_obs); -EPROTO with
+ * the first difference in msg. Inputs
  * cover zeros, both signs, ties and a wide range of magnitudes. */
 static int self_check(struct rq_quantizer *q, struct kq_ctx *k, char *msg, size_t len)
 {
@@ -203,7 +209,46 @@ static int self_check(struct rq_quantizer *q, struct kq_ctx *k, char *msg, size_
 			}
 		}
 	}
-	return 0;
+	return self_check_obs(k, w, q->o.now, msg, len);
+}
+
+/* The MSE search's self-check: every kind and observer on a small module
+ * (the weights of self_check), the GPU's steps against the CPU's. */
+static int self_check_obs(struct kq_ctx *k, const uint16_t *w, double (*now)(void), char *msg,
+                          size_t len)
+{
+	enum { R = 4, C = 256 };
+	static const size_t group[4] = {16, 128, 128, C};   /* FP4, INT4, INT8, FP8 channels */
+	uint8_t b[2][R * 16];
+	uint32_t mk[2][R * 16];
+	void *scratch = malloc(rq_obs_scratch_bytes(C));
+	int rc = 0;
+	if (!scratch)
+		return -ENOMEM;
+	for (int o = RQ_OBSERVER_MSE; o < RQ_OBSERVER_COUNT; o++) {
+		const struct rq_obs_params *p = rq_obs_params((enum rq_observer)o);
+		for (int kind = RQ_OBS_FP4; kind <= RQ_OBS_FP8; kind++) {
+			size_t ng = R * C / group[kind];
+			struct kq_job_opts jo = {.timeout_s = QD_TIMEOUT_S, .now = now};
+			rq_obs_search_rows(kind, p, w, R, C, group[kind], b[0], mk[0], scratch);
+			rc = kq_obs_search(k, kind, p, w, R, C, group[kind], &jo, b[1], mk[1], msg, len);
+			if (rc == -E2BIG) {           /* --gpu-mem too small: the search stays on the CPU */
+				rc = 0;
+				continue;
+			}
+			if (rc == 0 && (memcmp(b[0], b[1], ng) || memcmp(mk[0], mk[1], 4 * ng))) {
+				snprintf(msg, len, "bit-exactness self-check failed (the %s search, kind "
+				         "%d): the GPU's steps differ from the CPU's",
+				         rq_observer_name((enum rq_observer)o), kind);
+				rc = -EPROTO;
+			}
+			if (rc < 0)
+				goto out;
+		}
+	}
+out:
+	free(scratch);
+	return rc;
 }
 
 /* Moves g to the retired list; the reaper closes it once nothing is lent
@@ -558,18 +603,18 @@ void rq_quantizer_get_stats(struct rq_quantizer *q, struct rq_quantizer_stats *s
 
 /* ---- jobs ---------------------------------------------------------------- */
 
-/* The job on the GPU, or -ENODEV: run it on the CPU (the GPU is not in use,
- * or it just failed on this job). */
-static int run_gpu(struct rq_quantizer *q, enum rq_recipe r, const struct rq_qmod *m, int n,
-                   const char *name, float *gs, int *bad)
+/* Takes the GPU for one device call (mu held on entry and exit): waits while
+ * a context opens or another call runs on it, opens a released one, or one
+ * whose back-off is over; returns the context with q->busy set, or NULL: run
+ * on the CPU. what: the call, for the log when opening fails. */
+struct qgen *qd_gpu_take(struct rq_quantizer *q, const char *what)
 {
-	pthread_mutex_lock(&q->mu);
 	for (;;) {
 		if (q->state == Q_BACKOFF && now_of(q) >= q->retry_at && !q->retired &&
 		    !q->closing && !q->stop)
 			q->state = Q_IDLE;
 		if (q->state == Q_IDLE && !q->stop) {
-			open_locked(q, name);
+			open_locked(q, what);
 			continue;
 		}
 		if (q->state == Q_OPENING || (q->state == Q_READY && q->busy)) {
@@ -578,45 +623,64 @@ static int run_gpu(struct rq_quantizer *q, enum rq_recipe r, const struct rq_qmo
 		}
 		break;
 	}
-	if (q->state != Q_READY) {
+	if (q->state != Q_READY)
+		return NULL;
+	q->busy = 1;
+	return q->cur;
+}
+
+void qd_gpu_give(struct rq_quantizer *q, struct qgen *g, int rc, const char *failed,
+                 const char *msg, int gpu_jobs, unsigned long long copied)
+{
+	pthread_mutex_lock(&q->mu);
+	q->busy = 0;
+	q->last_use = now_of(q);
+	q->st.host_copied += copied;
+	if (!failed) {
+		q->fails = 0;
+		q->st.gpu_jobs += (unsigned)gpu_jobs;
+	} else {
+		retire(q, g);
+		fail_locked(q, rc, failed, msg);
+	}
+	pthread_cond_broadcast(&q->cv);
+	pthread_mutex_unlock(&q->mu);
+}
+
+double qd_timeout(const struct rq_quantizer *q, double in_bytes)
+{
+	return (q->o.gpu_timeout_s > 0 ? q->o.gpu_timeout_s : QD_TIMEOUT_S) + in_bytes / 1e9;
+}
+
+/* The job on the GPU, or -ENODEV: run it on the CPU (the GPU is not in use,
+ * or it just failed on this job). */
+static int run_gpu(struct rq_quantizer *q, enum rq_recipe r, const struct rq_qmod *m, int n,
+                   const char *name, float *gs, int *bad)
+{
+	pthread_mutex_lock(&q->mu);
+	struct qgen *g = qd_gpu_take(q, name);
+	if (!g) {
 		pthread_mutex_unlock(&q->mu);
 		return -ENODEV;
 	}
-	struct qgen *g = q->cur;
 	double in = 0;
 	for (int i = 0; i < n; i++)
 		in += (double)m[i].rows * m[i].cols * 2;
 	struct kq_job_opts jo = {.pinned = qd_pinned_mask(q, g, m, n), .now = q->o.now,
-	                         .timeout_s = (q->o.gpu_timeout_s > 0 ? q->o.gpu_timeout_s
-	                                       : QD_TIMEOUT_S) + in / 1e9};
-	q->busy = 1;
+	                         .timeout_s = qd_timeout(q, in)};
 	pthread_mutex_unlock(&q->mu);
 
-	char msg[300] = "";
+	char msg[300] = "", w[300];
 	unsigned long long copied0 = kq_host_copied(g->k);
 	int rc = kq_quantize_job_opt(g->k, r, m, n, &jo, gs, bad, msg, sizeof msg);
-
-	pthread_mutex_lock(&q->mu);
-	q->busy = 0;
-	q->last_use = now_of(q);
-	q->st.host_copied += kq_host_copied(g->k) - copied0;
-	if (rc == 0 || rc == -EDOM || rc == -EINVAL) {   /* the GPU did its part */
-		q->fails = 0;
-		q->st.gpu_jobs++;
-	} else {
-		char w[300];
-		if (name)
-			snprintf(w, sizeof w, "quantizing %s", name);
-		else
-			snprintf(w, sizeof w, "quantizing a job of %d module%s [%zu, %zu]", n,
-			         n == 1 ? "" : "s", m[0].rows, m[0].cols);
-		retire(q, g);
-		fail_locked(q, rc, w, msg);
-		rc = -ENODEV;
-	}
-	pthread_cond_broadcast(&q->cv);
-	pthread_mutex_unlock(&q->mu);
-	return rc;
+	int done = rc == 0 || rc == -EDOM || rc == -EINVAL;   /* the GPU did its part */
+	if (name)
+		snprintf(w, sizeof w, "quantizing %s", name);
+	else
+		snprintf(w, sizeof w, "quantizing a job of %d module%s [%zu, %zu]", n,
+		         n == 1 ? "" : "s", m[0].rows, m[0].cols);
+	qd_gpu_give(q, g, rc, done ? NULL : w, msg, 1, kq_host_copied(g->k) - copied0);
+	return done ? rc : -ENODEV;
 }
 
 int rq_quantizer_run_named(struct rq_quantizer *q, enum rq_recipe r, const struct rq_qmod *m,
@@ -638,45 +702,4 @@ int rq_quantizer_run(struct rq_quantizer *q, enum rq_recipe r, const struct rq_q
                      float *gs, int *bad)
 {
 	return rq_quantizer_run_named(q, r, m, n, NULL, gs, bad);
-}
-
-/* ---- data-free schemes (issue 12) -------------------------------------
- *
- * The GPU kernel (kernels/kquant.cu) is the NVFP4 recipe on BF16 weights for
- * one module or a gate/up pair, so only that case goes through
- * rq_quantizer_run (GPU when there is one). Everything else — F16/F32
- * sources, a q/k/v triple, FP8 and the integer schemes — runs
- * rq_scheme_quantize on the CPU with the quantizer's pool: there is no GPU
- * kernel for those yet. Bytes are identical either way. So does every job
- * of an MSE observer (rq_scheme_quantize_obs): its search has no CUDA twin. */
-int rq_quantizer_run_scheme(struct rq_quantizer *q, enum rq_scheme s, enum rq_recipe r,
-                            enum rq_observer o, const struct rq_smod *m, int n, int *bad)
-{
-	if (o != RQ_OBSERVER_MINMAX)     /* the MSE search: CPU only, bit-exact with its oracle */
-		return rq_scheme_quantize_obs(s, r, o, m, n, bad, q->pool);
-	int gpu_ok = rq_scheme_shares_scale(s) && n >= 1 && n <= 2;
-	for (int i = 0; i < n && gpu_ok; i++)
-		gpu_ok = m[i].dtype == RQ_SRC_BF16;
-	if (!gpu_ok)
-		return rq_scheme_quantize(s, r, m, n, bad, q->pool);
-	struct rq_qmod qm[2];
-	uint64_t gs_off[2];
-	for (int i = 0; i < n; i++) {
-		struct rq_stensor t[RQ_SCHEME_MAX_TENSORS];
-		int nt;
-		uint64_t sz;
-		int rc = rq_scheme_layout(s, m[i].dtype, m[i].rows, m[i].cols, t, &nt, &sz);
-		if (rc < 0 || nt != 3) {           /* packed | scales | global scale */
-			*bad = i;
-			return rc < 0 ? rc : -EINVAL;
-		}
-		qm[i] = (struct rq_qmod){.w = m[i].w, .rows = m[i].rows, .cols = m[i].cols,
-		                         .packed = m[i].out + t[0].off, .scales = m[i].out + t[1].off};
-		gs_off[i] = t[2].off;
-	}
-	float gs = 0;
-	int rc = rq_quantizer_run(q, r, qm, n, &gs, bad);
-	for (int i = 0; i < n && !rc; i++)
-		memcpy(m[i].out + gs_off[i], &gs, 4);   /* F32 little-endian */
-	return rc;
 }

@@ -114,9 +114,11 @@ void rq_quantizer_get_stats(struct rq_quantizer *q, struct rq_quantizer_stats *s
  * whole into m[i].out as rq_scheme_layout lays it out; the NVFP4 schemes'
  * modules share one global scale. With observer o = RQ_OBSERVER_MINMAX the
  * NVFP4 family on BF16 with n <= 2 runs like rq_quantizer_run (GPU when there
- * is one), the rest on the CPU pool; an MSE observer always runs on the CPU
- * pool (rq_scheme_quantize_obs: no CUDA twin of the search yet), whatever the
- * device. Errors as rq_scheme_quantize_obs (-EDOM NaN/Inf with *bad, -EINVAL,
+ * is one), the rest on the CPU pool. With an MSE observer each module's
+ * search runs on the GPU when there is one (kq_obs_search, falling back to
+ * the CPU as jobs do) and the rest of the job on the CPU pool
+ * (rq_scheme_quantize_obs_dev). Bit-identical either way (qdev_scheme.c).
+ * Errors as rq_scheme_quantize_obs (-EDOM NaN/Inf with *bad, -EINVAL,
  * -ENOTSUP, -ERANGE, -ENOMEM). */
 int rq_quantizer_run_scheme(struct rq_quantizer *q, enum rq_scheme s, enum rq_recipe r,
                             enum rq_observer o, const struct rq_smod *m, int n, int *bad);

@@ -64,6 +64,19 @@ struct rq_quantizer {
 	char fallback[768];       /* the open's fallback line, "" when none */
 };
 
+/* qdev.c, for the scheme jobs (qdev_scheme.c). qd_gpu_take (mu held on entry
+ * and exit): waits for the GPU, opening it when due; the context with
+ * q->busy set, or NULL when jobs run on the CPU now (what: the call, for the
+ * log). qd_gpu_give (mu not held) ends the call that returned rc: failed NULL
+ * when the GPU did its part (fails back to 0, gpu_jobs added to the stats),
+ * else the failure ("searching ...") that retires the context and backs off
+ * (or disables the GPU) with msg; copied: bytes the call memcpy'd into
+ * staging. qd_timeout: the watchdog's seconds for a call reading in_bytes. */
+struct qgen *qd_gpu_take(struct rq_quantizer *q, const char *what);
+void qd_gpu_give(struct rq_quantizer *q, struct qgen *g, int rc, const char *failed,
+                 const char *msg, int gpu_jobs, unsigned long long copied);
+double qd_timeout(const struct rq_quantizer *q, double in_bytes);
+
 /* Bit i set when m[i].w lies in a pinned buffer of g that is lent out
  * (q->mu held): kquant may DMA straight from it. */
 unsigned qd_pinned_mask(struct rq_quantizer *q, struct qgen *g, const struct rq_qmod *m, int n);

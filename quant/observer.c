@@ -61,7 +61,7 @@
 static const struct {
 	const char *name, *llmc;
 } observers[RQ_OBSERVER_COUNT] = {
-	[RQ_OBSERVER_MINMAX] = {"minmax", "minmax"},
+	[RQ_OBSERVER_MINMAX] = {"minmax", "memoryless_minmax"},
 	[RQ_OBSERVER_MSE] = {"mse", "memoryless_mse"},
 	[RQ_OBSERVER_EXPANDED_MSE] = {"expanded-mse", "nvfp4_expanded_mse"},
 };
@@ -115,20 +115,39 @@ struct search_ctx {
 	int bad;                    /* -EDOM / -ERANGE seen (any row) */
 };
 
-static void search_chunk(void *arg, size_t begin, size_t end, int worker)
+/* -EDOM (NaN/Inf) or -ERANGE (1.8 |w| overflows BF16) for rows [begin, end), else 0 */
+static int check_rows(const struct search_ctx *c, size_t begin, size_t end)
 {
-	struct search_ctx *c = arg;
 	const uint16_t *w = c->w + begin * c->cols;
 	for (size_t i = 0; i < (end - begin) * c->cols; i++) {
 		uint32_t a = w[i] & 0x7FFFu;
-		if (a >= RQ_BF16_INF || (c->p->expand > 1.0f &&
-		                         (rq_f2u(rq_round_bf16(rq_bf16f(a) * c->p->expand)) &
-		                          0x7F800000u) == 0x7F800000u)) {
-			__atomic_store_n(&c->bad, a >= RQ_BF16_INF ? -EDOM : -ERANGE, __ATOMIC_RELAXED);
-			return;
-		}
+		if (a >= RQ_BF16_INF)
+			return -EDOM;
+		if (c->p->expand > 1.0f && (rq_f2u(rq_round_bf16(rq_bf16f(a) * c->p->expand)) &
+		                            0x7F800000u) == 0x7F800000u)
+			return -ERANGE;
 	}
-	rq_obs_search_rows(c->kind, c->p, w, end - begin, c->cols, c->group,
+	return 0;
+}
+
+static void check_chunk(void *arg, size_t begin, size_t end, int worker)
+{
+	struct search_ctx *c = arg;
+	int rc = check_rows(c, begin, end);
+	(void)worker;
+	if (rc)
+		__atomic_store_n(&c->bad, rc, __ATOMIC_RELAXED);
+}
+
+static void search_chunk(void *arg, size_t begin, size_t end, int worker)
+{
+	struct search_ctx *c = arg;
+	int rc = check_rows(c, begin, end);
+	if (rc) {
+		__atomic_store_n(&c->bad, rc, __ATOMIC_RELAXED);
+		return;
+	}
+	rq_obs_search_rows(c->kind, c->p, c->w + begin * c->cols, end - begin, c->cols, c->group,
 	                   c->best + begin * c->gpr, c->mask ? c->mask + begin * c->gpr : NULL,
 	                   c->scratch + (size_t)worker * c->sbytes);
 }
@@ -155,8 +174,11 @@ static void range_chunk(void *arg, size_t begin, size_t end, int worker)
 	}
 }
 
+/* One module's ranges: the search on dev when it takes it (after the weights are checked
+ * here), else on the CPU pool; *on_dev = 1 when dev did it. */
 static int search(int kind, const struct rq_obs_params *p, const struct rq_smod *m,
-                  size_t group, uint16_t *rng, struct rq_pool *pool)
+                  size_t group, uint16_t *rng, struct rq_pool *pool,
+                  const struct rq_obs_dev *dev, int *on_dev)
 {
 	size_t gpr = m->cols / group, ng = m->rows * gpr;
 	int workers = rq_pool_size(pool);
@@ -171,7 +193,13 @@ static int search(int kind, const struct rq_obs_params *p, const struct rq_smod 
 		goto out;
 	}
 	size_t grain = (1024 + m->cols - 1) / m->cols;   /* the search is ~100x minmax's work */
-	rq_pool_for(pool, m->rows, grain, search_chunk, &c);
+	if (dev && dev->search) {
+		rq_pool_for(pool, m->rows, (65536 + m->cols - 1) / m->cols, check_chunk, &c);
+		*on_dev = !c.bad && dev->search(dev->arg, kind, p, m->w, m->rows, m->cols, group,
+		                                c.best, c.mask) == 0;
+	}
+	if (!*on_dev && !c.bad)
+		rq_pool_for(pool, m->rows, grain, search_chunk, &c);
 	if (c.bad) {
 		rc = c.bad;
 		goto out;
@@ -246,6 +274,15 @@ static void final_chunk(void *arg, size_t begin, size_t end, int worker)
 int rq_scheme_quantize_obs(enum rq_scheme s, enum rq_recipe r, enum rq_observer o,
                            const struct rq_smod *m, int n, int *bad, struct rq_pool *pool)
 {
+	return rq_scheme_quantize_obs_dev(s, r, o, m, n, bad, pool, NULL, NULL);
+}
+
+int rq_scheme_quantize_obs_dev(enum rq_scheme s, enum rq_recipe r, enum rq_observer o,
+                               const struct rq_smod *m, int n, int *bad, struct rq_pool *pool,
+                               const struct rq_obs_dev *dev, int *on_dev)
+{
+	for (int i = 0; on_dev && i < n && i < 3; i++)
+		on_dev[i] = 0;
 	if (o == RQ_OBSERVER_MINMAX)
 		return rq_scheme_quantize(s, r, m, n, bad, pool);
 	const struct rq_obs_params *p = rq_obs_params(o);
@@ -270,7 +307,10 @@ int rq_scheme_quantize_obs(enum rq_scheme s, enum rq_recipe r, enum rq_observer 
 		size_t group = rq_scheme_group(s) ? rq_scheme_group(s) : m[i].cols;
 		size_t ng = m[i].rows * m[i].cols / group;
 		rng[i] = malloc(sizeof(uint16_t) * ng);
-		rc = rng[i] ? search(kind, p, &m[i], group, rng[i], pool) : -ENOMEM;
+		int d = 0;
+		rc = rng[i] ? search(kind, p, &m[i], group, rng[i], pool, dev, &d) : -ENOMEM;
+		if (on_dev)
+			on_dev[i] = d;
 		if (rc < 0 && bad)
 			*bad = i;
 		for (size_t g = 0; rc == 0 && g < ng; g++)

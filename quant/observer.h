@@ -10,6 +10,9 @@
 #ifndef RQ_OBSERVER_H
 #define RQ_OBSERVER_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "quant/scheme.h"
 
 enum rq_observer {
@@ -29,9 +32,13 @@ enum rq_observer {
 
 int rq_observer_parse(const char *s, enum rq_observer *out);   /* -EINVAL if unknown */
 const char *rq_observer_name(enum rq_observer o);              /* "minmax", "mse", ... */
-/* The name llm-compressor's QuantizationArgs.observer takes for it, as the weights'
- * "observer" of config.json's quantization_config: "minmax", "memoryless_mse",
- * "nvfp4_expanded_mse". */
+/* The name of llm-compressor's observer that computes it on weights (its registry in
+ * llmcompressor/observers/): "memoryless_minmax", "memoryless_mse", "nvfp4_expanded_mse".
+ * An MSE observer's name is the weights' "observer" of config.json's quantization_config
+ * (as model_free_ptq writes it); minmax leaves the scheme's own dump there: null for the
+ * model_free_ptq presets (weights then get memoryless_minmax: calibration.py), and
+ * "memoryless_minmax" for --scheme nvfp4 (oneshot's). llm-compressor's "minmax" is the
+ * moving-average observer of activations, which requantfs never runs on weights. */
 const char *rq_observer_llmc(enum rq_observer o);
 
 /* 0 when scheme s with recipe r and source dtype src can take observer o, else -ENOTSUP
@@ -49,5 +56,25 @@ int rq_observer_ok(enum rq_scheme s, enum rq_recipe r, enum rq_src_dtype src,
  * Threaded over pool (NULL = caller). Outputs are undefined on error. */
 int rq_scheme_quantize_obs(enum rq_scheme s, enum rq_recipe r, enum rq_observer o,
                            const struct rq_smod *m, int n, int *bad, struct rq_pool *pool);
+
+/* Another device's search (qdev/ wires kernels/' GPU twin in here): for the module
+ * w[rows][cols] in groups of `group` columns, exactly what the CPU search gives per group
+ * (quant/observer_int.h: best[], and mask[] when non-NULL), for rq_obs_kind(scheme) `kind`
+ * and rq_obs_params(observer) p. Returns 0 when done, or any negative errno and the module
+ * is searched on the CPU instead (the same bytes either way). Called from the calling
+ * thread, once per module, after the module's weights were checked (no NaN/Inf, no
+ * overflow of the expanded range); the chosen ranges, the global scale, the scales and the
+ * codes are then computed on the CPU as without it. */
+struct rq_obs_params;
+struct rq_obs_dev {
+	int (*search)(void *arg, int kind, const struct rq_obs_params *p, const uint16_t *w,
+	              size_t rows, size_t cols, size_t group, uint8_t *best, uint32_t *mask);
+	void *arg;
+};
+/* rq_scheme_quantize_obs with the search of each module offered to dev first (NULL: the
+ * CPU for all); on_dev (n entries, or NULL) gets 1 for each module dev searched. */
+int rq_scheme_quantize_obs_dev(enum rq_scheme s, enum rq_recipe r, enum rq_observer o,
+                               const struct rq_smod *m, int n, int *bad, struct rq_pool *pool,
+                               const struct rq_obs_dev *dev, int *on_dev);
 
 #endif

@@ -1,4 +1,5 @@
-/* observer_int.h — internals of the MSE observers (observer*.c, tests/quant, kernels/).
+/* observer_int.h — internals of the MSE observers (observer*.c, tests/quant, kernels/,
+ * qdev/).
  *
  * The search of one group, as observer.c's header derives it from llm-compressor:
  *   A      = max |w| of the group (BF16 bits)

@@ -144,6 +144,11 @@ def plan_output():
     ok(j.get("observer") == "mse" and j.get("observer_llmc") == "memoryless_mse" and
        j.get("observer_estimate", {}).get("times_minmax") == 173 and
        j.get("calib_observer", 0) is None, "plan --json: observer, observer_llmc, estimate", out)
+    rc, out = run("plan", TINY, "--scheme", "fp8-dynamic", "--json")
+    j = json.loads(out) if rc == 0 else {}
+    ok(j.get("observer") == "minmax" and j.get("observer_llmc") == "memoryless_minmax",
+       "plan --json, minmax: observer_llmc names llm-compressor's weight observer "
+       "memoryless_minmax (its 'minmax' is the activations' moving average)", out)
 
 
 def exports(tmp, golden):

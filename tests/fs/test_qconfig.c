@@ -11,6 +11,7 @@
 #include "tests/tap.h"
 #include "base/err.h"
 #include "plan/qconfig.h"
+#include "quant/observer.h"
 #include "quant/scheme.h"
 
 #include <cjson/cJSON.h>
@@ -488,6 +489,19 @@ static void test_w4a4_golden(void)
 		                                gold, "models"), models[k]), "quantization_config"), 1),
 		       "w4a4 %s: quantization_config equals oneshot's (rc %d %s)", models[k], rc,
 		       rc ? err.msg : "");
+		/* the weights' observer oneshot writes for minmax is the name quant/ gives it
+		 * (plan --json's observer_llmc): memoryless_minmax, not the activations' minmax */
+		const cJSON *wo = cJSON_GetObjectItem(gold, "models");
+		static const char *const path[] = {"quantization_config", "config_groups", "group_0",
+		                                   "weights", "observer"};
+		wo = cJSON_GetObjectItem(wo, models[k]);
+		for (size_t i = 0; i < sizeof path / sizeof path[0]; i++)
+			wo = cJSON_GetObjectItem(wo, path[i]);
+		TAP_OK(cJSON_IsString(wo) && !strcmp(wo->valuestring,
+		                                     rq_observer_llmc(RQ_OBSERVER_MINMAX)),
+		       "w4a4 %s: oneshot's weights observer '%s' == rq_observer_llmc(minmax) '%s'",
+		       models[k], cJSON_IsString(wo) ? wo->valuestring : "?",
+		       rq_observer_llmc(RQ_OBSERVER_MINMAX));
 		cJSON_Delete(doc);
 		free(out);
 		free(cfg);

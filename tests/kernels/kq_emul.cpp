@@ -1,6 +1,8 @@
-/* kq_emul.cpp — kernels/kquant.cu (and kquant_bench.cu) compiled for the host
- * against the emulated runtime in emul/cuda_runtime.h, with the kernels of
- * kquant_kern.cu replaced by host loops over the same quant/recipe.h functions.
+/* kq_emul.cpp — kernels/kquant.cu (and kquant_bench.cu, kq_obs.cu) compiled for
+ * the host against the emulated runtime in emul/cuda_runtime.h, with the kernels
+ * of kquant_kern.cu replaced by host loops over the same quant/recipe.h functions
+ * (the MSE search: quant/'s rq_obs_search_rows, which test kq-obs-simt holds
+ * bit-identical to kq_obs.cuh's kernel).
  * Linked into test_kquant_emul, which runs all of test_kquant.c's cases in
  * every build: this checks the pipeline (chunks, slots, streams, resident vs
  * streamed, fused jobs, refusals) on the CPU; the GPU run checks the real
@@ -8,6 +10,7 @@
  * the faults of kq_emul.h). */
 #include "kernels/kquant.cu"
 #include "kernels/kquant_bench.cu"
+#include "kernels/kq_obs.cu"
 #include "quant/recipe.h"
 
 #include <stdio.h>
@@ -80,6 +83,25 @@ void kq_launch_gs_batch(enum rq_recipe r, const uint16_t *amax, size_t n, float 
 {
 	for (size_t i = 0; i < n; i++)
 		gs[i] = rq_recipe_gs((int)r, rq_bf16f(amax[i]));
+}
+
+void kq_launch_obs(int kind, int steps, float expand, const float *P, const float *T,
+                   const uint16_t *dw, size_t ng, unsigned group, uint8_t *db, uint32_t *dm,
+                   cudaStream_t s)
+{
+	if (!ng)
+		return;
+	kq_emul_enqueue(s, [=] {
+		struct rq_obs_params p = {};
+		p.expand = expand;
+		p.steps = steps;
+		p.patience = steps;
+		memcpy(p.p, P, sizeof(float) * (size_t)steps);
+		std::vector<uint8_t> scratch(rq_obs_scratch_bytes(group));
+		rq_obs_search_rows(kind, &p, dw, ng, group, group, db, dm, scratch.data());
+		if (kq_emul_g.f.corrupt)    /* read unlocked: set between jobs */
+			db[0] ^= 1u;
+	});
 }
 
 cudaError_t kq_kernels_loadable(void)

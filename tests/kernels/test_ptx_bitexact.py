@@ -19,9 +19,9 @@ path's guarantee. Only the quantizer's file is checked: the engine's kernels
 import re
 import sys
 
-# the four __global__ kernels of kquant_kern.cu: each must be found, so that
-# an empty or foreign PTX file cannot pass
-KERNELS = ("k_absmax", "k_scale", "k_quant", "k_gs_batch")
+# the __global__ kernels of kquant_kern.cu (k_obs_search: kq_obs.cuh's MSE
+# search): each must be found, so that an empty or foreign PTX file cannot pass
+KERNELS = ("k_absmax", "k_scale", "k_quant", "k_gs_batch", "k_obs_search")
 BAD = [
     (re.compile(r"^\s*(@!?%\w+\s+)?fma\."), "fused multiply-add (needs -fmad=false)"),
     (re.compile(r"\.ftz\b"), "flush-to-zero (needs -ftz=false)"),

@@ -19,10 +19,18 @@
  *   - permanent: no kernel image, a GPU that is not bit-exact (self-check),
  *     no device: CPU for good with the reason; --device cuda refuses
  *   - idle release and reopen
- *   - four threads staging and running jobs while faults come and go */
+ *   - four threads staging and running jobs while faults come and go
+ *   - the MSE observers' search (issue 32): every observer x scheme on the
+ *     GPU (one launch per module) with the CPU's bytes, --device cpu; a
+ *     launch failure and a hung search kernel fail over to the CPU with the
+ *     same bytes and the same back-off; a module larger than --gpu-mem's
+ *     buffers goes through in row chunks; a row too large for them keeps the
+ *     search on the CPU without a failure */
 #include "qdev/qdev.h"
 #include "base/err.h"
+#include "quant/observer.h"
 #include "quant/quant.h"
+#include "quant/scheme.h"
 #include "tests/kernels/emul/kq_emul.h"
 #include "tests/kernels/kq_testdata.h"
 #include "tests/tap.h"
@@ -540,6 +548,194 @@ static void test_threads(const struct tjob *j2)
 	       "(pinned live %lld)", es.host_live);
 }
 
+/* ---- the MSE observers' search (issue 32) ---- */
+
+struct sjob {               /* a data-free scheme's job with an MSE observer */
+	enum rq_scheme s;
+	enum rq_observer o;
+	int n;
+	size_t rows, cols;
+	uint64_t size;          /* bytes of each module's output */
+	uint16_t *w[3];
+	uint8_t *ref[3];        /* rq_scheme_quantize_obs on the CPU */
+};
+
+static void sjob_make(struct sjob *j, enum rq_scheme s, enum rq_observer o, int n,
+                      size_t rows, size_t cols)
+{
+	static const enum kq_dist d[3] = {KQ_DIST_NORMAL, KQ_DIST_FEWBITS, KQ_DIST_SPARSE};
+	struct rq_stensor t[RQ_SCHEME_MAX_TENSORS];
+	struct rq_smod m[3];
+	int nt, bad = -1;
+	*j = (struct sjob){.s = s, .o = o, .n = n, .rows = rows, .cols = cols};
+	if (rq_scheme_layout(s, RQ_SRC_BF16, rows, cols, t, &nt, &j->size))
+		abort();
+	for (int i = 0; i < n; i++) {
+		j->w[i] = malloc(rows * cols * 2);
+		j->ref[i] = calloc(1, j->size);
+		kq_fill(j->w[i], rows, cols, d[i], &seed);
+		m[i] = (struct rq_smod){j->w[i], RQ_SRC_BF16, rows, cols, j->ref[i]};
+	}
+	if (rq_scheme_quantize_obs(s, RQ_RECIPE_BF16, o, m, n, &bad, NULL))
+		abort();
+}
+
+static void sjob_free(struct sjob *j)
+{
+	for (int i = 0; i < j->n; i++) {
+		free(j->w[i]);
+		free(j->ref[i]);
+	}
+}
+
+/* Runs j through q; 1 when every output byte is the CPU's. */
+static int run_scheme_same(struct rq_quantizer *q, const struct sjob *j)
+{
+	struct rq_smod m[3];
+	uint8_t *out[3] = {NULL, NULL, NULL};
+	int bad = -1, ok = 1;
+	for (int i = 0; i < j->n; i++) {
+		out[i] = malloc(j->size);
+		memset(out[i], 0xA5, j->size);
+		m[i] = (struct rq_smod){j->w[i], RQ_SRC_BF16, j->rows, j->cols, out[i]};
+	}
+	int rc = rq_quantizer_run_scheme(q, j->s, RQ_RECIPE_BF16, j->o, m, j->n, &bad);
+	for (int i = 0; i < j->n; i++) {
+		ok = ok && rc == 0 && memcmp(out[i], j->ref[i], j->size) == 0;
+		free(out[i]);
+	}
+	if (rc)
+		printf("# run_scheme: rc %d\n", rc);
+	return ok;
+}
+
+static long long emul_launches(void)
+{
+	struct kq_emul_stats s;
+	kq_emul_stats_get(&s);
+	return s.launches;
+}
+
+/* Every observer x scheme the search takes, on the GPU: the CPU's bytes. */
+static void test_obs_gpu(void)
+{
+	static const enum rq_scheme sc[] = {RQ_SCHEME_NVFP4A16, RQ_SCHEME_NVFP4_W4A4,
+	                                    RQ_SCHEME_FP8_DYNAMIC, RQ_SCHEME_W8A16,
+	                                    RQ_SCHEME_W4A16};
+	struct rq_quantizer *q = open_q("auto", 0, NULL, NULL, 0);
+	if (!q) {
+		TAP_OK(0, "mse: open");
+		return;
+	}
+	for (int o = RQ_OBSERVER_MSE; o < RQ_OBSERVER_COUNT; o++) {
+		for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
+			struct sjob j;
+			int n = rq_scheme_shares_scale(sc[i]) ? 3 : 1;   /* q/k/v share gs */
+			sjob_make(&j, sc[i], (enum rq_observer)o, n, 8, 256);
+			struct rq_quantizer_stats s0 = stats(q);
+			long long l0 = emul_launches();
+			int ok = run_scheme_same(q, &j);
+			struct rq_quantizer_stats s = stats(q);
+			TAP_OK(ok && s.gpu_jobs == s0.gpu_jobs + 1 && s.cpu_jobs == s0.cpu_jobs &&
+			       emul_launches() == l0 + n, "mse on the GPU: %s, %s, %d module%s: the "
+			       "search on the device (%lld launches), the CPU's bytes",
+			       rq_scheme_name(sc[i]), rq_observer_name((enum rq_observer)o), n,
+			       n == 1 ? "" : "s", emul_launches() - l0);
+			sjob_free(&j);
+		}
+	}
+	rq_quantizer_close(q);
+	q = open_q("cpu", 0, NULL, NULL, 0);
+	struct sjob j;
+	sjob_make(&j, RQ_SCHEME_W4A16, RQ_OBSERVER_MSE, 1, 8, 256);
+	long long l0 = emul_launches();
+	int ok = q && run_scheme_same(q, &j);
+	TAP_OK(ok && stats(q).cpu_jobs == 1 && stats(q).gpu_jobs == 0 && emul_launches() == l0,
+	       "mse with --device cpu: the CPU's search, no launch");
+	sjob_free(&j);
+	rq_quantizer_close(q);
+}
+
+/* Device failures during the search: the module is searched on the CPU (same
+ * bytes) and the GPU backs off as for a job; too small --gpu-mem: CPU, no failure. */
+static void test_obs_fallback(void)
+{
+	struct sjob j, f8;
+	sjob_make(&j, RQ_SCHEME_NVFP4A16, RQ_OBSERVER_EXPANDED_MSE, 2, 16, 256);
+	sjob_make(&f8, RQ_SCHEME_FP8_DYNAMIC, RQ_OBSERVER_MSE, 1, 4, 512);
+	struct rq_quantizer *q = open_q("auto", 0, NULL, NULL, 0);
+	if (!q) {
+		TAP_OK(0, "mse fallback: open");
+		return;
+	}
+	struct kq_emul_faults f = {.launch_fail = 1};
+	faults(&f);
+	int ok = run_scheme_same(q, &j);
+	faults(NULL);
+	struct rq_quantizer_stats s = stats(q);
+	const char *r = reason(q);
+	TAP_OK(ok && s.cpu_jobs == 1 && s.gpu_jobs == 0 && s.gpu_failures == 1 &&
+	       !strcmp(rq_quantizer_state(q), "backoff") &&
+	       strstr(r, "searching the expanded-mse ranges of a module [16, 256]") &&
+	       strstr(r, "retrying the GPU in 5 s"), "mse: a launch failure mid-job: both modules "
+	       "searched on the CPU, same bytes, back-off: '%s'", r);
+	clk_add(2);
+	long long l0 = emul_launches();
+	ok = run_scheme_same(q, &f8);
+	TAP_OK(ok && stats(q).cpu_jobs == 2 && emul_launches() == l0, "mse: during the back-off "
+	       "the search stays on the CPU, same bytes");
+	wait_released();
+	clk_add(3.5);
+	ok = run_scheme_same(q, &j);
+	s = stats(q);
+	TAP_OK(ok && s.gpu_jobs == 1 && s.gpu_opens == 2 && !strcmp(rq_quantizer_state(q), "gpu"),
+	       "mse: after the back-off the GPU searches again (opens %llu), same bytes",
+	       s.gpu_opens);
+	kq_emul_hang(1);
+	clk_auto(0.25);             /* time passes while the search polls */
+	ok = run_scheme_same(q, &f8);
+	clk_auto(0);
+	s = stats(q);
+	r = reason(q);
+	TAP_OK(ok && s.watchdog == 1 && s.cpu_jobs == 3 && strstr(r, "watchdog timeout "
+	       "searching the mse ranges"), "mse: a hung search kernel: the watchdog fails it "
+	       "over to the CPU, same bytes: '%s'", r);
+	kq_emul_hang(0);
+	TAP_OK(log_has("watchdog timeout searching the mse ranges of a module [4, 512]"),
+	       "mse: the log names the search");
+	rq_quantizer_close(q);
+
+	/* 256 KiB of device buffers: 128 KiB of tables, then ~245 rows of 256 weights */
+	struct rq_quantizer_opts o = {.device = "cuda", .threads = 2, .gpu_mem = 256 << 10,
+	                              .now = fake_now, .log = log_line};
+	struct rq_err err;
+	struct sjob tall, wide;
+	sjob_make(&tall, RQ_SCHEME_W4A16, RQ_OBSERVER_MSE, 1, 600, 256);
+	sjob_make(&wide, RQ_SCHEME_FP8_DYNAMIC, RQ_OBSERVER_MSE, 1, 2, 65536);
+	q = NULL;
+	if (rq_quantizer_open(&o, &q, &err)) {
+		TAP_OK(0, "mse: open with --gpu-mem 256 KiB: %s", err.msg);
+	} else {
+		l0 = emul_launches();
+		ok = run_scheme_same(q, &tall);
+		s = stats(q);
+		TAP_OK(ok && s.gpu_jobs == 1 && emul_launches() == l0 + 3, "mse: a module larger "
+		       "than --gpu-mem's buffers goes through in row chunks (%lld launches), same "
+		       "bytes", emul_launches() - l0);
+		l0 = emul_launches();
+		ok = run_scheme_same(q, &wide);
+		s = stats(q);
+		TAP_OK(ok && s.cpu_jobs == 1 && s.gpu_failures == 0 && emul_launches() == l0 &&
+		       !strcmp(rq_quantizer_state(q), "gpu"), "mse: a row too large for --gpu-mem's "
+		       "buffers: searched on the CPU, no GPU failure (%s)", rq_quantizer_state(q));
+		rq_quantizer_close(q);
+	}
+	sjob_free(&tall);
+	sjob_free(&wide);
+	sjob_free(&j);
+	sjob_free(&f8);
+}
+
 int main(void)
 {
 	struct tjob j, big, pair[2];
@@ -556,6 +752,8 @@ int main(void)
 	test_permanent(&j);
 	test_idle(&j);
 	test_threads(pair);
+	test_obs_gpu();
+	test_obs_fallback();
 	tjob_free(&j);
 	tjob_free(&big);
 	tjob_free(&pair[0]);

@@ -36,7 +36,7 @@ static double gauss(void)
 static void test_names(void)
 {
 	const char *n[] = {"minmax", "mse", "expanded-mse"};
-	const char *l[] = {"minmax", "memoryless_mse", "nvfp4_expanded_mse"};
+	const char *l[] = {"memoryless_minmax", "memoryless_mse", "nvfp4_expanded_mse"};
 	for (int i = 0; i < RQ_OBSERVER_COUNT; i++) {
 		enum rq_observer o = RQ_OBSERVER_COUNT;
 		TAP_OK(rq_observer_parse(n[i], &o) == 0 && o == (enum rq_observer)i &&
