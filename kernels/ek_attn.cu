@@ -65,8 +65,7 @@
 /* Two E4M3 bytes (low first) as floats: exact through fp16. */
 static __device__ __forceinline__ float2 at_fp8x2(uint32_t b)
 {
-	__half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)b, __NV_E4M3);
-	return __half22float2(__half2(h));
+	return __half22float2(e4m3x2h(b));
 }
 
 #include "kernels/ek_attn_split.cuh"

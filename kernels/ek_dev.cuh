@@ -178,18 +178,24 @@ static __device__ __forceinline__ float dsoftplus(float x)
 	return x > 20.0f ? x : log1pf(expf(x));
 }
 
-/* E2M1 code (4 bits) → value. */
-static __device__ __forceinline__ float e2m1f(uint32_t c)
+#include "kernels/ek_deq.cuh"          /* E2M1 / E4M3 bit tricks, host-tested */
+
+/* Bytes 0 and 1 of w (E4M3) as fp16x2, exactly: the GPU's conversion where it
+ * has one (cc >= 8.9: one instruction), else ek_deq.cuh's bits times 2^8
+ * (exact: |e4m3| <= 448; the software conversion of cuda_fp8.h is longer). */
+static __device__ __forceinline__ __half2 e4m3x2h(uint32_t w)
 {
-	float m = (c & 4) ? ((c & 2) ? ((c & 1) ? 6.0f : 4.0f) : ((c & 1) ? 3.0f : 2.0f))
-	                  : (float)(c & 3) * 0.5f;
-	return (c & 8) ? -m : m;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+	uint32_t h = ek_e4m3x2_h2(w);
+	return __hmul2(*(__half2 *)&h, __float2half2_rn(256.0f));
+#else
+	return __half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xFFFFu), __NV_E4M3));
+#endif
 }
 
 static __device__ __forceinline__ float e4m3f(uint32_t b)
 {
-	__half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3);
-	return __half2float(__half(h));
+	return __low2float(e4m3x2h(b & 0xFFu));
 }
 
 /* The NVFP4 GEMV's activation exponent for max |x| = amax (ek_cpu.c act_exp). */

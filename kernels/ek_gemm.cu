@@ -111,11 +111,15 @@ __global__ __launch_bounds__(128) void k_gemm(gm_args a)
 #pragma unroll
 			for (int j = 0; j < 4; j++) {
 				float slo = e4m3f((sw.x >> (8 * j)) & 0xFF), shi = e4m3f((sw.y >> (8 * j)) & 0xFF);
+				uint32_t e[4];               /* BF16 pairs of codes p = 0..7 (ek_deq.cuh) */
+				ek_e2m1x4_bf16(wd[j] & 0xFFFFu, &e[0], &e[1]);
+				ek_e2m1x4_bf16(wd[j] >> 16, &e[2], &e[3]);
 #pragma unroll
 				for (int p = 0; p < 8; p++) {
 					int row = 16 * rt + g + 8 * (p & 1);
 					int col = 16 * j + 2 * i4 + 8 * ((p >> 1) & 1) + (p >> 2);
-					float v = __fmul_rn(e2m1f((wd[j] >> (4 * p)) & 15), (p & 1) ? shi : slo);
+					float m = __uint_as_float((p & 1) ? e[p >> 1] & 0xFFFF0000u : e[p >> 1] << 16);
+					float v = __fmul_rn(m, (p & 1) ? shi : slo);
 					Bs[row * GM_LD + col] = bf16bits(v);
 				}
 			}

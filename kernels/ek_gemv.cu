@@ -63,21 +63,17 @@ static __device__ __forceinline__ void fp4_tile(float (&acc)[NT][4], uint4 cw, u
                                                 const __half *xs, int xrow, int kl, int ncol,
                                                 int g, int i4)
 {
-	__half2_raw l01 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(sw.x & 0xFFFFu), __NV_E4M3);
-	__half2_raw l23 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(sw.x >> 16), __NV_E4M3);
-	__half2_raw h01 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(sw.y & 0xFFFFu), __NV_E4M3);
-	__half2_raw h23 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(sw.y >> 16), __NV_E4M3);
-	__half2 L01 = __half2(l01), L23 = __half2(l23), H01 = __half2(h01), H23 = __half2(h23);
+	__half2 L01 = e4m3x2h(sw.x), L23 = e4m3x2h(sw.x >> 16);
+	__half2 H01 = e4m3x2h(sw.y), H23 = e4m3x2h(sw.y >> 16);
 	const __half2 sl[4] = {__low2half2(L01), __high2half2(L01), __low2half2(L23), __high2half2(L23)};
 	const __half2 sh[4] = {__low2half2(H01), __high2half2(H01), __low2half2(H23), __high2half2(H23)};
 	const uint32_t wd[4] = {cw.x, cw.y, cw.z, cw.w};
 #pragma unroll
 	for (int j = 0; j < 4; j++) {
-		uint32_t w = wd[j];
-		uint32_t a0 = hmul2u(((w << 9) & 0x0E000E00u) | ((w << 12) & 0x80008000u), sl[j]);
-		uint32_t a1 = hmul2u(((w << 5) & 0x0E000E00u) | ((w << 8) & 0x80008000u), sh[j]);
-		uint32_t a2 = hmul2u(((w << 1) & 0x0E000E00u) | ((w << 4) & 0x80008000u), sl[j]);
-		uint32_t a3 = hmul2u(((w >> 3) & 0x0E000E00u) | (w & 0x80008000u), sh[j]);
+		uint32_t c[4];
+		ek_e2m1x8_h2m14(wd[j], c);            /* e2m1 · 2^-14, exact (ek_deq.cuh) */
+		uint32_t a0 = hmul2u(c[0], sl[j]), a1 = hmul2u(c[1], sh[j]);
+		uint32_t a2 = hmul2u(c[2], sl[j]), a3 = hmul2u(c[3], sh[j]);
 		int k = kl + 16 * j + 2 * i4;
 #pragma unroll
 		for (int nt = 0; nt < NT; nt++) {

@@ -62,6 +62,13 @@ engine_figures() {
 		       "D2D copy $d2d GB/s (roofline $roof tok/s)" "$(ratio "$gbs" "$d2d")" \
 		       ">= 0.75 of HBM" "$(verdict "$(ratio "$gbs" "$d2d")" 0.75)"
 	fi
+	# "format bf16   [R x C]: X MB of weights per call, U us, G GB/s of weights, P% of the
+	# copy (D GB/s)": decode's roofline fraction per weight format, same-run copy
+	sed -nE 's#^format ([a-z0-9]+) +\[([0-9]+) x ([0-9]+)\]: .* ([0-9.]+) GB/s of weights, .*\(([0-9.]+) GB/s\)$#\1 \2x\3 \4 \5#p' "$f" |
+	while read -r fm shape g d; do
+		figure "engine decode GEMV $fm" "$g GB/s of $fm weights ([$shape], T = 1, cold)" \
+		       "D2D copy $d GB/s" "$(ratio "$g" "$d")" "no bar" INFO
+	done
 	[ -n "$d2d" ] || note "  bench engine: no figures parsed (see bench.log)"
 }
 

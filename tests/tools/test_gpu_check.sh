@@ -127,6 +127,10 @@ cat >"$T/fig/bench-engine.txt" <<'EOF'
 copy bandwidth: device->device 4301 GB/s (read + write), host->device 50.1 GB/s
 decode at position 1024: 3.456 ms/token, 289.4 tokens/s; 2.10 GB weights + 0.017 GB KV per token = 612 GB/s, 14% of the device copy bandwidth (4301 GB/s)
 extrapolated to 48 layers: 4.000 ms/token (0.100 ms + 48 x 0.081 ms), 250.0 tokens/s; 10.12 GB per token: 2530 GB/s, 59% of copy bandwidth; roofline at copy bandwidth 425 tokens/s
+decode GEMV per weight format (T = 1, cold weights, median of 20 graph replays; device->device copy 4290 GB/s, read + write, this run):
+format bf16   [11336 x 3072]: 69.65 MB of weights per call, 25.00 us, 2786 GB/s of weights, 64.9% of the copy (4290 GB/s)
+format nvfp4  [11336 x 3072]: 19.60 MB of weights per call, 9.80 us, 2000 GB/s of weights, 46.6% of the copy (4290 GB/s)
+format fp8, int8, int4: no CUDA kernel (the CUDA engine refuses these Linears by name; the CPU engine runs them: bench engine --model DIR --formats LIST)
 EOF
 # shellcheck disable=SC2034,SC2317  # TMPD, note and figure are the sourced file's inputs
 (
@@ -154,6 +158,10 @@ grep -q '^figure engine decode 48 (extrap.): 250.0 tok/s, 2530 GB/s .* | 0.59 | 
 ok $? "engine figure: the 48-layer extrapolation at 0.59 FAILS the 0.75 bar"
 grep -q '^figure engine decode 4 layers: .* | 0.14 | no bar' "$f" && grep -q 'engine prefill 1024 L48: 12345 tok/s' "$f"
 ok $? "engine figures: 4 layers have no bar; prefill tok/s reported"
+grep -q '^figure engine decode GEMV bf16: 2786 GB/s of bf16 weights (\[11336x3072\], T = 1, cold) | D2D copy 4290 GB/s | 0.65 | no bar | INFO$' "$f" &&
+	grep -q '^figure engine decode GEMV nvfp4: 2000 GB/s .* | D2D copy 4290 GB/s | 0.47 | no bar | INFO$' "$f" &&
+	[ "$(grep -c '^figure engine decode GEMV' "$f")" = 2 ]
+ok $? "engine figures: decode GEMV weight GB/s per format against the same run's copy" "$(grep GEMV "$f")"
 grep -q 'no figures parsed' "$f"
 ok $? "an engine run without its lines says so instead of a figure"
 

@@ -13,6 +13,10 @@
  * (layers of the stack are the sliding kind but the first, which is full;
  * the real model has 12 full layers, with fewer heads and longer KV reads).
  *
+ * Per weight format (bench_engine_ops.c bench_engine_formats): the decode
+ * GEMV of one shape in BF16 and NVFP4, weight GB/s against the copy
+ * bandwidth of the same run (--no-formats skips it).
+ *
  * --decode-at P,P: instead, for each position P (prompt of P tokens), the
  * device time of one decode step at P and, with --logits-out FILE, the
  * logits of that step (vocab little-endian floats per position, in order):
@@ -40,14 +44,16 @@ static void usage(FILE *f)
 	"usage: requantfs bench engine --device cuda[:N] [--real-dims] [--layers N]\n"
 	"              [--experts E] [--model DIR] [--ctx N] [--kv bf16|f32|fp8] [--steps N]\n"
 	"              [--prefill N,N|0] [--batch N] [--gpu-mem SIZE] [--no-graph]\n"
-	"              [--decode-at P,P [--logits-out FILE]]\n"
+	"              [--decode-at P,P [--logits-out FILE]] [--no-formats]\n"
 	"       requantfs bench engine --device cuda[:N] --op NAME[,NAME] [--pos P] [--ctx N]\n"
 	"              [--reps N] [--json]    |    --list-ops\n\n"
 	"The CUDA engine on a stack of Laguna S 2.1-shaped layers with synthetic weights\n"
 	"(filled on the device: BF16 attention, dense and shared MLPs, NVFP4 routed experts),\n"
 	"or on the checkpoint in --model DIR. Prints the memory plan, the upload rate, the\n"
 	"device's copy bandwidth, decode tokens/s and GB/s (graph replay, device time),\n"
-	"prefill tokens/s, and for the synthetic stack an extrapolation to 48 layers.\n"
+	"prefill tokens/s, for the synthetic stack an extrapolation to 48 layers, and per\n"
+	"weight format of the CUDA engine (bf16, nvfp4) a decode GEMV's weight GB/s and its\n"
+	"fraction of the copy bandwidth measured in the same run.\n"
 	"  --real-dims     Laguna S 2.1 widths (the default; accepted for symmetry)\n"
 	"  --layers N      layers of the synthetic stack (default 4)\n"
 	"  --experts E     routed experts per layer (default 256)\n"
@@ -60,6 +66,7 @@ static void usage(FILE *f)
 	"  --decode-at P,P decode step time (and kernels per step) at each position P after a\n"
 	"                  P-token prompt, instead of the prefill/extrapolation runs\n"
 	"  --logits-out F  with --decode-at: the logits of each timed step, raw float32\n"
+	"  --no-formats    skip the per-format decode GEMV rows\n"
 	"  --op NAME,...   per-op timing at Laguna S 2.1 shapes: us per call (graph of 8 calls,\n"
 	"                  median of --reps replays), GB/s of the bytes it must move, vs the\n"
 	"                  device copy of the same run; --pos/--ctx for attention ops\n"
@@ -214,12 +221,12 @@ int bench_engine_cuda(int argc, char **argv)
 		{"decode-at", required_argument, 0, 'A'}, {"logits-out", required_argument, 0, 'L'},
 		{"op", required_argument, 0, 'O'}, {"pos", required_argument, 0, 'P'},
 		{"reps", required_argument, 0, 'r'}, {"json", no_argument, 0, 'J'},
-		{"list-ops", no_argument, 0, 'N'},
+		{"list-ops", no_argument, 0, 'N'}, {"no-formats", no_argument, 0, 'F'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	struct lgc_opts o = {.max_ctx = 16384, .max_batch = 1024};
 	const char *model = NULL, *ops = NULL, *logits_out = NULL;
 	int layers = 4, experts = 256, steps = 64, plen[4] = {1024, 8192}, nplen = 2, c;
-	int at[8], nat = 0, pos = 128, reps = 20, json = 0, ctx_set = 0;
+	int at[8], nat = 0, pos = 128, reps = 20, json = 0, ctx_set = 0, formats = 1;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
@@ -239,6 +246,7 @@ int bench_engine_cuda(int argc, char **argv)
 		case 'J': json = 1; break;
 		case 'L': logits_out = optarg; break;
 		case 'N': bench_engine_list_ops(stdout); return 0;
+		case 'F': formats = 0; break;
 		case 'A':
 			nat = 0;
 			for (char *s = optarg; *s && nat < 8;) {
@@ -359,5 +367,7 @@ int bench_engine_cuda(int argc, char **argv)
 		bench_synth_free(m48);
 	}
 	synth ? bench_synth_free(m) : lg_model_close(m);
+	if (formats && bench_engine_formats(o.device, reps, &err))
+		return cli_fail(1, "bench engine", "%s", err.msg);
 	return 0;
 }

@@ -47,7 +47,7 @@ struct op {
 
 static const char *const op_names[] = {
 	"qkvg", "o", "lm_head", "moe", "router", "norm_gemv", "norm_gemv_unfused", "rmsnorm",
-	"rsu", "rsu_norm", "lm_head_norm", "attn_sliding", "attn_full",
+	"rsu", "rsu_norm", "lm_head_norm", "attn_sliding", "attn_full", "gemv_bf16", "gemv_nvfp4",
 };
 static const char *const op_what[] = {
 	"attention q|k|v|g of a sliding layer, one BF16 GEMV",
@@ -63,6 +63,8 @@ static const char *const op_what[] = {
 	"final RMSNorm fused into lm_head",
 	"decode attention of a sliding layer at --pos (window keys)",
 	"decode attention of a full layer at --pos (--ctx cache)",
+	"the q|k|v|g GEMV's shape with BF16 weights (bench engine's per-format rows)",
+	"the q|k|v|g GEMV's shape with NVFP4 weights (bench engine's per-format rows)",
 };
 #define N_OPS ((int)(sizeof op_names / sizeof op_names[0]))
 
@@ -195,6 +197,11 @@ static int setup(struct ek_dev *d, struct op *o, const struct shapes *s, int pos
 			o->bytes += 4.0 * H + 4.0 * H + (!strcmp(n, "norm_gemv_unfused") ? 8.0 * H : 0);
 		snprintf(o->shape, sizeof o->shape, "%d->%d (%d*%d+2*%d*%d+%d) bf16", H, qkvg, s->nh_s,
 		         s->hd, s->nkv, s->hd, s->gate_rows_s);
+	} else if (!strncmp(n, "gemv_", 5)) {
+		int kind = !strcmp(n, "gemv_bf16") ? EK_BF16 : EK_NVFP4;
+		rc = weights(d, o, kind, qkvg, H, l2, MAX_COPIES, 15);
+		o->bytes = (double)ek_w_bytes(kind, qkvg, H) + act + 4.0 * qkvg;
+		snprintf(o->shape, sizeof o->shape, "%d->%d %s", H, qkvg, n + 5);
 	} else if (!strcmp(n, "o")) {
 		rc = weights(d, o, EK_BF16, H, s->nh_s * s->hd, l2, MAX_COPIES, 20);
 		o->x = dfloats(d, (size_t)s->nh_s * s->hd, 3);
@@ -286,7 +293,8 @@ static int call(struct ek_dev *d, struct op *o, const struct shapes *s, int i)
 	const char *n = o->name;
 	int H = s->H, c = o->copies > 0 ? i % o->copies : 0;
 	const struct ek_w *w = &o->w[c];
-	if (!strcmp(n, "qkvg") || !strcmp(n, "o") || !strcmp(n, "lm_head") || !strcmp(n, "rsu"))
+	if (!strcmp(n, "qkvg") || !strcmp(n, "o") || !strcmp(n, "lm_head") || !strcmp(n, "rsu") ||
+	    !strncmp(n, "gemv_", 5))
 		return ek_gemv(d, w, o->x, w->cols, o->y, w->rows, 1, 0);
 	if (!strcmp(n, "norm_gemv") || !strcmp(n, "rsu_norm") || !strcmp(n, "lm_head_norm"))
 		return ek_gemv_norm(d, w, o->x, H, o->nw, 1e-6f, o->xn, H, o->y, w->rows, 1, 0);
@@ -404,6 +412,56 @@ int bench_engine_ops(int device, const char *names, int pos, int ctx, int reps, 
 		}
 		bfree_all(d);
 	}
+	ek_close(d);
+	return rc;
+}
+
+/* Decode's weight GB/s per weight format of the CUDA engine: one GEMV shape
+ * (the q|k|v|g projection), T = 1, cold weights, against the copy bandwidth
+ * measured here. The CUDA engine's kernels take BF16 and NVFP4 (NVFP4A16 is
+ * the same tensors); FP8 and INT Linears have none (forward_cuda_load.c
+ * refuses them by name), so their line says so instead of a figure. */
+int bench_engine_formats(int device, int reps, struct rq_err *err)
+{
+	static const char *const fmt[] = {"gemv_bf16", "gemv_nvfp4"};
+	struct shapes s;
+	int rc = get_shapes(&s, err);
+	if (rc)
+		return rc;
+	struct ek_dev *d = NULL;
+	char msg[512];
+	if ((rc = ek_open(device, &d, msg, sizeof msg)))
+		return rq_errf(err, rc, "bench engine, per-format GEMVs: %s", msg);
+	struct ek_info inf;
+	double d2d = 0, h2d = 0;
+	if ((rc = ek_info(d, &inf)) || (rc = ek_copy_bw(d, (size_t)1 << 30, 5, &d2d, &h2d))) {
+		rc = fail(d, err, "copy bandwidth");
+		ek_close(d);
+		return rc;
+	}
+	d2d /= 1e9;
+	printf("decode GEMV per weight format (T = 1, cold weights, median of %d graph replays; "
+	       "device->device copy %.0f GB/s, read + write, this run):\n", reps, d2d);
+	for (size_t i = 0; i < sizeof fmt / sizeof fmt[0] && !rc; i++) {
+		struct op o;
+		memset(&o, 0, sizeof o);
+		o.name = fmt[i];
+		double us = 0;
+		if (!(rc = setup(d, &o, &s, 0, 1, inf.l2_bytes, err)))
+			rc = time_op(d, &o, &s, reps, &us, err);
+		if (!rc) {
+			double wb = (double)ek_w_bytes(o.w[0].kind, o.w[0].rows, o.w[0].cols);
+			double gbs = wb / (us * 1e-6) / 1e9;
+			printf("format %-6s [%d x %d]: %.2f MB of weights per call, %.2f us, %.0f GB/s of "
+			       "weights, %.1f%% of the copy (%.0f GB/s)\n", fmt[i] + 5, o.w[0].rows,
+			       o.w[0].cols, wb / 1e6, us, gbs, 100 * gbs / d2d, d2d);
+			fflush(stdout);
+		}
+		bfree_all(d);
+	}
+	if (!rc)
+		printf("format fp8, int8, int4: no CUDA kernel (the CUDA engine refuses these Linears by "
+		       "name; the CPU engine runs them: bench engine --model DIR --formats LIST)\n");
 	ek_close(d);
 	return rc;
 }

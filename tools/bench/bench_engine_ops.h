@@ -14,5 +14,9 @@ void bench_engine_list_ops(FILE *f);
  * prints one line per op (json: one JSON object per line). */
 int bench_engine_ops(int device, const char *names, int pos, int ctx, int reps, int json,
                      struct rq_err *err);
+/* Per weight format of the CUDA engine (bf16, nvfp4): decode GEMV weight GB/s and its
+ * fraction of the copy bandwidth measured in the same call, one "format NAME ..." line
+ * each, and a line naming the formats without a CUDA kernel. */
+int bench_engine_formats(int device, int reps, struct rq_err *err);
 
 #endif
