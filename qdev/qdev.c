@@ -237,9 +237,10 @@ static int self_check_obs(struct kq_ctx *k, const uint16_t *w, double (*now)(voi
 				continue;
 			}
 			if (rc == 0 && (memcmp(b[0], b[1], ng) || memcmp(mk[0], mk[1], 4 * ng))) {
-				snprintf(msg, len, "bit-exactness self-check failed (the %s search, kind "
-				         "%d): the GPU's steps differ from the CPU's",
-				         rq_observer_name((enum rq_observer)o), kind);
+				static const char *const kn[4] = {"FP4", "INT4", "INT8", "FP8"};
+				snprintf(msg, len, "bit-exactness self-check failed (the %s search, %s "
+				         "groups): the GPU's steps differ from the CPU's",
+				         rq_observer_name((enum rq_observer)o), kn[kind]);
 				rc = -EPROTO;
 			}
 			if (rc < 0)

@@ -99,7 +99,7 @@ void kq_launch_obs(int kind, int steps, float expand, const float *P, const floa
 		memcpy(p.p, P, sizeof(float) * (size_t)steps);
 		std::vector<uint8_t> scratch(rq_obs_scratch_bytes(group));
 		rq_obs_search_rows(kind, &p, dw, ng, group, group, db, dm, scratch.data());
-		if (kq_emul_g.f.corrupt)    /* read unlocked: set between jobs */
+		if (kq_emul_g.f.corrupt || kq_emul_g.f.corrupt_obs)   /* read unlocked: set between jobs */
 			db[0] ^= 1u;
 	});
 }

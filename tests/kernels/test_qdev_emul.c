@@ -25,7 +25,8 @@
  *     launch failure and a hung search kernel fail over to the CPU with the
  *     same bytes and the same back-off; a module larger than --gpu-mem's
  *     buffers goes through in row chunks; a row too large for them keeps the
- *     search on the CPU without a failure */
+ *     search on the CPU without a failure; a search that is not bit-exact
+ *     (corrupt_obs) is caught by the context's self-check: GPU off, CPU bytes */
 #include "qdev/qdev.h"
 #include "base/err.h"
 #include "quant/observer.h"
@@ -732,6 +733,20 @@ static void test_obs_fallback(void)
 	}
 	sjob_free(&tall);
 	sjob_free(&wide);
+
+	/* a GPU whose search is not bit-exact (its quantize kernel is): the context's
+	 * self-check catches it, the GPU is off, the search stays on the CPU */
+	struct kq_emul_faults fo = {.corrupt_obs = 1};
+	faults(&fo);
+	q = open_q("auto", 0, NULL, NULL, 0);
+	ok = q && run_scheme_same(q, &f8);
+	r = q ? reason(q) : "-";
+	TAP_OK(ok && !strcmp(rq_quantizer_state(q), "disabled") &&
+	       strstr(r, "self-check failed (the mse search") && stats(q).gpu_jobs == 0,
+	       "mse: a search that is not bit-exact: the self-check turns the GPU off, the CPU's "
+	       "bytes: '%s'", r);
+	rq_quantizer_close(q);
+	faults(NULL);
 	sjob_free(&j);
 	sjob_free(&f8);
 }

@@ -21,6 +21,9 @@ struct kq_emul_faults {
 	int corrupt;            /* 1: the quantize kernel flips bit 0 of every group's first
 	                           packed byte (a GPU that is not bit-exact) */
 	int no_device;          /* 1: cudaGetDeviceCount finds none */
+	int corrupt_obs;        /* 1: the MSE search kernel flips bit 0 of the first group's
+	                           step (a search that is not bit-exact; the quantize kernel
+	                           stays exact) */
 	long long mem_total;    /* device memory in bytes; 0 = 80 GiB */
 	long long mem_others;   /* bytes "another process" holds (count against mem_total) */
 };
