@@ -23,6 +23,14 @@ quant_figures() {
 		       "D2D copy $d GB/s (read + write)" "$r" ">= 0.50 of HBM" \
 		       "$([ "$ex" = yes ] && verdict "$r" 0.50 || echo 'FAIL (bytes differ)')"
 	done
+	# "RxC SCHEME observer O on GPU+CPU T ms G GB/s, CPU job C ms (N threads): xR; the search
+	# on the GPU: yes|no ...; same bytes: yes|NO"
+	sed -nE 's#^([0-9]+x[0-9]+) ([a-z0-9-]+) observer ([a-z-]+) on GPU\+CPU +([0-9.]+) ms .*CPU job +([0-9.]+) ms \(([0-9]+) threads\): x([0-9.]+); the search on the GPU: (yes|no).*; same bytes: (yes|NO)$#\1 \2 \3 \4 \5 \6 \7 \8 \9#p' \
+		"$TMPD/bench-quant.txt" | while read -r shape sc o ms cms th r gpu same; do
+		figure "quant-gpu observer $o $sc $shape" "$ms ms (search on the GPU: $gpu; same bytes: $same)" \
+		       "CPU job $cms ms ($th threads)" "$r" "no bar" \
+		       "$([ "$same" = yes ] && [ "$gpu" = yes ] && echo INFO || echo FAIL)"
+	done
 	awk '/^host->host, fused pair/ { print $(NF-7), $(NF-2) }' "$TMPD/bench-quant.txt" | head -1 |
 	while read -r g b; do
 		figure "quant-gpu host->host pair" "$g GB/s" "H2D+D2H copies $b GB/s" "$(ratio "$g" "$b")" "no bar" INFO

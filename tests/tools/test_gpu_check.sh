@@ -117,6 +117,8 @@ requantfs bench quant --device cuda: NVIDIA H200, [1024 x 3072] BF16 = 6.0 MiB, 
 device, 85 copies (510 MiB)            0.300   1900.5  D2D memcpy of the input     4300.0   0.44  yes
 requantfs bench quant --device cuda: NVIDIA H200, [2048 x 2048] BF16 = 8.0 MiB, recipe fp32, best of 10
 device, 64 copies (512 MiB)            0.300   3000.0  D2D memcpy of the input     4300.0   0.70  NO
+3072x1024 nvfp4a16 observer mse on GPU+CPU     9.876 ms    0.637 GB/s, CPU job    40.000 ms (16 threads): x4.05; the search on the GPU: yes; same bytes: yes
+3072x1024 nvfp4a16 observer expanded-mse on GPU+CPU    20.000 ms    0.315 GB/s, CPU job   100.000 ms (16 threads): x5.00; the search on the GPU: no cuda:0 out of memory; same bytes: yes
 EOF
 cat >"$T/fig/engine-48.txt" <<'EOF'
 copy bandwidth: device->device 4301 GB/s (read + write), host->device 50.1 GB/s
@@ -152,6 +154,9 @@ grep -q '^figure quant-gpu 1024x3072: .* | 0.44 | >= 0.50 of HBM | FAIL$' "$f"
 ok $? "quant figure: a ratio of 0.44 FAILS the 0.50 bar"
 grep -q '^figure quant-gpu 2048x2048: .* | 0.70 | .* | FAIL (bytes differ)$' "$f"
 ok $? "quant figure: fast but not bit-exact FAILS"
+grep -q '^figure quant-gpu observer mse nvfp4a16 3072x1024: 9.876 ms (search on the GPU: yes; same bytes: yes) | CPU job 40.000 ms (16 threads) | 4.05 | no bar | INFO$' "$f" &&
+	grep -q '^figure quant-gpu observer expanded-mse nvfp4a16 3072x1024: .* | 5.00 | no bar | FAIL$' "$f"
+ok $? "quant figures: the MSE job with the search on the GPU vs the same run's CPU job; a search that fell back to the CPU FAILS" "$(grep observer "$f")"
 grep -q '^figure engine decode 48 layers: 344.8 tok/s, 3489 GB/s.* | D2D copy 4301 GB/s | 0.81 | >= 0.75 of HBM | PASS$' "$f"
 ok $? "engine figure: 48 layers at 3489 of 4301 GB/s is 0.81, PASS" "$(grep engine "$f")"
 grep -q '^figure engine decode 48 (extrap.): 250.0 tok/s, 2530 GB/s .* | 0.59 | >= 0.75 of HBM | FAIL$' "$f"

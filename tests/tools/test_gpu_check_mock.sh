@@ -112,6 +112,11 @@ if [[ $a == *" quant "* ]]; then
 		exit 0
 	fi
 	ex=yes; [ "${MOCK_BAD:-}" = quant ] && ex=NO
+	if [[ $a == *" --observer "* ]]; then
+		o=${a#* --observer }; o=${o%% *}
+		echo "3072x1024 nvfp4a16 observer $o on GPU+CPU     9.876 ms    0.637 GB/s, CPU job    40.000 ms (16 threads): x4.05; the search on the GPU: yes; same bytes: $ex"
+		[ $ex = yes ]; exit
+	fi
 	for s in "3072 x 1024" "1024 x 3072"; do
 		echo "requantfs bench quant --device cuda: NVIDIA H200, [$s] BF16 = 6.0 MiB, recipe fp32, best of 10"
 		echo "device, 85 copies (510 MiB)            0.300   2450.5  D2D memcpy of the input     4300.0   0.57  $ex"
@@ -169,8 +174,9 @@ ok $? "every step ran and passed" "failed or missing:$bad"
 grep -q '^figure quant-gpu 3072x1024: .* | 0.57 | >= 0.50 of HBM | PASS$' "$s" &&
 	grep -q '^figure engine decode 48 layers: *344.8 tok/s.* | 0.81 | >= 0.75 of HBM | PASS$' "$s" &&
 	grep -q '^figure engine decode 48 (extrap.): *384.6 tok/s.* | 0.91 | >= 0.75 of HBM | PASS$' "$s" &&
-	grep -q '^figure engine prefill 8192 L4: *9876 tok/s' "$s"
-ok $? "the headline figures: quantizer vs copy, decode at 48 layers, prefill"
+	grep -q '^figure engine prefill 8192 L4: *9876 tok/s' "$s" &&
+	grep -q '^figure quant-gpu observer expanded-mse nvfp4a16 3072x1024: .* | 4.05 | no bar | INFO$' "$s"
+ok $? "the headline figures: quantizer vs copy, the MSE search on the GPU vs the CPU job, decode at 48 layers, prefill"
 grep -q '^figure op moe: *10.0 us, 3000.0 GB/s' "$s" && grep -q '^figure op attn_full@16383: .* | 0.70 | >= 0.60 of copy | PASS$' "$s" &&
 	grep -q '^figure op qkvg PDL gain: ' "$s"
 ok $? "per-op figures, attention by position, PDL gain"

@@ -45,7 +45,9 @@ static void usage(FILE *f)
 	        "                 threads vs the scheme's scalar oracle (CPU only; recipe bf16)\n"
 	        "  --observer O   mse or expanded-mse: that observer's whole job next to\n"
 	        "                 minmax's on 1 and N threads, GB/s and the ratio (with --scheme;\n"
-	        "                 default nvfp4a16; exactness vs the oracle on the first 16 rows)\n"
+	        "                 default nvfp4a16; exactness vs the oracle on the first 16 rows);\n"
+	        "                 with --device cuda: the job through the quantizer device (the\n"
+	        "                 search on the GPU) vs the CPU job on N threads, bytes compared\n"
 	        "  --src T        with --scheme: source dtype bf16 (default), f16 or f32 (the\n"
 	        "                 same weights; not for nvfp4)\n");
 }
@@ -488,10 +490,23 @@ int bench_quant(int argc, char **argv)
 	if (observer != RQ_OBSERVER_MINMAX) {
 		if (scheme == RQ_SCHEME_NVFP4)
 			scheme = RQ_SCHEME_NVFP4A16;
-		if (cuda || src != RQ_SRC_BF16) {
+		if (src != RQ_SRC_BF16) {
 			rq_pool_destroy(pool);
-			return cli_fail(2, "bench quant", "--observer %s runs on the CPU from bf16 only "
-			                "(no --device cuda, no --src)", rq_observer_name(observer));
+			return cli_fail(2, "bench quant", "--observer %s takes bf16 weights only (no "
+			                "--src)", rq_observer_name(observer));
+		}
+		if (cuda) {
+			for (int k = 0; k < nshapes && !bad; k++) {
+				struct shape_run s;
+				if (alloc_run(&s, shapes[k][0], shapes[k][1]) != 0) {
+					free_run(&s);
+					return cli_fail(1, "bench quant", "out of memory");
+				}
+				bad = bench_quant_obs_cuda(s.w, s.rows, s.cols, scheme, observer,
+				                           (int)threads, reps < 3 ? (int)reps : 3);
+				free_run(&s);
+			}
+			return bad;
 		}
 		printf("requantfs bench quant: scheme %s, observer %s vs minmax, fast path %s, %ld "
 		       "thread%s (%d CPUs online)\nGB/s = BF16 bytes in per second\n\n"

@@ -387,3 +387,71 @@ out:
 	kq_close(k);
 	return rc ? rc : bad;
 }
+
+/* --observer O --device cuda (issue 32): O's whole job through the product's quantizer
+ * device (qdev: the search on the GPU, the ranges, scales and codes on the CPU pool)
+ * against the same job on the CPU pool alone, interleaved, best of reps each, and the
+ * bytes compared. One line per tensor:
+ *   "RxC  observer O on GPU+CPU  T ms  G GB/s, CPU job T ms (N threads): x R; the search
+ *    on the GPU: yes|no (why); same bytes: yes|NO"
+ * Exit 1 when the bytes differ, 2 when the search did not run on the GPU. */
+int bench_quant_obs_cuda(const uint16_t *w, size_t rows, size_t cols, enum rq_scheme sc,
+                         enum rq_observer o, int threads, int reps)
+{
+	struct rq_stensor t[RQ_SCHEME_MAX_TENSORS];
+	int nt, bad = -1, rc;
+	uint64_t sz;
+	if (rq_scheme_layout(sc, RQ_SRC_BF16, rows, cols, t, &nt, &sz) != 0)
+		return cli_fail(2, "bench quant", "--scheme %s cannot take %zux%zu", rq_scheme_name(sc),
+		                rows, cols);
+	struct rq_quantizer_opts qo = {.device = "cuda", .threads = threads};
+	struct rq_quantizer *q = NULL;
+	struct rq_pool *pool = NULL;
+	struct rq_err err;
+	memset(&err, 0, sizeof err);
+	if ((rc = rq_quantizer_open(&qo, &q, &err)) != 0)
+		return cli_fail(1, "bench quant", "--device cuda: %s", err.msg);
+	uint8_t *og = malloc(sz), *oc = malloc(sz);
+	if (!og || !oc || rq_pool_create(threads, &pool) != 0) {
+		rc = cli_fail(1, "bench quant", "out of memory");
+		goto out;
+	}
+	struct rq_smod mg = {w, RQ_SRC_BF16, rows, cols, og}, mc = {w, RQ_SRC_BF16, rows, cols, oc};
+	struct rq_quantizer_stats s0, s1;
+	double tg = 1e30, tc = 1e30;
+	rq_quantizer_get_stats(q, &s0);
+	for (int i = 0; i < reps; i++) {
+		double t0 = bench_now();
+		rc = rq_scheme_quantize_obs(sc, RQ_RECIPE_BF16, o, &mc, 1, &bad, pool);
+		double t1 = bench_now();
+		if (!rc)
+			rc = rq_quantizer_run_scheme(q, sc, RQ_RECIPE_BF16, o, &mg, 1, &bad);
+		double t2 = bench_now();
+		if (rc) {
+			rc = cli_fail(1, "bench quant", "--observer %s: the job failed (%d)",
+			              rq_observer_name(o), rc);
+			goto out;
+		}
+		tc = t1 - t0 < tc ? t1 - t0 : tc;
+		tg = t2 - t1 < tg ? t2 - t1 : tg;
+	}
+	rq_quantizer_get_stats(q, &s1);
+	int on_gpu = s1.gpu_jobs - s0.gpu_jobs == (unsigned long long)reps;
+	int same_b = !memcmp(og, oc, sz);
+	char why[512];
+	rq_quantizer_reason(q, why, sizeof why);
+	printf("%zux%zu %s observer %s on GPU+CPU %9.3f ms %8.3f GB/s, CPU job %9.3f ms (%d threads): "
+	       "x%.2f; the search on the GPU: %s%s%s; same bytes: %s\n", rows, cols,
+	       rq_scheme_name(sc), rq_observer_name(o), tg * 1e3, rows * cols * 2.0 / tg / 1e9,
+	       tc * 1e3, rq_pool_size(pool), tc / tg, on_gpu ? "yes" : "no", why[0] ? " " : "",
+	       why, same_b ? "yes" : "NO");
+	rc = !same_b ? 1 : !on_gpu ? 2 : 0;
+	if (!same_b)
+		fprintf(stderr, "requantfs bench quant: GPU BYTES DIFFER FROM THE CPU\n");
+out:
+	free(og);
+	free(oc);
+	rq_pool_destroy(pool);
+	rq_quantizer_close(q);
+	return rc;
+}
