@@ -9,7 +9,8 @@
  *   x rows (optionally gathered through an index, for experts' slots) are
  *   rounded to BF16 into shared memory; W tiles are copied (BF16) or decoded
  *   from the repacked NVFP4 tiles (each thread one lane's 16 code bytes and 8
- *   scale bytes → 32 values e2m1·e4m3, exact in BF16); 1/gs is applied to the
+ *   scale bytes → 32 values e2m1·e4m3, exact in BF16; the codes through
+ *   ek_deq.cuh's PRMT table, one product per value); 1/gs is applied to the
  *   fp32 result. One stage, no pipelining: a first version to measure.
  * Grouped mode runs the routed experts of a prefill batch in one launch: one
  * block row per (expert, 64 slots) from a tile list built on the host. */
