@@ -218,10 +218,10 @@ static int rule_sizes(const struct rq_plan *p, const struct rq_plan_opts *po,
 
 /* An MSE observer's extra time, an ESTIMATE (nothing is run): its search's rate on one
  * thread as `requantfs bench quant --observer O --threads 1 --rows 512 --cols 2048`
- * measured it on nvfp4a16 (docs/benchmarks.md, 2-core x86-64 dev machine, 2026-12):
- * mse 15.1 MB/s of BF16 in (1/173 of minmax), expanded-mse 4.61 MB/s (1/539), scaled to
- * every online CPU: the CPU's time (a GPU, when the quantizer has one, runs the search;
- * no GPU figure exists yet). */
+ * measured it on nvfp4a16 (docs/benchmarks.md, 2-core x86-64 dev machine, 2026-12-06):
+ * mse 57.1 MB/s of BF16 in (1/41 of minmax), expanded-mse 22.1 MB/s (1/117; w4a16's groups
+ * of 128 are within 15% of both), scaled to every online CPU: the CPU's time (a GPU, when the
+ * quantizer has one, runs the search; no GPU figure exists yet). */
 struct obs_estimate {
 	double per_thread;         /* bytes/s, 0: minmax (no extra time) */
 	int ratio;                 /* ~N x minmax per byte */
@@ -234,8 +234,8 @@ static void observer_estimate(const struct rq_plan *p, uint64_t in_total, struct
 	memset(e, 0, sizeof *e);
 	if (p->observer == RQ_OBSERVER_MINMAX)
 		return;
-	e->per_thread = p->observer == RQ_OBSERVER_MSE ? 15.1e6 : 4.61e6;
-	e->ratio = p->observer == RQ_OBSERVER_MSE ? 173 : 539;
+	e->per_thread = p->observer == RQ_OBSERVER_MSE ? 57.1e6 : 22.1e6;
+	e->ratio = p->observer == RQ_OBSERVER_MSE ? 41 : 117;
 	e->threads = sysconf(_SC_NPROCESSORS_ONLN);
 	if (e->threads < 1)
 		e->threads = 1;

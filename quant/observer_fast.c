@@ -5,9 +5,14 @@
  *  - candidates in lanes: a batch of NC candidate scales is evaluated together, every
  *    weight against all NC (broadcast w), so each lane's sum follows torch's order of
  *    additions as plain element-wise adds (no horizontal reduction, no reordering);
- *  - a step whose scale equals the previous step's has the previous error, which cannot be
- *    strictly below the best: it is skipped (scales fall with the steps, so equal ones are
- *    neighbours), and only the distinct scales are evaluated;
+ *  - abandoning: a partial sum of torch's order (terms not yet visited +0) is a lower
+ *    bound of the error, so a candidate is dropped as soon as it cannot beat the best
+ *    (search_body); groups of 16 drop a batch when all its lanes can't, wider groups
+ *    (16 nv, 2 <= nv < 64) add the cascade's 32 units a few at a time to every candidate
+ *    left and pack the survivors into dense batches (unit passes), whose last pass has
+ *    the whole sum: no work is redone. (Skipping steps whose scale equals the step
+ *    before's was measured: it saves ~10% of expanded-mse's candidates and costs as much
+ *    to pack.)
  *  - no division: bf16(x / s) == bf16(x * (float)(1 / s)) for BF16 x and s whenever 1/s
  *    and x/s are binary32 normals. Proof: x = X 2^i, s = S 2^j with integers X, S <= 255,
  *    so a BF16 rounding boundary (a midpoint M 2^k, M odd, 256 < M < 512) is never hit
@@ -40,6 +45,8 @@
 #define ROUND_MAGIC 12582912.0f     /* 1.5 * 2^23: x + M - M rounds |x| <= 2^22 to even */
 #define FP8_MAX_BITS 0x43E00000u    /* 448.0f */
 #define BF16_MAX_BITS 0x7F7F0000u
+#define MAXC (RQ_OBS_MAX_STEPS + NC)  /* candidates and their padding lanes */
+#define NU 32                       /* units of a group (unit_lanes) */
 
 size_t rq_obs_scratch_bytes(size_t group)
 {
@@ -366,17 +373,224 @@ int batch_errs(int isa, int kind, const uint16_t *w, size_t n, const float *s, c
 	return group_errs(kind, w, n, s, r, T, scratch, err, bound, later, live, ord);
 }
 
+/* The candidates of one group in step order: scale, reciprocal, step (a float, packed like
+ * the others) and the units' sums once visited (unit_lanes); NC padding lanes follow the
+ * last. */
+struct cands {
+	float s[MAXC], r[MAXC], step[MAXC];
+	float u[NU][MAXC];
+};
+
+struct best {
+	float v;                    /* the best error so far (BF16 max at first) */
+	int i;                      /* its step */
+	uint32_t mk;                /* the improving steps (< 32), in step order */
+};
+
+/* a candidate's error err at step st against the best so far (the lower step wins a tie:
+ * the oracle keeps the first of equal errors) */
+#define IMPROVE(err, st) do { float e_ = (err); int s_ = (st); \
+	if (e_ < bestv || (e_ == bestv && s_ < bi)) { \
+		bestv = e_; bi = s_; mk |= s_ < 32 ? 1u << s_ : 0u; } } while (0)
+
+/* The units of torch's order for a group of n = 16 nv weights, 1 <= nv < 64 (observer_ref.c's
+ * cascade never flushes: rows = nv / 4 < 16). Unit u = 8 k + l (column k < 4, lane l < 8)
+ * is acc[0][k][l] after the rows: a sum from +0, in order, of the chunks' pair sums
+ * ld(c, l) = pw(w[16 c + l]) + pw(w[16 c + 8 + l]) over c = k, k + 4, .. < 4 rows and, for
+ * k = 0, then c = 4 rows .. nv - 1. The error is bf16(((0 + L_0) + L_1) .. + L_7) with
+ * L_l = ((u_l + u_(8 + l)) + u_(16 + l)) + u_(24 + l) (n % 16 == 0: no tail).
+ * unit_lanes: unit u of the NC candidates at o into c->u[u][o..o + NC). */
+static inline __attribute__((always_inline))
+void unit_lanes(int kind, const uint16_t *w, size_t nv, int u, struct cands *c, int o,
+                int recip, const float *T)
+{
+	size_t r4 = nv / 4 * 4, k = (size_t)u / 8u, l = (size_t)u % 8u;
+	const float *s = c->s + o, *r = recip ? c->r + o : NULL;
+	float a[NC], b[NC], *acc = c->u[u] + o;
+	for (int i = 0; i < NC; i++)
+		acc[i] = 0.0f;
+#define LDL(ch) do { pw_lanes(kind, rq_bf16f(w[16 * (ch) + l]), s, r, T, a); \
+		pw_lanes(kind, rq_bf16f(w[16 * (ch) + 8 + l]), s, r, T, b); \
+		for (int i_ = 0; i_ < NC; i_++) acc[i_] += a[i_] + b[i_]; } while (0)
+	for (size_t ch = k; ch < r4; ch += 4)
+		LDL(ch);
+	for (size_t ch = r4; k == 0 && ch < nv; ch++)
+		LDL(ch);
+#undef LDL
+}
+
+/* torch's combination of the units of NC candidates at u (rows of MAXC) into tot; a unit
+ * not visited (vis[u] == 0) is +0, which leaves every sum it joins unchanged */
+static inline __attribute__((always_inline))
+void combine_lanes(const float *u, const int *vis, int ncol, float *tot)
+{
+	float L[NC];
+	for (int k = 0; k < NC; k++)
+		tot[k] = 0.0f;
+	for (int l = 0; l < 8; l++) {
+		for (int k = 0; k < NC; k++)
+			L[k] = 0.0f;
+		for (int col = 0; col < ncol; col++)
+			for (int k = 0; vis[8 * col + l] && k < NC; k++)
+				L[k] += u[(size_t)(8 * col + l) * MAXC + (size_t)k];
+		for (int k = 0; k < NC; k++)
+			tot[k] += L[k];
+	}
+}
+
+/* the lanes (< live) whose bf16(tot) can still be chosen against best bestv at step bi */
+static inline __attribute__((always_inline))
+unsigned keep_lanes(const float *tot, const float *step, float bestv, int bi, int live)
+{
+	unsigned keep = 0;
+	for (int k = 0; k < live; k++) {
+		float lb = rq_round_bf16(tot[k]);
+		keep |= (unsigned)!(lb > bestv || (lb == bestv && (int)step[k] > bi)) << k;
+	}
+	return keep;
+}
+
+/* lanes `keep` of the batch at o of arrays a[0..na) to m, in order; returns the new m */
+static inline __attribute__((always_inline))
+int pack_lanes(float *const *a, int na, int o, int m, unsigned keep)
+{
+	for (int k = 0; k < NC; k++) {             /* branch-free */
+		for (int x = 0; x < na; x++)
+			a[x][m] = a[x][o + k];
+		m += (keep >> k) & 1u;
+	}
+	return m;
+}
+
+#ifdef RQ_X86_VARIANTS
+/* unit_lanes with pw_512 */
+T512 void unit_512(int kind, const uint16_t *w, size_t nv, int u, struct cands *c, int o,
+                   int recip, const float *T)
+{
+	size_t r4 = nv / 4 * 4, k = (size_t)u / 8u, l = (size_t)u % 8u;
+	__m512 sv = _mm512_loadu_ps(c->s + o), rv = _mm512_loadu_ps(c->r + o);
+	__m512 acc = _mm512_setzero_ps();
+#define LD512(ch) do { const uint16_t *x_ = w + 16 * (ch) + l; \
+		acc = _mm512_add_ps(acc, _mm512_add_ps(pw_512(kind, rq_bf16f(x_[0]), sv, rv, recip, T), \
+		                                       pw_512(kind, rq_bf16f(x_[8]), sv, rv, recip, T))); \
+	} while (0)
+	for (size_t ch = k; ch < r4; ch += 4)
+		LD512(ch);
+	for (size_t ch = r4; k == 0 && ch < nv; ch++)
+		LD512(ch);
+#undef LD512
+	_mm512_storeu_ps(c->u[u] + o, acc);
+}
+
+T512 void combine_512(const float *u, const int *vis, int ncol, float *tot)
+{
+	__m512 t = _mm512_setzero_ps();
+	for (int l = 0; l < 8; l++) {
+		__m512 L = _mm512_setzero_ps();
+		for (int col = 0; col < ncol; col++)
+			if (vis[8 * col + l])
+				L = _mm512_add_ps(L, _mm512_loadu_ps(u + (size_t)(8 * col + l) * MAXC));
+		t = _mm512_add_ps(t, L);
+	}
+	_mm512_storeu_ps(tot, t);
+}
+
+T512 unsigned keep_512(const float *tot, const float *step, float bestv, int bi, int live)
+{
+	__m512 lb = bf16_512(_mm512_loadu_ps(tot)), bv = _mm512_set1_ps(bestv);
+	__mmask16 drop = _mm512_cmp_ps_mask(lb, bv, _CMP_GT_OQ) |
+	                 (_mm512_cmp_ps_mask(lb, bv, _CMP_EQ_OQ) &
+	                  _mm512_cmp_ps_mask(_mm512_loadu_ps(step), _mm512_set1_ps((float)bi),
+	                                     _CMP_GT_OQ));
+	return ~(unsigned)drop & ((1u << live) - 1u);
+}
+
+T512 int pack_512(float *const *a, int na, int o, int m, unsigned keep)
+{
+	for (int x = 0; x < na; x++)
+		_mm512_storeu_ps(a[x] + m, _mm512_maskz_compress_ps((__mmask16)keep,
+		                                                     _mm512_loadu_ps(a[x] + o)));
+	return m + __builtin_popcount(keep);
+}
+#endif
+
+/* One unit pass (search_body): units uo[v0..v1) of nu added to the n candidates of c; the
+ * last pass (v1 == nu) has their errors, which go against b; the others drop the candidates
+ * that can no longer be chosen and pack the rest. Returns the candidates left. */
+#define UNIT_PASS_DEF(name, attr, UNIT, COMBINE, KEEP, PACK) \
+attr int name(int kind, const uint16_t *w, size_t nv, const uint8_t *uo, int v0, int v1, \
+              int nu, struct cands *c, int n, int recip, const float *T, struct best *b, \
+              float *sums) \
+{ \
+	int vis[NU] = {0}, na = 3, m = 0; \
+	float *arr[NU + 3], tot[NC], bestv = b->v; \
+	int bi = b->i; \
+	uint32_t mk = b->mk; \
+	arr[0] = c->s; \
+	arr[1] = c->r; \
+	arr[2] = c->step; \
+	for (int v = 0; v < v1; v++) { \
+		arr[na++] = c->u[uo[v]]; \
+		vis[uo[v]] = 1; \
+	} \
+	for (int o = 0; o < n; o += NC) { \
+		int live = n - o < NC ? n - o : NC; \
+		for (int v = v0; v < v1; v++) \
+			UNIT(kind, w, nv, uo[v], c, o, recip, T); \
+		COMBINE(&c->u[0][o], vis, nu / 8, tot); \
+		if (v1 < nu) { \
+			m = PACK(arr, na, o, m, KEEP(tot, c->step + o, bestv, bi, live)); \
+			continue; \
+		} \
+		for (int k = 0; k < live; k++) { \
+			IMPROVE(rq_round_bf16(tot[k]), (int)c->step[o + k]); \
+			if (sums) \
+				sums[o + k] = tot[k]; \
+		} \
+	} \
+	b->v = bestv; \
+	b->i = bi; \
+	b->mk = mk; \
+	return v1 < nu ? m : 0; \
+}
+
+UNIT_PASS_DEF(unit_pass, static inline __attribute__((always_inline)), unit_lanes, combine_lanes,
+              keep_lanes, pack_lanes)
+#ifdef RQ_X86_VARIANTS
+UNIT_PASS_DEF(unit_pass_512, __attribute__((target("arch=x86-64-v4"), noinline)) static,
+              unit_512, combine_512, keep_512, pack_512)
+#endif
+
+/* a unit pass by the variant's means */
+static inline __attribute__((always_inline))
+int unit_pass_isa(int isa, int kind, const uint16_t *w, size_t nv, const uint8_t *uo, int v0,
+                  int v1, int nu, struct cands *c, int n, int recip, const float *T,
+                  struct best *b, float *sums)
+{
+#ifdef RQ_X86_VARIANTS
+	if (isa == RQ_ISA_AVX512)
+		return unit_pass_512(kind, w, nv, uo, v0, v1, nu, c, n, recip, T, b, sums);
+#endif
+	(void)isa;
+	return unit_pass(kind, w, nv, uo, v0, v1, nu, c, n, recip, T, b, sums);
+}
+
 static inline __attribute__((always_inline))
 void search_body(int isa, int kind, const struct rq_obs_params *p, const uint16_t *w, size_t rows,
                  size_t cols, size_t group, uint8_t *best, uint32_t *mask, void *scratch)
 {
 	const float *T = rq_obs_pow_table();
 	float q = rq_obs_q(kind);
-	size_t ng = rows * cols / group;
+	size_t ng = rows * cols / group, nv = group / 16;
 	int probe = -1;                 /* the step whose range is max |w| (expanded search) */
 	for (int i = 0; p->expand > 1.0f && i < p->steps && probe < 0; i++)
 		if (p->p[i] * p->expand <= 1.0f)
 			probe = i;
+	/* the unit passes (below) take groups of 16 nv weights, 2 <= nv < 64; nu units, visited
+	 * `per` at a time between two prunings */
+	int units = group % 16 == 0 && nv >= 2 && nv < 64;
+	int nu = nv >= 4 ? NU : 8, per = nu / 8;
+	struct cands c;
 	for (size_t g = 0; g < ng; g++) {
 		const uint16_t *wg = w + g * group;
 		uint32_t a = 0;
@@ -397,61 +611,104 @@ void search_body(int isa, int kind, const struct rq_obs_params *p, const uint16_
 			for (int j = 0; j < 8; j++)
 				ord[rk[j]] = (uint8_t)j;
 		}
-		/* every step's scale and its reciprocal (a step whose scale equals an earlier
-		 * one's has that one's error: never chosen over it, never improving) */
-		float s[RQ_OBS_MAX_STEPS + NC], r[RQ_OBS_MAX_STEPS + NC];
-		int ns = p->steps;
+		/* the candidates: every step's scale and its reciprocal */
 		uint32_t far = 0;     /* a scale outside [2^-126, 2^125]: divide */
 		float e = rq_round_bf16(rq_bf16f(a) * p->expand);
-		for (int i = 0; i < ns; i++) {
+		int n = p->steps, f0 = probe;
+		for (int i = 0; i < n; i++) {             /* vectorized */
 			float si = rq_round_bf16(rq_round_bf16(e * p->p[i]) / q);
 			si = si == 0.0f ? 0x1p-7f : si;
-			s[i] = si;
-			r[i] = 1.0f / si;
+			c.s[i] = si;
+			c.r[i] = 1.0f / si;
+			c.step[i] = (float)i;
 			far |= rq_f2u(si) - 0x00800000u > 0x7E000000u - 0x00800000u;
 		}
-		for (int i = ns; i < ns + NC; i++)
-			s[i] = r[i] = 1.0f;               /* padding lanes: evaluated, ignored */
 		int recip = !far;
-		/* The batches: in step order when the improving steps count (patience), else the
-		 * batch around the step whose range is max |w| (minmax's, usually near the best)
-		 * first, then the others in order.
-		 * Abandoning. Every partial sum of torch's order is <= the full sum (the terms are
-		 * >= 0 and round-to-nearest is monotone: a + b >= a), and bf16 rounding is
-		 * monotone, so bf16(partial) <= err. A lane can no longer be chosen when
-		 * bf16(partial) >= best and its step comes after the best's (an equal error loses
-		 * to the earlier step), or bf16(partial) > best and it comes before; a batch whose
-		 * live lanes all are such is dropped (group_errs returns 0). In step order this
-		 * also keeps the improving steps exact: a dropped lane has err >= the best of the
-		 * steps before it. */
-		int bstart[(RQ_OBS_MAX_STEPS + NC) / NC + 2], nb = 0, b0 = 0;
+		/* The first batch, evaluated whole: in step order when the improving steps count
+		 * (patience), else the batch around the step whose range is max |w| (minmax's,
+		 * usually near the best). Its candidates then leave the list. */
 		if (!mask && probe >= 0) {
-			b0 = probe > NC / 2 ? probe - NC / 2 : 0;
-			bstart[nb++] = b0;
+			f0 = f0 - NC / 2 < n - NC ? f0 - NC / 2 : n - NC;
+			f0 = f0 > 0 ? f0 : 0;
+		} else {
+			f0 = 0;
 		}
-		for (int b = 0; b < b0; b += NC)
-			bstart[nb++] = b;
-		for (int b = nb ? b0 + NC : 0; b < ns; b += NC)
-			bstart[nb++] = b;
-		float bestv = rq_u2f(BF16_MAX_BITS);
+		int n0 = n - f0 < NC ? n - f0 : NC;
+		for (int i = n; i < n + NC; i++)
+			c.s[i] = c.r[i] = 1.0f;               /* padding lanes: evaluated, ignored */
+		float bestv = rq_u2f(BF16_MAX_BITS), err[NC];
 		int bi = 0;
 		uint32_t mk = 0;
-		for (int k = 0; k < nb; k++) {
-			int b = bstart[k];
-			int live = (k > 0 && b < b0 ? b0 : ns) - b;
-			live = live < NC ? live : NC;
-			float err[NC];
-			if (!batch_errs(isa, kind, wg, group, s + b, recip ? r + b : NULL, T, scratch,
-			                err, bestv, b > bi, live, ord))
-				continue;
-			for (int c = 0; c < live; c++) {
-				if (err[c] < bestv || (err[c] == bestv && b + c < bi)) {
-					bestv = err[c];
-					bi = b + c;
-					mk |= bi < 32 ? 1u << bi : 0u;
+		if (batch_errs(isa, kind, wg, group, c.s + f0, recip ? c.r + f0 : NULL, T, scratch,
+		               err, bestv, f0 > 0, n0, ord))
+			for (int k = 0; k < n0; k++)
+				IMPROVE(err[k], (int)c.step[f0 + k]);
+		/* The others. Abandoning: every partial sum of torch's order (the terms not yet
+		 * visited +0) is <= the full sum (the terms are >= 0 and round-to-nearest is
+		 * monotone: a + b >= a), and bf16 rounding is monotone, so bf16(partial) <= err.
+		 * A candidate can no longer be chosen when bf16(partial) >= best and its step
+		 * comes after the best's (an equal error loses to the earlier step), or
+		 * bf16(partial) > best and it comes before. With patience the first batch holds
+		 * the first steps and the others come after all of them, so a dropped candidate
+		 * has err >= an earlier step's and the improving steps stay exact.
+		 * Unit passes (groups of 16 nv, 2 <= nv < 64, more than a batch left): `per`
+		 * units (for 8 units, by falling max |w|: the largest errors first) added to every
+		 * candidate left, which are then dropped or packed into dense batches; the last
+		 * pass has the whole sum. Otherwise the candidates go in batches of NC, a batch
+		 * dropped when all its live lanes are (group_errs, for groups of 16: there a pass
+		 * would add 2 weights and cost as much to pack). */
+		int left = n - n0;
+		if (!units || left <= NC) {
+			int lo[2] = {0, f0 + n0}, hi[2] = {f0, n};
+			for (int h = 0; h < 2; h++)
+				for (int o = lo[h]; o < hi[h]; o += NC) {
+					int live = hi[h] - o < NC ? hi[h] - o : NC;
+					if (batch_errs(isa, kind, wg, group, c.s + o, recip ? c.r + o : NULL,
+					               T, scratch, err, bestv, (int)c.step[o] > bi, live, ord))
+						for (int k = 0; k < live; k++)
+							IMPROVE(err[k], (int)c.step[o + k]);
 				}
-			}
+			left = 0;
 		}
+		for (int i = f0; left && i < left; i++) {      /* the first batch leaves */
+			c.s[i] = c.s[i + n0];
+			c.r[i] = c.r[i + n0];
+			c.step[i] = c.step[i + n0];
+		}
+		n = left;
+		for (int i = n; left && i < n + NC; i++)
+			c.s[i] = c.r[i] = 1.0f;
+		uint8_t uo[NU];
+		uint32_t um[NU];
+		for (int u = 0; u < nu; u++)
+			uo[u] = (uint8_t)u;
+		for (int u = 0; n && nu == 8 && u < nu; u++) {
+			size_t k = (size_t)u / 8u, l = (size_t)u % 8u, r4 = nv / 4 * 4;
+			um[u] = 0;
+#define UMAX(ch) (um[u] = RQ_MAXU(um[u], RQ_MAXU(wg[16 * (ch) + l] & 0x7FFFu, \
+                                                 wg[16 * (ch) + 8 + l] & 0x7FFFu)))
+			for (size_t ch = k; ch < r4; ch += 4)
+				UMAX(ch);
+			for (size_t ch = r4; k == 0 && ch < nv; ch++)
+				UMAX(ch);
+#undef UMAX
+		}
+		for (int u = 0; n && nu == 8 && u < nu; u++) {
+			int rk = 0;
+			for (int v = 0; v < nu; v++)
+				rk += (um[v] > um[u]) | ((um[v] == um[u]) & (v < u));
+			uo[rk] = (uint8_t)u;
+		}
+		struct best b = {bestv, bi, mk};
+		for (int v0 = 0; n && v0 < nu; v0 += per) {
+			n = unit_pass_isa(isa, kind, wg, nv, uo, v0, v0 + per < nu ? v0 + per : nu, nu,
+			                  &c, n, recip, T, &b, NULL);
+			for (int i = n; i < n + NC; i++)
+				c.s[i] = c.r[i] = 1.0f;
+		}
+		bestv = b.v;
+		bi = b.i;
+		mk = b.mk;
 		best[g] = (uint8_t)bi;
 		if (mask)
 			mask[g] = mk;
@@ -494,4 +751,35 @@ void rq_obs_search_rows(int kind, const struct rq_obs_params *p, const uint16_t 
                         void *scratch)
 {
 	variants[rq_quant_isa()][kind](p, w, rows, cols, group, best, mask, scratch);
+}
+
+int rq_obs_unit_sums(int kind, const struct rq_obs_params *p, const uint16_t *w, size_t n,
+                     int step0, float *sum)
+{
+	static struct cands c;          /* tests only: one thread */
+	size_t nv = n / 16;
+	int nu = nv >= 4 ? NU : 8, cnt = p->steps - step0 < NC ? p->steps - step0 : NC;
+	uint8_t uo[NU];
+	struct best b = {rq_u2f(BF16_MAX_BITS), 0, 0};
+	uint32_t a = 0;
+	if (n % 16 || nv < 2 || nv >= 64 || step0 < 0 || cnt < 1)
+		return 0;
+	for (size_t j = 0; j < n; j++)
+		a = RQ_MAXU(a, w[j] & 0x7FFFu);
+	float e = rq_round_bf16(rq_bf16f(a) * p->expand);
+	uint32_t far = 0;
+	for (int k = 0; k < NC; k++) {
+		float si = k < cnt ? rq_round_bf16(rq_round_bf16(e * p->p[step0 + k]) /
+		                                   rq_obs_q(kind)) : 1.0f;
+		c.s[k] = si == 0.0f ? 0x1p-7f : si;
+		c.r[k] = 1.0f / c.s[k];
+		c.step[k] = (float)(step0 + k);
+		far |= rq_f2u(c.s[k]) - 0x00800000u > 0x7E000000u - 0x00800000u;
+	}
+	for (int u = 0; u < nu; u++)
+		uo[u] = (uint8_t)(nu - 1 - u);     /* any order: the passes keep torch's */
+	for (int v0 = 0; v0 < nu; v0 += nu / 8)
+		unit_pass_isa(rq_quant_isa(), kind, w, nv, uo, v0, v0 + nu / 8, nu, &c, cnt, !far,
+		              rq_obs_pow_table(), &b, sum);
+	return cnt;
 }

@@ -85,4 +85,12 @@ void rq_obs_search_rows(int kind, const struct rq_obs_params *p, const uint16_t 
                         size_t rows, size_t cols, size_t group, uint8_t *best, uint32_t *mask,
                         void *scratch);
 
+/* For tests: the unit passes' (observer_fast.c) binary32 sums, before the BF16 rounding,
+ * of group w[0..n) at steps step0 .. step0 + 15 (fewer at the end), every unit visited
+ * and, the best starting at BF16 max, none dropped while the sums stay below it, by the
+ * variant in use: rq_obs_err_ref's *sum for each, bit for bit. Returns how many; 0 when n is not
+ * 16 nv with 2 <= nv < 64. Not thread-safe. */
+int rq_obs_unit_sums(int kind, const struct rq_obs_params *p, const uint16_t *w, size_t n,
+                     int step0, float *sum);
+
 #endif

@@ -2,7 +2,8 @@
  * additions on sums that round differently in any other order, the patience rule, and the
  * fast search against the scalar oracle (observer_ref.c) byte for byte, for every scheme,
  * both MSE observers, every instruction-set variant, 1 and 2 threads, on random and awkward
- * weights (zeros, ties, subnormals, huge values, one nonzero, fused sets). */
+ * weights (zeros, ties, subnormals, huge values, one nonzero, fused sets); and the search's
+ * step per group against the oracle's errors on near ties for every group size's path. */
 #include "quant/observer.h"
 #include "quant/observer_int.h"
 #include "quant/quant_int.h"
@@ -267,6 +268,138 @@ static void test_abandon(void)
 	TAP_OK(ok, "nvfp4a16 48x256, both observers, every variant: fast == oracle");
 }
 
+/* weights by family f for one group of n: the near ties make candidates' errors equal or
+ * within a BF16 rounding, where only the step order decides (the tie rule of the search's
+ * abandoning and packing) */
+static void fill_group(uint16_t *w, size_t n, int f)
+{
+	static const double set[] = {0, 1, -1, 2, -2, 3, -3, 4, -4};
+	for (size_t j = 0; j < n; j++) {
+		double x = 0;
+		switch (f) {
+		case 0: x = gauss() * 0.02; break;                           /* trained-like */
+		case 1: x = gauss() * (rnd() % 20 ? 0.01 : 0.1); break;      /* outliers */
+		case 2: x = set[rnd() % 9] * 0x1p-6; break;                  /* few values */
+		case 3: x = rnd() & 1 ? 0.03125 : -0.03125; break;           /* one magnitude */
+		case 4: x = set[1 + rnd() % 8] * 0x1p-5; break;              /* ... nudged */
+		default: x = (unif() * 2 - 1) * 0.125; break;                /* uniform */
+		}
+		w[j] = bf(x);
+		if (f == 4 && rnd() % 3 == 0)
+			w[j] = (uint16_t)(w[j] + (rnd() & 1 ? 1 : -1));      /* one BF16 ulp */
+	}
+}
+
+/* The fast search's step per group (and its improving steps) against the oracle's errors
+ * step by step (rq_obs_err_ref: the first strict minimum), for every kind, both
+ * observers, group sizes on both of the search's paths (16; the unit passes for 16 nv,
+ * 2 <= nv < 64; batches for 1024, 72 and 7) and every instruction-set variant. */
+static void test_search_groups(void)
+{
+	static const size_t sizes[] = {16, 32, 48, 64, 128, 256, 1008, 1024, 72, 7};
+	for (int kind = RQ_OBS_FP4; kind <= RQ_OBS_FP8; kind++) {
+		for (int o = RQ_OBSERVER_MSE; o <= RQ_OBSERVER_EXPANDED_MSE; o++) {
+			const struct rq_obs_params *p = rq_obs_params((enum rq_observer)o);
+			int patience = p->patience < p->steps;
+			long bad[RQ_ISA_COUNT] = {0}, groups = 0;
+			char first[RQ_ISA_COUNT][128] = {{0}};
+			for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
+				size_t n = sizes[z], ng = n <= 128 ? 24 : 6;
+				uint16_t *w = malloc(2 * n * ng);
+				uint8_t *want = malloc(ng), *got = malloc(ng);
+				uint32_t *wmask = malloc(4 * ng), *gmask = malloc(4 * ng);
+				void *scratch = malloc(rq_obs_scratch_bytes(n));
+				for (size_t g = 0; g < ng; g++) {
+					fill_group(w + g * n, n, (int)(g % 6));
+					float bestv = 3.38953139e38f;
+					want[g] = 0;
+					wmask[g] = 0;
+					for (int i = 0; i < p->steps; i++) {
+						float e = rq_obs_err_ref(kind, p, w + g * n, n, i, NULL);
+						if (e < bestv) {
+							bestv = e;
+							want[g] = (uint8_t)i;
+							wmask[g] |= i < 32 ? 1u << i : 0u;
+						}
+					}
+				}
+				groups += (long)ng;
+				for (int isa = 0; isa <= rq_quant_isa_max(); isa++) {
+					rq_quant_isa_force(isa);
+					rq_obs_search_rows(kind, p, w, ng, n, n, got, patience ? gmask : NULL,
+					                   scratch);
+					for (size_t g = 0; g < ng; g++) {
+						if (got[g] == want[g] && (!patience || gmask[g] == wmask[g]))
+							continue;
+						if (!bad[isa]++)
+							snprintf(first[isa], sizeof first[isa], "group of %zu #%zu "
+							         "(family %d): step %d, oracle %d", n, g, (int)(g % 6),
+							         got[g], want[g]);
+					}
+				}
+				rq_quant_isa_force(-1);
+				free(scratch);
+				free(gmask);
+				free(wmask);
+				free(got);
+				free(want);
+				free(w);
+			}
+			for (int isa = 0; isa <= rq_quant_isa_max(); isa++) {
+				if (bad[isa])
+					printf("# %s\n", first[isa]);
+				TAP_OK(bad[isa] == 0, "kind %d %s (%s): fast step == oracle's in %ld of %ld "
+				       "groups (sizes 7..1024, near ties)", kind,
+				       rq_observer_name((enum rq_observer)o), rq_quant_isa_name(isa),
+				       groups - bad[isa], groups);
+			}
+		}
+	}
+}
+
+/* The unit passes' binary32 sums (before the BF16 rounding) against the oracle's, bit for
+ * bit: a different order of additions shows here long before it changes a chosen step. */
+static void test_unit_sums(void)
+{
+	static const size_t sizes[] = {32, 48, 64, 128, 256, 1008};
+	long bad = 0, n = 0;
+	char first[160] = "";
+	for (int isa = 0; isa <= rq_quant_isa_max(); isa++) {
+		rq_quant_isa_force(isa);
+		for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
+			uint16_t w[1008];
+			for (int kind = RQ_OBS_FP4; kind <= RQ_OBS_FP8; kind++) {
+				for (int o = RQ_OBSERVER_MSE; o <= RQ_OBSERVER_EXPANDED_MSE; o++) {
+					const struct rq_obs_params *p = rq_obs_params((enum rq_observer)o);
+					fill_group(w, sizes[z], (kind + o + (int)z) % 6);
+					for (int s0 = 0; s0 < p->steps; s0 += 16) {
+						float got[16], want;
+						int cnt = rq_obs_unit_sums(kind, p, w, sizes[z], s0, got);
+						for (int k = 0; k < cnt; k++, n++) {
+							rq_obs_err_ref(kind, p, w, sizes[z], s0 + k, &want);
+							if (rq_f2u(got[k]) == rq_f2u(want))
+								continue;
+							if (!bad++)
+								snprintf(first, sizeof first, "%s n %zu kind %d step %d: "
+								         "%a, oracle %a", rq_quant_isa_name(isa), sizes[z],
+								         kind, s0 + k, (double)got[k], (double)want);
+						}
+					}
+				}
+			}
+		}
+	}
+	rq_quant_isa_force(-1);
+	uint16_t w16[16] = {0};
+	float dummy[16];
+	if (bad)
+		printf("# %s\n", first);
+	TAP_OK(bad == 0 && n > 3000 &&
+	       rq_obs_unit_sums(RQ_OBS_INT4, rq_obs_params(RQ_OBSERVER_MSE), w16, 16, 0, dummy) == 0,
+	       "unit passes: %ld of %ld binary32 sums differ from the oracle's (groups 32..1008, "
+	       "every kind, both observers, every variant; none for groups of 16)", bad, n);
+}
+
 static void test_refusals(void)
 {
 	uint16_t w[2 * 16];
@@ -304,5 +437,7 @@ int main(void)
 	test_fast_vs_ref();
 	test_recip();
 	test_abandon();
+	test_search_groups();
+	test_unit_sums();
 	return tap_done();
 }
