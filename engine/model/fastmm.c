@@ -169,6 +169,70 @@ static float dot_nvfp4_512(const uint8_t *packed, const uint8_t *scales, const f
 	return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
 }
 
+/* Scale k of an FP8/INT weight_scale, widened exactly (as ops.c reads it). */
+static float qscale(const struct lg_linear *W, size_t k)
+{
+	if (W->sdtype == LG_S_F32) {
+		float f;
+		memcpy(&f, W->qscale + 4 * k, 4);
+		return f;
+	}
+	uint16_t b;
+	memcpy(&b, W->qscale + 2 * k, 2);
+	if (W->sdtype == LG_S_F16)
+		return lg_f16_to_f32(b);
+	uint32_t u = (uint32_t)b << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* Row r of an FP8 or symmetric 8/4-bit INT W dequantized 16 columns a step:
+ * the values lg_linear_row gives (qdot.c's reasoning: e4m3(b)·s ==
+ * half(b)·(s·2^8), one rounding of the same product; (q − off)·s the same
+ * product), so only the speed differs. 0 (nothing written) for a row it does
+ * not take: group width not a multiple of 16, an FP8 NaN code, a scale whose
+ * s·2^8 is not exact, an INT zero point or width other than 8 and 4. */
+__attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+static int dequant_512(const struct lg_linear *W, int r, float *out)
+{
+	int G = W->groups, gw = W->cols / G;
+	if (gw % 16 || (W->kind == LG_W_INT && (W->qzero || (W->bits != 8 && W->bits != 4))))
+		return 0;
+	size_t sr = W->srows == 1 ? 0 : (size_t)r * G;
+	if (W->kind == LG_W_FP8) {
+		const uint8_t *q = W->w8 + (size_t)r * W->cols;
+		const __m128i m7f = _mm_set1_epi8(0x7F);
+		__m128i nan = _mm_setzero_si128();
+		for (int g = 0; g < G; g++) {
+			float sg = qscale(W, sr + g);
+			if (!(__builtin_fabsf(sg) < 0x1p119f))
+				return 0;
+			__m512 sv = _mm512_set1_ps(sg * 256.0f);
+			for (int c = g * gw; c < (g + 1) * gw; c += 16) {
+				__m128i b = _mm_loadu_si128((const __m128i *)(q + c));
+				nan = _mm_or_si128(nan, _mm_cmpeq_epi8(_mm_and_si128(b, m7f), m7f));
+				__m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8);
+				h = _mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16((short)0xBFFF));
+				_mm512_storeu_ps(out + c, _mm512_mul_ps(_mm512_cvtph_ps(h), sv));
+			}
+		}
+		return _mm_testz_si128(nan, nan);
+	}
+	const uint8_t *row = W->qw + (size_t)r * W->words * 4;
+	__m512i off = _mm512_set1_epi32(1 << (W->bits - 1));
+	for (int g = 0; g < G; g++) {
+		__m512 sv = _mm512_set1_ps(qscale(W, sr + g));
+		for (int c = g * gw; c < (g + 1) * gw; c += 16) {
+			__m128i b = W->bits == 8 ? _mm_loadu_si128((const __m128i *)(row + c))
+			                         : codes16(row + c / 2);
+			__m512 w = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(b), off));
+			_mm512_storeu_ps(out + c, _mm512_mul_ps(w, sv));
+		}
+	}
+	return 1;
+}
+
 /* --------------------------------------------------------------- AVX2 */
 
 __attribute__((target("avx2,fma")))
@@ -306,8 +370,11 @@ static void fast_rows(void *vctx, size_t b, size_t e, int worker)
 		int R = end - i < TILE_ROWS ? (int)(end - i) : TILE_ROWS;
 		for (int j = 0; j < TILE_ROWS; j++) {
 			float *wr = w + (size_t)j * c->stride;
-			if (j < R)
-				lg_linear_row(W, r + j, wr);
+			if (j < R) {
+				if (c->lv < 2 || (W->kind != LG_W_FP8 && W->kind != LG_W_INT) ||
+				    !dequant_512(W, r + j, wr))
+					lg_linear_row(W, r + j, wr);
+			}
 			else   /* a short tile: rows computed, never stored */
 				memset(wr, 0, (size_t)K * sizeof *wr);
 		}

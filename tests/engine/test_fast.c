@@ -2,8 +2,8 @@
  *
  * usage: test_fast REQUANTFS GOLDEN SMOLLM2_DIR
  *
- * 1. Kernels: lg_fast_matmul vs lg_matmul on random BF16, F32 and NVFP4
- *    Linears (with and without a bias), batches of 1..64 tokens, widths that
+ * 1. Kernels: lg_fast_matmul vs lg_matmul on random BF16, F32, NVFP4, FP8,
+ *    INT8 and INT4 Linears (with and without a bias), batches of 1..64 tokens, widths that
  *    are and are not multiples of 16. Both compute Σ w·x in binary32 in some
  *    order, so each is within γ_K·Σ|w·x| of the exact sum (γ_K = K·2^-24,
  *    FMA or not); the test holds |fast − oracle| <= 2·γ_K·Σ|w·x| + 1e-30 for
@@ -115,22 +115,43 @@ static void kernels(struct rq_pool *pool)
 			sc[i] = (uint8_t)(0x20 + tap_xorshift(&s) % 0x40);   /* finite E4M3 scales */
 		float div[512];
 		lg_nvfp4_div_table(448.0f, div);
-		struct lg_linear Ws[3] = {
+		/* FP8 / INT: BF16 scales per (row, group of 16 columns or the whole row) */
+		int G = K % 32 ? 1 : K / 32;
+		uint16_t *qs = malloc(2 * (size_t)R * G);
+		uint8_t *w8 = malloc((size_t)R * K), *q8 = malloc((size_t)R * K), *q4 = malloc((size_t)R * K / 2 + 4);
+		for (int i = 0; i < R * G; i++)
+			qs[i] = rq_f32_to_bf16(ldexpf(1.0f + frand(&s) * 0.5f, -6));
+		for (int i = 0; i < R * K; i++) {
+			w8[i] = (uint8_t)tap_xorshift(&s);
+			if ((w8[i] & 0x7F) == 0x7F)
+				w8[i] ^= 1;   /* no NaN codes */
+			q8[i] = (uint8_t)tap_xorshift(&s);
+		}
+		for (int i = 0; i < R * K / 2; i++)
+			q4[i] = (uint8_t)tap_xorshift(&s);
+		struct lg_linear Ws[6] = {
 			{.kind = LG_W_BF16, .rows = R, .cols = K, .w = wb},
 			{.kind = LG_W_F32, .rows = R, .cols = K, .w8 = (const uint8_t *)wf, .bias = bias},
 			{.kind = LG_W_NVFP4, .rows = R, .cols = K, .packed = pk, .scales = sc,
 			 .global_scale = 448.0f, .gs_div = div, .bias = bias},
+			{.kind = LG_W_FP8, .rows = R, .cols = K, .w8 = w8, .qscale = (const uint8_t *)qs,
+			 .sdtype = LG_S_BF16, .srows = R, .groups = G},
+			{.kind = LG_W_INT, .rows = R, .cols = K, .qw = q8, .bits = 8, .words = K / 4,
+			 .qscale = (const uint8_t *)qs, .sdtype = LG_S_BF16, .srows = R, .groups = G},
+			{.kind = LG_W_INT, .rows = R, .cols = K, .qw = q4, .bits = 4, .words = K / 8,
+			 .qscale = (const uint8_t *)qs, .sdtype = LG_S_BF16, .srows = R, .groups = G, .bias = bias},
 		};
-		static const char *names[] = {"bf16", "f32 + bias", "nvfp4 + bias"};
-		for (int w = 0; w < 3; w++) {
-			if (Ws[w].kind == LG_W_NVFP4 && K % 16)
+		static const char *names[] = {"bf16", "f32 + bias", "nvfp4 + bias", "fp8", "int8",
+		                              "int4 + bias"};
+		for (int w = 0; w < 6; w++) {
+			if ((Ws[w].kind == LG_W_NVFP4 && K % 16) || (Ws[w].kind == LG_W_INT && K % 8))
 				continue;
 			char what[96];
 			snprintf(what, sizeof what, "kernels %s [%d, %d]", names[w], R, K);
 			for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++)
 				check_linear(&Ws[w], Ts[t], pool, &s, what, &differs);
 		}
-		free(wb), free(wf), free(pk), free(sc);
+		free(wb), free(wf), free(pk), free(sc), free(qs), free(w8), free(q8), free(q4);
 	}
 	free(bias);
 	if (lg_fast_level())
