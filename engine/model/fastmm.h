@@ -6,7 +6,9 @@
  *
  * What it does differently from lg_matmul:
  *   prefill (T >= 3, every weight form): four weight rows dequantized once per
- *     token block (the batch) into the worker's scratch, then dotted with the
+ *     token block (the batch) into the worker's scratch (FP8 and symmetric
+ *     INT8 / INT4 rows 16 columns a step with AVX-512, the same values as
+ *     lg_linear_row's; the others by lg_linear_row), then dotted with the
  *     block's tokens in register tiles of 4 rows x 6 tokens (AVX-512) or
  *     4 x 3 (AVX2), each step one FMA; the 16 (8) lanes summed at the end
  *   decode, BF16 (T <= 2): FMA dots straight from the mapped row
