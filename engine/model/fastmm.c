@@ -159,14 +159,23 @@ static float dot_nvfp4_512(const uint8_t *packed, const uint8_t *scales, const f
 	                                 -0.0f, -0.5f, -1.0f, -0.0f, -2.0f, -0.0f, -4.0f, -0.0f);
 	const __m512 c15 = _mm512_setr_ps(0.0f, 0.0f, 0.0f, 1.0f, 0.0f, 2.0f, 0.0f, 4.0f,
 	                                  -0.0f, -0.0f, -0.0f, -1.0f, -0.0f, -2.0f, -0.0f, -4.0f);
-	__m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-	for (int g = 0; g < n / 16; g++) {
-		__m512 lut = _mm512_maskz_mul_ps(0x5656, _mm512_set1_ps(div[scales[g]]), c1);
-		lut = _mm512_mask_mul_ps(lut, 0xA8A8, _mm512_set1_ps(div[256 + scales[g]]), c15);
-		__m512 w = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes16(packed + 8 * g)), lut);
-		acc[g & 1] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + 16 * g), acc[g & 1]);
+	__m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+#define GROUP(g, acc)                                                                              \
+	do {                                                                                       \
+		__m512 lut = _mm512_maskz_mul_ps(0x5656, _mm512_set1_ps(div[scales[g]]), c1);       \
+		lut = _mm512_mask_mul_ps(lut, 0xA8A8, _mm512_set1_ps(div[256 + scales[g]]), c15);  \
+		__m512i code = _mm512_cvtepu8_epi32(codes16(packed + 8 * (g)));                   \
+		acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(code, lut), _mm512_loadu_ps(x + 16 * (g)), acc); \
+	} while (0)
+	int g = 0;
+	for (; g + 2 <= n / 16; g += 2) {   /* two FMA chains */
+		GROUP(g, a0);
+		GROUP(g + 1, a1);
 	}
-	return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+	if (g < n / 16)
+		GROUP(g, a0);
+#undef GROUP
+	return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
 /* Scale k of an FP8/INT weight_scale, widened exactly (as ops.c reads it). */
