@@ -159,7 +159,7 @@ static char *metadata(const struct seqs *q, int all_experts, int bf16, int fwd_b
 
 struct run_opts {
 	const char *model, *text, *prompts, *out;
-	int tokens, all_experts, threads, quiet, bench;
+	int tokens, all_experts, threads, quiet, bench, fast;
 	int skip;          /* --text: the window starts after this many tokens (--skip) */
 	int scale_dtype;   /* -1 auto (bf16 when MODEL's embedding is BF16), 0 f32, 1 bf16 */
 	int fwd_dtype;     /* the same for the forward's activations */
@@ -299,7 +299,8 @@ static int run(const struct run_opts *o)
 	}
 	char plan[1024];
 	struct lg_backend_opts bo = {.device = dev, .max_ctx = maxlen, .max_batch = 64, .pool = pool,
-	                             .kv = "f32", .plan = plan, .plan_len = sizeof plan};
+	                             .kv = "f32", .fast = o->fast, .plan = plan,
+	                             .plan_len = sizeof plan};
 	if (lg_backend_open(m, &bo, &eng.b, &err)) {
 		if (plan[0])
 			fprintf(stderr, "%s\n", plan);
@@ -411,7 +412,8 @@ static int run(const struct run_opts *o)
 		cli_fail(1, "calib run", "%s has no Linear that a W4A4 scheme quantizes", o->model);
 		goto out;
 	}
-	if (!(meta = metadata(&q, o->all_experts, bf16, fwd_bf16, eng.b->name)) ||
+	if (!(meta = metadata(&q, o->all_experts, bf16, fwd_bf16,
+	                      eng.st && o->fast ? "cpu-fast" : eng.b->name)) ||
 	    rq_calib_write_meta(o->out, names, bits, nn, meta, &err)) {
 		cli_fail(1, "calib run", "%s", meta ? err.msg : "out of memory");
 		goto out;
@@ -467,7 +469,7 @@ static void usage(FILE *f)
 	"usage: requantfs calib run MODEL (--text FILE | --prompts FILE) -o FILE\n"
 	"                 [--tokens N] [--skip K] [--all-experts] [--scale-dtype auto|bf16|f32]\n"
 	"                 [--forward-dtype auto|bf16|f32]\n"
-	"                 [--device auto|cpu|cuda] [--threads N] [--bench] [--quiet]\n"
+	"                 [--device auto|cpu|cuda] [--threads N] [--bench] [--quiet] [--fast]\n"
 	"       requantfs calib diff A B\n\n"
 	"run: feeds calibration tokens through MODEL (the CPU or CUDA engine) and writes, for\n"
 	"every Linear a W4A4 scheme quantizes (attention, MLP, shared and routed experts;\n"
@@ -495,7 +497,10 @@ static void usage(FILE *f)
 	"The token ids, both dtypes and the device go into the file's __metadata__.\n"
 	"--bench: then time the first sequence (up to 512 tokens) as one prefill with\n"
 	"the observer off and on, and generate's binary32 prefill, alternated, best of 3,\n"
-	"and print the ratios (the bar: observing >= 0.8 of the prefill).\n\n"
+	"and print the ratios (the bar: observing >= 0.8 of the prefill).\n"
+	"--fast: the CPU engine's Linears on its fast mode (FMA kernels): faster, no\n"
+	"longer the oracle's bits, so no longer the peer's maxima bit for bit;\n"
+	"__metadata__ says calib_device cpu-fast. Not with --device cuda.\n\n"
 	"diff: per-module ratio A/B of input_global_scale of two calibration files (or\n"
 	"07-22 checkpoints), a summary, and the modules only in one; exit status 1\n"
 	"when A and B share no module (calibrations of different models).\n");
@@ -510,7 +515,7 @@ int calib_run_main(int argc, char **argv)
 		{"quiet", no_argument, 0, 'q'}, {"scale-dtype", required_argument, 0, 'd'},
 		{"skip", required_argument, 0, 'k'}, {"forward-dtype", required_argument, 0, 'f'},
 		{"device", required_argument, 0, 'D'}, {"bench", no_argument, 0, 'B'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"fast", no_argument, 0, 'F'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	struct run_opts o = {.tokens = 512, .scale_dtype = -1, .fwd_dtype = -1};
 	int c;
 	char *end;
@@ -522,6 +527,7 @@ int calib_run_main(int argc, char **argv)
 		case 'o': o.out = optarg; break;
 		case 'q': o.quiet = 1; break;
 		case 'B': o.bench = 1; break;
+		case 'F': o.fast = 1; break;
 		case 'D':
 			if (lg_device_parse(optarg, &o.device))
 				return cli_fail(2, "calib run", "--device: expected cpu, cuda or auto, got '%s'",
@@ -564,6 +570,9 @@ int calib_run_main(int argc, char **argv)
 		return cli_fail(2, "calib run", "--forward-dtype bf16 (transformers' BF16 roundings) runs on "
 		                "the CPU engine only; use --device cpu for it, or --forward-dtype f32 on "
 		                "the GPU");
+	if (o.fast && o.device == LG_DEVICE_CUDA)
+		return cli_fail(2, "calib run", "--fast is the CPU engine's mode; use --device cpu with it, "
+		                "or drop it for the GPU");
 	if (o.skip && !o.text)
 		return cli_fail(2, "calib run", "--skip is for --text (tokens of one window)");
 	o.model = argv[optind];

@@ -41,7 +41,8 @@ static void usage(FILE *f)
 	"       requantfs compare DIR_A DIR_B --text FILE [--tokens N] [--threads N]\n"
 	"       requantfs compare SRC --schemes all|S[,S...] --text FILE [--tokens N]\n"
 	"                 [--observers all|O[,O...]]\n"
-	"                 [--calib FILE | --calib-text FILE] [--calib-tokens N]\n\n"
+	"                 [--calib FILE | --calib-text FILE] [--calib-tokens N]\n"
+	"       any form: [--fast]\n\n"
 	"Runs both models on the same token streams: each prompt (one per line of FILE,\n"
 	"or %zu built-in ones) encoded with A's tokenizer, then continued greedily by A\n"
 	"for N tokens (default 32). Both read each stream teacher-forced; printed per\n"
@@ -78,6 +79,9 @@ static void usage(FILE *f)
 	"--rule-scheme choices for the dropped rule's layers (nvfp4, nvfp4a16,\n"
 	"fp8-dynamic; all = the three; column 'rule-scheme'); nvfp4 needs --calib CALIB\n"
 	"as mount does (a 07-22 checkpoint or a calib file).\n"
+	"--fast: B (or each --schemes row) on the CPU engine's fast mode (FMA kernels,\n"
+	"not the oracle's bits); A stays the oracle, so `compare A A --fast` measures\n"
+	"the fast mode itself.\n"
 	"Progress goes to stderr when it is a terminal.\n",
 	sizeof default_prompts / sizeof default_prompts[0]);
 }
@@ -171,20 +175,21 @@ static int read_prompts(const char *path, const struct tok *tk, int max_tokens,
 }
 
 /* The CPU reference engine for up to n positions (the oracle compare
- * measures against: bit for bit, whatever the thread count). */
-static int open_cpu(const struct lg_model *m, struct rq_pool *pool, int n, struct lg_backend **b,
-                    struct rq_err *err)
+ * measures against: bit for bit, whatever the thread count); fast: B's
+ * engine on the fast mode (--fast). */
+static int open_cpu(const struct lg_model *m, struct rq_pool *pool, int n, int fast,
+                    struct lg_backend **b, struct rq_err *err)
 {
-	struct lg_backend_opts o = {.device = LG_DEVICE_CPU, .max_ctx = n, .pool = pool};
+	struct lg_backend_opts o = {.device = LG_DEVICE_CPU, .max_ctx = n, .pool = pool, .fast = fast};
 	return lg_backend_open(m, &o, b, err);
 }
 
 /* All-position logits of tokens[0..n) under model m. */
-static int run_all(const struct lg_model *m, struct rq_pool *pool, const int *tok, int n, float *out,
-                   struct rq_err *err)
+static int run_all(const struct lg_model *m, struct rq_pool *pool, const int *tok, int n, int fast,
+                   float *out, struct rq_err *err)
 {
 	struct lg_backend *b;
-	int rc = open_cpu(m, pool, n, &b, err);
+	int rc = open_cpu(m, pool, n, fast, &b, err);
 	if (rc)
 		return rc;
 	rc = b->forward(b, tok, n, out, n, err);
@@ -193,7 +198,7 @@ static int run_all(const struct lg_model *m, struct rq_pool *pool, const int *to
 }
 
 static int compare_one(const struct lg_model *a, const struct lg_model *b, struct rq_pool *pool,
-                       const int *prompt, int np, int ngen, struct stats *tot, int idx,
+                       const int *prompt, int np, int ngen, int fast, struct stats *tot, int idx,
                        struct rq_err *err)
 {
 	int V = a->cfg.vocab, L = np + ngen, rc;
@@ -208,14 +213,14 @@ static int compare_one(const struct lg_model *a, const struct lg_model *b, struc
 	}
 	memcpy(tok, prompt, sizeof(int) * np);
 	/* greedy continuation by A */
-	if ((rc = open_cpu(a, pool, L, &s, err)) || (rc = s->forward(s, tok, np, la, 1, err)))
+	if ((rc = open_cpu(a, pool, L, 0, &s, err)) || (rc = s->forward(s, tok, np, la, 1, err)))
 		goto out;
 	for (int i = np; i < L; i++) {
 		tok[i] = lg_argmax(la, V);
 		if (i + 1 < L && (rc = s->forward(s, &tok[i], 1, la, 1, err)))
 			goto out;
 	}
-	if ((rc = run_all(a, pool, tok, L, la, err)) || (rc = run_all(b, pool, tok, L, lb, err)))
+	if ((rc = run_all(a, pool, tok, L, 0, la, err)) || (rc = run_all(b, pool, tok, L, fast, lb, err)))
 		goto out;
 	for (int i = 0; i + 1 < L; i++) {
 		const float *xa = la + (size_t)i * V, *xb = lb + (size_t)i * V;
@@ -315,7 +320,7 @@ static int compare_text_mode(char **dirs, const char *schemes, struct cs_opts *c
 		goto out;
 	}
 	struct ct_result r;
-	if (ct_reference(a, pool, tok, n, &ref, &err) || ct_score(b, pool, ref, tok, n, "B", &r, &err)) {
+	if (ct_reference(a, pool, tok, n, &ref, &err) || ct_score(b, pool, ref, tok, n, "B", co->fast, &r, &err)) {
 		cli_fail(1, "compare", "%s", err.msg);
 		goto out;
 	}
@@ -342,7 +347,8 @@ int cmd_compare(int argc, char **argv)
 		{"text", required_argument, 0, 'x'}, {"tokens", required_argument, 0, 'k'},
 		{"schemes", required_argument, 0, 's'}, {"calib", required_argument, 0, 'c'},
 		{"calib-text", required_argument, 0, 'C'}, {"calib-tokens", required_argument, 0, 'K'},
-		{"observers", required_argument, 0, 'O'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"observers", required_argument, 0, 'O'}, {"fast", no_argument, 0, 'F'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *pfile = NULL, *text = NULL, *schemes = NULL;
 	int ngen = 32, threads = 0, ntok = 2048, c, ctok_given = 0;
 	struct cs_opts co = {.calib_tokens = 512};
@@ -362,6 +368,7 @@ int cmd_compare(int argc, char **argv)
 				return cli_fail(2, "compare", "--threads: expected a count >= 1, got '%s'", optarg);
 			break;
 		case 'x': text = optarg; break;
+		case 'F': co.fast = 1; break;
 		case 's': schemes = optarg; break;
 		case 'O':
 			if (cs_parse_observers(optarg, &co))
@@ -457,7 +464,7 @@ int cmd_compare(int argc, char **argv)
 			tok_ids_free(&ids);
 		}
 		const struct prompt *p = pfile ? &pr[i] : &d;
-		int r = compare_one(a, b, pool, p->tok, p->n, ngen, &tot, (int)i + 1, &err);
+		int r = compare_one(a, b, pool, p->tok, p->n, ngen, co.fast, &tot, (int)i + 1, &err);
 		free(d.tok);
 		if (r) {
 			cli_fail(1, "compare", "prompt %zu: %s", i + 1, err.msg);

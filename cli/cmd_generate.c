@@ -23,7 +23,7 @@ static void usage(FILE *f)
 	fprintf(f,
 	"usage: requantfs generate MODEL_DIR --prompt TEXT [--chat] [--system S] [--no-think]\n"
 	"                 [-n N | --max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-	"                 [--threads N] [--device cpu|cuda|auto] [--kv bf16|f32|fp8]\n\n"
+	"                 [--threads N] [--device cpu|cuda|auto] [--kv bf16|f32|fp8] [--fast]\n\n"
 	"Runs the model in MODEL_DIR (a mount, a source checkpoint or an export; llama,\n"
 	"mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe or laguna, as config.json\n"
 	"says) on TEXT and streams the continuation to stdout, stopping at an EOS token of\n"
@@ -45,7 +45,9 @@ static void usage(FILE *f)
 	"  --seed S          sampling seed (default: from the clock, printed on stderr)\n"
 	"  --threads N       CPU threads (default: all)\n"
 	"  --device D        cpu, cuda or auto (default: cuda when a GPU is usable, else cpu)\n"
-	"  --kv T            CUDA KV cache type: bf16 (default), f32, fp8\n");
+	"  --kv T            CUDA KV cache type: bf16 (default), f32, fp8\n"
+	"  --fast            CPU engine: the fast mode (FMA kernels; logits within the\n"
+	"                    tolerance of docs/engine.md, not the oracle's bits)\n");
 }
 
 static int num(const char *s, double lo, double hi, double *out)
@@ -78,7 +80,7 @@ static int is_eos(const struct lg_model *m, int id)
 struct gen_opts {
 	const char *dir, *prompt, *system, *kv;
 	enum lg_device device;
-	int chat, think, n, threads, have_seed;
+	int chat, think, n, threads, have_seed, fast;
 	double temp, top_p;        /* < 0: generation_config.json's */
 	long top_k;                /* < 0: generation_config.json's */
 	unsigned long long seed;
@@ -94,7 +96,7 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 		{"top-p", required_argument, 0, 'P'}, {"seed", required_argument, 0, 'S'},
 		{"threads", required_argument, 0, 't'}, {"device", required_argument, 0, 'd'},
 		{"kv", required_argument, 0, 'K'}, {"max-tokens", required_argument, 0, 'n'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"fast", no_argument, 0, 'F'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *device = "auto";
 	double v;
 	int c;
@@ -105,6 +107,7 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 		case 'c': o->chat = 1; break;
 		case 's': o->system = optarg; break;
 		case 'N': o->think = 0; break;
+		case 'F': o->fast = 1; break;
 		case 'd': device = optarg; break;
 		case 'K':
 			if (lgc_kv_parse(optarg) < 0)
@@ -150,6 +153,8 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 	}
 	if (lg_device_parse(device, &o->device))
 		return cli_fail(2, "generate", "--device: expected cpu, cuda or auto, got '%s'", device);
+	if (o->fast && o->device == LG_DEVICE_CUDA)
+		return cli_fail(2, "generate", "--fast is the CPU engine's mode; drop it or use --device cpu");
 	if ((o->system || !o->think) && !o->chat)
 		return cli_fail(2, "generate", "--system and --no-think need --chat");
 	o->dir = argv[optind];
@@ -194,7 +199,8 @@ static int open_backend(const struct gen_opts *o, const struct lg_model *m, stru
 	char plan[1024];
 	struct rq_err err = {0};
 	struct lg_backend_opts bo = {.device = o->device, .max_ctx = max_ctx, .pool = pool,
-	                             .kv = o->kv, .plan = plan, .plan_len = sizeof plan};
+	                             .kv = o->kv, .fast = o->fast, .plan = plan,
+	                             .plan_len = sizeof plan};
 	int rc = lg_backend_open(m, &bo, out, &err);
 	if (plan[0])
 		fprintf(stderr, "%s\n", plan);
@@ -327,7 +333,8 @@ int cmd_generate(int argc, char **argv)
 	}
 	char where[64];
 	if (b->threads)
-		snprintf(where, sizeof where, "%s, %d threads", b->name, b->threads);
+		snprintf(where, sizeof where, "%s, %d threads%s", b->name, b->threads,
+		         o.fast ? ", fast mode" : "");
 	else
 		snprintf(where, sizeof where, "%s", b->name);
 	fprintf(stderr, "prompt: %zu tokens, %.1f tok/s; decode: %d tokens, %.2f tok/s "

@@ -178,7 +178,7 @@ static int one_scheme(const struct cs_opts *o, const char *scheme, enum rq_obser
 	if ((rc = lg_model_open(mnt, &m, err)))
 		goto out;
 	struct ct_result r;
-	rc = ct_score(m, pool, ref, tok, n, name, &r, err);
+	rc = ct_score(m, pool, ref, tok, n, name, o->fast, &r, err);
 	lg_model_close(m);
 	if (!rc)
 		row(name, (double)tree_bytes(mnt, 0, 0), (double)tree_bytes(cache, 1, 0), &r, 0);

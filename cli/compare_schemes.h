@@ -26,6 +26,7 @@ struct cs_opts {
 	enum rq_observer observers[RQ_OBSERVER_COUNT];   /* set by cs_parse_observers */
 	int nobs;                  /* 0: --observers not given (minmax; rows named by scheme) */
 	int laguna;                /* set by cs_laguna: the rows are --rule-scheme choices */
+	int fast;                  /* --fast: the rows on the CPU engine's fast mode */
 };
 
 /* 1 when the Laguna fix applies to src (an ignore rule of BF16 modules that it

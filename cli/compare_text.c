@@ -99,14 +99,15 @@ int ct_window(const char *path, const struct tok *tk, int max_tokens, int **tok,
 	return 0;
 }
 
-/* Feeds tok[0..n) to m on the CPU in batches; calls fn(ctx, first, k,
- * logits[k][vocab]) after each batch. */
+/* Feeds tok[0..n) to m on the CPU (fast: its fast mode) in batches; calls
+ * fn(ctx, first, k, logits[k][vocab]) after each batch. */
 static int run_batches(const struct lg_model *m, struct rq_pool *pool, const int *tok, int n,
-                       const char *label, int (*fn)(void *ctx, int first, int k, const float *lg),
-                       void *ctx, struct rq_err *err)
+                       const char *label, int fast,
+                       int (*fn)(void *ctx, int first, int k, const float *lg), void *ctx,
+                       struct rq_err *err)
 {
 	struct lg_backend *b = NULL;
-	struct lg_backend_opts o = {.device = LG_DEVICE_CPU, .max_ctx = n, .pool = pool};
+	struct lg_backend_opts o = {.device = LG_DEVICE_CPU, .max_ctx = n, .pool = pool, .fast = fast};
 	int V = m->cfg.vocab, rc;
 	float *lg = malloc(sizeof(float) * (size_t)V * CT_BATCH);
 	if (!lg)
@@ -149,7 +150,7 @@ int ct_reference(const struct lg_model *a, struct rq_pool *pool, const int *tok,
 		return rq_errf(err, -ENOMEM, "out of memory for the reference logits (%d positions x %zu "
 		                "tokens); use fewer --tokens", n, V);
 	struct keep_ctx c = {out, (int)V};
-	int rc = run_batches(a, pool, tok, n, "reference", keep_rows, &c, err);
+	int rc = run_batches(a, pool, tok, n, "reference", 0, keep_rows, &c, err);
 	if (rc) {
 		free(out);
 		return rc;
@@ -216,12 +217,12 @@ static int cmp_double(const void *x, const void *y)
 }
 
 int ct_score(const struct lg_model *b, struct rq_pool *pool, const float *ref, const int *tok, int n,
-             const char *label, struct ct_result *r, struct rq_err *err)
+             const char *label, int fast, struct ct_result *r, struct rq_err *err)
 {
 	struct score_ctx c = {.ref = ref, .tok = tok, .n = n, .V = b->cfg.vocab};
 	if (!(c.kl = malloc(sizeof(double) * (size_t)n)))
 		return rq_errf(err, -ENOMEM, "out of memory");
-	int rc = run_batches(b, pool, tok, n, label, score_rows, &c, err);
+	int rc = run_batches(b, pool, tok, n, label, fast, score_rows, &c, err);
 	if (!rc) {
 		int m = n - 1;
 		double sum = 0;

@@ -23,8 +23,9 @@ int ct_reference(const struct lg_model *a, struct rq_pool *pool, const int *tok,
                  float **logits, struct rq_err *err);
 /* Perplexity of the reference itself on the window. */
 double ct_ppl(const float *ref, const int *tok, int n, int vocab);
-/* B on the same window against A's logits (ref). label names the progress bar. */
+/* B on the same window against A's logits (ref). label names the progress bar;
+ * fast: B on the CPU engine's fast mode (compare --fast; A stays the oracle). */
 int ct_score(const struct lg_model *b, struct rq_pool *pool, const float *ref, const int *tok, int n,
-             const char *label, struct ct_result *r, struct rq_err *err);
+             const char *label, int fast, struct ct_result *r, struct rq_err *err);
 
 #endif

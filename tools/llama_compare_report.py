@@ -2,7 +2,7 @@
 """tools/llama_compare_report.py — the table of tools/llama-compare (stdlib only).
 
   llama_compare_report.py RUNDIR --prompt P --gen G --threads T --reps R
-                          [--load-start "1.0 2.0 3.0"] [--date D] [--cpu NAME]
+                          [--load-start "1.0 2.0 3.0"] [--date D] [--cpu NAME] [--fast]
 
 RUNDIR holds one round's outputs per file, as tools/llama-compare writes them:
 
@@ -14,6 +14,8 @@ RUNDIR holds one round's outputs per file, as tools/llama-compare writes them:
 with <fmt> one of bf16, nvfp4, fp8. Prints the machine (CPU model, cores, load average at the
 start and now, date) and one markdown table, each figure the best over the rounds (and over
 llama-bench's repetitions): prefill P tok/s and decode G tok/s, ours / llama.cpp, and the ratio.
+--fast: the outputs are `bench engine --fast`'s; our figures are then its fast mode's (the
+"oracle vs fast" table's row), the oracle's beside them in the table.
 A file that is missing, or says something else than expected, is named on stderr: exit 1.
 """
 import argparse, glob, json, os, re, sys, time
@@ -24,14 +26,17 @@ FORMATS = [  # (fmt, our side, llama.cpp's side)
     ("fp8", "FP8 (`--scheme fp8-dynamic` mount)", "Q8_0"),
 ]
 OURS = re.compile(r"^\s*(?:\S+\s+)?(prefill|decode)\s+(\d+) tokens:\s+([0-9.]+) tok/s", re.M)
+# bench engine --fast: "as loaded  prefill/s fast x  decode/s fast x"
+FAST = re.compile(r"^\s*as loaded\s+([0-9.]+)\s+([0-9.]+)\s+[0-9.]+\s+([0-9.]+)\s+([0-9.]+)\s", re.M)
 
 
 class Bad(Exception):
     pass
 
 
-def ours(path, p, g):
-    """(prefill tok/s, decode tok/s) of one `requantfs bench engine` output."""
+def ours(path, p, g, fast=False):
+    """(prefill tok/s, decode tok/s) of one `requantfs bench engine` output (fast: of its fast
+    mode, then the oracle's prefill and decode)."""
     try:
         text = open(path, encoding="utf-8", errors="replace").read()
     except OSError as e:
@@ -45,7 +50,12 @@ def ours(path, p, g):
                       "its output is this file)")
         if got[kind][0] != want:
             raise Bad(f"{path}: {kind} of {got[kind][0]} tokens, expected {want}")
-    return got["prefill"][1], got["decode"][1]
+    if not fast:
+        return got["prefill"][1], got["decode"][1]
+    m = FAST.search(text)
+    if not m:
+        raise Bad(f"{path}: no 'as loaded' row of bench engine --fast's oracle-vs-fast table")
+    return float(m.group(2)), float(m.group(4)), float(m.group(1)), float(m.group(3))
 
 
 def llama(path, p, g):
@@ -99,6 +109,7 @@ def main(argv):
     ap.add_argument("--load-start", default=None)
     ap.add_argument("--date", default=time.strftime("%Y-%m-%d %H:%M %Z"))
     ap.add_argument("--cpu", default=None)
+    ap.add_argument("--fast", action="store_true")
     a = ap.parse_args(argv)
     P, G = a.prompt, a.gen
     rounds = sorted({int(m.group(1)) for f in glob.glob(os.path.join(a.rundir, "r*-*"))
@@ -109,15 +120,16 @@ def main(argv):
         return 1
     rows, bad = [], []
     for fmt, us, them in FORMATS:
-        best = [0.0, 0.0, 0.0, 0.0]    # ours prefill, decode; llama.cpp prefill, decode
+        best = [0.0] * 6    # ours prefill, decode; llama.cpp prefill, decode; (--fast) oracle's
         for k in rounds:
             base = os.path.join(a.rundir, f"r{k}-{fmt}")
             try:
-                o, l = ours(base + "-ours.txt", P, G), llama(base + "-llama.json", P, G)
+                o, l = ours(base + "-ours.txt", P, G, a.fast), llama(base + "-llama.json", P, G)
             except Bad as e:
                 bad.append(str(e))
                 continue
-            best = [max(x, y) for x, y in zip(best, o + l)]
+            o = o + (0.0, 0.0) if len(o) == 2 else o
+            best = [max(x, y) for x, y in zip(best, o[:2] + l + o[2:])]
         rows.append((us, them, best))
     if bad:
         for b in bad:
@@ -128,13 +140,16 @@ def main(argv):
     print(f"date: {a.date}; {a.threads} threads both; best of {len(rounds)} interleaved rounds "
           f"(ours: best of bench engine's 3 runs; llama.cpp: best of llama-bench's {a.reps} repetitions)")
     print()
-    print(f"| ours / llama.cpp | prefill {P} tok/s: ours / llama.cpp | ratio "
-          f"| decode {G} tok/s: ours / llama.cpp | ratio |")
-    print("|---|---|---|---|---|")
-    for us, them, (op, od, lp, ld) in rows:
+    ours_is = "ours (fast mode)" if a.fast else "ours"
+    print(f"| ours / llama.cpp | prefill {P} tok/s: {ours_is} / llama.cpp | ratio "
+          f"| decode {G} tok/s: {ours_is} / llama.cpp | ratio |"
+          + (" oracle prefill / decode (same runs) |" if a.fast else ""))
+    print("|---|---|---|---|---|" + ("---|" if a.fast else ""))
+    for us, them, (op, od, lp, ld, xp, xd) in rows:
         rp = f"{op / lp:.2f}" if lp > 0 else "—"
         rd = f"{od / ld:.2f}" if ld > 0 else "—"
-        print(f"| {us} / {them} | {op:.1f} / {lp:.1f} | {rp} | {od:.1f} / {ld:.1f} | {rd} |")
+        print(f"| {us} / {them} | {op:.1f} / {lp:.1f} | {rp} | {od:.1f} / {ld:.1f} | {rd} |"
+              + (f" {xp:.1f} / {xd:.1f} |" if a.fast else ""))
     return 0
 
 

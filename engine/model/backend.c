@@ -120,11 +120,20 @@ int lg_backend_open(const struct lg_model *m, const struct lg_backend_opts *o,
 		free(b);
 		return rc;
 	}
+	lg_state_fast(s, o->fast);
 	*b = (struct lg_backend){.name = "cpu", .forward = cpu_forward, .reset = cpu_reset,
 	                         .position = cpu_position, .free = cpu_free, .impl = s,
 	                         .threads = rq_pool_size(o->pool)};
 	memcpy(b->fallback, why, sizeof why);
 	*out = b;
+	return 0;
+}
+
+int lg_backend_fast(struct lg_backend *b, int on)
+{
+	if (strcmp(b->name, "cpu"))
+		return -ENODEV;
+	lg_state_fast(b->impl, on);
 	return 0;
 }
 

@@ -48,6 +48,8 @@ struct lg_backend_opts {
 	int max_batch;             /* tokens per prompt batch (<= 0: each engine's default) */
 	struct rq_pool *pool;      /* cpu threads (NULL: one); must outlive the backend */
 	const char *kv;            /* cuda KV cache type: "bf16" (NULL), "f32", "fp8" */
+	int fast;                  /* cpu: 1 = the fast mode (lg_state_fast), never the oracle;
+	                              the CUDA engine has its own kernels and ignores it */
 	char *plan;                /* out, may be NULL: the CUDA memory plan's text when one
 	                              was made, even if opening then failed ("" otherwise) */
 	size_t plan_len;
@@ -58,6 +60,9 @@ struct lg_backend_opts {
  * lgc_create answer. The model must outlive the backend. */
 int lg_backend_open(const struct lg_model *m, const struct lg_backend_opts *o,
                     struct lg_backend **out, struct rq_err *err);
+/* The CPU engine's fast mode on (1) or off (0: the oracle), between two
+ * forwards (forward.h lg_state_fast). -ENODEV for the CUDA engine. */
+int lg_backend_fast(struct lg_backend *b, int on);
 /* b->free(b), accepting NULL. */
 void lg_backend_close(struct lg_backend *b);
 

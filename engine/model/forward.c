@@ -28,6 +28,7 @@
 #include "engine/model/ops.h"
 #include "engine/model/observe.h"
 #include "engine/model/torch_bf16.h"
+#include "engine/model/fastmm.h"
 #include "base/err.h"
 #include "base/pool.h"
 #include "kernels/ek.h"
@@ -261,6 +262,12 @@ static void matmul(struct lg_state *s, int n)
 {
 	if (s->xq)
 		quantize_inputs(s, n);
+	if (s->fast) {   /* the fast mode (fastmm.h), then BF16 mode's output rounding */
+		lg_fast_matmul(s->pool, s->scratch, s->stride, s->mm, n);
+		for (int k = 0; k < n; k++)
+			round_rows(s, s->mm[k].y, s->mm[k].ldy, s->mm[k].T, s->mm[k].W->rows);
+		return;
+	}
 	if (!s->bf16) {
 		lg_matmul(s->pool, s->scratch, s->stride, s->mm, n);
 		return;

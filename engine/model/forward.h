@@ -52,6 +52,14 @@ void lg_state_observe(struct lg_state *s, struct lg_obs *obs);
  * 0 (the default): binary32 throughout. Choose it before the first batch. */
 void lg_state_round_bf16(struct lg_state *s, int on);
 
+/* on = 1: the fast mode, never the oracle: every Linear's product on FMA
+ * kernels (engine/model/fastmm.h: register tiles over a token block for
+ * prefill, FMA dots for decode), summed in another order, so the logits differ
+ * from the oracle's within the tolerance docs/engine.md states, and depend on
+ * the batch split. Everything else (attention, norms, the BF16 mode's
+ * roundings) is unchanged. 0 (the default): the oracle. Any time. */
+void lg_state_fast(struct lg_state *s, int on);
+
 /* Feeds tokens[0..n) at positions pos..pos+n-1. logits (may be NULL when
  * n_out == 0) receives [n_out][vocab]: the logits after each of the last
  * n_out tokens (0 <= n_out <= n). -EINVAL for a token id out of range,

@@ -59,6 +59,7 @@ struct lg_state {
 	int bf16;                  /* 1: round activations to BF16 where transformers' eager BF16
 	                              forward does (lg_state_round_bf16) */
 	int li;                    /* layer of the block running (for the observer) */
+	int fast;                  /* 1: the Linears on the fast kernels (lg_state_fast) */
 };
 
 #endif

@@ -30,7 +30,8 @@
  *                                  generation_config.json
  *             rope.c               rotary frequencies as transformers'
  *             cfg_json.c           config.json value readers
- *   leaves    ops.c                CPU kernels (matmul, RMSNorm, ...)
+ *   leaves    fastmm.c             the fast mode's FMA products (never the oracle)
+ *             ops.c                CPU kernels (matmul, RMSNorm, ...)
  *             qdot.c               decode's quantized dots in registers
  *             torch_bf16.c         torch's CPU summation orders and exp
  *             observe.c            the observer's slots and names

@@ -147,3 +147,8 @@ void lg_state_round_bf16(struct lg_state *s, int on)
 {
 	s->bf16 = !!on;
 }
+
+void lg_state_fast(struct lg_state *s, int on)
+{
+	s->fast = !!on;
+}

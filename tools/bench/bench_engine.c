@@ -24,7 +24,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	"usage: requantfs bench engine [--real-dims] [--threads N] [--prompt-tokens N]\n"
-	"                              [--decode-tokens N] [--model DIR [--formats LIST]]\n\n"
+	"                              [--decode-tokens N] [--model DIR [--formats LIST]] [--fast]\n\n"
 	"Builds the tiny synthetic Laguna (requantfs mkckpt) in a temporary directory and\n"
 	"measures CPU prefill and decode tokens/s; with --real-dims also a 4-layer stack at\n"
 	"Laguna S 2.1's real widths. Decode reads every active weight once per token: that\n"
@@ -38,6 +38,9 @@ static void usage(FILE *f)
 	"                     each format of LIST: bf16, nvfp4, fp8-channel, fp8-group,\n"
 	"                     int8-group, int4-group, all (default) or none; a row each\n"
 	"                     with weight GB/s and its ratio to the all-threads read\n"
+	"  --fast             also time the fast mode (FMA kernels, not the oracle) on the\n"
+	"                     same model, oracle and fast alternating in each round; a\n"
+	"                     table of both with the fast/oracle ratios\n"
 	"  --device cuda[:N]  the CUDA engine instead (see `bench engine --device cuda --help`)\n");
 }
 
@@ -147,7 +150,7 @@ static int run_once(struct lg_backend *s, int *tok, int np, int nd, float *logit
  * every format once, so that drift of a shared machine's load hits all
  * formats alike; best of the rounds for each. */
 static int bench_one(const char *label, const char *dir, struct rq_pool *pool, int np, int nd,
-                     double memcpy_bw, struct rd_buf *rd, unsigned fmts)
+                     double memcpy_bw, struct rd_buf *rd, unsigned fmts, int fast)
 {
 	struct rq_err err = {0};
 	struct lg_model *m = NULL;
@@ -187,6 +190,7 @@ static int bench_one(const char *label, const char *dir, struct rq_pool *pool, i
 	for (int i = 0; i < np; i++)
 		tok[i] = (int)(lg_rand(&rng) * (c->vocab - 3)) + 3;
 	double pre[BEF_N] = {0}, dec[BEF_N] = {0}, tb[BEF_N] = {0};
+	double fpre[BEF_N] = {0}, fdec[BEF_N] = {0};   /* --fast: the fast mode's */
 	for (int rep = 0; rep < RUNS; rep++) {
 		rd_measure(rd, pool, 1);
 		for (int f = 0; f < BEF_N; f++) {
@@ -195,11 +199,17 @@ static int bench_one(const char *label, const char *dir, struct rq_pool *pool, i
 			if (fm)
 				bef_use(fm, (enum bef_fmt)f);
 			tb[f] = lg_model_token_bytes(m);
-			if (run_once(s, tok, np, nd, logits, c->vocab, &pre[f], &dec[f], &err)) {
-				cli_fail(1, "bench", "%s%s%s", fm ? bef_name((enum bef_fmt)f) : "",
-				         fm ? ": " : "", err.msg);
-				goto out;
+			/* the oracle, then (--fast) the fast mode, back to back */
+			for (int mode = 0; mode <= fast; mode++) {
+				lg_backend_fast(s, mode);
+				if (run_once(s, tok, np, nd, logits, c->vocab, mode ? &fpre[f] : &pre[f],
+				             mode ? &fdec[f] : &dec[f], &err)) {
+					cli_fail(1, "bench", "%s%s%s", fm ? bef_name((enum bef_fmt)f) : "",
+					         fm ? ": " : "", err.msg);
+					goto out;
+				}
 			}
+			lg_backend_fast(s, 0);
 		}
 	}
 	if (fm)
@@ -227,6 +237,19 @@ static int bench_one(const char *label, const char *dir, struct rq_pool *pool, i
 			       dec[f] / dec[0], pre[f]);
 		}
 	}
+	if (fast) {
+		printf("%-10s oracle vs fast mode (FMA kernels), alternating in each round, best of %d:\n",
+		       "", RUNS);
+		printf("%-10s %-12s %10s %10s %7s %10s %10s %7s\n", "", "format", "prefill/s", "fast",
+		       "x", "decode/s", "fast", "x");
+		for (int f = 0; f < BEF_N; f++) {
+			if (f != BEF_BF16 && !(fmts & (1u << f)))
+				continue;
+			printf("%-10s %-12s %10.1f %10.1f %7.2f %10.2f %10.2f %7.2f\n", "",
+			       fm ? bef_name((enum bef_fmt)f) : "as loaded", pre[f], fpre[f], fpre[f] / pre[f],
+			       dec[f], fdec[f], fdec[f] / dec[f]);
+		}
+	}
 	printf("%-10s all-threads read, best of the run's %s: %.2f GB/s\n", "",
 	       "3 + 1 per round", read_bw / 1e9);
 	rc = 0;
@@ -250,8 +273,9 @@ int bench_engine(int argc, char **argv)
 		{"real-dims", no_argument, 0, 'r'}, {"threads", required_argument, 0, 't'},
 		{"prompt-tokens", required_argument, 0, 'p'}, {"decode-tokens", required_argument, 0, 'd'},
 		{"model", required_argument, 0, 'm'}, {"device", required_argument, 0, 'D'},
-		{"formats", required_argument, 0, 'f'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	int real = 0, threads = 0, np = 128, nd = -1, c;
+		{"formats", required_argument, 0, 'f'}, {"fast", no_argument, 0, 'F'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	int real = 0, threads = 0, np = 128, nd = -1, fast = 0, c;
 	const char *model = NULL, *formats = NULL;
 	unsigned fmts = (1u << BEF_N) - 1;
 	struct rq_err ferr = {0};
@@ -265,6 +289,7 @@ int bench_engine(int argc, char **argv)
 		}
 		switch (c) {
 		case 'r': real = 1; break;
+		case 'F': fast = 1; break;
 		case 't': threads = (int)v; break;
 		case 'p': np = (int)v; break;
 		case 'd': nd = (int)v; break;
@@ -315,7 +340,7 @@ int bench_engine(int argc, char **argv)
 	int rc = 0;
 	if (model) {
 		rc = bench_one("model", model, pool, np, nd > 0 ? nd : 32, bw, &rd,
-		               formats ? fmts : fmts | FMT_OPTIONAL);
+		               formats ? fmts : fmts | FMT_OPTIONAL, fast);
 		free(rd.buf);
 		rq_pool_destroy(pool);
 		return rc;
@@ -334,7 +359,7 @@ int bench_engine(int argc, char **argv)
 		} else {
 			printf("%-10s checkpoint made in %.1f s\n", pass ? "real-dims" : "tiny", bench_now() - t);
 			rc = bench_one(pass ? "real-dims" : "tiny", ck, pool, np,
-			               nd > 0 ? nd : pass ? 8 : 32, bw, &rd, 0);
+			               nd > 0 ? nd : pass ? 8 : 32, bw, &rd, 0, fast);
 		}
 		rm_rf(dir);
 	}
