@@ -323,7 +323,10 @@ static int run(const struct run_opts *o)
 		cli_fail(1, "calib run", "out of memory");
 		goto out;
 	}
-	int maxlen = q.len[order[0]];
+	int maxlen = 0;
+	for (int i = 0; i < q.n; i++)
+		if (q.len[i] > maxlen)
+			maxlen = q.len[i];
 	/* the device: the BF16 forward is the CPU's only (the top comment); the
 	 * peer runs the model in its dtype: BF16 for a BF16 checkpoint */
 	int model_bf16 = m->embed != NULL || m->embed_q.kind == LG_W_BF16;
