@@ -42,7 +42,7 @@ def calib(tmp, g, tokset, observer):
         src = ["--prompts", os.path.join(ROOT, g["prompts"]["file"]), "--tokens",
                str(g["prompts"]["tokens"])]
     rc, out = run("calib", "run", SMOL, *src, "--observer", observer, "-o", cal,
-                  timeout=600)
+                  timeout=240)
     for line in out.splitlines():
         if "calibration pass:" in line:
             print("# %s/%s: %s" % (tokset, observer, line))
