@@ -10,7 +10,8 @@ NVFP4 preset with input_activations.observer "mse" (MovingAverageMSEObserver) an
   * per run: the peer's token ids, a scale for exactly the peer's modules, every
     input_global_scale bit-equal to the peer's (a near tie of two candidates' BF16 error
     sums may flip one: at most 0.1 % of the modules, each printed with both sides'
-    absmax), calib_observer in the file's __metadata__, plan naming it;
+    absmax), calib_observer in the file's __metadata__, plan naming it, export writing it
+    as config.json's input_activations observer;
   * minmax over one batch is static_minmax (the default, whose bytes are calib_peer's);
   * --observer refusals: an unknown name (the supported list), --device cuda and
     --forward-dtype f32 (the search needs the CPU's BF16 forward).
@@ -120,6 +121,18 @@ def body(tmp):
                   os.path.join(tmp, "prompts-mse.safetensors"))
     ok(rc == 0 and "input scales mse (--calib's __metadata__)" in out,
        "plan names the input scales' observer (mse)", out)
+    # export writes the calibration's observer into input_activations, as oneshot dumps it
+    for cal, want in (("prompts-mse", "mse"), ("text-static", "static_minmax")):
+        dst = os.path.join(tmp, "exp-" + cal)
+        rc, out = run("export", SMOL, dst, "--scheme", "nvfp4", "--calib",
+                      os.path.join(tmp, cal + ".safetensors"), "--quiet", timeout=240)
+        got = None
+        if rc == 0:
+            with open(os.path.join(dst, "config.json")) as f:
+                g0 = json.load(f)["quantization_config"]["config_groups"]["group_0"]
+            got = (g0["input_activations"]["observer"], g0["weights"]["observer"])
+        ok(got == (want, "memoryless_minmax"), "export --calib %s: config.json's input_activations "
+           "observer %s (the weights' stays memoryless_minmax)" % (cal, want), "%s\n%s" % (got, out))
 
 
 def main():
