@@ -137,19 +137,19 @@ static int read_prompts(const char *path, const struct tok *tk, int budget, stru
 
 /* "calib_token_ids":"1,2;3,4" and the other members of __metadata__. */
 static char *metadata(const struct seqs *q, int all_experts, int bf16, int fwd_bf16,
-                      const char *device)
+                      const char *device, enum lg_obs_kind kind)
 {
 	size_t cap = (size_t)q->total * 12 + 320, l = 0;
 	char *m = malloc(cap);
 	if (!m)
 		return NULL;
-	/* calib_observer: llm-compressor's name for what the scales are (the amax over every
-	 * calibration token: static_minmax, oneshot NVFP4's input observer) */
+	/* calib_observer: llm-compressor's name for the observer that made the scales
+	 * (--observer; static_minmax, the amax over every token, is oneshot NVFP4's) */
 	l += snprintf(m + l, cap - l, "\"calib_source\":\"requantfs calib run\","
-	              "\"calib_observer\":\"static_minmax\",\"calib_tokens\":\"%d\","
+	              "\"calib_observer\":\"%s\",\"calib_tokens\":\"%d\","
 	              "\"calib_all_experts\":\"%d\",\"calib_scale_dtype\":\"%s\",\"calib_forward_dtype\":"
-	              "\"%s\",\"calib_device\":\"%s\",\"calib_token_ids\":\"", q->total, all_experts,
-	              bf16 ? "bf16" : "f32", fwd_bf16 ? "bf16" : "f32", device);
+	              "\"%s\",\"calib_device\":\"%s\",\"calib_token_ids\":\"", lg_obs_kind_name(kind),
+	              q->total, all_experts, bf16 ? "bf16" : "f32", fwd_bf16 ? "bf16" : "f32", device);
 	for (int s = 0; s < q->n; s++)
 		for (int i = 0; i < q->len[s]; i++)
 			l += snprintf(m + l, cap - l, "%s%d", i ? "," : s ? ";" : "", q->tok[s][i]);
@@ -164,6 +164,7 @@ struct run_opts {
 	int scale_dtype;   /* -1 auto (bf16 when MODEL's embedding is BF16), 0 f32, 1 bf16 */
 	int fwd_dtype;     /* the same for the forward's activations */
 	enum lg_device device;   /* --device */
+	enum lg_obs_kind observer;   /* --observer */
 };
 
 /* The engine that observes: the CPU state or the CUDA engine behind one backend. */
@@ -217,6 +218,46 @@ static int check_all_experts(const char *model)
 	return 0;
 }
 
+/* An observer's arrays for ns slots (moving: the minmax and mse statistics too), zeroed. */
+static int obs_alloc(struct lg_obs *b, size_t ns, int moving)
+{
+	b->amax = calloc(ns, sizeof *b->amax);
+	b->tokens = calloc(ns, sizeof *b->tokens);
+	if (moving) {
+		b->lo = calloc(ns, sizeof *b->lo);
+		b->hi = calloc(ns, sizeof *b->hi);
+		b->groups = calloc(ns, sizeof *b->groups);
+	}
+	return b->amax && b->tokens && (!moving || (b->lo && b->hi && b->groups)) ? 0 : -ENOMEM;
+}
+
+static void obs_free(struct lg_obs *b, size_t ns)
+{
+	lg_obs_release(b, ns);
+	free(b->amax);
+	free(b->tokens);
+	free(b->lo);
+	free(b->hi);
+	free(b->groups);
+}
+
+/* The order the sequences are fed in: as given, or for a moving average (minmax, mse:
+ * the order changes the result) oneshot's: its LengthAwareSampler feeds the samples
+ * longest first (torch.argsort descending; equal lengths here in the order given). */
+static int *seq_order(const struct seqs *q, int longest_first)
+{
+	int *o = malloc((size_t)q->n * sizeof *o);
+	for (int i = 0; o && i < q->n; i++) {
+		int j = i;
+		while (longest_first && j > 0 && q->len[o[j - 1]] < q->len[i]) {
+			o[j] = o[j - 1];
+			j--;
+		}
+		o[j] = i;
+	}
+	return o;
+}
+
 static int run(const struct run_opts *o)
 {
 	struct rq_err err = {0};
@@ -225,10 +266,12 @@ static int run(const struct run_opts *o)
 	struct rq_pool *pool = NULL;
 	struct eng eng = {0};
 	struct seqs q = {0};
-	struct lg_obs obs = {.all_experts = o->all_experts};
+	struct lg_obs obs = {.all_experts = o->all_experts, .kind = o->observer};
+	struct lg_obs bobs = {.all_experts = o->all_experts, .kind = o->observer};
+	int *order = NULL;
 	char **names = NULL, *meta = NULL;
 	uint32_t *bits = NULL;
-	size_t nn = 0;
+	size_t nn = 0, ns_all = 0;
 	int rc = 1;
 	/* the tokenizer first: one it cannot take is refused before any shard is opened */
 	if (o->all_experts && (rc = check_all_experts(o->model)) != 0)
@@ -272,24 +315,29 @@ static int run(const struct run_opts *o)
 		        "the activations' range)\n", o->text ? "--text" : "--prompts",
 		        o->text ? o->text : o->prompts, q.total, q.total == 1 ? "" : "s",
 		        o->skip ? " after --skip" : "", o->tokens);
-	size_t ns = lg_obs_count(m);
-	obs.amax = calloc(ns, sizeof *obs.amax);
-	obs.tokens = calloc(ns, sizeof *obs.tokens);
-	names = calloc(ns, sizeof *names);
-	bits = calloc(ns, sizeof *bits);
+	size_t ns = ns_all = lg_obs_count(m);
+	int moving = o->observer != LG_OBS_STATIC_MINMAX;
+	if (obs_alloc(&obs, ns, moving) || (o->bench && obs_alloc(&bobs, ns, moving)) ||
+	    !(names = calloc(ns, sizeof *names)) || !(bits = calloc(ns, sizeof *bits)) ||
+	    !(order = seq_order(&q, moving)) || rq_pool_create(o->threads, &pool)) {
+		cli_fail(1, "calib run", "out of memory");
+		goto out;
+	}
 	int maxlen = 0;
 	for (int i = 0; i < q.n; i++)
 		if (q.len[i] > maxlen)
 			maxlen = q.len[i];
-	if (!obs.amax || !obs.tokens || !names || !bits || rq_pool_create(o->threads, &pool)) {
-		cli_fail(1, "calib run", "out of memory");
-		goto out;
-	}
 	/* the device: the BF16 forward is the CPU's only (the top comment); the
 	 * peer runs the model in its dtype: BF16 for a BF16 checkpoint */
 	int model_bf16 = m->embed != NULL || m->embed_q.kind == LG_W_BF16;
 	enum lg_device dev = o->device;
 	int want_bf16 = o->fwd_dtype >= 0 ? o->fwd_dtype : model_bf16;
+	if (moving && !want_bf16) {
+		cli_fail(2, "calib run", "--observer %s searches BF16 activations (llm-compressor's "
+		         "on a BF16 model) and %s is not BF16: add --forward-dtype bf16",
+		         lg_obs_kind_name(o->observer), o->model);
+		goto out;
+	}
 	if (want_bf16 && dev == LG_DEVICE_AUTO) {
 		dev = LG_DEVICE_CPU;
 		if (!o->quiet && ek_device_count() > 0)   /* no GPU: nothing to point at */
@@ -298,7 +346,9 @@ static int run(const struct run_opts *o)
 			        "or --device cuda observes on the GPU\n", o->fwd_dtype == 1 ? "bf16" : "auto");
 	}
 	char plan[1024];
-	struct lg_backend_opts bo = {.device = dev, .max_ctx = maxlen, .max_batch = 64, .pool = pool,
+	/* minmax and mse: a batch is a sequence, fed as one forward call */
+	struct lg_backend_opts bo = {.device = dev, .max_ctx = maxlen,
+	                             .max_batch = moving ? maxlen : 64, .pool = pool,
 	                             .kv = "f32", .fast = o->fast, .plan = plan,
 	                             .plan_len = sizeof plan};
 	if (lg_backend_open(m, &bo, &eng.b, &err)) {
@@ -327,10 +377,11 @@ static int run(const struct run_opts *o)
 	}
 	struct cli_progress *bar = o->quiet ? NULL : cli_progress_start("calib run", q.total, 0, 0);
 	double t0 = now();
-	for (int s = 0; s < q.n && rc == 1; s++) {
+	for (int k = 0; k < q.n && rc == 1; k++) {
+		int s = order[k], chunk = moving ? q.len[s] : 64;
 		eng.b->reset(eng.b);
-		for (int d = 0; d < q.len[s]; d += 64) {
-			int T = q.len[s] - d < 64 ? q.len[s] - d : 64;
+		for (int d = 0; d < q.len[s]; d += chunk) {
+			int T = q.len[s] - d < chunk ? q.len[s] - d : chunk;
 			if (eng.b->forward(eng.b, q.tok[s] + d, T, NULL, 0, &err)) {
 				cli_progress_end(bar);
 				cli_fail(1, "calib run", "%s", err.msg);
@@ -346,17 +397,27 @@ static int run(const struct run_opts *o)
 	}
 	double t_obs = now() - t0;
 	cli_progress_end(bar);
+	if (obs.err) {
+		cli_fail(1, "calib run", "--observer %s: the search failed: %s (an input of %s held "
+		         "%s)", lg_obs_kind_name(o->observer), strerror(-obs.err), o->model,
+		         obs.err == -EDOM ? "a NaN or Inf" : obs.err == -ENOMEM ? "more than memory "
+		         "allows" : "a value the BF16 forward did not round");
+		goto out;
+	}
+	for (size_t i = 0; moving && i < ns; i++)   /* the observer's ranges -> one amax */
+		obs.amax[i] = lg_obs_amax(&obs, i);
 	/* --bench: the first BENCH_TOKENS tokens of the first sequence as one
 	 * prefill (generate's), observer off and on alternately,
-	 * best of 3 each, so that both see the same machine. Observing the same
-	 * tokens again leaves every amax as it is (a max). With a BF16 forward a
+	 * best of 3 each, so that both see the same machine. The observing runs
+	 * fold into a scratch observer of the same kind (bobs), never into the
+	 * scales. With a BF16 forward a
 	 * third, alternated with them: the prefill in binary32, the forward
 	 * generate runs (issue 21's bar is calib run's rate over generate's). */
 	double r_pre = 0, r_bobs = 0, r_gen = 0;
 	int nb = q.len[0] < BENCH_TOKENS ? q.len[0] : BENCH_TOKENS, kinds = fwd_bf16 ? 3 : 2;
 	for (int rep = 0; rep < 3 * kinds && o->bench; rep++) {
 		int kind = rep % kinds;   /* 0 prefill, 1 observing, 2 binary32 prefill */
-		if (eng_observe(&eng, kind == 1 ? &obs : NULL, &err)) {
+		if (eng_observe(&eng, kind == 1 ? &bobs : NULL, &err)) {
 			cli_fail(1, "calib run", "%s", err.msg);
 			goto out;
 		}
@@ -413,7 +474,7 @@ static int run(const struct run_opts *o)
 		goto out;
 	}
 	if (!(meta = metadata(&q, o->all_experts, bf16, fwd_bf16,
-	                      eng.st && o->fast ? "cpu-fast" : eng.b->name)) ||
+	                      eng.st && o->fast ? "cpu-fast" : eng.b->name, o->observer)) ||
 	    rq_calib_write_meta(o->out, names, bits, nn, meta, &err)) {
 		cli_fail(1, "calib run", "%s", meta ? err.msg : "out of memory");
 		goto out;
@@ -422,9 +483,9 @@ static int run(const struct run_opts *o)
 	if (!o->quiet) {
 		fprintf(stderr, "requantfs calib run: %zu scales from %d tokens in %d sequence%s written "
 		        "to %s (%d routed-expert inputs saw no token%s: given the max over their layer's "
-		        "experts; %d inputs all zero: scale 1.0, as the peer; scales in %s; forward in %s on the "
-		        "%s)\n", nn, q.total, q.n, q.n == 1 ? "" : "s", o->out, fallback,
-		        o->all_experts ? " (--all-experts)" : "", zero,
+		        "experts; %d inputs all zero: scale 1.0, as the peer; observer %s; scales in %s; "
+		        "forward in %s on the %s)\n", nn, q.total, q.n, q.n == 1 ? "" : "s", o->out, fallback,
+		        o->all_experts ? " (--all-experts)" : "", zero, lg_obs_kind_name(o->observer),
 		        bf16 ? "BF16 (--scale-dtype bf16)" : "F32 (--scale-dtype f32)",
 		        fwd_bf16 ? "BF16 (--forward-dtype bf16)" : "F32 (--forward-dtype f32)",
 		        eng.g ? "GPU (--device)" : "CPU (--device)");
@@ -453,8 +514,9 @@ static int run(const struct run_opts *o)
 out:
 	rq_calib_free(names, bits, nn);
 	free(meta);
-	free(obs.amax);
-	free(obs.tokens);
+	obs_free(&obs, ns_all);
+	obs_free(&bobs, ns_all);
+	free(order);
 	lg_backend_close(eng.b);
 	rq_pool_destroy(pool);
 	seqs_free(&q);
@@ -468,7 +530,7 @@ static void usage(FILE *f)
 	fprintf(f,
 	"usage: requantfs calib run MODEL (--text FILE | --prompts FILE) -o FILE\n"
 	"                 [--tokens N] [--skip K] [--all-experts] [--scale-dtype auto|bf16|f32]\n"
-	"                 [--forward-dtype auto|bf16|f32]\n"
+	"                 [--forward-dtype auto|bf16|f32] [--observer static_minmax|minmax|mse]\n"
 	"                 [--device auto|cpu|cuda] [--threads N] [--bench] [--quiet] [--fast]\n"
 	"       requantfs calib diff A B\n\n"
 	"run: feeds calibration tokens through MODEL (the CPU or CUDA engine) and writes, for\n"
@@ -494,7 +556,13 @@ static void usage(FILE *f)
 	"F32. The BF16 forward is the CPU's only: --device cuda --forward-dtype bf16 is\n"
 	"refused, and auto runs a BF16 forward (a BF16 model's default: exact parity\n"
 	"with the peer) on the CPU; --forward-dtype f32 or --device cuda uses the GPU.\n"
-	"The token ids, both dtypes and the device go into the file's __metadata__.\n"
+	"--observer: llm-compressor's activation observer the scales follow:\n"
+	"static_minmax (default) max|input| over every token; minmax and mse per group\n"
+	"of 16 columns per sequence (a batch: longest first, as oneshot feeds them),\n"
+	"min/max or the range of least sum of |fq(x) - x|^2.4, folded by a moving average\n"
+	"(0.01); both need the CPU's BF16 forward.\n"
+	"The token ids, both dtypes, the device and the observer go into the file's\n"
+	"__metadata__.\n"
 	"--bench: then time the first sequence (up to 512 tokens) as one prefill with\n"
 	"the observer off and on, and generate's binary32 prefill, alternated, best of 3,\n"
 	"and print the ratios (the bar: observing >= 0.8 of the prefill).\n"
@@ -515,7 +583,8 @@ int calib_run_main(int argc, char **argv)
 		{"quiet", no_argument, 0, 'q'}, {"scale-dtype", required_argument, 0, 'd'},
 		{"skip", required_argument, 0, 'k'}, {"forward-dtype", required_argument, 0, 'f'},
 		{"device", required_argument, 0, 'D'}, {"bench", no_argument, 0, 'B'},
-		{"fast", no_argument, 0, 'F'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"observer", required_argument, 0, 'O'}, {"fast", no_argument, 0, 'F'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	struct run_opts o = {.tokens = 512, .scale_dtype = -1, .fwd_dtype = -1};
 	int c;
 	char *end;
@@ -528,6 +597,12 @@ int calib_run_main(int argc, char **argv)
 		case 'q': o.quiet = 1; break;
 		case 'B': o.bench = 1; break;
 		case 'F': o.fast = 1; break;
+		case 'O':
+			if (lg_obs_kind_parse(optarg, &o.observer))
+				return cli_fail(2, "calib run", "--observer: '%s' is not one of static_minmax "
+				                "(the default), minmax, mse (llm-compressor's activation "
+				                "observers; see docs/calibration.md)", optarg);
+			break;
 		case 'D':
 			if (lg_device_parse(optarg, &o.device))
 				return cli_fail(2, "calib run", "--device: expected cpu, cuda or auto, got '%s'",
@@ -573,6 +648,11 @@ int calib_run_main(int argc, char **argv)
 	if (o.fast && o.device == LG_DEVICE_CUDA)
 		return cli_fail(2, "calib run", "--fast is the CPU engine's mode; use --device cpu with it, "
 		                "or drop it for the GPU");
+	if (o.observer != LG_OBS_STATIC_MINMAX && (o.device == LG_DEVICE_CUDA || o.fwd_dtype == 0))
+		return cli_fail(2, "calib run", "--observer %s searches the BF16 activations of the "
+		                "CPU engine's BF16 forward (llm-compressor's on a BF16 model): drop "
+		                "%s, or use --observer static_minmax", lg_obs_kind_name(o.observer),
+		                o.fwd_dtype == 0 ? "--forward-dtype f32" : "--device cuda");
 	if (o.skip && !o.text)
 		return cli_fail(2, "calib run", "--skip is for --text (tokens of one window)");
 	o.model = argv[optind];

@@ -525,6 +525,18 @@ static int choose_drops(struct rq_plan *p, const struct sel *s, const struct rq_
 	return rc;
 }
 
+/* The input_activations observer W4A4's config names: the calibration file's
+ * calib_observer when it is one `calib run --observer` writes (the name oneshot dumps for
+ * that observer), else NULL (the preset's static_minmax; a file that does not say). */
+static const char *input_observer(const struct rq_plan *p)
+{
+	static const char *const known[] = {"static_minmax", "minmax", "mse"};
+	for (size_t i = 0; p->calib_observer && i < sizeof known / sizeof *known; i++)
+		if (!strcmp(p->calib_observer, known[i]))
+			return known[i];
+	return NULL;
+}
+
 int rq_plan_scheme(struct rq_plan *p, const struct rq_plan_opts *o, const struct rq_rules *ign,
                    struct st_header **hdr, const char *config, size_t config_len,
                    const char *cfg_path, char **new_config, size_t *new_len,
@@ -553,7 +565,9 @@ int rq_plan_scheme(struct rq_plan *p, const struct rq_plan_opts *o, const struct
 	if (!rc) {
 		for (size_t i = 0; i < p->nmods; i++)
 			names[i] = p->mods[i].name;
-		struct rq_qconfig_edit e = {.scheme = o->scheme, .observer = p->observer, .targets = s.tg, .ntargets = s.ntg,
+		struct rq_qconfig_edit e = {.scheme = o->scheme, .observer = p->observer,
+		                            .input_observer = w4a4 ? input_observer(p) : NULL,
+		                            .targets = s.tg, .ntargets = s.ntg,
 		                            .ignore = s.ig, .nignore = s.nig, .drop = drop,
 		                            .ndrop = ndrop, .modules = names, .nmodules = p->nmods};
 		if (w4_ign) {

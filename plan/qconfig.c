@@ -435,7 +435,8 @@ static int extend(const char *cfg, size_t len, const cJSON *qc, const struct rq_
 	const cJSON *groups = cJSON_GetObjectItemCaseSensitive(qc, "config_groups");
 	char name[128];
 	unique_name(name, rq_scheme_preset(e->scheme), groups);
-	cJSON *group = qc_group_json(e->scheme, e->observer, (const char *const *)t.v, t.n);
+	cJSON *group = qc_group_json(e->scheme, e->observer, e->input_observer,
+	                             (const char *const *)t.v, t.n);
 	*want = cJSON_Duplicate(qc, 1);
 	if (!group || !*want) {
 		cJSON_Delete(group);
@@ -573,7 +574,8 @@ int rq_qconfig_rewrite(const char *cfg, size_t len, const struct rq_qconfig_edit
 		                   : nt == 1 && !strcmp(t[0], "Linear") ? rq_scheme_preset(e->scheme)
 		                                                        : "config_group_0";
 		struct jt_buf b = {0};
-		want = qc_config_json(e->scheme, e->observer, name, t, nt, e->ignore, e->nignore);
+		want = qc_config_json(e->scheme, e->observer, e->input_observer, name, t, nt, e->ignore,
+		                      e->nignore);
 		size_t top = jt_ws(cfg, len, 0);
 		rc = want ? qc_insert_member(&b, cfg, len, top, "quantization_config", want, 1) : -ENOMEM;
 		if (rc == -EPROTO)

@@ -34,6 +34,9 @@ struct rq_qconfig_edit {
 	enum rq_observer observer;         /* the weights' observer: minmax (0) keeps the preset's
 	                                      "observer" (null; W4A4: memoryless_minmax), another
 	                                      writes its llm-compressor name (rq_observer_llmc) */
+	const char *input_observer;        /* W4A4: input_activations' "observer" to write (the
+	                                      calibration's: static_minmax, minmax, mse); NULL: the
+	                                      preset's static_minmax */
 	const char *const *targets;        /* [ntargets] --targets as given ("Linear" by default); */
 	size_t ntargets;                   /*   used only when config.json has no quantization_config */
 	const char *const *ignore;         /* [nignore] --ignore as written ("lm_head" by default); */

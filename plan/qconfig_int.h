@@ -15,11 +15,12 @@
 /* 0 when scheme s has a compressed-tensors preset here, else -EINVAL. */
 int qc_preset_find(enum rq_scheme s);
 /* One config group for scheme s with targets and the weights' observer o (as model_dump
- * writes it). */
-cJSON *qc_group_json(enum rq_scheme s, enum rq_observer o, const char *const *targets,
-                     size_t nt);
+ * writes it); in_obs: W4A4's input_activations observer (NULL: the preset's). */
+cJSON *qc_group_json(enum rq_scheme s, enum rq_observer o, const char *in_obs,
+                     const char *const *targets, size_t nt);
 /* The whole quantization_config model_free_ptq writes for a plain model. */
-cJSON *qc_config_json(enum rq_scheme s, enum rq_observer o, const char *group_name,
+cJSON *qc_config_json(enum rq_scheme s, enum rq_observer o, const char *in_obs,
+                      const char *group_name,
                       const char *const *targets, size_t nt, const char *const *ignore,
                       size_t ni);
 

@@ -107,16 +107,19 @@ static int complete(const cJSON *o, int members)
 	return o && cJSON_GetArraySize(o) == members;
 }
 
-cJSON *qc_group_json(enum rq_scheme s, enum rq_observer o, const char *const *targets,
-                     size_t nt)
+cJSON *qc_group_json(enum rq_scheme s, enum rq_observer o, const char *in_obs,
+                     const char *const *targets, size_t nt)
 {
 	int k = preset_index(s);
 	cJSON *g = k < 0 ? NULL : cJSON_CreateObject();
 	if (!g)
 		return NULL;
 	cJSON_AddStringToObject(g, "format", rq_scheme_format(s));
+	struct qargs in = presets[k].in;
+	if (in_obs && s == RQ_SCHEME_NVFP4_W4A4)   /* the calibration's observer, as oneshot dumps it */
+		in.observer = in_obs;
 	if (presets[k].has_input)
-		cJSON_AddItemToObject(g, "input_activations", args_json(&presets[k].in));
+		cJSON_AddItemToObject(g, "input_activations", args_json(&in));
 	else
 		cJSON_AddNullToObject(g, "input_activations");
 	cJSON_AddNullToObject(g, "output_activations");
@@ -136,13 +139,14 @@ cJSON *qc_group_json(enum rq_scheme s, enum rq_observer o, const char *const *ta
 	return g;
 }
 
-cJSON *qc_config_json(enum rq_scheme s, enum rq_observer o, const char *group_name,
+cJSON *qc_config_json(enum rq_scheme s, enum rq_observer o, const char *in_obs,
+                      const char *group_name,
                       const char *const *targets, size_t nt, const char *const *ignore,
                       size_t ni)
 {
 	cJSON *q = cJSON_CreateObject();
 	cJSON *groups = q ? cJSON_AddObjectToObject(q, "config_groups") : NULL;
-	cJSON *g = qc_group_json(s, o, targets, nt), *ig = strings_json(ignore, ni);
+	cJSON *g = qc_group_json(s, o, in_obs, targets, nt), *ig = strings_json(ignore, ni);
 	if (!groups || !g || !ig || cJSON_GetArraySize(ig) != (int)ni) {
 		cJSON_Delete(q);
 		cJSON_Delete(g);

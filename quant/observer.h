@@ -77,4 +77,19 @@ int rq_scheme_quantize_obs_dev(enum rq_scheme s, enum rq_recipe r, enum rq_obser
                                const struct rq_smod *m, int n, int *bad, struct rq_pool *pool,
                                const struct rq_obs_dev *dev, int *on_dev);
 
+/* The input scales' MSE observer (observer_act.c; `calib run --observer mse`):
+ * llm-compressor's search (memoryless_mse's parameters, NVFP4 TENSOR_GROUP) over ONE
+ * calibration batch of a Linear's input: rows [0, T) of x (row stride ldx), cols wide (a
+ * multiple of 16), BF16 values held as binary32 (the activations of a BF16 forward).
+ * Per group g of 16 columns, the range the search chose over the batch's T tokens:
+ * lo[g] = bf16(min_g * P), hi[g] = bf16(max_g * P) (cols / 16 entries each). Threaded over
+ * pool (NULL = caller). 0, -EINVAL (T = 0, cols not a multiple of 16, a value that is not
+ * a BF16 value), -EDOM (NaN/Inf), -ENOMEM. */
+int rq_obs_act_mse(const float *x, size_t ldx, size_t T, size_t cols, float *lo, float *hi,
+                   struct rq_pool *pool);
+/* The moving average of the `minmax` and `mse` observers (helpers.py lerp, averaging
+ * constant 0.01): old * 0.99 + cur * 0.01, each product and the sum rounded to BF16 when
+ * bf16 (the statistics of a BF16 forward), binary32 otherwise. */
+float rq_obs_lerp(float old, float cur, int bf16);
+
 #endif

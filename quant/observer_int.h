@@ -93,4 +93,13 @@ void rq_obs_search_rows(int kind, const struct rq_obs_params *p, const uint16_t 
 int rq_obs_unit_sums(int kind, const struct rq_obs_params *p, const uint16_t *w, size_t n,
                      int step0, float *sum);
 
+/* The input observer's oracle (observer_act.c): rq_obs_act_mse step by step, pow() per
+ * value; and the error of group g (range a, a BF16 value) at step `step` over rows [0, T)
+ * of x (BF16-rounded; *sum: the binary32 sum before that rounding), for tests that show
+ * why two choices differ. */
+int rq_obs_act_mse_ref(const float *x, size_t ldx, size_t T, size_t cols, float *lo,
+                       float *hi);
+float rq_obs_act_err_ref(const float *x, size_t ldx, size_t T, size_t g, float a, int step,
+                         float *sum);
+
 #endif

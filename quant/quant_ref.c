@@ -9,6 +9,7 @@
  * calls only the files below it.
  *
  *   observer.c       the MSE weight observers (observer.h): ranges, then the bytes
+ *   observer_act.c   the MSE input observer of one calibration batch (W4A4's inputs)
  *   observer_fast.c  their search, fast: observer_ref.c's results, faster
  *   observer_ref.c   their scalar oracle, pow table and torch's order of additions
  *   scheme.c       the data-free compressed-tensors schemes (scheme.h)

@@ -132,6 +132,7 @@ static void observe(struct lg_state *s, const int *slots, int ns, const float *x
 			s->obs->amax[base + slots[j]] = mx;
 		s->obs->tokens[base + slots[j]] += T;
 	}
+	lg_obs_batch(s->obs, base, slots, ns, x, ldx, T, cols, s->pool);   /* minmax, mse */
 }
 
 #define OBS(s, x, ldx, T, cols, ...)                                                  \
