@@ -415,36 +415,42 @@ static void dequant_int(const struct lg_linear *W, int r, float *out)
 	}
 }
 
-/* lg_dot(row r of W dequantized, x) from registers (qdot.h) when this CPU
- * and row have a fast path: 1 and *out, else 0 (the caller's oracle). */
-static int qdot_row(const struct lg_linear *W, int r, const float *x, float *out)
+/* lg_dot(row r + i of W dequantized, x) into out[i] for i < R (1..4) from
+ * registers (qdot.h) when this CPU and these rows have a fast path: 1, else 0
+ * (the caller's oracle). */
+static int qdot_rows(const struct lg_linear *W, int r, int R, const float *x, float *out)
 {
 	enum { GMAX = 2048 };
-	float s[GMAX];
-	int zo[GMAX];
+	float s[4 * GMAX];
+	int zo[4 * GMAX];
 	if (W->kind == LG_W_NVFP4) {
 		const uint8_t *p = W->packed + (size_t)r * (W->cols / 2);
 		const uint8_t *sc = W->scales + (size_t)r * (W->cols / 16);
-		if (lg_qdot_nvfp4(p, sc, W->gs_div, x, W->cols, out))
+		if (lg_qdot_nvfp4(p, sc, R, W->gs_div, x, W->cols, out))
 			return 1;
 		if (!have_avx2())
 			return 0;
-		*out = dot_nvfp4_avx2(W, r, x);
+		for (int i = 0; i < R; i++)
+			out[i] = dot_nvfp4_avx2(W, r + i, x);
 		return 1;
 	}
 	if ((W->kind != LG_W_FP8 && W->kind != LG_W_INT) || W->groups > GMAX)
 		return 0;
-	size_t sr = W->srows == 1 ? 0 : (size_t)r * W->groups;
-	int gw = W->cols / W->groups;
-	for (int g = 0; g < W->groups; g++)
-		s[g] = qscale_at(W, sr + g);
+	int G = W->groups, gw = W->cols / G;
+	for (int i = 0; i < R; i++) {
+		size_t sr = W->srows == 1 ? 0 : (size_t)(r + i) * G;
+		for (int g = 0; g < G; g++)
+			s[i * G + g] = qscale_at(W, sr + g);
+	}
 	if (W->kind == LG_W_FP8)
-		return lg_qdot_fp8(W->w8 + (size_t)r * W->cols, s, gw, x, W->cols, out);
+		return lg_qdot_fp8(W->w8 + (size_t)r * W->cols, W->cols, R, s, gw, x, W->cols, out);
 	int off = 1 << (W->bits - 1);
-	for (int g = 0; g < W->groups; g++)
-		zo[g] = off + (W->qzero ? (int)int_field(W->qzero + 4 * (size_t)g, 4 * (size_t)W->groups,
-		                                         (size_t)r, W->bits) - off : 0);
-	return lg_qdot_int(W->qw + (size_t)r * W->words * 4, W->bits, s, zo, gw, x, W->cols, out);
+	for (int i = 0; i < R; i++)
+		for (int g = 0; g < G; g++)
+			zo[i * G + g] = off + (W->qzero ? (int)int_field(W->qzero + 4 * (size_t)g, 4 * (size_t)G,
+			                                                 (size_t)(r + i), W->bits) - off : 0);
+	return lg_qdot_int(W->qw + (size_t)r * W->words * 4, (size_t)W->words * 4, R, W->bits, s, zo,
+	                   gw, x, W->cols, out);
 }
 
 void lg_linear_row(const struct lg_linear *W, int r, float *out)
@@ -527,15 +533,21 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 		}
 		if (m->T == 1 && (m->W->kind == LG_W_NVFP4 || m->W->kind == LG_W_FP8 ||
 		                  m->W->kind == LG_W_INT)) {
-			/* one token (decode): each row dequantized in registers and dotted
-			 * (qdot.h), the oracle's bits; a row without a fast path the oracle's way */
-			for (; i < end; i++, r++) {
-				float d;
-				if (!qdot_row(m->W, r, m->x, &d)) {
-					lg_linear_row(m->W, r, row);
-					d = lg_dot(row, m->x, K);
-				}
-				m->y[r] = add_bias(m->W, r, d);
+			/* one token (decode): up to 4 rows at a time dequantized in
+			 * registers and dotted (qdot.h), the oracle's bits; rows without
+			 * a fast path the oracle's way */
+			while (i < end) {
+				int R = end - i < 4 ? (int)(end - i) : 4;
+				float d[4];
+				if (!qdot_rows(m->W, r, R, m->x, d))
+					for (int j = 0; j < R; j++) {
+						lg_linear_row(m->W, r + j, row);
+						d[j] = lg_dot(row, m->x, K);
+					}
+				for (int j = 0; j < R; j++)
+					m->y[r + j] = add_bias(m->W, r + j, d[j]);
+				i += R;
+				r += R;
 			}
 			continue;
 		}
