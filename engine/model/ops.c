@@ -439,16 +439,23 @@ static int qdot_rows(const struct lg_linear *W, int r, int R, const float *x, fl
 	int G = W->groups, gw = W->cols / G;
 	for (int i = 0; i < R; i++) {
 		size_t sr = W->srows == 1 ? 0 : (size_t)(r + i) * G;
-		for (int g = 0; g < G; g++)
-			s[i * G + g] = qscale_at(W, sr + g);
+		if (W->sdtype == LG_S_BF16)   /* the common case, widened in a loop the compiler vectorizes */
+			for (int g = 0; g < G; g++) {
+				uint16_t b;
+				memcpy(&b, W->qscale + 2 * (sr + g), 2);
+				s[i * G + g] = bf16_f(b);
+			}
+		else
+			for (int g = 0; g < G; g++)
+				s[i * G + g] = qscale_at(W, sr + g);
 	}
 	if (W->kind == LG_W_FP8)
 		return lg_qdot_fp8(W->w8 + (size_t)r * W->cols, W->cols, R, s, gw, x, W->cols, out);
 	int off = 1 << (W->bits - 1);
 	for (int i = 0; i < R; i++)
 		for (int g = 0; g < G; g++)
-			zo[i * G + g] = off + (W->qzero ? (int)int_field(W->qzero + 4 * (size_t)g, 4 * (size_t)G,
-			                                                 (size_t)(r + i), W->bits) - off : 0);
+			zo[i * G + g] = W->qzero ? (int)int_field(W->qzero + 4 * (size_t)g, 4 * (size_t)G,
+			                                          (size_t)(r + i), W->bits) : off;
 	return lg_qdot_int(W->qw + (size_t)r * W->words * 4, (size_t)W->words * 4, R, W->bits, s, zo,
 	                   gw, x, W->cols, out);
 }
@@ -519,6 +526,21 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 			 * non-temporal: each weight is read once a token, and 269 MB a
 			 * token (SmolLM2) would only push x and the KV cache out */
 			float (*dot)(const uint16_t *, const float *, int) = have_avx2() ? dot_bf16_avx2 : dot_bf16;
+			while (m->T == 1 && i < end) {   /* AVX-512: 4 rows at a time (qdot.h) */
+				int R = end - i < 4 ? (int)(end - i) : 4;
+				float d[4];
+				for (int j = 0; j < R && i + j + PF_ROWS < end; j++) {
+					const char *nx = (const char *)(m->W->w + (size_t)(r + j + PF_ROWS) * K);
+					for (size_t b = 0; b < (size_t)K * 2; b += 64)
+						__builtin_prefetch(nx + b, 0, 0);
+				}
+				if (!lg_qdot_bf16(m->W->w + (size_t)r * K, K, R, m->x, K, d))
+					break;
+				for (int j = 0; j < R; j++)
+					m->y[r + j] = add_bias(m->W, r + j, d[j]);
+				i += R;
+				r += R;
+			}
 			for (; i < end; i++, r++) {
 				if (i + PF_ROWS < end) {
 					const char *nx = (const char *)(m->W->w + (size_t)(r + PF_ROWS) * K);

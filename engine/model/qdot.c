@@ -391,6 +391,56 @@ int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, int R, const flo
 	return 1;
 }
 
+/* ----------------------------------------------------------------- BF16 */
+
+/* Widened exactly (bits << 16), times x, into lane c mod 16; the last n % 16
+ * columns with masked loads and a masked add (lanes past n keep their sum,
+ * as lg_dot's scalar tail leaves them). */
+__attribute__((target(T512), always_inline))
+static inline void bf16_rows_512(const uint16_t *w, size_t ldw, int RR, const float *x, int n,
+                                 float *out)
+{
+	__m512 acc[4];
+	for (int r = 0; r < RR; r++)
+		acc[r] = _mm512_setzero_ps();
+	int c = 0;
+	for (; c + 16 <= n; c += 16) {
+		__m512 xv = _mm512_loadu_ps(x + c);
+		for (int r = 0; r < RR; r++) {
+			__m256i h = _mm256_loadu_si256((const __m256i *)(w + r * ldw + c));
+			__m512 wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+			acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(wv, xv));
+		}
+	}
+	if (c < n) {
+		__mmask16 m = (__mmask16)((1u << (n - c)) - 1);
+		__m512 xv = _mm512_maskz_loadu_ps(m, x + c);
+		for (int r = 0; r < RR; r++) {
+			__m256i h = _mm256_maskz_loadu_epi16(m, w + r * ldw + c);
+			__m512 wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+			acc[r] = _mm512_mask_add_ps(acc[r], m, acc[r], _mm512_mul_ps(wv, xv));
+		}
+	}
+	for (int r = 0; r < RR; r++)
+		out[r] = fold512(acc[r]);
+}
+
+__attribute__((target(T512)))
+static void bf16_512(const uint16_t *w, size_t ldw, int R, const float *x, int n, float *out)
+{
+#define BF_BODY(RR) bf16_rows_512(w, ldw, RR, x, n, out)
+	ROWS4(R, BF_BODY);
+#undef BF_BODY
+}
+
+int lg_qdot_bf16(const uint16_t *w, size_t ldw, int R, const float *x, int n, float *out)
+{
+	if (level() != 2 || R < 1 || R > 4 || n < 1)
+		return 0;   /* AVX2: ops.c's dot_bf16_avx2, a row at a time */
+	bf16_512(w, ldw, R, x, n, out);
+	return 1;
+}
+
 /* ------------------------------------------------------------ the tile */
 
 /* U <= 3 tokens x R <= 4 rows, each (row, token) its 16 lanes in one
@@ -457,6 +507,12 @@ int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, int R, const flo
                   const float *x, int n, float *out)
 {
 	(void)packed, (void)scales, (void)R, (void)div, (void)x, (void)n, (void)out;
+	return 0;
+}
+
+int lg_qdot_bf16(const uint16_t *w, size_t ldw, int R, const float *x, int n, float *out)
+{
+	(void)w, (void)ldw, (void)R, (void)x, (void)n, (void)out;
 	return 0;
 }
 

@@ -41,6 +41,10 @@ int lg_qdot_int(const uint8_t *row, size_t ldr, int R, int bits, const float *s,
 int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, int R, const float *div,
                   const float *x, int n, float *out);
 
+/* BF16 rows: row i at w + i·ldw ([n] values, widened exactly). AVX-512 only
+ * (AVX2: ops.c's one-row dot), else 0. */
+int lg_qdot_bf16(const uint16_t *w, size_t ldw, int R, const float *x, int n, float *out);
+
 /* A batch's products on dequantized rows: y[t·ldy + r] = lg_dot(w + r·ldw,
  * x + t·ldx, n) for r < R (1..4) and t < T, each the oracle's bits, as
  * register tiles of 4 rows x 3 tokens (each weight load serves 3 tokens,

@@ -228,6 +228,19 @@ static void direct_cases(uint64_t *s)
 	TAP_OK(!lg_qdot_fp8(w8, K, 2, sc, gw, x, K, out) && (!lv || lg_qdot_fp8(w8 + 2 * K, K, 2, sc + 2 * G, gw, x, K, out)),
 	       "FP8: rows with a NaN code go to the oracle, the rows after them do not");
 	ok = took = 1;
+	uint16_t bw[4 * 576];
+	for (int i = 0; i < 4 * K; i++)
+		bw[i] = rq_f32_to_bf16(rnd(s));
+	for (int n = 40; n <= K; n += K - 40)   /* 40: a masked tail of 8 columns */
+		for (int R = 1; R <= 4; R++) {
+			struct lg_linear B = {.kind = LG_W_BF16, .rows = 4, .cols = n, .w = bw};
+			int t = lg_qdot_bf16(bw, n, R, x, n, out);
+			took &= t == (lv == 2);
+			ok &= !t || rows_ok(&B, 0, R, x, out);
+		}
+	TAP_OK(took && ok, "BF16 rows of 40 and 576, R = 1..4: %s",
+	       lv == 2 ? "the AVX-512 path takes them, the oracle's bits" : "this path declines them (ops.c's dot)");
+	ok = took = 1;
 	for (int k = 0; k < 3; k++) {   /* one division table array, three global scales */
 		float gs = k == 1 ? 448.0f * 6.0f / 0.02f : 2688.0f / (0.37f + (float)k);
 		lg_nvfp4_div_table(gs, div);
