@@ -10,13 +10,17 @@
  * kernel for each cost a fifth of the engine's decode time. So a worker that
  * finished a loop watches `gen` for SPIN_NS before it sleeps on start_cv, and
  * the caller watches `done` for SPIN_NS before it sleeps on done_cv. The
- * condition variables are signalled only when someone sleeps on them:
- *   start  caller: gen++ (atomic), then under mu: broadcast if sleepers > 0;
+ * condition variables are signalled only when someone sleeps on them, and
+ * a loop whose threads all spin takes no lock but loop_lock:
+ *   start  caller: gen++, then if sleepers > 0: broadcast under mu;
  *          worker: under mu: sleepers++, wait while gen unchanged, sleepers--
- *   done   worker: done++ (atomic), then under mu: signal if caller_waits;
+ *   done   worker: done++, then if caller_waits: signal under mu;
  *          caller: under mu: caller_waits = 1, wait while done < workers
- * Each side changes its atomic before taking mu, and the sleeper re-checks it
- * under mu, so no wake-up is lost. */
+ * Each side changes its atomic, then reads the other's (all sequentially
+ * consistent): either the waker sees the sleeper's flag, or the sleeper's
+ * re-check sees the change; and the sleeper holds mu from raising its flag
+ * until it waits, so a waker that saw the flag signals after the wait began.
+ * No wake-up is lost. */
 #include "base/pool.h"
 
 #include <errno.h>
@@ -37,8 +41,8 @@ struct rq_pool {
 	atomic_ulong gen;             /* loops started */
 	atomic_int done;              /* workers finished with gen */
 	atomic_int stop;
-	int sleepers;                 /* workers asleep on start_cv (mu) */
-	int caller_waits;             /* the caller asleep on done_cv (mu) */
+	atomic_int sleepers;          /* workers asleep on start_cv (changed under mu) */
+	atomic_int caller_waits;      /* the caller asleep on done_cv (changed under mu) */
 	/* the current loop, written before gen is bumped */
 	rq_pool_fn fn;
 	void *ctx;
@@ -130,20 +134,19 @@ static void *worker_main(void *arg)
 	for (;;) {
 		if (!spin_ulong(&p->gen, seen, &p->stop)) {
 			pthread_mutex_lock(&p->mu);
-			p->sleepers++;
+			atomic_fetch_add(&p->sleepers, 1);
 			while (!atomic_load(&p->stop) && atomic_load(&p->gen) == seen)
 				pthread_cond_wait(&p->start_cv, &p->mu);
-			p->sleepers--;
+			atomic_fetch_sub(&p->sleepers, 1);
 			pthread_mutex_unlock(&p->mu);
 		}
 		if (atomic_load(&p->stop))
 			return NULL;
 		seen = atomic_load_explicit(&p->gen, memory_order_acquire);
 		run_chunks(p, id);
-		if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == p->nthreads - 1) {
+		if (atomic_fetch_add(&p->done, 1) + 1 == p->nthreads - 1 && atomic_load(&p->caller_waits)) {
 			pthread_mutex_lock(&p->mu);
-			if (p->caller_waits)
-				pthread_cond_signal(&p->done_cv);
+			pthread_cond_signal(&p->done_cv);
 			pthread_mutex_unlock(&p->mu);
 		}
 	}
@@ -219,18 +222,19 @@ void rq_pool_for(struct rq_pool *p, size_t n, size_t grain, rq_pool_fn fn, void 
 	p->chunk = grain;
 	atomic_store(&p->cursor, 0);
 	atomic_store(&p->done, 0);
-	atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-	pthread_mutex_lock(&p->mu);
-	if (p->sleepers)
+	atomic_fetch_add(&p->gen, 1);
+	if (atomic_load(&p->sleepers)) {
+		pthread_mutex_lock(&p->mu);
 		pthread_cond_broadcast(&p->start_cv);
-	pthread_mutex_unlock(&p->mu);
+		pthread_mutex_unlock(&p->mu);
+	}
 	run_chunks(p, 0);
 	if (!spin_int(&p->done, p->nthreads - 1)) {
 		pthread_mutex_lock(&p->mu);
-		p->caller_waits = 1;
+		atomic_store(&p->caller_waits, 1);
 		while (atomic_load(&p->done) < p->nthreads - 1)
 			pthread_cond_wait(&p->done_cv, &p->mu);
-		p->caller_waits = 0;
+		atomic_store(&p->caller_waits, 0);
 		pthread_mutex_unlock(&p->mu);
 	}
 	pthread_mutex_unlock(&p->loop_lock);

@@ -607,18 +607,22 @@ void lg_matmul(struct rq_pool *pool, float *scratch, size_t stride, const struct
 {
 	size_t first[n + 1];
 	double work = 0;
+	int tmax = 0;
 	first[0] = 0;
 	for (int k = 0; k < n; k++) {
 		first[k + 1] = first[k] + (mm[k].T > 0 ? (size_t)mm[k].W->rows : 0);
 		work += (double)mm[k].W->rows * mm[k].W->cols * (mm[k].T + 1);
+		tmax = mm[k].T > tmax ? mm[k].T : tmax;
 	}
 	size_t rows = first[n];
 	if (rows == 0)
 		return;
 	pthread_once(&lut_once, lut_init);
-	/* chunks of at least ~64K multiply-adds keep the pool's hand-off cheap */
-	double per_row = work / rows;
-	size_t grain = per_row >= 65536 ? 4 : ((size_t)(65536 / per_row) + 3) & ~(size_t)3;
+	/* chunks of at least ~64K multiply-adds keep the pool's hand-off cheap;
+	 * ~16K at one token (decode): a loop ends when its last chunk does, and
+	 * a decode step is ~150 such loops */
+	double per_row = work / rows, least = tmax <= 1 ? 16384 : 65536;
+	size_t grain = per_row >= least ? 4 : ((size_t)(least / per_row) + 3) & ~(size_t)3;
 	struct mm_ctx c = {.mm = mm, .n = n, .first = first, .scratch = scratch, .stride = stride};
 	rq_pool_for(pool, rows, grain, mm_rows, &c);
 }
