@@ -555,9 +555,19 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 		}
 		if (m->T == 1 && (m->W->kind == LG_W_NVFP4 || m->W->kind == LG_W_FP8 ||
 		                  m->W->kind == LG_W_INT)) {
-			/* one token (decode): up to 4 rows at a time dequantized in
-			 * registers and dotted (qdot.h), the oracle's bits; rows without
-			 * a fast path the oracle's way */
+			/* one token (decode): rows dequantized in registers and dotted
+			 * (qdot.h), the oracle's bits: NVFP4 the whole range in one call,
+			 * the others up to 4 rows at a time; rows without a fast path the
+			 * oracle's way */
+			const struct lg_linear *W = m->W;
+			if (W->kind == LG_W_NVFP4 &&
+			    lg_qdot_nvfp4(W->packed + (size_t)r * (K / 2), W->scales + (size_t)r * (K / 16),
+			                  (int)(end - i), W->gs_div, m->x, K, m->y + r)) {
+				for (; W->bias && i < end; i++, r++)
+					m->y[r] += W->bias[r];
+				i = end;
+				continue;
+			}
 			while (i < end) {
 				int R = end - i < 4 ? (int)(end - i) : 4;
 				float d[4];

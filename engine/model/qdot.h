@@ -33,8 +33,8 @@ int lg_qdot_fp8(const uint8_t *q, size_t ldq, int R, const float *s, int gw, con
 int lg_qdot_int(const uint8_t *row, size_t ldr, int R, int bits, const float *s, const int *zo,
                 int gw, const float *x, int n, float *out);
 
-/* NVFP4 rows: packed[R][n/2] E2M1 codes (column 2k in the low nibble), one
- * scale byte per group of 16 (scales[R][n/16]); div the Linear's [2][256] table (struct
+/* NVFP4 rows, any R >= 1 (4 at a time): packed[R][n/2] E2M1 codes (column 2k
+ * in the low nibble), one scale byte per group of 16 (scales[R][n/16]); div the Linear's [2][256] table (struct
  * lg_linear gs_div: f1 = div[b], f15 = div[256 + b]); the group's values are
  * 0, f1/2, f1, f15, 2f1, 2f15, 4f1, 4f15 by the code's low 3 bits, negated
  * by bit 3, as ops.c's dequant_nvfp4 tabulates them. */
