@@ -568,9 +568,14 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 				i = end;
 				continue;
 			}
+			size_t rb = W->kind == LG_W_INT ? (size_t)W->words * 4 : W->kind == LG_W_FP8 ? (size_t)K : 0;
+			const uint8_t *base = W->kind == LG_W_INT ? W->qw : W->w8;
 			while (i < end) {
 				int R = end - i < 4 ? (int)(end - i) : 4;
 				float d[4];
+				if (rb && i + 12 <= end)   /* the rows 8 ahead, as lg_qdot_nvfp4 does */
+					for (size_t o = 0; o < 4 * rb; o += 64)
+						__builtin_prefetch(base + (size_t)(r + 8) * rb + o, 0, 3);
 				if (!qdot_rows(m->W, r, R, m->x, d))
 					for (int j = 0; j < R; j++) {
 						lg_linear_row(m->W, r + j, row);

@@ -382,6 +382,13 @@ static void nvfp4_512(const uint8_t *packed, const uint8_t *scales, int R, const
 	size_t lp = (size_t)n / 2, ls = (size_t)n / 16;
 	for (int b = 0; b < R; b += 4) {
 		const uint8_t *p = packed + b * lp, *sc = scales + b * ls;
+		/* the rows 8 ahead (~2 KB at 576 columns) fetched while these are dotted */
+		if (b + 12 <= R) {
+			for (size_t o = 0; o < 4 * lp; o += 64)
+				_mm_prefetch((const char *)(p + 8 * lp + o), _MM_HINT_T0);
+			for (size_t o = 0; o < 4 * ls; o += 64)
+				_mm_prefetch((const char *)(sc + 8 * ls + o), _MM_HINT_T0);
+		}
 #define NV_BODY(RR) nvfp4_rows_512(p, sc, RR, lut, x, n, out + b)
 		ROWS4(R - b < 4 ? R - b : 4, NV_BODY);
 #undef NV_BODY
