@@ -451,13 +451,12 @@ static int qdot_rows(const struct lg_linear *W, int r, int R, const float *x, fl
 	}
 	if (W->kind == LG_W_FP8)
 		return lg_qdot_fp8(W->w8 + (size_t)r * W->cols, W->cols, R, s, gw, x, W->cols, out);
-	int off = 1 << (W->bits - 1);
-	for (int i = 0; i < R; i++)
+	for (int i = 0; W->qzero && i < R; i++)
 		for (int g = 0; g < G; g++)
-			zo[i * G + g] = W->qzero ? (int)int_field(W->qzero + 4 * (size_t)g, 4 * (size_t)G,
-			                                          (size_t)(r + i), W->bits) : off;
-	return lg_qdot_int(W->qw + (size_t)r * W->words * 4, (size_t)W->words * 4, R, W->bits, s, zo,
-	                   gw, x, W->cols, out);
+			zo[i * G + g] = (int)int_field(W->qzero + 4 * (size_t)g, 4 * (size_t)G, (size_t)(r + i),
+			                               W->bits);
+	return lg_qdot_int(W->qw + (size_t)r * W->words * 4, (size_t)W->words * 4, R, W->bits, s,
+	                   W->qzero ? zo : NULL, gw, x, W->cols, out);
 }
 
 void lg_linear_row(const struct lg_linear *W, int r, float *out)

@@ -237,7 +237,7 @@ static inline void int_rows_512(const uint8_t *row, size_t ldr, int RR, int bits
 		__m512i zv[4];
 		for (int r = 0; r < RR; r++) {
 			sv[r] = _mm512_set1_ps(s[(size_t)r * ng + g]);
-			zv[r] = _mm512_set1_epi32(zo[(size_t)r * ng + g]);
+			zv[r] = _mm512_set1_epi32(zo ? zo[(size_t)r * ng + g] : 1 << (bits - 1));
 			tv[r] = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_cvtepi32_ps(zv[r])), sv[r]);
 		}
 		for (int c = g * gw; c < (g + 1) * gw; c += 16) {
@@ -281,7 +281,7 @@ static float int_avx2(const uint8_t *row, int bits, const float *s, const int *z
 	__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
 	for (int g = 0; g < n / gw; g++) {
 		__m256 sv = _mm256_set1_ps(s[g]);
-		__m256i zv = _mm256_set1_epi32(zo[g]);
+		__m256i zv = _mm256_set1_epi32(zo ? zo[g] : 1 << (bits - 1));
 		for (int c = g * gw; c < (g + 1) * gw; c += 16) {
 			__m128i b = bits == 8 ? _mm_loadu_si128((const __m128i *)(row + c)) : nibbles16(row + c / 2);
 			__m256 w0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(b), zv));
@@ -304,8 +304,8 @@ int lg_qdot_int(const uint8_t *row, size_t ldr, int R, int bits, const float *s,
 		return 1;
 	}
 	for (int i = 0; i < R; i++)
-		out[i] = int_avx2(row + i * ldr, bits, s + (size_t)i * (n / gw), zo + (size_t)i * (n / gw),
-		                  gw, x, n);
+		out[i] = int_avx2(row + i * ldr, bits, s + (size_t)i * (n / gw),
+		                  zo ? zo + (size_t)i * (n / gw) : NULL, gw, x, n);
 	return 1;
 }
 

@@ -28,8 +28,8 @@ int lg_qdot_fp8(const uint8_t *q, size_t ldq, int R, const float *s, int gw, con
 
 /* INT rows of 8 or 4 bits (bytes / little-endian nibbles of the pack-quantized
  * stream, column c at byte c or nibble c; row i at row + i·ldr), w = (field −
- * zo[k]) · s[k] with k = i·(n/gw) + c/gw, zo = 2^(bits−1) + zero point. Other
- * widths: 0. */
+ * zo[k]) · s[k] with k = i·(n/gw) + c/gw, zo = 2^(bits−1) + zero point (zo
+ * NULL: symmetric, 2^(bits−1) everywhere). Other widths: 0. */
 int lg_qdot_int(const uint8_t *row, size_t ldr, int R, int bits, const float *s, const int *zo,
                 int gw, const float *x, int n, float *out);
 
