@@ -421,8 +421,6 @@ static void dequant_int(const struct lg_linear *W, int r, float *out)
 static int qdot_rows(const struct lg_linear *W, int r, int R, const float *x, float *out)
 {
 	enum { GMAX = 2048 };
-	float s[4 * GMAX];
-	int zo[4 * GMAX];
 	if (W->kind == LG_W_NVFP4) {
 		const uint8_t *p = W->packed + (size_t)r * (W->cols / 2);
 		const uint8_t *sc = W->scales + (size_t)r * (W->cols / 16);
@@ -437,6 +435,8 @@ static int qdot_rows(const struct lg_linear *W, int r, int R, const float *x, fl
 	if ((W->kind != LG_W_FP8 && W->kind != LG_W_INT) || W->groups > GMAX)
 		return 0;
 	int G = W->groups, gw = W->cols / G;
+	float s[4 * G];            /* sized by the Linear: a fixed 4 · GMAX frame was 64 KB a call */
+	int zo[4 * G];
 	for (int i = 0; i < R; i++) {
 		size_t sr = W->srows == 1 ? 0 : (size_t)(r + i) * G;
 		if (W->sdtype == LG_S_BF16)   /* the common case, widened in a loop the compiler vectorizes */
