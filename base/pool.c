@@ -1,22 +1,35 @@
 /* pool.c — persistent workers; one parallel loop at a time.
  *
- * State: `gen` counts loops started. A loop publishes fn/ctx/n/grain, bumps
- * gen and wakes the workers; workers (and the caller) claim chunks with an
- * atomic cursor until it passes n, then report done. The caller waits until
- * every worker has reported for this gen, so ctx outlives all uses.
+ * State: `gen` counts loops started; `gate` is the current loop's door:
+ * (gen << 17) | CLOSED | active, where active counts workers inside. A loop
+ * publishes fn/ctx/n/grain, opens the gate for its gen, bumps gen and wakes
+ * the workers; a worker enters only through the open gate of the loop it
+ * woke for (one CAS), claims chunks with an atomic cursor until it passes n,
+ * then leaves (active--). The caller claims chunks too; when none are left
+ * it closes the gate (a worker that comes later does not enter, and touches
+ * nothing of the loop) and waits only for the workers inside, so ctx
+ * outlives all uses, and a worker the OS has not run yet (a busy machine)
+ * costs the loop nothing: the caller does its share instead of waiting for
+ * it to be scheduled. That wait, ~150 times a decode step, had made two
+ * threads three times slower than one on a loaded VM.
  *
  * Waiting spins first, then sleeps. A decode step is hundreds of short loops
  * (a few hundred microseconds each); waking a sleeping thread through the
  * kernel for each cost a fifth of the engine's decode time. So a worker that
  * finished a loop watches `gen` for SPIN_NS before it sleeps on start_cv, and
- * the caller watches `done` for SPIN_NS before it sleeps on done_cv. The
- * condition variables are signalled only when someone sleeps on them:
- *   start  caller: gen++ (atomic), then under mu: broadcast if sleepers > 0;
+ * the caller watches `gate` for SPIN_NS before it sleeps on done_cv. The
+ * condition variables are signalled only when someone sleeps on them, and
+ * a loop whose threads all spin takes no lock but loop_lock:
+ *   start  caller: gen++, then if sleepers > 0: broadcast under mu;
  *          worker: under mu: sleepers++, wait while gen unchanged, sleepers--
- *   done   worker: done++ (atomic), then under mu: signal if caller_waits;
- *          caller: under mu: caller_waits = 1, wait while done < workers
- * Each side changes its atomic before taking mu, and the sleeper re-checks it
- * under mu, so no wake-up is lost. */
+ *   done   worker: active--, then if it was the last and caller_waits:
+ *          signal under mu;
+ *          caller: under mu: caller_waits = 1, wait while active > 0
+ * Each side changes its atomic, then reads the other's (all sequentially
+ * consistent): either the waker sees the sleeper's flag, or the sleeper's
+ * re-check sees the change; and the sleeper holds mu from raising its flag
+ * until it waits, so a waker that saw the flag signals after the wait began.
+ * No wake-up is lost. */
 #include "base/pool.h"
 
 #include <errno.h>
@@ -27,6 +40,9 @@
 #include <unistd.h>
 
 #define SPIN_NS 100000            /* how long a waiter spins before it sleeps */
+#define GATE_SHIFT 17
+#define CLOSED (1ull << 16)
+#define ACTIVE (CLOSED - 1)
 
 struct rq_pool {
 	int nthreads;                 /* including the caller */
@@ -35,10 +51,10 @@ struct rq_pool {
 	pthread_mutex_t mu;           /* the sleeping side of the waits below */
 	pthread_cond_t start_cv, done_cv;
 	atomic_ulong gen;             /* loops started */
-	atomic_int done;              /* workers finished with gen */
+	atomic_ullong gate;           /* (gen << GATE_SHIFT) | CLOSED | workers inside */
 	atomic_int stop;
-	int sleepers;                 /* workers asleep on start_cv (mu) */
-	int caller_waits;             /* the caller asleep on done_cv (mu) */
+	atomic_int sleepers;          /* workers asleep on start_cv (changed under mu) */
+	atomic_int caller_waits;      /* the caller asleep on done_cv (changed under mu) */
 	/* the current loop, written before gen is bumped */
 	rq_pool_fn fn;
 	void *ctx;
@@ -80,17 +96,29 @@ static int spin_ulong(atomic_ulong *v, unsigned long old, atomic_int *stop)
 	}
 }
 
-/* Spins until *v >= want (1) or SPIN_NS pass (0). */
-static int spin_int(atomic_int *v, int want)
+/* Spins until no worker is inside the gate (1) or SPIN_NS pass (0). */
+static int spin_empty(atomic_ullong *gate)
 {
 	long long t0 = now_ns();
 	for (unsigned i = 1;; i++) {
-		if (atomic_load_explicit(v, memory_order_acquire) >= want)
+		if (!(atomic_load_explicit(gate, memory_order_acquire) & ACTIVE))
 			return 1;
 		cpu_relax();
 		if (!(i & 255) && now_ns() - t0 > SPIN_NS)
 			return 0;
 	}
+}
+
+/* Enters loop g through its gate: 1 when open (active counted), 0 when
+ * closed or another loop's (the worker then waits for the next). */
+static int enter(struct rq_pool *p, unsigned long g)
+{
+	unsigned long long want = ((unsigned long long)g << GATE_SHIFT) >> GATE_SHIFT;
+	unsigned long long w = atomic_load(&p->gate);
+	while ((w >> GATE_SHIFT) == want && !(w & CLOSED))
+		if (atomic_compare_exchange_weak(&p->gate, &w, w + 1))
+			return 1;
+	return 0;
 }
 
 /* Guided chunks: each claim takes 1/(2·nthreads) of what is left, at least
@@ -130,20 +158,21 @@ static void *worker_main(void *arg)
 	for (;;) {
 		if (!spin_ulong(&p->gen, seen, &p->stop)) {
 			pthread_mutex_lock(&p->mu);
-			p->sleepers++;
+			atomic_fetch_add(&p->sleepers, 1);
 			while (!atomic_load(&p->stop) && atomic_load(&p->gen) == seen)
 				pthread_cond_wait(&p->start_cv, &p->mu);
-			p->sleepers--;
+			atomic_fetch_sub(&p->sleepers, 1);
 			pthread_mutex_unlock(&p->mu);
 		}
 		if (atomic_load(&p->stop))
 			return NULL;
 		seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+		if (!enter(p, seen))
+			continue;
 		run_chunks(p, id);
-		if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == p->nthreads - 1) {
+		if (!((atomic_fetch_sub(&p->gate, 1) - 1) & ACTIVE) && atomic_load(&p->caller_waits)) {
 			pthread_mutex_lock(&p->mu);
-			if (p->caller_waits)
-				pthread_cond_signal(&p->done_cv);
+			pthread_cond_signal(&p->done_cv);
 			pthread_mutex_unlock(&p->mu);
 		}
 	}
@@ -218,19 +247,22 @@ void rq_pool_for(struct rq_pool *p, size_t n, size_t grain, rq_pool_fn fn, void 
 	p->n = n;
 	p->chunk = grain;
 	atomic_store(&p->cursor, 0);
-	atomic_store(&p->done, 0);
-	atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-	pthread_mutex_lock(&p->mu);
-	if (p->sleepers)
-		pthread_cond_broadcast(&p->start_cv);
-	pthread_mutex_unlock(&p->mu);
-	run_chunks(p, 0);
-	if (!spin_int(&p->done, p->nthreads - 1)) {
+	unsigned long g = atomic_load(&p->gen) + 1;   /* gen changes only here, under loop_lock */
+	atomic_store(&p->gate, ((unsigned long long)g << GATE_SHIFT));
+	atomic_store(&p->gen, g);
+	if (atomic_load(&p->sleepers)) {
 		pthread_mutex_lock(&p->mu);
-		p->caller_waits = 1;
-		while (atomic_load(&p->done) < p->nthreads - 1)
+		pthread_cond_broadcast(&p->start_cv);
+		pthread_mutex_unlock(&p->mu);
+	}
+	run_chunks(p, 0);
+	/* no chunk left: close the gate, wait for the workers inside only */
+	if ((atomic_fetch_or(&p->gate, CLOSED) & ACTIVE) && !spin_empty(&p->gate)) {
+		pthread_mutex_lock(&p->mu);
+		atomic_store(&p->caller_waits, 1);
+		while (atomic_load(&p->gate) & ACTIVE)
 			pthread_cond_wait(&p->done_cv, &p->mu);
-		p->caller_waits = 0;
+		atomic_store(&p->caller_waits, 0);
 		pthread_mutex_unlock(&p->mu);
 	}
 	pthread_mutex_unlock(&p->loop_lock);

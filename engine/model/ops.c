@@ -415,36 +415,48 @@ static void dequant_int(const struct lg_linear *W, int r, float *out)
 	}
 }
 
-/* lg_dot(row r of W dequantized, x) from registers (qdot.h) when this CPU
- * and row have a fast path: 1 and *out, else 0 (the caller's oracle). */
-static int qdot_row(const struct lg_linear *W, int r, const float *x, float *out)
+/* lg_dot(row r + i of W dequantized, x) into out[i] for i < R (1..4) from
+ * registers (qdot.h) when this CPU and these rows have a fast path: 1, else 0
+ * (the caller's oracle). */
+static int qdot_rows(const struct lg_linear *W, int r, int R, const float *x, float *out)
 {
 	enum { GMAX = 2048 };
-	float s[GMAX];
-	int zo[GMAX];
 	if (W->kind == LG_W_NVFP4) {
 		const uint8_t *p = W->packed + (size_t)r * (W->cols / 2);
 		const uint8_t *sc = W->scales + (size_t)r * (W->cols / 16);
-		if (lg_qdot_nvfp4(p, sc, W->gs_div, x, W->cols, out))
+		if (lg_qdot_nvfp4(p, sc, R, W->gs_div, x, W->cols, out))
 			return 1;
 		if (!have_avx2())
 			return 0;
-		*out = dot_nvfp4_avx2(W, r, x);
+		for (int i = 0; i < R; i++)
+			out[i] = dot_nvfp4_avx2(W, r + i, x);
 		return 1;
 	}
 	if ((W->kind != LG_W_FP8 && W->kind != LG_W_INT) || W->groups > GMAX)
 		return 0;
-	size_t sr = W->srows == 1 ? 0 : (size_t)r * W->groups;
-	int gw = W->cols / W->groups;
-	for (int g = 0; g < W->groups; g++)
-		s[g] = qscale_at(W, sr + g);
+	int G = W->groups, gw = W->cols / G;
+	float s[4 * G];            /* sized by the Linear: a fixed 4 · GMAX frame was 64 KB a call */
+	int zo[4 * G];
+	for (int i = 0; i < R; i++) {
+		size_t sr = W->srows == 1 ? 0 : (size_t)(r + i) * G;
+		if (W->sdtype == LG_S_BF16)   /* the common case, widened in a loop the compiler vectorizes */
+			for (int g = 0; g < G; g++) {
+				uint16_t b;
+				memcpy(&b, W->qscale + 2 * (sr + g), 2);
+				s[i * G + g] = bf16_f(b);
+			}
+		else
+			for (int g = 0; g < G; g++)
+				s[i * G + g] = qscale_at(W, sr + g);
+	}
 	if (W->kind == LG_W_FP8)
-		return lg_qdot_fp8(W->w8 + (size_t)r * W->cols, s, gw, x, W->cols, out);
-	int off = 1 << (W->bits - 1);
-	for (int g = 0; g < W->groups; g++)
-		zo[g] = off + (W->qzero ? (int)int_field(W->qzero + 4 * (size_t)g, 4 * (size_t)W->groups,
-		                                         (size_t)r, W->bits) - off : 0);
-	return lg_qdot_int(W->qw + (size_t)r * W->words * 4, W->bits, s, zo, gw, x, W->cols, out);
+		return lg_qdot_fp8(W->w8 + (size_t)r * W->cols, W->cols, R, s, gw, x, W->cols, out);
+	for (int i = 0; W->qzero && i < R; i++)
+		for (int g = 0; g < G; g++)
+			zo[i * G + g] = (int)int_field(W->qzero + 4 * (size_t)g, 4 * (size_t)G, (size_t)(r + i),
+			                               W->bits);
+	return lg_qdot_int(W->qw + (size_t)r * W->words * 4, (size_t)W->words * 4, R, W->bits, s,
+	                   W->qzero ? zo : NULL, gw, x, W->cols, out);
 }
 
 void lg_linear_row(const struct lg_linear *W, int r, float *out)
@@ -513,6 +525,21 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 			 * non-temporal: each weight is read once a token, and 269 MB a
 			 * token (SmolLM2) would only push x and the KV cache out */
 			float (*dot)(const uint16_t *, const float *, int) = have_avx2() ? dot_bf16_avx2 : dot_bf16;
+			while (m->T == 1 && i < end) {   /* AVX-512: 4 rows at a time (qdot.h) */
+				int R = end - i < 4 ? (int)(end - i) : 4;
+				float d[4];
+				for (int j = 0; j < R && i + j + PF_ROWS < end; j++) {
+					const char *nx = (const char *)(m->W->w + (size_t)(r + j + PF_ROWS) * K);
+					for (size_t b = 0; b < (size_t)K * 2; b += 64)
+						__builtin_prefetch(nx + b, 0, 0);
+				}
+				if (!lg_qdot_bf16(m->W->w + (size_t)r * K, K, R, m->x, K, d))
+					break;
+				for (int j = 0; j < R; j++)
+					m->y[r + j] = add_bias(m->W, r + j, d[j]);
+				i += R;
+				r += R;
+			}
 			for (; i < end; i++, r++) {
 				if (i + PF_ROWS < end) {
 					const char *nx = (const char *)(m->W->w + (size_t)(r + PF_ROWS) * K);
@@ -527,15 +554,36 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 		}
 		if (m->T == 1 && (m->W->kind == LG_W_NVFP4 || m->W->kind == LG_W_FP8 ||
 		                  m->W->kind == LG_W_INT)) {
-			/* one token (decode): each row dequantized in registers and dotted
-			 * (qdot.h), the oracle's bits; a row without a fast path the oracle's way */
-			for (; i < end; i++, r++) {
-				float d;
-				if (!qdot_row(m->W, r, m->x, &d)) {
-					lg_linear_row(m->W, r, row);
-					d = lg_dot(row, m->x, K);
-				}
-				m->y[r] = add_bias(m->W, r, d);
+			/* one token (decode): rows dequantized in registers and dotted
+			 * (qdot.h), the oracle's bits: NVFP4 the whole range in one call,
+			 * the others up to 4 rows at a time; rows without a fast path the
+			 * oracle's way */
+			const struct lg_linear *W = m->W;
+			if (W->kind == LG_W_NVFP4 &&
+			    lg_qdot_nvfp4(W->packed + (size_t)r * (K / 2), W->scales + (size_t)r * (K / 16),
+			                  (int)(end - i), W->gs_div, m->x, K, m->y + r)) {
+				for (; W->bias && i < end; i++, r++)
+					m->y[r] += W->bias[r];
+				i = end;
+				continue;
+			}
+			size_t rb = W->kind == LG_W_INT ? (size_t)W->words * 4 : W->kind == LG_W_FP8 ? (size_t)K : 0;
+			const uint8_t *base = W->kind == LG_W_INT ? W->qw : W->w8;
+			while (i < end) {
+				int R = end - i < 4 ? (int)(end - i) : 4;
+				float d[4];
+				if (rb && i + 12 <= end)   /* the rows 8 ahead, as lg_qdot_nvfp4 does */
+					for (size_t o = 0; o < 4 * rb; o += 64)
+						__builtin_prefetch(base + (size_t)(r + 8) * rb + o, 0, 3);
+				if (!qdot_rows(m->W, r, R, m->x, d))
+					for (int j = 0; j < R; j++) {
+						lg_linear_row(m->W, r + j, row);
+						d[j] = lg_dot(row, m->x, K);
+					}
+				for (int j = 0; j < R; j++)
+					m->y[r + j] = add_bias(m->W, r + j, d[j]);
+				i += R;
+				r += R;
 			}
 			continue;
 		}
@@ -573,18 +621,22 @@ void lg_matmul(struct rq_pool *pool, float *scratch, size_t stride, const struct
 {
 	size_t first[n + 1];
 	double work = 0;
+	int tmax = 0;
 	first[0] = 0;
 	for (int k = 0; k < n; k++) {
 		first[k + 1] = first[k] + (mm[k].T > 0 ? (size_t)mm[k].W->rows : 0);
 		work += (double)mm[k].W->rows * mm[k].W->cols * (mm[k].T + 1);
+		tmax = mm[k].T > tmax ? mm[k].T : tmax;
 	}
 	size_t rows = first[n];
 	if (rows == 0)
 		return;
 	pthread_once(&lut_once, lut_init);
-	/* chunks of at least ~64K multiply-adds keep the pool's hand-off cheap */
-	double per_row = work / rows;
-	size_t grain = per_row >= 65536 ? 4 : ((size_t)(65536 / per_row) + 3) & ~(size_t)3;
+	/* chunks of at least ~64K multiply-adds keep the pool's hand-off cheap;
+	 * ~16K at one token (decode): a loop ends when its last chunk does, and
+	 * a decode step is ~150 such loops */
+	double per_row = work / rows, least = tmax <= 1 ? 16384 : 65536;
+	size_t grain = per_row >= least ? 4 : ((size_t)(least / per_row) + 3) & ~(size_t)3;
 	struct mm_ctx c = {.mm = mm, .n = n, .first = first, .scratch = scratch, .stride = stride};
 	rq_pool_for(pool, rows, grain, mm_rows, &c);
 }

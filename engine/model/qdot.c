@@ -7,14 +7,19 @@
  *        vcvtph2ps; so e4m3(b) = half(b)·2^8 exactly, and e4m3(b)·s (one
  *        rounding) = half(b)·(s·2^8) (one rounding of the same real number),
  *        s·2^8 exact when |s| < 2^119. NaN codes (0x7F, 0xFF), which the half
- *        form reads as 1.875, send the row to the oracle.
+ *        form reads as 1.875, send the rows to the oracle. (Not binary32 bits
+ *        by shifts: an e4m3 subnormal would be a binary32 subnormal, and a
+ *        product with one costs a microcode assist, ten times the row.)
  *   INT  field − zo, a small integer, converted exactly, times s: the
- *        oracle's (float)(q − z) · s.
+ *        oracle's (float)(q − z) · s. AVX-512 INT4: the 16 values (c − zo)·s
+ *        of a group made once, picked by each nibble.
  *   NVFP4 the group's 16 values (8 magnitudes, then the same negated: −0.0
- *        for code 8, as the scalar table's −lut[0]) picked by the code.
+ *        for code 8, as the scalar table's −lut[0]) picked by the code; on
+ *        AVX-512 from a per-thread table of every scale byte's 16 values.
  * Each product with x is rounded, then added to lane c mod 16 (no FMA: the
  * build has -ffp-contract=off and these are separate intrinsics), then the
- * lanes are folded as lg_dot folds them. */
+ * lanes are folded as lg_dot folds them. The order of a row's adds is the
+ * oracle's; R rows run side by side (ROWS4), which changes no row's order. */
 #include "engine/model/qdot.h"
 
 #include <math.h>
@@ -26,7 +31,7 @@
 
 #include "engine/model/simd_int.h"
 
-/* 2: AVX-512 (F, BW, VL), 1: AVX2 + F16C, 0: none (or switched off). */
+/* 2: AVX-512 (F, BW, VL, VBMI), 1: AVX2 + F16C, 0: none (or switched off). */
 static int level(void)
 {
 	static int v = -1;
@@ -38,7 +43,8 @@ static int level(void)
 		    !(no2 && *no2 && strcmp(no2, "0")))
 			v = 1;
 		if (v && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-		    __builtin_cpu_supports("avx512vl") && !(no5 && *no5 && strcmp(no5, "0")))
+		    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
+		    !(no5 && *no5 && strcmp(no5, "0")))
 			v = 2;
 	}
 	return v;
@@ -51,30 +57,97 @@ static inline float fold512(__m512 acc)
 	              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
 }
 
+#define T512 "avx512f,avx512bw,avx512vl,avx512vbmi"
+
+/* The rows of one call are R <= 4 at a time, interleaved: each row's 16
+ * lanes are one register, so one row's adds wait on each other (a vaddps's
+ * latency per 16 weights) but R rows' do not, and each x load serves R rows.
+ * RR is a constant where the R-row bodies are inlined (ROWS4 below), so the
+ * accumulators stay in registers. */
+#define ROWS4(R, BODY)                           \
+	do {                                     \
+		switch (R) {                     \
+		case 4: BODY(4); break;          \
+		case 3: BODY(3); break;          \
+		case 2: BODY(2); break;          \
+		default: BODY(1); break;         \
+		}                                \
+	} while (0)
+
 /* ------------------------------------------------------------------ FP8 */
 
-/* half bits of 16 e4m3 bytes, as u16 lanes b << 8, then >> 1 (arith) & 0xBFFF */
-__attribute__((target("avx512f,avx512bw,avx512vl")))
-static float fp8_512(const uint8_t *q, const float *s, int gw, const float *x, int n, int *nan)
+/* AVX-512: 16 e4m3 bytes at p → the binary16 bits (b & 0x80) << 8 | (b & 0x7F)
+ * << 7 (the top comment): vpermb puts byte i in the high byte of word i (the
+ * low one zeroed), >> 1 arithmetic, bit 14 cleared; then widened. */
+__attribute__((target(T512), always_inline))
+static inline __m512 fp8_half16(const uint8_t *p)
 {
-	__m512 acc = _mm512_setzero_ps();
-	__m128i nanm = _mm_setzero_si128();
-	const __m128i m7f = _mm_set1_epi8(0x7F);
-	for (int g = 0; g < n / gw; g++) {
-		__m512 sv = _mm512_set1_ps(s[g] * 256.0f);
-		for (int c = g * gw; c < (g + 1) * gw; c += 16) {
-			__m128i b = _mm_loadu_si128((const __m128i *)(q + c));
-			nanm = _mm_or_si128(nanm, _mm_cmpeq_epi8(_mm_and_si128(b, m7f), m7f));
-			__m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8);
-			h = _mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16((short)0xBFFF));
-			__m512 w = _mm512_mul_ps(_mm512_cvtph_ps(h), sv);
-			acc = _mm512_add_ps(acc, _mm512_mul_ps(w, _mm512_loadu_ps(x + c)));
-		}
-	}
-	*nan = !_mm_testz_si128(nanm, nanm);
-	return fold512(acc);
+	const __m256i up = _mm256_setr_epi8(0, 0, 0, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0, 7,
+	                                    0, 8, 0, 9, 0, 10, 0, 11, 0, 12, 0, 13, 0, 14, 0, 15);
+	__m256i b = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p));
+	__m256i h = _mm256_maskz_permutexvar_epi8(0xAAAAAAAAu, up, b);
+	h = _mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16((short)0xBFFF));
+	return _mm512_cvtph_ps(h);
 }
 
+/* 1 when a byte of rows [0, RR) (n each, ldq apart) is an e4m3 NaN code. */
+__attribute__((target(T512), always_inline))
+static inline int fp8_has_nan(const uint8_t *q, size_t ldq, int RR, int n)
+{
+	const __m512i hi = _mm512_set1_epi8((char)0x80);
+	__m512i m = _mm512_setzero_si512();
+	for (int r = 0; r < RR; r++) {
+		const uint8_t *p = q + r * ldq;
+		int c = 0;
+		for (; c + 64 <= n; c += 64)
+			m = _mm512_max_epu8(m, _mm512_or_si512(_mm512_loadu_si512(p + c), hi));
+		if (c < n)
+			m = _mm512_max_epu8(m, _mm512_or_si512(_mm512_maskz_loadu_epi8(~0ull >> (64 - (n - c)),
+			                                                               p + c), hi));
+	}
+	return _mm512_cmpeq_epi8_mask(m, _mm512_set1_epi8((char)0xFF)) != 0;
+}
+
+__attribute__((target(T512), always_inline))
+static inline int fp8_rows_512(const uint8_t *q, size_t ldq, int RR, const float *s, int gw,
+                               const float *x, int n, float *out)
+{
+	__m512 acc[4];
+	int ng = n / gw;
+	if (fp8_has_nan(q, ldq, RR, n))
+		return 0;
+	for (int r = 0; r < RR; r++)
+		acc[r] = _mm512_setzero_ps();
+	for (int g = 0; g < ng; g++) {
+		__m512 sv[4];
+		for (int r = 0; r < RR; r++)
+			sv[r] = _mm512_set1_ps(s[(size_t)r * ng + g] * 256.0f);
+		for (int c = g * gw; c < (g + 1) * gw; c += 16) {
+			__m512 xv = _mm512_loadu_ps(x + c);
+			for (int r = 0; r < RR; r++) {
+				__m512 w = _mm512_mul_ps(fp8_half16(q + r * ldq + c), sv[r]);
+				acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(w, xv));
+			}
+		}
+	}
+	for (int r = 0; r < RR; r++)
+		out[r] = fold512(acc[r]);
+	return 1;
+}
+
+__attribute__((target(T512)))
+static int fp8_512(const uint8_t *q, size_t ldq, int R, const float *s, int gw, const float *x,
+                   int n, float *out)
+{
+	int ok = 0;
+#define FP8_BODY(RR) ok = fp8_rows_512(q, ldq, RR, s, gw, x, n, out)
+	ROWS4(R, FP8_BODY);
+#undef FP8_BODY
+	return ok;
+}
+
+/* AVX2: 16 e4m3 bytes b → binary16 bits (b & 0x80) << 8 | (b & 0x7F) << 7 (the
+ * top comment), widened by vcvtph2ps, times s·2^8. */
 __attribute__((target("avx2,f16c")))
 static float fp8_avx2(const uint8_t *q, const float *s, int gw, const float *x, int n, int *nan)
 {
@@ -98,18 +171,25 @@ static float fp8_avx2(const uint8_t *q, const float *s, int gw, const float *x, 
 	return fold16(lo, hi);
 }
 
-int lg_qdot_fp8(const uint8_t *q, const float *s, int gw, const float *x, int n, float *out)
+int lg_qdot_fp8(const uint8_t *q, size_t ldq, int R, const float *s, int gw, const float *x,
+                int n, float *out)
 {
-	int lv = level(), nan = 0;
-	if (!lv || gw <= 0 || gw % 16 || n % gw)
+	int lv = level();
+	if (!lv || R < 1 || R > 4 || gw <= 0 || gw % 16 || n % gw)
 		return 0;
-	for (int g = 0; g < n / gw; g++)
+	for (int g = 0; g < R * (n / gw); g++)
 		if (!(fabsf(s[g]) < 0x1p119f))   /* s·2^8 not exact (or NaN): the oracle */
 			return 0;
-	float r = lv == 2 ? fp8_512(q, s, gw, x, n, &nan) : fp8_avx2(q, s, gw, x, n, &nan);
-	if (nan)
-		return 0;
-	*out = r;
+	if (lv == 2)
+		return fp8_512(q, ldq, R, s, gw, x, n, out);
+	float r[4];
+	for (int i = 0; i < R; i++) {
+		int nan = 0;
+		r[i] = fp8_avx2(q + i * ldq, s + (size_t)i * (n / gw), gw, x, n, &nan);
+		if (nan)
+			return 0;
+	}
+	memcpy(out, r, R * sizeof *out);
 	return 1;
 }
 
@@ -123,22 +203,75 @@ static inline __m128i nibbles16(const uint8_t *p)
 	return _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl")))
-static float int_512(const uint8_t *row, int bits, const float *s, const int *zo, int gw,
-                     const float *x, int n)
+/* Lane i's low byte holds nibble i of the 8 bytes at p (column i of a 4-bit
+ * row), its other bits are junk: vpermps reads only an index's low 4 bits.
+ * One vpmultishiftqb on the 8 bytes broadcast: byte 0 of qword k takes bits
+ * 8k.., byte 4 bits 8k + 4.. */
+__attribute__((target(T512), always_inline))
+static inline __m512i codes16(const uint8_t *p)
 {
-	__m512 acc = _mm512_setzero_ps();
-	for (int g = 0; g < n / gw; g++) {
-		__m512 sv = _mm512_set1_ps(s[g]);
-		__m512i zv = _mm512_set1_epi32(zo[g]);
+	const __m512i ctl = _mm512_setr_epi64(0x0000000400000000ll, 0x0000000C00000008ll,
+	                                      0x0000001400000010ll, 0x0000001C00000018ll,
+	                                      0x0000002400000020ll, 0x0000002C00000028ll,
+	                                      0x0000003400000030ll, 0x0000003C00000038ll);
+	long long u;
+	memcpy(&u, p, 8);
+	return _mm512_multishift_epi64_epi8(ctl, _mm512_set1_epi64(u));
+}
+
+/* INT4: per group, each row's 16 possible weights (c − zo)·s, c = 0..15, in a
+ * register ((float)c − (float)zo is the exact small integer the oracle
+ * converts), then picked by each column's nibble. INT8: (field − zo)
+ * converted, times s, per column. */
+__attribute__((target(T512), always_inline))
+static inline void int_rows_512(const uint8_t *row, size_t ldr, int RR, int bits, const float *s,
+                                const int *zo, int gw, const float *x, int n, float *out)
+{
+	const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+	__m512 acc[4];
+	int ng = n / gw;
+	for (int r = 0; r < RR; r++)
+		acc[r] = _mm512_setzero_ps();
+	for (int g = 0; g < ng; g++) {
+		__m512 sv[4], tv[4];
+		__m512i zv[4];
+		for (int r = 0; r < RR; r++) {
+			sv[r] = _mm512_set1_ps(s[(size_t)r * ng + g]);
+			zv[r] = _mm512_set1_epi32(zo ? zo[(size_t)r * ng + g] : 1 << (bits - 1));
+			tv[r] = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_cvtepi32_ps(zv[r])), sv[r]);
+		}
 		for (int c = g * gw; c < (g + 1) * gw; c += 16) {
-			__m128i b = bits == 8 ? _mm_loadu_si128((const __m128i *)(row + c)) : nibbles16(row + c / 2);
-			__m512 w = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(b), zv));
-			w = _mm512_mul_ps(w, sv);
-			acc = _mm512_add_ps(acc, _mm512_mul_ps(w, _mm512_loadu_ps(x + c)));
+			__m512 xv = _mm512_loadu_ps(x + c);
+			for (int r = 0; r < RR; r++) {
+				__m512 w;
+				if (bits == 4) {
+					w = _mm512_permutexvar_ps(codes16(row + r * ldr + c / 2), tv[r]);
+				} else {
+					__m128i b = _mm_loadu_si128((const __m128i *)(row + r * ldr + c));
+					w = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(b), zv[r]));
+					w = _mm512_mul_ps(w, sv[r]);
+				}
+				acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(w, xv));
+			}
 		}
 	}
-	return fold512(acc);
+	for (int r = 0; r < RR; r++)
+		out[r] = fold512(acc[r]);
+}
+
+__attribute__((target(T512)))
+static void int_512(const uint8_t *row, size_t ldr, int R, int bits, const float *s, const int *zo,
+                    int gw, const float *x, int n, float *out)
+{
+#define INT_BODY(RR)                                                           \
+	do {                                                                   \
+		if (bits == 4)                                                 \
+			int_rows_512(row, ldr, RR, 4, s, zo, gw, x, n, out);   \
+		else                                                           \
+			int_rows_512(row, ldr, RR, 8, s, zo, gw, x, n, out);   \
+	} while (0)
+	ROWS4(R, INT_BODY);
+#undef INT_BODY
 }
 
 __attribute__((target("avx2")))
@@ -148,7 +281,7 @@ static float int_avx2(const uint8_t *row, int bits, const float *s, const int *z
 	__m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
 	for (int g = 0; g < n / gw; g++) {
 		__m256 sv = _mm256_set1_ps(s[g]);
-		__m256i zv = _mm256_set1_epi32(zo[g]);
+		__m256i zv = _mm256_set1_epi32(zo ? zo[g] : 1 << (bits - 1));
 		for (int c = g * gw; c < (g + 1) * gw; c += 16) {
 			__m128i b = bits == 8 ? _mm_loadu_si128((const __m128i *)(row + c)) : nibbles16(row + c / 2);
 			__m256 w0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(b), zv));
@@ -160,26 +293,43 @@ static float int_avx2(const uint8_t *row, int bits, const float *s, const int *z
 	return fold16(lo, hi);
 }
 
-int lg_qdot_int(const uint8_t *row, int bits, const float *s, const int *zo, int gw,
-                const float *x, int n, float *out)
+int lg_qdot_int(const uint8_t *row, size_t ldr, int R, int bits, const float *s, const int *zo,
+                int gw, const float *x, int n, float *out)
 {
 	int lv = level();
-	if (!lv || (bits != 8 && bits != 4) || gw <= 0 || gw % 16 || n % gw)
+	if (!lv || R < 1 || R > 4 || (bits != 8 && bits != 4) || gw <= 0 || gw % 16 || n % gw)
 		return 0;
-	*out = lv == 2 ? int_512(row, bits, s, zo, gw, x, n) : int_avx2(row, bits, s, zo, gw, x, n);
+	if (lv == 2) {
+		int_512(row, ldr, R, bits, s, zo, gw, x, n, out);
+		return 1;
+	}
+	for (int i = 0; i < R; i++)
+		out[i] = int_avx2(row + i * ldr, bits, s + (size_t)i * (n / gw),
+		                  zo ? zo + (size_t)i * (n / gw) : NULL, gw, x, n);
 	return 1;
 }
 
 /* ---------------------------------------------------------------- NVFP4 */
 
-/* The group's 16 values as the scalar table has them: lanes 1..7 the products
+/* The group values of every scale byte, lut[b][code], made from a Linear's
+ * division table once per thread and reused while the table's contents stay
+ * the same (the Linears of a token alternate, so in practice once per
+ * product and thread, 256 vector builds, against a product's thousands of
+ * groups). Row b as the scalar table has it: lanes 1..7 the products
  * f1·(.5, 1, ·, 2, ·, 4, ·) and f15·(1, 2, 4) at 3, 5, 7 (each the same exact
  * product), lane 0 +0.0 (a constant there, whatever f1 is), lanes 8..15 the
  * same with the sign bit flipped (−lut[i]: −0.0 at 8). */
-__attribute__((target("avx512f,avx512bw,avx512vl")))
-static float nvfp4_512(const uint8_t *packed, const uint8_t *scales, const float *div,
-                       const float *x, int n)
+static _Thread_local struct {
+	_Alignas(64) float lut[256][16];
+	float div[512];            /* the table lut was made from */
+	int made;
+} nv;
+
+__attribute__((target(T512), noinline))   /* else GCC re-derives the TLS address per group */
+static const float (*nvfp4_lut(const float *div))[16]
 {
+	if (nv.made && !memcmp(nv.div, div, sizeof nv.div))
+		return nv.lut;
 	const __m512 c1 = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 0.0f, 2.0f, 0.0f, 4.0f, 0.0f,
 	                                 0.0f, 0.5f, 1.0f, 0.0f, 2.0f, 0.0f, 4.0f, 0.0f);
 	const __m512 c15 = _mm512_setr_ps(0.0f, 0.0f, 0.0f, 1.0f, 0.0f, 2.0f, 0.0f, 4.0f,
@@ -188,25 +338,119 @@ static float nvfp4_512(const uint8_t *packed, const uint8_t *scales, const float
 	                                      (int)0x80000000u, (int)0x80000000u, (int)0x80000000u,
 	                                      (int)0x80000000u, (int)0x80000000u, (int)0x80000000u,
 	                                      (int)0x80000000u);
-	__m512 acc = _mm512_setzero_ps();
-	for (int g = 0; g < n / 16; g++) {
+	for (int b = 0; b < 256; b++) {
 		/* lanes 1, 2, 4, 6 (and 9, ...): f1 products; 3, 5, 7: f15's; 0 and 8: zero */
-		__m512 lut = _mm512_maskz_mul_ps(0x5656, _mm512_set1_ps(div[scales[g]]), c1);
-		lut = _mm512_mask_mul_ps(lut, 0xA8A8, _mm512_set1_ps(div[256 + scales[g]]), c15);
+		__m512 lut = _mm512_maskz_mul_ps(0x5656, _mm512_set1_ps(div[b]), c1);
+		lut = _mm512_mask_mul_ps(lut, 0xA8A8, _mm512_set1_ps(div[256 + b]), c15);
 		lut = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(lut), neg));
-		__m512i code = _mm512_cvtepu8_epi32(nibbles16(packed + 8 * g));
-		__m512 w = _mm512_permutexvar_ps(code, lut);
-		acc = _mm512_add_ps(acc, _mm512_mul_ps(w, _mm512_loadu_ps(x + 16 * g)));
+		_mm512_store_ps(nv.lut[b], lut);
 	}
-	return fold512(acc);
+	memcpy(nv.div, div, sizeof nv.div);
+	nv.made = 1;
+	return nv.lut;
 }
 
-int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, const float *div, const float *x,
-                  int n, float *out)
+/* Per group and row: the codes (codes16), their values from the scale
+ * byte's row of the table (vpermps with the table in memory), times x. */
+__attribute__((target(T512), always_inline))
+static inline void nvfp4_rows_512(const uint8_t *packed, const uint8_t *scales, int RR,
+                                  const float (*lut)[16], const float *x, int n, float *out)
 {
-	if (level() != 2 || !div || n % 16)
+	__m512 acc[4];
+	size_t lp = (size_t)n / 2, ls = (size_t)n / 16;
+	for (int r = 0; r < RR; r++)
+		acc[r] = _mm512_setzero_ps();
+	for (int g = 0; g < n / 16; g++) {
+		__m512 xv = _mm512_loadu_ps(x + 16 * g);
+		for (int r = 0; r < RR; r++) {
+			__m512 w = _mm512_permutexvar_ps(codes16(packed + r * lp + 8 * g),
+			                                 _mm512_load_ps(lut[scales[r * ls + g]]));
+			acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(w, xv));
+		}
+	}
+	for (int r = 0; r < RR; r++)
+		out[r] = fold512(acc[r]);
+}
+
+/* All R rows, 4 at a time, with one look at the table (a chunk of a decode
+ * loop is tens of rows; a check per 4 rows cost a third of their dots). */
+__attribute__((target(T512)))
+static void nvfp4_512(const uint8_t *packed, const uint8_t *scales, int R, const float *div,
+                      const float *x, int n, float *out)
+{
+	const float (*lut)[16] = nvfp4_lut(div);   /* the thread's table: its address once */
+	size_t lp = (size_t)n / 2, ls = (size_t)n / 16;
+	for (int b = 0; b < R; b += 4) {
+		const uint8_t *p = packed + b * lp, *sc = scales + b * ls;
+		/* the rows 8 ahead (~2 KB at 576 columns) fetched while these are dotted */
+		if (b + 12 <= R) {
+			for (size_t o = 0; o < 4 * lp; o += 64)
+				_mm_prefetch((const char *)(p + 8 * lp + o), _MM_HINT_T0);
+			for (size_t o = 0; o < 4 * ls; o += 64)
+				_mm_prefetch((const char *)(sc + 8 * ls + o), _MM_HINT_T0);
+		}
+#define NV_BODY(RR) nvfp4_rows_512(p, sc, RR, lut, x, n, out + b)
+		ROWS4(R - b < 4 ? R - b : 4, NV_BODY);
+#undef NV_BODY
+	}
+}
+
+int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, int R, const float *div,
+                  const float *x, int n, float *out)
+{
+	if (level() != 2 || !div || R < 1 || n % 16)
 		return 0;   /* AVX2: ops.c's dot_nvfp4_avx2 */
-	*out = nvfp4_512(packed, scales, div, x, n);
+	nvfp4_512(packed, scales, R, div, x, n, out);
+	return 1;
+}
+
+/* ----------------------------------------------------------------- BF16 */
+
+/* Widened exactly (bits << 16), times x, into lane c mod 16; the last n % 16
+ * columns with masked loads and a masked add (lanes past n keep their sum,
+ * as lg_dot's scalar tail leaves them). */
+__attribute__((target(T512), always_inline))
+static inline void bf16_rows_512(const uint16_t *w, size_t ldw, int RR, const float *x, int n,
+                                 float *out)
+{
+	__m512 acc[4];
+	for (int r = 0; r < RR; r++)
+		acc[r] = _mm512_setzero_ps();
+	int c = 0;
+	for (; c + 16 <= n; c += 16) {
+		__m512 xv = _mm512_loadu_ps(x + c);
+		for (int r = 0; r < RR; r++) {
+			__m256i h = _mm256_loadu_si256((const __m256i *)(w + r * ldw + c));
+			__m512 wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+			acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(wv, xv));
+		}
+	}
+	if (c < n) {
+		__mmask16 m = (__mmask16)((1u << (n - c)) - 1);
+		__m512 xv = _mm512_maskz_loadu_ps(m, x + c);
+		for (int r = 0; r < RR; r++) {
+			__m256i h = _mm256_maskz_loadu_epi16(m, w + r * ldw + c);
+			__m512 wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+			acc[r] = _mm512_mask_add_ps(acc[r], m, acc[r], _mm512_mul_ps(wv, xv));
+		}
+	}
+	for (int r = 0; r < RR; r++)
+		out[r] = fold512(acc[r]);
+}
+
+__attribute__((target(T512)))
+static void bf16_512(const uint16_t *w, size_t ldw, int R, const float *x, int n, float *out)
+{
+#define BF_BODY(RR) bf16_rows_512(w, ldw, RR, x, n, out)
+	ROWS4(R, BF_BODY);
+#undef BF_BODY
+}
+
+int lg_qdot_bf16(const uint16_t *w, size_t ldw, int R, const float *x, int n, float *out)
+{
+	if (level() != 2 || R < 1 || R > 4 || n < 1)
+		return 0;   /* AVX2: ops.c's dot_bf16_avx2, a row at a time */
+	bf16_512(w, ldw, R, x, n, out);
 	return 1;
 }
 
@@ -215,7 +459,7 @@ int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, const float *div
 /* U <= 3 tokens x R <= 4 rows, each (row, token) its 16 lanes in one
  * register; R and U are constants where it is inlined, so the accumulators
  * stay in registers: each w load serves U tokens, each x load R rows. */
-__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline))
+__attribute__((target(T512), always_inline))
 static inline void tile_512(const float *w, size_t ldw, int R, const float *x, size_t ldx, int U,
                             int n, float *y, size_t ldy)
 {
@@ -238,7 +482,7 @@ static inline void tile_512(const float *w, size_t ldw, int R, const float *x, s
 			y[(size_t)u * ldy + r] = fold512(acc[r][u]);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl")))
+__attribute__((target(T512)))
 static void tiles_512(const float *w, size_t ldw, int R, const float *x, size_t ldx, int T, int n,
                       float *y, size_t ldy)
 {
@@ -258,23 +502,30 @@ int lg_dot_tile(const float *w, size_t ldw, int R, const float *x, size_t ldx, i
 }
 
 #else
-int lg_qdot_fp8(const uint8_t *q, const float *s, int gw, const float *x, int n, float *out)
+int lg_qdot_fp8(const uint8_t *q, size_t ldq, int R, const float *s, int gw, const float *x,
+                int n, float *out)
 {
-	(void)q, (void)s, (void)gw, (void)x, (void)n, (void)out;
+	(void)q, (void)ldq, (void)R, (void)s, (void)gw, (void)x, (void)n, (void)out;
 	return 0;
 }
 
-int lg_qdot_int(const uint8_t *row, int bits, const float *s, const int *zo, int gw,
-                const float *x, int n, float *out)
+int lg_qdot_int(const uint8_t *row, size_t ldr, int R, int bits, const float *s, const int *zo,
+                int gw, const float *x, int n, float *out)
 {
-	(void)row, (void)bits, (void)s, (void)zo, (void)gw, (void)x, (void)n, (void)out;
+	(void)row, (void)ldr, (void)R, (void)bits, (void)s, (void)zo, (void)gw, (void)x, (void)n, (void)out;
 	return 0;
 }
 
-int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, const float *div, const float *x,
-                  int n, float *out)
+int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, int R, const float *div,
+                  const float *x, int n, float *out)
 {
-	(void)packed, (void)scales, (void)div, (void)x, (void)n, (void)out;
+	(void)packed, (void)scales, (void)R, (void)div, (void)x, (void)n, (void)out;
+	return 0;
+}
+
+int lg_qdot_bf16(const uint16_t *w, size_t ldw, int R, const float *x, int n, float *out)
+{
+	(void)w, (void)ldw, (void)R, (void)x, (void)n, (void)out;
 	return 0;
 }
 

@@ -8,33 +8,42 @@
  * added, no FMA; then acc[j] += acc[j + w] for w = 8, 4, 2, 1). The vector
  * lanes are those accumulators, so the bits are the same by construction.
  *
- * A function returns 1 with *out set when it took the row, 0 when this CPU or
- * this row has no fast path (no AVX2, RQ_ENGINE_NO_AVX2 set, a group width
+ * Each takes R (1..4) consecutive rows at once and writes out[0..R); rows
+ * are interleaved in registers (one row's adds form a chain, R rows' do not).
+ * A function returns 1 with out[] set when it took the rows, 0 when this CPU
+ * or these rows have no fast path (no AVX2, RQ_ENGINE_NO_AVX2 set, a group width
  * not a multiple of 16, an FP8 NaN code, a scale the shortcut cannot take):
- * the caller then runs the oracle. AVX-512 where the CPU has it (F, BW, VL;
- * RQ_ENGINE_NO_AVX512=1 keeps AVX2), AVX2 + F16C otherwise. */
+ * the caller then runs the oracle. AVX-512 where the CPU has it (F, BW, VL,
+ * VBMI; RQ_ENGINE_NO_AVX512=1 keeps AVX2), AVX2 + F16C otherwise. */
 #ifndef RQ_ENGINE_QDOT_H
 #define RQ_ENGINE_QDOT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* FP8 E4M3FN row q[n], scale s[c / gw] per group of gw columns. */
-int lg_qdot_fp8(const uint8_t *q, const float *s, int gw, const float *x, int n, float *out);
+/* FP8 E4M3FN rows: row i is q + i·ldq ([n] bytes), its scale for column c
+ * s[i·(n/gw) + c/gw]. */
+int lg_qdot_fp8(const uint8_t *q, size_t ldq, int R, const float *s, int gw, const float *x,
+                int n, float *out);
 
-/* INT row of 8 or 4 bits (bytes / little-endian nibbles of the pack-quantized
- * stream, column c at byte c or nibble c), w = (field − zo[g]) · s[g] with g =
- * c / gw, zo = 2^(bits−1) + zero point. Other widths: 0. */
-int lg_qdot_int(const uint8_t *row, int bits, const float *s, const int *zo, int gw,
-                const float *x, int n, float *out);
+/* INT rows of 8 or 4 bits (bytes / little-endian nibbles of the pack-quantized
+ * stream, column c at byte c or nibble c; row i at row + i·ldr), w = (field −
+ * zo[k]) · s[k] with k = i·(n/gw) + c/gw, zo = 2^(bits−1) + zero point (zo
+ * NULL: symmetric, 2^(bits−1) everywhere). Other widths: 0. */
+int lg_qdot_int(const uint8_t *row, size_t ldr, int R, int bits, const float *s, const int *zo,
+                int gw, const float *x, int n, float *out);
 
-/* NVFP4 row: packed[n/2] E2M1 codes (column 2k in the low nibble), one
- * scale byte per group of 16; div the Linear's [2][256] table (struct
+/* NVFP4 rows, any R >= 1 (4 at a time): packed[R][n/2] E2M1 codes (column 2k
+ * in the low nibble), one scale byte per group of 16 (scales[R][n/16]); div the Linear's [2][256] table (struct
  * lg_linear gs_div: f1 = div[b], f15 = div[256 + b]); the group's values are
  * 0, f1/2, f1, f15, 2f1, 2f15, 4f1, 4f15 by the code's low 3 bits, negated
  * by bit 3, as ops.c's dequant_nvfp4 tabulates them. */
-int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, const float *div, const float *x,
-                  int n, float *out);
+int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, int R, const float *div,
+                  const float *x, int n, float *out);
+
+/* BF16 rows: row i at w + i·ldw ([n] values, widened exactly). AVX-512 only
+ * (AVX2: ops.c's one-row dot), else 0. */
+int lg_qdot_bf16(const uint16_t *w, size_t ldw, int R, const float *x, int n, float *out);
 
 /* A batch's products on dequantized rows: y[t·ldy + r] = lg_dot(w + r·ldw,
  * x + t·ldx, n) for r < R (1..4) and t < T, each the oracle's bits, as

@@ -2,7 +2,8 @@
  * chunks of at least `grain` items (the last one may be short), on 1..8
  * threads, for sizes around the grain and far above it; loops run back to
  * back (a decode step is hundreds of them) and after the workers went to
- * sleep; a NULL pool runs inline. */
+ * sleep; a worker late for a loop that has closed stays out of it (its ctx
+ * is dead by then); a NULL pool runs inline. */
 #include "base/pool.h"
 #include "tests/tap.h"
 
@@ -46,6 +47,47 @@ static int run(struct rq_pool *p, struct ctx *c, size_t n, size_t grain)
 	return atomic_load(&c->short_chunks) == 0;
 }
 
+/* A loop's ctx is used only while rq_pool_for runs: each loop's ctx is
+ * marked dead when it returns, and a callback that meets a dead ctx counts. */
+static atomic_int dead_uses;
+
+struct live { atomic_int alive; atomic_int items; };
+
+static void touch(void *vctx, size_t b, size_t e, int worker)
+{
+	struct live *l = vctx;
+	if (!atomic_load(&l->alive))
+		atomic_fetch_add(&dead_uses, 1);
+	for (volatile int k = 0; worker && k < 2000; k++)   /* a worker slower than the caller */
+		;
+	if (!atomic_load(&l->alive))
+		atomic_fetch_add(&dead_uses, 1);
+	atomic_fetch_add(&l->items, (int)(e - b));
+}
+
+/* Tiny loops back to back (the caller often takes every item before a worker
+ * wakes: the worker must not enter a loop that has closed), some right after
+ * the workers went to sleep. 1 when every loop ran each item once and no
+ * callback ever saw a finished loop's ctx. */
+static int late_workers(struct rq_pool *p, int loops)
+{
+	int bad = 0;
+	for (int i = 0; i < loops; i++) {
+		if (i % 500 == 499) {
+			struct timespec ts = {0, 2 * 1000 * 1000};
+			nanosleep(&ts, NULL);
+		}
+		struct live l;
+		atomic_store(&l.alive, 1);
+		atomic_store(&l.items, 0);
+		size_t n = 2 + (size_t)(i % 7);
+		rq_pool_for(p, n, 1, touch, &l);
+		bad += atomic_load(&l.items) != (int)n;
+		atomic_store(&l.alive, 0);
+	}
+	return !bad && !atomic_load(&dead_uses);
+}
+
 int main(void)
 {
 	static struct ctx c;
@@ -82,6 +124,8 @@ int main(void)
 			used += atomic_load(&c.workers_used[w]);
 		TAP_OK(ok && used >= 1 && used <= th, "%d threads: a loop after a sleep, %d of them took chunks",
 		       th, used);
+		TAP_OK(late_workers(p, 20000), "%d threads: 20000 loops of 2..8 items, some after a sleep: "
+		       "each item once, no worker uses a loop's ctx after it returned", th);
 		rq_pool_destroy(p);
 	}
 	TAP_OK(run(NULL, &c, 1000, 7), "NULL pool: inline, each item once");

@@ -11,7 +11,10 @@
  * fast path); NVFP4 with and without the division table, negative and NaN
  * scale bytes. Random weights and inputs with a spread of exponents, so that
  * a different order shows. Meson runs it three times: AVX-512 where the CPU
- * has it, RQ_ENGINE_NO_AVX512=1 (AVX2), RQ_ENGINE_NO_AVX2=1 (portable). */
+ * has it, RQ_ENGINE_NO_AVX512=1 (AVX2), RQ_ENGINE_NO_AVX2=1 (portable). qdot.h
+ * is also called directly: the fast path must take the rows it should (so
+ * the checks test it, not the oracle it would fall back to). */
+#include "engine/model/qdot.h"
 #include "quant/quant.h"
 #include "tests/engine/dot_order.h"
 
@@ -152,6 +155,107 @@ static void nvfp4_cases(struct rq_pool *pool2, uint64_t *s)
 	}
 }
 
+/* 2: the AVX-512 paths (F, BW, VL, VBMI), 1: AVX2 + F16C, 0: portable, as qdot.c picks */
+static int path_level(void)
+{
+	const char *e2 = getenv("RQ_ENGINE_NO_AVX2"), *e5 = getenv("RQ_ENGINE_NO_AVX512");
+	__builtin_cpu_init();
+	if ((e2 && *e2 && strcmp(e2, "0")) || !__builtin_cpu_supports("avx2") ||
+	    !__builtin_cpu_supports("f16c"))
+		return 0;
+	if ((e5 && *e5 && strcmp(e5, "0")) || !__builtin_cpu_supports("avx512f") ||
+	    !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl") ||
+	    !__builtin_cpu_supports("avx512vbmi"))
+		return 1;
+	return 2;
+}
+
+/* out[0..R) against the order's sum over rows r0.. of W; 1 when all the same bits */
+static int rows_ok(const struct lg_linear *W, int r0, int R, const float *x, const float *out)
+{
+	float row[1536];
+	for (int i = 0; i < R; i++) {
+		lg_linear_row(W, r0 + i, row);
+		if (!same(out[i], ref_dot(row, x, W->cols)))
+			return 0;
+	}
+	return 1;
+}
+
+/* qdot.h called directly, R = 1..4 rows at a time: the fast path takes finite
+ * rows where this CPU has one (so the checks above test it, not the oracle
+ * they fall back to) and declines NaN codes; the NVFP4 table of a thread is
+ * remade when the division table's contents change under the same pointer. */
+static void direct_cases(uint64_t *s)
+{
+	int lv = path_level(), K = 576, G = 9, gw = 64, ok = 1, took = 1;
+	float x[576], out[4], sc[4 * 9], div[512];
+	int zo[4 * 9];
+	uint8_t w8[4 * 576], qw[4 * 288], pk[4 * 288], nsc[4 * 36];
+	uint16_t bsc[4 * 9];
+	for (int i = 0; i < K; i++)
+		x[i] = rnd(s);
+	for (int i = 0; i < 4 * K; i++) {
+		w8[i] = (uint8_t)tap_xorshift(s);
+		if ((w8[i] & 0x7F) == 0x7F)
+			w8[i] ^= 1;
+	}
+	for (int i = 0; i < 4 * K / 2; i++)
+		qw[i] = (uint8_t)tap_xorshift(s), pk[i] = (uint8_t)tap_xorshift(s);
+	for (int i = 0; i < 4 * K / 16; i++)
+		nsc[i] = (uint8_t)(tap_xorshift(s) % 0x7E);
+	for (int i = 0; i < 4 * G; i++) {
+		put_scale((uint8_t *)&bsc[i], LG_S_BF16, s);
+		sc[i] = rq_bf16_to_f32(bsc[i]);
+		zo[i] = 8;
+	}
+	struct lg_linear F = {.kind = LG_W_FP8, .rows = 4, .cols = K, .w8 = w8,
+	                      .qscale = (const uint8_t *)bsc, .sdtype = LG_S_BF16, .srows = 4, .groups = G};
+	struct lg_linear I = {.kind = LG_W_INT, .rows = 4, .cols = K, .qw = qw, .bits = 4,
+	                      .words = K / 8, .qscale = (const uint8_t *)bsc, .sdtype = LG_S_BF16,
+	                      .srows = 4, .groups = G};
+	for (int R = 1; R <= 4; R++) {
+		int t = lg_qdot_fp8(w8, K, R, sc, gw, x, K, out);
+		took &= t == (lv >= 1);
+		ok &= !t || rows_ok(&F, 0, R, x, out);
+		t = lg_qdot_int(qw, K / 2, R, 4, sc, zo, gw, x, K, out);
+		took &= t == (lv >= 1);
+		ok &= !t || rows_ok(&I, 0, R, x, out);
+	}
+	TAP_OK(took && ok, "FP8 and INT4 rows, R = 1..4: %s, the oracle's bits",
+	       lv ? "the fast path takes them" : "no fast path on the portable build");
+	w8[K + 100] = 0xFF;   /* a NaN code in row 1 */
+	TAP_OK(!lg_qdot_fp8(w8, K, 2, sc, gw, x, K, out) && (!lv || lg_qdot_fp8(w8 + 2 * K, K, 2, sc + 2 * G, gw, x, K, out)),
+	       "FP8: rows with a NaN code go to the oracle, the rows after them do not");
+	ok = took = 1;
+	uint16_t bw[4 * 576];
+	for (int i = 0; i < 4 * K; i++)
+		bw[i] = rq_f32_to_bf16(rnd(s));
+	for (int n = 40; n <= K; n += K - 40)   /* 40: a masked tail of 8 columns */
+		for (int R = 1; R <= 4; R++) {
+			struct lg_linear B = {.kind = LG_W_BF16, .rows = 4, .cols = n, .w = bw};
+			int t = lg_qdot_bf16(bw, n, R, x, n, out);
+			took &= t == (lv == 2);
+			ok &= !t || rows_ok(&B, 0, R, x, out);
+		}
+	TAP_OK(took && ok, "BF16 rows of 40 and 576, R = 1..4: %s",
+	       lv == 2 ? "the AVX-512 path takes them, the oracle's bits" : "this path declines them (ops.c's dot)");
+	ok = took = 1;
+	for (int k = 0; k < 3; k++) {   /* one division table array, three global scales */
+		float gs = k == 1 ? 448.0f * 6.0f / 0.02f : 2688.0f / (0.37f + (float)k);
+		lg_nvfp4_div_table(gs, div);
+		struct lg_linear N = {.kind = LG_W_NVFP4, .rows = 4, .cols = K, .packed = pk,
+		                      .scales = nsc, .global_scale = gs, .gs_div = div};
+		for (int R = 1; R <= 4; R++) {
+			int t = lg_qdot_nvfp4(pk, nsc, R, div, x, K, out);
+			took &= t == (lv == 2);
+			ok &= !t || rows_ok(&N, 0, R, x, out);
+		}
+	}
+	TAP_OK(took && ok, "NVFP4 rows, R = 1..4, the division table rewritten in place twice: %s",
+	       lv == 2 ? "the AVX-512 path takes them, the oracle's bits" : "this path declines them (AVX2: ops.c's dot)");
+}
+
 int main(void)
 {
 	const char *e2 = getenv("RQ_ENGINE_NO_AVX2"), *e5 = getenv("RQ_ENGINE_NO_AVX512");
@@ -164,6 +268,7 @@ int main(void)
 	fp8_cases(pool2, &s);
 	int_cases(pool2, &s);
 	nvfp4_cases(pool2, &s);
+	direct_cases(&s);
 	rq_pool_destroy(pool2);
 	return tap_done();
 }
