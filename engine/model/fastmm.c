@@ -13,8 +13,8 @@
 #define PF_ROWS 4                 /* BF16 decode: rows prefetched ahead (as ops.c) */
 
 /* A product the fast kernels take: 0 when lg_matmul's own dots serve it as
- * well (quantized decode other than AVX-512 NVFP4: bandwidth-bound, in
- * registers already). */
+ * well (quantized decode: bandwidth-bound, in registers already; qdot.c's
+ * NVFP4 dots decode at 1.6x what an FMA dot here did, same run). */
 static int takes(const struct lg_mm *m, int lv)
 {
 	if (m->T <= 0)
@@ -26,8 +26,6 @@ static int takes(const struct lg_mm *m, int lv)
 	case LG_W_F16:
 	case LG_W_F32:
 		return 1;
-	case LG_W_NVFP4:
-		return m->T == 1 && lv == 2 && m->W->gs_div && m->W->cols % 16 == 0;
 	default:
 		return 0;
 	}
@@ -146,36 +144,6 @@ static inline __m128i codes16(const uint8_t *p)
 {
 	__m128i b = _mm_loadl_epi64((const __m128i *)p), m = _mm_set1_epi8(15);
 	return _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
-}
-
-/* An NVFP4 row (cols % 16 == 0, div the Linear's gs_div) dotted with x: each
- * group's 16 values picked from its table by the codes (the values ops.c's
- * dequantization gives), two FMA chains. */
-__attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-static float dot_nvfp4_512(const uint8_t *packed, const uint8_t *scales, const float *div,
-                                const float *x, int n)
-{
-	const __m512 c1 = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 0.0f, 2.0f, 0.0f, 4.0f, 0.0f,
-	                                 -0.0f, -0.5f, -1.0f, -0.0f, -2.0f, -0.0f, -4.0f, -0.0f);
-	const __m512 c15 = _mm512_setr_ps(0.0f, 0.0f, 0.0f, 1.0f, 0.0f, 2.0f, 0.0f, 4.0f,
-	                                  -0.0f, -0.0f, -0.0f, -1.0f, -0.0f, -2.0f, -0.0f, -4.0f);
-	__m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-#define GROUP(g, acc)                                                                              \
-	do {                                                                                       \
-		__m512 lut = _mm512_maskz_mul_ps(0x5656, _mm512_set1_ps(div[scales[g]]), c1);       \
-		lut = _mm512_mask_mul_ps(lut, 0xA8A8, _mm512_set1_ps(div[256 + scales[g]]), c15);  \
-		__m512i code = _mm512_cvtepu8_epi32(codes16(packed + 8 * (g)));                   \
-		acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(code, lut), _mm512_loadu_ps(x + 16 * (g)), acc); \
-	} while (0)
-	int g = 0;
-	for (; g + 2 <= n / 16; g += 2) {   /* two FMA chains */
-		GROUP(g, a0);
-		GROUP(g + 1, a1);
-	}
-	if (g < n / 16)
-		GROUP(g, a0);
-#undef GROUP
-	return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
 /* Scale k of an FP8/INT weight_scale, widened exactly (as ops.c reads it). */
@@ -366,13 +334,6 @@ static void fast_rows(void *vctx, size_t b, size_t e, int worker)
 		if (W->kind == LG_W_BF16 && m->T <= 2) {
 			decode_bf16(m, r, i, end, c->lv);
 			i = end;
-			continue;
-		}
-		if (W->kind == LG_W_NVFP4 && m->T == 1) {   /* takes(): AVX-512, gs_div, cols % 16 */
-			for (; i < end; i++, r++)
-				m->y[r] = add_bias(W, r, dot_nvfp4_512(W->packed + (size_t)r * (K / 2),
-				                                       W->scales + (size_t)r * (K / 16), W->gs_div,
-				                                       m->x, K));
 			continue;
 		}
 		/* a token block: up to four rows dequantized once, reused by every token */

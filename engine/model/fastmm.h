@@ -12,10 +12,9 @@
  *     block's tokens in register tiles of 4 rows x 6 tokens (AVX-512) or
  *     4 x 3 (AVX2), each step one FMA; the 16 (8) lanes summed at the end
  *   decode, BF16 (T <= 2): FMA dots straight from the mapped row
- *   decode, NVFP4 (T == 1, AVX-512): the row dequantized in registers (the
- *     group's 16 values by vpermps, as qdot.c) and FMA-dotted
- *   decode, FP8 and INT (T == 1), and NVFP4 without AVX-512: lg_matmul's own
- *     register dots (qdot.h): the oracle's bits, bandwidth-bound either way
+ *   decode, NVFP4, FP8 and INT (T <= 2): lg_matmul's own register dots
+ *     (qdot.h): the oracle's bits, bandwidth-bound either way (an FMA NVFP4
+ *     dot here decoded at 0.62 of qdot.c's, the same run)
  * Results still do not depend on the thread count; they do depend on the
  * batch split (a token's products take a different tile path in a batch of
  * one than of many), which the oracle never does.
