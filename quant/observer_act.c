@@ -50,30 +50,6 @@ static float bf(float x)
 	return rq_round_bf16(x);
 }
 
-/* cast_to_fp4 (compressed-tensors): |y| to the nearest E2M1 value by these bounds, times
- * torch.sign(y); y already clamped to [-6, 6]. */
-static float fp4(float y)
-{
-	float a = fabsf(y), v;
-	if (a <= 0.25f)
-		v = 0.0f;
-	else if (a < 0.75f)
-		v = 0.5f;
-	else if (a <= 1.25f)
-		v = 1.0f;
-	else if (a < 1.75f)
-		v = 1.5f;
-	else if (a <= 2.5f)
-		v = 2.0f;
-	else if (a < 3.5f)
-		v = 3.0f;
-	else if (a <= 5.0f)
-		v = 4.0f;
-	else
-		v = 6.0f;
-	return y < 0 ? -v : y > 0 ? v : 0.0f;
-}
-
 /* The scale of step i for a group whose range is A (BF16 value). */
 static float step_scale(const struct rq_obs_params *p, float a, int i)
 {
@@ -84,7 +60,7 @@ static float step_scale(const struct rq_obs_params *p, float a, int i)
 /* |d| of one value at scale s (BF16 value as binary32, d's bits are BF16). */
 static float qerr(float x, float s)
 {
-	return fabsf(bf(bf(fp4(fminf(fmaxf(bf(x / s), -6.0f), 6.0f)) * s) - x));
+	return fabsf(bf(bf(rq_obs_fp4(fminf(fmaxf(bf(x / s), -6.0f), 6.0f)) * s) - x));
 }
 
 /* Rows [0, T) of x checked (BF16 values, finite) and each group's lo, hi. */

@@ -62,6 +62,30 @@ static inline int rq_obs_choose(uint32_t mask, int stop)
 /* m_i of a group with max |w| bits a (BF16 bits of the range). */
 uint32_t rq_obs_range(const struct rq_obs_params *p, uint32_t a, int step);
 
+/* cast_to_fp4 (compressed-tensors, CPU): |y| to the nearest E2M1 value by these bounds,
+ * times torch.sign(y) (the oracles' FP4 rounding: observer_ref.c, observer_act.c). */
+static inline float rq_obs_fp4(float y)
+{
+	float a = y < 0 ? -y : y, v;
+	if (a <= 0.25f)
+		v = 0.0f;
+	else if (a < 0.75f)
+		v = 0.5f;
+	else if (a <= 1.25f)
+		v = 1.0f;
+	else if (a < 1.75f)
+		v = 1.5f;
+	else if (a <= 2.5f)
+		v = 2.0f;
+	else if (a < 3.5f)
+		v = 3.0f;
+	else if (a <= 5.0f)
+		v = 4.0f;
+	else
+		v = 6.0f;
+	return y < 0 ? -v : y > 0 ? v : 0.0f;
+}
+
 /* What scheme s rounds to (enum rq_obs_kind). */
 int rq_obs_kind(enum rq_scheme s);
 

@@ -101,35 +101,11 @@ uint32_t rq_obs_range(const struct rq_obs_params *p, uint32_t a, int step)
 
 /* ---- the oracle ---- */
 
-/* cast_to_fp4 (compressed-tensors, CPU): |y| to the nearest E2M1 value by these bounds,
- * times torch.sign(y). */
-static float fp4_value(float y)
-{
-	float a = fabsf(y), v;
-	if (a <= 0.25f)
-		v = 0.0f;
-	else if (a < 0.75f)
-		v = 0.5f;
-	else if (a <= 1.25f)
-		v = 1.0f;
-	else if (a < 1.75f)
-		v = 1.5f;
-	else if (a <= 2.5f)
-		v = 2.0f;
-	else if (a < 3.5f)
-		v = 3.0f;
-	else if (a <= 5.0f)
-		v = 4.0f;
-	else
-		v = 6.0f;
-	return y < 0 ? -v : y > 0 ? v : 0.0f;
-}
-
 static float round_kind(int kind, float y)
 {
 	switch (kind) {
 	case RQ_OBS_FP4:
-		return fp4_value(fminf(fmaxf(y, -6.0f), 6.0f));
+		return rq_obs_fp4(fminf(fmaxf(y, -6.0f), 6.0f));
 	case RQ_OBS_INT4:
 		return rintf(fminf(fmaxf(y, -8.0f), 7.0f));
 	case RQ_OBS_INT8:

@@ -146,24 +146,6 @@ static inline __m128i codes16(const uint8_t *p)
 	return _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
 }
 
-/* Scale k of an FP8/INT weight_scale, widened exactly (as ops.c reads it). */
-static float qscale(const struct lg_linear *W, size_t k)
-{
-	if (W->sdtype == LG_S_F32) {
-		float f;
-		memcpy(&f, W->qscale + 4 * k, 4);
-		return f;
-	}
-	uint16_t b;
-	memcpy(&b, W->qscale + 2 * k, 2);
-	if (W->sdtype == LG_S_F16)
-		return lg_f16_to_f32(b);
-	uint32_t u = (uint32_t)b << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
 /* Row r of an FP8 or symmetric 8/4-bit INT W dequantized 16 columns a step:
  * the values lg_linear_row gives (qdot.c's reasoning: e4m3(b)·s ==
  * half(b)·(s·2^8), one rounding of the same product; (q − off)·s the same
@@ -182,7 +164,7 @@ static int dequant_512(const struct lg_linear *W, int r, float *out)
 		const __m128i m7f = _mm_set1_epi8(0x7F);
 		__m128i nan = _mm_setzero_si128();
 		for (int g = 0; g < G; g++) {
-			float sg = qscale(W, sr + g);
+			float sg = lg_qscale_at(W, sr + g);
 			if (!(__builtin_fabsf(sg) < 0x1p119f))
 				return 0;
 			__m512 sv = _mm512_set1_ps(sg * 256.0f);
@@ -199,7 +181,7 @@ static int dequant_512(const struct lg_linear *W, int r, float *out)
 	const uint8_t *row = W->qw + (size_t)r * W->words * 4;
 	__m512i off = _mm512_set1_epi32(1 << (W->bits - 1));
 	for (int g = 0; g < G; g++) {
-		__m512 sv = _mm512_set1_ps(qscale(W, sr + g));
+		__m512 sv = _mm512_set1_ps(lg_qscale_at(W, sr + g));
 		for (int c = g * gw; c < (g + 1) * gw; c += 16) {
 			__m128i b = W->bits == 8 ? _mm_loadu_si128((const __m128i *)(row + c))
 			                         : codes16(row + c / 2);

@@ -338,8 +338,7 @@ float lg_f16_to_f32(uint16_t h)
 	return f;
 }
 
-/* Scale k of an FP8/INT weight_scale, widened exactly. */
-static float qscale_at(const struct lg_linear *W, size_t k)
+float lg_qscale_at(const struct lg_linear *W, size_t k)
 {
 	if (W->sdtype == LG_S_F32) {
 		float f;
@@ -377,7 +376,7 @@ static void dequant_fp8(const struct lg_linear *W, int r, float *out)
 	size_t sr = W->srows == 1 ? 0 : (size_t)r * W->groups;
 	int gw = W->cols / W->groups;
 	for (int g = 0; g < W->groups; g++) {
-		float s = qscale_at(W, sr + g);
+		float s = lg_qscale_at(W, sr + g);
 		for (int c = g * gw; c < (g + 1) * gw; c++)
 			out[c] = e4m3_lut[q[c]] * s;
 	}
@@ -391,7 +390,7 @@ static void dequant_int(const struct lg_linear *W, int r, float *out)
 	size_t sr = W->srows == 1 ? 0 : (size_t)r * W->groups;
 	int gw = W->cols / W->groups, off = 1 << (W->bits - 1);
 	for (int g = 0; g < W->groups; g++) {
-		float s = qscale_at(W, sr + g);
+		float s = lg_qscale_at(W, sr + g);
 		int z = 0;
 		if (W->qzero)   /* packed down column g of [ceil(rows·bits/32)][groups] */
 			z = (int)int_field(W->qzero + 4 * (size_t)g, 4 * (size_t)W->groups, (size_t)r,
@@ -447,7 +446,7 @@ static int qdot_rows(const struct lg_linear *W, int r, int R, const float *x, fl
 			}
 		else
 			for (int g = 0; g < G; g++)
-				s[i * G + g] = qscale_at(W, sr + g);
+				s[i * G + g] = lg_qscale_at(W, sr + g);
 	}
 	if (W->kind == LG_W_FP8)
 		return lg_qdot_fp8(W->w8 + (size_t)r * W->cols, W->cols, R, s, gw, x, W->cols, out);

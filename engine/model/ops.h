@@ -31,6 +31,9 @@ void lg_matmul(struct rq_pool *pool, float *scratch, size_t stride, const struct
  * (the same values as quant's rq_dequant_row). */
 void lg_linear_row(const struct lg_linear *W, int r, float *out);
 
+/* Scale k of an FP8/INT Linear's weight_scale (F32, BF16 or F16), widened exactly. */
+float lg_qscale_at(const struct lg_linear *W, size_t k);
+
 /* Σ a[i]·b[i] in 16 interleaved partial sums, combined pairwise. */
 float lg_dot(const float *a, const float *b, int n);
 /* out[i] += s · x[i] */

@@ -324,6 +324,26 @@ static int cmp_d(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Device `device` opened, its info, and its device->device copy bandwidth
+ * (GB/s, read + write) measured now: the baseline of every figure here. */
+static int open_measured(int device, const char *who, struct ek_dev **dp, struct ek_info *inf,
+                         double *d2d, struct rq_err *err)
+{
+	char msg[512];
+	double h2d = 0;
+	int rc = ek_open(device, dp, msg, sizeof msg);
+	if (rc)
+		return rq_errf(err, rc, "%s: %s", who, msg);
+	if ((rc = ek_info(*dp, inf)) || (rc = ek_copy_bw(*dp, (size_t)1 << 30, 5, d2d, &h2d))) {
+		rc = fail(*dp, err, "copy bandwidth");
+		ek_close(*dp);
+		*dp = NULL;
+		return rc;
+	}
+	*d2d /= 1e9;
+	return 0;
+}
+
 /* us per call: every copy once (at least K_CALLS calls) in one graph,
  * median of reps replays. */
 static int time_op(struct ek_dev *d, struct op *o, const struct shapes *s, int reps, double *us,
@@ -376,17 +396,10 @@ int bench_engine_ops(int device, const char *names, int pos, int ctx, int reps, 
 	if (rc)
 		return rc;
 	struct ek_dev *d = NULL;
-	char msg[512];
-	if ((rc = ek_open(device, &d, msg, sizeof msg)))
-		return rq_errf(err, rc, "bench engine --op: %s", msg);
 	struct ek_info inf;
-	double d2d = 0, h2d = 0;
-	if ((rc = ek_info(d, &inf)) || (rc = ek_copy_bw(d, (size_t)1 << 30, 5, &d2d, &h2d))) {
-		rc = fail(d, err, "copy bandwidth");
-		ek_close(d);
+	double d2d = 0;
+	if ((rc = open_measured(device, "bench engine --op", &d, &inf, &d2d, err)))
 		return rc;
-	}
-	d2d /= 1e9;
 	if (!json)
 		printf("bench engine --op on %s (PDL: %s): device->device copy %.0f GB/s (read + write)\n",
 		       inf.name, ek_pdl_status(d), d2d);
@@ -429,17 +442,10 @@ int bench_engine_formats(int device, int reps, struct rq_err *err)
 	if (rc)
 		return rc;
 	struct ek_dev *d = NULL;
-	char msg[512];
-	if ((rc = ek_open(device, &d, msg, sizeof msg)))
-		return rq_errf(err, rc, "bench engine, per-format GEMVs: %s", msg);
 	struct ek_info inf;
-	double d2d = 0, h2d = 0;
-	if ((rc = ek_info(d, &inf)) || (rc = ek_copy_bw(d, (size_t)1 << 30, 5, &d2d, &h2d))) {
-		rc = fail(d, err, "copy bandwidth");
-		ek_close(d);
+	double d2d = 0;
+	if ((rc = open_measured(device, "bench engine, per-format GEMVs", &d, &inf, &d2d, err)))
 		return rc;
-	}
-	d2d /= 1e9;
 	printf("decode GEMV per weight format (T = 1, cold weights, median of %d graph replays; "
 	       "device->device copy %.0f GB/s, read + write, this run):\n", reps, d2d);
 	for (size_t i = 0; i < sizeof fmt / sizeof fmt[0] && !rc; i++) {
