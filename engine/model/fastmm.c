@@ -290,7 +290,7 @@ static void decode_bf16(const struct lg_mm *m, int r, size_t i, size_t end, int 
 		if (i + PF_ROWS < end) {
 			const char *nx = (const char *)(m->W->w + (size_t)(r + PF_ROWS) * K);
 			for (size_t b = 0; b < (size_t)K * 2; b += 64)
-				__builtin_prefetch(nx + b, 0, 0);
+				__builtin_prefetch(nx + b, 0, 3);
 		}
 		const uint16_t *row = m->W->w + (size_t)r * K;
 		for (int t = 0; t < m->T; t++) {
