@@ -1,8 +1,9 @@
 /* observer_act.c — llm-compressor's MSE search on one calibration batch of an NVFP4
  * input activation (observer.h rq_obs_act_mse): the input scales' `mse` observer of
  * `calib run --observer mse`. The scalar oracle (rq_obs_act_mse_ref: one operation at a
- * time, pow() per element) and the fast search (the pow table, every step of a token row
- * at once, groups in parallel) give the same bits: tests/quant/test_observer_act.c.
+ * time, pow() per element) and the fast search (observer_fast.c's rq_obs_act_rows: the pow
+ * table, 16 steps of a value in the lanes of one register, groups in parallel) give the
+ * same bits: tests/quant/test_observer_act.c.
  *
  * FACTS, read from llmcompressor 0.14.0.1 (observers/mse.py MovingAverageMSEObserver,
  * observers/mse_quant.py _grid_search_mse, observers/helpers.py _flatten_activation,
@@ -169,7 +170,7 @@ int rq_obs_act_mse_ref(const float *x, size_t ldx, size_t T, size_t cols, float 
 
 struct act_ctx {
 	const struct rq_obs_params *p;
-	const float *x, *T;        /* T: rq_obs_pow_table() */
+	const float *x;
 	size_t ldx, rows;
 	const float *lo, *hi;
 	uint32_t *mask;
@@ -188,20 +189,7 @@ static void act_groups(void *vctx, size_t b, size_t e, int worker)
 			s[i] = step_scale(p, a, i);
 			acc[i] = 0.0f;
 		}
-		for (size_t t = 0; t < c->rows; t++) {
-			const float *v = c->x + t * c->ldx + g * GROUP;
-			for (int i = 0; i < n; i++) {
-				float lane[8];
-				/* obs_sum.h's order for 16 values: x[l] + x[8+l], the lanes in order */
-				for (int l = 0; l < 8; l++)
-					lane[l] = c->T[rq_f2u(qerr(v[l], s[i])) >> 16] +
-					          c->T[rq_f2u(qerr(v[l + 8], s[i])) >> 16];
-				float r = 0.0f;
-				for (int l = 0; l < 8; l++)
-					r += lane[l];
-				acc[i] += r;
-			}
-		}
+		rq_obs_act_rows(c->x + g * GROUP, c->ldx, c->rows, s, n, acc);
 		float best = BF16_MAX;
 		uint32_t mk = 0;
 		for (int i = 0; i < n; i++) {
@@ -226,7 +214,7 @@ int rq_obs_act_mse(const float *x, size_t ldx, size_t T, size_t cols, float *lo,
 	uint32_t *mask = malloc(ng * sizeof *mask);
 	if (!mask)
 		return -ENOMEM;
-	struct act_ctx c = {.p = p, .x = x, .T = rq_obs_pow_table(), .ldx = ldx, .rows = T,
+	struct act_ctx c = {.p = p, .x = x, .ldx = ldx, .rows = T,
 	                    .lo = lo, .hi = hi, .mask = mask};
 	if (pool)
 		rq_pool_for(pool, ng, 1, act_groups, &c);

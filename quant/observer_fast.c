@@ -97,9 +97,9 @@ T512 __m512 bf16_512(__m512 v)
 /* pw_lanes with NC = 16 in one register, operation for operation. FP4: the seven
  * comparisons as masked adds; INT: the clamp and rint as roundscale (ties to even, as
  * the magic-number add); FP8: rq_e4m3_code then rq_e4m3_val on the bit patterns. */
-T512 __m512 pw_512(int kind, float x, __m512 sv, __m512 rv, int recip, const float *T)
+T512 __m512 pw_512v(int kind, __m512 xv, __m512 sv, __m512 rv, int recip, const float *T)
 {
-	__m512 xv = _mm512_set1_ps(x), v;
+	__m512 v;
 	__m512 y = bf16_512(recip ? _mm512_mul_ps(xv, rv) : _mm512_div_ps(xv, sv));
 	__m512i sign = _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32((int)0x80000000u));
 	__m512 a = _mm512_abs_ps(y);
@@ -141,6 +141,12 @@ T512 __m512 pw_512(int kind, float x, __m512 sv, __m512 rv, int recip, const flo
 	__m512i idx = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(d), 16),
 	                               _mm512_set1_epi32(0x7FFF));
 	return _mm512_i32gather_ps(idx, T, 4);
+}
+
+/* pw_512v of one weight against the 16 scales */
+T512 __m512 pw_512(int kind, float x, __m512 sv, __m512 rv, int recip, const float *T)
+{
+	return pw_512v(kind, _mm512_set1_ps(x), sv, rv, recip, T);
 }
 #endif
 
@@ -782,4 +788,114 @@ int rq_obs_unit_sums(int kind, const struct rq_obs_params *p, const uint16_t *w,
 		unit_pass_isa(rq_quant_isa(), kind, w, nv, uo, v0, v0 + nu / 8, nu, &c, cnt, !far,
 		              rq_obs_pow_table(), &b, sum);
 	return cnt;
+}
+
+/* ---- the input observer's rows (observer_act.c) ---- */
+
+/* acc[0..NC) += over rows [0, rows) of the group at x, in row order, the row's 16 values'
+ * T(d) at the NC scales s (reciprocals r, or NULL: divide) summed in obs_sum.h's order
+ * for 16 values: (((0 + v_0) + v_1) .. + v_7), v_l = T(d_l) + T(d_(l+8)). x signed: pw
+ * takes the sign (its error's magnitude is that of |x|). */
+static inline __attribute__((always_inline))
+void act_batch(const float *x, size_t ldx, size_t rows, const float *s, const float *r,
+               const float *T, float *acc)
+{
+	for (size_t t = 0; t < rows; t++) {
+		const float *v = x + t * ldx;
+		float a[NC], b[NC], row[NC];
+		for (int c = 0; c < NC; c++)
+			row[c] = 0.0f;
+		for (int l = 0; l < 8; l++) {
+			pw_lanes(RQ_OBS_FP4, v[l], s, r, T, a);
+			pw_lanes(RQ_OBS_FP4, v[l + 8], s, r, T, b);
+			for (int c = 0; c < NC; c++)
+				row[c] += a[c] + b[c];
+		}
+		for (int c = 0; c < NC; c++)
+			acc[c] += row[c];
+	}
+}
+
+#ifdef RQ_X86_VARIANTS
+__attribute__((target("arch=x86-64-v4"), noinline)) static void
+act_batch_512(const float *x, size_t ldx, size_t rows, const float *s, const float *r,
+              const float *T, float *acc)
+{
+	__m512 sv = _mm512_loadu_ps(s), rv = _mm512_loadu_ps(r ? r : s);
+	__m512 sum = _mm512_loadu_ps(acc);
+	for (size_t t = 0; t < rows; t++) {
+		const float *v = x + t * ldx;
+		__m512 row = _mm512_setzero_ps();
+		for (int l = 0; l < 8; l++)
+			row = _mm512_add_ps(row, _mm512_add_ps(pw_512(RQ_OBS_FP4, v[l], sv, rv, r != NULL, T),
+			                                       pw_512(RQ_OBS_FP4, v[l + 8], sv, rv,
+			                                              r != NULL, T)));
+		sum = _mm512_add_ps(sum, row);
+	}
+	_mm512_storeu_ps(acc, sum);
+}
+#endif
+
+#ifdef RQ_X86_VARIANTS
+/* The last 1..4 scales of act_rows (memoryless's 20 steps are 16 + 4): lane 4 i + c holds
+ * value i of a block of 4 against scale c, so a row's 16 values are 4 registers (not 16 with
+ * 12 idle lanes each); blocks k and k + 2 pair values l and l + 8 (v_l, 4 lanes each), and
+ * the row's sum takes them in order l = 0..7 from their 128-bit lanes. */
+__attribute__((target("arch=x86-64-v4"), noinline)) static void
+act_tail4_512(const float *x, size_t ldx, size_t rows, const float *s, const float *r,
+              const float *T, float *acc)
+{
+	const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+	__m512 sv = _mm512_broadcast_f32x4(_mm_loadu_ps(s));
+	__m512 rv = _mm512_broadcast_f32x4(_mm_loadu_ps(r ? r : s));
+	__m128 sum = _mm_loadu_ps(acc);
+	for (size_t t = 0; t < rows; t++) {
+		const float *v = x + t * ldx;
+		__m512 p[4];
+		for (int k = 0; k < 4; k++)
+			p[k] = pw_512v(RQ_OBS_FP4, _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
+			                                                             _mm_loadu_ps(v + 4 * k))),
+			               sv, rv, r != NULL, T);
+		__m512 lo = _mm512_add_ps(p[0], p[2]), hi = _mm512_add_ps(p[1], p[3]);
+		__m128 row = _mm_setzero_ps();
+		row = _mm_add_ps(row, _mm512_castps512_ps128(lo));
+		row = _mm_add_ps(row, _mm512_extractf32x4_ps(lo, 1));
+		row = _mm_add_ps(row, _mm512_extractf32x4_ps(lo, 2));
+		row = _mm_add_ps(row, _mm512_extractf32x4_ps(lo, 3));
+		row = _mm_add_ps(row, _mm512_castps512_ps128(hi));
+		row = _mm_add_ps(row, _mm512_extractf32x4_ps(hi, 1));
+		row = _mm_add_ps(row, _mm512_extractf32x4_ps(hi, 2));
+		row = _mm_add_ps(row, _mm512_extractf32x4_ps(hi, 3));
+		sum = _mm_add_ps(sum, row);
+	}
+	_mm_storeu_ps(acc, sum);
+}
+#endif
+
+void rq_obs_act_rows(const float *x, size_t ldx, size_t rows, const float *s, int n, float *acc)
+{
+	const float *T = rq_obs_pow_table();
+	float sb[NC], rb[NC], ab[NC];
+	int isa = rq_quant_isa();
+	for (int o = 0; o < n; o += NC) {
+		uint32_t far = 0;
+		for (int c = 0; c < NC; c++) {
+			sb[c] = o + c < n ? s[o + c] : 1.0f;   /* padding lanes: evaluated, ignored */
+			rb[c] = 1.0f / sb[c];
+			ab[c] = o + c < n ? acc[o + c] : 0.0f;
+			far |= rq_f2u(sb[c]) - 0x00800000u > 0x7E000000u - 0x00800000u;
+		}
+		const float *r = far ? NULL : rb;   /* a scale outside [2^-126, 2^125]: divide */
+#ifdef RQ_X86_VARIANTS
+		if (isa == RQ_ISA_AVX512 && n - o <= 4)
+			act_tail4_512(x, ldx, rows, sb, r, T, ab);
+		else if (isa == RQ_ISA_AVX512)
+			act_batch_512(x, ldx, rows, sb, r, T, ab);
+		else
+#endif
+			act_batch(x, ldx, rows, sb, r, T, ab);
+		for (int c = 0; c < NC && o + c < n; c++)
+			acc[o + c] = ab[c];
+	}
+	(void)isa;
 }

@@ -109,6 +109,12 @@ void rq_obs_search_rows(int kind, const struct rq_obs_params *p, const uint16_t 
                         size_t rows, size_t cols, size_t group, uint8_t *best, uint32_t *mask,
                         void *scratch);
 
+/* The input observer's fast search (observer_act.c) for one group of 16 columns: acc[i]
+ * (i < n) += over rows [0, rows) of x[row * ldx + 0..16), in row order, the sum of the
+ * row's 16 values' T(d) at scale s[i] in obs_sum.h's order for 16 values, by the
+ * instruction-set variant in use (rq_quant_isa), the scalar oracle's bits. */
+void rq_obs_act_rows(const float *x, size_t ldx, size_t rows, const float *s, int n, float *acc);
+
 /* For tests: the unit passes' (observer_fast.c) binary32 sums, before the BF16 rounding,
  * of group w[0..n) at steps step0 .. step0 + 15 (fewer at the end), every unit visited
  * and, the best starting at BF16 max, none dropped while the sums stay below it, by the

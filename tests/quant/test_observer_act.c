@@ -6,6 +6,7 @@
 #include "quant/observer.h"
 #include "quant/observer_int.h"
 #include "quant/quant.h"
+#include "quant/quant_int.h"
 #include "base/pool.h"
 #include "tests/tap.h"
 
@@ -58,9 +59,14 @@ static void test_fast_vs_ref(struct rq_pool *pool)
 		float *x = malloc(T * ld * sizeof *x);
 		float *lo = malloc(ng * 4 * sizeof *lo), *hi = lo + ng, *rlo = hi + ng, *rhi = rlo + ng;
 		fill(x, T, cols, ld, cases[k].shape);
-		int a = rq_obs_act_mse(x, ld, T, cols, lo, hi, k % 2 ? pool : NULL);
-		int b = rq_obs_act_mse_ref(x, ld, T, cols, rlo, rhi);
-		int eq = !a && !b && !memcmp(lo, rlo, ng * sizeof *lo) && !memcmp(hi, rhi, ng * sizeof *hi);
+		int b = rq_obs_act_mse_ref(x, ld, T, cols, rlo, rhi), eq = !b, a = 0;
+		for (int isa = 0; isa <= rq_quant_isa_max(); isa++) {   /* every variant */
+			rq_quant_isa_force(isa);
+			a |= rq_obs_act_mse(x, ld, T, cols, lo, hi, k % 2 ? pool : NULL);
+			eq &= !memcmp(lo, rlo, ng * sizeof *lo) && !memcmp(hi, rhi, ng * sizeof *hi);
+		}
+		rq_quant_isa_force(-1);
+		eq &= !a;
 		/* the search chose a range no wider than the batch's and not below 0.81 of it */
 		int shrunk = 0;
 		for (size_t g = 0; g < ng; g++) {
@@ -71,13 +77,68 @@ static void test_fast_vs_ref(struct rq_pool *pool)
 			eq &= chosen <= amax && chosen >= bf(amax * 0.81f) * 0.999f;
 			shrunk += chosen < amax;
 		}
-		TAP_OK(eq, "T %zu cols %zu (stride %zu, %s, %s): fast == oracle on all %zu groups "
+		TAP_OK(eq, "T %zu cols %zu (stride %zu, %s, %s): fast == oracle on all %zu groups, every "
+		       "instruction-set variant "
 		       "(%d chose a range below the batch's max)", T, cols, ld,
 		       cases[k].shape == 1 ? "outlier tokens" : cases[k].shape == 2 ? "tiny values"
 		       : "plain", k % 2 ? "pool" : "one thread", ng, shrunk);
 		free(x);
 		free(lo);
 	}
+}
+
+/* rq_obs_act_rows' binary32 sums, before the BF16 rounding, against the oracle's
+ * (rq_obs_act_err_ref's *sum) at every step of every group, bit for bit, in every
+ * instruction-set variant: a different order or rounding shows here before it changes a
+ * chosen range. Includes tiny values (the 2^-7 floor, subnormal quotients) and a group
+ * whose scales fall below 2^-126 (the division path). */
+static void test_row_sums(void)
+{
+	const struct rq_obs_params *p = rq_obs_params(RQ_OBSERVER_MSE);
+	static const struct { size_t T, cols; int shape; } cases[] = {
+		{1, 48, 0}, {37, 576, 1}, {9, 64, 2},
+	};
+	long bad = 0, n = 0;
+	char first[160] = "";
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		size_t T = cases[k].T, cols = cases[k].cols, ng = cols / 16;
+		float *x = malloc(T * cols * sizeof *x);
+		fill(x, T, cols, cols, cases[k].shape);
+		if (k == 2)
+			for (size_t t = 0; t < T; t++)        /* group 3: scales below 2^-126 */
+				for (size_t j = 0; j < 16; j++)
+					x[t * cols + 48 + j] = bf(ldexp(unif() - 0.5, -128));
+		for (size_t g = 0; g < ng; g++) {
+			float a = 0.0f, s[RQ_OBS_MAX_STEPS];
+			for (size_t t = 0; t < T; t++)
+				for (size_t j = 0; j < 16; j++)
+					a = fmaxf(a, fabsf(x[t * cols + g * 16 + j]));
+			for (int i = 0; i < p->steps; i++) {
+				s[i] = bf(bf(a * p->p[i]) / 6.0f);
+				s[i] = s[i] == 0.0f ? 0x1p-7f : s[i];
+			}
+			for (int isa = 0; isa <= rq_quant_isa_max(); isa++) {
+				float acc[RQ_OBS_MAX_STEPS] = {0};
+				rq_quant_isa_force(isa);
+				rq_obs_act_rows(x + g * 16, cols, T, s, p->steps, acc);
+				for (int i = 0; i < p->steps; i++, n++) {
+					float want;
+					rq_obs_act_err_ref(x, cols, T, g, a, i, &want);
+					if (rq_f2u(acc[i]) == rq_f2u(want))
+						continue;
+					if (!bad++)
+						snprintf(first, sizeof first, "%s T %zu group %zu step %d: %a, oracle %a",
+						         rq_quant_isa_name(isa), T, g, i, (double)acc[i], (double)want);
+				}
+			}
+			rq_quant_isa_force(-1);
+		}
+		free(x);
+	}
+	if (bad)
+		printf("# %s\n", first);
+	TAP_OK(bad == 0 && n > 2000, "rows: %ld of %ld binary32 sums differ from the oracle's "
+	       "(every step, group and variant; tiny values, a group below 2^-126)", bad, n);
 }
 
 static void test_zero_and_refusals(void)
@@ -130,6 +191,7 @@ int main(void)
 	if (rq_pool_create(3, &pool))
 		TAP_SKIP_ALL("no thread pool (out of memory)");
 	test_fast_vs_ref(pool);
+	test_row_sums();
 	test_zero_and_refusals();
 	test_err_order();
 	test_lerp();
