@@ -148,6 +148,30 @@ T512 __m512 pw_512(int kind, float x, __m512 sv, __m512 rv, int recip, const flo
 {
 	return pw_512v(kind, _mm512_set1_ps(x), sv, rv, recip, T);
 }
+
+/* FP4 with reciprocals, the hot case: pw_512v's arithmetic on |x| (xa; the error's
+ * magnitude is the same: R(y) has the sign of x and round-to-nearest is symmetric), with
+ * the dequantized values bf16(v * s) of the 7 nonzero FP4 magnitudes made once per batch
+ * (fp4_levels) and picked by the same seven comparisons. */
+T512 void fp4_levels(__m512 sv, __m512 qv[7])
+{
+	static const float mag[7] = {0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+	for (int k = 0; k < 7; k++)
+		qv[k] = bf16_512(_mm512_mul_ps(_mm512_set1_ps(mag[k]), sv));
+}
+
+T512 __m512 pw_fp4(__m512 xa, __m512 rv, const __m512 qv[7], const float *T)
+{
+	static const float thr[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+	__m512 y = bf16_512(_mm512_mul_ps(xa, rv)), q = _mm512_setzero_ps();
+	for (int t = 0; t < 7; t++)
+		q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(y, _mm512_set1_ps(thr[t]),
+		                                             t % 2 ? _CMP_GE_OQ : _CMP_GT_OQ), qv[t]);
+	__m512 d = bf16_512(_mm512_sub_ps(q, xa));
+	__m512i idx = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(d), 16),
+	                               _mm512_set1_epi32(0x7FFF));
+	return _mm512_i32gather_ps(idx, T, 4);
+}
 #endif
 
 /* observer_ref.c's row_sum with NC lanes per value: src[size][nl][NC] -> out[nl][NC]. The
@@ -293,39 +317,19 @@ T512 int alive_512(const float *acc, float bound, int later, int live)
 	return (m & (__mmask16)((1u << live) - 1u)) != 0;
 }
 GROUP_ERRS_DEF(group_errs_512, T512, pw_512s, alive_512)
-/* NVFP4's groups of 16 with reciprocals, the hot case: group_errs_512's arithmetic on |x|
- * (the error's magnitude is the same: R(y) has the sign of x and round-to-nearest is
- * symmetric), with the dequantized values bf16(v * s) of the 7 nonzero FP4 magnitudes
- * made once per batch and picked by the same seven comparisons. */
+/* NVFP4's groups of 16 with reciprocals, the hot case: pw_fp4 per weight. */
 T512 int fp4x16_512(const uint16_t *w, const float *s, const float *r, const float *T,
                     float *err, float bound, int later, int live, const uint8_t *ord)
 {
-	static const float mag[7] = {0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-	static const float thr[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-	__m512 sv = _mm512_loadu_ps(s), rv = _mm512_loadu_ps(r), qv[7], v[8];
+	__m512 rv = _mm512_loadu_ps(r), qv[7], v[8];
 	__m512 acc = _mm512_setzero_ps();
-	for (int k = 0; k < 7; k++)
-		qv[k] = bf16_512(_mm512_mul_ps(_mm512_set1_ps(mag[k]), sv));
+	fp4_levels(_mm512_loadu_ps(s), qv);
 	for (int l = 0; l < 8; l++)
 		v[l] = _mm512_setzero_ps();
-	const __m512i rnd = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
-	const __m512i low = _mm512_set1_epi32(0x7FFF);
 	for (int k = 0; k < 8; k++) {
 		int l = ord[k];
-		__m512 p2[2];
-		for (int h = 0; h < 2; h++) {
-			__m512 xa = _mm512_set1_ps(rq_bf16f(w[l + 8 * h] & 0x7FFFu));
-			__m512 y = bf16_512(_mm512_mul_ps(xa, rv)), q = _mm512_setzero_ps();
-			for (int t = 0; t < 7; t++)
-				q = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(y, _mm512_set1_ps(thr[t]),
-				                                             t % 2 ? _CMP_GE_OQ : _CMP_GT_OQ),
-				                       qv[t]);
-			__m512i u = _mm512_castps_si512(_mm512_sub_ps(q, xa));
-			u = _mm512_add_epi32(_mm512_add_epi32(u, rnd),
-			                     _mm512_and_si512(_mm512_srli_epi32(u, 16), one));
-			p2[h] = _mm512_i32gather_ps(_mm512_and_si512(_mm512_srli_epi32(u, 16), low), T, 4);
-		}
-		v[l] = _mm512_add_ps(p2[0], p2[1]);
+		v[l] = _mm512_add_ps(pw_fp4(_mm512_set1_ps(rq_bf16f(w[l] & 0x7FFFu)), rv, qv, T),
+		                     pw_fp4(_mm512_set1_ps(rq_bf16f(w[l + 8] & 0x7FFFu)), rv, qv, T));
 		if (k == 0 || k == 6)
 			continue;
 		acc = _mm512_setzero_ps();
@@ -817,26 +821,32 @@ void act_batch(const float *x, size_t ldx, size_t rows, const float *s, const fl
 }
 
 #ifdef RQ_X86_VARIANTS
+/* T(d) of 16 lanes of values xv (|x| with reciprocals: pw_fp4; else pw_512v, dividing) */
+T512 __m512 act_pw(__m512 xv, __m512 sv, __m512 rv, const __m512 qv[7], int recip,
+                   const float *T)
+{
+	return recip ? pw_fp4(_mm512_abs_ps(xv), rv, qv, T) : pw_512v(RQ_OBS_FP4, xv, sv, rv, 0, T);
+}
+
 __attribute__((target("arch=x86-64-v4"), noinline)) static void
 act_batch_512(const float *x, size_t ldx, size_t rows, const float *s, const float *r,
               const float *T, float *acc)
 {
-	__m512 sv = _mm512_loadu_ps(s), rv = _mm512_loadu_ps(r ? r : s);
+	__m512 sv = _mm512_loadu_ps(s), rv = _mm512_loadu_ps(r ? r : s), qv[7];
 	__m512 sum = _mm512_loadu_ps(acc);
+	fp4_levels(sv, qv);
 	for (size_t t = 0; t < rows; t++) {
 		const float *v = x + t * ldx;
 		__m512 row = _mm512_setzero_ps();
 		for (int l = 0; l < 8; l++)
-			row = _mm512_add_ps(row, _mm512_add_ps(pw_512(RQ_OBS_FP4, v[l], sv, rv, r != NULL, T),
-			                                       pw_512(RQ_OBS_FP4, v[l + 8], sv, rv,
-			                                              r != NULL, T)));
+			row = _mm512_add_ps(row, _mm512_add_ps(
+			    act_pw(_mm512_set1_ps(v[l]), sv, rv, qv, r != NULL, T),
+			    act_pw(_mm512_set1_ps(v[l + 8]), sv, rv, qv, r != NULL, T)));
 		sum = _mm512_add_ps(sum, row);
 	}
 	_mm512_storeu_ps(acc, sum);
 }
-#endif
 
-#ifdef RQ_X86_VARIANTS
 /* The last 1..4 scales of act_rows (memoryless's 20 steps are 16 + 4): lane 4 i + c holds
  * value i of a block of 4 against scale c, so a row's 16 values are 4 registers (not 16 with
  * 12 idle lanes each); blocks k and k + 2 pair values l and l + 8 (v_l, 4 lanes each), and
@@ -847,15 +857,15 @@ act_tail4_512(const float *x, size_t ldx, size_t rows, const float *s, const flo
 {
 	const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
 	__m512 sv = _mm512_broadcast_f32x4(_mm_loadu_ps(s));
-	__m512 rv = _mm512_broadcast_f32x4(_mm_loadu_ps(r ? r : s));
+	__m512 rv = _mm512_broadcast_f32x4(_mm_loadu_ps(r ? r : s)), qv[7];
 	__m128 sum = _mm_loadu_ps(acc);
+	fp4_levels(sv, qv);
 	for (size_t t = 0; t < rows; t++) {
 		const float *v = x + t * ldx;
 		__m512 p[4];
 		for (int k = 0; k < 4; k++)
-			p[k] = pw_512v(RQ_OBS_FP4, _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
-			                                                             _mm_loadu_ps(v + 4 * k))),
-			               sv, rv, r != NULL, T);
+			p[k] = act_pw(_mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_loadu_ps(v + 4 * k))),
+			              sv, rv, qv, r != NULL, T);
 		__m512 lo = _mm512_add_ps(p[0], p[2]), hi = _mm512_add_ps(p[1], p[3]);
 		__m128 row = _mm_setzero_ps();
 		row = _mm_add_ps(row, _mm512_castps512_ps128(lo));
