@@ -25,6 +25,10 @@
  *    tests/quant/test_observer.c);
  *  - groups of 16 (NVFP4): torch's sum of 16 is (((0 + v0) + v1) .. + v7), v_l = p_l +
  *    p_(l+8), done directly; wider groups skip the cascade's levels they never reach.
+ *  - the input observer's rows (rq_obs_act_rows, for observer_act.c): the same candidates
+ *    in lanes, every step kept (the patience is the batch's), a row's 16 values in
+ *    obs_sum.h's order of 16 and the rows added in order; 20 steps are a register of 16
+ *    and one of 4 values x 4 steps.
  * |d|^2.40625 is a lookup in rq_obs_pow_table (|d| is a BF16): an AVX-512 gather in the
  * avx512 variant (pw_512, the same operations in intrinsics), scalar loads elsewhere.
  * Compiled for SSE2, AVX2 and AVX-512 like scheme_kern.c (quant_int.h's rq_quant_isa
