@@ -26,6 +26,7 @@
  * positions of each query, back to pos - window + 1) is still in the ring. */
 #include "engine/model/forward_int.h"
 #include "engine/model/ops.h"
+#include "engine/model/qdot.h"
 #include "engine/model/observe.h"
 #include "engine/model/torch_bf16.h"
 #include "engine/model/fastmm.h"
@@ -350,11 +351,23 @@ static void attn_items(void *vctx, size_t b, size_t e, int worker)
 				              (size_t)s->kvd, run, hd, sc + j, (size_t)run);
 				j += run;
 			}
+		else             /* lg_dot(q, k) by runs of adjacent slots, 4 keys a tile (qdot.h) */
+			for (int j = 0; j < n;) {
+				int slot = (lo + j) % cap, run = n - j < cap - slot ? n - j : cap - slot, d = 0;
+				const float *k0 = kc + (size_t)slot * s->kvd + (size_t)kvh * hd;
+				for (int R; d < run; d += R) {
+					R = run - d < 4 ? run - d : 4;
+					if (!lg_dot_tile(k0 + (size_t)d * s->kvd, s->kvd, R, q, (size_t)hd, 1, hd,
+					                 sc + j + d, 1))
+						break;
+				}
+				for (; d < run; d++)
+					sc[j + d] = lg_dot(q, k0 + (size_t)d * s->kvd, hd);
+				j += run;
+			}
 		for (int j = 0; j < n; j++) {
-			int slot = (lo + j) % cap;
 			/* BF16 mode: q·k rounded, times the scaling rounded (transformers' eager) */
-			const float *kv = kc + (size_t)slot * s->kvd + (size_t)kvh * hd;
-			sc[j] = s->bf16 ? lg_bf16(lg_bf16(sc[j]) * a->scale) : lg_dot(q, kv, hd) * a->scale;
+			sc[j] = s->bf16 ? lg_bf16(lg_bf16(sc[j]) * a->scale) : sc[j] * a->scale;
 			if (sc[j] > mx)
 				mx = sc[j];
 		}
@@ -392,9 +405,15 @@ static void attn_items(void *vctx, size_t b, size_t e, int worker)
 				o[d] = lg_bf16(((pp[d] + pp[hd + d]) + pp[2 * hd + d]) + pp[3 * hd + d]);
 			continue;
 		}
-		for (int j = 0; j < n; j++) {
-			int slot = (lo + j) % cap;
-			lg_axpy(o, sc[j] / sum, vc + (size_t)slot * s->kvd + (size_t)kvh * hd, hd);
+		for (int j = 0; j < n; j++)
+			sc[j] = sc[j] / sum;
+		for (int j = 0; j < n;) {   /* lg_axpy a key at a time, o in registers over a run */
+			int slot = (lo + j) % cap, run = n - j < cap - slot ? n - j : cap - slot;
+			const float *v0 = vc + (size_t)slot * s->kvd + (size_t)kvh * hd;
+			if (!lg_axpy_rows(o, sc + j, v0, s->kvd, run, hd))
+				for (int d = 0; d < run; d++)
+					lg_axpy(o, sc[j + d], v0 + (size_t)d * s->kvd, hd);
+			j += run;
 		}
 	}
 }

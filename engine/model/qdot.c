@@ -501,6 +501,47 @@ int lg_dot_tile(const float *w, size_t ldw, int R, const float *x, size_t ldx, i
 	return 1;
 }
 
+/* ------------------------------------------------------- rows of axpys */
+
+/* KK <= 4 registers of out (16 columns each) through every row: per
+ * column the adds of lg_axpy row after row, s[r] · x rounded, then added. */
+__attribute__((target(T512), always_inline))
+static inline void axpy_cols_512(float *out, const float *s, const float *x, size_t ldx,
+                                 int rows, int KK)
+{
+	__m512 acc[4];
+	for (int k = 0; k < KK; k++)
+		acc[k] = _mm512_loadu_ps(out + 16 * k);
+	for (int r = 0; r < rows; r++) {
+		__m512 sv = _mm512_set1_ps(s[r]);
+		for (int k = 0; k < KK; k++)
+			acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(sv, _mm512_loadu_ps(x + r * ldx + 16 * k)));
+	}
+	for (int k = 0; k < KK; k++)
+		_mm512_storeu_ps(out + 16 * k, acc[k]);
+}
+
+__attribute__((target(T512)))
+static void axpy_rows_512(float *out, const float *s, const float *x, size_t ldx, int rows, int n)
+{
+	for (int c = 0; c < n; c += 64) {
+		switch ((n - c) / 16 < 4 ? (n - c) / 16 : 4) {
+		case 4: axpy_cols_512(out + c, s, x + c, ldx, rows, 4); break;
+		case 3: axpy_cols_512(out + c, s, x + c, ldx, rows, 3); break;
+		case 2: axpy_cols_512(out + c, s, x + c, ldx, rows, 2); break;
+		default: axpy_cols_512(out + c, s, x + c, ldx, rows, 1); break;
+		}
+	}
+}
+
+int lg_axpy_rows(float *out, const float *s, const float *x, size_t ldx, int rows, int n)
+{
+	if (level() != 2 || n % 16 || rows < 0)
+		return 0;
+	axpy_rows_512(out, s, x, ldx, rows, n);
+	return 1;
+}
+
 #else
 int lg_qdot_fp8(const uint8_t *q, size_t ldq, int R, const float *s, int gw, const float *x,
                 int n, float *out)
@@ -526,6 +567,12 @@ int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, int R, const flo
 int lg_qdot_bf16(const uint16_t *w, size_t ldw, int R, const float *x, int n, float *out)
 {
 	(void)w, (void)ldw, (void)R, (void)x, (void)n, (void)out;
+	return 0;
+}
+
+int lg_axpy_rows(float *out, const float *s, const float *x, size_t ldx, int rows, int n)
+{
+	(void)out, (void)s, (void)x, (void)ldx, (void)rows, (void)n;
 	return 0;
 }
 

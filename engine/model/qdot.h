@@ -52,4 +52,9 @@ int lg_qdot_bf16(const uint16_t *w, size_t ldw, int R, const float *x, int n, fl
 int lg_dot_tile(const float *w, size_t ldw, int R, const float *x, size_t ldx, int T, int n,
                 float *y, size_t ldy);
 
+/* out[i] += s[r] · x[r·ldx + i] for rows r = 0, 1, .. in order (i < n): lg_axpy
+ * row after row, the same bits, with out held in registers across the rows
+ * (attention's P·V, a key at a time). AVX-512 and n % 16 == 0 only, else 0. */
+int lg_axpy_rows(float *out, const float *s, const float *x, size_t ldx, int rows, int n);
+
 #endif

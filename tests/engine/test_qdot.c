@@ -13,7 +13,8 @@
  * a different order shows. Meson runs it three times: AVX-512 where the CPU
  * has it, RQ_ENGINE_NO_AVX512=1 (AVX2), RQ_ENGINE_NO_AVX2=1 (portable). qdot.h
  * is also called directly: the fast path must take the rows it should (so
- * the checks test it, not the oracle it would fall back to). */
+ * the checks test it, not the oracle it would fall back to). Also attention's
+ * P·V rows (lg_axpy_rows) against lg_axpy row by row. */
 #include "engine/model/qdot.h"
 #include "quant/quant.h"
 #include "tests/engine/dot_order.h"
@@ -256,6 +257,36 @@ static void direct_cases(uint64_t *s)
 	       lv == 2 ? "the AVX-512 path takes them, the oracle's bits" : "this path declines them (AVX2: ops.c's dot)");
 }
 
+/* lg_axpy_rows (attention's P·V): out += s[r] · x[r] row after row, per column
+ * the products rounded then added in row order, as lg_axpy row by row: bit for
+ * bit, for widths of 1 to 5 registers (a last partial group of 4) and 0 to 37
+ * rows of a strided x. */
+static void axpy_rows_cases(uint64_t *s)
+{
+	int lv = path_level(), ok = 1, took = 1;
+	static const int widths[] = {16, 48, 64, 80, 128};
+	enum { LD = 136, ROWS = 37 };
+	float x[ROWS * LD], sv[ROWS], got[128], want[128];
+	for (int i = 0; i < ROWS * LD; i++)
+		x[i] = rnd(s);
+	for (int r = 0; r < ROWS; r++)
+		sv[r] = rnd(s);
+	for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++)
+		for (int rows = 0; rows <= ROWS; rows += rows < 2 ? 1 : 5) {
+			int n = widths[k];
+			for (int i = 0; i < n; i++)
+				got[i] = want[i] = rnd(s);
+			for (int r = 0; r < rows; r++)
+				for (int i = 0; i < n; i++)
+					want[i] += sv[r] * x[r * LD + i];
+			int t = lg_axpy_rows(got, sv, x, LD, rows, n);
+			took &= t == (lv == 2);
+			ok &= !t || !memcmp(got, want, sizeof(float) * (size_t)n);
+		}
+	TAP_OK(took && ok, "P·V rows (lg_axpy_rows), widths 16..128, 0..37 rows: %s",
+	       lv == 2 ? "the AVX-512 path takes them, lg_axpy's bits" : "this path declines them (lg_axpy)");
+}
+
 int main(void)
 {
 	const char *e2 = getenv("RQ_ENGINE_NO_AVX2"), *e5 = getenv("RQ_ENGINE_NO_AVX512");
@@ -269,6 +300,7 @@ int main(void)
 	int_cases(pool2, &s);
 	nvfp4_cases(pool2, &s);
 	direct_cases(&s);
+	axpy_rows_cases(&s);
 	rq_pool_destroy(pool2);
 	return tap_done();
 }
