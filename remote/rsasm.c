@@ -83,8 +83,9 @@ int rqr_assemble_file(struct rq_rs *s, size_t fi, struct rq_err *err)
 		             "sharing the cache (it assembled the file, which is gone since): "
 		             "fetching them again", f->name, s->root, f->dir);
 	} else if (rc == -EBADMSG && bad >= 0) {
+		if (f->st[bad] != CH_ABSENT)        /* else the hasher (rshash.c) found it first, */
+			s->st.refetches++;          /* counted it and asked for it once */
 		rqr_forget_chunk(s, f, (uint64_t)bad);
-		s->st.refetches++;
 		rq_errf(err, -EBADMSG, "%s: chunk %lld on disk is corrupt", f->name, (long long)bad);
 	} else if (rc == -EBADMSG) {
 		s->st.refetches++;
