@@ -18,6 +18,7 @@
  *      top-1 agreement >= 99 %
  *      |ppl_fast / ppl_oracle − 1| <= 1e-5
  *    A missing model directory FAILS (tools/setup-model makes it). */
+#include "engine/model/sampler.h"
 #include "engine/model/fastmm.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
@@ -181,21 +182,12 @@ static int run(const struct lg_model *m, struct rq_pool *pool, int fast, const i
 	return rc;
 }
 
-static int argmax(const float *v, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (v[i] > v[b])
-			b = i;
-	return b;
-}
-
 static double ppl(const float *lg, const int *ids, int n, int V)
 {
 	double nll = 0;
 	for (int t = 0; t + 1 < n; t++) {
 		const float *l = lg + (size_t)t * V;
-		double mx = l[argmax(l, V)], z = 0;
+		double mx = l[lg_argmax(l, V)], z = 0;
 		for (int v = 0; v < V; v++)
 			z += exp((double)l[v] - mx);
 		nll += mx + log(z) - l[ids[t + 1]];
@@ -224,7 +216,7 @@ static void model(const char *dir, const char *tag, struct rq_pool *pool, const 
 		lmax = fmax(lmax, fabs((double)lo[i]));
 	}
 	for (int t = 0; t < n; t++)
-		agree += argmax(lo + (size_t)t * V, V) == argmax(lf + (size_t)t * V, V);
+		agree += lg_argmax(lo + (size_t)t * V, V) == lg_argmax(lf + (size_t)t * V, V);
 	double po = ppl(lo, ids, n, V), pf = ppl(lf, ids, n, V);
 	TAP_OK(dmax <= TOL_LOGIT * lmax, "%s: max |Δlogit| %.3g = %.2e · max |logit| (%.3g), <= %.0e ·",
 	       tag, dmax, dmax / lmax, lmax, TOL_LOGIT);

@@ -20,6 +20,7 @@
  * missing FAILS with the reason (never a skip); quantized variants are
  * checked where their golden file exists. MODEL... restricts the models.
  * RQ_GOLDEN_DIR, RQ_TINY_DIR, RQ_SMOLLM2_DIR override the three directories. */
+#include "engine/model/sampler.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "base/err.h"
@@ -106,15 +107,6 @@ static const void *gt(const struct golden *g, const char *name, enum st_dtype dt
 	return g->buf + g->h->data_start + g->h->t[i].begin;
 }
 
-static int argmax(const float *v, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (v[i] > v[b])
-			b = i;
-	return b;
-}
-
 /* One prompt: logits at the stored positions, greedy continuation. */
 static void check_prompt(const struct lg_model *m, struct rq_pool *pool, const struct golden *g,
                          int pi, const char *tag)
@@ -171,7 +163,7 @@ static void check_prompt(const struct lg_model *m, struct rq_pool *pool, const s
 	if (last && !rc)
 		memcpy(last, lg + (n - 1) * vocab, sizeof(float) * vocab);
 	for (int t = 0; same && last && t < N_GREEDY && (size_t)t < ng; t++) {
-		got[t] = argmax(last, vocab);
+		got[t] = lg_argmax(last, vocab);
 		if (got[t] != greedy[t]) {
 			same = 0;
 			first_diff = t;
@@ -232,7 +224,7 @@ static void check_ppl(const struct lg_model *m, struct rq_pool *pool, const stru
 			break;
 		for (int t = 0; t < T && b + t + 1 < N; t++) {
 			const float *l = lg + (size_t)t * vocab;
-			double mx = l[argmax(l, vocab)], z = 0;
+			double mx = l[lg_argmax(l, vocab)], z = 0;
 			for (int v = 0; v < vocab; v++)
 				z += exp((double)l[v] - mx);
 			nll += mx + log(z) - l[tok[b + t + 1]];
