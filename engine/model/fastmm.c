@@ -3,6 +3,7 @@
  * holds these kernels within their stated tolerance of lg_matmul, and
  * tests/engine/test_fast_model.py the whole forward of a real model. */
 #include "engine/model/fastmm.h"
+#include "engine/model/fastdot.h"
 #include "engine/model/ops.h"
 #include "base/pool.h"
 
@@ -12,15 +13,21 @@
 #define TILE_ROWS 4               /* weight rows dequantized together (scratch: 4 · stride) */
 #define PF_ROWS 4                 /* BF16 decode: rows prefetched ahead (as ops.c) */
 
-/* A product the fast kernels take: 0 when lg_matmul's own dots serve it as
- * well (quantized decode: bandwidth-bound, in registers already; qdot.c's
- * NVFP4 dots decode at 1.6x what an FMA dot here did, same run). */
+static int quantized(const struct lg_linear *W)
+{
+	return W->kind == LG_W_NVFP4 || W->kind == LG_W_FP8 || W->kind == LG_W_INT;
+}
+
+/* A product the fast kernels take: 0 when lg_matmul's own dots serve it
+ * (two quantized tokens; one where fastdot.c has no dot for the Linear). */
 static int takes(const struct lg_mm *m, int lv)
 {
 	if (m->T <= 0)
 		return 0;
 	if (m->T >= 3)
 		return 1;
+	if (m->T == 1 && quantized(m->W))
+		return lg_fast_dot_takes(m->W);
 	switch (m->W->kind) {
 	case LG_W_BF16:
 	case LG_W_F16:
@@ -315,6 +322,13 @@ static void fast_rows(void *vctx, size_t b, size_t e, int worker)
 		size_t end = e < c->first[k + 1] ? e : c->first[k + 1];
 		if (W->kind == LG_W_BF16 && m->T <= 2) {
 			decode_bf16(m, r, i, end, c->lv);
+			i = end;
+			continue;
+		}
+		if (m->T == 1 && quantized(W)) {   /* takes() saw lg_fast_dot_takes */
+			lg_fast_dot_rows(W, r, (int)(end - i), m->x, m->y + r, w);
+			for (int j = 0; W->bias && j < (int)(end - i); j++)
+				m->y[r + j] += W->bias[r + j];
 			i = end;
 			continue;
 		}

@@ -57,7 +57,7 @@ static inline float fold512(__m512 acc)
 	              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
 }
 
-#define T512 "avx512f,avx512bw,avx512vl,avx512vbmi"
+#define T512 LG_T512
 
 /* The rows of one call are R <= 4 at a time, interleaved: each row's 16
  * lanes are one register, so one row's adds wait on each other (a vaddps's
@@ -88,24 +88,6 @@ static inline __m512 fp8_half16(const uint8_t *p)
 	__m256i h = _mm256_maskz_permutexvar_epi8(0xAAAAAAAAu, up, b);
 	h = _mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16((short)0xBFFF));
 	return _mm512_cvtph_ps(h);
-}
-
-/* 1 when a byte of rows [0, RR) (n each, ldq apart) is an e4m3 NaN code. */
-__attribute__((target(T512), always_inline))
-static inline int fp8_has_nan(const uint8_t *q, size_t ldq, int RR, int n)
-{
-	const __m512i hi = _mm512_set1_epi8((char)0x80);
-	__m512i m = _mm512_setzero_si512();
-	for (int r = 0; r < RR; r++) {
-		const uint8_t *p = q + r * ldq;
-		int c = 0;
-		for (; c + 64 <= n; c += 64)
-			m = _mm512_max_epu8(m, _mm512_or_si512(_mm512_loadu_si512(p + c), hi));
-		if (c < n)
-			m = _mm512_max_epu8(m, _mm512_or_si512(_mm512_maskz_loadu_epi8(~0ull >> (64 - (n - c)),
-			                                                               p + c), hi));
-	}
-	return _mm512_cmpeq_epi8_mask(m, _mm512_set1_epi8((char)0xFF)) != 0;
 }
 
 __attribute__((target(T512), always_inline))
@@ -201,22 +183,6 @@ static inline __m128i nibbles16(const uint8_t *p)
 {
 	__m128i b = _mm_loadl_epi64((const __m128i *)p), m = _mm_set1_epi8(15);
 	return _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
-}
-
-/* Lane i's low byte holds nibble i of the 8 bytes at p (column i of a 4-bit
- * row), its other bits are junk: vpermps reads only an index's low 4 bits.
- * One vpmultishiftqb on the 8 bytes broadcast: byte 0 of qword k takes bits
- * 8k.., byte 4 bits 8k + 4.. */
-__attribute__((target(T512), always_inline))
-static inline __m512i codes16(const uint8_t *p)
-{
-	const __m512i ctl = _mm512_setr_epi64(0x0000000400000000ll, 0x0000000C00000008ll,
-	                                      0x0000001400000010ll, 0x0000001C00000018ll,
-	                                      0x0000002400000020ll, 0x0000002C00000028ll,
-	                                      0x0000003400000030ll, 0x0000003C00000038ll);
-	long long u;
-	memcpy(&u, p, 8);
-	return _mm512_multishift_epi64_epi8(ctl, _mm512_set1_epi64(u));
 }
 
 /* INT4: per group, each row's 16 possible weights (c − zo)·s, c = 0..15, in a
@@ -326,7 +292,7 @@ static _Thread_local struct {
 } nv;
 
 __attribute__((target(T512), noinline))   /* else GCC re-derives the TLS address per group */
-static const float (*nvfp4_lut(const float *div))[16]
+const float (*lg_qdot_nvfp4_lut(const float *div))[16]
 {
 	if (nv.made && !memcmp(nv.div, div, sizeof nv.div))
 		return nv.lut;
@@ -378,7 +344,7 @@ __attribute__((target(T512)))
 static void nvfp4_512(const uint8_t *packed, const uint8_t *scales, int R, const float *div,
                       const float *x, int n, float *out)
 {
-	const float (*lut)[16] = nvfp4_lut(div);   /* the thread's table: its address once */
+	const float (*lut)[16] = lg_qdot_nvfp4_lut(div);   /* the thread's table: its address once */
 	size_t lp = (size_t)n / 2, ls = (size_t)n / 16;
 	for (int b = 0; b < R; b += 4) {
 		const uint8_t *p = packed + b * lp, *sc = scales + b * ls;

@@ -41,6 +41,12 @@ int lg_qdot_int(const uint8_t *row, size_t ldr, int R, int bits, const float *s,
 int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, int R, const float *div,
                   const float *x, int n, float *out);
 
+/* The per-thread table of NVFP4 group values, lut[b][code] for every scale
+ * byte b of the Linear whose division table is div (made on the first call
+ * with this div, then reused; AVX-512 only): what lg_qdot_nvfp4 picks from.
+ * The fast mode's NVFP4 decode dots (fastdot.c) read the same table. */
+const float (*lg_qdot_nvfp4_lut(const float *div))[16];
+
 /* BF16 rows: row i at w + i·ldw ([n] values, widened exactly). AVX-512 only
  * (AVX2: ops.c's one-row dot), else 0. */
 int lg_qdot_bf16(const uint16_t *w, size_t ldw, int R, const float *x, int n, float *out);

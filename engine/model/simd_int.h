@@ -1,9 +1,11 @@
 /* simd_int.h — internal to engine/model/: the x86 register pieces that the
- * dots of ops.c, qdot.c and torch_bf16.c share, written once so that they
+ * dots of ops.c, qdot.c, fastdot.c and torch_bf16.c share, written once so that they
  * add in the same order everywhere (the oracle's bits depend on it). Include
  * inside #if defined(__x86_64__) && defined(__GNUC__), after <immintrin.h>. */
 #ifndef RQ_ENGINE_SIMD_INT_H
 #define RQ_ENGINE_SIMD_INT_H
+
+#include <string.h>
 
 /* The sum of v's 8 lanes as lg_torch_hsum8 adds them: s = (v0+v4, v1+v5,
  * v2+v6, v3+v7), then (s0+s2, s1+s3), then their sum. */
@@ -21,6 +23,43 @@ __attribute__((target("avx2")))
 static inline float fold16(__m256 lo, __m256 hi)
 {
 	return hsum8_avx2(_mm256_add_ps(lo, hi));
+}
+
+/* The AVX-512 subsets the register dots take (qdot.c, fastdot.c). */
+#define LG_T512 "avx512f,avx512bw,avx512vl,avx512vbmi"
+
+/* Lane i's low byte holds nibble i of the 8 bytes at p (column i of a 4-bit
+ * row), its other bits are junk: vpermps reads only an index's low 4 bits.
+ * One vpmultishiftqb on the 8 bytes broadcast: byte 0 of qword k takes bits
+ * 8k.., byte 4 bits 8k + 4.. */
+__attribute__((target(LG_T512), always_inline))
+static inline __m512i codes16(const uint8_t *p)
+{
+	const __m512i ctl = _mm512_setr_epi64(0x0000000400000000ll, 0x0000000C00000008ll,
+	                                      0x0000001400000010ll, 0x0000001C00000018ll,
+	                                      0x0000002400000020ll, 0x0000002C00000028ll,
+	                                      0x0000003400000030ll, 0x0000003C00000038ll);
+	long long u;
+	memcpy(&u, p, 8);
+	return _mm512_multishift_epi64_epi8(ctl, _mm512_set1_epi64(u));
+}
+
+/* 1 when a byte of rows [0, RR) (n each, ldq apart) is an e4m3 NaN code. */
+__attribute__((target(LG_T512), always_inline))
+static inline int fp8_has_nan(const uint8_t *q, size_t ldq, int RR, int n)
+{
+	const __m512i hi = _mm512_set1_epi8((char)0x80);
+	__m512i m = _mm512_setzero_si512();
+	for (int r = 0; r < RR; r++) {
+		const uint8_t *p = q + r * ldq;
+		int c = 0;
+		for (; c + 64 <= n; c += 64)
+			m = _mm512_max_epu8(m, _mm512_or_si512(_mm512_loadu_si512(p + c), hi));
+		if (c < n)
+			m = _mm512_max_epu8(m, _mm512_or_si512(_mm512_maskz_loadu_epi8(~0ull >> (64 - (n - c)),
+			                                                               p + c), hi));
+	}
+	return _mm512_cmpeq_epi8_mask(m, _mm512_set1_epi8((char)0xFF)) != 0;
 }
 
 /* The token loop of a register-tile product over rows R (1..4) and tokens

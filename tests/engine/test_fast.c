@@ -20,6 +20,7 @@
  *    A missing model directory FAILS (tools/setup-model makes it). */
 #include "engine/model/sampler.h"
 #include "engine/model/fastmm.h"
+#include "engine/model/fastdot.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "engine/model/ops.h"
@@ -47,10 +48,12 @@ static float frand(uint64_t *s)
 }
 
 /* Runs one Linear W (rows x cols) on T random tokens both ways and checks the
- * bound; *differs += outputs whose bits differ. */
-static void check_linear(const struct lg_linear *W, int T, struct rq_pool *pool, uint64_t *s,
+ * bound; *differs += outputs whose bits differ. Returns how many of this
+ * call's outputs differ in their bits. */
+static long check_linear(const struct lg_linear *W, int T, struct rq_pool *pool, uint64_t *s,
                          const char *what, long *differs)
 {
+	long before = *differs;
 	int R = W->rows, K = W->cols;
 	size_t stride = (size_t)K + 16;
 	float *x = malloc(sizeof(float) * T * K), *yo = malloc(sizeof(float) * T * R);
@@ -90,13 +93,48 @@ static void check_linear(const struct lg_linear *W, int T, struct rq_pool *pool,
 		TAP_OK(1, "%s T=%d: within 2·K·2^-24·Σ|w·x| of the oracle (worst %.2f of it)", what, T,
 		       worst);
 	free(x), free(yo), free(yf), free(row), free(scr);
+	return *differs - before;
+}
+
+/* An FP8 row holding a NaN code, and one whose scale is +inf: the fast
+ * decode gives those rows what the oracle gives (NaN, ±inf or NaN), the other
+ * rows within the bound. */
+static void fp8_nan(struct rq_pool *pool)
+{
+	enum { R = 9, K = 64 };
+	uint64_t s = 0xfeed;
+	uint8_t w8[R * K];
+	uint16_t qs[R];
+	float x[K], yo[R], yf[R], scr[4 * (K + 16)];
+	for (int i = 0; i < R * K; i++)
+		w8[i] = (uint8_t)(tap_xorshift(&s) & 0x7E);
+	for (int i = 0; i < R; i++)
+		qs[i] = rq_f32_to_bf16(0.01f * (i + 1));
+	for (int i = 0; i < K; i++)
+		x[i] = frand(&s);
+	w8[5 * K + 7] = 0xFF;
+	qs[2] = 0x7F80;   /* +inf */
+	struct lg_linear W = {.kind = LG_W_FP8, .rows = R, .cols = K, .w8 = w8,
+	                      .qscale = (const uint8_t *)qs, .sdtype = LG_S_BF16, .srows = R, .groups = 1};
+	struct lg_mm mm = {.W = &W, .x = x, .y = yo, .ldx = K, .ldy = R, .T = 1};
+	lg_matmul(pool, scr, K + 16, &mm, 1);
+	mm.y = yf;
+	lg_fast_matmul(pool, scr, K + 16, &mm, 1);
+	int ok = isnan(yo[5]) && isnan(yf[5]) && !isfinite(yo[2]) &&
+	         (isnan(yo[2]) ? isnan(yf[2]) : yf[2] == yo[2]);
+	for (int r = 0; r < R; r++)
+		if (r != 5 && r != 2 && !(fabsf(yf[r] - yo[r]) <= 1e-5f * (fabsf(yo[r]) + 1.0f)))
+			ok = 0;
+	TAP_OK(ok, "fp8 decode with a NaN code in row 5 and an infinite scale in row 2: rows 5 and 2 "
+	       "as the oracle's (%g %g, fast %g %g), the others within 1e-5", yo[5], yo[2], yf[5],
+	       yf[2]);
 }
 
 static void kernels(struct rq_pool *pool)
 {
 	uint64_t s = 0x5eed;
 	static const int Ts[] = {1, 2, 3, 5, 7, 64};
-	static const struct { int rows, cols; } shapes[] = {{37, 576}, {8, 200}, {6, 40}};
+	static const struct { int rows, cols; } shapes[] = {{37, 576}, {9, 336}, {8, 200}, {6, 40}};
 	long differs = 0;
 	float *bias = malloc(sizeof(float) * 64);
 	for (int i = 0; i < 64; i++)
@@ -149,8 +187,13 @@ static void kernels(struct rq_pool *pool)
 				continue;
 			char what[96];
 			snprintf(what, sizeof what, "kernels %s [%d, %d]", names[w], R, K);
-			for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++)
-				check_linear(&Ws[w], Ts[t], pool, &s, what, &differs);
+			for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++) {
+				long d = check_linear(&Ws[w], Ts[t], pool, &s, what, &differs);
+				/* decode of a quantized Linear: fastdot.c's dots, where they take it */
+				if (Ts[t] == 1 && w >= 2 && lg_fast_dot_takes(&Ws[w]))
+					TAP_OK(d > 0, "%s T=1: the fast decode dot ran (%ld of %d outputs "
+					       "differ from the oracle in their bits)", what, d, R);
+			}
 		}
 		free(wb), free(wf), free(pk), free(sc), free(qs), free(w8), free(q8), free(q4);
 	}
@@ -241,6 +284,7 @@ int main(int argc, char **argv)
 	if (rq_pool_create(2, &pool))
 		return 1;
 	kernels(pool);
+	fp8_nan(pool);
 
 	size_t len = 0;
 	char *buf = tap_slurp(argv[2], &len);

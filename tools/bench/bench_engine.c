@@ -40,7 +40,8 @@ static void usage(FILE *f)
 	"                     with weight GB/s and its ratio to the all-threads read\n"
 	"  --fast             also time the fast mode (FMA kernels, not the oracle) on the\n"
 	"                     same model, oracle and fast alternating in each round; a\n"
-	"                     table of both with the fast/oracle ratios\n"
+	"                     table of both with the fast/oracle ratios and the fast\n"
+	"                     decode's weight GB/s and its ratio to the all-threads read\n"
 	"  --device cuda[:N]  the CUDA engine instead (see `bench engine --device cuda --help`)\n");
 }
 
@@ -263,14 +264,15 @@ static int bench_one(const char *label, const char *dir, struct rq_pool *pool, i
 	if (fast) {
 		printf("%-10s oracle vs fast mode (FMA kernels), alternating in each round, best of %d:\n",
 		       "", RUNS);
-		printf("%-10s %-12s %10s %10s %7s %10s %10s %7s\n", "", "format", "prefill/s", "fast",
-		       "x", "decode/s", "fast", "x");
+		printf("%-10s %-12s %10s %10s %7s %10s %10s %7s %9s %7s\n", "", "format", "prefill/s",
+		       "fast", "x", "decode/s", "fast", "x", "fast GB/s", "x read");
 		for (int f = 0; f < BEF_N; f++) {
 			if (f != BEF_BF16 && !(fmts & (1u << f)))
 				continue;
-			printf("%-10s %-12s %10.1f %10.1f %7.2f %10.2f %10.2f %7.2f\n", "",
+			double g = tb[f] * fdec[f];   /* the fast decode's weight stream */
+			printf("%-10s %-12s %10.1f %10.1f %7.2f %10.2f %10.2f %7.2f %9.2f %7.2f\n", "",
 			       fm ? bef_name((enum bef_fmt)f) : "as loaded", pre[f], fpre[f], fpre[f] / pre[f],
-			       dec[f], fdec[f], fdec[f] / dec[f]);
+			       dec[f], fdec[f], fdec[f] / dec[f], g / 1e9, g / read_bw);
 		}
 	}
 	printf("%-10s all-threads read, best of the run's %s: %.2f GB/s\n", "",
