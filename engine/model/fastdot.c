@@ -92,24 +92,6 @@ static const float *block_scales(const struct lg_linear *W, int r, int RR, float
 	return buf;
 }
 
-/* 32 e4m3 bytes at p → their binary16 forms half(b) = e4m3(b)·2^-8, widened. */
-__attribute__((target(T512F), always_inline))
-static inline void fp8_half32(const uint8_t *p, __m512 *lo, __m512 *hi)
-{
-	__m512i h = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p));
-	h = _mm512_and_si512(_mm512_slli_epi16(h, 7), _mm512_set1_epi16((short)0xBFFF));
-	*lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-	*hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
-}
-
-__attribute__((target(T512F), always_inline))
-static inline __m512 fp8_half16(const uint8_t *p)
-{
-	__m256i h = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
-	h = _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16((short)0xBFFF));
-	return _mm512_cvtph_ps(h);
-}
-
 /* INT8's 16 values q − 128 of the bytes at p, converted. */
 __attribute__((target(T512F), always_inline))
 static inline __m512 int8_16(const uint8_t *p)

@@ -76,20 +76,6 @@ static inline float fold512(__m512 acc)
 
 /* ------------------------------------------------------------------ FP8 */
 
-/* AVX-512: 16 e4m3 bytes at p → the binary16 bits (b & 0x80) << 8 | (b & 0x7F)
- * << 7 (the top comment): vpermb puts byte i in the high byte of word i (the
- * low one zeroed), >> 1 arithmetic, bit 14 cleared; then widened. */
-__attribute__((target(T512), always_inline))
-static inline __m512 fp8_half16(const uint8_t *p)
-{
-	const __m256i up = _mm256_setr_epi8(0, 0, 0, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0, 7,
-	                                    0, 8, 0, 9, 0, 10, 0, 11, 0, 12, 0, 13, 0, 14, 0, 15);
-	__m256i b = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p));
-	__m256i h = _mm256_maskz_permutexvar_epi8(0xAAAAAAAAu, up, b);
-	h = _mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16((short)0xBFFF));
-	return _mm512_cvtph_ps(h);
-}
-
 __attribute__((target(T512), always_inline))
 static inline int fp8_rows_512(const uint8_t *q, size_t ldq, int RR, const float *s, int gw,
                                const float *x, int n, float *out)
@@ -104,7 +90,19 @@ static inline int fp8_rows_512(const uint8_t *q, size_t ldq, int RR, const float
 		__m512 sv[4];
 		for (int r = 0; r < RR; r++)
 			sv[r] = _mm512_set1_ps(s[(size_t)r * ng + g] * 256.0f);
-		for (int c = g * gw; c < (g + 1) * gw; c += 16) {
+		/* 32 columns a step (one conversion to binary16 for both halves), then
+		 * 16: column c's product into lane c mod 16 in column order either way */
+		int c = g * gw, e = c + gw;
+		for (; c + 32 <= e; c += 32) {
+			__m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
+			for (int r = 0; r < RR; r++) {
+				__m512 h0, h1;
+				fp8_half32(q + r * ldq + c, &h0, &h1);
+				acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_mul_ps(h0, sv[r]), x0));
+				acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_mul_ps(h1, sv[r]), x1));
+			}
+		}
+		if (c < e) {
 			__m512 xv = _mm512_loadu_ps(x + c);
 			for (int r = 0; r < RR; r++) {
 				__m512 w = _mm512_mul_ps(fp8_half16(q + r * ldq + c), sv[r]);

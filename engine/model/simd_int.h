@@ -62,6 +62,28 @@ static inline int fp8_has_nan(const uint8_t *q, size_t ldq, int RR, int n)
 	return _mm512_cmpeq_epi8_mask(m, _mm512_set1_epi8((char)0xFF)) != 0;
 }
 
+/* e4m3 bytes b → binary16 bits (b & 0x80) << 8 | (b & 0x7F) << 7: the same
+ * sign, mantissa and (exponent − 8), subnormals included, so the half is
+ * e4m3(b)·2^-8 exactly (qdot.c's top comment); widened exactly. Made as
+ * (int16)(int8)b << 7 with bit 14 (the sign's second copy) cleared. 32 bytes
+ * at p into two registers (columns 0..15, 16..31), or 16. */
+__attribute__((target(LG_T512), always_inline))
+static inline void fp8_half32(const uint8_t *p, __m512 *lo, __m512 *hi)
+{
+	__m512i h = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p));
+	h = _mm512_and_si512(_mm512_slli_epi16(h, 7), _mm512_set1_epi16((short)0xBFFF));
+	*lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+	*hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
+__attribute__((target(LG_T512), always_inline))
+static inline __m512 fp8_half16(const uint8_t *p)
+{
+	__m256i h = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
+	h = _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16((short)0xBFFF));
+	return _mm512_cvtph_ps(h);
+}
+
 /* The token loop of a register-tile product over rows R (1..4) and tokens
  * [t, T): TILE(RR, UU) on each full tile of UU = 3 tokens, then on the 2 or
  * 1 left, t advanced past each; RR and UU are constants in every call, so
