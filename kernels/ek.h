@@ -12,7 +12,7 @@
  * BF16/E4M3/E2M1 conversions are quant/'s (quant/quant.h).
  *
  * Conventions: activations are binary32 [tokens][ld] row-major; weights are
- * BF16 or NVFP4 (below); GPU ops return 0, -EINVAL (bad shape, message in
+ * BF16, NVFP4, FP8 (E4M3) or symmetric INT8/INT4 (below); GPU ops return 0, -EINVAL (bad shape, message in
  * ek_error), -ENOMEM or -EIO (CUDA failure, message in ek_error). Ops only
  * enqueue work: results are ready after ek_sync(). Ops whose position comes
  * from `const int *pos` read it from memory when they run, so a decode step
@@ -25,6 +25,12 @@
  *     fp32 accumulation on tensor cores; y = acc · 2^(14-e_t) / gs.
  *   - GEMM (prefill): x rounded to BF16, weights exact in BF16 (NVFP4: e2m1·e4m3,
  *     1/gs applied to the fp32 sum), fp32 accumulation on tensor cores.
+ *   - FP8 / INT8 / INT4 GEMV and GEMM (SIMT): each weight dequantized exactly
+ *     (E4M3 by bits or the GPU's conversion, INT by byte/nibble extraction
+ *     into a binary32 integer) and multiplied once by its binary32 scale:
+ *     fl(v·s), the CPU engine's value of that weight bit for bit; fp32
+ *     activations as given (no rounding), fp32 FMA accumulation. They differ
+ *     from the CPU engine only by summation order and FMA.
  *   - everything else: fp32, the CPU engine's formulas (engine/model/ops.c). */
 #ifndef RQ_KERNELS_EK_H
 #define RQ_KERNELS_EK_H
@@ -117,7 +123,12 @@ void ek_fill_bytes_cpu(uint8_t *p, size_t n, int lo, int hi, uint64_t seed);
 
 /* ------------------------------------------------------------- weights */
 
-enum ek_wkind { EK_BF16 = 0, EK_NVFP4 = 1 };
+enum ek_wkind { EK_BF16 = 0, EK_NVFP4 = 1, EK_FP8 = 2, EK_INT8 = 3, EK_INT4 = 4 };
+
+/* dtype of the scales given to ek_wq_repack (the checkpoint's weight_scale) */
+enum ek_sdtype { EK_S_BF16 = 0, EK_S_F16 = 1, EK_S_F32 = 2 };
+
+#define EK_GSHIFT_ROW 30       /* ek_w.gshift of one scale per row (per channel, per tensor) */
 
 /* A set of n same-shaped Linears (n = 1, or the routed experts of a layer):
  * matrix e is y = W_e · x, W_e [rows][cols], stored at data + e·stride.
@@ -136,18 +147,54 @@ enum ek_wkind { EK_BF16 = 0, EK_NVFP4 = 1 };
  *     scales: byte 512 + 8g + j = E4M3 scale of row r+g, group 4kc+j;
  *       byte 512 + 8g + 4 + j = row r+g+8 (each lane loads its 8 in one u64).
  *   Padding holds code 0 and scale 0 (weight 0). Values e2m1(code)·e4m3(s)/gs,
- *   gs = weight_global_scale, one per matrix in gs[e]. */
+ *   gs = weight_global_scale, one per matrix in gs[e].
+ * EK_FP8, EK_INT8, EK_INT4 (made once at load by ek_wq_repack): codes row-major,
+ *   each row padded to LDB bytes, a multiple of 16 (one lane's 16-byte load):
+ *     EK_FP8   LDB = roundup(cols, 16); byte c of row r = E4M3 code of W[r][c];
+ *     EK_INT8  LDB = roundup(cols, 16); byte c = q + 128, q in [-128, 127];
+ *     EK_INT4  LDB = roundup(cols, 32) / 2; byte c/2, low nibble for even c,
+ *              = q + 8, q in [-8, 7] (pack-quantized's own bit order: a row of
+ *              its little-endian int32 stream is this row, unpadded);
+ *   padding holds the code of 0 (0x00, 0x80, 0x8). Then, at byte
+ *   roundup(rows · LDB, 16), the scales: binary32 [rows][G], G = ((cols - 1) >>
+ *   gshift) + 1: column c of row r has scale S[r][c >> gshift]. gshift >= 4 (a
+ *   group holds whole 16-column runs): log2 of a power-of-two group width
+ *   (w8a16/w4a16: 7), or EK_GSHIFT_ROW for one scale per row. Per-tensor
+ *   scales, per-channel scales and (row block, column group) block scales
+ *   are all expanded into this table by the repack (exactly: BF16 and F16
+ *   widen to binary32 without rounding). Value of W[r][c]: the binary32
+ *   product fl(v · S[r][c >> gshift]), v = e4m3(code) or q — the CPU engine's
+ *   (engine/model/ops.c), exact when the checkpoint's scale is BF16 or F16. */
 struct ek_w {
 	int kind;                  /* enum ek_wkind */
 	int rows, cols;            /* each matrix: out_features, in_features */
 	int n;                     /* matrices in the set (>= 1) */
 	size_t stride;             /* bytes from matrix e to matrix e + 1 */
 	const void *data;          /* matrix 0, layout above */
-	const float *gs;           /* NVFP4: [n] global scales, same memory as data; BF16: NULL */
+	const float *gs;           /* NVFP4: [n] global scales, same memory as data; else NULL */
+	int gshift;                /* FP8, INT8, INT4: scale group of column c is c >> gshift */
 };
 
-/* Bytes of one matrix in the engine's layout (NVFP4: padded tiles). */
+/* Bytes of one matrix in the engine's layout (NVFP4: padded tiles; FP8 and
+ * INT: one scale per row, ek_w_bytes_g for groups). */
 size_t ek_w_bytes(int kind, int rows, int cols);
+/* The same with FP8/INT scale groups of 2^gshift columns (EK_GSHIFT_ROW: one
+ * per row); BF16 and NVFP4 ignore gshift. */
+size_t ek_w_bytes_g(int kind, int rows, int cols, int gshift);
+/* FP8 / INT8 / INT4 weights → the layout above (ek_w_bytes_g bytes at out).
+ *   codes: row r at codes + r·ldc bytes, FP8 bytes / INT unsigned fields (q +
+ *     128, q + 8) in pack-quantized's order (INT4: column c in bits 4c..4c+3
+ *     of the row's little-endian stream: byte c/2, low nibble for even c);
+ *   scales: [srows][G] of sdtype (enum ek_sdtype), G = ((cols - 1) >> gshift)
+ *     + 1; row r reads scale row r / srb (srb = 1: per channel or per group;
+ *     srb = rows: per tensor; 128: 128-row blocks).
+ * Integer work and exact widening: GPU and twin agree byte for byte.
+ * -EINVAL for a kind, shape, gshift (< 4) or srb (< 1) they cannot take. */
+int ek_wq_repack(struct ek_dev *d, int kind, const uint8_t *codes, size_t ldc,
+                 const void *scales, int sdtype, int srb, int rows, int cols, int gshift,
+                 uint8_t *out);
+int ek_wq_repack_cpu(int kind, const uint8_t *codes, size_t ldc, const void *scales, int sdtype,
+                     int srb, int rows, int cols, int gshift, uint8_t *out);
 /* compressed-tensors NVFP4 (packed [rows][cols/2], low nibble = even column;
  * scales [rows][cols/16] E4M3) → the tiles above. cols % 16 == 0. Integer
  * work: GPU and twin agree byte for byte. */
@@ -232,6 +279,17 @@ int ek_moe_q_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *
                  const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
                  float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
                  const float *gs_dn);
+/* ek_moe for experts whose Linears quantize their inputs FP8 per token
+ * (FP8_DYNAMIC: ek_actq_fp8's rule, as vLLM): x[t] once for every expert's
+ * gate/up, each slot's SwiGLU before its down projection. obs_dn, obs_stride:
+ * as ek_moe_obs (the down inputs before their quantization), or NULL. Same
+ * work buffer. */
+int ek_moe_a8(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+              const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+              float *out, int ldo, int T, int acc, void *work, float *obs_dn, int obs_stride);
+int ek_moe_a8_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+                  const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+                  float *out, int ldo, int T, int acc, void *work, float *obs_dn, int obs_stride);
 size_t ek_moe_work_bytes(int T, int k, int inter, int hidden);
 /* ek_moe (gs_gu NULL) or ek_moe_q that also feeds the calibration observer
  * (engine/model/observe.h): for every slot s = t·k + j, the down projection's input

@@ -23,8 +23,20 @@
  *                    here the replacement of cvt.rn.f16x2.e4m3x2 on GPUs
  *                    without it (compute capability < 8.9, where cuda_fp8.h
  *                    converts in software).
+ *   ek_e4m3_f32      one E4M3 byte → binary32 exactly: its 7 exponent and
+ *                    mantissa bits placed at bits 20..26 read as a binary32 of
+ *                    e4m3·2^-120 (E4M3 subnormals land on binary32 subnormals,
+ *                    still exact), times 2^120; NaN codes (0x7F, 0xFF) to NaN.
+ *                    The FP8 GEMV/GEMM's conversion where the GPU has no cvt
+ *                    from E4M3 (cc < 8.9, and the host emulation).
+ *   ek_u8_q          byte j of a word as binary32 q = byte − 128 (INT8 codes):
+ *                    PRMT puts the byte under the exponent of 2^23 (the bits
+ *                    0x4B0000bb are 2^23 + bb), one exact subtraction.
+ *   ek_u4_q          nibble k of a word as q = nibble − 8 (INT4 codes), the
+ *                    same way: shift, mask, OR 2^23's exponent, subtract.
  *
- * Needs __byte_perm (CUDA's intrinsic; the host test defines its twin). */
+ * Needs __byte_perm (CUDA's intrinsic; the host test defines its twin) and
+ * __uint_as_float. */
 #ifndef RQ_KERNELS_EK_DEQ_CUH
 #define RQ_KERNELS_EK_DEQ_CUH
 
@@ -70,6 +82,27 @@ static __device__ __forceinline__ uint32_t ek_e4m3x2_h2(uint32_t w)
 	uint32_t nan = ((e & 0xFFFFu) == 0x7F00u ? 0x7C00u : 0u) |
 	               ((e >> 16) == 0x7F00u ? 0x7C000000u : 0u);
 	return h | nan;
+}
+
+/* Byte b (bits 0..7 of b) as binary32, exactly (NaN codes NaN). Needs an
+ * FMUL that keeps subnormals (the engine kernels are built -ftz=false). */
+static __device__ __forceinline__ float ek_e4m3_f32(uint32_t b)
+{
+	uint32_t m = (b & 0x7Fu) << 20;
+	float f = __uint_as_float(m | (b & 0x80u) << 24) * 0x1p120f;
+	return m == 0x07F00000u ? __uint_as_float(0x7FC00000u) : f;
+}
+
+/* byte j (0..3) of w − 128, exactly */
+static __device__ __forceinline__ float ek_u8_q(uint32_t w, int j)
+{
+	return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | (uint32_t)j)) - 8388736.0f;
+}
+
+/* nibble k (0..7) of w − 8, exactly */
+static __device__ __forceinline__ float ek_u4_q(uint32_t w, int k)
+{
+	return __uint_as_float(((w >> (4 * k)) & 15u) | 0x4B000000u) - 8388616.0f;
 }
 
 #endif

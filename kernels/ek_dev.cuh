@@ -64,9 +64,13 @@ int ek_gv_rows_per_block(int kind);
 
 /* Tile GEMM (ek_gemm.cu): y[m] (+)= W_e · x[gather ? gather[m] : m] for
  * output rows m; plain (tiles NULL: expert 0, rows 0..M) or grouped by
- * expert (tiles: ntiles × {expert, m0, m1}, m1 - m0 <= 64). x rounded to BF16. */
+ * expert (tiles: ntiles × {expert, m0, m1}, m1 - m0 <= 64). BF16 and NVFP4
+ * round x to BF16; FP8 and INT weights are passed on to ek_gm_q. */
 int ek_gm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, const int *gather,
           float *y, int ldy, int M, int acc, const int *tiles, int ntiles);
+/* ek_gm for FP8 / INT8 / INT4 weights (ek_wq.cu): fp32 x, not rounded. */
+int ek_gm_q(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, const int *gather,
+            float *y, int ldy, int M, int acc, const int *tiles, int ntiles);
 #define EK_GM_BM 64
 
 /* Launch with the device's options: the PDL attribute when d->pdl (and,

@@ -12,6 +12,7 @@
  *   scale bytes → 32 values e2m1·e4m3, exact in BF16; the codes through
  *   ek_deq.cuh's PRMT table, one product per value); 1/gs is applied to the
  *   fp32 result. One stage, no pipelining: a first version to measure.
+ * FP8, INT8 and INT4 weights take ek_wq.cu's SIMT GEMM (ek_gemm_q.cuh).
  * Grouped mode runs the routed experts of a prefill batch in one launch: one
  * block row per (expert, 64 slots) from a tile list built on the host. */
 #include "kernels/ek_dev.cuh"
@@ -167,6 +168,8 @@ __global__ __launch_bounds__(128) void k_gemm(gm_args a)
 int ek_gm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, const int *gather,
           float *y, int ldy, int M, int acc, const int *tiles, int ntiles)
 {
+	if (W->kind != EK_BF16 && W->kind != EK_NVFP4)     /* FP8, INT: ek_wq.cu */
+		return ek_gm_q(d, W, x, ldx, gather, y, ldy, M, acc, tiles, ntiles);
 	gm_args a = {};
 	a.w = (const uint8_t *)W->data;
 	a.stride = W->stride;
@@ -205,6 +208,11 @@ extern "C" int ek_gemm(struct ek_dev *d, const struct ek_w *W, const float *x, i
 		return ek_fail(d, -EINVAL, "gemm: bad arguments (T %d, ldx %d, ldy %d)", T, ldx, ldy);
 	if (W->kind == EK_NVFP4 && (W->cols % 16 || !W->gs))
 		return ek_fail(d, -EINVAL, "gemm: NVFP4 needs cols %% 16 == 0 and global scales");
+	if ((W->kind == EK_FP8 || W->kind == EK_INT8 || W->kind == EK_INT4) &&
+	    (W->gshift < 4 || W->gshift > EK_GSHIFT_ROW))
+		return ek_fail(d, -EINVAL, "gemm: FP8/INT scale groups of 2^%d columns", W->gshift);
+	if (W->kind < EK_BF16 || W->kind > EK_INT4)
+		return ek_fail(d, -EINVAL, "gemm: unknown weight kind %d", W->kind);
 	if (W->kind == EK_BF16 && d->blas && !d->capturing) {
 		size_t n = (size_t)T * W->cols;
 		uint16_t *xb = (uint16_t *)ek_ws(d, n * 2);

@@ -3,7 +3,8 @@
  * GEMVs of the MoE ops (modes in ek_gv_modes.h). The BF16 kernel and the
  * argument block live in ek_gemv_bf16.cuh (so that tests/kernels/
  * test_ek_gemv_simt.cpp can run that very source on the host); the NVFP4
- * kernel, the launches and the entry points here.
+ * kernel, the launches and the entry points here. FP8, INT8 and INT4 weights
+ * go to ek_wq.cu (kernel: ek_gemv_q.cuh) from ek_gv and ek_gemv_norm.
  *
  * BF16 (SIMT): a warp owns 2 rows; each lane streams 16-byte chunks (8
  * weights) of both rows, four chunks in flight, widens them with one shift
@@ -39,6 +40,8 @@
 #include <errno.h>
 
 #include "kernels/ek_gemv_bf16.cuh"   /* gv_args, the MoE combine, the BF16 kernel */
+
+#define Q_ROWS 16                     /* rows per block of ek_gemv_q.cuh (ek_wq.cu) */
 
 /* ------------------------------------------------------------ NVFP4 */
 
@@ -259,7 +262,7 @@ __global__ __launch_bounds__(GV_THREADS) void k_gemv_fp4(gv_args a, int kch)
 
 int ek_gv_rows_per_block(int kind)
 {
-	return kind == EK_BF16 ? BF_ROWS : FP_ROWS;
+	return kind == EK_NVFP4 ? FP_ROWS : kind == EK_BF16 ? BF_ROWS : Q_ROWS;
 }
 
 #define NORM_SMEM (46 * 1024)       /* BF16 NORM: staged x of all tokens, fp32 */
@@ -289,13 +292,21 @@ static void launch_fp4(struct ek_dev *d, const gv_args &a, int insts)
 	ek_launch(d, k_gemv_fp4<NT, MODE, NORM>, grid, dim3(GV_THREADS), smem, a, kch);
 }
 
+static bool is_q(int kind)
+{
+	return kind == EK_FP8 || kind == EK_INT8 || kind == EK_INT4;
+}
+
 static int check_w(struct ek_dev *d, const struct ek_w *W, const char *what)
 {
 	if (!W || W->rows <= 0 || W->cols <= 0 || W->n < 1 || !W->data)
 		return ek_fail(d, -EINVAL, "%s: empty weight", what);
 	if (W->kind == EK_NVFP4 && (W->cols % 16 || !W->gs))
 		return ek_fail(d, -EINVAL, "%s: NVFP4 needs cols %% 16 == 0 and global scales", what);
-	if (W->kind != EK_NVFP4 && W->kind != EK_BF16)
+	if (is_q(W->kind) && (W->gshift < 4 || W->gshift > EK_GSHIFT_ROW))
+		return ek_fail(d, -EINVAL, "%s: FP8/INT scale groups of 2^%d columns (at least 16)", what,
+		               W->gshift);
+	if (W->kind != EK_NVFP4 && W->kind != EK_BF16 && !is_q(W->kind))
 		return ek_fail(d, -EINVAL, "%s: unknown weight kind %d", what, W->kind);
 	return 0;
 }
@@ -313,6 +324,7 @@ static void gv_fill(gv_args &a, const struct ek_w *A, const struct ek_w *B, cons
 	a.w = (const uint8_t *)A->data;
 	a.stride = A->stride;
 	a.gs = A->gs;
+	a.gshift = A->gshift;
 	a.rows = A->rows;
 	a.cols = A->cols;
 	a.n = A->n;
@@ -342,6 +354,8 @@ int ek_gv(struct ek_dev *d, int mode, const struct ek_w *A, const struct ek_w *B
 {
 	gv_args a = {};
 	gv_fill(a, A, B, ids, k, x, ldx, y, ldy, T, acc, wts, scale, out, ldo, cnt);
+	if (is_q(A->kind))
+		return ek_gv_q(d, A->kind, mode, a, mode == GV_PLAIN ? 1 : T, 0);
 	if (A->kind == EK_BF16) {
 		bool vec = bf16_vec(A, x, ldx) && (!B || bf16_vec(B, x, ldx));
 		if (mode == GV_GU)
@@ -383,8 +397,8 @@ extern "C" int ek_gemv(struct ek_dev *d, const struct ek_w *W, const float *x, i
 	return ek_gv(d, GV_PLAIN, W, NULL, NULL, 0, x, ldx, y, ldy, T, acc, NULL, 0, NULL, 0, NULL);
 }
 
-/* The fused kernel when its staging fits (BF16: T · cols floats within
- * NORM_SMEM), else ek_rmsnorm then ek_gemv: the same bits either way. */
+/* The fused kernel when its staging fits (BF16, FP8, INT: T · cols floats
+ * within NORM_SMEM), else ek_rmsnorm then ek_gemv: the same bits either way. */
 extern "C" int ek_gemv_norm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx,
                             const float *nw, float eps, float *xn, int ldxn, float *y, int ldy,
                             int T, int acc)
@@ -400,7 +414,7 @@ extern "C" int ek_gemv_norm(struct ek_dev *d, const struct ek_w *W, const float 
 	if (xn && (const float *)xn < x + (size_t)(T - 1) * ldx + W->cols &&
 	    (const float *)x < xn + (size_t)(T - 1) * ldxn + W->cols)
 		return ek_fail(d, -EINVAL, "gemv+norm: xn overlaps x (use ek_rmsnorm in place)");
-	if (W->kind == EK_BF16 && (size_t)T * W->cols * sizeof(float) > NORM_SMEM) {
+	if ((W->kind == EK_BF16 || is_q(W->kind)) && (size_t)T * W->cols * sizeof(float) > NORM_SMEM) {
 		float *t = xn;
 		int ldt = ldxn;
 		if (!t) {
@@ -418,6 +432,8 @@ extern "C" int ek_gemv_norm(struct ek_dev *d, const struct ek_w *W, const float 
 	a.eps = eps;
 	a.xn = xn;
 	a.ldxn = ldxn;
+	if (is_q(W->kind))
+		return ek_gv_q(d, W->kind, GV_PLAIN, a, 1, 1);
 	if (W->kind == EK_BF16) {
 		bool vec = W->cols % 8 == 0 && ((uintptr_t)W->data & 15) == 0;
 		if (T == 1)

@@ -44,7 +44,13 @@ struct gv_args {
 	float eps;
 	float *xn;                 /* NORM: normalized x out (block 0), or NULL */
 	int ldxn;
+	int gshift;                /* FP8/INT (ek_gemv_q.cuh): scale group of column c is
+	                              c >> gshift, both sets of GU */
 };
+
+/* The FP8 / INT8 / INT4 GEMVs (ek_wq.cu, kernel in ek_gemv_q.cuh): a filled
+ * by ek_gv, insts = gridDim.y; norm: the fused RMSNorm (PLAIN only). */
+int ek_gv_q(struct ek_dev *d, int kind, int mode, const gv_args &a, int insts, int norm);
 
 static __device__ __forceinline__ int slot_expert(const gv_args &a, int s)
 {

@@ -1,10 +1,12 @@
 /* ek_gemv_cpu.c — CPU twins of ek_gemv.cu and ek_gemm.cu: the engine's
- * weight layout (NVFP4 repack, rows as floats) and the products.
+ * weight layout (NVFP4 repack, rows as floats; FP8 and INT: ek_wq_cpu.c) and
+ * the products.
  *
  * Plain C, one thread. Each twin computes what its CUDA op computes, with the
  * same rounding points (fp16·2^e activations of the NVFP4 GEMV, BF16
- * activations of the GEMM), summing in a simple sequential order: the GPU
- * differs only by summation order, which the GPU tests bound. */
+ * activations of the BF16/NVFP4 GEMM, fp32 activations for FP8 and INT),
+ * summing in a simple sequential order: the GPU differs only by summation
+ * order, which the GPU tests bound. */
 #include "kernels/ek_cpu_int.h"
 #include "quant/quant.h"
 
@@ -12,14 +14,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-size_t ek_w_bytes(int kind, int rows, int cols)
-{
-	if (kind == EK_BF16)
-		return (size_t)rows * cols * 2;
-	size_t rt = ((size_t)rows + 15) / 16, kc = ((size_t)cols + 63) / 64;
-	return rt * kc * 576;
-}
 
 /* Byte offset of W[r][c]'s code (nibble in *hi_nib) and of its scale, in the
  * repacked tiles (ek.h). */
@@ -65,6 +59,10 @@ static float fp4_prod(const struct ek_w *W, int e, int r, int c)
 
 void ek_w_row_cpu(const struct ek_w *W, int e, int r, float *out)
 {
+	if (W->kind == EK_FP8 || W->kind == EK_INT8 || W->kind == EK_INT4) {
+		ek_wq_row_cpu(W, e, r, out);
+		return;
+	}
 	if (W->kind == EK_BF16) {
 		const uint16_t *w = (const uint16_t *)((const uint8_t *)W->data + (size_t)e * W->stride);
 		for (int c = 0; c < W->cols; c++)
@@ -98,7 +96,7 @@ static void act_round(const struct ek_w *W, const float *xt, int K, int mode, fl
 		*ex = act_exp(xt, K);
 		for (int c = 0; c < K; c++)
 			xr[c] = ek_f16_f32(ek_f32_f16(ldexpf(xt[c], *ex)));
-	} else if (mode == 1) {
+	} else if (mode == 1 && (W->kind == EK_BF16 || W->kind == EK_NVFP4)) {
 		for (int c = 0; c < K; c++)
 			xr[c] = rq_bf16_to_f32(rq_f32_to_bf16(xt[c]));
 	} else {
@@ -117,6 +115,12 @@ static float row_dot(const struct ek_w *W, int e, int r, const float *xr, int ex
 		                    (size_t)e * W->stride) + (size_t)r * K;
 		for (int c = 0; c < K; c++)
 			s += rq_bf16_to_f32(w[c]) * xr[c];
+		return s;
+	}
+	if (W->kind != EK_NVFP4) {          /* FP8, INT: exact values, fp32 x, both modes */
+		ek_wq_row_cpu(W, e, r, row);
+		for (int c = 0; c < K; c++)
+			s += row[c] * xr[c];
 		return s;
 	}
 	for (int c = 0; c < K; c++)

@@ -12,6 +12,10 @@
  * engine's order), and three grouped tile GEMMs (gate, up, down) plus a
  * SwiGLU and a combine kernel run over the groups.
  *
+ * FP8-input experts (ek_moe_a8, FP8_DYNAMIC): x quantized per token once into
+ * xq (the ek_moe_q region), read by gate/up; h quantized per slot in place
+ * after the observer, before down.
+ *
  * W4A4 experts (ek_moe_q): each slot's input is quantized with its expert's
  * input global scale into xq[slot] first (k_moe_actq), gate/up then read
  * xq[slot] (the GEMVs with k = 1, the grouped GEMMs with xq in grouped slot
@@ -91,6 +95,10 @@ static int check_set(struct ek_dev *d, const struct ek_w *W, int rows, int cols,
 		               what, W ? W->n : 0, W ? W->rows : 0, W ? W->cols : 0, n, rows, cols);
 	if (W->kind == EK_NVFP4 && (W->cols % 16 || !W->gs))
 		return ek_fail(d, -EINVAL, "moe: %s NVFP4 set needs cols %% 16 == 0 and scales", what);
+	if ((W->kind == EK_FP8 || W->kind == EK_INT8 || W->kind == EK_INT4) &&
+	    (W->gshift < 4 || W->gshift > EK_GSHIFT_ROW))
+		return ek_fail(d, -EINVAL, "moe: %s FP8/INT set has scale groups of 2^%d columns", what,
+		               W->gshift);
 	return 0;
 }
 
@@ -123,13 +131,14 @@ static int group_slots(const int *ids, int T, int k, int E, int *slot_tok, int *
 	return nt;
 }
 
-/* ek_moe, and ek_moe_q when gs_gu (and gs_dn) are given; obs_dn (ek_moe_obs):
- * the calibration observer of the down inputs, fed from h before its
- * quantization (GEMV path: h row = slot; prefill: h row = pos_of[slot]). */
+/* ek_moe, and ek_moe_q when gs_gu (and gs_dn) are given, ek_moe_a8 when a8;
+ * obs_dn (ek_moe_obs): the calibration observer of the down inputs, fed from
+ * h before its quantization (GEMV path: h row = slot; prefill: h row =
+ * pos_of[slot]). */
 static int moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
                const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
                float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
-               const float *gs_dn, float *obs_dn, int obs_stride)
+               const float *gs_dn, float *obs_dn, int obs_stride, int a8 = 0)
 {
 	if (!G || !U || !D || T < 1 || k < 1 || !work)
 		return ek_fail(d, -EINVAL, "moe: bad arguments (T %d, k %d)", T, k);
@@ -137,8 +146,8 @@ static int moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, con
 	if ((rc = check_set(d, U, I, H, E, "up")) || (rc = check_set(d, D, H, I, E, "down")) ||
 	    (rc = check_set(d, G, I, H, E, "gate")))
 		return rc;
-	if (G->kind != U->kind)
-		return ek_fail(d, -EINVAL, "moe: gate and up sets differ in kind");
+	if (G->kind != U->kind || G->gshift != U->gshift)
+		return ek_fail(d, -EINVAL, "moe: gate and up sets differ in kind or scale groups");
 	if (ldx < H || ldo < H)
 		return ek_fail(d, -EINVAL, "moe: ldx %d / ldo %d < hidden %d", ldx, ldo, H);
 	int *cnt = (int *)work;
@@ -157,6 +166,12 @@ static int moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, con
 	qoff &= ~(size_t)255;
 	float *xq = (float *)((char *)work + qoff);
 	int *inv = (int *)(xq + (size_t)S * H);
+	if (a8) {   /* FP8 per token: x[t] once (xq [T][H]), read by every expert's gate/up */
+		if ((rc = ek_actq_fp8(d, x, ldx, xq, H, T, H)))
+			return rc;
+		x = xq;
+		ldx = H;
+	}
 
 	if (T <= EK_GEMV_MAX_T) {
 		if (q) {   /* xq[s] = quantized x[s / k] under its expert's scale; GEMVs with k = 1 */
@@ -168,7 +183,8 @@ static int moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, con
 				return rc;
 		} else if ((rc = ek_gv(d, GV_GU, G, U, ids, k, x, ldx, h, I, S, 0, NULL, 0, NULL, 0, NULL)) ||
 		           (obs_dn && (rc = ek_obs_rows(d, h, I, NULL, 1, S, I, ids, E, obs_dn, NULL,
-		                                        obs_stride)))) {
+		                                        obs_stride))) ||
+		           (a8 && (rc = ek_actq_fp8(d, h, I, h, I, S, I)))) {
 			return rc;
 		}
 		return ek_gv(d, GV_DOWN, D, NULL, ids, k, h, I, dd, H, S, acc, wts, scale, out, ldo, cnt);
@@ -214,6 +230,7 @@ static int moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, con
 	           (rc = ek_swiglu(d, h, I, g, I, u, I, S, I)) ||
 	           (obs_dn && (rc = ek_obs_rows(d, h, I, pos_of, 1, S, I, ids, E, obs_dn, NULL,
 	                                        obs_stride))) ||
+	           (a8 && (rc = ek_actq_fp8(d, h, I, h, I, S, I))) ||
 	           (rc = ek_gm(d, D, h, I, NULL, dd, H, S, 0, tiles, nt))) {
 		return rc;
 	}
@@ -251,4 +268,15 @@ extern "C" int ek_moe_obs(struct ek_dev *d, const struct ek_w *G, const struct e
 		               obs_stride);
 	return moe(d, G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, work, gs_gu, gs_dn,
 	           obs_dn, obs_stride);
+}
+
+extern "C" int ek_moe_a8(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U,
+                         const struct ek_w *D, const int *ids, const float *wts, int k,
+                         float scale, const float *x, int ldx, float *out, int ldo, int T, int acc,
+                         void *work, float *obs_dn, int obs_stride)
+{
+	if (obs_dn && obs_stride < 1)
+		return ek_fail(d, -EINVAL, "moe_a8: observer stride %d", obs_stride);
+	return moe(d, G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, work, NULL, NULL, obs_dn,
+	           obs_stride, 1);
 }

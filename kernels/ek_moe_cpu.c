@@ -96,11 +96,12 @@ size_t ek_moe_work_bytes(int T, int k, int inter, int hidden)
 }
 
 /* ek_moe_cpu and ek_moe_q_cpu: gs_gu/gs_dn NULL: no input quantization;
+ * a8 (ek_moe_a8_cpu): FP8 per-token inputs (x[t] for gate/up, h for down);
  * obs_dn (ek_moe_obs_cpu): the observer of the down inputs, or NULL. */
 static int moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
                    const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
                    float *out, int ldo, int T, int acc, const float *gs_gu, const float *gs_dn,
-                   float *obs_dn, int obs_stride)
+                   int a8, float *obs_dn, int obs_stride)
 {
 	int I = G->rows, H = D->rows, mode = T <= EK_GEMV_MAX_T ? 0 : 1, rc = 0;
 	float *g = malloc(sizeof(float) * ((size_t)I * 3 + (size_t)H * (k + 2)));
@@ -114,6 +115,9 @@ static int moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w
 			if (gs_gu) {
 				ek_actq_nvfp4_cpu(xt, H, xq, H, 1, H, gs_gu[e]);
 				xt = xq;
+			} else if (a8) {
+				ek_actq_fp8_cpu(xt, H, xq, H, 1, H);
+				xt = xq;
 			}
 			if ((rc = ek_matvec_cpu(G, e, xt, 0, g, 0, 1, 0, mode)) ||
 			    (rc = ek_matvec_cpu(U, e, xt, 0, u, 0, 1, 0, mode)))
@@ -124,6 +128,8 @@ static int moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w
 				ek_obs_rows_cpu(h, I, NULL, 1, 1, I, &e, G->n, obs_dn, NULL, obs_stride);
 			if (gs_dn)
 				ek_actq_nvfp4_cpu(h, I, h, I, 1, I, gs_dn[e]);
+			else if (a8)
+				ek_actq_fp8_cpu(h, I, h, I, 1, I);
 			rc = ek_matvec_cpu(D, e, h, 0, dd + (size_t)j * H, 0, 1, 0, mode);
 		}
 		for (int r = 0; r < H && !rc; r++) {
@@ -146,7 +152,7 @@ int ek_moe_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
                float *out, int ldo, int T, int acc, void *work)
 {
 	(void)work;
-	return moe_cpu(G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, NULL, NULL, NULL, 0);
+	return moe_cpu(G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, NULL, NULL, 0, NULL, 0);
 }
 
 int ek_moe_q_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
@@ -157,7 +163,7 @@ int ek_moe_q_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *
 	(void)work;
 	if (!gs_gu || !gs_dn || G->cols % 16 || G->rows % 16)
 		return -EINVAL;
-	return moe_cpu(G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, gs_gu, gs_dn, NULL, 0);
+	return moe_cpu(G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, gs_gu, gs_dn, 0, NULL, 0);
 }
 
 int ek_moe_obs_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
@@ -168,6 +174,17 @@ int ek_moe_obs_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w
 	(void)work;
 	if ((gs_gu && (!gs_dn || G->cols % 16 || G->rows % 16)) || !obs_dn || obs_stride < 1)
 		return -EINVAL;
-	return moe_cpu(G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, gs_gu, gs_dn, obs_dn,
+	return moe_cpu(G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, gs_gu, gs_dn, 0, obs_dn,
+	               obs_stride);
+}
+
+int ek_moe_a8_cpu(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+                  const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+                  float *out, int ldo, int T, int acc, void *work, float *obs_dn, int obs_stride)
+{
+	(void)work;
+	if (obs_dn && obs_stride < 1)
+		return -EINVAL;
+	return moe_cpu(G, U, D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, NULL, NULL, 1, obs_dn,
 	               obs_stride);
 }

@@ -81,6 +81,9 @@ int ek_fill_bf16(struct ek_dev *d, uint16_t *p, size_t n, float amp, uint64_t se
 int ek_fill_bytes(struct ek_dev *d, uint8_t *p, size_t n, int lo, int hi, uint64_t seed) NODEV
 int ek_nvfp4_repack(struct ek_dev *d, const uint8_t *packed, const uint8_t *scales, int rows,
                     int cols, uint8_t *out) NODEV
+int ek_wq_repack(struct ek_dev *d, int kind, const uint8_t *codes, size_t ldc,
+                 const void *scales, int sdtype, int srb, int rows, int cols, int gshift,
+                 uint8_t *out) NODEV
 int ek_gemv(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, float *y, int ldy,
             int T, int acc) NODEV
 int ek_gemm(struct ek_dev *d, const struct ek_w *W, const float *x, int ldx, float *y, int ldy,
@@ -98,6 +101,9 @@ int ek_moe_obs(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, con
                const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
                float *out, int ldo, int T, int acc, void *work, const float *gs_gu,
                const float *gs_dn, float *obs_dn, int obs_stride) NODEV
+int ek_moe_a8(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+              const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+              float *out, int ldo, int T, int acc, void *work, float *obs_dn, int obs_stride) NODEV
 int ek_obs_amax(struct ek_dev *d, const float *x, int ldx, int T, int cols, float *amax) NODEV
 int ek_obs_rows(struct ek_dev *d, const float *x, int ldx, const int *rowmap, int xdiv, int S,
                 int cols, const int *ids, int E, float *amax, unsigned *cnt, int stride) NODEV

@@ -265,6 +265,13 @@ int ek_nvfp4_repack(struct ek_dev *d, const uint8_t *packed, const uint8_t *scal
 	return 0;
 }
 
+int ek_wq_repack(struct ek_dev *d, int kind, const uint8_t *codes, size_t ldc,
+                 const void *scales, int sdtype, int srb, int rows, int cols, int gshift,
+                 uint8_t *out)
+{
+	return ek_wq_repack_cpu(kind, codes, ldc, scales, sdtype, srb, rows, cols, gshift, out);
+}
+
 /* Products with the CPU engine's numerics (exact weights, fp32 activations):
  * see the header. */
 static void exact_mv(const struct ek_w *W, int e, const float *x, int ldx, float *y, int ldy, int T,
@@ -367,11 +374,12 @@ int ek_sigmoid_scale(struct ek_dev *d, float *h, int ldh, const float *g, int ld
 	ENQUEUE(d, sigscale, h, ldh, g, ldg, T, n);
 }
 
-/* gs_gu / gs_dn (ek_moe_q): each expert's inputs quantized first, NULL: none */
+/* gs_gu / gs_dn (ek_moe_q): each expert's inputs quantized first, NULL: none;
+ * a8 (ek_moe_a8): FP8 per token instead */
 static int moe_now(const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
                    const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
                    float *out, int ldo, int T, int acc, const float *gs_gu, const float *gs_dn,
-                   float *obs_dn, int obs_stride)
+                   float *obs_dn, int obs_stride, int a8)
 {
 	int I = G->rows, H = D->rows;
 	float *g = malloc(sizeof(float) * (3 * (size_t)I + 2 * (size_t)H)), *u = g + I, *h = u + I,
@@ -386,6 +394,9 @@ static int moe_now(const struct ek_w *G, const struct ek_w *U, const struct ek_w
 			if (gs_gu) {
 				ek_actq_nvfp4_cpu(xt, ldx, xq, H, 1, H, gs_gu[e]);
 				xt = xq;
+			} else if (a8) {
+				ek_actq_fp8_cpu(xt, ldx, xq, H, 1, H);
+				xt = xq;
 			}
 			exact_mv(G, e, xt, ldx, g, I, 1, 0);
 			exact_mv(U, e, xt, ldx, u, I, 1, 0);
@@ -394,6 +405,8 @@ static int moe_now(const struct ek_w *G, const struct ek_w *U, const struct ek_w
 				ek_obs_rows_cpu(h, I, NULL, 1, 1, I, &e, G->n, obs_dn, NULL, obs_stride);
 			if (gs_dn)
 				ek_actq_nvfp4_cpu(h, I, h, I, 1, I, gs_dn[e]);
+			else if (a8)
+				ek_actq_fp8_cpu(h, I, h, I, 1, I);
 			exact_mv(D, e, h, I, dd, H, 1, 0);
 			for (int r = 0; r < H; r++)
 				o[r] += scale * wts[(size_t)t * k + j] * dd[r];
@@ -405,9 +418,9 @@ static int moe_now(const struct ek_w *G, const struct ek_w *U, const struct ek_w
 
 RUNNER(moe, (struct ek_w G, U, D; const int *ids; const float *wts; int k; float scale;
        const float *x; int ldx; float *out; int ldo, T, acc; const float *gs_gu, *gs_dn;
-       float *obs_dn; int obs_stride;),
+       float *obs_dn; int obs_stride, a8;),
        return moe_now(&a->G, &a->U, &a->D, a->ids, a->wts, a->k, a->scale, a->x, a->ldx, a->out,
-                      a->ldo, a->T, a->acc, a->gs_gu, a->gs_dn, a->obs_dn, a->obs_stride);)
+                      a->ldo, a->T, a->acc, a->gs_gu, a->gs_dn, a->obs_dn, a->obs_stride, a->a8);)
 
 int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
            const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
@@ -415,7 +428,7 @@ int ek_moe(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const s
 {
 	if (!work)
 		return -EINVAL;
-	ENQUEUE(d, moe, *G, *U, *D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, NULL, NULL, NULL, 0);
+	ENQUEUE(d, moe, *G, *U, *D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, NULL, NULL, NULL, 0, 0);
 }
 
 int ek_moe_q(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
@@ -426,7 +439,7 @@ int ek_moe_q(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const
 	if (!work || !gs_gu || !gs_dn)
 		return -EINVAL;
 	emul_moe_q_calls++;
-	ENQUEUE(d, moe, *G, *U, *D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, gs_gu, gs_dn, NULL, 0);
+	ENQUEUE(d, moe, *G, *U, *D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, gs_gu, gs_dn, NULL, 0, 0);
 }
 
 int ek_moe_obs(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
@@ -439,7 +452,18 @@ int ek_moe_obs(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, con
 	emul_obs_calls++;
 	emul_moe_q_calls += gs_gu != NULL;
 	ENQUEUE(d, moe, *G, *U, *D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, gs_gu, gs_dn, obs_dn,
-	        obs_stride);
+	        obs_stride, 0);
+}
+
+int ek_moe_a8(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, const struct ek_w *D,
+              const int *ids, const float *wts, int k, float scale, const float *x, int ldx,
+              float *out, int ldo, int T, int acc, void *work, float *obs_dn, int obs_stride)
+{
+	if (!work || (obs_dn && obs_stride < 1))
+		return -EINVAL;
+	emul_obs_calls += obs_dn != NULL;
+	ENQUEUE(d, moe, *G, *U, *D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, NULL, NULL, obs_dn,
+	        obs_stride, 1);
 }
 
 /* the observer's reductions: the twins (the maxima are exact, any order) */

@@ -8,10 +8,15 @@
  *     8 nibbles: e2m1 · 2^-14 exactly, each in the register and half the
  *     mma tile's layout puts it (k_repack's order);
  *   - E2M1, the GEMM's PRMT table (ek_e2m1x4_bf16): all 16 codes in all 4
- *     nibbles, the other nibbles random: BF16 == rq_e2m1_to_f32.
- * __byte_perm is PTX prmt.b32's default mode, written out here; on a device the
- * intrinsic runs (tests ek-gpu and ek-gpu-pf then hold the kernels against
- * their twins). */
+ *     nibbles, the other nibbles random: BF16 == rq_e2m1_to_f32;
+ *   - E4M3 → binary32 (ek_e4m3_f32, the FP8 GEMV/GEMM's conversion without
+ *     the GPU's cvt): all 256 codes == rq_e4m3_to_f32 bit for bit;
+ *   - INT8 / INT4 codes (ek_u8_q, ek_u4_q): every byte in each of the 4
+ *     positions of a word and every nibble in each of the 8, random
+ *     neighbours: == field − 128 / − 8 exactly, as engine/model/ops.c reads them.
+ * __byte_perm is PTX prmt.b32's default mode, written out in emul/simt.h; on a
+ * device the intrinsic runs (tests ek-gpu, ek-gpu-pf and ek-wq-gpu then hold
+ * the kernels against their twins). */
 extern "C" {
 #include "quant/quant.h"
 #include "kernels/ek.h"
@@ -20,21 +25,6 @@ extern "C" {
 #include "tests/kernels/emul/simt_tap.h"
 
 #include <math.h>
-
-/* prmt.b32 x, y, s (default mode): byte n of the result is byte (s >> 4n) & 7 of
- * {y:x}, or that byte's sign replicated when bit 3 of the nibble is set. */
-static inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s)
-{
-	uint64_t v = (uint64_t)y << 32 | x;
-	uint32_t r = 0;
-	for (int n = 0; n < 4; n++) {
-		uint32_t sel = (s >> (4 * n)) & 15u, b = (uint32_t)(v >> (8 * (sel & 7))) & 0xFFu;
-		if (sel & 8)
-			b = b & 0x80u ? 0xFFu : 0u;
-		r |= b << (8 * n);
-	}
-	return r;
-}
 
 #include "kernels/ek_deq.cuh"
 
@@ -114,9 +104,52 @@ static void test_e2m1_bf16(void)
 	   "(16 random neighbours each) == rq_e2m1_to_f32");
 }
 
+static void test_e4m3_f32(void)
+{
+	int bad = 0;
+	for (uint32_t b = 0; b < 256; b++) {
+		float want = rq_e4m3_to_f32((uint8_t)b);
+		for (uint32_t hi = 0; hi < 4; hi++) {     /* bits above the byte are ignored */
+			float got = ek_e4m3_f32(b | (hi * 0x5A5A5Au) << 8);
+			if (!same_f(got, want) && bad++ < 4)
+				printf("# e4m3 0x%02X: %g, want %g\n", b, got, want);
+		}
+	}
+	OK(bad == 0, "E4M3 -> binary32 by bits: all 256 codes == rq_e4m3_to_f32 (NaN codes NaN, "
+	   "subnormals exact)");
+}
+
+static void test_int_codes(void)
+{
+	int bad8 = 0, bad4 = 0;
+	uint64_t rng = 0x51ED270B27F4C1A3ull;
+	for (int j = 0; j < 4; j++)
+		for (uint32_t b = 0; b < 256; b++)
+			for (int rep = 0; rep < 4; rep++) {
+				uint32_t w = (uint32_t)tap_xorshift(&rng);
+				w = (w & ~(0xFFu << (8 * j))) | b << (8 * j);
+				float got = ek_u8_q(w, j);
+				if (!same_f(got, (float)((int)b - 128)) && bad8++ < 4)
+					printf("# int8 byte %u at %d: %g\n", b, j, got);
+			}
+	for (int k = 0; k < 8; k++)
+		for (uint32_t c = 0; c < 16; c++)
+			for (int rep = 0; rep < 4; rep++) {
+				uint32_t w = (uint32_t)tap_xorshift(&rng);
+				w = (w & ~(15u << (4 * k))) | c << (4 * k);
+				float got = ek_u4_q(w, k);
+				if (!same_f(got, (float)((int)c - 8)) && bad4++ < 4)
+					printf("# int4 nibble %u at %d: %g\n", c, k, got);
+			}
+	OK(bad8 == 0, "INT8 codes: all 256 bytes in all 4 positions (random neighbours) == byte - 128");
+	OK(bad4 == 0, "INT4 codes: all 16 nibbles in all 8 positions (random neighbours) == nibble - 8");
+}
+
 int main(void)
 {
 	test_e4m3();
+	test_e4m3_f32();
+	test_int_codes();
 	test_e2m1_mma();
 	test_e2m1_bf16();
 	return tap_done();

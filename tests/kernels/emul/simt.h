@@ -67,6 +67,21 @@ static inline float __uint_as_float(uint32_t u)
 	return f;
 }
 
+/* prmt.b32 x, y, s (default mode): byte n of the result is byte (s >> 4n) & 7 of
+ * {y:x}, or that byte's sign replicated when bit 3 of the nibble is set. */
+static inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s)
+{
+	uint64_t v = (uint64_t)y << 32 | x;
+	uint32_t r = 0;
+	for (int n = 0; n < 4; n++) {
+		uint32_t sel = (s >> (4 * n)) & 15u, b = (uint32_t)(v >> (8 * (sel & 7))) & 0xFFu;
+		if (sel & 8)
+			b = b & 0x80u ? 0xFFu : 0u;
+		r |= b << (8 * n);
+	}
+	return r;
+}
+
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
