@@ -310,7 +310,10 @@ static int layer(struct lgc *g, int li, int T, int fuse)
 	                     g->ids, g->wts, T)
 	          : ek_route_softmax(g->d, g->rsu, RW, E, c->top_k, c->norm_topk, g->ids, g->wts, T)) ||
 	    (rc = lgc_obs_routed(g, li, T)) ||
-	    (rc = obs_dn
+	    (rc = L->ea8
+	          ? ek_moe_a8(g->d, &L->eg, &L->eu, &L->ed, g->ids, g->wts, c->top_k, c->routed_scale,
+	                      g->xn, H, g->x, H, T, 1, g->moe_work, obs_dn, 3)
+	          : obs_dn
 	          ? ek_moe_obs(g->d, &L->eg, &L->eu, &L->ed, g->ids, g->wts, c->top_k, c->routed_scale,
 	                       g->xn, H, g->x, H, T, 1, g->moe_work, L->egs_gu, L->egs_dn, obs_dn, 3)
 	          : L->egs_gu

@@ -50,6 +50,7 @@ struct lgc_layer {
 	struct lgc_aq aq_o, aq_down, aq_sd;   /* o_proj, dense down_proj, shared down_proj inputs */
 	float *egs_gu, *egs_dn;    /* W4A4 experts: device [n_experts] input global scales of
 	                              gate/up (fused) and down (ek_moe_q); NULL: A16 experts */
+	int ea8;                   /* experts quantize their inputs FP8 per token (ek_moe_a8) */
 	void *kc, *vc;             /* KV cache [nkv][cap][hd] of kv_type */
 	int cap;                   /* positions in the cache (ring for sliding layers) */
 };

@@ -6,8 +6,10 @@
  * host slots of 64 MiB used in turn: the host copies a piece of the mapped
  * checkpoint into a slot once the slot's event says the previous DMA out of
  * it finished, queues the DMA, records the event — so reading the mapping
- * overlaps the copies. NVFP4 tensors land in a device staging buffer of the
- * slot and are repacked from there into place (ek_nvfp4_repack). Small
+ * overlaps the copies. NVFP4, FP8 and INT tensors land in a device staging
+ * buffer of the slot and are repacked from there into place
+ * (ek_nvfp4_repack, ek_wq_repack: codes and scales as the checkpoint has
+ * them, in two pieces staged together). Small
  * pieces (norms, biases, global scales, RoPE tables) share 4 MiB chunks.
  * A linear whose data pointer is NULL (a synthetic model, for benchmarks) is
  * filled on the device with deterministic random values instead. */
@@ -118,23 +120,91 @@ static float *put_floats(struct upl *u, const float *src, size_t n)
 	return p;
 }
 
+/* The engine kind of a Linear's weights (ek.h enum ek_wkind). */
+static int ek_kind(const struct lg_linear *l)
+{
+	switch (l->kind) {
+	case LG_W_NVFP4: return EK_NVFP4;
+	case LG_W_FP8: return EK_FP8;
+	case LG_W_INT: return l->bits == 4 ? EK_INT4 : EK_INT8;
+	default: return EK_BF16;
+	}
+}
+
+/* FP8 / INT: log2 of the scale group width (refuse_kind checked it is a
+ * power of two >= 16 when there are several groups), EK_GSHIFT_ROW for one. */
+static int gshift_of(const struct lg_linear *l)
+{
+	if (l->kind != LG_W_FP8 && l->kind != LG_W_INT)
+		return EK_GSHIFT_ROW;
+	if (l->groups <= 1)
+		return EK_GSHIFT_ROW;
+	int gw = l->cols / l->groups, s = 0;
+	while ((1 << s) < gw)
+		s++;
+	return s;
+}
+
+static size_t lin_bytes(const struct lg_linear *l)
+{
+	return ek_w_bytes_g(ek_kind(l), l->rows, l->cols, gshift_of(l));
+}
+
+/* The checkpoint's bytes a repack reads: codes (a, na bytes) then scales (b,
+ * nb); NULL a: synthetic. */
+static void raw_parts(const struct lg_linear *l, const void **a, size_t *na, const void **b,
+                      size_t *nb)
+{
+	if (l->kind == LG_W_NVFP4) {
+		*a = l->packed;
+		*na = (size_t)l->rows * l->cols / 2;
+		*b = l->scales;
+		*nb = (size_t)l->rows * l->cols / 16;
+		return;
+	}
+	*a = l->kind == LG_W_FP8 ? (const void *)l->w8 : (const void *)l->qw;
+	*na = (size_t)l->rows * (l->kind == LG_W_FP8 ? (size_t)l->cols : (size_t)l->words * 4);
+	*b = l->qscale;
+	*nb = (size_t)l->srows * l->groups * (l->sdtype == LG_S_F32 ? 4 : 2);
+}
+
+/* The repack of a staged raw copy (codes at raw, scales at raw + na) into dst. */
+static int repack(struct upl *u, const struct lg_linear *l, const uint8_t *raw, size_t na,
+                  uint8_t *dst)
+{
+	struct ek_dev *d = u->g->d;
+	if (l->kind == LG_W_NVFP4)
+		return ek_nvfp4_repack(d, raw, raw + na, l->rows, l->cols, dst);
+	int sd = l->sdtype == LG_S_BF16 ? EK_S_BF16 : l->sdtype == LG_S_F16 ? EK_S_F16 : EK_S_F32;
+	size_t ldc = l->kind == LG_W_FP8 ? (size_t)l->cols : (size_t)l->words * 4;
+	return ek_wq_repack(d, ek_kind(l), raw, ldc, raw + na, sd, l->srows == 1 ? l->rows : 1,
+	                    l->rows, l->cols, gshift_of(l), dst);
+}
+
 /* One matrix of a linear into dst (engine layout). */
 static int put_linear(struct upl *u, uint8_t *dst, const struct lg_linear *l)
 {
 	struct ek_dev *d = u->g->d;
-	size_t bytes = ek_w_bytes(l->kind == LG_W_NVFP4 ? EK_NVFP4 : EK_BF16, l->rows, l->cols);
-	if (l->kind == LG_W_BF16 ? !l->w : !l->packed) {        /* synthetic */
+	size_t bytes = lin_bytes(l);
+	const void *pa = NULL, *pb = NULL;
+	size_t na = 0, nb = 0;
+	if (l->kind != LG_W_BF16)
+		raw_parts(l, &pa, &na, &pb, &nb);
+	if (l->kind == LG_W_BF16 ? !l->w : !pa) {               /* synthetic */
 		u->moved += bytes;
 		if (u->dry)
 			return 0;
+		/* BF16 uniform; NVFP4 valid codes and scales; FP8/INT bytes whose codes
+		 * are finite and whose scales read as small positive floats */
 		int rc = l->kind == LG_W_BF16
 		         ? ek_fill_bf16(d, (uint16_t *)dst, bytes / 2, 1.7f / sqrtf((float)l->cols), u->seed++)
-		         : ek_fill_bytes(d, dst, bytes, 0x10, 0x5F, u->seed++);
+		         : l->kind == LG_W_NVFP4 ? ek_fill_bytes(d, dst, bytes, 0x10, 0x5F, u->seed++)
+		         : ek_fill_bytes(d, dst, bytes, 0x20, 0x3E, u->seed++);
 		return rc ? fail(u, rc, "fill") : 0;
 	}
 	if (l->kind == LG_W_BF16)
 		return put(u, dst, l->w, bytes);
-	size_t pk = (size_t)l->rows * l->cols / 2, sc = (size_t)l->rows * l->cols / 16;
+	size_t pk = na, sc = nb;
 	u->moved += pk + sc;
 	if (u->dry)
 		return 0;
@@ -145,20 +215,20 @@ static int put_linear(struct upl *u, uint8_t *dst, const struct lg_linear *l)
 		if (!raw)
 			return fail(u, -ENOMEM, "staging allocation");
 		u->moved -= pk + sc;
-		if (put(u, raw, l->packed, pk) || put(u, raw + pk, l->scales, sc))
+		if (put(u, raw, pa, pk) || put(u, raw + pk, pb, sc))
 			return -EIO;
 	} else {
 		int k = u->next;
 		u->next = (k + 1) % LGC_SLOTS;
 		if (ek_wait_mark(d, k))
 			return fail(u, -EIO, "staging");
-		memcpy(u->slot[k], l->packed, pk);
-		memcpy(u->slot[k] + pk, l->scales, sc);
+		memcpy(u->slot[k], pa, pk);
+		memcpy(u->slot[k] + pk, pb, sc);
 		raw = u->draw[k];
 		if (ek_h2d(d, raw, u->slot[k], pk + sc))
 			return fail(u, -EIO, "upload");
 	}
-	int rc = ek_nvfp4_repack(d, raw, raw + pk, l->rows, l->cols, dst);
+	int rc = repack(u, l, raw, pk, dst);
 	if (tmp) {
 		int rs = ek_sync(d);
 		ek_free(d, raw);
@@ -173,9 +243,10 @@ static int put_linear(struct upl *u, uint8_t *dst, const struct lg_linear *l)
 /* A single linear as an ek_w (its own allocation; global scale in small). */
 static int one(struct upl *u, const struct lg_linear *l, struct ek_w *w)
 {
-	int kind = l->kind == LG_W_NVFP4 ? EK_NVFP4 : EK_BF16;
-	size_t bytes = ek_w_bytes(kind, l->rows, l->cols);
-	*w = (struct ek_w){.kind = kind, .rows = l->rows, .cols = l->cols, .n = 1, .stride = bytes};
+	int kind = ek_kind(l);
+	size_t bytes = lin_bytes(l);
+	*w = (struct ek_w){.kind = kind, .rows = l->rows, .cols = l->cols, .n = 1, .stride = bytes,
+	                   .gshift = gshift_of(l)};
 	uint8_t *p = walloc(u, bytes);
 	if (!p || put_linear(u, p, l))
 		return -1;
@@ -247,16 +318,19 @@ static int group(struct upl *u, const struct lg_linear *const *mem, int n, struc
 	return 0;
 }
 
-/* The routed experts of a layer as one set (one kind). */
+/* The routed experts of a layer as one set (one kind, one scale grouping). */
 static int experts(struct upl *u, const struct lg_linear *e, int E, struct ek_w *w)
 {
-	int kind = e[0].kind == LG_W_NVFP4 ? EK_NVFP4 : EK_BF16;
+	int kind = ek_kind(&e[0]), gsh = gshift_of(&e[0]);
 	for (int i = 1; i < E; i++)
-		if (e[i].kind != e[0].kind || e[i].rows != e[0].rows || e[i].cols != e[0].cols)
-			return rq_errf(u->err, -ENOTSUP, "CUDA engine: routed experts of one layer mix "
-			               "NVFP4 and BF16 (expert %d differs from expert 0)", i);
-	size_t one_b = al(ek_w_bytes(kind, e[0].rows, e[0].cols));
-	*w = (struct ek_w){.kind = kind, .rows = e[0].rows, .cols = e[0].cols, .n = E, .stride = one_b};
+		if (ek_kind(&e[i]) != kind || gshift_of(&e[i]) != gsh || e[i].rows != e[0].rows ||
+		    e[i].cols != e[0].cols)
+			return rq_errf(u->err, -ENOTSUP, "CUDA engine: routed experts of one layer mix weight "
+			               "formats (expert %d differs from expert 0 in kind or scale groups); "
+			               "pass --device cpu", i);
+	size_t one_b = al(lin_bytes(&e[0]));
+	*w = (struct ek_w){.kind = kind, .rows = e[0].rows, .cols = e[0].cols, .n = E, .stride = one_b,
+	                   .gshift = gsh};
 	uint8_t *p = walloc(u, one_b * E);
 	if (!p)
 		return -1;
@@ -327,10 +401,12 @@ size_t lgc_act_bytes(const struct lg_model *m, int B, int max_ctx)
 
 /* W4A4 routed experts (every expert NVFP4 with NVFP4 inputs; check_kinds
  * refused a mix): their input global scales as two device vectors for
- * ek_moe_q, gate/up's (one per expert, fused by the loader) and down's. */
+ * ek_moe_q, gate/up's (one per expert, fused by the loader) and down's.
+ * FP8-input experts (FP8_DYNAMIC) need none: ea8 selects ek_moe_a8. */
 static int expert_scales(struct upl *u, const struct lg_layer *L, int E, struct lgc_layer *D)
 {
-	if (L->eg[0].act == LG_A_NONE)
+	D->ea8 = L->eg[0].act == LG_A_FP8_TOKEN;
+	if (L->eg[0].act != LG_A_NVFP4)
 		return 0;
 	float *h = malloc(sizeof *h * 2 * (size_t)E);
 	if (!h)
@@ -345,13 +421,39 @@ static int expert_scales(struct upl *u, const struct lg_layer *L, int E, struct 
 	return D->egs_gu && D->egs_dn ? 0 : -1;
 }
 
-/* The kernels read BF16 and NVFP4 (NVFP4A16 is the same tensors); FP8 and
- * INT (pack-quantized) Linears have no kernel here: refuse them by name
- * before any device work rather than read their bytes as another kind. */
+/* What the kernels cannot take of an FP8 or INT Linear (NULL: they take it):
+ * INT asymmetric (zero points) or of a width other than 4 and 8 bits, scale
+ * groups that are not one per row nor power-of-two runs of >= 16 columns. */
+static const char *wq_unsupported(const struct lg_linear *l, char *why, size_t len)
+{
+	if (l->kind == LG_W_INT && l->qzero)
+		return "asymmetric INT weights (pack-quantized with weight_zero_point)";
+	if (l->kind == LG_W_INT && l->bits != 4 && l->bits != 8) {
+		snprintf(why, len, "INT%d weights (the CUDA kernels take 4 and 8 bits)", l->bits);
+		return why;
+	}
+	int gw = l->groups > 1 ? l->cols / l->groups : 0;
+	if (gw && (gw < 16 || (gw & (gw - 1)))) {
+		snprintf(why, len, "%s weights in scale groups of %d columns (the CUDA kernels take one "
+		         "scale per row or power-of-two groups of at least 16)", l->kind == LG_W_FP8 ?
+		         "FP8" : "INT", gw);
+		return why;
+	}
+	return NULL;
+}
+
+/* The kernels read BF16, NVFP4 (NVFP4A16 is the same tensors), FP8 and
+ * symmetric INT8/INT4 (wq_unsupported); F16/F32 Linears and the INT forms
+ * they do not take are refused by name before any device work rather than
+ * read as another kind. */
 static int refuse_kind(const struct lg_linear *l, int layer, const char *what, int e,
                        struct rq_err *err)
 {
+	char why[160];
+	const char *no = NULL;
 	if (l->kind == LG_W_BF16 || l->kind == LG_W_NVFP4)
+		return 0;
+	if ((l->kind == LG_W_FP8 || l->kind == LG_W_INT) && !(no = wq_unsupported(l, why, sizeof why)))
 		return 0;
 	char where[96];
 	if (layer < 0)
@@ -360,10 +462,12 @@ static int refuse_kind(const struct lg_linear *l, int layer, const char *what, i
 		snprintf(where, sizeof where, "model.layers.%d.%s", layer, what);
 	else
 		snprintf(where, sizeof where, "model.layers.%d.mlp.experts.%d.%s", layer, e, what);
+	if (no)
+		return rq_errf(err, -ENOTSUP, "CUDA engine: %s has %s; it runs on the CPU engine: pass "
+		               "--device cpu (or serve the checkpoint with vLLM)", where, no);
 	return rq_errf(err, -ENOTSUP, "CUDA engine: %s has %s weights, which run on the CPU engine: "
 	               "pass --device cpu (or serve the checkpoint with vLLM)", where,
-	               l->kind == LG_W_FP8 ? "FP8 (float-quantized)" : l->kind == LG_W_INT
-	               ? "INT (pack-quantized)" : l->kind == LG_W_F16 ? "F16" : "F32");
+	               l->kind == LG_W_F16 ? "F16" : "F32");
 }
 
 /* The CUDA kernels compute every family's block (q/k norms or none,
@@ -410,12 +514,13 @@ static int check_kinds(const struct lg_model *m, struct rq_err *err)
 			    (rc = refuse_kind(&L->eu[e], i, "up_proj", e, err)) ||
 			    (rc = refuse_kind(&L->ed[e], i, "down_proj", e, err)))
 				return rc;
-		/* ek_moe_q quantizes every expert's gate/up and down inputs (NVFP4), or none */
+		/* ek_moe_q (NVFP4) and ek_moe_a8 (FP8 per token) quantize every expert's
+		 * gate/up and down inputs the same way, or none */
 		int aq = L->moe ? L->eg[0].act : 0;
 		for (int e = 0; L->moe && e < c->n_experts; e++) {
 			const struct lg_linear *x[3] = {&L->eg[e], &L->eu[e], &L->ed[e]};
 			for (int j = 0; j < 3; j++)
-				if ((int)x[j]->act != aq || (aq && aq != LG_A_NVFP4))
+				if ((int)x[j]->act != aq)
 					return rq_errf(err, -ENOTSUP, "CUDA engine: the routed experts of layer %d "
 					               "quantize their inputs in different ways (expert %d); it runs "
 					               "on the CPU engine: pass --device cpu", i, e);

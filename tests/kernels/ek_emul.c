@@ -26,6 +26,7 @@ static unsigned long long emul_launches_all;   /* kernels run or recorded, every
 struct ek_dev *emul_last_dev;                  /* the device ek_open handed out last */
 long emul_actq_calls, emul_moe_q_calls; /* input quantizations enqueued (W4A4 models) */
 long emul_obs_calls;      /* observer reductions enqueued */
+long emul_moe_a8_calls;   /* FP8-input expert calls enqueued */
 
 typedef int (*emul_fn)(const void *args);
 
@@ -462,6 +463,7 @@ int ek_moe_a8(struct ek_dev *d, const struct ek_w *G, const struct ek_w *U, cons
 	if (!work || (obs_dn && obs_stride < 1))
 		return -EINVAL;
 	emul_obs_calls += obs_dn != NULL;
+	emul_moe_a8_calls++;
 	ENQUEUE(d, moe, *G, *U, *D, ids, wts, k, scale, x, ldx, out, ldo, T, acc, NULL, NULL, obs_dn,
 	        obs_stride, 1);
 }

@@ -32,5 +32,6 @@ extern int emul_last_kernels;    /* ... of which kernels (not copies or memsets)
 extern struct ek_dev *emul_last_dev;   /* the device ek_open handed out last */
 extern long emul_actq_calls, emul_moe_q_calls;   /* input quantizations enqueued */
 extern long emul_obs_calls;      /* ek_obs_amax, ek_obs_rows, ek_moe_obs enqueued */
+extern long emul_moe_a8_calls;   /* ek_moe_a8 (FP8-input experts) enqueued */
 
 #endif
