@@ -5,11 +5,14 @@ their CPU twins, device times read 0, so only the rows and their byte counts are
 checked here; tools/gpu-check's bench-engine step gives the figures on a device):
 
 - a run prints, after the decode line, one "format NAME [R x C]: X MB of weights per
-  call, ... GB/s of weights, P% of the copy (D GB/s)" row for bf16 and for nvfp4, the
-  same GEMV shape for both, X the format's bytes (BF16: 2 per weight; NVFP4: the
-  engine's 576-byte tiles of 16 x 64), the copy bandwidth measured in the same run
-  named in the header, and a row saying fp8/int8/int4 have no CUDA kernel;
-- --no-formats leaves those rows out; --list-ops names gemv_bf16 and gemv_nvfp4.
+  call, ... GB/s of weights, P% of the copy (D GB/s)" row for each of bf16, nvfp4, fp8,
+  int8 and int4, the same GEMV shape for all, X the format's bytes in the engine layout
+  (BF16: 2 per weight; NVFP4: 576-byte tiles of 16 x 64; FP8 / INT8: rows of 16-byte
+  multiples, INT4 half of that, then a binary32 scale per row (fp8) or per 128 columns
+  (int8, int4), each part rounded up to 16 bytes), the copy bandwidth measured in the
+  same run named in the header;
+- --no-formats leaves those rows out; --list-ops names gemv_bf16, gemv_nvfp4,
+  gemv_fp8, gemv_int8 and gemv_int4.
 
 usage: test_bench_formats.py REQUANTFS_EMUL TINY_LLAMA_DIR. TAP."""
 import math, os, re, sys
@@ -33,23 +36,34 @@ ok(head is not None and out.index("decode at position") < head.start(),
 rows = {m.group(1): m for m in re.finditer(
     r"^format (\w+) +\[(\d+) x (\d+)\]: ([0-9.]+) MB of weights per call, [0-9.]+ us, \S+ GB/s "
     r"of weights, \S+% of the copy \(\S+ GB/s\)$", out, re.M)}
-ok(sorted(rows) == ["bf16", "nvfp4"], "one row each for bf16 and nvfp4", out[-2000:])
-if sorted(rows) == ["bf16", "nvfp4"]:
+FMTS = ["bf16", "fp8", "int4", "int8", "nvfp4"]
+ok(sorted(rows) == FMTS, "one row each for bf16, nvfp4, fp8, int8, int4", out[-2000:])
+
+
+def r16(n):
+    return (n + 15) // 16 * 16
+
+
+if sorted(rows) == FMTS:
     shape = {f: (int(m.group(2)), int(m.group(3))) for f, m in rows.items()}
     r, c = shape["bf16"]
+    g128 = (c + 127) // 128
     want = {"bf16": r * c * 2 / 1e6,
-            "nvfp4": math.ceil(r / 16) * math.ceil(c / 64) * 576 / 1e6}
-    ok(shape["bf16"] == shape["nvfp4"] and all(
+            "nvfp4": math.ceil(r / 16) * math.ceil(c / 64) * 576 / 1e6,
+            "fp8": (r16(r * r16(c)) + r16(r * 4)) / 1e6,
+            "int8": (r16(r * r16(c)) + r16(r * g128 * 4)) / 1e6,
+            "int4": (r16(r * ((c + 31) // 32 * 16)) + r16(r * g128 * 4)) / 1e6}
+    ok(len(set(shape.values())) == 1 and all(
         abs(float(rows[f].group(4)) - want[f]) < 0.006 for f in want),
-       f"the same GEMV [{r} x {c}] in both, weight bytes per format (bf16 {want['bf16']:.2f} MB, "
-       f"nvfp4 {want['nvfp4']:.2f} MB)", "\n".join(m.group(0) for m in rows.values()))
-ok(re.search(r"^format fp8, int8, int4: no CUDA kernel", out, re.M) is not None,
-   "the formats without a CUDA kernel are named, with no figure", out[-1000:])
+       f"the same GEMV [{r} x {c}] in all, weight bytes per format (" +
+       ", ".join(f"{f} {want[f]:.2f} MB" for f in FMTS) + ")",
+       "\n".join(m.group(0) for m in rows.values()))
+ok("no CUDA kernel" not in out, "no format is named as lacking a CUDA kernel", out[-1000:])
 
 rc, out = run(*BASE, "--no-formats")
 ok(rc == 0 and "decode at position" in out and "format " not in out,
    "--no-formats: the decode line, no per-format rows", out[-1000:])
 rc, out = run("bench", "engine", "--device", "cuda", "--list-ops")
-ok(rc == 0 and re.search(r"^gemv_bf16\t", out, re.M) and re.search(r"^gemv_nvfp4\t", out, re.M),
-   "--list-ops names gemv_bf16 and gemv_nvfp4", out)
+ok(rc == 0 and all(re.search(rf"^gemv_{f}\t", out, re.M) for f in FMTS),
+   "--list-ops names gemv_bf16, gemv_nvfp4, gemv_fp8, gemv_int8 and gemv_int4", out)
 sys.exit(finish())

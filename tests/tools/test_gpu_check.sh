@@ -132,7 +132,9 @@ extrapolated to 48 layers: 4.000 ms/token (0.100 ms + 48 x 0.081 ms), 250.0 toke
 decode GEMV per weight format (T = 1, cold weights, median of 20 graph replays; device->device copy 4290 GB/s, read + write, this run):
 format bf16   [11336 x 3072]: 69.65 MB of weights per call, 25.00 us, 2786 GB/s of weights, 64.9% of the copy (4290 GB/s)
 format nvfp4  [11336 x 3072]: 19.60 MB of weights per call, 9.80 us, 2000 GB/s of weights, 46.6% of the copy (4290 GB/s)
-format fp8, int8, int4: no CUDA kernel (the CUDA engine refuses these Linears by name; the CPU engine runs them: bench engine --model DIR --formats LIST)
+format fp8    [11336 x 3072]: 34.87 MB of weights per call, 14.00 us, 2491 GB/s of weights, 58.1% of the copy (4290 GB/s)
+format int8   [11336 x 3072]: 35.91 MB of weights per call, 15.00 us, 2394 GB/s of weights, 55.8% of the copy (4290 GB/s)
+format int4   [11336 x 3072]: 18.50 MB of weights per call, 10.00 us, 1850 GB/s of weights, 43.1% of the copy (4290 GB/s)
 EOF
 # shellcheck disable=SC2034,SC2317  # TMPD, note and figure are the sourced file's inputs
 (
@@ -165,7 +167,8 @@ grep -q '^figure engine decode 4 layers: .* | 0.14 | no bar' "$f" && grep -q 'en
 ok $? "engine figures: 4 layers have no bar; prefill tok/s reported"
 grep -q '^figure engine decode GEMV bf16: 2786 GB/s of bf16 weights (\[11336x3072\], T = 1, cold) | D2D copy 4290 GB/s | 0.65 | no bar | INFO$' "$f" &&
 	grep -q '^figure engine decode GEMV nvfp4: 2000 GB/s .* | D2D copy 4290 GB/s | 0.47 | no bar | INFO$' "$f" &&
-	[ "$(grep -c '^figure engine decode GEMV' "$f")" = 2 ]
+	grep -q '^figure engine decode GEMV int4: 1850 GB/s of int4 weights (\[11336x3072\], T = 1, cold) | D2D copy 4290 GB/s | 0.43 | no bar | INFO$' "$f" &&
+	[ "$(grep -c '^figure engine decode GEMV' "$f")" = 5 ]
 ok $? "engine figures: decode GEMV weight GB/s per format against the same run's copy" "$(grep GEMV "$f")"
 grep -q 'no figures parsed' "$f"
 ok $? "an engine run without its lines says so instead of a figure"

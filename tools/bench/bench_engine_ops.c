@@ -10,7 +10,8 @@
  * cycles through enough copies of its weights (or expert picks, or KV
  * caches) that the n = max(8, copies) calls of one replay touch at least
  * twice the L2 (at most 64 copies). Weights are filled on the device (BF16 uniform, NVFP4 bytes of
- * valid codes and scales), so the numbers are timing only. */
+ * valid codes and scales, FP8/INT bytes of finite codes and small positive scales), so the
+ * numbers are timing only. */
 #include "tools/bench/bench_engine_ops.h"
 #include "tools/bench/bench_synth.h"
 #include "base/err.h"
@@ -48,6 +49,7 @@ struct op {
 static const char *const op_names[] = {
 	"qkvg", "o", "lm_head", "moe", "router", "norm_gemv", "norm_gemv_unfused", "rmsnorm",
 	"rsu", "rsu_norm", "lm_head_norm", "attn_sliding", "attn_full", "gemv_bf16", "gemv_nvfp4",
+	"gemv_fp8", "gemv_int8", "gemv_int4",
 };
 static const char *const op_what[] = {
 	"attention q|k|v|g of a sliding layer, one BF16 GEMV",
@@ -65,7 +67,21 @@ static const char *const op_what[] = {
 	"decode attention of a full layer at --pos (--ctx cache)",
 	"the q|k|v|g GEMV's shape with BF16 weights (bench engine's per-format rows)",
 	"the q|k|v|g GEMV's shape with NVFP4 weights (bench engine's per-format rows)",
+	"the q|k|v|g GEMV's shape with FP8 weights, a scale per row (fp8-dynamic)",
+	"the q|k|v|g GEMV's shape with INT8 weights, scales per 128 columns (w8a16)",
+	"the q|k|v|g GEMV's shape with INT4 weights, scales per 128 columns (w4a16)",
 };
+
+/* The kind and scale grouping of a gemv_<format> op: the schemes' own
+ * (fp8-dynamic per channel, w8a16 / w4a16 groups of 128). */
+static void fmt_kind(const char *fmt, int *kind, int *gshift)
+{
+	*gshift = EK_GSHIFT_ROW;
+	*kind = !strcmp(fmt, "bf16") ? EK_BF16 : !strcmp(fmt, "nvfp4") ? EK_NVFP4
+	      : !strcmp(fmt, "fp8") ? EK_FP8 : !strcmp(fmt, "int8") ? EK_INT8 : EK_INT4;
+	if (*kind == EK_INT8 || *kind == EK_INT4)
+		*gshift = 7;
+}
 #define N_OPS ((int)(sizeof op_names / sizeof op_names[0]))
 
 void bench_engine_list_ops(FILE *f)
@@ -133,11 +149,12 @@ static float *dfloats(struct ek_dev *d, size_t n, uint64_t seed)
 	return p;
 }
 
-/* Copies of a [rows][cols] weight (kind) so that they span >= 2 · L2. */
-static int weights(struct ek_dev *d, struct op *o, int kind, int rows, int cols, size_t l2,
-                   int copies_max, uint64_t seed)
+/* Copies of a [rows][cols] weight (kind; FP8/INT: scale groups 2^gshift)
+ * so that they span >= 2 · L2. */
+static int weights_g(struct ek_dev *d, struct op *o, int kind, int gshift, int rows, int cols,
+                     size_t l2, int copies_max, uint64_t seed)
 {
-	size_t one = ek_w_bytes(kind, rows, cols);
+	size_t one = ek_w_bytes_g(kind, rows, cols, gshift);
 	int c = (int)((2 * l2 + one - 1) / one);
 	c = c < 1 ? 1 : c > copies_max ? copies_max : c;
 	for (int i = 0; i < c; i++) {
@@ -146,15 +163,22 @@ static int weights(struct ek_dev *d, struct op *o, int kind, int rows, int cols,
 			return -ENOMEM;
 		float *gs = (float *)(p + one);
 		int rc = kind == EK_BF16 ? ek_fill_bf16(d, (uint16_t *)p, one / 2, 0.02f, seed + i)
-		                         : ek_fill_bytes(d, p, one, 0x20, 0x3F, seed + i);
+		         : kind == EK_NVFP4 ? ek_fill_bytes(d, p, one, 0x20, 0x3F, seed + i)
+		         : ek_fill_bytes(d, p, one, 0x20, 0x3E, seed + i);   /* finite codes, scales */
 		float g = 1000.0f;
 		if (rc || (kind == EK_NVFP4 && ek_h2d(d, gs, &g, sizeof g)) || ek_sync(d))
 			return -EIO;
 		o->w[i] = (struct ek_w){.kind = kind, .rows = rows, .cols = cols, .n = 1, .stride = one,
-		                        .data = p, .gs = kind == EK_NVFP4 ? gs : NULL};
+		                        .data = p, .gs = kind == EK_NVFP4 ? gs : NULL, .gshift = gshift};
 	}
 	o->copies = c;
 	return 0;
+}
+
+static int weights(struct ek_dev *d, struct op *o, int kind, int rows, int cols, size_t l2,
+                   int copies_max, uint64_t seed)
+{
+	return weights_g(d, o, kind, EK_GSHIFT_ROW, rows, cols, l2, copies_max, seed);
 }
 
 /* NVFP4 expert set of n matrices [rows][cols], one allocation. */
@@ -198,9 +222,10 @@ static int setup(struct ek_dev *d, struct op *o, const struct shapes *s, int pos
 		snprintf(o->shape, sizeof o->shape, "%d->%d (%d*%d+2*%d*%d+%d) bf16", H, qkvg, s->nh_s,
 		         s->hd, s->nkv, s->hd, s->gate_rows_s);
 	} else if (!strncmp(n, "gemv_", 5)) {
-		int kind = !strcmp(n, "gemv_bf16") ? EK_BF16 : EK_NVFP4;
-		rc = weights(d, o, kind, qkvg, H, l2, MAX_COPIES, 15);
-		o->bytes = (double)ek_w_bytes(kind, qkvg, H) + act + 4.0 * qkvg;
+		int kind, gsh;
+		fmt_kind(n + 5, &kind, &gsh);
+		rc = weights_g(d, o, kind, gsh, qkvg, H, l2, MAX_COPIES, 15);
+		o->bytes = (double)ek_w_bytes_g(kind, qkvg, H, gsh) + act + 4.0 * qkvg;
 		snprintf(o->shape, sizeof o->shape, "%d->%d %s", H, qkvg, n + 5);
 	} else if (!strcmp(n, "o")) {
 		rc = weights(d, o, EK_BF16, H, s->nh_s * s->hd, l2, MAX_COPIES, 20);
@@ -431,12 +456,13 @@ int bench_engine_ops(int device, const char *names, int pos, int ctx, int reps, 
 
 /* Decode's weight GB/s per weight format of the CUDA engine: one GEMV shape
  * (the q|k|v|g projection), T = 1, cold weights, against the copy bandwidth
- * measured here. The CUDA engine's kernels take BF16 and NVFP4 (NVFP4A16 is
- * the same tensors); FP8 and INT Linears have none (forward_cuda_load.c
- * refuses them by name), so their line says so instead of a figure. */
+ * measured here: BF16, NVFP4 (NVFP4A16 is the same tensors), FP8 (a scale
+ * per row, as fp8-dynamic), INT8 and INT4 (scales per 128 columns, as
+ * w8a16 / w4a16). Weight bytes are the engine layout's (scales included). */
 int bench_engine_formats(int device, int reps, struct rq_err *err)
 {
-	static const char *const fmt[] = {"gemv_bf16", "gemv_nvfp4"};
+	static const char *const fmt[] = {"gemv_bf16", "gemv_nvfp4", "gemv_fp8", "gemv_int8",
+	                                  "gemv_int4"};
 	struct shapes s;
 	int rc = get_shapes(&s, err);
 	if (rc)
@@ -456,7 +482,7 @@ int bench_engine_formats(int device, int reps, struct rq_err *err)
 		if (!(rc = setup(d, &o, &s, 0, 1, inf.l2_bytes, err)))
 			rc = time_op(d, &o, &s, reps, &us, err);
 		if (!rc) {
-			double wb = (double)ek_w_bytes(o.w[0].kind, o.w[0].rows, o.w[0].cols);
+			double wb = (double)ek_w_bytes_g(o.w[0].kind, o.w[0].rows, o.w[0].cols, o.w[0].gshift);
 			double gbs = wb / (us * 1e-6) / 1e9;
 			printf("format %-6s [%d x %d]: %.2f MB of weights per call, %.2f us, %.0f GB/s of "
 			       "weights, %.1f%% of the copy (%.0f GB/s)\n", fmt[i] + 5, o.w[0].rows,
@@ -465,9 +491,6 @@ int bench_engine_formats(int device, int reps, struct rq_err *err)
 		}
 		bfree_all(d);
 	}
-	if (!rc)
-		printf("format fp8, int8, int4: no CUDA kernel (the CUDA engine refuses these Linears by "
-		       "name; the CPU engine runs them: bench engine --model DIR --formats LIST)\n");
 	ek_close(d);
 	return rc;
 }
