@@ -14,6 +14,7 @@
  *   ops       ek_moe.cu        the routed experts of a MoE block
  *             ek_gemm.cu       prefill matrix products (tile GEMM, cuBLAS)
  *             ek_gemv.cu       decode GEMVs, NVFP4 repack, fused RMSNorm
+ *             ek_wq.cu         FP8/INT8/INT4 repack, GEMV and GEMM launches
  *             ek_ops.cu        RMSNorm, SwiGLU, add, embed, QK-norm+RoPE, router
  *             ek_actq.cu       input-activation quantizers (W4A4, FP8)
  *             ek_obs.cu        the calibration observer's reductions
@@ -23,6 +24,7 @@
  *   runtime   ek_rt.cu         this file
  *   twins     ek_moe_cpu.c     CPU twins of the MoE ops and routers
  *             ek_gemv_cpu.c    of ek_gemv.cu and ek_gemm.cu
+ *             ek_wq_cpu.c      of ek_wq.cu's repack; FP8/INT weight values
  *             ek_ops_cpu.c     of ek_ops.cu's elementwise ops, norms, fills
  *             ek_actq_cpu.c    of ek_actq.cu
  *             ek_obs_cpu.c     of ek_obs.cu
