@@ -5,15 +5,16 @@
  * `ek_X_cpu(...)` takes the same data arguments as host pointers and computes
  * the same function in plain C (the oracle of tests/kernels/test_ek_gpu.c,
  * itself checked against scalar references in test_ek_cpu.c). Each op family
- * lives in one .cu (ek_gemv.cu, ek_gemm.cu, ek_attn.cu, ek_moe.cu, ek_ops.cu,
- * runtime in ek_rt.cu); twins in ek_*_cpu.c by the same families
+ * lives in one .cu (ek_gemv.cu, ek_gemm.cu, ek_wq.cu, ek_attn.cu, ek_moe.cu,
+ * ek_ops.cu, runtime in ek_rt.cu); twins in ek_*_cpu.c by the same families
  * (ek_cpu_int.h), compiled in every build. Without CUDA, ek_stub.c answers
  * -ENODEV to every GPU entry point. Twins that allocate return 0 or -ENOMEM;
  * BF16/E4M3/E2M1 conversions are quant/'s (quant/quant.h).
  *
  * Conventions: activations are binary32 [tokens][ld] row-major; weights are
- * BF16, NVFP4, FP8 (E4M3) or symmetric INT8/INT4 (below); GPU ops return 0, -EINVAL (bad shape, message in
- * ek_error), -ENOMEM or -EIO (CUDA failure, message in ek_error). Ops only
+ * BF16, NVFP4, FP8 (E4M3) or symmetric INT8/INT4 (below); GPU ops return 0,
+ * -EINVAL (bad shape, message in ek_error), -ENOMEM or -EIO (CUDA failure,
+ * message in ek_error). Ops only
  * enqueue work: results are ready after ek_sync(). Ops whose position comes
  * from `const int *pos` read it from memory when they run, so a decode step
  * can be captured once in a CUDA graph and replayed (ek_capture_*).

@@ -3,8 +3,8 @@
  * Same contract as forward.h (lg_forward): one sequence, tokens fed at the
  * next positions, logits of the last n_out tokens. The model's weights are
  * copied once to the device at lgc_create (from the mapped checkpoint through
- * pinned staging buffers; NVFP4 experts repacked there into the GEMV layout
- * of kernels/ek.h), with attention q/k/v/g, dense gate/up and router/shared
+ * pinned staging buffers; NVFP4, FP8 and symmetric INT8/INT4 Linears
+ * repacked on the device into the layouts of kernels/ek.h), with attention q/k/v/g, dense gate/up and router/shared
  * gate/up each fused into one BF16 matrix when the checkpoint allows. The KV
  * cache lives on the device (BF16 by default, F32 or FP8 E4M3 on request);
  * full layers hold max_ctx positions, sliding layers a ring of window +
@@ -12,11 +12,15 @@
  * of the whole step; prompts run as batches of up to max_batch tokens.
  *
  * Numerics: see kernels/ek.h — batches of <= 16 tokens use the GEMV kernels
- * (fp32 activations for BF16, fp16·2^e for NVFP4), larger batches the GEMM
- * kernels (BF16 activations); fp32 everywhere else, as the CPU engine. A
- * Linear whose config quantizes its input (W4A4 NVFP4, FP8 per token; see
- * lg_linear act) gets it quantized first, the CPU engine's rule and bits
- * (ek_actq_*; routed experts: ek_moe_q), then the product as above.
+ * (fp32 activations for BF16, FP8 and INT, fp16·2^e for NVFP4), larger
+ * batches the GEMM kernels (BF16 activations for BF16 and NVFP4, fp32 for FP8
+ * and INT, whose weights are the CPU engine's values fl(v·s)); fp32
+ * everywhere else, as the CPU engine. A Linear whose config quantizes its
+ * input (W4A4 NVFP4, FP8 per token; see lg_linear act) gets it quantized
+ * first, the CPU engine's rule and bits (ek_actq_*; routed experts: ek_moe_q,
+ * ek_moe_a8), then the product as above. Linears the kernels do not take
+ * (F16/F32, INT with zero points or other widths) are refused by name at
+ * lgc_create, before any device work.
  *
  * Library code: nothing is printed; lgc_plan_text formats the memory plan
  * and lgc_stats reports the upload and step timings for the CLI. */
