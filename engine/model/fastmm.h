@@ -12,9 +12,10 @@
  *     block's tokens in register tiles of 4 rows x 6 tokens (AVX-512) or
  *     4 x 3 (AVX2), each step one FMA; the 16 (8) lanes summed at the end
  *   decode, BF16 (T <= 2): FMA dots straight from the mapped row
- *   decode, NVFP4, FP8 and INT (T <= 2): lg_matmul's own register dots
- *     (qdot.h): the oracle's bits, bandwidth-bound either way (an FMA NVFP4
- *     dot here decoded at 0.62 of qdot.c's, the same run)
+ *   decode, NVFP4, FP8 and symmetric INT8/INT4 (T = 1, AVX-512 with VBMI):
+ *     fastdot.h's dots, each group's scale applied once to its FMA partial
+ *     sum; two tokens, or a Linear fastdot.c does not take: lg_matmul's own
+ *     register dots (qdot.h)
  * Results still do not depend on the thread count; they do depend on the
  * batch split (a token's products take a different tile path in a batch of
  * one than of many), which the oracle never does.
