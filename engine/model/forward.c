@@ -30,6 +30,7 @@
 #include "engine/model/observe.h"
 #include "engine/model/torch_bf16.h"
 #include "engine/model/fastmm.h"
+#include "engine/model/fastattn.h"
 #include "base/err.h"
 #include "base/pool.h"
 #include "kernels/ek.h"
@@ -324,6 +325,7 @@ static void rope(const struct lg_state *s, float *x, const float *cs, const floa
 struct attn_ctx {
 	struct lg_state *s;
 	int layer, T, nh;
+	int gh;                    /* fast mode: query heads per item (1 or nh / n_kv_heads) */
 	float scale;
 };
 
@@ -418,6 +420,27 @@ static void attn_items(void *vctx, size_t b, size_t e, int worker)
 	}
 }
 
+/* The fast mode's: one (token, KV head, a->gh query heads of it) per item,
+ * the heads of an item reading each key and value once. */
+static void fattn_items(void *vctx, size_t b, size_t e, int worker)
+{
+	struct attn_ctx *a = vctx;
+	struct lg_state *s = a->s;
+	const struct lg_config *c = &s->m->cfg;
+	int hd = c->head_dim, nkv = c->n_kv_heads, rep = a->nh / nkv, cap = s->cap[a->layer];
+	int sliding = s->m->layers[a->layer].type == LG_SLIDING, per = rep / a->gh;
+	for (size_t it = b; it < e; it++) {
+		int t = (int)(it / ((size_t)nkv * per)), kvh = (int)(it / per % nkv), g = (int)(it % per);
+		int p = s->pos + t, lo = sliding && p - c->sliding_window + 1 > 0 ? p - c->sliding_window + 1 : 0;
+		size_t qo = (size_t)t * s->qd + ((size_t)kvh * rep + (size_t)g * a->gh) * hd;
+		struct lg_fattn f = {.q = s->q + qo, .o = s->att + qo, .kc = s->kc[a->layer],
+		                     .vc = s->vc[a->layer], .kvd = s->kvd, .kvh = kvh, .hd = hd,
+		                     .rep = a->gh, .cap = cap, .lo = lo, .n = p - lo + 1, .scale = a->scale,
+		                     .sc = s->scores + (size_t)worker * LG_FATTN_HEADS * s->max_cap};
+		lg_fast_attn(&f);
+	}
+}
+
 static void attention(struct lg_state *s, int li, int T)
 {
 	const struct lg_config *c = &s->m->cfg;
@@ -460,8 +483,17 @@ static void attention(struct lg_state *s, int li, int T)
 	struct attn_ctx a = {.s = s, .layer = li, .T = T, .nh = nh, .scale = (float)(1.0 / sqrt(hd))};
 	double keys = L->type == LG_SLIDING && c->sliding_window < s->pos + T ? c->sliding_window
 	                                                                     : s->pos + T;
-	size_t grain = (size_t)(16384 / (keys * hd * 2 + 1)) + 1;
-	rq_pool_for(s->pool, (size_t)T * nh, grain, attn_items, &a);
+	if (s->fast && !s->bf16 && lg_fast_attn_takes(hd)) {
+		/* fastattn.h: a KV head's query heads together, unless that leaves
+		 * fewer than 4 items a thread (decode): then one head an item, as the
+		 * oracle, so that no thread waits on another's second KV head */
+		a.gh = (size_t)T * nkv >= 4 * (size_t)rq_pool_size(s->pool) ? nh / nkv : 1;
+		size_t grain = (size_t)(16384 / (keys * hd * 2 * a.gh + 1)) + 1;
+		rq_pool_for(s->pool, (size_t)T * nh / a.gh, grain, fattn_items, &a);
+	} else {
+		size_t grain = (size_t)(16384 / (keys * hd * 2 + 1)) + 1;
+		rq_pool_for(s->pool, (size_t)T * nh, grain, attn_items, &a);
+	}
 
 	/* output gate: softplus, one per head or one per channel */
 	for (int t = 0; c->gate != LG_GATE_NONE && t < T; t++) {

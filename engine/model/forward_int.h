@@ -47,7 +47,8 @@ struct lg_state {
 	float *de;                 /* [B·top_k][hidden] expert outputs */
 	struct lg_mm *mm;          /* [2·n_experts + 8] products of one parallel loop */
 	float *cosb, *sinb;        /* [2 types][B][LG_ROPE_MAX] RoPE tables of the batch */
-	float *scores;             /* [nthreads][max_cap] attention scores */
+	float *scores;             /* [nthreads][LG_FATTN_HEADS][max_cap] attention scores (the
+	                              oracle's use a worker's first row) */
 	float *pv;                 /* [nthreads][4][head_dim] BF16 mode: P·V's 4 partial sums */
 	float *scratch;            /* [nthreads][4][stride] weight rows */
 	size_t stride;

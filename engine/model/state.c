@@ -2,6 +2,7 @@
  * scratch) sized once from the model and the batch, and its small setters.
  * The layers that use them: forward.c. */
 #include "engine/model/forward_int.h"
+#include "engine/model/fastattn.h"
 #include "engine/model/ops.h"
 #include "base/err.h"
 #include "base/pool.h"
@@ -78,7 +79,7 @@ int lg_state_create(const struct lg_model *m, int max_ctx, int max_batch, struct
 	s->mm = zalloc(s, 2 * (size_t)E + 8, sizeof *s->mm, &fail);
 	s->cosb = zalloc(s, 2 * (size_t)B * LG_ROPE_MAX, sizeof(float), &fail);
 	s->sinb = zalloc(s, 2 * (size_t)B * LG_ROPE_MAX, sizeof(float), &fail);
-	s->scores = zalloc(s, (size_t)s->nthreads * s->max_cap, sizeof(float), &fail);
+	s->scores = zalloc(s, (size_t)s->nthreads * LG_FATTN_HEADS * s->max_cap, sizeof(float), &fail);
 	s->pv = zalloc(s, (size_t)s->nthreads * 4 * c->head_dim, sizeof(float), &fail);
 	size_t st = H;
 	int widths[] = {s->qd, c->inter, c->moe_inter, c->shared_inter};

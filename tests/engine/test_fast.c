@@ -21,6 +21,7 @@
 #include "engine/model/sampler.h"
 #include "engine/model/fastmm.h"
 #include "engine/model/fastdot.h"
+#include "engine/model/fastattn.h"
 #include "engine/model/forward.h"
 #include "engine/model/model.h"
 #include "engine/model/ops.h"
@@ -128,6 +129,68 @@ static void fp8_nan(struct rq_pool *pool)
 	TAP_OK(ok, "fp8 decode with a NaN code in row 5 and an infinite scale in row 2: rows 5 and 2 "
 	       "as the oracle's (%g %g, fast %g %g), the others within 1e-5", yo[5], yo[2], yf[5],
 	       yf[2]);
+}
+
+/* lg_fast_attn against a binary64 softmax attention: head dims 16..256, 1..8
+ * query heads per KV head (passes of 4 and a short one), 1..100 keys from a
+ * slot past the start of a ring that wraps; every output within 1e-5 of the
+ * largest |value| (the weights sum to 1). */
+static void fast_attention(void)
+{
+	if (!lg_fast_attn_takes(64)) {
+		TAP_OK(1, "fast attention: not taken here (no AVX-512), the oracle's runs # SKIP");
+		return;
+	}
+	static const int hds[] = {16, 64, 128, 256}, reps[] = {1, 3, 5, 8}, ns[] = {1, 3, 17, 100};
+	uint64_t s = 0xa77;
+	int bad = 0, cases = 0;
+	double worst = 0;
+	for (int a = 0; a < 4; a++)
+		for (int b = 0; b < 4; b++)
+			for (int c = 0; c < 4; c++) {
+				int hd = hds[a], rep = reps[b], n = ns[c], cap = n + 7, kvd = 2 * hd, lo = 9;
+				float *q = malloc(sizeof(float) * rep * hd), *o = malloc(sizeof(float) * rep * hd);
+				float *kc = malloc(sizeof(float) * cap * kvd), *vc = malloc(sizeof(float) * cap * kvd);
+				float *sc = malloc(sizeof(float) * LG_FATTN_HEADS * n);
+				double *p = malloc(sizeof(double) * n);
+				for (int i = 0; i < rep * hd; i++)
+					q[i] = frand(&s) * 2.0f;
+				for (int i = 0; i < cap * kvd; i++) {
+					kc[i] = frand(&s) * 2.0f;
+					vc[i] = frand(&s);
+				}
+				float scale = 1.0f / sqrtf((float)hd);
+				struct lg_fattn f = {.q = q, .o = o, .kc = kc, .vc = vc, .kvd = kvd, .kvh = 1, .hd = hd,
+				                     .rep = rep, .cap = cap, .lo = lo, .n = n, .scale = scale, .sc = sc};
+				lg_fast_attn(&f);
+				for (int h = 0; h < rep; h++) {
+					double mx = -INFINITY, z = 0;
+					for (int j = 0; j < n; j++) {
+						const float *k = kc + (size_t)((lo + j) % cap) * kvd + hd;
+						double d = 0;
+						for (int i = 0; i < hd; i++)
+							d += (double)q[h * hd + i] * k[i];
+						p[j] = d * scale;
+						mx = fmax(mx, p[j]);
+					}
+					for (int j = 0; j < n; j++)
+						z += p[j] = exp(p[j] - mx);
+					for (int i = 0; i < hd; i++) {
+						double r = 0;
+						for (int j = 0; j < n; j++)
+							r += p[j] / z * vc[(size_t)((lo + j) % cap) * kvd + hd + i];
+						double e = fabs(r - o[h * hd + i]);
+						worst = fmax(worst, e);
+						if (!(e <= 1e-5))
+							bad++;
+					}
+				}
+				cases++;
+				free(q), free(o), free(kc), free(vc), free(sc), free(p);
+			}
+	TAP_OK(!bad, "fast attention, %d cases (head dim 16..256, 1..8 heads per KV head, 1..100 keys "
+	       "over a wrapping ring): every output within 1e-5 of binary64's (worst %.2g; %d off)",
+	       cases, worst, bad);
 }
 
 static void kernels(struct rq_pool *pool)
@@ -285,6 +348,7 @@ int main(int argc, char **argv)
 		return 1;
 	kernels(pool);
 	fp8_nan(pool);
+	fast_attention();
 
 	size_t len = 0;
 	char *buf = tap_slurp(argv[2], &len);
