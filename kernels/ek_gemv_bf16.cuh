@@ -152,6 +152,45 @@ static __device__ void norm_stage(const gv_args &a, int ntok, float *xs, float *
 	__syncthreads();
 }
 
+/* The GEMV kernels' end (BF16 here, FP8/INT in ek_gemv_q.cuh): each row's
+ * lane sums meet (warp_sum); lane 0 writes rows r0 .. r0 + R by MODE (PLAIN:
+ * y (+)= for each token, GU: silu(g)·u, DOWN: the slot's y); then GV_DOWN's
+ * combine of the block's RB rows. */
+template <int NS, int R, int TT, int MODE, int RB>
+static __device__ __forceinline__ void gv_finish(const gv_args &a, float (&acc)[NS][R][TT], int r0,
+                                                 int ntok, int inst, int lane)
+{
+#pragma unroll
+	for (int s = 0; s < NS; s++)
+#pragma unroll
+		for (int r = 0; r < R; r++)
+#pragma unroll
+			for (int t = 0; t < TT; t++)
+				acc[s][r][t] = warp_sum(acc[s][r][t]);
+	if (lane == 0) {
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			int row = r0 + r;
+			if (row >= a.rows)
+				break;
+			if (MODE == GV_PLAIN) {
+#pragma unroll
+				for (int t = 0; t < TT; t++)
+					if (t < ntok) {
+						float *o = &a.y[(size_t)t * a.ldy + row];
+						*o = a.acc ? __fadd_rn(*o, acc[0][r][t]) : acc[0][r][t];
+					}
+			} else if (MODE == GV_GU) {
+				a.y[(size_t)inst * a.ldy + row] = __fmul_rn(dsilu(acc[0][r][0]), acc[NS - 1][r][0]);
+			} else {
+				a.y[(size_t)inst * a.ldy + row] = acc[0][r][0];
+			}
+		}
+	}
+	if (MODE == GV_DOWN)
+		down_combine(a, blockIdx.x * RB, min(a.rows, (int)(blockIdx.x + 1) * RB));
+}
+
 template <int TT, bool VEC, int MODE, bool NORM>
 __global__ __launch_bounds__(GV_THREADS) void k_gemv_bf16(gv_args a)
 {
@@ -241,35 +280,7 @@ __global__ __launch_bounds__(GV_THREADS) void k_gemv_bf16(gv_args a)
 					}
 		}
 	}
-#pragma unroll
-	for (int s = 0; s < NS; s++)
-#pragma unroll
-		for (int r = 0; r < BF_R; r++)
-#pragma unroll
-			for (int t = 0; t < TT; t++)
-				acc[s][r][t] = warp_sum(acc[s][r][t]);
-	if (lane == 0) {
-#pragma unroll
-		for (int r = 0; r < BF_R; r++) {
-			int row = r0 + r;
-			if (row >= a.rows)
-				break;
-			if (MODE == GV_PLAIN) {
-#pragma unroll
-				for (int t = 0; t < TT; t++)
-					if (t < ntok) {
-						float *o = &a.y[(size_t)t * a.ldy + row];
-						*o = a.acc ? *o + acc[0][r][0 + t] : acc[0][r][t];
-					}
-			} else if (MODE == GV_GU) {
-				a.y[(size_t)inst * a.ldy + row] = dsilu(acc[0][r][0]) * acc[NS - 1][r][0];
-			} else {
-				a.y[(size_t)inst * a.ldy + row] = acc[0][r][0];
-			}
-		}
-	}
-	if (MODE == GV_DOWN)
-		down_combine(a, blockIdx.x * BF_ROWS, min(a.rows, (int)(blockIdx.x + 1) * BF_ROWS));
+	gv_finish<NS, BF_R, TT, MODE, BF_ROWS>(a, acc, r0, ntok, inst, lane);
 }
 
 #endif

@@ -15,8 +15,8 @@
  * against fp32 x[t] (read through L1, or from shared memory with NORM) for
  * every token: each weight is read and decoded once for all T tokens.
  * Columns past cols (the last chunk's padding) meet x = 0 and code 0.
- * Lane sums meet by warp_sum; lane 0 writes (PLAIN: y (+)=, GU: silu(g)·u,
- * DOWN: y then down_combine). NORM stages RMSNorm(x) in shared memory first
+ * Lane sums meet and lane 0 writes by mode in gv_finish (ek_gemv_bf16.cuh).
+ * NORM stages RMSNorm(x) in shared memory first
  * (norm_stage, ek_rmsnorm's arithmetic: the same bits as the unfused pair).
  *
  * Needs, defined before it is included, what ek_gemv_bf16.cuh needs, plus
@@ -215,35 +215,7 @@ __global__ __launch_bounds__(GV_THREADS) void k_gemv_q(gv_args a)
 			}
 		}
 	}
-#pragma unroll
-	for (int s = 0; s < NS; s++)
-#pragma unroll
-		for (int r = 0; r < Q_R; r++)
-#pragma unroll
-			for (int t = 0; t < TT; t++)
-				acc[s][r][t] = warp_sum(acc[s][r][t]);
-	if (lane == 0) {
-#pragma unroll
-		for (int r = 0; r < Q_R; r++) {
-			int row = r0 + r;
-			if (row >= a.rows)
-				break;
-			if (MODE == GV_PLAIN) {
-#pragma unroll
-				for (int t = 0; t < TT; t++)
-					if (t < ntok) {
-						float *o = &a.y[(size_t)t * a.ldy + row];
-						*o = a.acc ? __fadd_rn(*o, acc[0][r][t]) : acc[0][r][t];
-					}
-			} else if (MODE == GV_GU) {
-				a.y[(size_t)inst * a.ldy + row] = __fmul_rn(dsilu(acc[0][r][0]), acc[NS - 1][r][0]);
-			} else {
-				a.y[(size_t)inst * a.ldy + row] = acc[0][r][0];
-			}
-		}
-	}
-	if (MODE == GV_DOWN)
-		down_combine(a, blockIdx.x * Q_ROWS, min(a.rows, (int)(blockIdx.x + 1) * Q_ROWS));
+	gv_finish<NS, Q_R, TT, MODE, Q_ROWS>(a, acc, r0, ntok, inst, lane);
 }
 
 #endif

@@ -170,16 +170,6 @@ static inline void nvfp4_rows(const uint8_t *packed, const uint8_t *scales, int 
 		out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-#define ROWS_SWITCH(RR, BODY)                   \
-	do {                                    \
-		switch (RR) {                   \
-		case 4: BODY(4); break;         \
-		case 3: BODY(3); break;         \
-		case 2: BODY(2); break;         \
-		default: BODY(1); break;        \
-		}                               \
-	} while (0)
-
 static void prefetch_rows(const uint8_t *p, size_t bytes)
 {
 	for (size_t o = 0; o < bytes; o += 64)
@@ -199,7 +189,7 @@ static void nvfp4_dot(const struct lg_linear *W, int r, int R, const float *x, f
 			prefetch_rows(sc + 8 * ls, 4 * ls);
 		}
 #define NV_BODY(RR) nvfp4_rows(p, sc, RR, lut, x, n, y + b)
-		ROWS_SWITCH(R - b < 4 ? R - b : 4, NV_BODY);
+		ROWS4(R - b < 4 ? R - b : 4, NV_BODY);
 #undef NV_BODY
 	}
 }
@@ -230,7 +220,7 @@ static void grouped_dot(const struct lg_linear *W, int r, int R, const float *x,
 		else                                                                        \
 			grouped_rows(q, ld, K, LG_W_INT, 4, s, lds, G, x, n, y + b);        \
 	} while (0)
-			ROWS_SWITCH(RR, GR_BODY);
+			ROWS4(RR, GR_BODY);
 #undef GR_BODY
 			for (int i = 0; i < RR; i++)
 				redo |= !isfinite(y[b + i]);

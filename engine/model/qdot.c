@@ -61,18 +61,8 @@ static inline float fold512(__m512 acc)
 
 /* The rows of one call are R <= 4 at a time, interleaved: each row's 16
  * lanes are one register, so one row's adds wait on each other (a vaddps's
- * latency per 16 weights) but R rows' do not, and each x load serves R rows.
- * RR is a constant where the R-row bodies are inlined (ROWS4 below), so the
- * accumulators stay in registers. */
-#define ROWS4(R, BODY)                           \
-	do {                                     \
-		switch (R) {                     \
-		case 4: BODY(4); break;          \
-		case 3: BODY(3); break;          \
-		case 2: BODY(2); break;          \
-		default: BODY(1); break;         \
-		}                                \
-	} while (0)
+ * latency per 16 weights) but R rows' do not, and each x load serves R rows
+ * (ROWS4, simd_int.h). */
 
 /* ------------------------------------------------------------------ FP8 */
 

@@ -84,6 +84,18 @@ static inline __m512 fp8_half16(const uint8_t *p)
 	return _mm512_cvtph_ps(h);
 }
 
+/* BODY(RR) for RR = R (1..4) as a constant, so that an R-row body inlined
+ * keeps its accumulators in registers (qdot.c, fastdot.c). */
+#define ROWS4(R, BODY)                           \
+	do {                                     \
+		switch (R) {                     \
+		case 4: BODY(4); break;          \
+		case 3: BODY(3); break;          \
+		case 2: BODY(2); break;          \
+		default: BODY(1); break;         \
+		}                                \
+	} while (0)
+
 /* The token loop of a register-tile product over rows R (1..4) and tokens
  * [t, T): TILE(RR, UU) on each full tile of UU = 3 tokens, then on the 2 or
  * 1 left, t advanced past each; RR and UU are constants in every call, so

@@ -25,31 +25,7 @@ extern "C" {
 
 #include <vector>
 
-/* what ek_dev.cuh gives the kernels on a GPU */
-static inline void pdl_start() {}
-static inline void prefetch_l2(const void *p) { (void)p; }
-static inline uint4 ld_stream16(const void *p)
-{
-	uint4 v;
-	memcpy(&v, p, 16);
-	return v;
-}
-static inline float bf16f(uint32_t b) { return __uint_as_float(b << 16); }
-static inline float dsilu(float x) { return x / (1.0f + expf(-x)); }
-template <typename T>
-static inline T __ldcg(const T *p)
-{
-	return *p;
-}
-static inline int atomicAdd(int *p, int v)
-{
-	int o = *p;
-	*p += v;
-	return o;
-}
-static inline void __threadfence() {}
-static float emu_dyn[48 * 1024 / 4];       /* the block's dynamic shared memory */
-#define EK_DYN_SMEM(type, name) type *name = (type *)emu_dyn
+#include "tests/kernels/emul/gemv_host.h"
 
 #include "kernels/ek_reduce.cuh"
 #include "kernels/ek_rmsnorm.cuh"
