@@ -29,23 +29,6 @@ static int ok_rc(int rc, const char *what)
 	return rc == 0;
 }
 
-/* mag[t][r] = Σ_c |W_e[r][c]·x[t][c]| */
-static float *matvec_mag(const struct ek_w *W, int e, const float *x, int ldx, int T)
-{
-	float *row = tu_alloc(sizeof(float) * W->cols), *m = tu_alloc(sizeof(float) * T * W->rows);
-	for (int r = 0; r < W->rows; r++) {
-		ek_w_row_cpu(W, e, r, row);
-		for (int t = 0; t < T; t++) {
-			double s = 0;
-			for (int c = 0; c < W->cols; c++)
-				s += fabs((double)row[c] * x[(size_t)t * ldx + c]);
-			m[(size_t)t * W->rows + r] = (float)s;
-		}
-	}
-	free(row);
-	return m;
-}
-
 /* ------------------------------------------------------ fills, repack */
 
 static void test_fills_repack(void)

@@ -1,5 +1,5 @@
 /* test_ek_util.h — shared pieces of the engine-kernel tests (test_ek_cpu.c,
- * test_ek_attn_cpu.c, test_ek_gpu.c): a seeded generator, random weights in
+ * test_ek_attn_cpu.c, test_ek_gpu.c, test_ek_wq_gpu.c): a seeded generator, random weights in
  * both forms, and tolerance checks that print the worst element. */
 #ifndef RQ_TESTS_EK_UTIL_H
 #define RQ_TESTS_EK_UTIL_H
@@ -127,6 +127,23 @@ static inline int tu_close_f(const char *what, const float *got, const float *wa
 	free(w);
 	free(m);
 	return ok;
+}
+
+/* mag[t][r] = Σ_c |W_e[r][c]·x[t][c]| (the scale of a product's rounding error) */
+static inline float *matvec_mag(const struct ek_w *W, int e, const float *x, int ldx, int T)
+{
+	float *row = tu_alloc(sizeof(float) * W->cols), *m = tu_alloc(sizeof(float) * T * W->rows);
+	for (int r = 0; r < W->rows; r++) {
+		ek_w_row_cpu(W, e, r, row);
+		for (int t = 0; t < T; t++) {
+			double s = 0;
+			for (int c = 0; c < W->cols; c++)
+				s += fabs((double)row[c] * x[(size_t)t * ldx + c]);
+			m[(size_t)t * W->rows + r] = (float)s;
+		}
+	}
+	free(row);
+	return m;
 }
 
 #endif

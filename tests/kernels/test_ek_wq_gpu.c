@@ -62,22 +62,6 @@ static struct ek_w on_dev(const struct ek_w *h)
 	return w;
 }
 
-static float *mag_of(const struct ek_w *W, int e, const float *x, int ldx, int T)
-{
-	float *row = tu_alloc(sizeof(float) * W->cols), *m = tu_alloc(sizeof(float) * T * W->rows);
-	for (int r = 0; r < W->rows; r++) {
-		ek_w_row_cpu(W, e, r, row);
-		for (int t = 0; t < T; t++) {
-			double s = 0;
-			for (int c = 0; c < W->cols; c++)
-				s += fabs((double)row[c] * x[(size_t)t * ldx + c]);
-			m[(size_t)t * W->rows + r] = (float)s;
-		}
-	}
-	free(row);
-	return m;
-}
-
 static void test_repack(int kind, int rows, int cols, int sd, int srb, int gshift)
 {
 	size_t ldc = ldc_of(kind, cols), bytes = ek_w_bytes_g(kind, rows, cols, gshift);
@@ -168,7 +152,7 @@ static void test_matvec(int kind, int rows, int cols, int T, int gshift, int op)
 		(op ? ek_gemm_cpu : ek_gemv_cpu)(&h, x, ldx, yc, ldy, T, acc);
 	}
 	down(yg, dy, sizeof(float) * T * ldy);
-	float *m = mag_of(&h, 0, op == 1 ? xn : x, ldx, T);
+	float *m = matvec_mag(&h, 0, op == 1 ? xn : x, ldx, T);
 	float *gc = tu_alloc(sizeof(float) * T * rows), *cc = tu_alloc(sizeof(float) * T * rows);
 	for (int t = 0; t < T; t++) {
 		memcpy(gc + (size_t)t * rows, yg + (size_t)t * ldy, sizeof(float) * rows);
