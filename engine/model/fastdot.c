@@ -20,7 +20,6 @@
  * only roundings). Rows run 4 at a time with the rows 8 ahead prefetched, as
  * the oracle's dots do. */
 #include "engine/model/fastdot.h"
-#include "engine/model/fastmm.h"
 #include "engine/model/model.h"
 #include "engine/model/ops.h"
 #include "engine/model/qdot.h"
@@ -40,12 +39,14 @@
 
 int lg_fast_dot_takes(const struct lg_linear *W)
 {
-	static int vbmi = -1;
-	if (vbmi < 0) {
+	static int isa = -1;
+	if (isa < 0) {
 		__builtin_cpu_init();
-		vbmi = __builtin_cpu_supports("avx512vbmi");
+		isa = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
+		      __builtin_cpu_supports("fma");
 	}
-	if (lg_fast_level() != 2 || !vbmi)
+	if (!isa)
 		return 0;
 	int G = W->groups;
 	switch (W->kind) {

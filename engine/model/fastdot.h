@@ -10,9 +10,10 @@
 
 struct lg_linear;
 
-/* 1 when lg_fast_dot_rows takes W on this CPU: AVX-512 (F, BW, VL, VBMI, and
- * the fast mode on), NVFP4 with its division table, FP8 or INT of 8 or 4
- * bits without zero points, groups a multiple of 16 columns wide. */
+/* 1 when lg_fast_dot_rows takes W on this CPU: AVX-512 (F, BW, VL, VBMI) and
+ * FMA, NVFP4 with its division table, FP8 or INT of 8 or 4 bits without zero
+ * points, groups a multiple of 16 columns wide. The caller (fastmm.c) asks
+ * only when its own level is AVX-512 (RQ_ENGINE_NO_AVX512 unset). */
 int lg_fast_dot_takes(const struct lg_linear *W);
 
 /* y[i] = Σ_c w[r + i][c] · x[c] for i < R (any R >= 1), for a W that

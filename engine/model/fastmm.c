@@ -27,7 +27,7 @@ static int takes(const struct lg_mm *m, int lv)
 	if (m->T >= 3)
 		return 1;
 	if (m->T == 1 && quantized(m->W))
-		return lg_fast_dot_takes(m->W);
+		return lv == 2 && lg_fast_dot_takes(m->W);
 	switch (m->W->kind) {
 	case LG_W_BF16:
 	case LG_W_F16:

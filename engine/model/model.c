@@ -30,7 +30,9 @@
  *                                  generation_config.json
  *             rope.c               rotary frequencies as transformers'
  *             cfg_json.c           config.json value readers
- *   leaves    fastmm.c             the fast mode's FMA products (never the oracle)
+ *   leaves    fastattn.c           the fast mode's attention (never the oracle)
+ *             fastmm.c             the fast mode's FMA products (never the oracle)
+ *             fastdot.c            the fast mode's quantized decode dots
  *             ops.c                CPU kernels (matmul, RMSNorm, ...)
  *             qdot.c               decode's quantized dots in registers
  *             torch_bf16.c         torch's CPU summation orders and exp
