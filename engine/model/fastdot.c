@@ -6,19 +6,19 @@
  * group's partial sum, and the scale multiplies the sum once:
  *   FP8   half(b) = e4m3(b)·2^-8 exactly (qdot.c's bit move: sign, then
  *         (b & 0x7F) << 7 as binary16, subnormals included), 32 bytes a step
- *         (vpmovsxbw, << 7, bit 14 cleared, two vcvtph2ps); the group's sum
- *         times s·2^8 (|s| < 2^119, so the power of two is exact)
+ *         (vpmovsxbw, << 7, bit 14 cleared, two vcvtph2ps); the row's sum
+ *         times 2^8 at the end (exact short of an overflow)
  *   INT8  q − 128 = (int8)(b ^ 0x80), widened and converted exactly
  *   INT4  the nibble picks c − 8 from a constant register (vpermps)
  *   NVFP4 the group's 16 values from qdot.c's per-thread table, as there
  * Each step is one FMA into the row's 16 lanes; the lanes are summed at the
- * end in any order. A block of 4 rows whose result is not finite (a scale
- * that is not, an overflow) or that holds an FP8 NaN code is redone the
- * oracle's way, so NaN and inf come out as the oracle's do. So the result is Σ over groups of s_g·Σ(code value · x)
+ * end in any order. So the result is Σ over groups of s_g·Σ(code value · x)
  * in binary32, within the summation bound the fast mode is held to (the
  * products are exact in an FMA; the group sums and the scaled adds are the
- * only roundings). Rows run 4 at a time with the rows 8 ahead prefetched, as
- * the oracle's dots do. */
+ * only roundings). A block of 4 rows whose result is not finite (a scale
+ * that is not, an overflow) or that holds an FP8 NaN code is redone the
+ * oracle's way, so NaN and inf come out as the oracle's do. Rows run 4 at a
+ * time with the rows 8 ahead prefetched, as the oracle's dots do. */
 #include "engine/model/fastdot.h"
 #include "engine/model/model.h"
 #include "engine/model/ops.h"
