@@ -1,5 +1,6 @@
 /* test_ek_dev.h — the device side of the GPU engine-kernel tests
- * (test_ek_gpu.c, test_ek_gpu_pf.c): the one device D, uploads and
+ * (test_ek_gpu.c, test_ek_gpu_pf.c, test_ek_wq_gpu.c): the one device D (opened
+ * or the test skipped), uploads and
  * downloads that end the test (exit 1, message printed) when they fail, and
  * a tu_w weight set copied to the device. */
 #ifndef RQ_TESTS_EK_DEV_H
@@ -10,6 +11,19 @@
 #include <stdio.h>
 
 static struct ek_dev *D;
+
+/* Opens device 0 as D (inf: its info), or skips the whole test saying why. */
+static inline void dev_open_or_skip(struct ek_info *inf)
+{
+	char msg[512];
+	if (!ek_compiled())
+		TAP_SKIP_ALL("built without CUDA (reconfigure with -Dcuda=enabled)");
+	if (ek_device_count() == 0)
+		TAP_SKIP_ALL("no usable CUDA device (ek_device_count() == 0)");
+	if (ek_open(0, &D, msg, sizeof msg))
+		TAP_SKIP_ALL("ek_open: %s", msg);
+	ek_info(D, inf);
+}
 
 static inline void *up(const void *h, size_t n)
 {

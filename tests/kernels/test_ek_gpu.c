@@ -641,15 +641,8 @@ static void test_shared_work(void)
 
 int main(void)
 {
-	char msg[512];
-	if (!ek_compiled())
-		TAP_SKIP_ALL("built without CUDA (reconfigure with -Dcuda=enabled)");
-	if (ek_device_count() == 0)
-		TAP_SKIP_ALL("no usable CUDA device (ek_device_count() == 0)");
-	if (ek_open(0, &D, msg, sizeof msg))
-		TAP_SKIP_ALL("ek_open: %s", msg);
 	struct ek_info inf;
-	ek_info(D, &inf);
+	dev_open_or_skip(&inf);
 	printf("# %s, cc %d, %d SMs, %.1f GiB, cuBLAS %s\n", inf.name, inf.cc, inf.sms,
 	       inf.mem_total / 1073741824.0, inf.cublas ? "loaded" : "absent");
 	test_fills_repack();

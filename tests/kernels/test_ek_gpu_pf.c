@@ -260,16 +260,9 @@ static void test_engine(const char *rq, const char *dir, const char *flags, cons
 
 int main(int argc, char **argv)
 {
-	char msg[512];
-	if (!ek_compiled())
-		TAP_SKIP_ALL("built without CUDA (reconfigure with -Dcuda=enabled)");
-	if (ek_device_count() == 0)
-		TAP_SKIP_ALL("no usable CUDA device (ek_device_count() == 0)");
-	unsetenv("EK_PDL");
-	if (ek_open(0, &D, msg, sizeof msg))
-		TAP_SKIP_ALL("ek_open: %s", msg);
+	unsetenv("EK_PDL");   /* before the open: ek_open reads it */
 	struct ek_info inf;
-	ek_info(D, &inf);
+	dev_open_or_skip(&inf);
 	printf("# %s, cc %d, %d SMs\n", inf.name, inf.cc, inf.sms);
 	int mode;
 	test_pdl_default(&inf, &mode);

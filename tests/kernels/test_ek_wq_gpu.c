@@ -230,15 +230,8 @@ static void test_moe(int kind, int H, int I, int E, int k, int T, int a8)
 
 int main(void)
 {
-	char msg[512];
-	if (!ek_compiled())
-		TAP_SKIP_ALL("built without CUDA (reconfigure with -Dcuda=enabled)");
-	if (ek_device_count() == 0)
-		TAP_SKIP_ALL("no usable CUDA device (ek_device_count() == 0)");
-	if (ek_open(0, &D, msg, sizeof msg))
-		TAP_SKIP_ALL("ek_open: %s", msg);
 	struct ek_info inf;
-	ek_info(D, &inf);
+	dev_open_or_skip(&inf);
 	printf("# %s, cc %d (E4M3 decode: %s)\n", inf.name, inf.cc,
 	       inf.cc >= 89 ? "the GPU's cvt" : "ek_e4m3_f32's bits");
 	for (int i = 0; i < 3; i++) {
