@@ -18,7 +18,8 @@
  * only roundings). A block of 4 rows whose result is not finite (a scale
  * that is not, an overflow) or that holds an FP8 NaN code is redone the
  * oracle's way, so NaN and inf come out as the oracle's do. Rows run 4 at a
- * time with the rows 8 ahead prefetched, as the oracle's dots do. */
+ * time with the rows 8 ahead prefetched, as the oracle's dots do (FP8 and
+ * INT a line at a time across the block's steps, prefetch4). */
 #include "engine/model/fastdot.h"
 #include "engine/model/model.h"
 #include "engine/model/ops.h"
@@ -106,7 +107,7 @@ static inline __m512 int8_16(const uint8_t *p)
 __attribute__((target(T512F), always_inline))
 static inline void grouped_rows(const uint8_t *q, size_t ld, int RR, int kind, int bits,
                                 const float *s, size_t lds, int G, const float *x, int n,
-                                float *out)
+                                float *out, const uint8_t *pf)
 {
 	const __m512 i4 = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
 	int gw = n / G;
@@ -121,6 +122,8 @@ static inline void grouped_rows(const uint8_t *q, size_t ld, int RR, int kind, i
 		if (kind == LG_W_FP8) {
 			for (; c + 32 <= e; c += 32) {
 				__m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
+				if (pf && !(c & 63))
+					prefetch4(pf, ld, (size_t)c);
 				for (int r = 0; r < RR; r++) {
 					__m512 h0, h1;
 					fp8_half32(q + r * ld + c, &h0, &h1);
@@ -136,6 +139,8 @@ static inline void grouped_rows(const uint8_t *q, size_t ld, int RR, int kind, i
 		} else {
 			for (; c < e; c += 16) {
 				__m512 xv = _mm512_loadu_ps(x + c);
+				if (pf && !(c & (bits == 8 ? 63 : 127)))
+					prefetch4(pf, ld, (size_t)c * bits / 8);
 				for (int r = 0; r < RR; r++) {
 					__m512 w = bits == 8 ? int8_16(q + r * ld + c)
 					                     : _mm512_permutexvar_ps(codes16(q + r * ld + c / 2), i4);
@@ -206,8 +211,7 @@ static void grouped_dot(const struct lg_linear *W, int r, int R, const float *x,
 	for (int b = 0; b < R; b += 4) {
 		int RR = R - b < 4 ? R - b : 4, redo = 0;
 		const uint8_t *q = base + (size_t)(r + b) * ld;
-		if (b + 12 <= R)
-			prefetch_rows(q + 8 * ld, 4 * ld);
+		const uint8_t *pf = b + 12 <= R ? q + 8 * ld : NULL;   /* spread over the block's steps */
 		const float *s = block_scales(W, r + b, RR, buf, &lds);
 		if (fp8 && fp8_has_nan(q, ld, RR, n)) {
 			redo = 1;
@@ -215,11 +219,11 @@ static void grouped_dot(const struct lg_linear *W, int r, int R, const float *x,
 #define GR_BODY(K)                                                                          \
 	do {                                                                                \
 		if (fp8)                                                                    \
-			grouped_rows(q, ld, K, LG_W_FP8, 8, s, lds, G, x, n, y + b);        \
+			grouped_rows(q, ld, K, LG_W_FP8, 8, s, lds, G, x, n, y + b, pf);    \
 		else if (W->bits == 8)                                                      \
-			grouped_rows(q, ld, K, LG_W_INT, 8, s, lds, G, x, n, y + b);        \
+			grouped_rows(q, ld, K, LG_W_INT, 8, s, lds, G, x, n, y + b, pf);    \
 		else                                                                        \
-			grouped_rows(q, ld, K, LG_W_INT, 4, s, lds, G, x, n, y + b);        \
+			grouped_rows(q, ld, K, LG_W_INT, 4, s, lds, G, x, n, y + b, pf);    \
 	} while (0)
 			ROWS4(RR, GR_BODY);
 #undef GR_BODY

@@ -416,8 +416,10 @@ static void dequant_int(const struct lg_linear *W, int r, float *out)
 
 /* lg_dot(row r + i of W dequantized, x) into out[i] for i < R (1..4) from
  * registers (qdot.h) when this CPU and these rows have a fast path: 1, else 0
- * (the caller's oracle). */
-static int qdot_rows(const struct lg_linear *W, int r, int R, const float *x, float *out)
+ * (the caller's oracle). FP8 and INT: pf, the 4 rows to prefetch meanwhile,
+ * or NULL. */
+static int qdot_rows(const struct lg_linear *W, int r, int R, const float *x, float *out,
+                     const uint8_t *pf)
 {
 	enum { GMAX = 2048 };
 	if (W->kind == LG_W_NVFP4) {
@@ -449,13 +451,13 @@ static int qdot_rows(const struct lg_linear *W, int r, int R, const float *x, fl
 				s[i * G + g] = lg_qscale_at(W, sr + g);
 	}
 	if (W->kind == LG_W_FP8)
-		return lg_qdot_fp8(W->w8 + (size_t)r * W->cols, W->cols, R, s, gw, x, W->cols, out);
+		return lg_qdot_fp8(W->w8 + (size_t)r * W->cols, W->cols, R, s, gw, x, W->cols, out, pf);
 	for (int i = 0; W->qzero && i < R; i++)
 		for (int g = 0; g < G; g++)
 			zo[i * G + g] = (int)int_field(W->qzero + 4 * (size_t)g, 4 * (size_t)G, (size_t)(r + i),
 			                               W->bits);
 	return lg_qdot_int(W->qw + (size_t)r * W->words * 4, (size_t)W->words * 4, R, W->bits, s,
-	                   W->qzero ? zo : NULL, gw, x, W->cols, out);
+	                   W->qzero ? zo : NULL, gw, x, W->cols, out, pf);
 }
 
 void lg_linear_row(const struct lg_linear *W, int r, float *out)
@@ -574,10 +576,9 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 			while (i < end) {
 				int R = end - i < 4 ? (int)(end - i) : 4;
 				float d[4];
-				if (rb && i + 12 <= end)   /* the rows 8 ahead, as lg_qdot_nvfp4 does */
-					for (size_t o = 0; o < 4 * rb; o += 64)
-						__builtin_prefetch(base + (size_t)(r + 8) * rb + o, 0, 3);
-				if (!qdot_rows(m->W, r, R, m->x, d))
+				/* the rows 8 ahead (as lg_qdot_nvfp4), fetched across the dots */
+				const uint8_t *pf = rb && i + 12 <= end ? base + (size_t)(r + 8) * rb : NULL;
+				if (!qdot_rows(m->W, r, R, m->x, d, pf))
 					for (int j = 0; j < R; j++) {
 						lg_linear_row(m->W, r + j, row);
 						d[j] = lg_dot(row, m->x, K);

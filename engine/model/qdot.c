@@ -68,7 +68,7 @@ static inline float fold512(__m512 acc)
 
 __attribute__((target(T512), always_inline))
 static inline int fp8_rows_512(const uint8_t *q, size_t ldq, int RR, const float *s, int gw,
-                               const float *x, int n, float *out)
+                               const float *x, int n, float *out, const uint8_t *pf)
 {
 	__m512 acc[4];
 	int ng = n / gw;
@@ -85,6 +85,8 @@ static inline int fp8_rows_512(const uint8_t *q, size_t ldq, int RR, const float
 		int c = g * gw, e = c + gw;
 		for (; c + 32 <= e; c += 32) {
 			__m512 x0 = _mm512_loadu_ps(x + c), x1 = _mm512_loadu_ps(x + c + 16);
+			if (pf && !(c & 63))
+				prefetch4(pf, ldq, (size_t)c);
 			for (int r = 0; r < RR; r++) {
 				__m512 h0, h1;
 				fp8_half32(q + r * ldq + c, &h0, &h1);
@@ -107,10 +109,10 @@ static inline int fp8_rows_512(const uint8_t *q, size_t ldq, int RR, const float
 
 __attribute__((target(T512)))
 static int fp8_512(const uint8_t *q, size_t ldq, int R, const float *s, int gw, const float *x,
-                   int n, float *out)
+                   int n, float *out, const uint8_t *pf)
 {
 	int ok = 0;
-#define FP8_BODY(RR) ok = fp8_rows_512(q, ldq, RR, s, gw, x, n, out)
+#define FP8_BODY(RR) ok = fp8_rows_512(q, ldq, RR, s, gw, x, n, out, pf)
 	ROWS4(R, FP8_BODY);
 #undef FP8_BODY
 	return ok;
@@ -142,7 +144,7 @@ static float fp8_avx2(const uint8_t *q, const float *s, int gw, const float *x, 
 }
 
 int lg_qdot_fp8(const uint8_t *q, size_t ldq, int R, const float *s, int gw, const float *x,
-                int n, float *out)
+                int n, float *out, const uint8_t *pf)
 {
 	int lv = level();
 	if (!lv || R < 1 || R > 4 || gw <= 0 || gw % 16 || n % gw)
@@ -151,7 +153,9 @@ int lg_qdot_fp8(const uint8_t *q, size_t ldq, int R, const float *s, int gw, con
 		if (!(fabsf(s[g]) < 0x1p119f))   /* s·2^8 not exact (or NaN): the oracle */
 			return 0;
 	if (lv == 2)
-		return fp8_512(q, ldq, R, s, gw, x, n, out);
+		return fp8_512(q, ldq, R, s, gw, x, n, out, pf);
+	for (size_t o = 0; pf && o < 4 * ldq; o += 64)   /* AVX2: the next rows at once */
+		_mm_prefetch((const char *)(pf + o), _MM_HINT_T0);
 	float r[4];
 	for (int i = 0; i < R; i++) {
 		int nan = 0;
@@ -179,7 +183,8 @@ static inline __m128i nibbles16(const uint8_t *p)
  * converted, times s, per column. */
 __attribute__((target(T512), always_inline))
 static inline void int_rows_512(const uint8_t *row, size_t ldr, int RR, int bits, const float *s,
-                                const int *zo, int gw, const float *x, int n, float *out)
+                                const int *zo, int gw, const float *x, int n, float *out,
+                                const uint8_t *pf)
 {
 	const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 	__m512 acc[4];
@@ -196,6 +201,8 @@ static inline void int_rows_512(const uint8_t *row, size_t ldr, int RR, int bits
 		}
 		for (int c = g * gw; c < (g + 1) * gw; c += 16) {
 			__m512 xv = _mm512_loadu_ps(x + c);
+			if (pf && !(c & (bits == 8 ? 63 : 127)))
+				prefetch4(pf, ldr, (size_t)c * bits / 8);
 			for (int r = 0; r < RR; r++) {
 				__m512 w;
 				if (bits == 4) {
@@ -215,14 +222,14 @@ static inline void int_rows_512(const uint8_t *row, size_t ldr, int RR, int bits
 
 __attribute__((target(T512)))
 static void int_512(const uint8_t *row, size_t ldr, int R, int bits, const float *s, const int *zo,
-                    int gw, const float *x, int n, float *out)
+                    int gw, const float *x, int n, float *out, const uint8_t *pf)
 {
 #define INT_BODY(RR)                                                           \
 	do {                                                                   \
 		if (bits == 4)                                                 \
-			int_rows_512(row, ldr, RR, 4, s, zo, gw, x, n, out);   \
+			int_rows_512(row, ldr, RR, 4, s, zo, gw, x, n, out, pf); \
 		else                                                           \
-			int_rows_512(row, ldr, RR, 8, s, zo, gw, x, n, out);   \
+			int_rows_512(row, ldr, RR, 8, s, zo, gw, x, n, out, pf); \
 	} while (0)
 	ROWS4(R, INT_BODY);
 #undef INT_BODY
@@ -248,15 +255,17 @@ static float int_avx2(const uint8_t *row, int bits, const float *s, const int *z
 }
 
 int lg_qdot_int(const uint8_t *row, size_t ldr, int R, int bits, const float *s, const int *zo,
-                int gw, const float *x, int n, float *out)
+                int gw, const float *x, int n, float *out, const uint8_t *pf)
 {
 	int lv = level();
 	if (!lv || R < 1 || R > 4 || (bits != 8 && bits != 4) || gw <= 0 || gw % 16 || n % gw)
 		return 0;
 	if (lv == 2) {
-		int_512(row, ldr, R, bits, s, zo, gw, x, n, out);
+		int_512(row, ldr, R, bits, s, zo, gw, x, n, out, pf);
 		return 1;
 	}
+	for (size_t o = 0; pf && o < 4 * ldr; o += 64)   /* AVX2: the next rows at once */
+		_mm_prefetch((const char *)(pf + o), _MM_HINT_T0);
 	for (int i = 0; i < R; i++)
 		out[i] = int_avx2(row + i * ldr, bits, s + (size_t)i * (n / gw),
 		                  zo ? zo + (size_t)i * (n / gw) : NULL, gw, x, n);
@@ -498,16 +507,16 @@ int lg_axpy_rows(float *out, const float *s, const float *x, size_t ldx, int row
 
 #else
 int lg_qdot_fp8(const uint8_t *q, size_t ldq, int R, const float *s, int gw, const float *x,
-                int n, float *out)
+                int n, float *out, const uint8_t *pf)
 {
-	(void)q, (void)ldq, (void)R, (void)s, (void)gw, (void)x, (void)n, (void)out;
+	(void)pf, (void)q, (void)ldq, (void)R, (void)s, (void)gw, (void)x, (void)n, (void)out;
 	return 0;
 }
 
 int lg_qdot_int(const uint8_t *row, size_t ldr, int R, int bits, const float *s, const int *zo,
-                int gw, const float *x, int n, float *out)
+                int gw, const float *x, int n, float *out, const uint8_t *pf)
 {
-	(void)row, (void)ldr, (void)R, (void)bits, (void)s, (void)zo, (void)gw, (void)x, (void)n, (void)out;
+	(void)pf, (void)row, (void)ldr, (void)R, (void)bits, (void)s, (void)zo, (void)gw, (void)x, (void)n, (void)out;
 	return 0;
 }
 

@@ -22,16 +22,17 @@
 #include <stdint.h>
 
 /* FP8 E4M3FN rows: row i is q + i·ldq ([n] bytes), its scale for column c
- * s[i·(n/gw) + c/gw]. */
+ * s[i·(n/gw) + c/gw]. pf: 4 rows (ldq apart) to fetch into the caches while
+ * these are dotted, or NULL (no effect on the result). */
 int lg_qdot_fp8(const uint8_t *q, size_t ldq, int R, const float *s, int gw, const float *x,
-                int n, float *out);
+                int n, float *out, const uint8_t *pf);
 
 /* INT rows of 8 or 4 bits (bytes / little-endian nibbles of the pack-quantized
  * stream, column c at byte c or nibble c; row i at row + i·ldr), w = (field −
  * zo[k]) · s[k] with k = i·(n/gw) + c/gw, zo = 2^(bits−1) + zero point (zo
- * NULL: symmetric, 2^(bits−1) everywhere). Other widths: 0. */
+ * NULL: symmetric, 2^(bits−1) everywhere). Other widths: 0. pf as for FP8. */
 int lg_qdot_int(const uint8_t *row, size_t ldr, int R, int bits, const float *s, const int *zo,
-                int gw, const float *x, int n, float *out);
+                int gw, const float *x, int n, float *out, const uint8_t *pf);
 
 /* NVFP4 rows, any R >= 1 (4 at a time): packed[R][n/2] E2M1 codes (column 2k
  * in the low nibble), one scale byte per group of 16 (scales[R][n/16]); div the Linear's [2][256] table (struct

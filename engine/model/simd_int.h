@@ -84,6 +84,16 @@ static inline __m512 fp8_half16(const uint8_t *p)
 	return _mm512_cvtph_ps(h);
 }
 
+/* The 64-byte line at byte o of each of the 4 rows at pf (ld bytes apart),
+ * into every cache level: a block's dots ask for the next block's rows a line
+ * at a time across their steps (a burst of a whole block's lines at its
+ * start left the FP8 and INT8 decode waiting on the L3's fill buffers). */
+__attribute__((always_inline)) static inline void prefetch4(const uint8_t *pf, size_t ld, size_t o)
+{
+	for (int r = 0; r < 4; r++)
+		_mm_prefetch((const char *)(pf + r * ld + o), _MM_HINT_T0);
+}
+
 /* BODY(RR) for RR = R (1..4) as a constant, so that an R-row body inlined
  * keeps its accumulators in registers (qdot.c, fastdot.c). */
 #define ROWS4(R, BODY)                           \

@@ -216,17 +216,17 @@ static void direct_cases(uint64_t *s)
 	                      .words = K / 8, .qscale = (const uint8_t *)bsc, .sdtype = LG_S_BF16,
 	                      .srows = 4, .groups = G};
 	for (int R = 1; R <= 4; R++) {
-		int t = lg_qdot_fp8(w8, K, R, sc, gw, x, K, out);
+		int t = lg_qdot_fp8(w8, K, R, sc, gw, x, K, out, NULL);
 		took &= t == (lv >= 1);
 		ok &= !t || rows_ok(&F, 0, R, x, out);
-		t = lg_qdot_int(qw, K / 2, R, 4, sc, zo, gw, x, K, out);
+		t = lg_qdot_int(qw, K / 2, R, 4, sc, zo, gw, x, K, out, NULL);
 		took &= t == (lv >= 1);
 		ok &= !t || rows_ok(&I, 0, R, x, out);
 	}
 	TAP_OK(took && ok, "FP8 and INT4 rows, R = 1..4: %s, the oracle's bits",
 	       lv ? "the fast path takes them" : "no fast path on the portable build");
 	w8[K + 100] = 0xFF;   /* a NaN code in row 1 */
-	TAP_OK(!lg_qdot_fp8(w8, K, 2, sc, gw, x, K, out) && (!lv || lg_qdot_fp8(w8 + 2 * K, K, 2, sc + 2 * G, gw, x, K, out)),
+	TAP_OK(!lg_qdot_fp8(w8, K, 2, sc, gw, x, K, out, NULL) && (!lv || lg_qdot_fp8(w8 + 2 * K, K, 2, sc + 2 * G, gw, x, K, out, w8)),
 	       "FP8: rows with a NaN code go to the oracle, the rows after them do not");
 	ok = took = 1;
 	uint16_t bw[4 * 576];
