@@ -19,8 +19,9 @@ int lg_fast_dot_takes(const struct lg_linear *W);
 /* y[i] = Σ_c w[r + i][c] · x[c] for i < R (any R >= 1), for a W that
  * lg_fast_dot_takes; no bias. A block of 4 FP8/INT rows holding an FP8 NaN
  * code, or whose result is not finite (a scale that is not, an overflow), is
- * redone the oracle's way (lg_linear_row, lg_dot; scratch: cols floats), so
- * NaN and inf come out as there. */
+ * redone the oracle's way (lg_linear_row, lg_dot), so NaN and inf come out
+ * as there. scratch: 2 · cols floats (that row, and x in the lanes' order of
+ * the 4-bit codes). */
 void lg_fast_dot_rows(const struct lg_linear *W, int r, int R, const float *x, float *y,
                       float *scratch);
 

@@ -197,7 +197,10 @@ static void kernels(struct rq_pool *pool)
 {
 	uint64_t s = 0x5eed;
 	static const int Ts[] = {1, 2, 3, 5, 7, 64};
-	static const struct { int rows, cols; } shapes[] = {{37, 576}, {9, 336}, {8, 200}, {6, 40}};
+	/* gw: FP8/INT scale group width (0: one per row); 16 and 48 end groups in
+	 * a 16-column step of the 4-bit dots, which otherwise take 32 a step */
+	static const struct { int rows, cols, gw; } shapes[] = {
+		{37, 576, 32}, {9, 336, 0}, {8, 200, 0}, {6, 40, 0}, {5, 240, 16}, {7, 144, 48}};
 	long differs = 0;
 	float *bias = malloc(sizeof(float) * 64);
 	for (int i = 0; i < 64; i++)
@@ -217,8 +220,8 @@ static void kernels(struct rq_pool *pool)
 			sc[i] = (uint8_t)(0x20 + tap_xorshift(&s) % 0x40);   /* finite E4M3 scales */
 		float div[512];
 		lg_nvfp4_div_table(448.0f, div);
-		/* FP8 / INT: BF16 scales per (row, group of 16 columns or the whole row) */
-		int G = K % 32 ? 1 : K / 32;
+		/* FP8 / INT: BF16 scales per (row, group of gw columns or the whole row) */
+		int G = shapes[k].gw ? K / shapes[k].gw : 1;
 		uint16_t *qs = malloc(2 * (size_t)R * G);
 		uint8_t *w8 = malloc((size_t)R * K), *q8 = malloc((size_t)R * K), *q4 = malloc((size_t)R * K / 2 + 4);
 		for (int i = 0; i < R * G; i++)
