@@ -96,32 +96,6 @@ static const float *block_scales(const struct lg_linear *W, int r, int RR, float
 	return buf;
 }
 
-/* The 16 nibbles of 8 bytes at p, one per dword lane, by a variable shift
- * of the broadcast qword: lane j holds nibble (j >> 1) + 8·(j & 1), that is
- * column PERM(j) of the 16 (vpermps reads only each lane's low 4 bits). The
- * oracle's codes16 puts column j in lane j with vpmultishiftqb, which runs
- * on the same port as vpermps (5); vpsrlvd runs on port 0, so the dot's
- * step is bound by its three uops over two ports, not by two on one. The
- * fast dots take x in the same order (permuted_x), once per call. */
-__attribute__((target(T512F), always_inline))
-static inline __m512i codes16_perm(const uint8_t *p)
-{
-	const __m512i sh = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
-	long long u;
-	memcpy(&u, p, 8);
-	return _mm512_srlv_epi32(_mm512_set1_epi64(u), sh);
-}
-
-/* xp = x with each 16 columns in codes16_perm's lane order. */
-__attribute__((target(T512F)))
-static const float *permuted_x(const float *x, int n, float *xp)
-{
-	const __m512i perm = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-	for (int c = 0; c < n; c += 16)
-		_mm512_storeu_ps(xp + c, _mm512_permutexvar_ps(perm, _mm512_loadu_ps(x + c)));
-	return xp;
-}
-
 /* INT8's 16 values q − 128 of the bytes at p, converted. */
 __attribute__((target(T512F), always_inline))
 static inline __m512 int8_16(const uint8_t *p)
@@ -172,9 +146,9 @@ static inline void grouped_rows(const uint8_t *q, size_t ld, int RR, int kind, i
 					prefetch4(pf, ld, o);
 				for (int r = 0; r < RR; r++) {
 					const uint8_t *p = q + r * ld + o;
-					part[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(codes16_perm(p), i4), x0,
+					part[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(codes16p(p), i4), x0,
 					                          part[r]);
-					part[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(codes16_perm(p + 8), i4), x1,
+					part[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(codes16p(p + 8), i4), x1,
 					                          part[r]);
 				}
 			}
@@ -185,7 +159,7 @@ static inline void grouped_rows(const uint8_t *q, size_t ld, int RR, int kind, i
 					prefetch4(pf, ld, o);
 				for (int r = 0; r < RR; r++) {
 					__m512 w = bits == 8 ? int8_16(q + r * ld + o)
-					                     : _mm512_permutexvar_ps(codes16_perm(q + r * ld + o), i4);
+					                     : _mm512_permutexvar_ps(codes16p(q + r * ld + o), i4);
 					part[r] = _mm512_fmadd_ps(w, xv, part[r]);
 				}
 			}
@@ -209,7 +183,7 @@ static inline void nvfp4_rows(const uint8_t *packed, const uint8_t *scales, int 
 	for (int g = 0; g < n / 16; g++) {
 		__m512 xv = _mm512_loadu_ps(x + 16 * g);
 		for (int r = 0; r < RR; r++) {
-			__m512 w = _mm512_permutexvar_ps(codes16_perm(packed + r * lp + 8 * g),
+			__m512 w = _mm512_permutexvar_ps(codes16p(packed + r * lp + 8 * g),
 			                                 _mm512_load_ps(lut[scales[r * ls + g]]));
 			acc[r] = _mm512_fmadd_ps(w, xv, acc[r]);
 		}
@@ -229,7 +203,7 @@ static void nvfp4_dot(const struct lg_linear *W, int r, int R, const float *x, f
                       float *xp)
 {
 	int n = W->cols;
-	x = permuted_x(x, n, xp);
+	x = lg_x_perm16(x, n, xp);
 	size_t lp = (size_t)n / 2, ls = (size_t)n / 16;
 	const float (*lut)[16] = lg_qdot_nvfp4_lut(W->gs_div);
 	for (int b = 0; b < R; b += 4) {
@@ -251,7 +225,7 @@ static void grouped_dot(const struct lg_linear *W, int r, int R, const float *x,
 	int n = W->cols, G = W->groups, fp8 = W->kind == LG_W_FP8;
 	size_t ld = fp8 ? (size_t)n : (size_t)W->words * 4, lds;
 	const uint8_t *base = fp8 ? W->w8 : W->qw;
-	const float *xc = !fp8 && W->bits == 4 ? permuted_x(x, n, scratch + n) : x;
+	const float *xc = !fp8 && W->bits == 4 ? lg_x_perm16(x, n, scratch + n) : x;
 	float buf[4 * G];
 	for (int b = 0; b < R; b += 4) {
 		int RR = R - b < 4 ? R - b : 4, redo = 0;

@@ -187,6 +187,9 @@ static inline void int_rows_512(const uint8_t *row, size_t ldr, int RR, int bits
                                 const uint8_t *pf)
 {
 	const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+	const __m512i half = _mm512_set1_epi32(1 << (bits - 1));
+	/* symmetric: c − 2^(bits−1), the same for every group */
+	const __m512 sym = _mm512_sub_ps(iota, _mm512_cvtepi32_ps(half));
 	__m512 acc[4];
 	int ng = n / gw;
 	for (int r = 0; r < RR; r++)
@@ -196,19 +199,22 @@ static inline void int_rows_512(const uint8_t *row, size_t ldr, int RR, int bits
 		__m512i zv[4];
 		for (int r = 0; r < RR; r++) {
 			sv[r] = _mm512_set1_ps(s[(size_t)r * ng + g]);
-			zv[r] = _mm512_set1_epi32(zo ? zo[(size_t)r * ng + g] : 1 << (bits - 1));
-			tv[r] = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_cvtepi32_ps(zv[r])), sv[r]);
+			zv[r] = zo ? _mm512_set1_epi32(zo[(size_t)r * ng + g]) : half;
+			if (bits == 4)
+				tv[r] = _mm512_mul_ps(zo ? _mm512_sub_ps(iota, _mm512_cvtepi32_ps(zv[r])) : sym,
+				                      sv[r]);
 		}
 		for (int c = g * gw; c < (g + 1) * gw; c += 16) {
 			__m512 xv = _mm512_loadu_ps(x + c);
-			if (pf && !(c & (bits == 8 ? 63 : 127)))
-				prefetch4(pf, ldr, (size_t)c * bits / 8);
+			size_t o = (size_t)c * bits / 8;       /* the step's first byte */
+			if (pf && !(o & 63))
+				prefetch4(pf, ldr, o);
 			for (int r = 0; r < RR; r++) {
 				__m512 w;
 				if (bits == 4) {
-					w = _mm512_permutexvar_ps(codes16(row + r * ldr + c / 2), tv[r]);
+					w = _mm512_permutexvar_ps(codes16(row + r * ldr + o), tv[r]);
 				} else {
-					__m128i b = _mm_loadu_si128((const __m128i *)(row + r * ldr + c));
+					__m128i b = _mm_loadu_si128((const __m128i *)(row + r * ldr + o));
 					w = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(b), zv[r]));
 					w = _mm512_mul_ps(w, sv[r]);
 				}
@@ -326,13 +332,13 @@ static inline void nvfp4_rows_512(const uint8_t *packed, const uint8_t *scales, 
 	for (int g = 0; g < n / 16; g++) {
 		__m512 xv = _mm512_loadu_ps(x + 16 * g);
 		for (int r = 0; r < RR; r++) {
-			__m512 w = _mm512_permutexvar_ps(codes16(packed + r * lp + 8 * g),
+			__m512 w = _mm512_permutexvar_ps(codes16p(packed + r * lp + 8 * g),
 			                                 _mm512_load_ps(lut[scales[r * ls + g]]));
 			acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(w, xv));
 		}
 	}
 	for (int r = 0; r < RR; r++)
-		out[r] = fold512(acc[r]);
+		out[r] = fold512(lanes_unperm16(acc[r]));
 }
 
 /* All R rows, 4 at a time, with one look at the table (a chunk of a decode
@@ -343,6 +349,8 @@ static void nvfp4_512(const uint8_t *packed, const uint8_t *scales, int R, const
 {
 	const float (*lut)[16] = lg_qdot_nvfp4_lut(div);   /* the thread's table: its address once */
 	size_t lp = (size_t)n / 2, ls = (size_t)n / 16;
+	float xp[n];                                        /* x in codes16p's order */
+	x = lg_x_perm16(x, n, xp);
 	for (int b = 0; b < R; b += 4) {
 		const uint8_t *p = packed + b * lp, *sc = scales + b * ls;
 		/* the rows 8 ahead (~2 KB at 576 columns) fetched while these are dotted */

@@ -44,6 +44,40 @@ static inline __m512i codes16(const uint8_t *p)
 	return _mm512_multishift_epi64_epi8(ctl, _mm512_set1_epi64(u));
 }
 
+/* The 16 nibbles of 8 bytes at p, one per dword lane, by a variable shift of
+ * the broadcast qword: lane j holds nibble (j >> 1) + 8·(j & 1), column
+ * PERM16(j) of the 16, junk above its low 4 bits as codes16's. codes16's
+ * vpmultishiftqb runs on port 5 beside vpermps; vpsrlvd runs on port 0. The
+ * dots that take it read x in the same order (lg_x_perm16) and, where the
+ * lanes' sums are folded in a set order (the oracle), put the lanes back
+ * (lanes_unperm16) first: each lane's adds are the same, in the same order. */
+__attribute__((target(LG_T512), always_inline))
+static inline __m512i codes16p(const uint8_t *p)
+{
+	const __m512i sh = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+	long long u;
+	memcpy(&u, p, 8);
+	return _mm512_srlv_epi32(_mm512_set1_epi64(u), sh);
+}
+
+/* xp = x (n a multiple of 16) with each 16 columns in codes16p's lane order. */
+__attribute__((target(LG_T512), always_inline))
+static inline const float *lg_x_perm16(const float *x, int n, float *xp)
+{
+	const __m512i perm = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+	for (int c = 0; c < n; c += 16)
+		_mm512_storeu_ps(xp + c, _mm512_permutexvar_ps(perm, _mm512_loadu_ps(x + c)));
+	return xp;
+}
+
+/* Sums in codes16p's lane order put back in column order (lane c: column c). */
+__attribute__((target(LG_T512), always_inline))
+static inline __m512 lanes_unperm16(__m512 acc)
+{
+	const __m512i inv = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+	return _mm512_permutexvar_ps(inv, acc);
+}
+
 /* 1 when a byte of rows [0, RR) (n each, ldq apart) is an e4m3 NaN code. */
 __attribute__((target(LG_T512), always_inline))
 static inline int fp8_has_nan(const uint8_t *q, size_t ldq, int RR, int n)
