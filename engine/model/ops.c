@@ -573,6 +573,16 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 			}
 			size_t rb = W->kind == LG_W_INT ? (size_t)W->words * 4 : W->kind == LG_W_FP8 ? (size_t)K : 0;
 			const uint8_t *base = W->kind == LG_W_INT ? W->qw : W->w8;
+			size_t lds = W->srows == 1 ? 0 : (size_t)W->groups;
+			if (W->kind == LG_W_INT && !W->qzero && W->sdtype == LG_S_BF16 && W->groups > 0 &&
+			    lg_qdot_int_bf16s(base + (size_t)r * rb, rb, (int)(end - i), W->bits,
+			                      W->qscale + 2 * (size_t)r * lds, lds, K / W->groups, m->x, K,
+			                      m->y + r)) {
+				for (; W->bias && i < end; i++, r++)
+					m->y[r] += W->bias[r];
+				i = end;
+				continue;
+			}
 			while (i < end) {
 				int R = end - i < 4 ? (int)(end - i) : 4;
 				float d[4];

@@ -34,6 +34,13 @@ int lg_qdot_fp8(const uint8_t *q, size_t ldq, int R, const float *s, int gw, con
 int lg_qdot_int(const uint8_t *row, size_t ldr, int R, int bits, const float *s, const int *zo,
                 int gw, const float *x, int n, float *out, const uint8_t *pf);
 
+/* lg_qdot_int's rows, any R >= 1 (4 at a time), symmetric (zo NULL), with
+ * BF16 scales: s_k the BF16 number at sb + 2·(i·lds + c/gw) for row i (lds 0:
+ * one row of scales for all); the rows 8 ahead fetched meanwhile. The same
+ * bits as lg_qdot_int on the scales widened. AVX-512 only, else 0. */
+int lg_qdot_int_bf16s(const uint8_t *row, size_t ldr, int R, int bits, const uint8_t *sb,
+                      size_t lds, int gw, const float *x, int n, float *out);
+
 /* NVFP4 rows, any R >= 1 (4 at a time): packed[R][n/2] E2M1 codes (column 2k
  * in the low nibble), one scale byte per group of 16 (scales[R][n/16]); div the Linear's [2][256] table (struct
  * lg_linear gs_div: f1 = div[b], f15 = div[256 + b]); the group's values are

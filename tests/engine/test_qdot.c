@@ -92,19 +92,22 @@ static void put_field(uint8_t *row, size_t i, int bits, unsigned v)
 
 static void int_cases(struct rq_pool *pool2, uint64_t *s)
 {
-	static const struct { int rows, cols, bits, groups, asym; } cs[] = {
-		{37, 576, 4, 9, 0}, {11, 96, 4, 3, 1}, {9, 64, 4, 1, 1}, {5, 576, 8, 1, 0},
-		{7, 256, 8, 2, 1},  {5, 64, 3, 2, 0},  {4, 48, 8, 3, 0},
+	/* one: a single row of scales for every row (lds 0 in qdot.h) */
+	static const struct { int rows, cols, bits, groups, asym, one; } cs[] = {
+		{37, 576, 4, 9, 0, 0}, {11, 96, 4, 3, 1, 0}, {9, 64, 4, 1, 1, 0}, {5, 576, 8, 1, 0, 0},
+		{7, 256, 8, 2, 1, 0},  {5, 64, 3, 2, 0, 0},  {4, 48, 8, 3, 0, 0},  {29, 256, 8, 4, 0, 0},
+		{14, 128, 4, 2, 0, 1},
 	};
 	for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
 		int R = cs[k].rows, K = cs[k].cols, b = cs[k].bits, G = cs[k].groups;
 		int words = (K * b + 31) / 32, zrows = (R * b + 31) / 32;
-		uint8_t *qw = calloc((size_t)R * words, 4), *sc = malloc((size_t)R * G * 2);
+		int SR = cs[k].one ? 1 : R;
+		uint8_t *qw = calloc((size_t)R * words, 4), *sc = malloc((size_t)SR * G * 2);
 		uint8_t *qz = cs[k].asym ? calloc((size_t)zrows * G, 4) : NULL;
 		for (int r = 0; r < R; r++)
 			for (int c = 0; c < K; c++)
 				put_field(qw + (size_t)r * words * 4, c, b, tap_xorshift(s) & ((1u << b) - 1));
-		for (int i = 0; i < R * G; i++)
+		for (int i = 0; i < SR * G; i++)
 			put_scale(sc + 2 * i, LG_S_BF16, s);
 		for (int g = 0; qz && g < G; g++)   /* column g of [zrows][G], packed down the rows */
 			for (int r = 0; r < R; r++)
@@ -115,10 +118,10 @@ static void int_cases(struct rq_pool *pool2, uint64_t *s)
 				}
 		struct lg_linear W = {.kind = LG_W_INT, .rows = R, .cols = K, .qw = qw, .qzero = qz,
 		                      .bits = b, .words = words, .qscale = sc, .sdtype = LG_S_BF16,
-		                      .srows = R, .groups = G};
+		                      .srows = SR, .groups = G};
 		char what[96];
-		snprintf(what, sizeof what, "INT%d %d x %d, %d group(s), %s", b, R, K, G,
-		         cs[k].asym ? "asymmetric" : "symmetric");
+		snprintf(what, sizeof what, "INT%d %d x %d, %d group(s)%s, %s", b, R, K, G,
+		         cs[k].one ? " shared by the rows" : "", cs[k].asym ? "asymmetric" : "symmetric");
 		TAP_OK(check(&W, pool2, s, what), "%s: decode == the oracle's order, bit for bit", what);
 		free(qw);
 		free(sc);
