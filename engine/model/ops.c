@@ -583,7 +583,19 @@ static void mm_rows(void *vctx, size_t b, size_t e, int worker)
 				i = end;
 				continue;
 			}
+			int fp8s = W->kind == LG_W_FP8 && W->sdtype == LG_S_BF16 && W->groups > 0;
 			while (i < end) {
+				if (fp8s) {   /* to the end, or up to a block of 4 with a NaN code */
+					int d = lg_qdot_fp8_bf16s(base + (size_t)r * rb, rb, (int)(end - i),
+					                          W->qscale + 2 * (size_t)r * lds, lds, K / W->groups,
+					                          m->x, K, m->y + r);
+					for (int j = 0; W->bias && j < d; j++)
+						m->y[r + j] += W->bias[r + j];
+					i += (size_t)d;
+					r += d;   /* then a block with a NaN code, or (no AVX-512) all, below */
+					if (i >= end)
+						break;
+				}
 				int R = end - i < 4 ? (int)(end - i) : 4;
 				float d[4];
 				/* the rows 8 ahead (as lg_qdot_nvfp4), fetched across the dots */

@@ -64,12 +64,26 @@ static inline float fold512(__m512 acc)
  * latency per 16 weights) but R rows' do not, and each x load serves R rows
  * (ROWS4, simd_int.h). */
 
+/* BF16 number k at p (any alignment: a mapped file's), widened exactly. */
+static inline float bf16_at(const uint8_t *p, size_t k)
+{
+	uint16_t b;
+	uint32_t u;
+	float f;
+	memcpy(&b, p + 2 * k, 2);
+	u = (uint32_t)b << 16;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
 /* ------------------------------------------------------------------ FP8 */
 
 __attribute__((target(T512), always_inline))
 static inline int fp8_rows_512(const uint8_t *q, size_t ldq, int RR, const float *s, int gw,
-                               const float *x, int n, float *out, const uint8_t *pf)
+                               const float *x, int n, float *out, const uint8_t *pf,
+                               const uint8_t *sb, size_t lds)
 {
+	/* scales: s[r·ng + g] binary32, or (lg_qdot_fp8_bf16s) sb's BF16 number r·lds + g */
 	__m512 acc[4];
 	int ng = n / gw;
 	if (fp8_has_nan(q, ldq, RR, n))
@@ -79,7 +93,8 @@ static inline int fp8_rows_512(const uint8_t *q, size_t ldq, int RR, const float
 	for (int g = 0; g < ng; g++) {
 		__m512 sv[4];
 		for (int r = 0; r < RR; r++)
-			sv[r] = _mm512_set1_ps(s[(size_t)r * ng + g] * 256.0f);
+			sv[r] = _mm512_set1_ps((sb ? bf16_at(sb, (size_t)r * lds + g) : s[(size_t)r * ng + g]) *
+			                       256.0f);
 		/* 32 columns a step (one conversion to binary16 for both halves), then
 		 * 16: column c's product into lane c mod 16 in column order either way */
 		int c = g * gw, e = c + gw;
@@ -112,10 +127,29 @@ static int fp8_512(const uint8_t *q, size_t ldq, int R, const float *s, int gw, 
                    int n, float *out, const uint8_t *pf)
 {
 	int ok = 0;
-#define FP8_BODY(RR) ok = fp8_rows_512(q, ldq, RR, s, gw, x, n, out, pf)
+#define FP8_BODY(RR) ok = fp8_rows_512(q, ldq, RR, s, gw, x, n, out, pf, NULL, 0)
 	ROWS4(R, FP8_BODY);
 #undef FP8_BODY
 	return ok;
+}
+
+/* lg_qdot_fp8_bf16s: blocks of 4 rows, as int_range_512, until one holds a
+ * NaN code; the rows done. */
+__attribute__((target(T512)))
+static int fp8_range_512(const uint8_t *q0, size_t ldq, int R, const uint8_t *sb, size_t lds,
+                         int gw, const float *x, int n, float *out)
+{
+	for (int b = 0; b < R; b += 4) {
+		const uint8_t *q = q0 + (size_t)b * ldq, *pf = b + 12 <= R ? q + 8 * ldq : NULL;
+		const uint8_t *sr = sb + 2 * (size_t)b * lds;
+		int ok = 0;
+#define FR_BODY(RR) ok = fp8_rows_512(q, ldq, RR, NULL, gw, x, n, out + b, pf, sr, lds)
+		ROWS4(R - b < 4 ? R - b : 4, FR_BODY);
+#undef FR_BODY
+		if (!ok)
+			return b;
+	}
+	return R;
 }
 
 /* AVX2: 16 e4m3 bytes b → binary16 bits (b & 0x80) << 8 | (b & 0x7F) << 7 (the
@@ -167,6 +201,14 @@ int lg_qdot_fp8(const uint8_t *q, size_t ldq, int R, const float *s, int gw, con
 	return 1;
 }
 
+int lg_qdot_fp8_bf16s(const uint8_t *q, size_t ldq, int R, const uint8_t *sb, size_t lds, int gw,
+                      const float *x, int n, float *out)
+{
+	if (level() != 2 || R < 1 || gw <= 0 || gw % 16 || n % gw)
+		return 0;
+	return fp8_range_512(q, ldq, R, sb, lds, gw, x, n, out);
+}
+
 /* ------------------------------------------------------------------ INT */
 
 /* The 16 nibbles of 8 bytes in column order (byte k: low nibble, high nibble) */
@@ -175,18 +217,6 @@ static inline __m128i nibbles16(const uint8_t *p)
 {
 	__m128i b = _mm_loadl_epi64((const __m128i *)p), m = _mm_set1_epi8(15);
 	return _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
-}
-
-/* BF16 number k at p (any alignment: a mapped file's), widened exactly. */
-static inline float bf16_at(const uint8_t *p, size_t k)
-{
-	uint16_t b;
-	uint32_t u;
-	float f;
-	memcpy(&b, p + 2 * k, 2);
-	u = (uint32_t)b << 16;
-	memcpy(&f, &u, 4);
-	return f;
 }
 
 /* INT4: per group, each row's 16 possible weights (c − zo)·s, c = 0..15, in a
@@ -577,6 +607,13 @@ int lg_qdot_int(const uint8_t *row, size_t ldr, int R, int bits, const float *s,
                 int gw, const float *x, int n, float *out, const uint8_t *pf)
 {
 	(void)pf, (void)row, (void)ldr, (void)R, (void)bits, (void)s, (void)zo, (void)gw, (void)x, (void)n, (void)out;
+	return 0;
+}
+
+int lg_qdot_fp8_bf16s(const uint8_t *q, size_t ldq, int R, const uint8_t *sb, size_t lds, int gw,
+                      const float *x, int n, float *out)
+{
+	(void)q, (void)ldq, (void)R, (void)sb, (void)lds, (void)gw, (void)x, (void)n, (void)out;
 	return 0;
 }
 

@@ -27,6 +27,13 @@
 int lg_qdot_fp8(const uint8_t *q, size_t ldq, int R, const float *s, int gw, const float *x,
                 int n, float *out, const uint8_t *pf);
 
+/* lg_qdot_fp8's rows, any R >= 1 (4 at a time), with BF16 scales (the BF16
+ * number at sb + 2·(i·lds + c/gw) for row i; lds 0: one row for all), the
+ * rows 8 ahead fetched meanwhile: the rows done, R, or fewer where a block of
+ * 4 holds a NaN code (0 without AVX-512); the caller's oracle takes the rest. */
+int lg_qdot_fp8_bf16s(const uint8_t *q, size_t ldq, int R, const uint8_t *sb, size_t lds, int gw,
+                      const float *x, int n, float *out);
+
 /* INT rows of 8 or 4 bits (bytes / little-endian nibbles of the pack-quantized
  * stream, column c at byte c or nibble c; row i at row + i·ldr), w = (field −
  * zo[k]) · s[k] with k = i·(n/gw) + c/gw, zo = 2^(bits−1) + zero point (zo
