@@ -58,6 +58,10 @@ static inline float fold512(__m512 acc)
 }
 
 #define T512 LG_T512
+/* Columns up to which a call copies x to its stack in codes16p's order (64
+ * KiB); wider rows (config.json allows 2^24) take the AVX2 dots (NVFP4) or
+ * the 4-row calls (INT4), the same bits. */
+#define XPERM_MAX 16384
 
 /* The rows of one call are R <= 4 at a time, interleaved: each row's 16
  * lanes are one register, so one row's adds wait on each other (a vaddps's
@@ -354,7 +358,8 @@ static void int_range_512(const uint8_t *row, size_t ldr, int R, int bits, const
 int lg_qdot_int_bf16s(const uint8_t *row, size_t ldr, int R, int bits, const uint8_t *sb,
                       size_t lds, int gw, const float *x, int n, float *out)
 {
-	if (level() != 2 || R < 1 || (bits != 8 && bits != 4) || gw <= 0 || gw % 16 || n % gw)
+	if (level() != 2 || R < 1 || (bits != 8 && bits != 4) || gw <= 0 || gw % 16 || n % gw ||
+	    (bits == 4 && n > XPERM_MAX))
 		return 0;
 	int_range_512(row, ldr, R, bits, sb, lds, gw, x, n, out);
 	return 1;
@@ -451,7 +456,7 @@ static void nvfp4_512(const uint8_t *packed, const uint8_t *scales, int R, const
 int lg_qdot_nvfp4(const uint8_t *packed, const uint8_t *scales, int R, const float *div,
                   const float *x, int n, float *out)
 {
-	if (level() != 2 || !div || R < 1 || n % 16)
+	if (level() != 2 || !div || R < 1 || n % 16 || n > XPERM_MAX)
 		return 0;   /* AVX2: ops.c's dot_nvfp4_avx2 */
 	nvfp4_512(packed, scales, R, div, x, n, out);
 	return 1;

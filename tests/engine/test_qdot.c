@@ -96,7 +96,7 @@ static void int_cases(struct rq_pool *pool2, uint64_t *s)
 	static const struct { int rows, cols, bits, groups, asym, one; } cs[] = {
 		{37, 576, 4, 9, 0, 0}, {11, 96, 4, 3, 1, 0}, {9, 64, 4, 1, 1, 0}, {5, 576, 8, 1, 0, 0},
 		{7, 256, 8, 2, 1, 0},  {5, 64, 3, 2, 0, 0},  {4, 48, 8, 3, 0, 0},  {29, 256, 8, 4, 0, 0},
-		{14, 128, 4, 2, 0, 1},
+		{14, 128, 4, 2, 0, 1}, {3, 16400, 4, 1, 0, 0},   /* wider than XPERM_MAX */
 	};
 	for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
 		int R = cs[k].rows, K = cs[k].cols, b = cs[k].bits, G = cs[k].groups;
@@ -133,6 +133,7 @@ static void nvfp4_cases(struct rq_pool *pool2, uint64_t *s)
 {
 	static const struct { int rows, cols, table, odd; } cs[] = {
 		{37, 576, 1, 0}, {5, 1536, 1, 0}, {7, 64, 0, 0}, {9, 128, 1, 1},
+		{3, 16400, 1, 0},   /* wider than qdot.c's XPERM_MAX: the AVX2 dots */
 	};
 	for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
 		int R = cs[k].rows, K = cs[k].cols;
