@@ -607,6 +607,12 @@ void search_body(int isa, int kind, const struct rq_obs_params *p, const uint16_
 	struct cands c;
 	for (size_t g = 0; g < ng; g++) {
 		const uint16_t *wg = w + g * group;
+#ifdef RQ_X86_VARIANTS
+		/* NVFP4's groups of 16: bounds first, few exact errors (observer_g16.c) */
+		if (isa == RQ_ISA_AVX512 && kind == RQ_OBS_FP4 && group == 16 &&
+		    rq_obs_g16_512(p, wg, &best[g], mask ? &mask[g] : NULL) == 0)
+			continue;
+#endif
 		uint32_t a = 0;
 		for (size_t j = 0; j < group; j++) {
 			uint32_t v = wg[j] & 0x7FFFu;

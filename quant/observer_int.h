@@ -109,6 +109,14 @@ void rq_obs_search_rows(int kind, const struct rq_obs_params *p, const uint16_t 
                         size_t rows, size_t cols, size_t group, uint8_t *best, uint32_t *mask,
                         void *scratch);
 
+/* The search of one NVFP4 group of 16, w[0..16) (observer_g16.c, AVX-512 BW): *best and,
+ * when mask is non-NULL (the patience's improving steps), *mask, as rq_obs_search_rows
+ * gives them. 0, or -1 when the group is left to rq_obs_search_rows' own search (max |w|
+ * outside [2^-32, 2^32], a group of zeros, a build without the variant). Only when
+ * rq_quant_isa() is RQ_ISA_AVX512 (observer_fast.c calls it then). */
+int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *w, uint8_t *best,
+                   uint32_t *mask);
+
 /* The input observer's fast search (observer_act.c) for one group of 16 columns: acc[i]
  * (i < n) += over rows [0, rows) of x[row * ldx + 0..16), in row order, the sum of the
  * row's 16 values' T(d) at scale s[i] in obs_sum.h's order for 16 values, by the

@@ -2,8 +2,10 @@
  * additions on sums that round differently in any other order, the patience rule, and the
  * fast search against the scalar oracle (observer_ref.c) byte for byte, for every scheme,
  * both MSE observers, every instruction-set variant, 1 and 2 threads, on random and awkward
- * weights (zeros, ties, subnormals, huge values, one nonzero, fused sets); and the search's
- * step per group against the oracle's errors on near ties for every group size's path. */
+ * weights (zeros, ties, subnormals, huge values, one nonzero, fused sets); the search's
+ * step per group against the oracle's errors on near ties for every group size's path; and
+ * NVFP4's bounded search of groups of 16 (observer_g16.c) on families chosen to reach its
+ * every branch. */
 #include "quant/observer.h"
 #include "quant/observer_int.h"
 #include "quant/quant_int.h"
@@ -428,6 +430,98 @@ static void test_refusals(void)
 	                              &bad, NULL) == -ENOTSUP && bad == 0, "F16 source: -ENOTSUP");
 }
 
+/* weights of one group of 16 by family f (A: a scale), for observer_g16.c's branches */
+static void fill_g16(uint16_t *w, int f, double A)
+{
+	for (int j = 0; j < 16; j++) {
+		double x;
+		switch (f) {
+		case 0: x = gauss() * A; break;                               /* trained-like */
+		case 1: x = (unif() * 0.6 + 0.4) * A; break;                  /* flat: large errors,
+		                                                                 bounds out of range */
+		case 2: x = (rnd() & 1 ? 1 : -1) * A; break;                  /* one magnitude */
+		case 3: x = ((int)(rnd() % 13) - 6) * A / 6; break;           /* on levels: errors 0 */
+		case 4: x = j == 0 ? A : gauss() * A * 1e-3; break;           /* one outlier */
+		case 5: x = j < 2 ? A : (rnd() % 4 ? 0 : gauss() * A); break; /* mostly zeros */
+		case 6: x = gauss() * A * (j % 4 ? 1 : 1e-30); break;         /* subnormal neighbours */
+		default: x = (unif() * 2 - 1) * A; break;                     /* uniform */
+		}
+		w[j] = bf(x);
+		if (f == 3 && rnd() % 4 == 0)
+			w[j] = (uint16_t)(w[j] + (rnd() & 1 ? 1 : -1));      /* one BF16 ulp off */
+	}
+}
+
+/* rq_obs_g16_512 and the search it is called from against the oracle's errors, group by
+ * group: every family at scales across the bound's range and at its ends (2^-32, 2^32 and
+ * one BF16 step outside: left to observer_fast.c, which must say -1 and still match). The
+ * flat family puts the best error beyond the bound's range (every other step exactly);
+ * the others end with survivors after the bounds, or none (checked once with counters on
+ * the reference machine: both happen, the first in a few percent of the groups). */
+static void test_g16(void)
+{
+	static const double scales[] = {0.02, 1.0, 3e-5, 700.0, 0x1p-32, 0x1p32, 0x1.fep-33,
+	                                0x1.02p32};
+	if (rq_quant_isa_max() < RQ_ISA_AVX512) {
+		printf("ok %d - # SKIP nvfp4 groups of 16, bounded search: this CPU or build has no "
+		       "AVX-512\n", ++tap_n);
+		return;
+	}
+	for (int o = RQ_OBSERVER_MSE; o <= RQ_OBSERVER_EXPANDED_MSE; o++) {
+		const struct rq_obs_params *p = rq_obs_params((enum rq_observer)o);
+		int patience = p->patience < p->steps;
+		long bad = 0, groups = 0, taken = 0, left = 0, wrong_left = 0;
+		char first[160] = "";
+		void *scratch = malloc(rq_obs_scratch_bytes(16));
+		for (int f = 0; f < 8; f++)
+			for (size_t z = 0; z < sizeof(scales) / sizeof(scales[0]); z++)
+				for (int rep = 0; rep < (z < 4 ? 40 : 6); rep++) {
+					uint16_t w[16];
+					fill_g16(w, f, scales[z]);
+					uint32_t a = 0, wmask = 0, gmask = 0, m1 = 0;
+					for (int j = 0; j < 16; j++)
+						a = (w[j] & 0x7FFFu) > a ? w[j] & 0x7FFFu : a;
+					float bestv = 3.38953139e38f;
+					int want = 0;
+					for (int i = 0; i < p->steps; i++) {
+						float e = rq_obs_err_ref(RQ_OBS_FP4, p, w, 16, i, NULL);
+						if (e < bestv) {
+							bestv = e;
+							want = i;
+							wmask |= i < 32 ? 1u << i : 0u;
+						}
+					}
+					uint8_t got = 0, g1 = 0;
+					rq_quant_isa_force(RQ_ISA_AVX512);
+					rq_obs_search_rows(RQ_OBS_FP4, p, w, 1, 16, 16, &got,
+					                   patience ? &gmask : NULL, scratch);
+					int rc = rq_obs_g16_512(p, w, &g1, patience ? &m1 : NULL);
+					rq_quant_isa_force(-1);
+					int inside = a >= 0x2F80u && a <= 0x4F80u;
+					taken += rc == 0;
+					left += rc != 0;
+					wrong_left += (rc == 0) != inside;
+					groups++;
+					if (got == want && (!patience || gmask == wmask) &&
+					    (rc != 0 || (g1 == want && (!patience || m1 == wmask))))
+						continue;
+					if (!bad++)
+						snprintf(first, sizeof first, "family %d scale %g #%d: step %d "
+						         "(g16 %d, rc %d), oracle %d", f, scales[z], rep, got, g1,
+						         rc, want);
+				}
+		free(scratch);
+		if (bad)
+			printf("# %s\n", first);
+		TAP_OK(bad == 0, "nvfp4 groups of 16, %s, bounded search: step%s == oracle's in %ld "
+		       "of %ld groups", rq_observer_name((enum rq_observer)o),
+		       patience ? " and improving steps" : "", groups - bad, groups);
+		TAP_OK(wrong_left == 0 && taken > 0 && left > 0, "%s: the bounded search takes the "
+		       "%ld groups with max |w| in [2^-32, 2^32] and leaves the %ld others",
+		       rq_observer_name((enum rq_observer)o), taken, left);
+	}
+}
+
 int main(void)
 {
 	test_names();
@@ -439,5 +533,6 @@ int main(void)
 	test_abandon();
 	test_search_groups();
 	test_unit_sums();
+	test_g16();
 	return tap_done();
 }

@@ -1,0 +1,449 @@
+/* observer_g16.c — the MSE observers' search for NVFP4 groups of 16 on AVX-512 (BW):
+ * observer_int.h's rq_obs_g16_512, the steps observer_ref.c chooses, bit for bit, with far
+ * fewer exact errors computed.
+ *
+ * Why: an exact error is 16 lookups of T (a gather, ~10-13 cycles a vector on the machines
+ * measured, which does not overlap the arithmetic) per candidate, and expanded-mse has 111
+ * candidates. Most candidates can be ruled out by a cheap LOWER BOUND of their error, so:
+ *
+ *   1. every candidate's bound over the group's 4 largest |w| (7 batches of 16 candidates);
+ *   2. the exact errors of the 16 consecutive steps around the least bound (the window;
+ *      with patience, steps 0..15: the improving steps must come in step order);
+ *   3. the other candidates' bounds, a pair of weights at a time, a batch dropped once none
+ *      of its candidates can still win against the best so far;
+ *   4. the exact errors of the candidates whose whole bound can still win, packed 16 at a
+ *      time in step order.
+ *
+ * The exact errors (exact16) use observer_fast.c's arithmetic in another layout:
+ *  - thresholds instead of division: bf16(x / s) >= t (or > t) for an FP4 boundary t holds
+ *    exactly when x / s > tau, tau the BF16 midpoint next to t (0.25 + 2^-10, 0.75 - 2^-9,
+ *    1.25 + 2^-8, 1.75 - 2^-8, and 2x, 4x of the last two): both roundings (binary32, then
+ *    BF16) are monotone, the midpoint rounds to t (t is even), and x / s is never a midpoint
+ *    (observer_fast.c's proof: tau = M 2^k with M odd, 256 < M < 512). tau * s is exact in
+ *    binary32 (9 by 8 significant bits) and never a BF16 value (its odd part is >= M > 255),
+ *    so x / s > tau <=> x >= W = the BF16 value just above tau * s (bits + 0xFFFF, high
+ *    half). The code of |x| is then the number of the 7 thresholds W it reaches, compared as
+ *    16-bit integers (|BF16| bits are ordered like their values);
+ *  - the dequantized levels bf16(q s): 0.5 s, s, 2 s, 4 s are s with its exponent moved
+ *    (+-0x80 in BF16 bits), bf16(1.5 s) is rounded once and 3 s, 6 s are it times 2, 4;
+ *  - bf16(m / 6) = bf16(m * (float)(1/6)) (observer_fast.c's proof, x = m, s = 6);
+ *  - a candidate word layout of 2 weights x 16 candidates: per 128-bit lane q the words
+ *    [c4q .. c4q+3 of weight a, the same of weight b], so that unpacking with zeros gives
+ *    weight a's 16 candidates in order in one register and b's in the other;
+ *  - torch's order of 16: (((0 + v0) + v1) .. + v7), v_l = p_l + p_(l+8), each v_l summed
+ *    as its two weights come (0 + p = p; + is commutative).
+ *
+ * The bound (pair_lb): a term is T(bf16(|d|)), d = fl(L - x). Its lower bound is T at |d|
+ * cut to 3 mantissa bits (a BF16 value <= bf16(|d|): T is monotone), looked up in a
+ * 64-entry table of 16-bit integers in units of 2^Q (floor, saturating; entry 0 and the
+ * bins below the table: 0) by vpermi2w, 32 terms an instruction, and summed with
+ * saturating adds in any order: sum * 2^Q <= the real sum of the terms. torch's binary32
+ * sum of 16 non-negative terms is >= the real sum * (1 - 15 * 2^-24), so a candidate whose
+ * bound reaches ceil(theta (1 + 2^-19) / 2^Q) has a sum >= theta, theta being the least
+ * binary32 whose BF16 rounding is >= the best error (a later step: an equal error loses)
+ * or > it (an earlier step). |d| <= max(s, A - 6 s) < A / 2 (the largest step's range is
+ * 1.8 A), so the table's top bin, bin(A) - 8, is never passed.
+ *
+ * Groups whose max |w| is outside [2^-32, 2^32] (where T overflows or the binary32 steps
+ * above leave the normals) and groups of zeros return -1: observer_fast.c's search takes
+ * them. */
+#include "quant/observer_int.h"
+#include "quant/quant_int.h"
+
+#include <pthread.h>
+
+#if defined(__x86_64__) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
+#include <immintrin.h>
+
+#define T512 __attribute__((target("arch=x86-64-v4"), always_inline)) static inline
+#define BF16_MAX_BITS 0x7F7F0000u
+#define A_MIN 0x2F80u               /* 2^-32 as BF16 bits */
+#define A_MAX 0x4F80u               /* 2^32 */
+#define NB 8                        /* batches of 16 candidates at most (128 >= steps) */
+
+/* T at the start of every 3-mantissa-bit bin of |BF16| (bin b: bits b << 4) */
+static float t_bin[2048];
+static pthread_once_t bin_once = PTHREAD_ONCE_INIT;
+
+static void bin_init(void)
+{
+	const float *T = rq_obs_pow_table();
+	for (int b = 0; b < 2048; b++)
+		t_bin[b] = T[b << 4];
+}
+
+/* word 2c + 1 (the high half of lane c) of 16 binary32 lanes into the candidate words */
+static const uint16_t cand_dup[32] = {
+	1, 3, 5, 7, 1, 3, 5, 7, 9, 11, 13, 15, 9, 11, 13, 15,
+	17, 19, 21, 23, 17, 19, 21, 23, 25, 27, 29, 31, 25, 27, 29, 31};
+/* candidate c's word (its copy for weight a) */
+static const uint16_t cand_word[32] = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
+
+/* the thresholds W_1..7 and levels L_1..7 of 16 candidates, in candidate words */
+struct cand16 {
+	__m512i W[7], L[7];
+};
+
+/* the group */
+struct grp {
+	const float *T;
+	uint8_t ord[16];             /* weights by falling |w| (ties: lower index first) */
+	float xf[16];                /* |w| */
+	__m512i xw[8];               /* pair q = (ord[2q], ord[2q + 1]) in candidate words */
+	__m512i lbt0, lbt1;          /* the bound's 64 entries */
+	__m512i lbbase;              /* the bin of entry 0 */
+	__m512 ev;                   /* bf16(A * expand) */
+	int Q;                       /* the bound's unit: 2^Q */
+};
+
+T512 __m512i rne_bits(__m512i u)
+{
+	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+	return _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+}
+
+/* bf16 rounding (to nearest even) of binary32 lanes */
+T512 __m512 rne512(__m512 v)
+{
+	return _mm512_castsi512_ps(_mm512_and_si512(rne_bits(_mm512_castps_si512(v)),
+	                                            _mm512_set1_epi32((int)0xFFFF0000u)));
+}
+
+/* T's index: the BF16 bits of |d| */
+T512 __m512i tidx(__m512 d)
+{
+	__m512i u = _mm512_and_si512(_mm512_castps_si512(d), _mm512_set1_epi32(0x7FFFFFFF));
+	return _mm512_srli_epi32(rne_bits(u), 16);
+}
+
+/* the candidates whose multipliers are P (the steps' p; 0 in unused lanes) */
+T512 void cand_batch(const struct grp *g, __m512 P, struct cand16 *c)
+{
+	const __m512i dup = _mm512_loadu_si512(cand_dup), ff = _mm512_set1_epi32(0xFFFF);
+	__m512 m = rne512(_mm512_mul_ps(g->ev, P));
+	__m512 s = rne512(_mm512_mul_ps(m, _mm512_set1_ps(1.0f / 6.0f)));
+	__m512 l15 = rne512(_mm512_mul_ps(s, _mm512_set1_ps(1.5f)));
+#define THR(t) _mm512_permutexvar_epi16(dup, _mm512_add_epi32(_mm512_castps_si512( \
+		_mm512_mul_ps(s, _mm512_set1_ps(t))), ff))
+	c->W[0] = THR(257.0f / 1024);       /* 0.25 + 2^-10 */
+	c->W[1] = THR(383.0f / 512);        /* 0.75 - 2^-9 */
+	c->W[2] = THR(321.0f / 256);        /* 1.25 + 2^-8 */
+	c->W[3] = THR(447.0f / 256);        /* 1.75 - 2^-8 */
+#undef THR
+	c->W[4] = _mm512_add_epi16(c->W[2], _mm512_set1_epi16(0x80));
+	c->W[5] = _mm512_add_epi16(c->W[3], _mm512_set1_epi16(0x80));
+	c->W[6] = _mm512_add_epi16(c->W[2], _mm512_set1_epi16(0x100));
+	c->L[1] = _mm512_permutexvar_epi16(dup, _mm512_castps_si512(s));
+	c->L[2] = _mm512_permutexvar_epi16(dup, _mm512_castps_si512(l15));
+	c->L[0] = _mm512_sub_epi16(c->L[1], _mm512_set1_epi16(0x80));
+	c->L[3] = _mm512_add_epi16(c->L[1], _mm512_set1_epi16(0x80));
+	c->L[4] = _mm512_add_epi16(c->L[2], _mm512_set1_epi16(0x80));
+	c->L[5] = _mm512_add_epi16(c->L[1], _mm512_set1_epi16(0x100));
+	c->L[6] = _mm512_add_epi16(c->L[2], _mm512_set1_epi16(0x100));
+}
+
+/* d = fl(L - |x|) of pair q: weight a's 16 candidates in *da, b's in *db */
+T512 void pair_d(const struct grp *g, const struct cand16 *c, int q, __m512 *da, __m512 *db)
+{
+	__m512i x = g->xw[q], z = _mm512_setzero_si512();
+	__mmask32 m1 = _mm512_cmpge_epu16_mask(x, c->W[0]), m2 = _mm512_cmpge_epu16_mask(x, c->W[1]),
+	          m3 = _mm512_cmpge_epu16_mask(x, c->W[2]), m4 = _mm512_cmpge_epu16_mask(x, c->W[3]),
+	          m5 = _mm512_cmpge_epu16_mask(x, c->W[4]), m6 = _mm512_cmpge_epu16_mask(x, c->W[5]),
+	          m7 = _mm512_cmpge_epu16_mask(x, c->W[6]);
+	/* the level of the highest threshold reached (they are nested), as a tree */
+	__m512i l01 = _mm512_maskz_mov_epi16(m1, c->L[0]);
+	__m512i l23 = _mm512_mask_blend_epi16(m3, c->L[1], c->L[2]);
+	__m512i l45 = _mm512_mask_blend_epi16(m5, c->L[3], c->L[4]);
+	__m512i l67 = _mm512_mask_blend_epi16(m7, c->L[5], c->L[6]);
+	__m512i L = _mm512_mask_blend_epi16(m4, _mm512_mask_blend_epi16(m2, l01, l23),
+	                                    _mm512_mask_blend_epi16(m6, l45, l67));
+	*da = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_unpacklo_epi16(z, L)),
+	                    _mm512_set1_ps(g->xf[g->ord[2 * q]]));
+	*db = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_unpackhi_epi16(z, L)),
+	                    _mm512_set1_ps(g->xf[g->ord[2 * q + 1]]));
+}
+
+/* the bound's terms of pair q in candidate words */
+T512 __m512i pair_lb(const struct grp *g, const struct cand16 *c, int q)
+{
+	__m512 da, db;
+	pair_d(g, c, q, &da, &db);
+	const __m512i abs = _mm512_set1_epi32(0x7FFFFFFF);
+	__m512i ia = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_and_si512(
+	                 _mm512_castps_si512(da), abs), 20), g->lbbase);
+	__m512i ib = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_and_si512(
+	                 _mm512_castps_si512(db), abs), 20), g->lbbase);
+	/* saturating pack: bins below the table -> entry 0; per 128-bit lane 4 words of a
+	 * then 4 of b, the candidate words' layout */
+	return _mm512_permutex2var_epi16(g->lbt0, _mm512_packus_epi32(ia, ib), g->lbt1);
+}
+
+/* the bound of each candidate (its a and b words summed, in both words) */
+T512 __m512i lb_total(__m512i acc)
+{
+	return _mm512_adds_epu16(acc, _mm512_shuffle_epi32(acc, (_MM_PERM_ENUM)0x4E));
+}
+
+/* the exact errors (BF16-rounded, as binary32) of the 16 candidates */
+T512 __m512 exact16(const struct grp *g, const struct cand16 *c)
+{
+	__m512 V[8];
+	for (int l = 0; l < 8; l++)
+		V[l] = _mm512_setzero_ps();
+	for (int q = 0; q < 8; q++) {
+		__m512 da, db;
+		pair_d(g, c, q, &da, &db);
+		int ja = g->ord[2 * q] & 7, jb = g->ord[2 * q + 1] & 7;
+		V[ja] = _mm512_add_ps(V[ja], _mm512_i32gather_ps(tidx(da), g->T, 4));
+		V[jb] = _mm512_add_ps(V[jb], _mm512_i32gather_ps(tidx(db), g->T, 4));
+	}
+	__m512 acc = V[0];
+	for (int l = 1; l < 8; l++)
+		acc = _mm512_add_ps(acc, V[l]);
+	return rne512(acc);
+}
+
+/* ceil(x (1 + 2^-19) / 2^Q), 65536 when above the bound's range (nothing can be ruled out) */
+static uint32_t units(float x, int Q)
+{
+	double t = __builtin_ceil((double)x * (1.0 + 0x1p-19) * __builtin_ldexp(1.0, -Q));
+	return t > 65535.0 ? 65536u : (uint32_t)t;
+}
+
+/* the search's state: the best error so far, its step, the improving steps (< 32) */
+struct best {
+	float v;
+	int i;
+	uint32_t mk;
+};
+
+static inline void improve(struct best *b, float e, int st)
+{
+	if (e < b->v || (e == b->v && st < b->i)) {
+		b->v = e;
+		b->i = st;
+		b->mk |= st < 32 ? 1u << st : 0u;
+	}
+}
+
+/* the 16 errors err of steps st[0..k) (ascending): in order when the improving steps count,
+ * else the first least error only (the same result) */
+T512 void improve16(struct best *b, __m512 err, const int *st, int k, int ordered)
+{
+	__mmask16 m = (__mmask16)((1u << k) - 1u);
+	if (ordered) {
+		float e[16];
+		_mm512_storeu_ps(e, err);
+		for (int c = 0; c < k; c++)
+			improve(b, e[c], st[c]);
+		return;
+	}
+	__m512 e = _mm512_mask_mov_ps(_mm512_set1_ps(__builtin_inff()), m, err);
+	float mn = _mm512_reduce_min_ps(e);
+	improve(b, mn, st[__builtin_ctz(_mm512_mask_cmpeq_ps_mask(m, e, _mm512_set1_ps(mn)))]);
+}
+
+/* alive: the bound of candidate words below theta (per word: the step later than the best
+ * or not) */
+T512 __m512i thetas(const struct best *b, int s0, int Q, int *none)
+{
+	uint32_t bb = rq_f2u(b->v), odd = (bb >> 16) & 1u;
+	uint32_t lt = b->v == 0.0f ? 0u : units(rq_u2f(bb - 0x8000u + odd), Q);
+	uint32_t le = units(rq_u2f(bb + 0x8000u + (odd ^ 1u)), Q);
+	*none = le > 65535u;
+	const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+	__mmask16 later = _mm512_cmpgt_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(s0)),
+	                                          _mm512_set1_epi32(b->i));
+	uint32_t l32 = _pdep_u32(later, 0x0F0F0F0Fu) | _pdep_u32(later, 0xF0F0F0F0u);
+	return _mm512_mask_blend_epi16(l32, _mm512_set1_epi16((short)(le > 65535u ? 65535 : le)),
+	                               _mm512_set1_epi16((short)(lt > 65535u ? 65535 : lt)));
+}
+
+T512 uint32_t words(__mmask16 m)
+{
+	return _pdep_u32(m, 0x0F0F0F0Fu) | _pdep_u32(m, 0xF0F0F0F0u);
+}
+
+/* the live candidates of steps s0.. (of n) */
+static inline __mmask16 live16(int n, int s0)
+{
+	return (__mmask16)(n - s0 >= 16 ? 0xFFFFu : n > s0 ? (1u << (n - s0)) - 1u : 0u);
+}
+
+/* the group's order, pair words, bound table; 0, or -1 when the group is not for this
+ * search */
+T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp *g,
+                  __m256i *wvo)
+{
+	__m256i wv = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)wg),
+	                              _mm256_set1_epi16(0x7FFF));
+	__m512i key = _mm512_or_si512(_mm512_slli_epi32(_mm512_cvtepu16_epi32(wv), 4),
+	                              _mm512_setr_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4,
+	                                                3, 2, 1, 0));
+	uint32_t a = (uint32_t)_mm512_reduce_max_epu32(key) >> 4;
+	if (a < A_MIN || a > A_MAX)
+		return -1;
+	*wvo = wv;
+	g->T = rq_obs_pow_table();
+	uint16_t xs[16];
+	uint32_t kk[16];
+	_mm256_storeu_si256((__m256i *)xs, wv);
+	_mm512_storeu_ps(g->xf, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(wv), 16)));
+	_mm512_storeu_si512(kk, key);
+	for (int j = 0; j < 16; j++) {     /* the keys are distinct: ranks 0..15 */
+		int r = __builtin_popcount(_mm512_cmpgt_epu32_mask(key, _mm512_set1_epi32((int)kk[j])));
+		g->ord[r] = (uint8_t)j;
+	}
+	for (int q = 0; q < 8; q++)
+		g->xw[q] = _mm512_unpacklo_epi64(_mm512_set1_epi16((short)xs[g->ord[2 * q]]),
+		                                 _mm512_set1_epi16((short)xs[g->ord[2 * q + 1]]));
+	g->ev = _mm512_set1_ps(rq_round_bf16(rq_bf16f(a) * p->expand));
+	/* the bound's table: bins base + 1 .. base + 63 (bin(A) - 8 at the top), units of 2^Q,
+	 * 2^20 of them in T(A)'s binade */
+	int base = (int)(a >> 4) - 8 - 63;
+	g->Q = (int)((rq_f2u(g->T[a]) >> 23) & 0xFFu) - 127 - 20;
+	__m512 sc = _mm512_castsi512_ps(_mm512_set1_epi32((127 - g->Q) << 23));
+	__m256i t[4];
+	for (int k = 0; k < 4; k++) {
+		__m512i u = _mm512_cvttps_epu32(_mm512_mul_ps(_mm512_loadu_ps(t_bin + base + 16 * k), sc));
+		if (k == 0)
+			u = _mm512_mask_mov_epi32(u, 1, _mm512_setzero_si512());
+		t[k] = _mm512_cvtusepi32_epi16(u);
+	}
+	g->lbt0 = _mm512_inserti64x4(_mm512_castsi256_si512(t[0]), t[1], 1);
+	g->lbt1 = _mm512_inserti64x4(_mm512_castsi256_si512(t[2]), t[3], 1);
+	g->lbbase = _mm512_set1_epi32(base);
+	return 0;
+}
+
+/* exact errors of the candidates of steps st[0..k) (ascending), multipliers pv */
+T512 void exact_list(const struct grp *g, struct best *b, const float *pv, const int *st, int k,
+                     int ordered)
+{
+	for (int o = 0; o < k; o += 16) {
+		int m = k - o < 16 ? k - o : 16;
+		struct cand16 c;
+		cand_batch(g, _mm512_maskz_loadu_ps((__mmask16)((1u << m) - 1u), pv + o), &c);
+		improve16(b, exact16(g, &c), st + o, m, ordered);
+	}
+}
+
+__attribute__((target("arch=x86-64-v4"), noinline))
+int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *best,
+                   uint32_t *mask)
+{
+	struct grp g;
+	__m256i wv;
+	pthread_once(&bin_once, bin_init);
+	if (grp_init(p, wg, &g, &wv) < 0)
+		return -1;
+	int n = p->steps, nb = (n + 15) / 16, ordered = mask != NULL, ws = 0;
+	struct best b = {rq_u2f(BF16_MAX_BITS), 0, 0};
+	struct cand16 cb[NB];
+	__m512i lacc[NB];
+	/* 1. the bounds over the 4 largest weights; the window around the least */
+	if (!ordered) {
+		__m512i mins[NB], mv = _mm512_set1_epi32(0xFFFF);
+		const __m512i cw = _mm512_loadu_si512(cand_word);
+		for (int k = 0; k < nb; k++) {
+			cand_batch(&g, _mm512_maskz_loadu_ps(live16(n, 16 * k), p->p + 16 * k), &cb[k]);
+			lacc[k] = _mm512_adds_epu16(pair_lb(&g, &cb[k], 0), pair_lb(&g, &cb[k], 1));
+			__m512i t = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(
+			                _mm512_permutexvar_epi16(cw, lb_total(lacc[k]))));
+			mins[k] = _mm512_mask_mov_epi32(_mm512_set1_epi32(0xFFFF), live16(n, 16 * k), t);
+			mv = _mm512_min_epu32(mv, mins[k]);
+		}
+		__m512i least = _mm512_set1_epi32(_mm512_reduce_min_epu32(mv));
+		int am = 0;
+		for (int k = 0; k < nb; k++) {
+			__mmask16 e = _mm512_cmpeq_epi32_mask(mins[k], least);
+			if (e) {
+				am = 16 * k + __builtin_ctz(e);
+				break;
+			}
+		}
+		ws = am - 7 < 0 ? 0 : am - 7;
+		ws = ws > n - 16 ? n - 16 : ws;
+		ws = ws < 0 ? 0 : ws;
+	}
+	/* 2. the window exactly */
+	int st[128], ns = 0;
+	float pv[128];
+	for (int c = 0; c < 16; c++)
+		st[c] = ws + c;
+	{
+		struct cand16 c;
+		__mmask16 live = live16(n, ws);
+		cand_batch(&g, _mm512_maskz_loadu_ps(live, p->p + ws), &c);
+		improve16(&b, exact16(&g, &c), st, __builtin_popcount(live), ordered);
+	}
+	/* 3. the others' bounds: the batches alive after each round go on */
+	int none;
+	__mmask32 al[NB];
+	__m512i th[NB];
+	int list[NB], nl = 0, q0 = ordered ? 0 : 2;
+	for (int k = 0; k < nb; k++) {
+		int s0 = 16 * k;
+		__mmask16 live = live16(n, s0);
+		if (ws < s0 + 16 && ws + 16 > s0)      /* not the window's */
+			live &= (__mmask16)~(ws >= s0 ? 0xFFFFu << (ws - s0) : 0xFFFFu >> (s0 - ws));
+		th[k] = thetas(&b, s0, g.Q, &none);
+		if (none)
+			break;
+		if (ordered && live) {
+			cand_batch(&g, _mm512_maskz_loadu_ps(live, p->p + s0), &cb[k]);
+			lacc[k] = _mm512_setzero_si512();
+		}
+		al[k] = words(live);
+		if (!ordered)
+			al[k] &= _mm512_cmplt_epu16_mask(lb_total(lacc[k]), th[k]);
+		list[nl] = k;
+		nl += al[k] != 0;
+	}
+	if (none) {
+		/* the best error is beyond the bound's range: every other step exactly */
+		for (int s = 0; s < n; s++)
+			if (s < ws || s >= ws + 16) {
+				st[ns] = s;
+				pv[ns++] = p->p[s];
+			}
+	} else {
+		for (int q = q0; q < 8 && nl; q++) {
+			int nn = 0;
+			for (int i = 0; i < nl; i++) {
+				int k = list[i];
+				lacc[k] = _mm512_adds_epu16(lacc[k], pair_lb(&g, &cb[k], q));
+				al[k] &= _mm512_cmplt_epu16_mask(lb_total(lacc[k]), th[k]);
+				list[nn] = k;
+				nn += al[k] != 0;
+			}
+			nl = nn;
+		}
+		const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+		                                       14, 15);
+		for (int i = 0; i < nl; i++) {       /* in step order */
+			int k = list[i];
+			__mmask16 sv = (__mmask16)_pext_u32(al[k], 0x0F0F0F0Fu);
+			_mm512_mask_compressstoreu_ps(pv + ns, sv, _mm512_maskz_loadu_ps(live16(n, 16 * k),
+			                                                                  p->p + 16 * k));
+			_mm512_mask_compressstoreu_epi32(st + ns, sv, _mm512_add_epi32(lane,
+			                                 _mm512_set1_epi32(16 * k)));
+			ns += __builtin_popcount(sv);
+		}
+	}
+	/* 4. the survivors exactly */
+	exact_list(&g, &b, pv, st, ns, ordered);
+	*best = (uint8_t)b.i;
+	if (mask)
+		*mask = b.mk;
+	return 0;
+}
+#else
+int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *best,
+                   uint32_t *mask)
+{
+	(void)p, (void)wg, (void)best, (void)mask;
+	return -1;
+}
+#endif
