@@ -231,6 +231,12 @@ static void final_chunk(void *arg, size_t begin, size_t end, int worker)
 {
 	struct final_ctx *c = arg;
 	(void)worker;
+	if (c->kind == RQ_OBS_FP4 && c->group == 16) {   /* the minmax quantizer's rows */
+		rq_quantize_rng_rows(c->w + begin * c->cols, end - begin, c->cols, c->gs,
+		                     c->rng + begin * c->gpr, c->q + begin * (c->cols / 2),
+		                     c->scale + begin * c->gpr);
+		return;
+	}
 	for (size_t g = begin * c->gpr; g < end * c->gpr; g++) {
 		const uint16_t *wg = c->w + g * c->group;
 		float r = rq_bf16f(c->rng[g]);

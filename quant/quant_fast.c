@@ -26,14 +26,18 @@
 #define RQ_X86_VARIANTS 1
 #endif
 
+/* rng: the groups' ranges (BF16 bits, an observer's choice) in place of their max |w|, or
+ * NULL */
 static inline __attribute__((always_inline))
 void quant_block(const uint16_t *restrict w, size_t ng, float gs, int r,
-                 uint8_t *restrict packed, uint8_t *restrict scales)
+                 uint8_t *restrict packed, uint8_t *restrict scales, const uint16_t *rng)
 {
 	int16_t gmax[BLOCK_GROUPS];   /* [ng] group max |w| as BF16 bits */
 	float seff[BLOCK_GROUPS];     /* [ng] effective scale value(sc) / gs */
 
-	for (size_t g = 0; g < ng; g++) {
+	for (size_t g = 0; rng && g < ng; g++)
+		gmax[g] = (int16_t)rng[g];
+	for (size_t g = 0; !rng && g < ng; g++) {
 		int16_t m = 0;
 		for (int j = 0; j < 16; j++) {
 			int16_t a = (int16_t)(w[g * 16 + j] & 0x7FFF);
@@ -59,7 +63,7 @@ void quant_block(const uint16_t *restrict w, size_t ng, float gs, int r,
 
 static inline __attribute__((always_inline))
 void quant_rows_body(enum rq_recipe r, const uint16_t *w, size_t rows, size_t cols, float gs,
-                     uint8_t *packed, uint8_t *scales)
+                     uint8_t *packed, uint8_t *scales, const uint16_t *rng)
 {
 	int bf16 = r == RQ_RECIPE_BF16;
 	size_t groups = cols / 16;
@@ -71,10 +75,11 @@ void quant_rows_body(enum rq_recipe r, const uint16_t *w, size_t rows, size_t co
 			size_t ng = groups - g < BLOCK_GROUPS ? groups - g : BLOCK_GROUPS;
 			/* the variant's S6 as a constant: each copy of the block is
 			 * straight-line (fp32 and fp32div differ only in gs) */
+			const uint16_t *rg = rng ? rng + i * groups + g : NULL;
 			if (bf16)
-				quant_block(wr + g * 16, ng, gs, RQ_R_BF16, pr + g * 8, sr + g);
+				quant_block(wr + g * 16, ng, gs, RQ_R_BF16, pr + g * 8, sr + g, rg);
 			else
-				quant_block(wr + g * 16, ng, gs, RQ_R_FP32, pr + g * 8, sr + g);
+				quant_block(wr + g * 16, ng, gs, RQ_R_FP32, pr + g * 8, sr + g, rg);
 		}
 	}
 }
@@ -94,7 +99,10 @@ uint16_t absmax_body(const uint16_t *w, size_t n)
 #define RQ_VARIANT(suffix, attr) \
 	attr static void quant_rows_##suffix(enum rq_recipe r, const uint16_t *w, size_t rows, \
 	                                      size_t cols, float gs, uint8_t *p, uint8_t *s) \
-	{ quant_rows_body(r, w, rows, cols, gs, p, s); } \
+	{ quant_rows_body(r, w, rows, cols, gs, p, s, NULL); } \
+	attr static void rng_rows_##suffix(const uint16_t *w, size_t rows, size_t cols, float gs, \
+	                                   const uint16_t *rng, uint8_t *p, uint8_t *s) \
+	{ quant_rows_body(RQ_RECIPE_BF16, w, rows, cols, gs, p, s, rng); } \
 	attr static uint16_t absmax_##suffix(const uint16_t *w, size_t n) \
 	{ return absmax_body(w, n); }
 
@@ -106,18 +114,28 @@ RQ_VARIANT(avx512, __attribute__((target("arch=x86-64-v4"))))
 
 typedef void (*rows_fn)(enum rq_recipe, const uint16_t *, size_t, size_t, float, uint8_t *,
                         uint8_t *);
+typedef void (*rng_fn)(const uint16_t *, size_t, size_t, float, const uint16_t *, uint8_t *,
+                       uint8_t *);
 typedef uint16_t (*absmax_fn)(const uint16_t *, size_t);
 static const struct {
 	const char *name;
 	rows_fn rows;
+	rng_fn rng;
 	absmax_fn absmax;
 } variants[RQ_ISA_COUNT] = {
-	{"sse2", quant_rows_base, absmax_base},
+	{"sse2", quant_rows_base, rng_rows_base, absmax_base},
 #ifdef RQ_X86_VARIANTS
-	{"avx2", quant_rows_avx2, absmax_avx2},
-	{"avx512", quant_rows_avx512, absmax_avx512},
+	{"avx2", quant_rows_avx2, rng_rows_avx2, absmax_avx2},
+	{"avx512", quant_rows_avx512, rng_rows_avx512, absmax_avx512},
 #endif
 };
+
+void rq_quantize_rng_rows(const uint16_t *w, size_t rows, size_t cols, float gs,
+                          const uint16_t *rng, uint8_t *packed, uint8_t *scales)
+{
+	if (rows && cols >= 16)
+		variants[rq_quant_isa()].rng(w, rows, cols, gs, rng, packed, scales);
+}
 
 int rq_quant_isa_max(void)
 {

@@ -27,6 +27,12 @@ int rq_quant_isa_force(int isa);       /* -1 = automatic; returns the previous f
                                           value, -EINVAL if the CPU lacks it */
 const char *rq_quant_isa_name(int isa);   /* "sse2", "avx2", "avx512" */
 
+/* rq_quantize_fast's rows (recipe bf16, the calling thread) with each group's scale taken
+ * from rng[rows][cols / 16] (BF16 bits: the range an observer chose) instead of its max
+ * |w|: the codes and scales of observer.c's NVFP4 modules. */
+void rq_quantize_rng_rows(const uint16_t *w, size_t rows, size_t cols, float gs,
+                          const uint16_t *rng, uint8_t *packed, uint8_t *scales);
+
 /* The scalar oracle of one row (quant_ref.c); the fast path is checked against it. */
 void rq_quantize_row_ref(enum rq_recipe r, const uint16_t *w, size_t cols, float gs,
                          uint8_t *packed, uint8_t *scales);
