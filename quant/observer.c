@@ -115,18 +115,22 @@ struct search_ctx {
 	int bad;                    /* -EDOM / -ERANGE seen (any row) */
 };
 
-/* -EDOM (NaN/Inf) or -ERANGE (1.8 |w| overflows BF16) for rows [begin, end), else 0 */
+/* -EDOM (NaN/Inf) or else -ERANGE (1.8 |w| overflows BF16) for rows [begin, end), else 0:
+ * both are decided by the largest |w| (BF16 bits order like values; the expansion and its
+ * rounding are monotone) */
 static int check_rows(const struct search_ctx *c, size_t begin, size_t end)
 {
 	const uint16_t *w = c->w + begin * c->cols;
+	uint16_t a = 0;
 	for (size_t i = 0; i < (end - begin) * c->cols; i++) {
-		uint32_t a = w[i] & 0x7FFFu;
-		if (a >= RQ_BF16_INF)
-			return -EDOM;
-		if (c->p->expand > 1.0f && (rq_f2u(rq_round_bf16(rq_bf16f(a) * c->p->expand)) &
-		                            0x7F800000u) == 0x7F800000u)
-			return -ERANGE;
+		uint16_t v = w[i] & 0x7FFFu;
+		a = v > a ? v : a;
 	}
+	if (a >= RQ_BF16_INF)
+		return -EDOM;
+	if (c->p->expand > 1.0f && (rq_f2u(rq_round_bf16(rq_bf16f(a) * c->p->expand)) &
+	                            0x7F800000u) == 0x7F800000u)
+		return -ERANGE;
 	return 0;
 }
 

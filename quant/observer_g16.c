@@ -204,10 +204,12 @@ T512 __m512 exact16(const struct grp *g, const struct cand16 *c)
 	return rne512(acc);
 }
 
-/* ceil(x (1 + 2^-19) / 2^Q), 65536 when above the bound's range (nothing can be ruled out) */
-static uint32_t units(float x, int Q)
+/* ceil(x (1 + 2^-19) / 2^Q), 65536 when above the bound's range (nothing can be ruled out);
+ * |Q| < 1000 */
+T512 uint32_t units(float x, int Q)
 {
-	double t = __builtin_ceil((double)x * (1.0 + 0x1p-19) * __builtin_ldexp(1.0, -Q));
+	union { uint64_t u; double d; } sc = {(uint64_t)(1023 - Q) << 52};
+	double t = __builtin_ceil((double)x * (1.0 + 0x1p-19) * sc.d);
 	return t > 65535.0 ? 65536u : (uint32_t)t;
 }
 
@@ -244,20 +246,16 @@ T512 void improve16(struct best *b, __m512 err, const int *st, int k, int ordere
 	improve(b, mn, st[__builtin_ctz(_mm512_mask_cmpeq_ps_mask(m, e, _mm512_set1_ps(mn)))]);
 }
 
-/* alive: the bound of candidate words below theta (per word: the step later than the best
- * or not) */
-T512 __m512i thetas(const struct best *b, int s0, int Q, int *none)
+/* the bounds that rule a candidate out, in units: lt for a step after the best's (an equal
+ * error loses), le for one before; 0 when the bound's range cannot rule any out */
+T512 int thetas(const struct best *b, int Q, __m512i *lt, __m512i *le)
 {
 	uint32_t bb = rq_f2u(b->v), odd = (bb >> 16) & 1u;
-	uint32_t lt = b->v == 0.0f ? 0u : units(rq_u2f(bb - 0x8000u + odd), Q);
-	uint32_t le = units(rq_u2f(bb + 0x8000u + (odd ^ 1u)), Q);
-	*none = le > 65535u;
-	const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-	__mmask16 later = _mm512_cmpgt_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(s0)),
-	                                          _mm512_set1_epi32(b->i));
-	uint32_t l32 = _pdep_u32(later, 0x0F0F0F0Fu) | _pdep_u32(later, 0xF0F0F0F0u);
-	return _mm512_mask_blend_epi16(l32, _mm512_set1_epi16((short)(le > 65535u ? 65535 : le)),
-	                               _mm512_set1_epi16((short)(lt > 65535u ? 65535 : lt)));
+	uint32_t t = b->v == 0.0f ? 0u : units(rq_u2f(bb - 0x8000u + odd), Q);
+	uint32_t e = units(rq_u2f(bb + 0x8000u + (odd ^ 1u)), Q);
+	*lt = _mm512_set1_epi16((short)(t > 65535u ? 65535 : t));
+	*le = _mm512_set1_epi16((short)e);
+	return e <= 65535u;
 }
 
 T512 uint32_t words(__mmask16 m)
@@ -379,18 +377,18 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 		improve16(&b, exact16(&g, &c), st, __builtin_popcount(live), ordered);
 	}
 	/* 3. the others' bounds: the batches alive after each round go on */
-	int none;
 	__mmask32 al[NB];
-	__m512i th[NB];
-	int list[NB], nl = 0, q0 = ordered ? 0 : 2;
-	for (int k = 0; k < nb; k++) {
+	__m512i th[NB], tlt, tle;
+	int list[NB], nl = 0, q0 = ordered ? 0 : 2, none = !thetas(&b, g.Q, &tlt, &tle);
+	const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+	for (int k = 0; k < nb && !none; k++) {
 		int s0 = 16 * k;
 		__mmask16 live = live16(n, s0);
 		if (ws < s0 + 16 && ws + 16 > s0)      /* not the window's */
 			live &= (__mmask16)~(ws >= s0 ? 0xFFFFu << (ws - s0) : 0xFFFFu >> (s0 - ws));
-		th[k] = thetas(&b, s0, g.Q, &none);
-		if (none)
-			break;
+		__mmask16 later = _mm512_cmpgt_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(s0)),
+		                                          _mm512_set1_epi32(b.i));
+		th[k] = _mm512_mask_blend_epi16(words(later), tle, tlt);
 		if (ordered && live) {
 			cand_batch(&g, _mm512_maskz_loadu_ps(live, p->p + s0), &cb[k]);
 			lacc[k] = _mm512_setzero_si512();
@@ -420,8 +418,6 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 			}
 			nl = nn;
 		}
-		const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
-		                                       14, 15);
 		for (int i = 0; i < nl; i++) {       /* in step order */
 			int k = list[i];
 			__mmask16 sv = (__mmask16)_pext_u32(al[k], 0x0F0F0F0Fu);
