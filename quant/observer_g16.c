@@ -143,6 +143,37 @@ T512 void cand_batch(const struct grp *g, __m512 P, struct cand16 *c)
 	c->L[6] = _mm512_add_epi16(c->L[2], _mm512_set1_epi16(0x100));
 }
 
+/* cand_batch of batches k < nb (multipliers P[k]), stage by stage over the batches: their
+ * independent chains side by side */
+T512 void cand_batches(const struct grp *g, const __m512 *P, int nb, struct cand16 *c)
+{
+	const __m512i dup = _mm512_loadu_si512(cand_dup), ff = _mm512_set1_epi32(0xFFFF);
+	__m512 s[NB], l15[NB];
+	for (int k = 0; k < nb; k++)
+		s[k] = rne512(_mm512_mul_ps(g->ev, P[k]));
+	for (int k = 0; k < nb; k++)
+		s[k] = rne512(_mm512_mul_ps(s[k], _mm512_set1_ps(1.0f / 6.0f)));
+	for (int k = 0; k < nb; k++)
+		l15[k] = rne512(_mm512_mul_ps(s[k], _mm512_set1_ps(1.5f)));
+	static const float tau[4] = {257.0f / 1024, 383.0f / 512, 321.0f / 256, 447.0f / 256};
+	for (int t = 0; t < 4; t++)
+		for (int k = 0; k < nb; k++)
+			c[k].W[t] = _mm512_permutexvar_epi16(dup, _mm512_add_epi32(_mm512_castps_si512(
+			                _mm512_mul_ps(s[k], _mm512_set1_ps(tau[t]))), ff));
+	for (int k = 0; k < nb; k++) {
+		c[k].W[4] = _mm512_add_epi16(c[k].W[2], _mm512_set1_epi16(0x80));
+		c[k].W[5] = _mm512_add_epi16(c[k].W[3], _mm512_set1_epi16(0x80));
+		c[k].W[6] = _mm512_add_epi16(c[k].W[2], _mm512_set1_epi16(0x100));
+		c[k].L[1] = _mm512_permutexvar_epi16(dup, _mm512_castps_si512(s[k]));
+		c[k].L[2] = _mm512_permutexvar_epi16(dup, _mm512_castps_si512(l15[k]));
+		c[k].L[0] = _mm512_sub_epi16(c[k].L[1], _mm512_set1_epi16(0x80));
+		c[k].L[3] = _mm512_add_epi16(c[k].L[1], _mm512_set1_epi16(0x80));
+		c[k].L[4] = _mm512_add_epi16(c[k].L[2], _mm512_set1_epi16(0x80));
+		c[k].L[5] = _mm512_add_epi16(c[k].L[1], _mm512_set1_epi16(0x100));
+		c[k].L[6] = _mm512_add_epi16(c[k].L[2], _mm512_set1_epi16(0x100));
+	}
+}
+
 /* d = fl(L - |x|) of pair q: weight a's 16 candidates in *da, b's in *db */
 T512 void pair_d(const struct grp *g, const struct cand16 *c, int q, __m512 *da, __m512 *db)
 {
@@ -344,9 +375,17 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 	if (!ordered) {
 		__m512i mins[NB], mv = _mm512_set1_epi32(0xFFFF);
 		const __m512i cw = _mm512_loadu_si512(cand_word);
+		/* stage by stage over the batches: independent chains side by side (one batch's
+		 * chain of dependent steps at a time leaves the core waiting on latencies) */
+		__m512 P[NB];
+		for (int k = 0; k < nb; k++)
+			P[k] = _mm512_maskz_loadu_ps(live16(n, 16 * k), p->p + 16 * k);
+		cand_batches(&g, P, nb, cb);
+		for (int k = 0; k < nb; k++)
+			lacc[k] = pair_lb(&g, &cb[k], 0);
+		for (int k = 0; k < nb; k++)
+			lacc[k] = _mm512_adds_epu16(lacc[k], pair_lb(&g, &cb[k], 1));
 		for (int k = 0; k < nb; k++) {
-			cand_batch(&g, _mm512_maskz_loadu_ps(live16(n, 16 * k), p->p + 16 * k), &cb[k]);
-			lacc[k] = _mm512_adds_epu16(pair_lb(&g, &cb[k], 0), pair_lb(&g, &cb[k], 1));
 			__m512i t = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(
 			                _mm512_permutexvar_epi16(cw, lb_total(lacc[k]))));
 			mins[k] = _mm512_mask_mov_epi32(_mm512_set1_epi32(0xFFFF), live16(n, 16 * k), t);
@@ -407,11 +446,17 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 				pv[ns++] = p->p[s];
 			}
 	} else {
-		for (int q = q0; q < 8 && nl; q++) {
+		/* rounds of two pairs: a round's check waits on its bounds' latency, so one pair a
+		 * round spends more waiting than the extra pair of an undecided batch costs */
+		for (int q = q0; q < 8 && nl; q += 2) {
+			for (int i = 0; i < nl; i++) {
+				int k = list[i];
+				lacc[k] = _mm512_adds_epu16(lacc[k], _mm512_adds_epu16(pair_lb(&g, &cb[k], q),
+				                                                       pair_lb(&g, &cb[k], q + 1)));
+			}
 			int nn = 0;
 			for (int i = 0; i < nl; i++) {
 				int k = list[i];
-				lacc[k] = _mm512_adds_epu16(lacc[k], pair_lb(&g, &cb[k], q));
 				al[k] &= _mm512_cmplt_epu16_mask(lb_total(lacc[k]), th[k]);
 				list[nn] = k;
 				nn += al[k] != 0;
