@@ -51,6 +51,7 @@
 #include "quant/quant_int.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 
 #if defined(__x86_64__) && \
     ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
@@ -89,12 +90,14 @@ struct cand16 {
 struct grp {
 	const float *T;
 	uint8_t ord[16];             /* weights by falling |w| (ties: lower index first) */
-	float xf[16];                /* |w| */
-	__m512i xw[8];               /* pair q = (ord[2q], ord[2q + 1]) in candidate words */
+	float xf[2][16];             /* |w|; [1]: |w| 2^-k, A = a 2^k with 1 <= a < 2 */
+	__m512i xw[2][8];            /* pair q = (ord[2q], ord[2q + 1]) in candidate words, of
+	                                xf[0] and xf[1] */
 	__m512i lbt0, lbt1;          /* the bound's 64 entries */
-	__m512i lbbase;              /* the bin of entry 0 */
+	__m512i lbbase;              /* the bin of entry 0, less 8 k (the bounds use xf[1]) */
 	__m512 ev;                   /* bf16(A * expand) */
 	int Q;                       /* the bound's unit: 2^Q */
+	uint32_t a;                  /* max |w|, BF16 bits */
 };
 
 T512 __m512i rne_bits(__m512i u)
@@ -143,14 +146,14 @@ T512 void cand_batch(const struct grp *g, __m512 P, struct cand16 *c)
 	c->L[6] = _mm512_add_epi16(c->L[2], _mm512_set1_epi16(0x100));
 }
 
-/* cand_batch of batches k < nb (multipliers P[k]), stage by stage over the batches: their
- * independent chains side by side */
-T512 void cand_batches(const struct grp *g, const __m512 *P, int nb, struct cand16 *c)
+/* cand_batch of batches k < nb (multipliers P[k]; ev: bf16(A * expand)), stage by stage
+ * over the batches: their independent chains side by side */
+T512 void cand_batches(__m512 ev, const __m512 *P, int nb, struct cand16 *c)
 {
 	const __m512i dup = _mm512_loadu_si512(cand_dup), ff = _mm512_set1_epi32(0xFFFF);
 	__m512 s[NB], l15[NB];
 	for (int k = 0; k < nb; k++)
-		s[k] = rne512(_mm512_mul_ps(g->ev, P[k]));
+		s[k] = rne512(_mm512_mul_ps(ev, P[k]));
 	for (int k = 0; k < nb; k++)
 		s[k] = rne512(_mm512_mul_ps(s[k], _mm512_set1_ps(1.0f / 6.0f)));
 	for (int k = 0; k < nb; k++)
@@ -175,9 +178,10 @@ T512 void cand_batches(const struct grp *g, const __m512 *P, int nb, struct cand
 }
 
 /* d = fl(L - |x|) of pair q: weight a's 16 candidates in *da, b's in *db */
-T512 void pair_d(const struct grp *g, const struct cand16 *c, int q, __m512 *da, __m512 *db)
+T512 void pair_d(const struct grp *g, int n, const struct cand16 *c, int q, __m512 *da,
+                 __m512 *db)
 {
-	__m512i x = g->xw[q], z = _mm512_setzero_si512();
+	__m512i x = g->xw[n][q], z = _mm512_setzero_si512();
 	__mmask32 m1 = _mm512_cmpge_epu16_mask(x, c->W[0]), m2 = _mm512_cmpge_epu16_mask(x, c->W[1]),
 	          m3 = _mm512_cmpge_epu16_mask(x, c->W[2]), m4 = _mm512_cmpge_epu16_mask(x, c->W[3]),
 	          m5 = _mm512_cmpge_epu16_mask(x, c->W[4]), m6 = _mm512_cmpge_epu16_mask(x, c->W[5]),
@@ -190,16 +194,16 @@ T512 void pair_d(const struct grp *g, const struct cand16 *c, int q, __m512 *da,
 	__m512i L = _mm512_mask_blend_epi16(m4, _mm512_mask_blend_epi16(m2, l01, l23),
 	                                    _mm512_mask_blend_epi16(m6, l45, l67));
 	*da = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_unpacklo_epi16(z, L)),
-	                    _mm512_set1_ps(g->xf[g->ord[2 * q]]));
+	                    _mm512_set1_ps(g->xf[n][g->ord[2 * q]]));
 	*db = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_unpackhi_epi16(z, L)),
-	                    _mm512_set1_ps(g->xf[g->ord[2 * q + 1]]));
+	                    _mm512_set1_ps(g->xf[n][g->ord[2 * q + 1]]));
 }
 
-/* the bound's terms of pair q in candidate words */
+/* the bound's terms of pair q in candidate words, c: candidates of a (the table's) */
 T512 __m512i pair_lb(const struct grp *g, const struct cand16 *c, int q)
 {
 	__m512 da, db;
-	pair_d(g, c, q, &da, &db);
+	pair_d(g, 1, c, q, &da, &db);
 	const __m512i abs = _mm512_set1_epi32(0x7FFFFFFF);
 	__m512i ia = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_and_si512(
 	                 _mm512_castps_si512(da), abs), 20), g->lbbase);
@@ -224,7 +228,7 @@ T512 __m512 exact16(const struct grp *g, const struct cand16 *c)
 		V[l] = _mm512_setzero_ps();
 	for (int q = 0; q < 8; q++) {
 		__m512 da, db;
-		pair_d(g, c, q, &da, &db);
+		pair_d(g, 0, c, q, &da, &db);
 		int ja = g->ord[2 * q] & 7, jb = g->ord[2 * q + 1] & 7;
 		V[ja] = _mm512_add_ps(V[ja], _mm512_i32gather_ps(tidx(da), g->T, 4));
 		V[jb] = _mm512_add_ps(V[jb], _mm512_i32gather_ps(tidx(db), g->T, 4));
@@ -317,16 +321,30 @@ T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp 
 	g->T = rq_obs_pow_table();
 	uint16_t xs[16];
 	uint32_t kk[16];
+	/* A = a 2^k, 1 <= a < 2: the bounds compare |w| 2^-k with a's candidates (the table);
+	 * the scaling is exact where |w| 2^-k is normal, and the rest (|w| < A 2^-126) stay
+	 * below every threshold and every bin of the bound either way */
+	int k = (int)(a >> 7) - 127;
+	__m512 xf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(wv), 16));
+	__m512 xn = _mm512_mul_ps(xf, _mm512_castsi512_ps(_mm512_set1_epi32((127 - k) << 23)));
+	uint16_t xsn[16];
 	_mm256_storeu_si256((__m256i *)xs, wv);
-	_mm512_storeu_ps(g->xf, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(wv), 16)));
+	_mm256_storeu_si256((__m256i *)xsn, _mm512_cvtepi32_epi16(_mm512_srli_epi32(
+	                        _mm512_castps_si512(xn), 16)));
+	_mm512_storeu_ps(g->xf[0], xf);
+	_mm512_storeu_ps(g->xf[1], xn);
 	_mm512_storeu_si512(kk, key);
 	for (int j = 0; j < 16; j++) {     /* the keys are distinct: ranks 0..15 */
 		int r = __builtin_popcount(_mm512_cmpgt_epu32_mask(key, _mm512_set1_epi32((int)kk[j])));
 		g->ord[r] = (uint8_t)j;
 	}
-	for (int q = 0; q < 8; q++)
-		g->xw[q] = _mm512_unpacklo_epi64(_mm512_set1_epi16((short)xs[g->ord[2 * q]]),
-		                                 _mm512_set1_epi16((short)xs[g->ord[2 * q + 1]]));
+	for (int q = 0; q < 8; q++) {
+		g->xw[0][q] = _mm512_unpacklo_epi64(_mm512_set1_epi16((short)xs[g->ord[2 * q]]),
+		                                    _mm512_set1_epi16((short)xs[g->ord[2 * q + 1]]));
+		g->xw[1][q] = _mm512_unpacklo_epi64(_mm512_set1_epi16((short)xsn[g->ord[2 * q]]),
+		                                    _mm512_set1_epi16((short)xsn[g->ord[2 * q + 1]]));
+	}
+	g->a = a;
 	g->ev = _mm512_set1_ps(rq_round_bf16(rq_bf16f(a) * p->expand));
 	/* the bound's table: bins base + 1 .. base + 63 (bin(A) - 8 at the top), units of 2^Q,
 	 * 2^20 of them in T(A)'s binade */
@@ -342,8 +360,61 @@ T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp 
 	}
 	g->lbt0 = _mm512_inserti64x4(_mm512_castsi256_si512(t[0]), t[1], 1);
 	g->lbt1 = _mm512_inserti64x4(_mm512_castsi256_si512(t[2]), t[3], 1);
-	g->lbbase = _mm512_set1_epi32(base);
+	g->lbbase = _mm512_set1_epi32(base - 8 * k);
 	return 0;
+}
+
+/* Each observer's candidates for max |w| = a, 1 <= a < 2 (a's BF16 bits 0x3F80 | m), all
+ * steps: c[m * nb + batch]; a module's are these with the exponent moved (every step
+ * scales exactly with A within [2^-32, 2^32]), so the bounds use them with |w| 2^-k.
+ * ~0.8 MiB for expanded-mse, built on first use. */
+struct cand_tab {
+	struct cand16 *c;
+	int nb;
+};
+static struct cand_tab tabs[RQ_OBSERVER_COUNT];
+static pthread_once_t tab_once[RQ_OBSERVER_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
+                                                     PTHREAD_ONCE_INIT};
+
+__attribute__((target("arch=x86-64-v4"))) static void tab_build(enum rq_observer o)
+{
+	const struct rq_obs_params *p = rq_obs_params(o);
+	int n = p->steps, nb = (n + 15) / 16;
+	struct cand16 *c = aligned_alloc(64, sizeof(*c) * 128 * (size_t)nb);
+	if (!c)
+		return;
+	for (uint32_t m = 0; m < 128; m++) {
+		__m512 P[NB], ev = _mm512_set1_ps(rq_round_bf16(rq_bf16f(0x3F80u | m) * p->expand));
+		for (int k = 0; k < nb; k++)
+			P[k] = _mm512_maskz_loadu_ps(live16(n, 16 * k), p->p + 16 * k);
+		cand_batches(ev, P, nb, c + m * (uint32_t)nb);
+	}
+	tabs[o].nb = nb;
+	tabs[o].c = c;
+}
+
+static void tab_mse(void)
+{
+	tab_build(RQ_OBSERVER_MSE);
+}
+
+static void tab_expanded(void)
+{
+	tab_build(RQ_OBSERVER_EXPANDED_MSE);
+}
+
+/* the observer's table, or NULL (other parameters, no memory) */
+static const struct cand_tab *cand_tab(const struct rq_obs_params *p)
+{
+	if (p == rq_obs_params(RQ_OBSERVER_MSE)) {
+		pthread_once(&tab_once[RQ_OBSERVER_MSE], tab_mse);
+		return tabs[RQ_OBSERVER_MSE].c ? &tabs[RQ_OBSERVER_MSE] : NULL;
+	}
+	if (p == rq_obs_params(RQ_OBSERVER_EXPANDED_MSE)) {
+		pthread_once(&tab_once[RQ_OBSERVER_EXPANDED_MSE], tab_expanded);
+		return tabs[RQ_OBSERVER_EXPANDED_MSE].c ? &tabs[RQ_OBSERVER_EXPANDED_MSE] : NULL;
+	}
+	return NULL;
 }
 
 /* exact errors of the candidates of steps st[0..k) (ascending), multipliers pv */
@@ -365,11 +436,12 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 	struct grp g;
 	__m256i wv;
 	pthread_once(&bin_once, bin_init);
-	if (grp_init(p, wg, &g, &wv) < 0)
+	const struct cand_tab *tab = cand_tab(p);
+	if (!tab || grp_init(p, wg, &g, &wv) < 0)
 		return -1;
-	int n = p->steps, nb = (n + 15) / 16, ordered = mask != NULL, ws = 0;
+	int n = p->steps, nb = tab->nb, ordered = mask != NULL, ws = 0;
 	struct best b = {rq_u2f(BF16_MAX_BITS), 0, 0};
-	struct cand16 cb[NB];
+	const struct cand16 *cb = tab->c + (g.a & 0x7Fu) * (uint32_t)nb;   /* a's candidates */
 	__m512i lacc[NB];
 	/* 1. the bounds over the 4 largest weights; the window around the least */
 	if (!ordered) {
@@ -377,10 +449,6 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 		const __m512i cw = _mm512_loadu_si512(cand_word);
 		/* stage by stage over the batches: independent chains side by side (one batch's
 		 * chain of dependent steps at a time leaves the core waiting on latencies) */
-		__m512 P[NB];
-		for (int k = 0; k < nb; k++)
-			P[k] = _mm512_maskz_loadu_ps(live16(n, 16 * k), p->p + 16 * k);
-		cand_batches(&g, P, nb, cb);
 		for (int k = 0; k < nb; k++)
 			lacc[k] = pair_lb(&g, &cb[k], 0);
 		for (int k = 0; k < nb; k++)
@@ -428,10 +496,8 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 		__mmask16 later = _mm512_cmpgt_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(s0)),
 		                                          _mm512_set1_epi32(b.i));
 		th[k] = _mm512_mask_blend_epi16(words(later), tle, tlt);
-		if (ordered && live) {
-			cand_batch(&g, _mm512_maskz_loadu_ps(live, p->p + s0), &cb[k]);
+		if (ordered)
 			lacc[k] = _mm512_setzero_si512();
-		}
 		al[k] = words(live);
 		if (!ordered)
 			al[k] &= _mm512_cmplt_epu16_mask(lb_total(lacc[k]), th[k]);
