@@ -81,6 +81,14 @@ static const uint16_t cand_dup[32] = {
 /* candidate c's word (its copy for weight a) */
 static const uint16_t cand_word[32] = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
 
+/* the step of each candidate word of batch 0 */
+static const uint16_t cand_steps[32] = {0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7,
+                                        8, 9, 10, 11, 8, 9, 10, 11, 12, 13, 14, 15, 12, 13, 14, 15};
+
+/* pair 0's words: per 128-bit lane 4 of sorted weight 0, 4 of sorted weight 1 (+2 q: pair q) */
+static const uint16_t pair_words[32] = {0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1,
+                                        0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1};
+
 /* the thresholds W_1..7 and levels L_1..7 of 16 candidates, in candidate words */
 struct cand16 {
 	__m512i W[7], L[7];
@@ -338,11 +346,20 @@ T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp 
 		int r = __builtin_popcount(_mm512_cmpgt_epu32_mask(key, _mm512_set1_epi32((int)kk[j])));
 		g->ord[r] = (uint8_t)j;
 	}
+	/* both sets by falling |w| (words 0..15 of one register), then each pair's words */
+	__m128i o8 = _mm_loadu_si128((const __m128i *)g->ord);
+	__m512i o16 = _mm512_add_epi16(_mm512_cvtepu8_epi16(_mm256_set_m128i(o8, o8)),
+	                               _mm512_inserti64x4(_mm512_setzero_si512(),
+	                                                  _mm256_set1_epi16(16), 1));
+	__m512i xo = _mm512_permutexvar_epi16(o16, _mm512_inserti64x4(_mm512_castsi256_si512(
+	                 _mm256_loadu_si256((const __m256i *)xs)), _mm256_loadu_si256(
+	                 (const __m256i *)xsn), 1));
+	const __m512i two = _mm512_set1_epi16(2);
+	__m512i pi = _mm512_loadu_si512(pair_words);
 	for (int q = 0; q < 8; q++) {
-		g->xw[0][q] = _mm512_unpacklo_epi64(_mm512_set1_epi16((short)xs[g->ord[2 * q]]),
-		                                    _mm512_set1_epi16((short)xs[g->ord[2 * q + 1]]));
-		g->xw[1][q] = _mm512_unpacklo_epi64(_mm512_set1_epi16((short)xsn[g->ord[2 * q]]),
-		                                    _mm512_set1_epi16((short)xsn[g->ord[2 * q + 1]]));
+		g->xw[0][q] = _mm512_permutexvar_epi16(pi, xo);
+		g->xw[1][q] = _mm512_permutexvar_epi16(_mm512_add_epi16(pi, _mm512_set1_epi16(16)), xo);
+		pi = _mm512_add_epi16(pi, two);
 	}
 	g->a = a;
 	g->ev = _mm512_set1_ps(rq_round_bf16(rq_bf16f(a) * p->expand));
@@ -488,19 +505,18 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 	__m512i th[NB], tlt, tle;
 	int list[NB], nl = 0, q0 = ordered ? 0 : 2, none = !thetas(&b, g.Q, &tlt, &tle);
 	const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-	for (int k = 0; k < nb && !none; k++) {
-		int s0 = 16 * k;
-		__mmask16 live = live16(n, s0);
-		if (ws < s0 + 16 && ws + 16 > s0)      /* not the window's */
-			live &= (__mmask16)~(ws >= s0 ? 0xFFFFu << (ws - s0) : 0xFFFFu >> (s0 - ws));
-		__mmask16 later = _mm512_cmpgt_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(s0)),
-		                                          _mm512_set1_epi32(b.i));
-		th[k] = _mm512_mask_blend_epi16(words(later), tle, tlt);
+	/* each candidate word's step: alive while in range, outside the window and bounded
+	 * below its theta */
+	__m512i stw = _mm512_loadu_si512(cand_steps);
+	const __m512i vn = _mm512_set1_epi16((short)n), vws = _mm512_set1_epi16((short)ws);
+	const __m512i v16 = _mm512_set1_epi16(16), vbi = _mm512_set1_epi16((short)b.i);
+	for (int k = 0; k < nb && !none; k++, stw = _mm512_add_epi16(stw, v16)) {
+		th[k] = _mm512_mask_blend_epi16(_mm512_cmpgt_epu16_mask(stw, vbi), tle, tlt);
 		if (ordered)
 			lacc[k] = _mm512_setzero_si512();
-		al[k] = words(live);
-		if (!ordered)
-			al[k] &= _mm512_cmplt_epu16_mask(lb_total(lacc[k]), th[k]);
+		al[k] = _mm512_cmplt_epu16_mask(stw, vn) &
+		        ~_mm512_cmplt_epu16_mask(_mm512_sub_epi16(stw, vws), v16) &
+		        _mm512_cmplt_epu16_mask(lb_total(lacc[k]), th[k]);
 		list[nl] = k;
 		nl += al[k] != 0;
 	}
