@@ -301,11 +301,6 @@ T512 int thetas(const struct best *b, int Q, __m512i *lt, __m512i *le)
 	return e <= 65535u;
 }
 
-T512 uint32_t words(__mmask16 m)
-{
-	return _pdep_u32(m, 0x0F0F0F0Fu) | _pdep_u32(m, 0xF0F0F0F0u);
-}
-
 /* the live candidates of steps s0.. (of n) */
 static inline __mmask16 live16(int n, int s0)
 {
