@@ -231,19 +231,16 @@ T512 __m512i lb_total(__m512i acc)
 /* the exact errors (BF16-rounded, as binary32) of the 16 candidates */
 T512 __m512 exact16(const struct grp *g, const struct cand16 *c)
 {
-	__m512 V[8];
-	for (int l = 0; l < 8; l++)
-		V[l] = _mm512_setzero_ps();
+	__m512 t[16];              /* weight j's terms (every j is written: no clearing) */
 	for (int q = 0; q < 8; q++) {
 		__m512 da, db;
 		pair_d(g, 0, c, q, &da, &db);
-		int ja = g->ord[2 * q] & 7, jb = g->ord[2 * q + 1] & 7;
-		V[ja] = _mm512_add_ps(V[ja], _mm512_i32gather_ps(tidx(da), g->T, 4));
-		V[jb] = _mm512_add_ps(V[jb], _mm512_i32gather_ps(tidx(db), g->T, 4));
+		t[g->ord[2 * q]] = _mm512_i32gather_ps(tidx(da), g->T, 4);
+		t[g->ord[2 * q + 1]] = _mm512_i32gather_ps(tidx(db), g->T, 4);
 	}
-	__m512 acc = V[0];
+	__m512 acc = _mm512_add_ps(t[0], t[8]);
 	for (int l = 1; l < 8; l++)
-		acc = _mm512_add_ps(acc, V[l]);
+		acc = _mm512_add_ps(acc, _mm512_add_ps(t[l], t[l + 8]));
 	return rne512(acc);
 }
 
