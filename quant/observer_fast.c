@@ -1,5 +1,7 @@
 /* observer_fast.c — the MSE observers' search, fast (observer_int.h): observer_ref.c's
- * results, bit for bit, from the same binary32 operations in a different layout.
+ * results, bit for bit, from the same binary32 operations in a different layout. On
+ * AVX-512, NVFP4's groups of 16 go to observer_g16.c (lower bounds first), and what it
+ * leaves (max |w| outside [2^-32, 2^32]) comes back here.
  *
  * Ideas, all exact:
  *  - candidates in lanes: a batch of NC candidate scales is evaluated together, every

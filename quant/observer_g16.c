@@ -9,10 +9,17 @@
  *   1. every candidate's bound over the group's 4 largest |w| (7 batches of 16 candidates);
  *   2. the exact errors of the 16 consecutive steps around the least bound (the window;
  *      with patience, steps 0..15: the improving steps must come in step order);
- *   3. the other candidates' bounds, a pair of weights at a time, a batch dropped once none
- *      of its candidates can still win against the best so far;
+ *   3. the other candidates' bounds, two pairs of weights a round, a batch dropped once
+ *      none of its candidates can still win against the best so far;
  *   4. the exact errors of the candidates whose whole bound can still win, packed 16 at a
  *      time in step order.
+ *
+ * The bounds' candidates come from a table built once per observer (tab_build): every step
+ * of max |w| = A = a 2^k (1 <= a < 2) is a's with the exponent moved by k (each operation
+ * below scales exactly with a power of two while the values stay normal), so the bounds
+ * compare |w| 2^-k with a's thresholds and look T up k binades higher (lbbase). The work
+ * goes stage by stage over the batches (all batches' first pair, then their second...):
+ * one batch's chain of dependent steps at a time leaves the core waiting on latencies.
  *
  * The exact errors (exact16) use observer_fast.c's arithmetic in another layout:
  *  - thresholds instead of division: bf16(x / s) >= t (or > t) for an FP4 boundary t holds
@@ -30,8 +37,8 @@
  *  - a candidate word layout of 2 weights x 16 candidates: per 128-bit lane q the words
  *    [c4q .. c4q+3 of weight a, the same of weight b], so that unpacking with zeros gives
  *    weight a's 16 candidates in order in one register and b's in the other;
- *  - torch's order of 16: (((0 + v0) + v1) .. + v7), v_l = p_l + p_(l+8), each v_l summed
- *    as its two weights come (0 + p = p; + is commutative).
+ *  - torch's order of 16: (((0 + v0) + v1) .. + v7), v_l = p_l + p_(l+8), from the 16
+ *    weights' terms once all are looked up (0 + v0 = v0).
  *
  * The bound (pair_lb): a term is T(bf16(|d|)), d = fl(L - x). Its lower bound is T at |d|
  * cut to 3 mantissa bits (a BF16 value <= bf16(|d|): T is monotone), looked up in a
@@ -380,6 +387,7 @@ T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp 
 struct cand_tab {
 	struct cand16 *c;
 	int nb;
+	const struct rq_obs_params *p;   /* set (release) once c is built */
 };
 static struct cand_tab tabs[RQ_OBSERVER_COUNT];
 static pthread_once_t tab_once[RQ_OBSERVER_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
@@ -400,6 +408,7 @@ __attribute__((target("arch=x86-64-v4"))) static void tab_build(enum rq_observer
 	}
 	tabs[o].nb = nb;
 	tabs[o].c = c;
+	__atomic_store_n(&tabs[o].p, p, __ATOMIC_RELEASE);
 }
 
 static void tab_mse(void)
@@ -415,6 +424,10 @@ static void tab_expanded(void)
 /* the observer's table, or NULL (other parameters, no memory) */
 static const struct cand_tab *cand_tab(const struct rq_obs_params *p)
 {
+	for (int o = RQ_OBSERVER_MSE; o < RQ_OBSERVER_COUNT; o++)   /* built: no once per group */
+		if (p == __atomic_load_n(&tabs[o].p, __ATOMIC_ACQUIRE))
+			return &tabs[o];
+	pthread_once(&bin_once, bin_init);
 	if (p == rq_obs_params(RQ_OBSERVER_MSE)) {
 		pthread_once(&tab_once[RQ_OBSERVER_MSE], tab_mse);
 		return tabs[RQ_OBSERVER_MSE].c ? &tabs[RQ_OBSERVER_MSE] : NULL;
@@ -426,10 +439,54 @@ static const struct cand_tab *cand_tab(const struct rq_obs_params *p)
 	return NULL;
 }
 
+/* the exact error of one candidate (multiplier P), the weights in lanes: one gather where
+ * exact16 takes 16, for a few survivors; the same arithmetic (scalar for the candidate) and
+ * torch's order of 16 over the lanes */
+T512 float exact1(const struct grp *g, float P)
+{
+	float e = _mm512_cvtss_f32(g->ev);
+	float m = rq_round_bf16(e * P), s = rq_round_bf16(m * (1.0f / 6.0f));
+	uint32_t sb = rq_f2u(s), lb = rq_f2u(rq_round_bf16(s * 1.5f));
+	uint32_t w1 = (rq_f2u(s * (257.0f / 1024)) + 0xFFFFu) >> 16;
+	uint32_t w2 = (rq_f2u(s * (383.0f / 512)) + 0xFFFFu) >> 16;
+	uint32_t w3 = (rq_f2u(s * (321.0f / 256)) + 0xFFFFu) >> 16;
+	uint32_t w4 = (rq_f2u(s * (447.0f / 256)) + 0xFFFFu) >> 16;
+	/* thresholds by code - 1 (8: never), levels by code, binary32 bits */
+	__m512i Wt = _mm512_setr_epi32((int)w1, (int)w2, (int)w3, (int)w4, (int)w3 + 0x80,
+	                               (int)w4 + 0x80, (int)w3 + 0x100, 0xFFFF, 0, 0, 0, 0, 0, 0,
+	                               0, 0);
+	__m512i Lt = _mm512_setr_epi32(0, (int)(sb - 0x800000u), (int)sb, (int)lb,
+	                               (int)(sb + 0x800000u), (int)(lb + 0x800000u),
+	                               (int)(sb + 0x1000000u), (int)(lb + 0x1000000u), 0, 0, 0, 0,
+	                               0, 0, 0, 0);
+	__m512 xf = _mm512_loadu_ps(g->xf[0]);
+	__m512i x = _mm512_srli_epi32(_mm512_castps_si512(xf), 16), c = _mm512_setzero_si512();
+	/* the code: how many of the nested thresholds |w| reaches, by halving */
+	c = _mm512_mask_add_epi32(c, _mm512_cmpge_epu32_mask(x, _mm512_permutexvar_epi32(
+	        _mm512_set1_epi32(3), Wt)), c, _mm512_set1_epi32(4));
+	c = _mm512_mask_add_epi32(c, _mm512_cmpge_epu32_mask(x, _mm512_permutexvar_epi32(
+	        _mm512_add_epi32(c, _mm512_set1_epi32(1)), Wt)), c, _mm512_set1_epi32(2));
+	c = _mm512_mask_add_epi32(c, _mm512_cmpge_epu32_mask(x, _mm512_permutexvar_epi32(c, Wt)), c,
+	                          _mm512_set1_epi32(1));
+	__m512 d = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_permutexvar_epi32(c, Lt)), xf);
+	__m512 t = _mm512_i32gather_ps(tidx(d), g->T, 4);
+	float v[8];
+	_mm256_storeu_ps(v, _mm256_add_ps(_mm512_castps512_ps256(t), _mm512_extractf32x8_ps(t, 1)));
+	float acc = v[0];
+	for (int l = 1; l < 8; l++)
+		acc += v[l];
+	return rq_round_bf16(acc);
+}
+
 /* exact errors of the candidates of steps st[0..k) (ascending), multipliers pv */
 T512 void exact_list(const struct grp *g, struct best *b, const float *pv, const int *st, int k,
                      int ordered)
 {
+	if (k <= 2) {
+		for (int i = 0; i < k; i++)
+			improve(b, exact1(g, pv[i]), st[i]);
+		return;
+	}
 	for (int o = 0; o < k; o += 16) {
 		int m = k - o < 16 ? k - o : 16;
 		struct cand16 c;
@@ -444,7 +501,6 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 {
 	struct grp g;
 	__m256i wv;
-	pthread_once(&bin_once, bin_init);
 	const struct cand_tab *tab = cand_tab(p);
 	if (!tab || grp_init(p, wg, &g, &wv) < 0)
 		return -1;
