@@ -525,13 +525,11 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 			mv = _mm512_min_epu32(mv, mins[k]);
 		}
 		__m512i least = _mm512_set1_epi32(_mm512_reduce_min_epu32(mv));
-		int am = 0;
+		int am = n;                /* the first candidate of least bound, branch-free */
 		for (int k = 0; k < nb; k++) {
 			__mmask16 e = _mm512_cmpeq_epi32_mask(mins[k], least);
-			if (e) {
-				am = 16 * k + __builtin_ctz(e);
-				break;
-			}
+			int c = e ? 16 * k + __builtin_ctz(e) : n;
+			am = c < am ? c : am;
 		}
 		ws = am - 7 < 0 ? 0 : am - 7;
 		ws = ws > n - 16 ? n - 16 : ws;
