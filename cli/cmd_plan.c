@@ -217,11 +217,13 @@ static int rule_sizes(const struct rq_plan *p, const struct rq_plan_opts *po,
 }
 
 /* An MSE observer's extra time, an ESTIMATE (nothing is run): its search's rate on one
- * thread as `requantfs bench quant --observer O --threads 1 --rows 512 --cols 2048`
- * measured it on nvfp4a16 (docs/benchmarks.md, 2-core x86-64 dev machine, 2026-12-06):
- * mse 57.1 MB/s of BF16 in (1/41 of minmax), expanded-mse 22.1 MB/s (1/117; w4a16's groups
- * of 128 are within 15% of both), scaled to every online CPU: the CPU's time (a GPU, when the
- * quantizer has one, runs the search; no GPU figure exists yet). */
+ * thread as `requantfs bench quant [--scheme S] --observer O --threads 1 --rows 512 --cols
+ * 2048` measured it (docs/benchmarks.md, 2-core x86-64 AVX-512 dev machine, 2026-12-06, the
+ * best of 3 runs): NVFP4's groups of 16 (nvfp4a16, nvfp4 W4A4; the bounded search of
+ * quant/observer_g16.c) mse 129 MB/s of BF16 in (1/20 of minmax), expanded-mse 59.7 MB/s
+ * (1/45); the other schemes as w4a16's groups of 128: mse 98.5 MB/s (1/43), expanded-mse
+ * 43.3 MB/s (1/98). Scaled to every online CPU: the CPU's time (a GPU, when the quantizer
+ * has one, runs the search; no GPU figure exists yet). */
 struct obs_estimate {
 	double per_thread;         /* bytes/s, 0: minmax (no extra time) */
 	int ratio;                 /* ~N x minmax per byte */
@@ -234,8 +236,9 @@ static void observer_estimate(const struct rq_plan *p, uint64_t in_total, struct
 	memset(e, 0, sizeof *e);
 	if (p->observer == RQ_OBSERVER_MINMAX)
 		return;
-	e->per_thread = p->observer == RQ_OBSERVER_MSE ? 57.1e6 : 22.1e6;
-	e->ratio = p->observer == RQ_OBSERVER_MSE ? 41 : 117;
+	int g16 = rq_scheme_group(p->scheme) == 16, mse = p->observer == RQ_OBSERVER_MSE;
+	e->per_thread = g16 ? (mse ? 129e6 : 59.7e6) : (mse ? 98.5e6 : 43.3e6);
+	e->ratio = g16 ? (mse ? 20 : 45) : (mse ? 43 : 98);
 	e->threads = sysconf(_SC_NPROCESSORS_ONLN);
 	if (e->threads < 1)
 		e->threads = 1;
@@ -530,10 +533,11 @@ static void print_table(const struct rq_plan *p, const struct summary *s, const 
 	if (oe.per_thread > 0) {
 		gb(s->in_total, a, sizeof a);
 		printf("observer time: ESTIMATE, not measured: %s costs ~%dx minmax per byte (%.1f MB/s "
-		       "per CPU thread: bench quant --observer, nvfp4a16, 2-core dev machine); %s of "
+		       "per CPU thread: bench quant --observer, %s, 2-core dev machine); %s of "
 		       "weights on %ld CPU thread(s): ~%.0f s on the CPU (a GPU, when there is one, runs "
 		       "the search instead)\n",
-		       rq_observer_name(p->observer), oe.ratio, oe.per_thread / 1e6, a, oe.threads,
+		       rq_observer_name(p->observer), oe.ratio, oe.per_thread / 1e6,
+		       rq_scheme_group(p->scheme) == 16 ? "nvfp4a16" : "w4a16", a, oe.threads,
 		       oe.seconds);
 	}
 	printf("modules quantized: %zu in %zu jobs\n", p->nmods, p->njobs);
