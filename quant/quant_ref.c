@@ -11,6 +11,7 @@
  *   observer.c       the MSE weight observers (observer.h): ranges, then the bytes
  *   observer_act.c   the MSE input observer of one calibration batch (W4A4's inputs)
  *   observer_fast.c  their search, fast: observer_ref.c's results, faster
+ *   observer_g16.c   that search for NVFP4's groups of 16 on AVX-512: lower bounds first
  *   observer_ref.c   their scalar oracle, pow table and torch's order of additions
  *   scheme.c       the data-free compressed-tensors schemes (scheme.h)
  *   scheme_nv.c    NVFP4A16 from F16 and F32 weights
