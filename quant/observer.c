@@ -235,7 +235,7 @@ static void final_chunk(void *arg, size_t begin, size_t end, int worker)
 {
 	struct final_ctx *c = arg;
 	(void)worker;
-	if (c->kind == RQ_OBS_FP4 && c->group == 16) {   /* the minmax quantizer's rows */
+	if (c->kind == RQ_OBS_FP4) {   /* groups of 16: the minmax quantizer's rows */
 		rq_quantize_rng_rows(c->w + begin * c->cols, end - begin, c->cols, c->gs,
 		                     c->rng + begin * c->gpr, c->q + begin * (c->cols / 2),
 		                     c->scale + begin * c->gpr);
@@ -244,15 +244,6 @@ static void final_chunk(void *arg, size_t begin, size_t end, int worker)
 	for (size_t g = begin * c->gpr; g < end * c->gpr; g++) {
 		const uint16_t *wg = c->w + g * c->group;
 		float r = rq_bf16f(c->rng[g]);
-		if (c->kind == RQ_OBS_FP4) {
-			uint32_t t[8], sc = rq_scale_code(RQ_R_BF16, r, c->gs);
-			c->scale[g] = (uint8_t)sc;
-			rq_code_thresholds(rq_seff(sc, c->gs), t);
-			uint8_t *p = c->q + g * (c->group / 2);
-			for (size_t k = 0; k < c->group / 2; k++)
-				p[k] = (uint8_t)(rq_code_thr(wg[2 * k], t) | rq_code_thr(wg[2 * k + 1], t) << 4);
-			continue;
-		}
 		uint32_t sb = rq_f2u(rq_round_bf16(r / rq_obs_q(c->kind))) >> 16;
 		sb = sb ? sb : 0x3C00u;                  /* 2^-7 */
 		c->scale[2 * g] = (uint8_t)sb;

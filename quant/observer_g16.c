@@ -85,7 +85,7 @@ static void bin_init(void)
 static const uint16_t cand_dup[32] = {
 	1, 3, 5, 7, 1, 3, 5, 7, 9, 11, 13, 15, 9, 11, 13, 15,
 	17, 19, 21, 23, 17, 19, 21, 23, 25, 27, 29, 31, 25, 27, 29, 31};
-/* candidate c's word (its copy for weight a) */
+/* candidate c's word (its copy for weight a), c < 16; the rest unused */
 static const uint16_t cand_word[32] = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
 
 /* the step of each candidate word of batch 0 */
@@ -135,34 +135,9 @@ T512 __m512i tidx(__m512 d)
 	return _mm512_srli_epi32(rne_bits(u), 16);
 }
 
-/* the candidates whose multipliers are P (the steps' p; 0 in unused lanes) */
-T512 void cand_batch(const struct grp *g, __m512 P, struct cand16 *c)
-{
-	const __m512i dup = _mm512_loadu_si512(cand_dup), ff = _mm512_set1_epi32(0xFFFF);
-	__m512 m = rne512(_mm512_mul_ps(g->ev, P));
-	__m512 s = rne512(_mm512_mul_ps(m, _mm512_set1_ps(1.0f / 6.0f)));
-	__m512 l15 = rne512(_mm512_mul_ps(s, _mm512_set1_ps(1.5f)));
-#define THR(t) _mm512_permutexvar_epi16(dup, _mm512_add_epi32(_mm512_castps_si512( \
-		_mm512_mul_ps(s, _mm512_set1_ps(t))), ff))
-	c->W[0] = THR(257.0f / 1024);       /* 0.25 + 2^-10 */
-	c->W[1] = THR(383.0f / 512);        /* 0.75 - 2^-9 */
-	c->W[2] = THR(321.0f / 256);        /* 1.25 + 2^-8 */
-	c->W[3] = THR(447.0f / 256);        /* 1.75 - 2^-8 */
-#undef THR
-	c->W[4] = _mm512_add_epi16(c->W[2], _mm512_set1_epi16(0x80));
-	c->W[5] = _mm512_add_epi16(c->W[3], _mm512_set1_epi16(0x80));
-	c->W[6] = _mm512_add_epi16(c->W[2], _mm512_set1_epi16(0x100));
-	c->L[1] = _mm512_permutexvar_epi16(dup, _mm512_castps_si512(s));
-	c->L[2] = _mm512_permutexvar_epi16(dup, _mm512_castps_si512(l15));
-	c->L[0] = _mm512_sub_epi16(c->L[1], _mm512_set1_epi16(0x80));
-	c->L[3] = _mm512_add_epi16(c->L[1], _mm512_set1_epi16(0x80));
-	c->L[4] = _mm512_add_epi16(c->L[2], _mm512_set1_epi16(0x80));
-	c->L[5] = _mm512_add_epi16(c->L[1], _mm512_set1_epi16(0x100));
-	c->L[6] = _mm512_add_epi16(c->L[2], _mm512_set1_epi16(0x100));
-}
-
-/* cand_batch of batches k < nb (multipliers P[k]; ev: bf16(A * expand)), stage by stage
- * over the batches: their independent chains side by side */
+/* the candidates of batches k < nb whose multipliers are P[k] (the steps' p; 0 in unused
+ * lanes), ev: bf16(A * expand); stage by stage over the batches: their independent chains
+ * side by side */
 T512 void cand_batches(__m512 ev, const __m512 *P, int nb, struct cand16 *c)
 {
 	const __m512i dup = _mm512_loadu_si512(cand_dup), ff = _mm512_set1_epi32(0xFFFF);
@@ -190,6 +165,12 @@ T512 void cand_batches(__m512 ev, const __m512 *P, int nb, struct cand16 *c)
 		c[k].L[5] = _mm512_add_epi16(c[k].L[1], _mm512_set1_epi16(0x100));
 		c[k].L[6] = _mm512_add_epi16(c[k].L[2], _mm512_set1_epi16(0x100));
 	}
+}
+
+/* the candidates of one batch */
+T512 void cand_batch(const struct grp *g, __m512 P, struct cand16 *c)
+{
+	cand_batches(g->ev, &P, 1, c);
 }
 
 /* d = fl(L - |x|) of pair q: weight a's 16 candidates in *da, b's in *db */
@@ -439,54 +420,10 @@ static const struct cand_tab *cand_tab(const struct rq_obs_params *p)
 	return NULL;
 }
 
-/* the exact error of one candidate (multiplier P), the weights in lanes: one gather where
- * exact16 takes 16, for a few survivors; the same arithmetic (scalar for the candidate) and
- * torch's order of 16 over the lanes */
-T512 float exact1(const struct grp *g, float P)
-{
-	float e = _mm512_cvtss_f32(g->ev);
-	float m = rq_round_bf16(e * P), s = rq_round_bf16(m * (1.0f / 6.0f));
-	uint32_t sb = rq_f2u(s), lb = rq_f2u(rq_round_bf16(s * 1.5f));
-	uint32_t w1 = (rq_f2u(s * (257.0f / 1024)) + 0xFFFFu) >> 16;
-	uint32_t w2 = (rq_f2u(s * (383.0f / 512)) + 0xFFFFu) >> 16;
-	uint32_t w3 = (rq_f2u(s * (321.0f / 256)) + 0xFFFFu) >> 16;
-	uint32_t w4 = (rq_f2u(s * (447.0f / 256)) + 0xFFFFu) >> 16;
-	/* thresholds by code - 1 (8: never), levels by code, binary32 bits */
-	__m512i Wt = _mm512_setr_epi32((int)w1, (int)w2, (int)w3, (int)w4, (int)w3 + 0x80,
-	                               (int)w4 + 0x80, (int)w3 + 0x100, 0xFFFF, 0, 0, 0, 0, 0, 0,
-	                               0, 0);
-	__m512i Lt = _mm512_setr_epi32(0, (int)(sb - 0x800000u), (int)sb, (int)lb,
-	                               (int)(sb + 0x800000u), (int)(lb + 0x800000u),
-	                               (int)(sb + 0x1000000u), (int)(lb + 0x1000000u), 0, 0, 0, 0,
-	                               0, 0, 0, 0);
-	__m512 xf = _mm512_loadu_ps(g->xf[0]);
-	__m512i x = _mm512_srli_epi32(_mm512_castps_si512(xf), 16), c = _mm512_setzero_si512();
-	/* the code: how many of the nested thresholds |w| reaches, by halving */
-	c = _mm512_mask_add_epi32(c, _mm512_cmpge_epu32_mask(x, _mm512_permutexvar_epi32(
-	        _mm512_set1_epi32(3), Wt)), c, _mm512_set1_epi32(4));
-	c = _mm512_mask_add_epi32(c, _mm512_cmpge_epu32_mask(x, _mm512_permutexvar_epi32(
-	        _mm512_add_epi32(c, _mm512_set1_epi32(1)), Wt)), c, _mm512_set1_epi32(2));
-	c = _mm512_mask_add_epi32(c, _mm512_cmpge_epu32_mask(x, _mm512_permutexvar_epi32(c, Wt)), c,
-	                          _mm512_set1_epi32(1));
-	__m512 d = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_permutexvar_epi32(c, Lt)), xf);
-	__m512 t = _mm512_i32gather_ps(tidx(d), g->T, 4);
-	float v[8];
-	_mm256_storeu_ps(v, _mm256_add_ps(_mm512_castps512_ps256(t), _mm512_extractf32x8_ps(t, 1)));
-	float acc = v[0];
-	for (int l = 1; l < 8; l++)
-		acc += v[l];
-	return rq_round_bf16(acc);
-}
-
 /* exact errors of the candidates of steps st[0..k) (ascending), multipliers pv */
 T512 void exact_list(const struct grp *g, struct best *b, const float *pv, const int *st, int k,
                      int ordered)
 {
-	if (k <= 2) {
-		for (int i = 0; i < k; i++)
-			improve(b, exact1(g, pv[i]), st[i]);
-		return;
-	}
 	for (int o = 0; o < k; o += 16) {
 		int m = k - o < 16 ? k - o : 16;
 		struct cand16 c;
