@@ -34,16 +34,18 @@
  *  - the dequantized levels bf16(q s): 0.5 s, s, 2 s, 4 s are s with its exponent moved
  *    (+-0x80 in BF16 bits), bf16(1.5 s) is rounded once and 3 s, 6 s are it times 2, 4;
  *  - bf16(m / 6) = bf16(m * (float)(1/6)) (observer_fast.c's proof, x = m, s = 6);
- *  - a candidate word layout of 2 weights x 16 candidates: per 128-bit lane q the words
- *    [c4q .. c4q+3 of weight a, the same of weight b], so that unpacking with zeros gives
- *    weight a's 16 candidates in order in one register and b's in the other;
- *  - torch's order of 16: (((0 + v0) + v1) .. + v7), v_l = p_l + p_(l+8), from the 16
- *    weights' terms once all are looked up (0 + v0 = v0).
+ *  - a candidate word layout of 2 weights x 16 candidates: word 2c is candidate c's for
+ *    weight a, word 2c + 1 its for weight b, so that binary32 lane c holds both: shifted
+ *    left by 16 it is a's value, masked to its high half b's (no shuffles);
+ *  - torch's order of 16: (((0 + v0) + v1) .. + v7), v_l = p_l + p_(l+8): the exact
+ *    errors pair weight l with weight l + 8, so v_l is one pair's two lookups added
+ *    (0 + v0 = v0).
  *
- * The bound (pair_lb): a term is T(bf16(|d|)), d = fl(L - x). Its lower bound is T at |d|
- * cut to 3 mantissa bits (a BF16 value <= bf16(|d|): T is monotone), looked up in a
- * 64-entry table of 16-bit integers in units of 2^Q (floor, saturating; entry 0 and the
- * bins below the table: 0) by vpermi2w, 32 terms an instruction, and summed with
+ * The bound (pair_lb; its pairs are the weights by falling |w|): a term is T(bf16(|d|)),
+ * d = fl(L - x). Its lower bound is T at |d| cut to 3 mantissa bits (a BF16 value <=
+ * bf16(|d|): T is monotone), looked up in a 64-entry table of 16-bit integers in units of
+ * 2^Q (floor, saturating; entry 0 and the bins below the table, by a saturating
+ * subtraction of the table's first bin: 0) by vpermi2w, 32 terms an instruction, and summed with
  * saturating adds in any order: sum * 2^Q <= the real sum of the terms. torch's binary32
  * sum of 16 non-negative terms is >= the real sum * (1 - 15 * 2^-24), so a candidate whose
  * bound reaches ceil(theta (1 + 2^-19) / 2^Q) has a sum >= theta, theta being the least
@@ -81,20 +83,11 @@ static void bin_init(void)
 		t_bin[b] = T[b << 4];
 }
 
-/* word 2c + 1 (the high half of lane c) of 16 binary32 lanes into the candidate words */
-static const uint16_t cand_dup[32] = {
-	1, 3, 5, 7, 1, 3, 5, 7, 9, 11, 13, 15, 9, 11, 13, 15,
-	17, 19, 21, 23, 17, 19, 21, 23, 25, 27, 29, 31, 25, 27, 29, 31};
-/* candidate c's word (its copy for weight a), c < 16; the rest unused */
-static const uint16_t cand_word[32] = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
-
-/* the step of each candidate word of batch 0 */
-static const uint16_t cand_steps[32] = {0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7,
-                                        8, 9, 10, 11, 8, 9, 10, 11, 12, 13, 14, 15, 12, 13, 14, 15};
-
-/* pair 0's words: per 128-bit lane 4 of sorted weight 0, 4 of sorted weight 1 (+2 q: pair q) */
-static const uint16_t pair_words[32] = {0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1,
-                                        0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1};
+/* the candidate words' numbers, 0..31: word 2c is candidate c's for a pair's weight a, word
+ * 2c + 1 for its weight b */
+static const uint16_t word_no[32] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                     16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29,
+                                     30, 31};
 
 /* the thresholds W_1..7 and levels L_1..7 of 16 candidates, in candidate words */
 struct cand16 {
@@ -105,9 +98,11 @@ struct cand16 {
 struct grp {
 	const float *T;
 	uint8_t ord[16];             /* weights by falling |w| (ties: lower index first) */
-	float xf[2][16];             /* |w|; [1]: |w| 2^-k, A = a 2^k with 1 <= a < 2 */
-	__m512i xw[2][8];            /* pair q = (ord[2q], ord[2q + 1]) in candidate words, of
-	                                xf[0] and xf[1] */
+	float xf[2][16];             /* [0]: |w|; [1]: |w| 2^-k by falling |w| (A = a 2^k with
+	                                1 <= a < 2) */
+	__m512i xw[2][8];            /* in candidate words, [0]: pair q = weights (q, q + 8) of
+	                                xf[0] (the exact errors); [1]: pair q = xf[1][2q, 2q + 1]
+	                                (the bounds) */
 	__m512i lbt0, lbt1;          /* the bound's 64 entries */
 	__m512i lbbase;              /* the bin of entry 0, less 8 k (the bounds use xf[1]) */
 	__m512 ev;                   /* bf16(A * expand) */
@@ -140,7 +135,9 @@ T512 __m512i tidx(__m512 d)
  * side by side */
 T512 void cand_batches(__m512 ev, const __m512 *P, int nb, struct cand16 *c)
 {
-	const __m512i dup = _mm512_loadu_si512(cand_dup), ff = _mm512_set1_epi32(0xFFFF);
+	/* both words of candidate c: the high half of binary32 lane c (word 2c + 1) */
+	const __m512i dup = _mm512_or_si512(_mm512_loadu_si512(word_no), _mm512_set1_epi16(1));
+	const __m512i ff = _mm512_set1_epi32(0xFFFF);
 	__m512 s[NB], l15[NB];
 	for (int k = 0; k < nb; k++)
 		s[k] = rne512(_mm512_mul_ps(ev, P[k]));
@@ -177,7 +174,7 @@ T512 void cand_batch(const struct grp *g, __m512 P, struct cand16 *c)
 T512 void pair_d(const struct grp *g, int n, const struct cand16 *c, int q, __m512 *da,
                  __m512 *db)
 {
-	__m512i x = g->xw[n][q], z = _mm512_setzero_si512();
+	__m512i x = g->xw[n][q];
 	__mmask32 m1 = _mm512_cmpge_epu16_mask(x, c->W[0]), m2 = _mm512_cmpge_epu16_mask(x, c->W[1]),
 	          m3 = _mm512_cmpge_epu16_mask(x, c->W[2]), m4 = _mm512_cmpge_epu16_mask(x, c->W[3]),
 	          m5 = _mm512_cmpge_epu16_mask(x, c->W[4]), m6 = _mm512_cmpge_epu16_mask(x, c->W[5]),
@@ -189,10 +186,10 @@ T512 void pair_d(const struct grp *g, int n, const struct cand16 *c, int q, __m5
 	__m512i l67 = _mm512_mask_blend_epi16(m7, c->L[5], c->L[6]);
 	__m512i L = _mm512_mask_blend_epi16(m4, _mm512_mask_blend_epi16(m2, l01, l23),
 	                                    _mm512_mask_blend_epi16(m6, l45, l67));
-	*da = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_unpacklo_epi16(z, L)),
-	                    _mm512_set1_ps(g->xf[n][g->ord[2 * q]]));
-	*db = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_unpackhi_epi16(z, L)),
-	                    _mm512_set1_ps(g->xf[n][g->ord[2 * q + 1]]));
+	*da = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_slli_epi32(L, 16)),
+	                    _mm512_set1_ps(g->xf[n][n ? 2 * q : q]));
+	*db = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_and_si512(L, _mm512_set1_epi32(
+	                        (int)0xFFFF0000u))), _mm512_set1_ps(g->xf[n][n ? 2 * q + 1 : q + 8]));
 }
 
 /* the bound's terms of pair q in candidate words, c: candidates of a (the table's) */
@@ -201,34 +198,31 @@ T512 __m512i pair_lb(const struct grp *g, const struct cand16 *c, int q)
 	__m512 da, db;
 	pair_d(g, 1, c, q, &da, &db);
 	const __m512i abs = _mm512_set1_epi32(0x7FFFFFFF);
-	__m512i ia = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_and_si512(
-	                 _mm512_castps_si512(da), abs), 20), g->lbbase);
-	__m512i ib = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_and_si512(
-	                 _mm512_castps_si512(db), abs), 20), g->lbbase);
-	/* saturating pack: bins below the table -> entry 0; per 128-bit lane 4 words of a
-	 * then 4 of b, the candidate words' layout */
-	return _mm512_permutex2var_epi16(g->lbt0, _mm512_packus_epi32(ia, ib), g->lbt1);
+	/* the bins (|d|'s bits 20..30): a's in the low word of each lane, b's in the high */
+	__m512i ia = _mm512_srli_epi32(_mm512_and_si512(_mm512_castps_si512(da), abs), 20);
+	__m512i ib = _mm512_srli_epi32(_mm512_and_si512(_mm512_castps_si512(db), abs), 4);
+	__m512i bins = _mm512_ternarylogic_epi32(_mm512_set1_epi32((int)0xFFFF0000u), ib, ia,
+	                                         0xCA);   /* high ? ib : ia */
+	return _mm512_permutex2var_epi16(g->lbt0, _mm512_subs_epu16(bins, g->lbbase), g->lbt1);
 }
 
 /* the bound of each candidate (its a and b words summed, in both words) */
 T512 __m512i lb_total(__m512i acc)
 {
-	return _mm512_adds_epu16(acc, _mm512_shuffle_epi32(acc, (_MM_PERM_ENUM)0x4E));
+	return _mm512_adds_epu16(acc, _mm512_rol_epi32(acc, 16));
 }
 
 /* the exact errors (BF16-rounded, as binary32) of the 16 candidates */
 T512 __m512 exact16(const struct grp *g, const struct cand16 *c)
 {
-	__m512 t[16];              /* weight j's terms (every j is written: no clearing) */
-	for (int q = 0; q < 8; q++) {
+	__m512 acc = _mm512_setzero_ps();
+	for (int q = 0; q < 8; q++) {       /* pair q: weights q and q + 8 */
 		__m512 da, db;
 		pair_d(g, 0, c, q, &da, &db);
-		t[g->ord[2 * q]] = _mm512_i32gather_ps(tidx(da), g->T, 4);
-		t[g->ord[2 * q + 1]] = _mm512_i32gather_ps(tidx(db), g->T, 4);
+		__m512 v = _mm512_add_ps(_mm512_i32gather_ps(tidx(da), g->T, 4),
+		                         _mm512_i32gather_ps(tidx(db), g->T, 4));
+		acc = q ? _mm512_add_ps(acc, v) : v;
 	}
-	__m512 acc = _mm512_add_ps(t[0], t[8]);
-	for (int l = 1; l < 8; l++)
-		acc = _mm512_add_ps(acc, _mm512_add_ps(t[l], t[l + 8]));
 	return rne512(acc);
 }
 
@@ -269,9 +263,11 @@ T512 void improve16(struct best *b, __m512 err, const int *st, int k, int ordere
 			improve(b, e[c], st[c]);
 		return;
 	}
-	__m512 e = _mm512_mask_mov_ps(_mm512_set1_ps(__builtin_inff()), m, err);
-	float mn = _mm512_reduce_min_ps(e);
-	improve(b, mn, st[__builtin_ctz(_mm512_mask_cmpeq_ps_mask(m, e, _mm512_set1_ps(mn)))]);
+	/* the errors are BF16 values >= 0: their bits with the step in the low half order
+	 * them by error, then step */
+	uint32_t mn = _mm512_mask_reduce_min_epu32(m, _mm512_or_si512(_mm512_castps_si512(err),
+	                                           _mm512_maskz_loadu_epi32(m, st)));
+	improve(b, rq_u2f(mn & 0xFFFF0000u), (int)(mn & 0xFFFFu));
 }
 
 /* the bounds that rule a candidate out, in units: lt for a step after the best's (an equal
@@ -294,8 +290,7 @@ static inline __mmask16 live16(int n, int s0)
 
 /* the group's order, pair words, bound table; 0, or -1 when the group is not for this
  * search */
-T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp *g,
-                  __m256i *wvo)
+T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp *g)
 {
 	__m256i wv = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)wg),
 	                              _mm256_set1_epi16(0x7FFF));
@@ -305,9 +300,7 @@ T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp 
 	uint32_t a = (uint32_t)_mm512_reduce_max_epu32(key) >> 4;
 	if (a < A_MIN || a > A_MAX)
 		return -1;
-	*wvo = wv;
 	g->T = rq_obs_pow_table();
-	uint16_t xs[16];
 	uint32_t kk[16];
 	/* A = a 2^k, 1 <= a < 2: the bounds compare |w| 2^-k with a's candidates (the table);
 	 * the scaling is exact where |w| 2^-k is normal, and the rest (|w| < A 2^-126) stay
@@ -315,31 +308,24 @@ T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp 
 	int k = (int)(a >> 7) - 127;
 	__m512 xf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(wv), 16));
 	__m512 xn = _mm512_mul_ps(xf, _mm512_castsi512_ps(_mm512_set1_epi32((127 - k) << 23)));
-	uint16_t xsn[16];
-	_mm256_storeu_si256((__m256i *)xs, wv);
-	_mm256_storeu_si256((__m256i *)xsn, _mm512_cvtepi32_epi16(_mm512_srli_epi32(
-	                        _mm512_castps_si512(xn), 16)));
 	_mm512_storeu_ps(g->xf[0], xf);
-	_mm512_storeu_ps(g->xf[1], xn);
 	_mm512_storeu_si512(kk, key);
 	for (int j = 0; j < 16; j++) {     /* the keys are distinct: ranks 0..15 */
 		int r = __builtin_popcount(_mm512_cmpgt_epu32_mask(key, _mm512_set1_epi32((int)kk[j])));
 		g->ord[r] = (uint8_t)j;
 	}
-	/* both sets by falling |w| (words 0..15 of one register), then each pair's words */
-	__m128i o8 = _mm_loadu_si128((const __m128i *)g->ord);
-	__m512i o16 = _mm512_add_epi16(_mm512_cvtepu8_epi16(_mm256_set_m128i(o8, o8)),
-	                               _mm512_inserti64x4(_mm512_setzero_si512(),
-	                                                  _mm256_set1_epi16(16), 1));
-	__m512i xo = _mm512_permutexvar_epi16(o16, _mm512_inserti64x4(_mm512_castsi256_si512(
-	                 _mm256_loadu_si256((const __m256i *)xs)), _mm256_loadu_si256(
-	                 (const __m256i *)xsn), 1));
-	const __m512i two = _mm512_set1_epi16(2);
-	__m512i pi = _mm512_loadu_si512(pair_words);
-	for (int q = 0; q < 8; q++) {
-		g->xw[0][q] = _mm512_permutexvar_epi16(pi, xo);
-		g->xw[1][q] = _mm512_permutexvar_epi16(_mm512_add_epi16(pi, _mm512_set1_epi16(16)), xo);
-		pi = _mm512_add_epi16(pi, two);
+	/* |w| 2^-k by falling |w| (words 0..15), then each pair's words */
+	__m512i xo = _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(_mm256_castsi128_si256(
+	                 _mm_loadu_si128((const __m128i *)g->ord))), _mm512_castsi256_si512(
+	                 _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(xn), 16))));
+	_mm512_storeu_ps(g->xf[1], _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
+	                     _mm512_castsi512_si256(xo)), 16)));
+	__m512i b = _mm512_and_si512(_mm512_loadu_si512(word_no), _mm512_set1_epi16(1));
+	for (int q = 0; q < 8; q++) {     /* words 2c: weight a; 2c + 1: weight b */
+		g->xw[0][q] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_slli_epi16(b, 3),
+		                  _mm512_set1_epi16((short)q)), _mm512_castsi256_si512(wv));
+		g->xw[1][q] = _mm512_permutexvar_epi16(_mm512_add_epi16(b, _mm512_set1_epi16(
+		                  (short)(2 * q))), xo);
 	}
 	g->a = a;
 	g->ev = _mm512_set1_ps(rq_round_bf16(rq_bf16f(a) * p->expand));
@@ -357,7 +343,7 @@ T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp 
 	}
 	g->lbt0 = _mm512_inserti64x4(_mm512_castsi256_si512(t[0]), t[1], 1);
 	g->lbt1 = _mm512_inserti64x4(_mm512_castsi256_si512(t[2]), t[3], 1);
-	g->lbbase = _mm512_set1_epi32(base - 8 * k);
+	g->lbbase = _mm512_set1_epi16((short)(base - 8 * k));
 	return 0;
 }
 
@@ -437,9 +423,8 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
                    uint32_t *mask)
 {
 	struct grp g;
-	__m256i wv;
 	const struct cand_tab *tab = cand_tab(p);
-	if (!tab || grp_init(p, wg, &g, &wv) < 0)
+	if (!tab || grp_init(p, wg, &g) < 0)
 		return -1;
 	int n = p->steps, nb = tab->nb, ordered = mask != NULL, ws = 0;
 	struct best b = {rq_u2f(BF16_MAX_BITS), 0, 0};
@@ -447,27 +432,19 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 	__m512i lacc[NB];
 	/* 1. the bounds over the 4 largest weights; the window around the least */
 	if (!ordered) {
-		__m512i mins[NB], mv = _mm512_set1_epi32(0xFFFF);
-		const __m512i cw = _mm512_loadu_si512(cand_word);
+		__m512i mv = _mm512_set1_epi32(-1), stk = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8,
+		                                                            9, 10, 11, 12, 13, 14, 15);
 		/* stage by stage over the batches: independent chains side by side (one batch's
 		 * chain of dependent steps at a time leaves the core waiting on latencies) */
 		for (int k = 0; k < nb; k++)
 			lacc[k] = pair_lb(&g, &cb[k], 0);
 		for (int k = 0; k < nb; k++)
 			lacc[k] = _mm512_adds_epu16(lacc[k], pair_lb(&g, &cb[k], 1));
-		for (int k = 0; k < nb; k++) {
-			__m512i t = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(
-			                _mm512_permutexvar_epi16(cw, lb_total(lacc[k]))));
-			mins[k] = _mm512_mask_mov_epi32(_mm512_set1_epi32(0xFFFF), live16(n, 16 * k), t);
-			mv = _mm512_min_epu32(mv, mins[k]);
-		}
-		__m512i least = _mm512_set1_epi32(_mm512_reduce_min_epu32(mv));
-		int am = n;                /* the first candidate of least bound, branch-free */
-		for (int k = 0; k < nb; k++) {
-			__mmask16 e = _mm512_cmpeq_epi32_mask(mins[k], least);
-			int c = e ? 16 * k + __builtin_ctz(e) : n;
-			am = c < am ? c : am;
-		}
+		/* the first candidate of least bound: the least bound << 16 | step */
+		for (int k = 0; k < nb; k++, stk = _mm512_add_epi32(stk, _mm512_set1_epi32(16)))
+			mv = _mm512_mask_min_epu32(mv, live16(n, 16 * k), mv, _mm512_or_si512(stk,
+			         _mm512_and_si512(lb_total(lacc[k]), _mm512_set1_epi32((int)0xFFFF0000u))));
+		int am = (int)(_mm512_reduce_min_epu32(mv) & 0xFFFFu);
 		ws = am - 7 < 0 ? 0 : am - 7;
 		ws = ws > n - 16 ? n - 16 : ws;
 		ws = ws < 0 ? 0 : ws;
@@ -490,7 +467,7 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 	const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 	/* each candidate word's step: alive while in range, outside the window and bounded
 	 * below its theta */
-	__m512i stw = _mm512_loadu_si512(cand_steps);
+	__m512i stw = _mm512_srli_epi16(_mm512_loadu_si512(word_no), 1);
 	const __m512i vn = _mm512_set1_epi16((short)n), vws = _mm512_set1_epi16((short)ws);
 	const __m512i v16 = _mm512_set1_epi16(16), vbi = _mm512_set1_epi16((short)b.i);
 	for (int k = 0; k < nb && !none; k++, stw = _mm512_add_epi16(stw, v16)) {
@@ -530,7 +507,7 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 		}
 		for (int i = 0; i < nl; i++) {       /* in step order */
 			int k = list[i];
-			__mmask16 sv = (__mmask16)_pext_u32(al[k], 0x0F0F0F0Fu);
+			__mmask16 sv = (__mmask16)_pext_u32(al[k], 0x55555555u);
 			_mm512_mask_compressstoreu_ps(pv + ns, sv, _mm512_maskz_loadu_ps(live16(n, 16 * k),
 			                                                                  p->p + 16 * k));
 			_mm512_mask_compressstoreu_epi32(st + ns, sv, _mm512_add_epi32(lane,
