@@ -6,7 +6,7 @@
  * measured, which does not overlap the arithmetic) per candidate, and expanded-mse has 111
  * candidates. Most candidates can be ruled out by a cheap LOWER BOUND of their error, so:
  *
- *   1. every candidate's bound over the group's 4 largest |w| (7 batches of 16 candidates);
+ *   1. every candidate's bound over the group's 5 largest |w| (7 batches of 16 candidates);
  *   2. the exact errors of the 16 consecutive steps around the least bound (the window;
  *      with patience, steps 0..15: the improving steps must come in step order);
  *   3. the other candidates' bounds, two pairs of weights a round, a batch dropped once
@@ -17,7 +17,9 @@
  * The bounds' candidates come from a table built once per observer (tab_build): every step
  * of max |w| = A = a 2^k (1 <= a < 2) is a's with the exponent moved by k (each operation
  * below scales exactly with a power of two while the values stay normal), so the bounds
- * compare |w| 2^-k with a's thresholds and look T up k binades higher (lbbase). The work
+ * compare |w| 2^-k with a's thresholds and look T up k binades higher (lbbase). The
+ * largest |w| is then a itself, so its bins are the table's too (w0_bins): its bound costs
+ * one lookup, and the pairs are the next ones (1, 2), (3, 4) .. (15, a zero). The work
  * goes stage by stage over the batches (all batches' first pair, then their second...):
  * one batch's chain of dependent steps at a time leaves the core waiting on latencies.
  *
@@ -92,16 +94,18 @@ static const uint16_t word_no[32] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1
 /* the thresholds W_1..7 and levels L_1..7 of 16 candidates, in candidate words */
 struct cand16 {
 	__m512i W[7], L[7];
+	__m512i I0;                  /* the bound's entries for the largest |w| (a), in its
+	                                a words (b words: entry 0); the table's only */
 };
 
 /* the group */
 struct grp {
 	const float *T;
 	uint8_t ord[16];             /* weights by falling |w| (ties: lower index first) */
-	float xf[2][16];             /* [0]: |w|; [1]: |w| 2^-k by falling |w| (A = a 2^k with
-	                                1 <= a < 2) */
+	float xf[2][17];             /* [0]: |w|; [1]: |w| 2^-k by falling |w| (A = a 2^k with
+	                                1 <= a < 2), then a zero */
 	__m512i xw[2][8];            /* in candidate words, [0]: pair q = weights (q, q + 8) of
-	                                xf[0] (the exact errors); [1]: pair q = xf[1][2q, 2q + 1]
+	                                xf[0] (the exact errors); [1]: pair q = xf[1][2q + 1, 2q + 2]
 	                                (the bounds) */
 	__m512i lbt0, lbt1;          /* the bound's 64 entries */
 	__m512i lbbase;              /* the bin of entry 0, less 8 k (the bounds use xf[1]) */
@@ -187,9 +191,9 @@ T512 void pair_d(const struct grp *g, int n, const struct cand16 *c, int q, __m5
 	__m512i L = _mm512_mask_blend_epi16(m4, _mm512_mask_blend_epi16(m2, l01, l23),
 	                                    _mm512_mask_blend_epi16(m6, l45, l67));
 	*da = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_slli_epi32(L, 16)),
-	                    _mm512_set1_ps(g->xf[n][n ? 2 * q : q]));
+	                    _mm512_set1_ps(g->xf[n][n ? 2 * q + 1 : q]));
 	*db = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_and_si512(L, _mm512_set1_epi32(
-	                        (int)0xFFFF0000u))), _mm512_set1_ps(g->xf[n][n ? 2 * q + 1 : q + 8]));
+	                        (int)0xFFFF0000u))), _mm512_set1_ps(g->xf[n][n ? 2 * q + 2 : q + 8]));
 }
 
 /* the bound's terms of pair q in candidate words, c: candidates of a (the table's) */
@@ -204,6 +208,28 @@ T512 __m512i pair_lb(const struct grp *g, const struct cand16 *c, int q)
 	__m512i bins = _mm512_ternarylogic_epi32(_mm512_set1_epi32((int)0xFFFF0000u), ib, ia,
 	                                         0xCA);   /* high ? ib : ia */
 	return _mm512_permutex2var_epi16(g->lbt0, _mm512_subs_epu16(bins, g->lbbase), g->lbt1);
+}
+
+/* c->I0 for the largest |w| = a (BF16 bits, 1 <= a < 2), c: a's candidates (the table's):
+ * pair_lb's bins with x = a, in the table of every group whose max |w| is a 2^k */
+T512 void w0_bins(uint32_t a, struct cand16 *c)
+{
+	struct grp g;
+	__m512 da, db;
+	g.xw[1][0] = _mm512_set1_epi16((short)a);
+	g.xf[1][1] = g.xf[1][2] = rq_bf16f(a);
+	pair_d(&g, 1, c, 0, &da, &db);
+	__m512i bin = _mm512_srli_epi32(_mm512_and_si512(_mm512_castps_si512(da),
+	                                                 _mm512_set1_epi32(0x7FFFFFFF)), 20);
+	/* the table's first bin, grp_init's lbbase (k = 0), as there: below it entry 0 */
+	__m512i base = _mm512_set1_epi32((int)(a >> 4) - 8 - 63);
+	c->I0 = _mm512_max_epi32(_mm512_sub_epi32(bin, base), _mm512_setzero_si512());
+}
+
+/* the bound's terms of the largest |w| (a words; b words: 0) */
+T512 __m512i w0_lb(const struct grp *g, const struct cand16 *c)
+{
+	return _mm512_permutex2var_epi16(g->lbt0, c->I0, g->lbt1);
 }
 
 /* the bound of each candidate (its a and b words summed, in both words) */
@@ -314,10 +340,12 @@ T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp 
 		int r = __builtin_popcount(_mm512_cmpgt_epu32_mask(key, _mm512_set1_epi32((int)kk[j])));
 		g->ord[r] = (uint8_t)j;
 	}
-	/* |w| 2^-k by falling |w| (words 0..15), then each pair's words */
-	__m512i xo = _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(_mm256_castsi128_si256(
-	                 _mm_loadu_si128((const __m128i *)g->ord))), _mm512_castsi256_si512(
-	                 _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(xn), 16))));
+	/* |w| 2^-k by falling |w| (words 0..15, then zeros), then each pair's words */
+	__m512i xo = _mm512_maskz_permutexvar_epi16(0xFFFF, _mm512_cvtepu8_epi16(
+	                 _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)g->ord))),
+	                 _mm512_castsi256_si512(_mm512_cvtepi32_epi16(_mm512_srli_epi32(
+	                     _mm512_castps_si512(xn), 16))));
+	g->xf[1][16] = 0.0f;
 	_mm512_storeu_ps(g->xf[1], _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
 	                     _mm512_castsi512_si256(xo)), 16)));
 	__m512i b = _mm512_and_si512(_mm512_loadu_si512(word_no), _mm512_set1_epi16(1));
@@ -325,7 +353,7 @@ T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp 
 		g->xw[0][q] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_slli_epi16(b, 3),
 		                  _mm512_set1_epi16((short)q)), _mm512_castsi256_si512(wv));
 		g->xw[1][q] = _mm512_permutexvar_epi16(_mm512_add_epi16(b, _mm512_set1_epi16(
-		                  (short)(2 * q))), xo);
+		                  (short)(2 * q + 1))), xo);
 	}
 	g->a = a;
 	g->ev = _mm512_set1_ps(rq_round_bf16(rq_bf16f(a) * p->expand));
@@ -350,7 +378,7 @@ T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp 
 /* Each observer's candidates for max |w| = a, 1 <= a < 2 (a's BF16 bits 0x3F80 | m), all
  * steps: c[m * nb + batch]; a module's are these with the exponent moved (every step
  * scales exactly with A within [2^-32, 2^32]), so the bounds use them with |w| 2^-k.
- * ~0.8 MiB for expanded-mse, built on first use. */
+ * ~0.9 MiB for expanded-mse, built on first use. */
 struct cand_tab {
 	struct cand16 *c;
 	int nb;
@@ -372,6 +400,8 @@ __attribute__((target("arch=x86-64-v4"))) static void tab_build(enum rq_observer
 		for (int k = 0; k < nb; k++)
 			P[k] = _mm512_maskz_loadu_ps(live16(n, 16 * k), p->p + 16 * k);
 		cand_batches(ev, P, nb, c + m * (uint32_t)nb);
+		for (int k = 0; k < nb; k++)
+			w0_bins(0x3F80u | m, &c[m * (uint32_t)nb + k]);
 	}
 	tabs[o].nb = nb;
 	tabs[o].c = c;
@@ -430,14 +460,14 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 	struct best b = {rq_u2f(BF16_MAX_BITS), 0, 0};
 	const struct cand16 *cb = tab->c + (g.a & 0x7Fu) * (uint32_t)nb;   /* a's candidates */
 	__m512i lacc[NB];
-	/* 1. the bounds over the 4 largest weights; the window around the least */
+	/* 1. the bounds over the 5 largest weights; the window around the least */
 	if (!ordered) {
 		__m512i mv = _mm512_set1_epi32(-1), stk = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8,
 		                                                            9, 10, 11, 12, 13, 14, 15);
 		/* stage by stage over the batches: independent chains side by side (one batch's
 		 * chain of dependent steps at a time leaves the core waiting on latencies) */
 		for (int k = 0; k < nb; k++)
-			lacc[k] = pair_lb(&g, &cb[k], 0);
+			lacc[k] = _mm512_adds_epu16(w0_lb(&g, &cb[k]), pair_lb(&g, &cb[k], 0));
 		for (int k = 0; k < nb; k++)
 			lacc[k] = _mm512_adds_epu16(lacc[k], pair_lb(&g, &cb[k], 1));
 		/* the first candidate of least bound: the least bound << 16 | step */
@@ -473,7 +503,7 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 	for (int k = 0; k < nb && !none; k++, stw = _mm512_add_epi16(stw, v16)) {
 		th[k] = _mm512_mask_blend_epi16(_mm512_cmpgt_epu16_mask(stw, vbi), tle, tlt);
 		if (ordered)
-			lacc[k] = _mm512_setzero_si512();
+			lacc[k] = w0_lb(&g, &cb[k]);
 		al[k] = _mm512_cmplt_epu16_mask(stw, vn) &
 		        ~_mm512_cmplt_epu16_mask(_mm512_sub_epi16(stw, vws), v16) &
 		        _mm512_cmplt_epu16_mask(lb_total(lacc[k]), th[k]);
