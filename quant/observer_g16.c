@@ -55,6 +55,15 @@
  * or > it (an earlier step). |d| <= max(s, A - 6 s) < A / 2 (the largest step's range is
  * 1.8 A), so the table's top bin, bin(A) - 8, is never passed.
  *
+ * Where the CPU has AVX512-FP16, the bounds' d is computed in binary16 instead (pair_lb16,
+ * 32 terms a subtraction, no conversions): the table's thresholds and levels (BF16 values
+ * in [2^-14, 4)) and |w| 2^-k >= 2^-14 are exact in binary16, compared as 16-bit integers
+ * alike; |w| 2^-k < 2^-14 is taken as 0 (such a weight is below every threshold, so its
+ * level is 0 either way, and its |d| below every bin: its bound is 0 either way); d = L - x
+ * rounded toward zero is <= |d| in magnitude, so its bin (exponent and 3 mantissa bits) is
+ * a lower bound again, and bins count alike in both formats from a's. The same steps
+ * either way (test observer runs both).
+ *
  * Groups whose max |w| is outside [2^-32, 2^32] (where T overflows or the binary32 steps
  * above leave the normals) and groups of zeros return -1: observer_fast.c's search takes
  * them. */
@@ -73,6 +82,12 @@
 #define A_MIN 0x2F80u               /* 2^-32 as BF16 bits */
 #define A_MAX 0x4F80u               /* 2^32 */
 #define NB 8                        /* batches of 16 candidates at most (128 >= steps) */
+#ifdef RQ_HAVE_VSUBPH               /* the assembler knows AVX512-FP16 (meson checks) */
+#include <cpuid.h>
+#define G16_FP16 1
+#else
+#define G16_FP16 0
+#endif
 
 /* T at the start of every 3-mantissa-bit bin of |BF16| (bin b: bits b << 4) */
 static float t_bin[2048];
@@ -109,6 +124,8 @@ struct grp {
 	                                (the bounds) */
 	__m512i lbt0, lbt1;          /* the bound's 64 entries */
 	__m512i lbbase;              /* the bin of entry 0, less 8 k (the bounds use xf[1]) */
+	__m512i xh[8], hbase;        /* half-precision bounds: xw[1] as binary16, and the bin of
+	                                entry 0 of xf[1] */
 	__m512 ev;                   /* bf16(A * expand) */
 	int Q;                       /* the bound's unit: 2^Q */
 	uint32_t a;                  /* max |w|, BF16 bits */
@@ -174,11 +191,10 @@ T512 void cand_batch(const struct grp *g, __m512 P, struct cand16 *c)
 	cand_batches(g->ev, &P, 1, c);
 }
 
-/* d = fl(L - |x|) of pair q: weight a's 16 candidates in *da, b's in *db */
-T512 void pair_d(const struct grp *g, int n, const struct cand16 *c, int q, __m512 *da,
-                 __m512 *db)
+/* the level of each word of x (16-bit words ordered like their values: BF16 bits, or
+ * binary16 ones) by candidates c (thresholds and levels in the same format) */
+T512 __m512i pair_level(__m512i x, const struct cand16 *c)
 {
-	__m512i x = g->xw[n][q];
 	__mmask32 m1 = _mm512_cmpge_epu16_mask(x, c->W[0]), m2 = _mm512_cmpge_epu16_mask(x, c->W[1]),
 	          m3 = _mm512_cmpge_epu16_mask(x, c->W[2]), m4 = _mm512_cmpge_epu16_mask(x, c->W[3]),
 	          m5 = _mm512_cmpge_epu16_mask(x, c->W[4]), m6 = _mm512_cmpge_epu16_mask(x, c->W[5]),
@@ -188,8 +204,15 @@ T512 void pair_d(const struct grp *g, int n, const struct cand16 *c, int q, __m5
 	__m512i l23 = _mm512_mask_blend_epi16(m3, c->L[1], c->L[2]);
 	__m512i l45 = _mm512_mask_blend_epi16(m5, c->L[3], c->L[4]);
 	__m512i l67 = _mm512_mask_blend_epi16(m7, c->L[5], c->L[6]);
-	__m512i L = _mm512_mask_blend_epi16(m4, _mm512_mask_blend_epi16(m2, l01, l23),
-	                                    _mm512_mask_blend_epi16(m6, l45, l67));
+	return _mm512_mask_blend_epi16(m4, _mm512_mask_blend_epi16(m2, l01, l23),
+	                               _mm512_mask_blend_epi16(m6, l45, l67));
+}
+
+/* d = fl(L - |x|) of pair q: weight a's 16 candidates in *da, b's in *db */
+T512 void pair_d(const struct grp *g, int n, const struct cand16 *c, int q, __m512 *da,
+                 __m512 *db)
+{
+	__m512i L = pair_level(g->xw[n][q], c);
 	*da = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_slli_epi32(L, 16)),
 	                    _mm512_set1_ps(g->xf[n][n ? 2 * q + 1 : q]));
 	*db = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_and_si512(L, _mm512_set1_epi32(
@@ -208,6 +231,28 @@ T512 __m512i pair_lb(const struct grp *g, const struct cand16 *c, int q)
 	__m512i bins = _mm512_ternarylogic_epi32(_mm512_set1_epi32((int)0xFFFF0000u), ib, ia,
 	                                         0xCA);   /* high ? ib : ia */
 	return _mm512_permutex2var_epi16(g->lbt0, _mm512_subs_epu16(bins, g->lbbase), g->lbt1);
+}
+
+/* pair_lb in half precision: the table's thresholds and levels and xh are binary16 (h
+ * below), d = L - x in binary16 rounded toward zero (vsubph, by the assembler: the
+ * compiler's intrinsics would need the whole search compiled for AVX512-FP16) */
+T512 __m512i pair_lb16(const struct grp *g, const struct cand16 *c, int q)
+{
+	__m512i x = g->xh[q], L = pair_level(x, c), d;
+#if G16_FP16
+	__asm__("vsubph %{rz-sae%}, %2, %1, %0" : "=v"(d) : "v"(L), "v"(x));
+#else
+	d = L;                       /* not reached: h is 0 without the assembler's support */
+#endif
+	/* the bins: |d|'s bits 7..14 (exponent, 3 mantissa bits) */
+	__m512i bins = _mm512_srli_epi16(_mm512_and_si512(d, _mm512_set1_epi16(0x7FFF)), 7);
+	return _mm512_permutex2var_epi16(g->lbt0, _mm512_subs_epu16(bins, g->hbase), g->lbt1);
+}
+
+/* pair q's bounds in the search's precision (h: half) */
+T512 __m512i lb_pair(const struct grp *g, const struct cand16 *c, int q, const int h)
+{
+	return h ? pair_lb16(g, c, q) : pair_lb(g, c, q);
 }
 
 /* c->I0 for the largest |w| = a (BF16 bits, 1 <= a < 2), c: a's candidates (the table's):
@@ -314,9 +359,9 @@ static inline __mmask16 live16(int n, int s0)
 	return (__mmask16)(n - s0 >= 16 ? 0xFFFFu : n > s0 ? (1u << (n - s0)) - 1u : 0u);
 }
 
-/* the group's order, pair words, bound table; 0, or -1 when the group is not for this
- * search */
-T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp *g)
+/* the group's order, pair words, bound table (h: the bounds in half precision); 0, or -1
+ * when the group is not for this search */
+T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp *g, const int h)
 {
 	__m256i wv = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)wg),
 	                              _mm256_set1_epi16(0x7FFF));
@@ -348,12 +393,28 @@ T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp 
 	g->xf[1][16] = 0.0f;
 	_mm512_storeu_ps(g->xf[1], _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
 	                     _mm512_castsi512_si256(xo)), 16)));
+	if (h) {
+		/* binary16 holds every BF16 value in [2^-14, 2) exactly; below (|w| < A 2^-14) the
+		 * weights are under every threshold (>= 0.25 s) and bin of the bound (> A 2^-10),
+		 * as zero is: they are zero here */
+		__m512 xs = _mm512_loadu_ps(g->xf[1]);
+		xs = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(xs, _mm512_set1_ps(0x1p-14f), _CMP_GE_OQ),
+		                         xs);
+		xo = _mm512_zextsi256_si512(_mm512_cvtps_ph(xs, _MM_FROUND_TO_NEAREST_INT |
+		                                                _MM_FROUND_NO_EXC));
+		/* the bin of entry 0 (below): a's binary16 bits are 0x3C00 | its 7 mantissa bits << 3 */
+		g->hbase = _mm512_set1_epi16((short)((int)((0x3C00u | (a & 0x7Fu) << 3) >> 7) - 8 - 63));
+	}
 	__m512i b = _mm512_and_si512(_mm512_loadu_si512(word_no), _mm512_set1_epi16(1));
 	for (int q = 0; q < 8; q++) {     /* words 2c: weight a; 2c + 1: weight b */
 		g->xw[0][q] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_slli_epi16(b, 3),
 		                  _mm512_set1_epi16((short)q)), _mm512_castsi256_si512(wv));
-		g->xw[1][q] = _mm512_permutexvar_epi16(_mm512_add_epi16(b, _mm512_set1_epi16(
-		                  (short)(2 * q + 1))), xo);
+		__m512i x1 = _mm512_permutexvar_epi16(_mm512_add_epi16(b, _mm512_set1_epi16(
+		                 (short)(2 * q + 1))), xo);
+		if (h)
+			g->xh[q] = x1;
+		else
+			g->xw[1][q] = x1;
 	}
 	g->a = a;
 	g->ev = _mm512_set1_ps(rq_round_bf16(rq_bf16f(a) * p->expand));
@@ -382,13 +443,23 @@ T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp 
 struct cand_tab {
 	struct cand16 *c;
 	int nb;
+	int tried;                       /* tab_build ran (under tab_mu) */
 	const struct rq_obs_params *p;   /* set (release) once c is built */
 };
-static struct cand_tab tabs[RQ_OBSERVER_COUNT];
-static pthread_once_t tab_once[RQ_OBSERVER_COUNT] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
-                                                     PTHREAD_ONCE_INIT};
+static struct cand_tab tabs[RQ_OBSERVER_COUNT][2];   /* [observer][h] */
+static pthread_mutex_t tab_mu = PTHREAD_MUTEX_INITIALIZER;
 
-__attribute__((target("arch=x86-64-v4"))) static void tab_build(enum rq_observer o)
+/* BF16 words (a lane's two alike) as binary16 ones */
+T512 __m512i to_half(__m512i v)
+{
+	__m512i e = _mm512_cvtepu16_epi32(_mm512_cvtps_ph(_mm512_castsi512_ps(_mm512_slli_epi32(
+	                v, 16)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+	return _mm512_or_si512(e, _mm512_slli_epi32(e, 16));
+}
+
+/* h: the thresholds and levels in binary16 for pair_lb16 (the table's are BF16 values in
+ * [2^-14, 4), which binary16 holds exactly; lanes past the steps are not read) */
+__attribute__((target("arch=x86-64-v4"))) static void tab_build(enum rq_observer o, int h)
 {
 	const struct rq_obs_params *p = rq_obs_params(o);
 	int n = p->steps, nb = (n + 15) / 16;
@@ -400,40 +471,39 @@ __attribute__((target("arch=x86-64-v4"))) static void tab_build(enum rq_observer
 		for (int k = 0; k < nb; k++)
 			P[k] = _mm512_maskz_loadu_ps(live16(n, 16 * k), p->p + 16 * k);
 		cand_batches(ev, P, nb, c + m * (uint32_t)nb);
-		for (int k = 0; k < nb; k++)
-			w0_bins(0x3F80u | m, &c[m * (uint32_t)nb + k]);
+		for (int k = 0; k < nb; k++) {
+			struct cand16 *ck = &c[m * (uint32_t)nb + k];
+			w0_bins(0x3F80u | m, ck);
+			for (int i = 0; h && i < 7; i++) {
+				ck->W[i] = to_half(ck->W[i]);
+				ck->L[i] = to_half(ck->L[i]);
+			}
+		}
 	}
-	tabs[o].nb = nb;
-	tabs[o].c = c;
-	__atomic_store_n(&tabs[o].p, p, __ATOMIC_RELEASE);
+	tabs[o][h].nb = nb;
+	tabs[o][h].c = c;
+	__atomic_store_n(&tabs[o][h].p, p, __ATOMIC_RELEASE);
 }
 
-static void tab_mse(void)
+/* the observer's table in precision h, or NULL (other parameters, no memory) */
+static const struct cand_tab *cand_tab(const struct rq_obs_params *p, int h)
 {
-	tab_build(RQ_OBSERVER_MSE);
-}
-
-static void tab_expanded(void)
-{
-	tab_build(RQ_OBSERVER_EXPANDED_MSE);
-}
-
-/* the observer's table, or NULL (other parameters, no memory) */
-static const struct cand_tab *cand_tab(const struct rq_obs_params *p)
-{
-	for (int o = RQ_OBSERVER_MSE; o < RQ_OBSERVER_COUNT; o++)   /* built: no once per group */
-		if (p == __atomic_load_n(&tabs[o].p, __ATOMIC_ACQUIRE))
-			return &tabs[o];
+	for (int o = RQ_OBSERVER_MSE; o < RQ_OBSERVER_COUNT; o++)   /* built: no lock per group */
+		if (p == __atomic_load_n(&tabs[o][h].p, __ATOMIC_ACQUIRE))
+			return &tabs[o][h];
 	pthread_once(&bin_once, bin_init);
-	if (p == rq_obs_params(RQ_OBSERVER_MSE)) {
-		pthread_once(&tab_once[RQ_OBSERVER_MSE], tab_mse);
-		return tabs[RQ_OBSERVER_MSE].c ? &tabs[RQ_OBSERVER_MSE] : NULL;
-	}
-	if (p == rq_obs_params(RQ_OBSERVER_EXPANDED_MSE)) {
-		pthread_once(&tab_once[RQ_OBSERVER_EXPANDED_MSE], tab_expanded);
-		return tabs[RQ_OBSERVER_EXPANDED_MSE].c ? &tabs[RQ_OBSERVER_EXPANDED_MSE] : NULL;
-	}
-	return NULL;
+	const struct cand_tab *t = NULL;
+	pthread_mutex_lock(&tab_mu);
+	for (int o = RQ_OBSERVER_MSE; o < RQ_OBSERVER_COUNT; o++)
+		if (p == rq_obs_params((enum rq_observer)o)) {
+			if (!tabs[o][h].tried) {
+				tabs[o][h].tried = 1;
+				tab_build((enum rq_observer)o, h);
+			}
+			t = tabs[o][h].c ? &tabs[o][h] : NULL;
+		}
+	pthread_mutex_unlock(&tab_mu);
+	return t;
 }
 
 /* exact errors of the candidates of steps st[0..k) (ascending), multipliers pv */
@@ -448,13 +518,13 @@ T512 void exact_list(const struct grp *g, struct best *b, const float *pv, const
 	}
 }
 
-__attribute__((target("arch=x86-64-v4"), noinline))
-int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *best,
-                   uint32_t *mask)
+/* rq_obs_g16_512 with the bounds in half precision (h) or not */
+T512 int search(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *best,
+                uint32_t *mask, const int h)
 {
 	struct grp g;
-	const struct cand_tab *tab = cand_tab(p);
-	if (!tab || grp_init(p, wg, &g) < 0)
+	const struct cand_tab *tab = cand_tab(p, h);
+	if (!tab || grp_init(p, wg, &g, h) < 0)
 		return -1;
 	int n = p->steps, nb = tab->nb, ordered = mask != NULL, ws = 0;
 	struct best b = {rq_u2f(BF16_MAX_BITS), 0, 0};
@@ -467,9 +537,9 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 		/* stage by stage over the batches: independent chains side by side (one batch's
 		 * chain of dependent steps at a time leaves the core waiting on latencies) */
 		for (int k = 0; k < nb; k++)
-			lacc[k] = _mm512_adds_epu16(w0_lb(&g, &cb[k]), pair_lb(&g, &cb[k], 0));
+			lacc[k] = _mm512_adds_epu16(w0_lb(&g, &cb[k]), lb_pair(&g, &cb[k], 0, h));
 		for (int k = 0; k < nb; k++)
-			lacc[k] = _mm512_adds_epu16(lacc[k], pair_lb(&g, &cb[k], 1));
+			lacc[k] = _mm512_adds_epu16(lacc[k], lb_pair(&g, &cb[k], 1, h));
 		/* the first candidate of least bound: the least bound << 16 | step */
 		for (int k = 0; k < nb; k++, stk = _mm512_add_epi32(stk, _mm512_set1_epi32(16)))
 			mv = _mm512_mask_min_epu32(mv, live16(n, 16 * k), mv, _mm512_or_si512(stk,
@@ -523,8 +593,8 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 		for (int q = q0; q < 8 && nl; q += 2) {
 			for (int i = 0; i < nl; i++) {
 				int k = list[i];
-				lacc[k] = _mm512_adds_epu16(lacc[k], _mm512_adds_epu16(pair_lb(&g, &cb[k], q),
-				                                                       pair_lb(&g, &cb[k], q + 1)));
+				lacc[k] = _mm512_adds_epu16(lacc[k], _mm512_adds_epu16(lb_pair(&g, &cb[k], q, h),
+				                                                       lb_pair(&g, &cb[k], q + 1, h)));
 			}
 			int nn = 0;
 			for (int i = 0; i < nl; i++) {
@@ -552,7 +622,50 @@ int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *b
 		*mask = b.mk;
 	return 0;
 }
+
+__attribute__((target("arch=x86-64-v4"), noinline))
+static int search_bf(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *best,
+                     uint32_t *mask)
+{
+	return search(p, wg, best, mask, 0);
+}
+
+__attribute__((target("arch=x86-64-v4"), noinline))
+static int search_h(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *best,
+                    uint32_t *mask)
+{
+	return search(p, wg, best, mask, 1);
+}
+
+static int fp16_mode = -1;           /* the bounds in half precision: -1 unknown (relaxed) */
+
+int rq_obs_g16_fp16(int on)
+{
+	int can = 0;
+#if G16_FP16
+	unsigned a, b, c, d;
+	can = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 23 & 1u);   /* AVX512-FP16 */
+#endif
+	int m = on != 0 && can;
+	__atomic_store_n(&fp16_mode, m, __ATOMIC_RELAXED);
+	return m;
+}
+
+int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *best,
+                   uint32_t *mask)
+{
+	int m = __atomic_load_n(&fp16_mode, __ATOMIC_RELAXED);
+	if (m < 0)
+		m = rq_obs_g16_fp16(-1);
+	return m ? search_h(p, wg, best, mask) : search_bf(p, wg, best, mask);
+}
 #else
+int rq_obs_g16_fp16(int on)
+{
+	(void)on;
+	return 0;
+}
+
 int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *best,
                    uint32_t *mask)
 {

@@ -116,6 +116,10 @@ void rq_obs_search_rows(int kind, const struct rq_obs_params *p, const uint16_t 
  * rq_quant_isa() is RQ_ISA_AVX512 (observer_fast.c calls it then). */
 int rq_obs_g16_512(const struct rq_obs_params *p, const uint16_t *w, uint8_t *best,
                    uint32_t *mask);
+/* Its bounds in half precision (AVX512-FP16, where the CPU and the build's assembler have
+ * it: the default) or not: on 0 or 1 (1: if it can), -1 for the default; returns whether
+ * they are now. The same steps either way (for the tests). */
+int rq_obs_g16_fp16(int on);
 
 /* The input observer's fast search (observer_act.c) for one group of 16 columns: acc[i]
  * (i < n) += over rows [0, rows) of x[row * ldx + 0..16), in row order, the sum of the
