@@ -218,12 +218,12 @@ static int rule_sizes(const struct rq_plan *p, const struct rq_plan_opts *po,
 
 /* An MSE observer's extra time, an ESTIMATE (nothing is run): its search's rate on one
  * thread as `requantfs bench quant [--scheme S] --observer O --threads 1 --rows 512 --cols
- * 2048` measured it (docs/benchmarks.md, 2-core x86-64 AVX-512 dev machine, 2026-12-06, the
- * best of 3 runs): NVFP4's groups of 16 (nvfp4a16, nvfp4 W4A4; the bounded search of
- * quant/observer_g16.c) mse 129 MB/s of BF16 in (1/20 of minmax), expanded-mse 59.7 MB/s
- * (1/45); the other schemes as w4a16's groups of 128: mse 98.5 MB/s (1/43), expanded-mse
- * 43.3 MB/s (1/98). Scaled to every online CPU: the CPU's time (a GPU, when the quantizer
- * has one, runs the search; no GPU figure exists yet). */
+ * 2048` measured it (docs/benchmarks.md, 2-core x86-64 AVX-512 dev machine, 2026-12-06 22:17
+ * UTC, the middle of 3 runs): NVFP4's groups of 16 (nvfp4a16, nvfp4 W4A4; the bounded search
+ * of quant/observer_g16.c) mse 140 MB/s of BF16 in (1/19 of minmax), expanded-mse 72.8 MB/s
+ * (1/36); the other schemes as w4a16's groups of 128 (one run): mse 102 MB/s (1/42),
+ * expanded-mse 42.9 MB/s (1/98). Scaled to every online CPU: the CPU's time (a GPU, when the
+ * quantizer has one, runs the search; no GPU figure exists yet). */
 struct obs_estimate {
 	double per_thread;         /* bytes/s, 0: minmax (no extra time) */
 	int ratio;                 /* ~N x minmax per byte */
@@ -237,8 +237,8 @@ static void observer_estimate(const struct rq_plan *p, uint64_t in_total, struct
 	if (p->observer == RQ_OBSERVER_MINMAX)
 		return;
 	int g16 = rq_scheme_group(p->scheme) == 16, mse = p->observer == RQ_OBSERVER_MSE;
-	e->per_thread = g16 ? (mse ? 129e6 : 59.7e6) : (mse ? 98.5e6 : 43.3e6);
-	e->ratio = g16 ? (mse ? 20 : 45) : (mse ? 43 : 98);
+	e->per_thread = g16 ? (mse ? 140e6 : 72.8e6) : (mse ? 102e6 : 42.9e6);
+	e->ratio = g16 ? (mse ? 19 : 36) : (mse ? 42 : 98);
 	e->threads = sysconf(_SC_NPROCESSORS_ONLN);
 	if (e->threads < 1)
 		e->threads = 1;
