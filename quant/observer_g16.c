@@ -119,13 +119,13 @@ struct grp {
 	uint8_t ord[16];             /* weights by falling |w| (ties: lower index first) */
 	float xf[2][17];             /* [0]: |w|; [1]: |w| 2^-k by falling |w| (A = a 2^k with
 	                                1 <= a < 2), then a zero */
-	__m512i xw[2][8];            /* in candidate words, [0]: pair q = weights (q, q + 8) of
-	                                xf[0] (the exact errors); [1]: pair q = xf[1][2q + 1, 2q + 2]
-	                                (the bounds) */
+	__m512i xw[2][8];            /* in candidate words, [0]: pair q = weights (q, q + 8)
+	                                of xf[0] (the exact errors); [1]: pair q =
+	                                xf[1][2q + 1, 2q + 2] (the bounds) */
 	__m512i lbt0, lbt1;          /* the bound's 64 entries */
 	__m512i lbbase;              /* the bin of entry 0, less 8 k (the bounds use xf[1]) */
-	__m512i xh[8], hbase;        /* half-precision bounds: xw[1] as binary16, and the bin of
-	                                entry 0 of xf[1] */
+	__m512i xh[8], hbase;        /* half-precision bounds: xw[1]'s words in binary16, and
+	                                the bin of entry 0 of xf[1] */
 	__m512 ev;                   /* bf16(A * expand) */
 	int Q;                       /* the bound's unit: 2^Q */
 	uint32_t a;                  /* max |w|, BF16 bits */
@@ -216,7 +216,8 @@ T512 void pair_d(const struct grp *g, int n, const struct cand16 *c, int q, __m5
 	*da = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_slli_epi32(L, 16)),
 	                    _mm512_set1_ps(g->xf[n][n ? 2 * q + 1 : q]));
 	*db = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_and_si512(L, _mm512_set1_epi32(
-	                        (int)0xFFFF0000u))), _mm512_set1_ps(g->xf[n][n ? 2 * q + 2 : q + 8]));
+	                        (int)0xFFFF0000u))),
+	                    _mm512_set1_ps(g->xf[n][n ? 2 * q + 2 : q + 8]));
 }
 
 /* the bound's terms of pair q in candidate words, c: candidates of a (the table's) */
@@ -398,12 +399,13 @@ T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp 
 		 * weights are under every threshold (>= 0.25 s) and bin of the bound (> A 2^-10),
 		 * as zero is: they are zero here */
 		__m512 xs = _mm512_loadu_ps(g->xf[1]);
-		xs = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(xs, _mm512_set1_ps(0x1p-14f), _CMP_GE_OQ),
-		                         xs);
+		xs = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(xs, _mm512_set1_ps(0x1p-14f),
+		                                            _CMP_GE_OQ), xs);
 		xo = _mm512_zextsi256_si512(_mm512_cvtps_ph(xs, _MM_FROUND_TO_NEAREST_INT |
 		                                                _MM_FROUND_NO_EXC));
-		/* the bin of entry 0 (below): a's binary16 bits are 0x3C00 | its 7 mantissa bits << 3 */
-		g->hbase = _mm512_set1_epi16((short)((int)((0x3C00u | (a & 0x7Fu) << 3) >> 7) - 8 - 63));
+		/* the bin of entry 0 (below): a's binary16 bits are 0x3C00 | its mantissa << 3 */
+		int hbin = (int)((0x3C00u | (a & 0x7Fu) << 3) >> 7);
+		g->hbase = _mm512_set1_epi16((short)(hbin - 8 - 63));
 	}
 	__m512i b = _mm512_and_si512(_mm512_loadu_si512(word_no), _mm512_set1_epi16(1));
 	for (int q = 0; q < 8; q++) {     /* words 2c: weight a; 2c + 1: weight b */
@@ -532,8 +534,8 @@ T512 int search(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *best
 	__m512i lacc[NB];
 	/* 1. the bounds over the 5 largest weights; the window around the least */
 	if (!ordered) {
-		__m512i mv = _mm512_set1_epi32(-1), stk = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8,
-		                                                            9, 10, 11, 12, 13, 14, 15);
+		__m512i mv = _mm512_set1_epi32(-1);
+		__m512i stk = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 		/* stage by stage over the batches: independent chains side by side (one batch's
 		 * chain of dependent steps at a time leaves the core waiting on latencies) */
 		for (int k = 0; k < nb; k++)
@@ -543,7 +545,8 @@ T512 int search(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *best
 		/* the first candidate of least bound: the least bound << 16 | step */
 		for (int k = 0; k < nb; k++, stk = _mm512_add_epi32(stk, _mm512_set1_epi32(16)))
 			mv = _mm512_mask_min_epu32(mv, live16(n, 16 * k), mv, _mm512_or_si512(stk,
-			         _mm512_and_si512(lb_total(lacc[k]), _mm512_set1_epi32((int)0xFFFF0000u))));
+			         _mm512_and_si512(lb_total(lacc[k]),
+			                          _mm512_set1_epi32((int)0xFFFF0000u))));
 		int am = (int)(_mm512_reduce_min_epu32(mv) & 0xFFFFu);
 		ws = am - 7 < 0 ? 0 : am - 7;
 		ws = ws > n - 16 ? n - 16 : ws;
@@ -593,8 +596,9 @@ T512 int search(const struct rq_obs_params *p, const uint16_t *wg, uint8_t *best
 		for (int q = q0; q < 8 && nl; q += 2) {
 			for (int i = 0; i < nl; i++) {
 				int k = list[i];
-				lacc[k] = _mm512_adds_epu16(lacc[k], _mm512_adds_epu16(lb_pair(&g, &cb[k], q, h),
-				                                                       lb_pair(&g, &cb[k], q + 1, h)));
+				__m512i t = _mm512_adds_epu16(lb_pair(&g, &cb[k], q, h),
+				                              lb_pair(&g, &cb[k], q + 1, h));
+				lacc[k] = _mm512_adds_epu16(lacc[k], t);
 			}
 			int nn = 0;
 			for (int i = 0; i < nl; i++) {
