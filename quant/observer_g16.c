@@ -391,14 +391,14 @@ T512 int grp_init(const struct rq_obs_params *p, const uint16_t *wg, struct grp 
 	                 _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)g->ord))),
 	                 _mm512_castsi256_si512(_mm512_cvtepi32_epi16(_mm512_srli_epi32(
 	                     _mm512_castps_si512(xn), 16))));
+	__m512 xs = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
+	                _mm512_castsi512_si256(xo)), 16));
+	_mm512_storeu_ps(g->xf[1], xs);
 	g->xf[1][16] = 0.0f;
-	_mm512_storeu_ps(g->xf[1], _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
-	                     _mm512_castsi512_si256(xo)), 16)));
 	if (h) {
 		/* binary16 holds every BF16 value in [2^-14, 2) exactly; below (|w| < A 2^-14) the
 		 * weights are under every threshold (>= 0.25 s) and bin of the bound (> A 2^-10),
 		 * as zero is: they are zero here */
-		__m512 xs = _mm512_loadu_ps(g->xf[1]);
 		xs = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(xs, _mm512_set1_ps(0x1p-14f),
 		                                            _CMP_GE_OQ), xs);
 		xo = _mm512_zextsi256_si512(_mm512_cvtps_ph(xs, _MM_FROUND_TO_NEAREST_INT |
